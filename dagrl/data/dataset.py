@@ -1,0 +1,238 @@
+"""Prompt datasets in the verl/siiRL parquet schema.
+
+Each row holds `data_source` (str), `prompt` (a chat list of {role, content}), `ability`,
+`reward_model` {style, ground_truth} and `extra_info` {split, index, ...}. The parquet files stay as pyarrow
+tables; `PromptDataset.rows(indices)` converts and tokenizes only the requested rows, so each rank pays only for
+its own share of a batch.
+
+This module imports torch lazily (inside `rows`), so `check_data_files` can run in pre-flight without it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from dagrl.data.batch import Batch
+
+logger = logging.getLogger(__name__)
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+# Columns passed through to the batch untouched; `ability` and `extra_info` may be absent from a file.
+OPTIONAL_COLUMNS = ("ability", "extra_info")
+# Rows tokenized per call when scanning a whole file (filter_overlong_prompts): bounds peak memory.
+_SCAN_CHUNK_ROWS = 1024
+
+
+def required_columns(prompt_key: str) -> tuple[str, ...]:
+    """Columns every data file must have: the prompt, and what the reward needs to score it."""
+    return (prompt_key, "data_source", "reward_model")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _open_parquet(path: str) -> pq.ParquetFile:
+    """Opens one data file, turning every way it can be unusable into a one-line ValueError."""
+    if not os.path.exists(path):
+        raise ValueError(f"data file {path!r} does not exist; fix data.train_files / data.val_files "
+                         f"(preprocess with examples/data_preprocess/*.py)")
+    if os.path.isdir(path):
+        raise ValueError(f"data file {path!r} is a directory; data.train_files / data.val_files take "
+                         f"parquet files (e.g. {os.path.join(path, 'train.parquet')!r})")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"data file {path!r} is not a readable parquet file ({_first_line(error)}); "
+                         f"regenerate it with examples/data_preprocess/*.py") from error
+
+
+def _check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -> None:
+    if num_rows == 0:
+        raise ValueError(f"data file {path!r} has no rows; regenerate it or remove it from data.train_files / "
+                         f"data.val_files")
+    for column in required_columns(prompt_key):
+        if column not in schema.names:
+            fix = "set data.prompt_key to the prompt column" if column == prompt_key else \
+                "regenerate it with examples/data_preprocess/*.py"
+            raise ValueError(f"data file {path!r} lacks the required column {column!r} (it has "
+                             f"{schema.names}); {fix}")
+
+
+def check_data_files(files: Sequence[str], prompt_key: str = "prompt") -> int:
+    """Validates data files from their parquet footer only (no rows read); returns the total row count.
+
+    Raises a one-line ValueError naming the file for a missing, unreadable, empty or incomplete file.
+    """
+    if isinstance(files, str):
+        files = [files]
+    if not files:
+        raise ValueError("no data files given; set data.train_files / data.val_files")
+    total = 0
+    for path in files:
+        path = os.path.expanduser(path)
+        parquet = _open_parquet(path)
+        num_rows = parquet.metadata.num_rows
+        _check_schema(path, parquet.schema_arrow, num_rows, prompt_key)
+        total += num_rows
+    return total
+
+
+def _truncate(ids: list[int], max_length: int, mode: str) -> list[int]:
+    if mode == "left":  # keep the end of the prompt, where the question usually is
+        return ids[-max_length:]
+    if mode == "right":
+        return ids[:max_length]
+    if mode == "middle":
+        head = max_length // 2
+        tail = max_length - head
+        return ids[:head] + (ids[-tail:] if tail else [])
+    raise ValueError(f"unknown truncation mode {mode!r}; data.truncation must be one of {TRUNCATION_MODES}")
+
+
+class PromptDataset:
+    """Rows of one or more parquet files; `rows(indices)` returns a left-padded, tokenized `Batch`."""
+
+    def __init__(self, files: Sequence[str], tokenizer: Any, max_prompt_length: int, truncation: str = "error",
+                 filter_overlong_prompts: bool = False, prompt_key: str = "prompt") -> None:
+        if isinstance(files, str):
+            files = [files]
+        if truncation not in TRUNCATION_MODES:
+            raise ValueError(f"data.truncation={truncation!r} is not one of {TRUNCATION_MODES}")
+        if max_prompt_length <= 0:
+            raise ValueError(f"data.max_prompt_length must be positive, got {max_prompt_length}")
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; "
+                             f"use an instruct/chat model or a tokenizer directory with chat_template set")
+        self.files = [os.path.expanduser(path) for path in files]
+        self.tokenizer = tokenizer
+        self.max_prompt_length = int(max_prompt_length)
+        self.truncation = truncation
+        self.prompt_key = prompt_key
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if pad_id is None:
+            raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has neither a pad nor an eos "
+                             f"token; cannot left-pad prompts")
+        self.pad_token_id = int(pad_id)
+
+        if not self.files:
+            raise ValueError("no data files given; set data.train_files / data.val_files")
+        self._tables: list[pa.Table] = []
+        for path in self.files:
+            parquet = _open_parquet(path)
+            _check_schema(path, parquet.schema_arrow, parquet.metadata.num_rows, prompt_key)
+            wanted = [c for c in (*required_columns(prompt_key), *OPTIONAL_COLUMNS) if c in parquet.schema_arrow.names]
+            try:
+                self._tables.append(parquet.read(columns=wanted))
+            except (pa.ArrowException, OSError) as error:
+                raise ValueError(f"data file {path!r} is corrupt: its rows cannot be read "
+                                 f"({_first_line(error)}); regenerate it") from error
+        # Dataset position -> (file number, row in that file); filtering removes positions.
+        self._file_of = np.concatenate([np.full(t.num_rows, i, dtype=np.int64) for i, t in enumerate(self._tables)])
+        self._row_of = np.concatenate([np.arange(t.num_rows, dtype=np.int64) for t in self._tables])
+        if filter_overlong_prompts:
+            self._drop_overlong_rows()
+
+    # ---- public API ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._row_of.shape[0])
+
+    def rows(self, indices: Sequence[int] | np.ndarray) -> "Batch":
+        """The rows at dataset positions `indices`, tokenized and left-padded to `max_prompt_length`."""
+        import torch
+
+        from dagrl.data.batch import Batch
+
+        positions = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if positions.size and (positions.min() < 0 or positions.max() >= len(self)):
+            raise IndexError(f"row index out of range: dataset has {len(self)} rows, asked for "
+                             f"{int(positions.min())}..{int(positions.max())}")
+        records = self._records(positions)
+        chats = [self._chat(record, p) for record, p in zip(records, positions)]
+        token_ids = self._tokenize(chats)
+        width = self.max_prompt_length
+        input_ids = torch.full((len(records), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(records), width), dtype=torch.long)
+        for i, (ids, position) in enumerate(zip(token_ids, positions)):
+            if len(ids) > width:
+                if self.truncation == "error":
+                    raise ValueError(self._overlong_message(int(position), len(ids)))
+                ids = _truncate(ids, width, self.truncation)
+            if ids:
+                input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+                attention_mask[i, width - len(ids):] = 1
+        position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+        return Batch(
+            tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
+            columns={
+                "data_source": [r["data_source"] for r in records],
+                "reward_model": [r["reward_model"] for r in records],
+                "extra_info": [r.get("extra_info") or {} for r in records],
+                "ability": [r.get("ability") for r in records],
+                "raw_prompt": chats,
+                "index": positions.tolist(),
+            },
+        )
+
+    def prompt_lengths(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Untruncated token counts of the chat-templated prompts at `indices`."""
+        positions = np.asarray(indices, dtype=np.int64).reshape(-1)
+        records = self._records(positions)
+        ids = self._tokenize([self._chat(record, p) for record, p in zip(records, positions)])
+        return np.array([len(x) for x in ids], dtype=np.int64)
+
+    # ---- internals -------------------------------------------------------------------------------
+    def _records(self, positions: np.ndarray) -> list[dict]:
+        """Python dicts for the rows at `positions`, in that order, reading each file's rows in one take."""
+        records: list[dict | None] = [None] * len(positions)
+        files = self._file_of[positions]
+        for file_number in np.unique(files):
+            slots = np.nonzero(files == file_number)[0]
+            taken = self._tables[file_number].take(pa.array(self._row_of[positions[slots]]))
+            for slot, record in zip(slots, taken.to_pylist()):
+                records[slot] = record
+        return records  # type: ignore[return-value]
+
+    def _where(self, position: int) -> str:
+        return f"row {int(self._row_of[position])} of {self.files[self._file_of[position]]!r}"
+
+    def _chat(self, record: dict, position: int) -> list[dict]:
+        chat = record[self.prompt_key]
+        if not isinstance(chat, list) or not all(isinstance(m, dict) and "role" in m and "content" in m
+                                                 for m in chat):
+            raise ValueError(f"{self._where(position)}: column {self.prompt_key!r} must be a chat list of "
+                             f"{{role, content}}, got {type(chat).__name__}; fix data.prompt_key or the file")
+        return chat
+
+    def _tokenize(self, chats: list[list[dict]]) -> list[list[int]]:
+        if not chats:
+            return []
+        texts = [self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+                 for chat in chats]
+        # The chat template already holds any BOS the model wants: no special tokens added on top.
+        return list(self.tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+    def _overlong_message(self, position: int, length: int) -> str:
+        return (f"prompt at {self._where(position)} is {length} tokens, longer than "
+                f"data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length, set "
+                f"data.truncation=left|right|middle, or set data.filter_overlong_prompts=True")
+
+    def _drop_overlong_rows(self) -> None:
+        keep = np.ones(len(self), dtype=bool)
+        for start in range(0, len(self), _SCAN_CHUNK_ROWS):
+            chunk = np.arange(start, min(start + _SCAN_CHUNK_ROWS, len(self)))
+            keep[chunk] = self.prompt_lengths(chunk) <= self.max_prompt_length
+        dropped = int((~keep).sum())
+        if dropped == len(self):
+            raise ValueError(f"every prompt in {self.files} is longer than data.max_prompt_length="
+                             f"{self.max_prompt_length}; raise data.max_prompt_length")
+        self._file_of, self._row_of = self._file_of[keep], self._row_of[keep]
+        logger.info("filter_overlong_prompts: dropped %d of %d prompts longer than %d tokens (%s)",
+                    dropped, dropped + len(self), self.max_prompt_length, ", ".join(self.files))

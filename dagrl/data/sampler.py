@@ -1,0 +1,77 @@
+"""A seeded, resumable sampler of global batches of dataset row indices.
+
+Every rank builds the same sampler and gets the same global batch; each then takes its own slice. The order of
+epoch `e` is a permutation drawn from `numpy.random.default_rng([seed, e])`, so it depends only on (seed, epoch):
+a resumed run only needs the global position (epoch, step within the epoch) to continue with the same indices.
+The last incomplete batch of an epoch is dropped, so every batch has exactly `batch_size` rows.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class EpochSampler:
+    """Yields `(epoch, indices)` global batches, epoch after epoch, without end."""
+
+    def __init__(self, num_rows: int, batch_size: int, seed: int = 0, shuffle: bool = True) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"data.train_batch_size must be positive, got {batch_size}")
+        if batch_size > num_rows:
+            raise ValueError(f"data.train_batch_size={batch_size} is larger than the dataset ({num_rows} rows); "
+                             f"lower data.train_batch_size or use more data")
+        self.num_rows = int(num_rows)
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.epoch = 0  # the epoch of the next batch
+        self.step_in_epoch = 0  # how many batches of that epoch were already handed out
+        self._order: np.ndarray | None = None  # cached permutation of `self.epoch`
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.num_rows // self.batch_size
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """All row indices in the order epoch `epoch` visits them."""
+        if not self.shuffle:
+            return np.arange(self.num_rows, dtype=np.int64)
+        return np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_rows).astype(np.int64)
+
+    def next_batch(self) -> tuple[int, np.ndarray]:
+        """The next global batch: its epoch and `batch_size` row indices."""
+        if self.step_in_epoch >= self.steps_per_epoch:
+            self.epoch += 1
+            self.step_in_epoch = 0
+            self._order = None
+        if self._order is None:
+            self._order = self.epoch_order(self.epoch)
+        start = self.step_in_epoch * self.batch_size
+        indices = self._order[start:start + self.batch_size].copy()
+        self.step_in_epoch += 1
+        return self.epoch, indices
+
+    def __iter__(self) -> "EpochSampler":
+        return self
+
+    def __next__(self) -> tuple[int, np.ndarray]:
+        return self.next_batch()
+
+    # ---- checkpointing ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "num_rows": self.num_rows,
+                "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continues from a saved position. The data and batch settings must match the saved ones, else the
+        resumed run would silently visit different rows."""
+        saved = (state["num_rows"], state["batch_size"], state["seed"], state["shuffle"])
+        current = (self.num_rows, self.batch_size, self.seed, self.shuffle)
+        if saved != current:
+            raise ValueError(f"sampler checkpoint was written for (rows, batch_size, seed, shuffle)={saved}, "
+                             f"this run has {current}; resume with the same data and data.train_batch_size / "
+                             f"data.seed / data.shuffle, or start fresh (trainer.resume_mode=disable)")
+        self.epoch = int(state["epoch"])
+        self.step_in_epoch = int(state["step_in_epoch"])
+        self._order = None

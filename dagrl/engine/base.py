@@ -1,0 +1,113 @@
+"""The small interfaces engines implement, so a new backend slots in without touching the loop.
+
+Sequence layout shared by every engine (built by the rollout node):
+  input_ids, attention_mask, position_ids  [B, P + R]  left-padded prompt (P = prompt length) followed by the
+                                                       right-padded response (R = response length)
+  responses, response_mask                 [B, R]      generated token ids, 1 on generated tokens (eos included)
+Log-probs and entropies are returned as `[B, R]` float32 tensors aligned with `responses`, 0 where
+`response_mask` is 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+
+from dagrl.data.batch import Batch
+
+# loss_fn(micro_batch, log_probs [b, R], entropy [b, R] or None) -> (loss, metrics).
+# The loss and every metric are additive contributions: the engine sums them over micro-batches and DP ranks,
+# and the gradient it applies is that of the sum. Normalisation (global token mean, ...) is the caller's job,
+# done through per-token weights it puts in the batch before the step.
+LossFn = Callable[[Batch, torch.Tensor, "torch.Tensor | None"], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
+
+# A bucket of full (unsharded) HF-named tensors, as consumed by every rollout's load_weights.
+WeightBucket = list[tuple[str, torch.Tensor]]
+
+
+@dataclass
+class ParallelLayout:
+    """Model-parallel sizes of one Megatron model; DP is whatever the world size leaves."""
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int | None = None
+    context_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None
+    sequence_parallel: bool = False
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+
+
+@dataclass
+class OptimSpec:
+    """Optimizer and LR schedule of a trainable engine (actor or critic)."""
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+    clip_grad: float = 1.0
+    lr_warmup_steps: int = 0          # resolved from lr_warmup_steps_ratio by the caller when needed
+    lr_warmup_init: float = 0.0
+    lr_decay_style: str = "constant"  # constant | linear | cosine
+    lr_decay_steps: int | None = None  # None: total_training_steps
+    min_lr: float = 0.0
+    total_training_steps: int = 1
+
+
+@dataclass
+class MegatronEngineSpec:
+    """Everything needed to build one Megatron model (actor, reference or critic)."""
+    model_path: str
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    optim: OptimSpec | None = None          # None: a frozen model (reference)
+    param_dtype: torch.dtype = torch.float32
+    use_distributed_optimizer: bool = False
+    seed: int = 42
+    gradient_checkpointing: bool = False    # full recompute unless override_transformer_config says otherwise
+    override_transformer_config: dict[str, Any] = field(default_factory=dict)
+    trainable_top_layers: int | None = None  # train only the top N decoder layers (+ final norm); None = all
+    param_offload: bool = False
+    grad_offload: bool = False
+    optimizer_offload: bool = False
+
+
+class ActorEngine(Protocol):
+    """A trainable (or frozen) causal LM: the actor, and with `optim=None` the reference."""
+
+    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float,
+                         with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int,
+                   temperature: float) -> dict[str, float]: ...
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]: ...
+
+    def save_checkpoint(self, path: str) -> None: ...
+
+    def load_checkpoint(self, path: str) -> None: ...
+
+
+@dataclass
+class SamplingSpec:
+    """How one rollout call samples; passed explicitly, never stored in the batch."""
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = True
+    response_length: int = 64
+
+
+class RolloutEngine(Protocol):
+    """Generates responses with the actor's latest weights."""
+
+    def generate(self, prompts: Batch, sampling: SamplingSpec) -> Batch: ...
+
+    def load_weights(self, buckets: Iterator[WeightBucket]) -> dict[str, float]: ...
+
+    def sleep(self) -> None: ...
+
+    def wake(self) -> None: ...

@@ -1,0 +1,307 @@
+"""HF <-> Megatron weights, written once for every supported family.
+
+A Megatron parameter name is first made global (layer index from the layer's own `layer_number`, expert index
+offset by the EP rank), then a `Rule` says which HF tensors it holds and how they are laid out:
+
+  copy   replicated (norms, router)
+  row    split on dim 0 over TP (column-parallel linears)          col  split on dim 1 (row-parallel linears)
+  vocab  split on dim 0, padded to the Megatron vocab size         qkv  [q_g; k_g; v_g] for each KV group g, dim 0
+  fc1    on TP rank r: [gate_r; up_r]  (not a split of [gate; up])
+
+Names are the local spec's; the Transformer Engine spec fuses the two norms into `linear_qkv.layer_norm_weight`
+and `linear_fc1.layer_norm_weight`, which the layer table already maps.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from dagrl.engine.base import WeightBucket
+from dagrl.engine.megatron.hf_config import head_dim, padded_vocab_size
+
+logger = logging.getLogger(__name__)
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")
+
+# Per-layer parameters: Megatron suffix -> (kind, HF suffixes under model.layers.{i}.)
+_LAYER_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "input_layernorm.weight": ("copy", ("input_layernorm.weight",)),
+    "self_attention.linear_qkv.layer_norm_weight": ("copy", ("input_layernorm.weight",)),  # TE
+    "self_attention.linear_qkv.weight": ("qkv", ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                                 "self_attn.v_proj.weight")),
+    "self_attention.linear_qkv.bias": ("qkv", ("self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                               "self_attn.v_proj.bias")),
+    "self_attention.q_layernorm.weight": ("copy", ("self_attn.q_norm.weight",)),
+    "self_attention.k_layernorm.weight": ("copy", ("self_attn.k_norm.weight",)),
+    "self_attention.linear_proj.weight": ("col", ("self_attn.o_proj.weight",)),
+    "pre_mlp_layernorm.weight": ("copy", ("post_attention_layernorm.weight",)),
+    "mlp.linear_fc1.layer_norm_weight": ("copy", ("post_attention_layernorm.weight",)),  # TE
+    "mlp.linear_fc1.weight": ("fc1", ("mlp.gate_proj.weight", "mlp.up_proj.weight")),
+    "mlp.linear_fc2.weight": ("col", ("mlp.down_proj.weight",)),
+    "mlp.router.weight": ("copy", ("mlp.gate.weight",)),
+}
+_EXPERT_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "linear_fc1.weight": ("fc1", ("gate_proj.weight", "up_proj.weight")),
+    "linear_fc2.weight": ("col", ("down_proj.weight",)),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str                    # copy | row | col | vocab | qkv | fc1
+    hf_names: tuple[str, ...]
+    expert: bool = False         # split over the expert-TP group instead of TP
+
+
+def parallel_ranks(expert: bool) -> tuple[int, int, Any]:
+    """(rank, size, group) of the tensor-parallel group a parameter is split over."""
+    from megatron.core import parallel_state as ps
+
+    if expert:
+        return (ps.get_expert_tensor_parallel_rank(), ps.get_expert_tensor_parallel_world_size(),
+                ps.get_expert_tensor_parallel_group())
+    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_group()
+
+
+def rule_for(chunk: torch.nn.Module, name: str, tied: bool) -> Rule | None:
+    """The HF tensors behind local parameter `name` of `chunk`; None for a tied output layer (not exported)."""
+    from megatron.core import parallel_state as ps
+
+    if name == "embedding.word_embeddings.weight":
+        return Rule("vocab", ("model.embed_tokens.weight",))
+    if name == "output_layer.weight":
+        return None if tied else Rule("vocab", ("lm_head.weight",))
+    if name == "decoder.final_layernorm.weight":
+        return Rule("copy", ("model.norm.weight",))
+    match = _LAYER.match(name)
+    if match is None:
+        raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
+    local_layer, suffix = int(match.group(1)), match.group(2)
+    layer = chunk.decoder.layers[local_layer].layer_number - 1  # layer_number is global and 1-based
+    prefix = f"model.layers.{layer}."
+    expert = _EXPERT.match(suffix)
+    if expert is not None:
+        local_expert, expert_suffix = int(expert.group(1)), expert.group(2)
+        num_local = len(chunk.decoder.layers[local_layer].mlp.experts.local_experts)
+        global_expert = ps.get_expert_model_parallel_rank() * num_local + local_expert
+        kind, hf_suffixes = _EXPERT_TABLE[expert_suffix]
+        return Rule(kind, tuple(f"{prefix}mlp.experts.{global_expert}.{s}" for s in hf_suffixes), expert=True)
+    if suffix not in _LAYER_TABLE:
+        raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
+    kind, hf_suffixes = _LAYER_TABLE[suffix]
+    return Rule(kind, tuple(prefix + s for s in hf_suffixes))
+
+
+# ---- HF -> Megatron ----------------------------------------------------------------------------
+
+def _qkv_groups(hf_config: Any) -> tuple[int, int, int]:
+    heads = hf_config.num_attention_heads
+    groups = getattr(hf_config, "num_key_value_heads", None) or heads
+    return groups, heads // groups, head_dim(hf_config)
+
+
+def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hf_config: Any) -> torch.Tensor:
+    """Full (all TP ranks) linear_qkv: for each KV group, its query heads then its key and value head."""
+    groups, q_per_group, dim = _qkv_groups(hf_config)
+    tail = q.shape[1:]
+    fused = torch.cat([q.reshape(groups, q_per_group * dim, *tail), k.reshape(groups, dim, *tail),
+                       v.reshape(groups, dim, *tail)], dim=1)
+    return fused.reshape(groups * (q_per_group + 2) * dim, *tail)
+
+
+def split_qkv(fused: torch.Tensor, hf_config: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    groups, q_per_group, dim = _qkv_groups(hf_config)
+    tail = fused.shape[1:]
+    grouped = fused.reshape(groups, (q_per_group + 2) * dim, *tail)
+    q, k, v = torch.split(grouped, [q_per_group * dim, dim, dim], dim=1)
+    return (q.reshape(-1, *tail).contiguous(), k.reshape(-1, *tail).contiguous(),
+            v.reshape(-1, *tail).contiguous())
+
+
+def local_shard(rule: Rule, hf: list[torch.Tensor], hf_config: Any) -> torch.Tensor:
+    """The slice of the HF tensors that this rank's Megatron parameter holds."""
+    rank, size, _ = parallel_ranks(rule.expert)
+    if rule.kind == "copy":
+        return hf[0]
+    if rule.kind == "row":
+        return hf[0].chunk(size, dim=0)[rank]
+    if rule.kind == "col":
+        return hf[0].chunk(size, dim=1)[rank]
+    if rule.kind == "vocab":
+        rows = padded_vocab_size(hf_config.vocab_size, parallel_ranks(False)[1])
+        padded = torch.zeros(rows, *hf[0].shape[1:], dtype=hf[0].dtype)
+        padded[: hf[0].shape[0]] = hf[0]
+        return padded.chunk(size, dim=0)[rank]
+    if rule.kind == "qkv":
+        return fuse_qkv(*hf, hf_config).chunk(size, dim=0)[rank]
+    if rule.kind == "fc1":
+        gate, up = hf
+        return torch.cat([gate.chunk(size, dim=0)[rank], up.chunk(size, dim=0)[rank]], dim=0)
+    raise ValueError(f"unknown rule kind {rule.kind!r}")
+
+
+class SafetensorsDir:
+    """Reads single tensors of an HF safetensors model dir on demand (sharded or not)."""
+
+    def __init__(self, model_dir: str | Path) -> None:
+        from safetensors import safe_open
+
+        model_dir = Path(model_dir)
+        index = model_dir / "model.safetensors.index.json"
+        if index.exists():
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        else:
+            files = [p.name for p in sorted(model_dir.glob("*.safetensors"))]
+        if not files:
+            raise FileNotFoundError(f"no *.safetensors in {model_dir}")
+        self._handles = [safe_open(str(model_dir / f), framework="pt") for f in files]
+        self._where = {key: h for h in self._handles for key in h.keys()}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def get(self, name: str) -> torch.Tensor:
+        if name not in self._where:
+            raise KeyError(f"HF checkpoint has no tensor {name!r}")
+        return self._where[name].get_tensor(name)
+
+
+@torch.no_grad()
+def import_hf_weights(chunks: list[torch.nn.Module], hf_config: Any, model_dir: str | Path) -> None:
+    """Fill this rank's Megatron chunks from the HF safetensors in `model_dir`."""
+    source = SafetensorsDir(model_dir)
+    tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+    for chunk in chunks:
+        for name, param in chunk.named_parameters():
+            rule = rule_for(chunk, name, tied)
+            if rule is None:  # tied output layer: the same rows as the embedding
+                rule = Rule("vocab", ("model.embed_tokens.weight",))
+            shard = local_shard(rule, [source.get(n) for n in rule.hf_names], hf_config)
+            if shard.shape != param.shape:
+                raise ValueError(f"{name}: HF gives shape {tuple(shard.shape)}, Megatron has {tuple(param.shape)}")
+            param.data.copy_(shard)
+
+
+# ---- Megatron -> HF ----------------------------------------------------------------------------
+
+def _gather(tensor: torch.Tensor, expert: bool, dim: int) -> list[torch.Tensor]:
+    _, size, group = parallel_ranks(expert)
+    if size == 1:
+        return [tensor]
+    parts = [torch.empty_like(tensor) for _ in range(size)]
+    dist.all_gather(parts, tensor.contiguous(), group=group)
+    return parts
+
+
+def full_hf_tensors(rule: Rule, param: torch.Tensor, hf_config: Any) -> list[tuple[str, torch.Tensor]]:
+    """Gather this parameter over its TP group and convert back to the full HF tensors."""
+    tensor = param.detach()
+    if rule.kind == "copy":
+        return [(rule.hf_names[0], tensor.clone())]
+    parts = _gather(tensor, rule.expert, dim=1 if rule.kind == "col" else 0)
+    if rule.kind == "col":
+        return [(rule.hf_names[0], torch.cat(parts, dim=1))]
+    if rule.kind == "row":
+        return [(rule.hf_names[0], torch.cat(parts, dim=0))]
+    if rule.kind == "vocab":
+        return [(rule.hf_names[0], torch.cat(parts, dim=0)[: hf_config.vocab_size].contiguous())]
+    if rule.kind == "qkv":
+        return list(zip(rule.hf_names, split_qkv(torch.cat(parts, dim=0), hf_config)))
+    if rule.kind == "fc1":
+        halves = [part.chunk(2, dim=0) for part in parts]
+        gate = torch.cat([h[0] for h in halves], dim=0)
+        up = torch.cat([h[1] for h in halves], dim=0)
+        return [(rule.hf_names[0], gate), (rule.hf_names[1], up)]
+    raise ValueError(f"unknown rule kind {rule.kind!r}")
+
+
+def _local_hf_tensors(chunks: list[torch.nn.Module], hf_config: Any) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Per local parameter: its full HF tensors, expert tensors gathered over the EP group."""
+    from megatron.core import parallel_state as ps
+
+    tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+    ep_size = ps.get_expert_model_parallel_world_size()
+    for chunk in chunks:
+        for name, param in chunk.named_parameters():
+            rule = rule_for(chunk, name, tied)
+            if rule is None:
+                continue
+            tensors = full_hf_tensors(rule, param, hf_config)
+            if rule.expert and ep_size > 1:
+                tensors = _gather_experts(tensors, chunk, name)
+            yield tensors
+
+
+def _gather_experts(tensors: list[tuple[str, torch.Tensor]], chunk: torch.nn.Module,
+                    name: str) -> list[tuple[str, torch.Tensor]]:
+    """Every EP rank holds other experts at the same local index: gather them and name them globally."""
+    from megatron.core import parallel_state as ps
+
+    ep_size, group = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_group()
+    local_layer = int(_LAYER.match(name).group(1))
+    num_local = len(chunk.decoder.layers[local_layer].mlp.experts.local_experts)
+    local_expert = int(_EXPERT.match(_LAYER.match(name).group(2)).group(1))
+    out = []
+    for hf_name, tensor in tensors:
+        parts = [torch.empty_like(tensor) for _ in range(ep_size)]
+        dist.all_gather(parts, tensor.contiguous(), group=group)
+        for ep_rank, part in enumerate(parts):
+            expert_id = ep_rank * num_local + local_expert
+            out.append((re.sub(r"\.experts\.\d+\.", f".experts.{expert_id}.", hf_name), part))
+    return out
+
+
+def _pipeline_stream(chunks: list[torch.nn.Module], hf_config: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every HF tensor of the whole model on every rank: each PP stage in turn broadcasts what it owns."""
+    from megatron.core import parallel_state as ps
+
+    pp_size = ps.get_pipeline_model_parallel_world_size()
+    if pp_size == 1:
+        for tensors in _local_hf_tensors(chunks, hf_config):
+            yield from tensors
+        return
+    group = ps.get_pipeline_model_parallel_group()
+    ranks = dist.get_process_group_ranks(group)
+    my_stage = ps.get_pipeline_model_parallel_rank()
+    for stage in range(pp_size):
+        source = _local_hf_tensors(chunks, hf_config) if stage == my_stage else None
+        while True:
+            tensors = next(source, None) if source is not None else None
+            meta = [None if tensors is None else [(n, tuple(t.shape), t.dtype) for n, t in tensors]]
+            dist.broadcast_object_list(meta, src=ranks[stage], group=group)
+            if meta[0] is None:  # the owning stage is done
+                break
+            if tensors is None:
+                tensors = [(n, torch.empty(shape, dtype=dtype, device=_device_of(chunks))) for n, shape, dtype in meta[0]]
+            for _, tensor in tensors:
+                dist.broadcast(tensor, src=ranks[stage], group=group)
+            yield from tensors
+
+
+def _device_of(chunks: list[torch.nn.Module]) -> torch.device:
+    return next(chunks[0].parameters()).device
+
+
+def export_hf_weights(chunks: list[torch.nn.Module], hf_config: Any, bucket_bytes: int) -> Iterator[WeightBucket]:
+    """Full HF-named tensors in buckets of at most `bucket_bytes` (a larger tensor is a bucket of its own).
+
+    Collective: every rank must iterate it to the end; every rank receives every tensor."""
+    bucket: WeightBucket = []
+    size = 0
+    for name, tensor in _pipeline_stream(chunks, hf_config):
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket

@@ -1,0 +1,89 @@
+"""The `hf` rollout: transformers `generate` on one full model per rank (CPU runs and tests).
+
+It takes the actor's weights through the same bucketed HF-named stream as the vLLM rollout, so the weight
+path is exercised on every CPU run.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator
+
+import torch
+
+from dagrl.data.batch import Batch
+from dagrl.engine.base import SamplingSpec, WeightBucket
+from dagrl.engine.rollout.sequences import join_prompt_and_response
+
+logger = logging.getLogger(__name__)
+
+
+class HFRollout:
+    """Samples with `model.generate`; reseeded for every call so a resumed run samples the same tokens."""
+
+    def __init__(self, model_path: str, eos_token_ids: list[int], pad_token_id: int,
+                 device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.device = device
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        self.eos_token_ids = eos_token_ids
+        self.pad_token_id = pad_token_id
+        # tied lm_head follows the embedding; everything else must arrive in every sync
+        self._expected = {name for name, _ in self.model.named_parameters()}
+
+    @torch.no_grad()
+    def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch:
+        """n responses per prompt, rows grouped by prompt: [p0 r0, p0 r1, ..., p1 r0, ...]."""
+        from transformers import GenerationConfig
+
+        batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
+        greedy = not sampling.do_sample or sampling.temperature == 0
+        config = GenerationConfig(
+            max_new_tokens=sampling.response_length, do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
+            eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id)
+        input_ids = batch["input_ids"].to(self.device)
+        attention_mask = batch["attention_mask"].to(self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                         generation_config=config)
+        responses = output[:, input_ids.shape[1]:].cpu()
+        return join_prompt_and_response(batch, responses, sampling.response_length, self.eos_token_ids,
+                                        self.pad_token_id)
+
+    def load_weights(self, buckets: Iterator[WeightBucket]) -> dict[str, float]:
+        """Copy every bucket in; a name or shape the model does not have fails with that name."""
+        start, loaded, nbytes = time.perf_counter(), set(), 0
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for bucket in buckets:
+                for name, tensor in bucket:
+                    if name not in params:
+                        raise KeyError(f"weight sync sent {name!r}, which the rollout model does not have")
+                    if params[name].shape != tensor.shape:
+                        raise ValueError(f"weight sync: {name} has shape {tuple(tensor.shape)}, the rollout "
+                                         f"model expects {tuple(params[name].shape)}")
+                    params[name].copy_(tensor)
+                    loaded.add(name)
+                    nbytes += tensor.numel() * tensor.element_size()
+        missing = self._expected - loaded - self._tied_names()
+        if missing:
+            raise RuntimeError(f"weight sync left {len(missing)} rollout tensors stale, e.g. {sorted(missing)[:3]}")
+        return {"timing_s/weight_sync": time.perf_counter() - start, "perf/weight_sync_gb": nbytes / 1e9}
+
+    def _tied_names(self) -> set[str]:
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            return {name for name, _ in self.model.named_parameters() if name.startswith("lm_head.")}
+        return set()
+
+    def sleep(self) -> None:
+        if self.device.type == "cuda":
+            self.model.to("cpu")
+
+    def wake(self) -> None:
+        if self.device.type == "cuda":
+            self.model.to(self.device)

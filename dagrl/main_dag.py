@@ -1,0 +1,78 @@
+"""`python3 -m dagrl.main_dag key=value ...`: compose conf/, check it, train.
+
+Unknown keys fail before Hydra composes (naming the closest valid key); every other configuration problem
+is found by the pre-flight checks before any model is built. Both exit with code 2 and one line.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from dagrl.config.errors import ConfigError
+from dagrl.config.load import CONF_DIR, CONFIG_NAME, check_overrides, to_plain
+
+logger = logging.getLogger("dagrl")
+
+
+def setup_logging() -> None:
+    level = os.environ.get("DAGRL_LOG_LEVEL", "INFO").upper()
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+def fail(error: ConfigError) -> None:
+    print(f"dagrl: error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run(cfg_data: dict) -> None:
+    """Validate and train; shared by the CLI and tests."""
+    from dagrl.config.tree import Cfg
+    from dagrl.config.validate import preflight
+
+    cfg = Cfg(cfg_data)
+    try:
+        shape = preflight(cfg)
+    except ConfigError as error:
+        fail(error)
+    from dagrl.trainer.loop import Trainer
+    from dagrl.utils.dist import init_process_group
+
+    init_process_group()
+    Trainer(cfg, shape).fit()
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base=None)
+def hydra_main(cfg: DictConfig) -> None:
+    run(to_plain(cfg))
+
+
+def early_override_check(argv: list[str]) -> None:
+    """Reject unknown keys with a suggestion before Hydra's own, less helpful, error."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    overrides = [arg for arg in argv if not arg.startswith("-")]
+    if not overrides or any(arg in ("--help", "-h", "--hydra-help", "--info") for arg in argv):
+        return
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        base = OmegaConf.to_container(compose(CONFIG_NAME), resolve=False)
+    check_overrides(overrides, base)
+
+
+def main() -> None:
+    setup_logging()
+    try:
+        early_override_check(sys.argv[1:])
+    except ConfigError as error:
+        fail(error)
+    hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Reward nodes: rule scores right after rollout; KL-in-reward once reference log-probs exist."""
+from __future__ import annotations
+
+from dagrl.algo.kl import kl_penalty
+from dagrl.data.batch import Batch
+from dagrl.nodes.context import StepContext
+
+
+def score(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    scores, metrics = ctx.reward_fn(batch, ctx.tokenizer)
+    batch["token_level_scores"] = scores
+    sequence_scores = scores.sum(-1)
+    metrics.update({
+        "critic/score/mean": sequence_scores.mean().item(),
+        "critic/score/max": sequence_scores.max().item(),
+        "critic/score/min": sequence_scores.min().item(),
+    })
+    return batch, metrics
+
+
+def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    """token_level_rewards = scores - beta * KL(actor || ref) when algorithm.use_kl_in_reward, else scores."""
+    algorithm = ctx.cfg.algorithm
+    scores = batch["token_level_scores"]
+    if not algorithm.use_kl_in_reward:
+        batch["token_level_rewards"] = scores
+        return batch, {"critic/rewards/mean": scores.sum(-1).mean().item()}
+    mask = batch["response_mask"].float()
+    kl = kl_penalty(batch["old_log_probs"], batch["ref_log_prob"], algorithm.kl_penalty) * mask
+    beta = ctx.kl_ctrl.value
+    rewards = scores - beta * kl
+    batch["token_level_rewards"] = rewards
+    sequence_kl = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean().item()
+    ctx.kl_ctrl.update(sequence_kl, n_steps=len(batch))
+    return batch, {"critic/rewards/mean": rewards.sum(-1).mean().item(),
+                   "actor/reward_kl_penalty": sequence_kl, "actor/reward_kl_penalty_coeff": beta}

@@ -1,0 +1,59 @@
+"""Rollout node: sync fresh actor weights into the rollout engine, then sample n responses per prompt."""
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from dagrl.data.batch import Batch
+from dagrl.engine.base import SamplingSpec
+from dagrl.nodes.context import StepContext
+
+
+def sync_weights(ctx: StepContext) -> dict[str, float]:
+    """Stream the actor's HF-named weights into the rollout when it holds an older version."""
+    if ctx.versions.rollout == ctx.versions.actor:
+        return {}
+    bucket_bytes = int(ctx.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
+    metrics = ctx.rollout.load_weights(ctx.actor.export_weights(bucket_bytes))
+    ctx.versions.rollout = ctx.versions.actor
+    return metrics
+
+
+def sampling_seed(base_seed: int, step: int, rank: int, purpose: str) -> int:
+    """A seed fixed by (seed, step, rank, purpose): resumed runs sample exactly what the original did."""
+    return zlib.crc32(f"{base_seed}/{step}/{rank}/{purpose}".encode()) & 0x7FFFFFFF
+
+
+def train_sampling(ctx: StepContext) -> SamplingSpec:
+    rollout = ctx.cfg.actor_rollout_ref.rollout
+    return SamplingSpec(n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+                        do_sample=rollout.do_sample, response_length=ctx.shape.response_length)
+
+
+def response_metrics(batch: Batch, response_length: int) -> dict[str, float]:
+    lengths = batch["response_mask"].sum(-1).float()
+    prompt_lengths = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
+    return {
+        "response_length/mean": lengths.mean().item(),
+        "response_length/max": lengths.max().item(),
+        "response_length/min": lengths.min().item(),
+        "response_length/clip_ratio": (lengths >= response_length).float().mean().item(),
+        "prompt_length/mean": prompt_lengths.mean().item(),
+        "prompt_length/max": prompt_lengths.max().item(),
+    }
+
+
+def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    metrics = sync_weights(ctx)
+    sampling = train_sampling(ctx)
+    seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, ctx.rank, "train")
+    ctx.rollout.wake()
+    out = ctx.rollout.generate(batch, sampling, seed=seed)
+    ctx.rollout.sleep()
+    metrics.update(response_metrics(out, sampling.response_length))
+    return out, metrics
+
+
+def token_count(batch: Batch) -> int:
+    return int(torch.as_tensor(batch["attention_mask"]).sum().item())

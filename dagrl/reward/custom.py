@@ -1,0 +1,57 @@
+"""Loads a user's reward function from a Python file (`custom_reward_function.path` / `.name`).
+
+Runs in pre-flight, before any model is built, so a wrong path or name fails in a second: no torch import here.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+from typing import Callable
+
+logger = logging.getLogger(__name__)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def load_custom_reward_fn(path: str, name: str = "compute_score") -> Callable:
+    """The function `name` defined in the Python file `path`.
+
+    It is called as `fn(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` and returns a
+    float or a dict with a "score" key.
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(path):
+        raise ValueError(f"custom reward file {path!r} does not exist; fix custom_reward_function.path")
+    if not path.endswith(".py"):
+        raise ValueError(f"custom reward file {path!r} is not a .py file; fix custom_reward_function.path")
+    # A name unique per file, registered in sys.modules, so the function pickles by reference (Ray, spawn).
+    module_name = "dagrl_custom_reward_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"custom reward file {path!r} cannot be loaded as a Python module; "
+                         f"fix custom_reward_function.path")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[module_name]
+        raise ValueError(f"custom reward file {path!r} failed to import ({_first_line(error)}); fix the file named "
+                         f"by custom_reward_function.path") from error
+    function = getattr(module, name, None)
+    if function is None:
+        defined = sorted(k for k, v in vars(module).items()
+                         if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module_name)
+        raise ValueError(f"custom reward file {path!r} has no function {name!r} (it defines {defined}); fix "
+                         f"custom_reward_function.name or custom_reward_function.path")
+    if not callable(function):
+        raise ValueError(f"{name!r} in custom reward file {path!r} is a {type(function).__name__}, not a function; "
+                         f"fix custom_reward_function.name")
+    logger.info("using custom reward function %s from %s", name, path)
+    return function

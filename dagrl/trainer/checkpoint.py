@@ -1,0 +1,128 @@
+"""Trainer checkpoints: `<root>/global_step_N/{actor/, data.pt, dagrl_checkpoint.json}`.
+
+A checkpoint is written into `<root>/.tmp_global_step_N`, gets its marker file last, and is renamed into place;
+`latest_checkpointed_iteration.txt` is replaced atomically after that. A kill at any moment therefore leaves
+either no `global_step_N` or a complete one, and resume picks the newest complete checkpoint (the tracker file
+is kept for verl/siiRL tooling; a directory newer than the tracker is complete by construction).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from dagrl.config.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+TRACKER = "latest_checkpointed_iteration.txt"
+MARKER = "dagrl_checkpoint.json"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def step_dir_name(step: int) -> str:
+    return f"global_step_{step}"
+
+
+def is_complete(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint under root, oldest first."""
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir() and is_complete(child):
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def check_resume_path(path: str | None) -> Path:
+    """A resume_from_path that is a complete checkpoint, or a ConfigError naming the fix."""
+    key = "trainer.resume_from_path"
+    if not path:
+        raise ConfigError(key, "trainer.resume_mode=resume_path needs trainer.resume_from_path=<dir>/global_step_N")
+    resolved = Path(os.path.expanduser(path))
+    if not resolved.is_dir():
+        raise ConfigError(key, f"{key}={path}: no such directory")
+    if not _STEP_DIR.match(resolved.name) or not is_complete(resolved):
+        raise ConfigError(key, f"{key}={path} is not a complete dagrl checkpoint (no {MARKER}); point it at a "
+                               f"global_step_N directory that has one")
+    return resolved
+
+
+class CheckpointManager:
+    """Saves, finds and prunes checkpoints under one root. Rank 0 does the file-system moves."""
+
+    def __init__(self, root: str, keep: int | None, rank: int, barrier: Callable[[], None]) -> None:
+        self.root = Path(os.path.expanduser(root))
+        self.keep = keep
+        self.rank = rank
+        self.barrier = barrier
+
+    def latest(self) -> tuple[int, Path] | None:
+        found = complete_checkpoints(self.root)
+        return found[-1] if found else None
+
+    def clear_partial(self) -> None:
+        """Remove leftovers of a save that was killed (never chosen for resume, never counted as kept)."""
+        if self.rank == 0 and self.root.is_dir():
+            for child in self.root.glob(".tmp_global_step_*"):
+                logger.warning("removing partial checkpoint %s left by an interrupted save", child)
+                shutil.rmtree(child)
+        self.barrier()
+
+    def save(self, step: int, write: Callable[[Path], None], hooks: Callable[[str], None] | None = None) -> Path:
+        """Write a checkpoint through `write(tmp_dir)` (called on every rank) and publish it atomically."""
+        final = self.root / step_dir_name(step)
+        tmp = self.root / f".tmp_{step_dir_name(step)}"
+        if self.rank == 0:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir(parents=True)
+        self.barrier()
+        write(tmp)
+        self.barrier()
+        if self.rank == 0:
+            _fault("before_marker", hooks)
+            (tmp / MARKER).write_text(json.dumps({"global_step": step}))
+            _fsync_dir(tmp)
+            if final.exists():  # a complete checkpoint of this step from an earlier run: replace it whole
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_dir(self.root)
+            _fault("before_tracker", hooks)
+            tracker_tmp = self.root / f".{TRACKER}.tmp"
+            tracker_tmp.write_text(str(step))
+            os.replace(tracker_tmp, self.root / TRACKER)
+            self._prune()
+        self.barrier()
+        return final
+
+    def _prune(self) -> None:
+        if not self.keep or self.keep <= 0:
+            return
+        found = complete_checkpoints(self.root)
+        for step, path in found[: max(len(found) - self.keep, 0)]:
+            logger.info("removing old checkpoint %s (trainer.max_actor_ckpt_to_keep=%d)", path, self.keep)
+            shutil.rmtree(path)
+
+
+def _fault(phase: str, hooks: Callable[[str], None] | None) -> None:
+    if hooks is not None:
+        hooks(phase)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,229 @@
+"""The training loop: resume, validate, run the graph every step, log, checkpoint."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from dagrl.algo.kl import KLController
+from dagrl.config.tree import Cfg
+from dagrl.config.validate import RunShape
+from dagrl.dag.graph import graph_from_config, run_graph
+from dagrl.data.batch import Batch
+from dagrl.data.sampler import EpochSampler
+from dagrl.engine.base import SamplingSpec
+from dagrl.nodes.context import StepContext, WeightVersions
+from dagrl.nodes.rollout import sampling_seed, sync_weights
+from dagrl.trainer import build
+from dagrl.trainer.checkpoint import CheckpointManager, check_resume_path
+from dagrl.trainer.tracking import Tracker, dump_generations, tensorboard_dir
+from dagrl.utils import dist
+
+logger = logging.getLogger(__name__)
+
+# verl's timing names for the built-in nodes; other nodes are timed under their own id.
+_TIMING_NAMES = {"rollout": "gen", "score": "reward", "ref_log_prob": "ref", "advantage": "adv",
+                 "actor_update": "update_actor", "reward": "kl_in_reward"}
+# Fault-injection hook for the reliability tests: DAGRL_FAULT=<phase>[:<step>] makes the process
+# SIGKILL itself when it reaches that phase (of that step).
+_FAULT = os.environ.get("DAGRL_FAULT", "")
+
+
+def fault_point(phase: str, step: int) -> None:
+    if not _FAULT:
+        return
+    name, _, at_step = _FAULT.partition(":")
+    if name == phase and (not at_step or int(at_step) == step):
+        logger.warning("DAGRL_FAULT: killing this process at %s (step %d)", phase, step)
+        os.kill(os.getpid(), 9)
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[_TIMING_NAMES.get(name, name)] += time.perf_counter() - start
+
+
+class Trainer:
+    def __init__(self, cfg: Cfg, shape: RunShape) -> None:
+        self.cfg, self.shape = cfg, shape
+        self.rank, self.world = dist.rank(), dist.world_size()
+        trainer = cfg.trainer
+        self.graph = graph_from_config(cfg.dag)
+        self.tokenizer = build.load_tokenizer(cfg.actor_rollout_ref.model.path)
+        self.train_data = build.build_dataset(cfg, cfg.data.train_files, self.tokenizer, shape)
+        self.val_data = build.build_dataset(cfg, cfg.data.val_files, self.tokenizer, shape) if cfg.data.val_files \
+            else None
+        self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, seed=cfg.data.seed,
+                                    shuffle=cfg.data.shuffle)
+        by_epochs = self.sampler.steps_per_epoch * trainer.total_epochs
+        self.total_steps = min(trainer.total_training_steps, by_epochs) if trainer.total_training_steps else by_epochs
+        self.checkpoints = CheckpointManager(trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, self.rank,
+                                             dist.barrier)
+        kl = cfg.algorithm.kl_ctrl
+        self.kl_ctrl = KLController(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+        actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        rollout = build.build_rollout(cfg, self.tokenizer, build.device_for_rank(local_rank))
+        self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
+                               reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
+                               kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank)
+        self.loggers = [trainer.logger] if isinstance(trainer.logger, str) else list(trainer.logger)
+        self.tensorboard_dir = tensorboard_dir(trainer.tensorboard_dir, trainer.default_local_dir)
+        self.jsonl_path = os.path.join(os.path.expanduser(trainer.default_local_dir), "metrics.jsonl")
+
+    @property
+    def rollout_dp_rank(self) -> int:
+        """Consecutive ranks form one rollout-TP group and share a data shard."""
+        return self.rank // self.shape.rollout_tp
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def resume(self) -> int:
+        """Load the checkpoint trainer.resume_mode asks for; return its step (0 when starting fresh)."""
+        mode = self.cfg.trainer.resume_mode
+        self.checkpoints.clear_partial()
+        if mode == "disable":
+            return 0
+        if mode == "resume_path":
+            path = check_resume_path(self.cfg.trainer.resume_from_path)
+        else:
+            latest = self.checkpoints.latest()
+            if latest is None:
+                return 0
+            path = latest[1]
+        state = torch.load(path / "data.pt", weights_only=False)
+        self.ctx.actor.load_checkpoint(str(path / "actor"))
+        self.sampler.load_state_dict(state["sampler"])
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.ctx.versions = WeightVersions(actor=state["global_step"], rollout=-1)
+        logger.info("resumed from %s (step %d)", path, state["global_step"])
+        return int(state["global_step"])
+
+    def save(self, step: int) -> None:
+        def write(directory: Path) -> None:
+            self.ctx.actor.save_checkpoint(str(directory / "actor"))
+            fault_point("between_shards", step)
+            if self.rank == 0:
+                torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
+                            "kl_ctrl": self.kl_ctrl.state_dict()}, directory / "data.pt")
+
+        self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
+
+    # ---- validation -----------------------------------------------------------------------------
+    def validate(self, step: int) -> dict[str, float]:
+        cfg = self.cfg.actor_rollout_ref.rollout
+        val = cfg.val_kwargs
+        sampling = SamplingSpec(n=val.n, temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
+                                do_sample=val.do_sample, response_length=self.shape.response_length)
+        sync_weights(self.ctx)
+        positions = np.array_split(np.arange(len(self.val_data)), self.shape.rollout_dp)[self.rollout_dp_rank]
+        chunk = max(self.cfg.data.train_batch_size * cfg.n // self.shape.rollout_dp, 1)
+        records: list[dict] = []
+        self.ctx.rollout.wake()
+        for start in range(0, len(positions), chunk):
+            prompts = self.val_data.rows(positions[start:start + chunk])
+            seed = sampling_seed(cfg.seed, step, self.rank, f"val{start}")
+            batch = self.ctx.rollout.generate(prompts, sampling, seed=seed)
+            scores, _ = self.ctx.reward_fn(batch, self.tokenizer)
+            texts = self.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
+            for row in range(len(batch)):
+                records.append({"data_source": batch["data_source"][row], "index": int(batch["index"][row]),
+                                "score": float(scores[row].sum()), "response": texts[row]})
+        self.ctx.rollout.sleep()
+        records = _gather_records(records, self.shape.rollout_tp)
+        if self.cfg.trainer.validation_data_dir and self.rank == 0:
+            dump_generations(self.cfg.trainer.validation_data_dir, step, records)
+        return val_metrics(records, sampling.n)
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def local_prompts(self, step: int) -> Batch:
+        _, indices = self.sampler.next_batch()
+        per_rank = len(indices) // self.shape.rollout_dp
+        mine = np.arange(self.rollout_dp_rank * per_rank, (self.rollout_dp_rank + 1) * per_rank)
+        batch = self.train_data.rows(indices[mine])
+        batch["uid"] = [f"{step}:{int(position)}" for position in mine]  # unique over ranks and steps
+        return batch
+
+    def fit(self) -> None:
+        start_step = self.resume()
+        if start_step >= self.total_steps:
+            logger.info("this run already finished: checkpoint at step %d of %d in %s; nothing to do",
+                        start_step, self.total_steps, self.cfg.trainer.default_local_dir)
+            return
+        tracker = Tracker(self.loggers, self.tensorboard_dir, self.jsonl_path, self.total_steps, start_step,
+                          enabled=self.rank == 0)
+        try:
+            if self.cfg.trainer.val_before_train and self.val_data is not None:
+                tracker.log(self.validate(start_step), start_step)
+            for step in range(start_step + 1, self.total_steps + 1):
+                metrics = self.train_step(step)
+                test_freq, save_freq = self.cfg.trainer.test_freq, self.cfg.trainer.save_freq
+                last = step == self.total_steps
+                if self.val_data is not None and test_freq > 0 and (step % test_freq == 0 or last):
+                    start = time.perf_counter()
+                    metrics.update(self.validate(step))
+                    metrics["timing_s/testing"] = time.perf_counter() - start
+                tracker.log(metrics, step)
+                if save_freq > 0 and (step % save_freq == 0 or last):
+                    self.save(step)
+                tracker.advance()
+        finally:
+            tracker.close()
+
+    def train_step(self, step: int) -> dict[str, float]:
+        self.ctx.step = step
+        timer = Timer()
+        start = time.perf_counter()
+        batch = self.local_prompts(step)
+        fault_point("rollout", step)
+        batch, metrics = run_graph(self.graph, self.ctx, batch, timer=_with_faults(timer, step))
+        seconds = time.perf_counter() - start
+        tokens = float(batch["attention_mask"].sum())
+        metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
+        metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds,
+                        "training/global_step": float(step)})
+        return dist.mean_over_ranks(metrics)
+
+
+def _with_faults(timer: Timer, step: int) -> Callable[[str], contextlib.AbstractContextManager]:
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        fault_point(name, step)
+        with timer(name):
+            yield
+
+    return timed
+
+
+def _gather_records(records: list[dict], rollout_tp: int) -> list[dict]:
+    """Every rank's validation records, one copy per rollout-TP group."""
+    if dist.world_size() == 1:
+        return records
+    gathered: list[list[dict]] = [None] * dist.world_size()  # type: ignore[list-item]
+    torch.distributed.all_gather_object(gathered, records)
+    return [record for rank, part in enumerate(gathered) if rank % rollout_tp == 0 for record in part]
+
+
+def val_metrics(records: list[dict], n: int) -> dict[str, float]:
+    """val-core/<data_source>/acc/mean@n: mean over prompts of the mean score of their n responses."""
+    by_source: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        by_source[record["data_source"]][record["index"]].append(record["score"])
+    metrics = {}
+    for source, prompts in by_source.items():
+        metrics[f"val-core/{source}/acc/mean@{n}"] = float(np.mean([np.mean(s) for s in prompts.values()]))
+    return metrics

@@ -1,0 +1,62 @@
+"""Small torch.distributed helpers that work the same in a world of one."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def barrier() -> None:
+    if is_initialized():
+        dist.barrier()
+
+
+def data_parallel_sum(value: float, model_parallel_size: int) -> float:
+    """Sum of `value` over data-parallel ranks: a world sum counts each DP shard once per model-parallel rank."""
+    if not is_initialized():
+        return value
+    total = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(total)
+    return total.item() / model_parallel_size
+
+
+def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Average every metric over all ranks (every rank must pass the same keys)."""
+    if not is_initialized() or dist.get_world_size() == 1 or not metrics:
+        return metrics
+    keys = sorted(metrics)
+    values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(values)
+    values /= dist.get_world_size()
+    return dict(zip(keys, values.tolist()))
+
+
+def init_process_group() -> None:
+    """gloo on CPU, nccl on GPU; torchrun's env when present, else a world of one on a free local port."""
+    if is_initialized():
+        return
+    import os
+    import socket
+
+    if "WORLD_SIZE" not in os.environ:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                           "MASTER_PORT": str(port)})
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")

