@@ -57,7 +57,8 @@ def early_override_check(argv: list[str]) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    overrides = [arg for arg in argv if not arg.startswith("-")]
+    # key=value and ~key are overrides; anything else is a Hydra flag or a flag's value (--cfg job)
+    overrides = [arg for arg in argv if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
     if not overrides or any(arg in ("--help", "-h", "--hydra-help", "--info") for arg in argv):
         return
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):

@@ -28,7 +28,8 @@ def grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
             mean[rows] = group_scores
     advantage = scores - mean
     if norm_by_std:
-        advantage = advantage / (std + epsilon)
+        # a group with equal rewards has advantage 0 exactly (no 0/0 when epsilon is 0)
+        advantage = torch.where(std > 0, advantage / (std + epsilon), torch.zeros_like(advantage))
     advantages = advantage.unsqueeze(-1) * response_mask
     return advantages, advantages
 

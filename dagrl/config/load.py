@@ -63,9 +63,14 @@ def check_overrides(overrides: list[str], base: dict[str, Any]) -> None:
     """Raise ConfigError for an override that names no key of `base` (the composed default config)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType
+    from hydra.errors import OverrideParseException
 
     groups = config_groups()
-    for override in OverridesParser.create().parse_overrides(overrides):
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as err:
+        raise ConfigError("overrides", f"cannot parse the command line: {str(err).splitlines()[0]}") from None
+    for override in parsed:
         key = override.key_or_group
         if key.startswith("hydra.") or key == "hydra" or (key in groups and "." not in key):
             continue

@@ -53,10 +53,6 @@ class Cfg:
     def get(self, name: str, default: Any = None) -> Any:
         return self[name] if name in self._data else default
 
-    @property
-    def path(self) -> str:
-        return self._path
-
     def to_dict(self) -> dict[str, Any]:
         """A deep copy as plain data; counts as reading the whole subtree."""
         mark_subtree_read(self._data, self._path)

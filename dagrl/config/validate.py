@@ -249,7 +249,7 @@ def preflight(cfg: Cfg) -> RunShape:
 
 def layout_from_config(megatron: Cfg):
     """The actor's ParallelLayout from actor_rollout_ref.actor.megatron.* (reference and critic reuse it)."""
-    from dagrl.engine.base import ParallelLayout
+    from dagrl.engine.specs import ParallelLayout
 
     tp = megatron.tensor_model_parallel_size
     sequence_parallel = bool(megatron.sequence_parallel) and tp > 1

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from dagrl.data.batch import Batch
+from dagrl.engine.specs import OptimSpec, ParallelLayout, SamplingSpec  # noqa: F401  (re-exported)
 
 # loss_fn(micro_batch, log_probs [b, R], entropy [b, R] or None) -> (loss, metrics).
 # The loss and every metric are additive contributions: the engine sums them over micro-batches and DP ranks,
@@ -24,37 +25,6 @@ LossFn = Callable[[Batch, torch.Tensor, "torch.Tensor | None"], "tuple[torch.Ten
 
 # A bucket of full (unsharded) HF-named tensors, as consumed by every rollout's load_weights.
 WeightBucket = list[tuple[str, torch.Tensor]]
-
-
-@dataclass
-class ParallelLayout:
-    """Model-parallel sizes of one Megatron model; DP is whatever the world size leaves."""
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    virtual_pipeline_model_parallel_size: int | None = None
-    context_parallel_size: int = 1
-    expert_model_parallel_size: int = 1
-    expert_tensor_parallel_size: int | None = None
-    sequence_parallel: bool = False
-
-    @property
-    def model_parallel_size(self) -> int:
-        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
-
-
-@dataclass
-class OptimSpec:
-    """Optimizer and LR schedule of a trainable engine (actor or critic)."""
-    lr: float = 1e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.01
-    clip_grad: float = 1.0
-    lr_warmup_steps: int = 0          # resolved from lr_warmup_steps_ratio by the caller when needed
-    lr_warmup_init: float = 0.0
-    lr_decay_style: str = "constant"  # constant | linear | cosine
-    lr_decay_steps: int | None = None  # None: total_training_steps
-    min_lr: float = 0.0
-    total_training_steps: int = 1
 
 
 @dataclass
@@ -88,17 +58,6 @@ class ActorEngine(Protocol):
     def save_checkpoint(self, path: str) -> None: ...
 
     def load_checkpoint(self, path: str) -> None: ...
-
-
-@dataclass
-class SamplingSpec:
-    """How one rollout call samples; passed explicitly, never stored in the batch."""
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    do_sample: bool = True
-    response_length: int = 64
 
 
 class RolloutEngine(Protocol):

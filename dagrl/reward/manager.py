@@ -162,9 +162,9 @@ class RewardManager:
         with timer:
             for i in range(size):
                 data_source = batch["data_source"][i]
-                ground_truth = batch["reward_model"][i]["ground_truth"]
                 extra_info = extra_infos[i] if extra_infos is not None else None
                 try:
+                    ground_truth = batch["reward_model"][i]["ground_truth"]  # a row without one is a sample error
                     result = timer.call(lambda: self.compute_score(data_source, texts[i], ground_truth, extra_info,
                                                                    **self.reward_kwargs), self.timeout_s)
                     scores[i] = self._score_of(result, extra_values)

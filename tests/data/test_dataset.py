@@ -95,8 +95,10 @@ def test_filter_overlong_prompts_drops_rows(tokenizer, data_file):
 
 
 def test_multiple_files_map_positions_to_rows(tokenizer, tmp_path):
-    first = write_parquet(str(tmp_path / "a.parquet"), [make_row(i, f"What is {i} + 1?", str(i + 1)) for i in range(2)])
-    second = write_parquet(str(tmp_path / "b.parquet"), [make_row(i, f"What is {i} + 5?", str(i + 5)) for i in range(3)])
+    first = write_parquet(str(tmp_path / "a.parquet"),
+                          [make_row(i, f"What is {i} + 1?", str(i + 1)) for i in range(2)])
+    second = write_parquet(str(tmp_path / "b.parquet"),
+                           [make_row(i, f"What is {i} + 5?", str(i + 5)) for i in range(3)])
     dataset = PromptDataset([first, second], tokenizer, 64, "error", False)
     assert len(dataset) == 5
     batch = dataset.rows(np.array([4, 0, 2]))

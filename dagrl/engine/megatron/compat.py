@@ -1,0 +1,77 @@
+"""Every megatron-core version difference dagrl depends on, in one place (supported: >=0.15,<0.20).
+
+0.16.1 runs the CPU tests here; the GPU kit has 0.19.2. Anything that differs between them is answered here so
+the rest of the package can use one spelling.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from packaging.version import Version
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED = (Version("0.15"), Version("0.20"))
+
+
+def megatron_version() -> Version:
+    from megatron.core import package_info
+    return Version(package_info.__version__)
+
+
+def check_version() -> None:
+    version = megatron_version()
+    if not SUPPORTED[0] <= version < SUPPORTED[1]:
+        raise ImportError(f"megatron-core {version} is outside the supported range "
+                          f">={SUPPORTED[0]},<{SUPPORTED[1]}")
+
+
+def ddp_buffers(ddp: Any) -> list[Any]:
+    """The contiguous param/grad buffers of a Megatron DDP module (dense and expert-parallel)."""
+    return list(getattr(ddp, "buffers", [])) + list(getattr(ddp, "expert_parallel_buffers", []))
+
+
+def torch_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:
+    """The torch optimizers inside a Megatron optimizer (a ChainedOptimizer since 0.11, or a single one)."""
+    inner = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    return [o.optimizer for o in inner if getattr(o, "optimizer", None) is not None]
+
+
+def sharded_state_dict_metadata(use_distributed_optimizer: bool) -> dict[str, Any]:
+    """Metadata for model/optimizer sharded_state_dict: a reshardable distributed-optimizer format.
+
+    `fully_sharded_model_space` (the default) does not work on CPU; `fully_reshardable` loads at any layout.
+    `dp_cp_group` is filled in by megatron itself when absent (0.16+)."""
+    metadata: dict[str, Any] = {"singleton_local_shards": False}
+    if use_distributed_optimizer:
+        metadata["distrib_optim_sharding_type"] = "fully_reshardable"
+    return metadata
+
+
+def save_strategy() -> Any:
+    """The torch_dist save strategy, without async or process-spawning writers (they hang on CPU tests)."""
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+    return TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1)
+
+
+def init_optimizer_state(optimizer: Any) -> None:
+    """Create the optimizer state now rather than at the first step, so that it can be offloaded and
+    checkpointed before any step (the distributed optimizer reads Adam's 'step' when building a state dict)."""
+    inner = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    for megatron_optimizer in inner:
+        torch_optimizer = getattr(megatron_optimizer, "optimizer", None)
+        init_fn = getattr(megatron_optimizer, "init_state_fn", None)
+        if torch_optimizer is None:
+            continue
+        if init_fn is not None:
+            init_fn(torch_optimizer, megatron_optimizer.config)
+        if isinstance(torch_optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+            for group in torch_optimizer.param_groups:
+                for param in group["params"]:
+                    state = torch_optimizer.state[param]
+                    # Exactly what torch's Adam creates lazily on its first step.
+                    state.setdefault("step", torch.tensor(0.0, dtype=torch.get_default_dtype()))
+                    state.setdefault("exp_avg", torch.zeros_like(param, memory_format=torch.preserve_format))
+                    state.setdefault("exp_avg_sq", torch.zeros_like(param, memory_format=torch.preserve_format))

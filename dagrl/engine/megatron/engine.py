@@ -1,0 +1,333 @@
+"""MegatronActorEngine: a Megatron-Core causal LM that computes log-probs, trains, exports and checkpoints."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from functools import partial
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from dagrl.data.batch import Batch
+from dagrl.engine.base import LossFn, MegatronEngineSpec, WeightBucket
+from dagrl.engine.megatron import checkpoint, compat
+from dagrl.engine.megatron.logprob import vocab_parallel_log_probs
+from dagrl.engine.megatron.offload import HostOffload
+from dagrl.engine.megatron.sequences import MicroBatch, pack_micro_batches
+
+logger = logging.getLogger(__name__)
+
+
+class MegatronActorEngine:
+    """The actor (or, with `spec.optim=None`, the frozen reference) as a Megatron GPTModel.
+
+    Every method is collective over all ranks of the job: call it on every rank with this rank's data."""
+
+    def __init__(self, spec: MegatronEngineSpec) -> None:
+        from transformers import AutoConfig
+
+        from dagrl.engine.megatron.hf_config import build_gpt_chunks, transformer_config
+        from dagrl.engine.megatron.parallel import init_model_parallel, local_device
+        from dagrl.engine.megatron.preflight import check_layout
+        from dagrl.engine.megatron.weights import import_hf_weights
+
+        self.spec = spec
+        self.hf_config = AutoConfig.from_pretrained(spec.model_path)
+        if spec.layout.context_parallel_size > 1:
+            raise ValueError("actor_rollout_ref.actor.megatron.context_parallel_size>1 is not implemented in "
+                             "dagrl's Megatron engine yet: set it to 1")
+        if spec.param_dtype == torch.float16:
+            raise ValueError("param_dtype float16 is not supported (no loss scaling): use bfloat16 or float32")
+        world_size = dist.get_world_size() if dist.is_initialized() else 1
+        check_layout(self.hf_config, spec.layout, world_size)
+        init_model_parallel(spec.layout, spec.seed)
+        self.device = local_device()
+        on_gpu = self.device.type == "cuda"
+        self.tf_config = transformer_config(self.hf_config, spec.layout, spec.param_dtype, on_gpu=on_gpu,
+                                            gradient_checkpointing=spec.gradient_checkpointing,
+                                            overrides=spec.override_transformer_config)
+        self.modules = build_gpt_chunks(self.hf_config, self.tf_config, on_gpu)  # unwrapped GPTModels
+        for module in self.modules:
+            module.to(self.device)
+        import_hf_weights(self.modules, self.hf_config, spec.model_path)
+        self._set_trainable()
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        if spec.optim is not None:
+            self.model = self._wrap_ddp()
+            self.optimizer, self.scheduler = self._build_optimizer()
+        else:
+            self.model = self._wrap_frozen()
+        self._build_offloaders()
+        self._offload_idle_state()
+
+    # ---- construction --------------------------------------------------------------------------
+    def _set_trainable(self) -> None:
+        top = self.spec.trainable_top_layers
+        frozen = self.spec.optim is None
+        first_trainable = self.hf_config.num_hidden_layers - (top or 0)
+        for module in self.modules:
+            for name, param in module.named_parameters():
+                if frozen:
+                    param.requires_grad_(False)
+                elif top is not None:
+                    layer = _global_layer(module, name)
+                    trainable = (layer is not None and layer >= first_trainable) or name == "decoder.final_layernorm.weight"
+                    param.requires_grad_(trainable)
+
+    def _wrap_frozen(self) -> list[torch.nn.Module]:
+        from megatron.core.transformer.module import Float16Module
+
+        wrapped = []
+        for module in self.modules:
+            module.eval()
+            wrapped.append(Float16Module(self.tf_config, module) if self.spec.param_dtype == torch.bfloat16 else module)
+        return wrapped
+
+    def _wrap_ddp(self) -> list[torch.nn.Module]:
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.transformer.module import Float16Module
+
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+            use_distributed_optimizer=self.spec.use_distributed_optimizer)
+        wrapped = []
+        for index, module in enumerate(self.modules):
+            inner = Float16Module(self.tf_config, module) if self.spec.param_dtype == torch.bfloat16 else module
+            # As Megatron does: only the first virtual chunk gets buckets overlapping with backward.
+            wrapped.append(DistributedDataParallel(self.tf_config, ddp_config, inner, disable_bucketing=index > 0))
+        return wrapped
+
+    def _build_optimizer(self) -> tuple[Any, Any]:
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        optim = self.spec.optim
+        config = OptimizerConfig(
+            optimizer="adam", lr=optim.lr, min_lr=optim.min_lr, weight_decay=optim.weight_decay,
+            adam_beta1=optim.betas[0], adam_beta2=optim.betas[1], clip_grad=optim.clip_grad,
+            bf16=self.spec.param_dtype == torch.bfloat16, params_dtype=self.spec.param_dtype,
+            use_distributed_optimizer=self.spec.use_distributed_optimizer)
+        optimizer = get_megatron_optimizer(config, self.model)
+        compat.init_optimizer_state(optimizer)
+        decay_steps = optim.lr_decay_steps or optim.total_training_steps
+        scheduler = OptimizerParamScheduler(
+            optimizer, init_lr=optim.lr_warmup_init, max_lr=optim.lr, min_lr=optim.min_lr,
+            lr_warmup_steps=optim.lr_warmup_steps, lr_decay_steps=max(decay_steps, optim.lr_warmup_steps + 1),
+            lr_decay_style=optim.lr_decay_style, start_wd=optim.weight_decay, end_wd=optim.weight_decay,
+            wd_incr_steps=max(decay_steps, 1), wd_incr_style="constant",
+            use_checkpoint_opt_param_scheduler=True, override_opt_param_scheduler=False)
+        return optimizer, scheduler
+
+    def _build_offloaders(self) -> None:
+        self.param_store, self.grad_store, self.optim_store = HostOffload("params"), HostOffload("grads"), HostOffload("optimizer")
+        if self.optimizer is None:
+            self.param_store.track(p for m in self.modules for p in m.parameters())
+            return
+        for ddp in self.model:
+            for buffer in compat.ddp_buffers(ddp):
+                # Params live in the buffer only with the distributed optimizer; otherwise they are their own.
+                if buffer.param_data is not None:
+                    self.param_store.track([buffer.param_data])
+                self.grad_store.track([buffer.grad_data])
+        self.param_store.track(p for m in self.modules for p in m.parameters())
+        taken = self.param_store.data_ptrs() | self.grad_store.data_ptrs()
+        for torch_optimizer in compat.torch_optimizers(self.optimizer):
+            for group in torch_optimizer.param_groups:
+                self.optim_store.track(group["params"], exclude=taken)
+            for state in torch_optimizer.state.values():
+                self.optim_store.track((v for v in state.values() if torch.is_tensor(v) and v.dim() > 0), exclude=taken)
+
+    # ---- offload -------------------------------------------------------------------------------
+    def offload_params(self) -> None:
+        self.param_store.offload()
+
+    def onload_params(self) -> None:
+        self.param_store.onload()
+
+    def offload_grads(self) -> None:
+        self.grad_store.offload()
+
+    def onload_grads(self) -> None:
+        self.grad_store.onload()
+
+    def offload_optimizer(self) -> None:
+        self.optim_store.offload()
+
+    def onload_optimizer(self) -> None:
+        self.optim_store.onload()
+
+    def _offload_idle_state(self) -> None:
+        if self.spec.param_offload:
+            self.offload_params()
+        if self.spec.grad_offload:
+            self.offload_grads()
+        if self.spec.optimizer_offload:
+            self.offload_optimizer()
+
+    @contextlib.contextmanager
+    def _resident(self, params: bool = True, grads: bool = False, optimizer: bool = False) -> Iterator[None]:
+        """Bring what a phase needs onto the device, and put back what the spec offloads between phases."""
+        if params:
+            self.onload_params()
+        if grads:
+            self.onload_grads()
+        if optimizer:
+            self.onload_optimizer()
+        try:
+            yield
+        finally:
+            self._offload_idle_state()
+
+    # ---- forward -------------------------------------------------------------------------------
+    def _seq_multiple(self) -> int:
+        return self.tf_config.tensor_model_parallel_size if self.tf_config.sequence_parallel else 1
+
+    def _forward_step(self, temperature: float, with_entropy: bool, loss_of: Any,
+                      data_iterator: Iterator[MicroBatch], model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+        micro = next(data_iterator)
+        output = model(micro.tokens, micro.position_ids, None)
+        return output, partial(self._loss_func, micro, temperature, with_entropy, loss_of)
+
+    def _loss_func(self, micro: MicroBatch, temperature: float, with_entropy: bool, loss_of: Any,
+                   logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        index = micro.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+        response_logits = torch.gather(logits, 1, index) / temperature
+        log_probs, entropy = vocab_parallel_log_probs(response_logits, micro.targets, self.hf_config.vocab_size,
+                                                      with_entropy)
+        mask = micro.response_mask.to(log_probs.dtype)
+        log_probs = (log_probs * mask)[: micro.rows]
+        entropy = (entropy * mask)[: micro.rows] if entropy is not None else None
+        return loss_of(micro, log_probs, entropy)
+
+    def _run(self, micro_batches: list[MicroBatch], seq_len: int, forward_only: bool, loss_of: Any,
+             temperature: float, with_entropy: bool) -> list[dict[str, Any]]:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        iterators = [iter(micro_batches) for _ in self.model]
+        return get_forward_backward_func()(
+            forward_step_func=partial(self._forward_step, temperature, with_entropy, loss_of),
+            data_iterator=iterators if len(iterators) > 1 else iterators[0],
+            model=self.model, num_microbatches=len(micro_batches), seq_length=seq_len,
+            micro_batch_size=micro_batches[0].tokens.shape[0], forward_only=forward_only)
+
+    @torch.no_grad()
+    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float,
+                         with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of `batch["responses"]`, float32 [B, R], 0 where response_mask is 0."""
+        from megatron.core import parallel_state as ps
+
+        def collect(micro: MicroBatch, log_probs: torch.Tensor, entropy: torch.Tensor | None) -> Any:
+            out = {"log_probs": log_probs.detach()}
+            if entropy is not None:
+                out["entropy"] = entropy.detach()
+            return torch.zeros((), device=log_probs.device), out
+
+        with self._resident(params=True):
+            for module in self.model:
+                module.eval()
+            micro_batches, seq_len = pack_micro_batches(batch, micro_batch_size, self._seq_multiple(), self.device)
+            outputs = self._run(micro_batches, seq_len, True, collect, temperature, with_entropy)
+        shape = (len(batch), batch["responses"].shape[1])
+        log_probs = torch.empty(shape, dtype=torch.float32, device=self.device)
+        entropy = torch.empty(shape, dtype=torch.float32, device=self.device) if with_entropy else None
+        if ps.is_pipeline_last_stage(ignore_virtual=True):
+            log_probs.copy_(torch.cat([o["log_probs"] for o in outputs]))
+            if entropy is not None:
+                entropy.copy_(torch.cat([o["entropy"] for o in outputs]))
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            group = ps.get_pipeline_model_parallel_group()
+            last = ps.get_pipeline_model_parallel_last_rank()
+            for tensor in (log_probs, entropy):
+                if tensor is not None:
+                    dist.broadcast(tensor, src=last, group=group)
+        return log_probs.to(batch["responses"].device), (entropy.to(batch["responses"].device)
+                                                         if entropy is not None else None)
+
+    # ---- training ------------------------------------------------------------------------------
+    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float) -> dict[str, float]:
+        """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
+        from megatron.core import parallel_state as ps
+
+        if self.optimizer is None:
+            raise RuntimeError("train_step on a frozen engine (spec.optim is None)")
+        with self._resident(params=True, grads=True, optimizer=True):
+            for module in self.model:
+                module.train()
+                module.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            micro_batches, seq_len = pack_micro_batches(batch, micro_batch_size, self._seq_multiple(), self.device)
+            # Megatron's schedule divides each loss by the number of micro-batches and DDP averages over DP:
+            # scale so that the applied gradient is that of the plain sum.
+            scale = len(micro_batches) * ps.get_data_parallel_world_size()
+
+            def loss_of(micro: MicroBatch, log_probs: torch.Tensor, entropy: torch.Tensor | None) -> Any:
+                loss, metrics = loss_fn(micro.batch, log_probs, entropy)
+                metrics = {k: torch.as_tensor(v, dtype=torch.float64).detach().cpu() for k, v in metrics.items()}
+                return loss * scale, metrics
+
+            outputs = self._run(micro_batches, seq_len, False, loss_of, temperature, True)
+            metrics = self._reduce_metrics(outputs)
+            lr = self.optimizer.param_groups[0]["lr"]
+            grad_norm, stepped = self._optimizer_step()
+        metrics.update({"actor/grad_norm": grad_norm, "actor/lr": lr, "actor/skipped_steps": 0.0 if stepped else 1.0})
+        return metrics
+
+    def _optimizer_step(self) -> tuple[float, bool]:
+        """Clip and step unless the grad norm is not finite; the LR schedule advances either way."""
+        self.optimizer.prepare_grads()
+        grad_norm = float(self.optimizer.get_grad_norm())
+        stepped = math.isfinite(grad_norm)
+        if stepped:
+            self.optimizer.step()
+        else:
+            logger.warning("non-finite grad norm %s: optimizer step skipped", grad_norm)
+        self.optimizer.zero_grad()
+        self.scheduler.step(increment=1)
+        return grad_norm, stepped
+
+    def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """Sum over micro-batches (last PP stage), share with every PP stage, sum over DP."""
+        from megatron.core import parallel_state as ps
+
+        names = sorted(outputs[0]) if outputs else None
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            box = [names]
+            dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
+                                       group=ps.get_pipeline_model_parallel_group())
+            names = box[0]
+        totals = torch.zeros(len(names), dtype=torch.float64)
+        for out in outputs:
+            totals += torch.stack([out[name] for name in names])
+        totals = totals.to(self.device)
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            dist.broadcast(totals, src=ps.get_pipeline_model_parallel_last_rank(),
+                           group=ps.get_pipeline_model_parallel_group())
+        if ps.get_data_parallel_world_size() > 1:
+            dist.all_reduce(totals, group=ps.get_data_parallel_group())
+        return {name: float(value) for name, value in zip(names, totals.tolist())}
+
+    # ---- weights and checkpoints ---------------------------------------------------------------
+    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
+        """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
+        from dagrl.engine.megatron.weights import export_hf_weights
+
+        with self._resident(params=True):
+            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes)
+
+    def save_checkpoint(self, path: str) -> None:
+        with self._resident(params=True, optimizer=True):
+            checkpoint.save(self, path)
+
+    def load_checkpoint(self, path: str) -> None:
+        with self._resident(params=True, optimizer=True):
+            checkpoint.load(self, path)
+
+
+def _global_layer(module: torch.nn.Module, name: str) -> int | None:
+    parts = name.split(".")
+    if parts[:2] != ["decoder", "layers"]:
+        return None
+    return module.decoder.layers[int(parts[2])].layer_number - 1

@@ -1,0 +1,75 @@
+"""The CLI: early errors (exit 2, one line, fast, no heavy imports), --cfg job, +keys under free-form maps."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dagrl.config.errors import ConfigError
+from dagrl.config.load import compose
+from tests.conftest import cpu_run_overrides
+
+
+def run_cli(*args, timeout=60):
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "dagrl.main_dag", *args], capture_output=True, text=True,
+                          timeout=timeout)
+    return proc, time.perf_counter() - start
+
+
+def error_line(proc):
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("dagrl: error:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_misspelled_key_names_the_closest(tmp_path):
+    proc, seconds = run_cli("trainer.totl_epochs=3")
+    assert proc.returncode == 2
+    assert "did you mean 'trainer.total_epochs'" in error_line(proc)
+    assert seconds < 5
+
+
+def test_plus_key_outside_free_form_maps_fails():
+    proc, _ = run_cli("+trainer.my_new_key=1")
+    assert proc.returncode == 2 and "'+' adds keys only under" in error_line(proc)
+
+
+def test_free_form_map_needs_plus_and_reaches_config():
+    with pytest.raises(ConfigError, match=r"write it as \+"):
+        compose(["actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform"])
+    cfg = compose(["+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
+                   "+custom_reward_function.reward_kwargs.bonus=0.5"])
+    assert cfg["actor_rollout_ref"]["actor"]["megatron"]["override_transformer_config"] == {"recompute_method": "uniform"}
+    assert cfg["custom_reward_function"]["reward_kwargs"] == {"bonus": 0.5}
+
+
+def test_cfg_job_prints_composed_config():
+    proc, _ = run_cli("--cfg", "job", "trainer.total_epochs=7", "actor_rollout_ref.rollout.n=4")
+    assert proc.returncode == 0, proc.stderr
+    assert "total_epochs: 7" in proc.stdout and "'n': 4" in proc.stdout
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"actor_rollout_ref.rollout.prompt_length": 64}, "conflicts with data.max_prompt_length"),
+    ({"actor_rollout_ref.actor.optim.clip_grad": 0.5}, "conflicts with actor_rollout_ref.actor.grad_clip"),
+    ({"data.train_batch_size": 3}, "ppo_mini_batch_size"),
+    ({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3}, "ppo_micro_batch_size_per_gpu"),
+    ({"data.train_files": "/nonexistent/train.parquet"}, "/nonexistent/train.parquet"),
+    ({"actor_rollout_ref.model.path": "/nonexistent/model"}, "actor_rollout_ref.model.path"),
+    ({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2}, "world size"),
+    ({"trainer.n_gpus_per_node": 8}, "torchrun --nproc-per-node 8"),
+    ({"algorithm.adv_estimator": "nope"}, "algorithm.adv_estimator='nope' is not one of"),
+    ({"custom_reward_function.path": "/nonexistent/reward.py"}, "/nonexistent/reward.py"),
+])
+def test_preflight_errors_exit_2_fast(tiny_model, tiny_data, tmp_path, extra, message):
+    proc, seconds = run_cli(*cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt", **extra))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in error_line(proc)
+    assert seconds < 5
+    assert not (tmp_path / "ckpt").exists()  # nothing written before the checks pass
+
+
+def test_aliases_with_equal_values_are_accepted():
+    cfg = compose(["data.max_prompt_length=64", "actor_rollout_ref.rollout.prompt_length=64"])
+    assert cfg["actor_rollout_ref"]["rollout"]["prompt_length"] == 64
