@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 
 import hydra
 from omegaconf import DictConfig
@@ -23,6 +24,10 @@ def setup_logging() -> None:
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    # Megatron logs every config object at INFO; keep its warnings only unless debugging.
+    logging.getLogger("megatron").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+    if level != "DEBUG":  # "Apex/TransformerEngine not installed" fallbacks are expected on CPU
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
 
 
 def fail(error: ConfigError) -> None:
@@ -44,7 +49,21 @@ def run(cfg_data: dict) -> None:
     from dagrl.utils.dist import init_process_group
 
     init_process_group()
-    Trainer(cfg, shape).fit()
+    try:
+        Trainer(cfg, shape).fit()
+    finally:
+        record_config_reads()
+
+
+def record_config_reads() -> None:
+    """For the dead-key test: DAGRL_RECORD_CONFIG_READS=<file> writes every config key the run read."""
+    path = os.environ.get("DAGRL_RECORD_CONFIG_READS")
+    if path:
+        import json
+
+        from dagrl.config.tree import READ_KEYS
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(sorted(READ_KEYS), out)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base=None)

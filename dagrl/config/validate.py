@@ -167,9 +167,18 @@ def _check_checkpoint_dir(cfg: Cfg) -> None:
     _require(existing is not None and os.access(existing, os.W_OK), "trainer.default_local_dir",
              f"checkpoint directory {root} is not writable (nearest existing parent: {existing}): "
              f"fix trainer.default_local_dir")
+    from dagrl.trainer.checkpoint import check_resume_path, complete_checkpoints
     if cfg.trainer.resume_mode == "resume_path":
-        from dagrl.trainer.checkpoint import check_resume_path
         check_resume_path(cfg.trainer.resume_from_path)
+    else:
+        _require(cfg.trainer.resume_from_path is None, "trainer.resume_from_path",
+                 f"trainer.resume_from_path is set but trainer.resume_mode={cfg.trainer.resume_mode}: "
+                 f"set trainer.resume_mode=resume_path to use it, or drop resume_from_path")
+    if cfg.trainer.resume_mode == "disable":
+        found = complete_checkpoints(root)
+        _require(not found, "trainer.resume_mode",
+                 f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
+                 f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
 
 
 @contextlib.contextmanager

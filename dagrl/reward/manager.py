@@ -23,6 +23,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -150,7 +151,8 @@ class RewardManager:
         size, width = responses.shape
         valid = response_mask.bool().cpu()
         lengths = valid.sum(dim=-1)
-        texts = tokenizer.batch_decode([responses[i].cpu()[valid[i]].tolist() for i in range(size)],
+        response_ids = responses.cpu()
+        texts = tokenizer.batch_decode([response_ids[i][valid[i]].tolist() for i in range(size)],
                                        skip_special_tokens=True)
         extra_infos = batch.get("extra_info")
 
@@ -165,8 +167,8 @@ class RewardManager:
                 extra_info = extra_infos[i] if extra_infos is not None else None
                 try:
                     ground_truth = batch["reward_model"][i]["ground_truth"]  # a row without one is a sample error
-                    result = timer.call(lambda: self.compute_score(data_source, texts[i], ground_truth, extra_info,
-                                                                   **self.reward_kwargs), self.timeout_s)
+                    result = timer.call(partial(self.compute_score, data_source, texts[i], ground_truth, extra_info,
+                                                **self.reward_kwargs), self.timeout_s)
                     scores[i] = self._score_of(result, extra_values)
                 except (Exception, ScorerTimeout) as error:
                     timeouts += isinstance(error, ScorerTimeout)

@@ -164,7 +164,8 @@ class Trainer:
             logger.info("this run already finished: checkpoint at step %d of %d in %s; nothing to do",
                         start_step, self.total_steps, self.cfg.trainer.default_local_dir)
             return
-        tracker = Tracker(self.loggers, self.tensorboard_dir, self.jsonl_path, self.total_steps, start_step,
+        run_name = f"{self.cfg.trainer.project_name}/{self.cfg.trainer.experiment_name}"
+        tracker = Tracker(run_name, self.loggers, self.tensorboard_dir, self.jsonl_path, self.total_steps, start_step,
                           enabled=self.rank == 0)
         try:
             if self.cfg.trainer.val_before_train and self.val_data is not None:

@@ -15,7 +15,7 @@ _CONSOLE_PREFIXES = ("critic/score/mean", "val-core/", "actor/pg_loss", "actor/e
 
 
 class Tracker:
-    def __init__(self, backends: list[str], tensorboard_dir: str | None, jsonl_path: str | None,
+    def __init__(self, run_name: str, backends: list[str], tensorboard_dir: str | None, jsonl_path: str | None,
                  total_steps: int, start_step: int, enabled: bool) -> None:
         self.enabled = enabled
         self.backends = backends
@@ -33,7 +33,7 @@ class Tracker:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
             self.jsonl = open(jsonl_path, "a", encoding="utf-8")
         from tqdm import tqdm
-        self.progress = tqdm(total=total_steps, initial=start_step, desc="dagrl", unit="step", dynamic_ncols=True)
+        self.progress = tqdm(total=total_steps, initial=start_step, desc=run_name, unit="step", dynamic_ncols=True)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:

@@ -172,3 +172,22 @@ def test_invalid_settings_are_refused():
         RewardManager("naive", None, {}, 1.0, "ignore", None)
     with pytest.raises(ValueError, match="overlong_buffer.len"):
         RewardManager("dapo", None, {}, 1.0, "zero", {"enable": True, "len": 0, "penalty_factor": 1.0})
+
+
+def test_row_without_ground_truth_is_a_named_sample_error(tokenizer):
+    batch = make_batch(tokenizer, ["1", "2"], ["1", "2"])
+    batch["reward_model"] = [{"ground_truth": "1"}, {"style": "rule"}]
+    with pytest.raises(RuntimeError, match=r"sample 1 .*KeyError"):
+        RewardManager("naive", None, {}, 5.0, "raise", None)(batch, tokenizer)
+    scores, metrics = RewardManager("naive", None, {}, 5.0, "zero", None)(batch, tokenizer)
+    assert metrics["reward/errors"] == 1.0 and scores.sum(-1).tolist() == [1.0, 0.0]
+
+
+def test_dapo_uses_the_configured_max_response_length(tokenizer):
+    batch = make_batch(tokenizer, ["1"], ["1"])  # a short response in a WIDTH-wide batch
+    length = int(batch["response_mask"].sum())
+    manager = RewardManager("dapo", lambda *a: 0.0, {}, 5.0, "zero",
+                            {"enable": True, "len": 4, "penalty_factor": 2.0}, max_response_length=length + 1)
+    scores, _ = manager(batch, tokenizer)
+    # expected length = max - buffer = length - 3, so 3 tokens over: -3 / 4 * 2
+    assert scores.sum().item() == pytest.approx(-1.5)

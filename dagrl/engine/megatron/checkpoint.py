@@ -60,10 +60,8 @@ def _sharded_state_dict(engine: "MegatronActorEngine", is_loading: bool) -> dict
         model_state[f"model{index}"] = module.sharded_state_dict(metadata=dict(metadata))
     state.update(model_state)
     if engine.optimizer is not None:
-        merged: dict[str, Any] = {}
-        for chunk_state in model_state.values():
-            merged.update(chunk_state)
-        state["optimizer"] = engine.optimizer.sharded_state_dict(merged, is_loading=is_loading,
+        # The nested per-chunk dict, not a merge: virtual chunks share local key names.
+        state["optimizer"] = engine.optimizer.sharded_state_dict(model_state, is_loading=is_loading,
                                                                  metadata=dict(metadata))
         state["scheduler"] = engine.scheduler.state_dict()
     pp, tp = ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()
@@ -101,7 +99,9 @@ def load(engine: "MegatronActorEngine", path: str) -> None:
         module.load_state_dict(loaded[f"model{index}"], strict=True)
     if engine.optimizer is not None:
         engine.optimizer.load_state_dict(loaded["optimizer"])
+        compat.unshare_adam_steps(engine.optimizer)
         engine.scheduler.load_state_dict(loaded["scheduler"])
+        engine.track_optimizer_state()
     if same_layout:
         _set_rng_state(loaded["rng"])
     logger.info("loaded Megatron checkpoint from %s", path)

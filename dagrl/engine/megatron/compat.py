@@ -75,3 +75,12 @@ def init_optimizer_state(optimizer: Any) -> None:
                     state.setdefault("step", torch.tensor(0.0, dtype=torch.get_default_dtype()))
                     state.setdefault("exp_avg", torch.zeros_like(param, memory_format=torch.preserve_format))
                     state.setdefault("exp_avg_sq", torch.zeros_like(param, memory_format=torch.preserve_format))
+
+
+def unshare_adam_steps(optimizer: Any) -> None:
+    """After loading, the distributed optimizer's torch-Adam path (no Apex/TE) gives every parameter the same
+    'step' tensor; Adam increments it in place once per parameter. Give each parameter its own."""
+    for torch_optimizer in torch_optimizers(optimizer):
+        for state in torch_optimizer.state.values():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].detach().clone()

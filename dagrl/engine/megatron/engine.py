@@ -133,12 +133,20 @@ class MegatronActorEngine:
                     self.param_store.track([buffer.param_data])
                 self.grad_store.track([buffer.grad_data])
         self.param_store.track(p for m in self.modules for p in m.parameters())
+        self.track_optimizer_state()
+
+    def track_optimizer_state(self) -> None:
+        """(Re)collect the optimizer's own tensors (main params, Adam moments); a checkpoint load replaces them."""
+        if self.optim_store.offloaded:
+            raise RuntimeError("optimizer state must be on the device to be re-tracked")
+        self.optim_store = HostOffload("optimizer")
         taken = self.param_store.data_ptrs() | self.grad_store.data_ptrs()
         for torch_optimizer in compat.torch_optimizers(self.optimizer):
             for group in torch_optimizer.param_groups:
                 self.optim_store.track(group["params"], exclude=taken)
             for state in torch_optimizer.state.values():
-                self.optim_store.track((v for v in state.values() if torch.is_tensor(v) and v.dim() > 0), exclude=taken)
+                self.optim_store.track((v for v in state.values() if torch.is_tensor(v) and v.dim() > 0),
+                                       exclude=taken)
 
     # ---- offload -------------------------------------------------------------------------------
     def offload_params(self) -> None:
@@ -322,7 +330,8 @@ class MegatronActorEngine:
             checkpoint.save(self, path)
 
     def load_checkpoint(self, path: str) -> None:
-        with self._resident(params=True, optimizer=True):
+        # Grads too: the optimizer state is re-tracked after loading, which needs every storage's address.
+        with self._resident(params=True, grads=True, optimizer=True):
             checkpoint.load(self, path)
 
 

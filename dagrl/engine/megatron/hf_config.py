@@ -99,6 +99,9 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
         )
     if not on_gpu:
         kwargs.update(_CPU_FUSIONS_OFF)
+        # gloo matches concurrent sends between the same two ranks by posting order: batched p2p lets a 1F1B
+        # step swap an activation and a gradient of equal shape (wrong numbers, no error) under VPP.
+        kwargs.update(batch_p2p_comm=False)
     overrides = overrides or {}
     if gradient_checkpointing and "recompute_granularity" not in overrides:
         kwargs.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)

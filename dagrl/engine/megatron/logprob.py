@@ -49,9 +49,11 @@ def vocab_parallel_log_probs(logits: torch.Tensor, targets: torch.Tensor, vocab_
 
     entropy = None
     if with_entropy:
-        probs = torch.exp(logits - log_z)
-        expected_logit = (probs * torch.nan_to_num(logits, neginf=0.0)).sum(dim=-1)
+        # H = log Z - sum_v p_v x_v, with sum_v p_v x_v = (sum_v e^(x_v - shift) x_v) / sum_exp. Written through the
+        # two reduced sums only, so that every term depending on log Z is replicated on all TP ranks (a local
+        # softmax term would give each rank only its own slice's share of the gradient through log Z).
+        weighted = (torch.exp(logits - shift) * torch.nan_to_num(logits, neginf=0.0)).sum(dim=-1, keepdim=True)
         if tp_size > 1:
-            expected_logit = _reduce_sum(expected_logit)
-        entropy = log_z.squeeze(-1) - expected_logit
+            weighted = _reduce_sum(weighted)
+        entropy = (log_z - weighted / sum_exp).squeeze(-1)
     return log_probs, entropy

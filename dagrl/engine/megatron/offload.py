@@ -18,52 +18,58 @@ class HostOffload:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._storages: dict[int, torch.UntypedStorage] = {}
-        self._host: dict[int, torch.UntypedStorage] = {}
-        self._sizes: dict[int, int] = {}
+        self._storages: list[torch.UntypedStorage] = []
+        self._host: list[torch.UntypedStorage | None] = []
+        self._sizes: list[int] = []
         self.offloaded = False
 
     def track(self, tensors: Iterable[torch.Tensor], exclude: set[int] | None = None) -> None:
         """Add the storages behind `tensors` (skipping storages whose data_ptr is in `exclude`)."""
         if self.offloaded:
             raise RuntimeError(f"cannot track new {self.name} tensors while offloaded")
+        known = self.data_ptrs()
         for tensor in tensors:
             storage = tensor.untyped_storage()
             key = storage.data_ptr()
-            if storage.nbytes() == 0 or (exclude and key in exclude):
+            if storage.nbytes() == 0 or key in known or (exclude and key in exclude):
                 continue
-            self._storages.setdefault(key, storage)
+            known.add(key)
+            self._storages.append(storage)
+            self._host.append(None)
+            self._sizes.append(storage.nbytes())
 
     def data_ptrs(self) -> set[int]:
-        return set(self._storages)
+        """Where the tracked storages live now (they move at every offload/onload cycle)."""
+        if self.offloaded:
+            raise RuntimeError(f"{self.name} is offloaded: its storages have no address")
+        return {storage.data_ptr() for storage in self._storages}
 
     @property
     def nbytes(self) -> int:
-        return sum(s.nbytes() if not self.offloaded else self._sizes[k] for k, s in self._storages.items())
+        return sum(self._sizes)
 
     def offload(self) -> None:
         if self.offloaded:
             return
-        for key, storage in self._storages.items():
-            size = storage.nbytes()
-            host = self._host.get(key)
+        is_cuda = any(s.device.type == "cuda" for s in self._storages)
+        for index, storage in enumerate(self._storages):
+            size = self._sizes[index] = storage.nbytes()
+            host = self._host[index]
             if host is None or host.nbytes() != size:
-                host = torch.empty(size, dtype=torch.uint8, device="cpu",
-                                   pin_memory=storage.device.type == "cuda").untyped_storage()
-                self._host[key] = host
-            host.copy_(storage, non_blocking=storage.device.type == "cuda")
-            self._sizes[key] = size
-        if any(s.device.type == "cuda" for s in self._storages.values()):
+                host = torch.empty(size, dtype=torch.uint8, device="cpu", pin_memory=is_cuda).untyped_storage()
+                self._host[index] = host
+            host.copy_(storage, non_blocking=is_cuda)
+        if is_cuda:
             torch.cuda.synchronize()
-        for storage in self._storages.values():
+        for storage in self._storages:
             storage.resize_(0)
         self.offloaded = True
-        logger.debug("offloaded %s: %d bytes", self.name, sum(self._sizes.values()))
+        logger.debug("offloaded %s: %d bytes", self.name, self.nbytes)
 
     def onload(self) -> None:
         if not self.offloaded:
             return
-        for key, storage in self._storages.items():
-            storage.resize_(self._sizes[key])
-            storage.copy_(self._host[key], non_blocking=storage.device.type == "cuda")
+        for storage, host, size in zip(self._storages, self._host, self._sizes):
+            storage.resize_(size)
+            storage.copy_(host, non_blocking=storage.device.type == "cuda")
         self.offloaded = False

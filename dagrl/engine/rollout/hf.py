@@ -45,8 +45,11 @@ class HFRollout:
             top_p=None if greedy else sampling.top_p,
             top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
             eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id)
-        input_ids = batch["input_ids"].to(self.device)
-        attention_mask = batch["attention_mask"].to(self.device)
+        # drop the left-padding columns no row uses: generate's cost grows with the padded width
+        used = batch["attention_mask"].bool().any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else 0
+        input_ids = batch["input_ids"][:, first:].to(self.device)
+        attention_mask = batch["attention_mask"][:, first:].to(self.device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,

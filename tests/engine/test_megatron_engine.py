@@ -1,0 +1,193 @@
+"""Single-process (TP=PP=DP=1) tests of the Megatron actor engine on tiny random HF models."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout
+from engine_helpers import exported, hf_log_probs, make_batch, sum_loss
+from tiny_models import FAMILIES, load_hf, make_model_dir
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    dirs = {family: make_model_dir(root / family, family, tie=family == "llama") for family in FAMILIES}
+    dirs["llama4"] = make_model_dir(root / "llama4", "llama", num_layers=4, seed=1)
+    return dirs
+
+
+def engine(path: Path, optim: OptimSpec | None = None, **kwargs):
+    from dagrl.engine.megatron.engine import MegatronActorEngine
+    return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
+
+
+ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_log_probs_match_hf_and_export_round_trip(model_dirs, family):
+    reference = engine(model_dirs[family])
+    hf = load_hf(model_dirs[family])
+    batch = make_batch(rows=5)
+    for temperature in (1.0, 0.7):
+        log_probs, entropy = reference.compute_log_prob(batch, micro_batch_size=2, temperature=temperature,
+                                                        with_entropy=True)
+        want_log_probs, want_entropy = hf_log_probs(hf, batch, temperature)
+        assert log_probs.dtype == torch.float32 and log_probs.shape == batch["responses"].shape
+        assert (log_probs - want_log_probs).abs().max() <= 1e-5
+        assert (entropy - want_entropy).abs().max() <= 1e-5
+        assert torch.all(log_probs[batch["response_mask"] == 0] == 0)
+
+    bucket_bytes = 20_000
+    buckets = list(reference.export_weights(bucket_bytes))
+    for bucket in buckets:
+        assert len(bucket) == 1 or sum(t.numel() * t.element_size() for _, t in bucket) <= bucket_bytes
+    weights = {name: tensor for bucket in buckets for name, tensor in bucket}
+    original = load_file(str(model_dirs[family] / "model.safetensors"))
+    expected_names = set(original) - ({"lm_head.weight"} if family == "llama" else set())
+    assert set(weights) == expected_names
+    for name in expected_names:
+        assert torch.equal(weights[name], original[name]), name
+
+
+def test_gradient_is_that_of_the_summed_loss(model_dirs):
+    """grad norm == HF's grad norm of the sum over the whole batch, for any micro-batch size."""
+    path = model_dirs["qwen2"]
+    batch = make_batch(rows=4)
+    hf = load_hf(path)
+    with torch.enable_grad():
+        response_len = batch["responses"].shape[1]
+        logits = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    position_ids=batch["position_ids"]).logits.float()[:, -response_len - 1:-1]
+        log_softmax = torch.log_softmax(logits, -1)
+        log_probs = log_softmax.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+        loss, _ = sum_loss(batch, log_probs * batch["response_mask"], entropy * batch["response_mask"])
+        loss.backward()
+    want_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in hf.parameters())).item()
+
+    results = {}
+    for micro_batch_size in (1, 3, 4):
+        actor = engine(path, ADAM)
+        metrics = actor.train_step(batch, sum_loss, micro_batch_size=micro_batch_size, temperature=1.0)
+        results[micro_batch_size] = (metrics, exported(actor))
+        assert metrics["actor/grad_norm"] == pytest.approx(want_norm, rel=1e-5)
+        assert metrics["loss"] == pytest.approx(loss.item(), rel=1e-5)
+        assert metrics["tokens"] == batch["response_mask"].sum().item()
+        assert metrics["actor/skipped_steps"] == 0.0
+    for name, tensor in results[1][1].items():
+        assert torch.allclose(tensor, results[4][1][name], atol=2e-5), name
+
+
+def test_training_reduces_loss_and_recompute_matches(model_dirs):
+    batch = make_batch(rows=4)
+    actor = engine(model_dirs["llama"], ADAM)
+    losses = [actor.train_step(batch, sum_loss, 2, 1.0)["loss"] for _ in range(4)]
+    assert losses[-1] < losses[0] * 0.9
+    plain = engine(model_dirs["llama"], ADAM).train_step(batch, sum_loss, 2, 1.0)
+    recompute = engine(model_dirs["llama"], ADAM, gradient_checkpointing=True).train_step(batch, sum_loss, 2, 1.0)
+    assert recompute["actor/grad_norm"] == pytest.approx(plain["actor/grad_norm"], rel=1e-6)
+
+
+def test_trainable_top_layers_freezes_the_rest(model_dirs):
+    actor = engine(model_dirs["llama4"], ADAM, trainable_top_layers=1)
+    before = exported(actor)
+    actor.train_step(make_batch(rows=2), sum_loss, 2, 1.0)
+    after = exported(actor)
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed == {name for name in before if name.startswith("model.layers.3.") or name == "model.norm.weight"}
+
+
+@pytest.mark.parametrize("style", ["cosine", "linear"])
+def test_lr_schedule_step_by_step(model_dirs, style):
+    optim = OptimSpec(lr=1e-3, lr_warmup_steps=2, lr_warmup_init=1e-4, lr_decay_style=style, min_lr=1e-4,
+                      total_training_steps=6)
+    actor = engine(model_dirs["llama"], optim)
+    batch = make_batch(rows=1, prompt_len=3, response_len=2)
+    seen = [actor.train_step(batch, sum_loss, 1, 1.0)["actor/lr"] for _ in range(7)]
+    expected = []
+    for step in range(7):
+        if step <= 2:
+            expected.append(1e-4 + (1e-3 - 1e-4) * step / 2)
+        elif step > 6:
+            expected.append(1e-4)
+        else:
+            ratio = (step - 2) / 4
+            coeff = 0.5 * (math.cos(math.pi * ratio) + 1) if style == "cosine" else 1 - ratio
+            expected.append(1e-4 + (1e-3 - 1e-4) * coeff)
+    assert seen == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("distributed_optimizer", [False, True])
+def test_save_load_continues_bit_identically(model_dirs, tmp_path, distributed_optimizer):
+    kwargs = dict(use_distributed_optimizer=distributed_optimizer, param_offload=distributed_optimizer,
+                  grad_offload=distributed_optimizer, optimizer_offload=distributed_optimizer)
+    batch = make_batch(rows=4)
+    first = engine(model_dirs["qwen3"], ADAM, **kwargs)
+    first.train_step(batch, sum_loss, 2, 1.0)
+    first.save_checkpoint(str(tmp_path / "ckpt"))
+    continued = first.train_step(batch, sum_loss, 2, 1.0)
+
+    resumed_engine = engine(model_dirs["qwen3"], ADAM, **kwargs)
+    resumed_engine.load_checkpoint(str(tmp_path / "ckpt"))
+    resumed = resumed_engine.train_step(batch, sum_loss, 2, 1.0)
+    assert resumed == continued
+    assert all(torch.equal(a, b) for a, b in zip(exported(first).values(), exported(resumed_engine).values()))
+
+    # Determinism: a fresh engine with the same seed retraces the first run exactly.
+    rerun = engine(model_dirs["qwen3"], ADAM, **kwargs)
+    rerun.train_step(batch, sum_loss, 2, 1.0)
+    assert rerun.train_step(batch, sum_loss, 2, 1.0) == continued
+
+
+def test_offload_gives_identical_results_and_frees_storage(model_dirs):
+    batch = make_batch(rows=3)
+    results = []
+    for offload in (False, True):
+        actor = engine(model_dirs["qwen3_moe"], ADAM, param_offload=offload, grad_offload=offload,
+                       optimizer_offload=offload)
+        if offload:
+            assert actor.param_store.offloaded and actor.grad_store.offloaded and actor.optim_store.offloaded
+            assert next(actor.modules[0].parameters()).untyped_storage().nbytes() == 0
+        metrics = [actor.train_step(batch, sum_loss, 2, 1.0) for _ in range(2)]
+        log_probs, _ = actor.compute_log_prob(batch, 2, 1.0, with_entropy=False)
+        results.append((metrics, log_probs, exported(actor)))
+        if offload:
+            assert actor.optim_store.nbytes > 0 and actor.optim_store.offloaded
+    (m0, lp0, w0), (m1, lp1, w1) = results
+    assert m0 == m1 and torch.equal(lp0, lp1)
+    assert all(torch.equal(w0[name], w1[name]) for name in w0)
+
+
+def test_non_finite_gradient_skips_the_step(model_dirs):
+    actor = engine(model_dirs["llama"], ADAM)
+    batch = make_batch(rows=2)
+    before = exported(actor)
+
+    def nan_loss(micro_batch, log_probs, entropy):
+        loss, metrics = sum_loss(micro_batch, log_probs, entropy)
+        return loss * float("nan"), metrics
+
+    metrics = actor.train_step(batch, nan_loss, 2, 1.0)
+    assert metrics["actor/skipped_steps"] == 1.0 and not math.isfinite(metrics["actor/grad_norm"])
+    assert all(torch.equal(before[n], t) for n, t in exported(actor).items())
+    assert actor.train_step(batch, sum_loss, 2, 1.0)["actor/skipped_steps"] == 0.0
+
+
+def test_override_transformer_config_rejects_unknown_keys(model_dirs):
+    from transformers import AutoConfig
+
+    from dagrl.engine.megatron.hf_config import transformer_config
+
+    hf_config = AutoConfig.from_pretrained(model_dirs["llama"])
+    config = transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False, gradient_checkpointing=True,
+                                overrides={"recompute_num_layers": 2})
+    assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == ("full", "uniform", 2)
+    with pytest.raises(ValueError, match="override_transformer_config.recompute_layerz"):
+        transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False,
+                           overrides={"recompute_layerz": 1})
