@@ -26,6 +26,7 @@ CHOICES = {
     "actor_rollout_ref.actor.kl_loss_type": ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl"),
     "actor_rollout_ref.actor.optim.lr_decay_style": ("constant", "linear", "cosine"),
     "actor_rollout_ref.actor.megatron.param_dtype": ("float32", "fp32", "bfloat16", "bf16"),
+    "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "bfloat16", "bf16"),
     "algorithm.adv_estimator": ("grpo",),
     "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),

@@ -79,7 +79,7 @@ def build_rollout(cfg: Cfg, tokenizer, device: torch.device):
         from dagrl.engine.rollout.hf import HFRollout
 
         return HFRollout(os.path.expanduser(cfg.actor_rollout_ref.model.path), eos_token_ids(cfg, tokenizer),
-                         pad_token_id(tokenizer), device=device)
+                         pad_token_id(tokenizer), device=device, dtype=_DTYPES[rollout.dtype])
     raise NotImplementedError(f"actor_rollout_ref.rollout.name={rollout.name} is not available in this build")
 
 

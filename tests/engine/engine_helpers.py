@@ -46,3 +46,23 @@ def sum_loss(micro_batch: Batch, log_probs: torch.Tensor, entropy: torch.Tensor 
 
 def exported(engine, bucket_bytes: int = 1 << 16) -> dict[str, torch.Tensor]:
     return {name: tensor.clone() for bucket in engine.export_weights(bucket_bytes) for name, tensor in bucket}
+
+
+def per_expert_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers 5 keeps MoE experts fused in memory (gate_up_proj [E, 2I, H], down_proj [E, H, I]); files and
+    the export use one tensor per expert (experts.{e}.gate_proj/up_proj/down_proj.weight)."""
+    out = {}
+    for name, tensor in state_dict.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            prefix = name[: -len("gate_up_proj")]
+            for expert, fused in enumerate(tensor):
+                gate, up = fused.chunk(2, dim=0)
+                out[f"{prefix}{expert}.gate_proj.weight"] = gate
+                out[f"{prefix}{expert}.up_proj.weight"] = up
+        elif name.endswith("mlp.experts.down_proj"):
+            prefix = name[: -len("down_proj")]
+            for expert, down in enumerate(tensor):
+                out[f"{prefix}{expert}.down_proj.weight"] = down
+        else:
+            out[name] = tensor
+    return out

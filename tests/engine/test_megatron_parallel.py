@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,17 @@ from tiny_models import make_model_dir
 WORKER = Path(__file__).parent / "mp_worker.py"
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_worker(scenario: str, model_dir: Path, work_dir: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+    # (--master-port 0 makes torchrun's rendezvous hang.)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(free_port()),
                str(WORKER), scenario, str(model_dir), str(work_dir)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{scenario} failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"

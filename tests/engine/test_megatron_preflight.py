@@ -18,7 +18,8 @@ def config(**overrides):
 
 
 def test_valid_layouts_pass():
-    check_layout(config(), ParallelLayout(tensor_model_parallel_size=2, pipeline_model_parallel_size=2), 8)
+    check_layout(config(), ParallelLayout(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                                          sequence_parallel=True), 8)
     check_layout(config(), ParallelLayout(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2), 2)
     check_layout(config(), ParallelLayout(expert_model_parallel_size=4), 4)
 
@@ -30,7 +31,8 @@ def test_valid_layouts_pass():
     (ParallelLayout(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4), 2,
      "virtual_pipeline_model_parallel_size=4"),
     (ParallelLayout(expert_model_parallel_size=3), 3, "expert_model_parallel_size=3 does not divide num_experts"),
-    (ParallelLayout(tensor_model_parallel_size=2), 3, "world size 3"),
+    (ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True), 3, "world size 3"),
+    (ParallelLayout(tensor_model_parallel_size=2), 2, "sequence_parallel=False with MoE"),
 ])
 def test_bad_layouts_name_the_key(layout, world, key):
     with pytest.raises(ValueError, match="actor_rollout_ref.actor.megatron") as error:

@@ -44,7 +44,9 @@ def sharded_state_dict_metadata(use_distributed_optimizer: bool) -> dict[str, An
 
     `fully_sharded_model_space` (the default) does not work on CPU; `fully_reshardable` loads at any layout.
     `dp_cp_group` is filled in by megatron itself when absent (0.16+)."""
-    metadata: dict[str, Any] = {"singleton_local_shards": False}
+    # chained_optim_avoid_prefix: optimizer keys must not depend on how many optimizers are chained (MoE has a
+    # dense and an expert one), or EP2 -> EP1 checkpoints do not load.
+    metadata: dict[str, Any] = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
     if use_distributed_optimizer:
         metadata["distrib_optim_sharding_type"] = "fully_reshardable"
     return metadata

@@ -15,7 +15,7 @@ from dagrl.engine.base import LossFn, MegatronEngineSpec, WeightBucket
 from dagrl.engine.megatron import checkpoint, compat
 from dagrl.engine.megatron.logprob import vocab_parallel_log_probs
 from dagrl.engine.megatron.offload import HostOffload
-from dagrl.engine.megatron.sequences import MicroBatch, pack_micro_batches
+from dagrl.engine.megatron.sequences import MicroBatch, pack_micro_batches, packed_length
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +190,23 @@ class MegatronActorEngine:
             self._offload_idle_state()
 
     # ---- forward -------------------------------------------------------------------------------
-    def _seq_multiple(self) -> int:
-        return self.tf_config.tensor_model_parallel_size if self.tf_config.sequence_parallel else 1
+    def _micro_batches(self, batch: Batch, micro_batch_size: int) -> tuple[list[MicroBatch], int]:
+        """Micro-batches with one sequence length for all DP ranks: expert-parallel token exchange and
+        pipeline stages need equal shapes, and equal shapes keep DP ranks' numerics alike."""
+        from megatron.core import parallel_state as ps
+
+        multiple = self.tf_config.tensor_model_parallel_size if self.tf_config.sequence_parallel else 1
+        sizes = torch.tensor([packed_length(batch, multiple), -(-len(batch) // micro_batch_size)],
+                             device=self.device)
+        if ps.get_data_parallel_world_size() > 1:
+            low = -sizes
+            dist.all_reduce(sizes, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+            dist.all_reduce(low, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+            if ps.get_expert_model_parallel_world_size() > 1 and int(-low[1]) != int(sizes[1]):
+                raise ValueError(f"expert parallelism needs the same number of micro-batches on every DP rank; "
+                                 f"they range from {int(-low[1])} to {int(sizes[1])}")
+        seq_len = int(sizes[0])
+        return pack_micro_batches(batch, micro_batch_size, seq_len, self.device), seq_len
 
     def _forward_step(self, temperature: float, with_entropy: bool, loss_of: Any,
                       data_iterator: Iterator[MicroBatch], model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
@@ -236,7 +251,7 @@ class MegatronActorEngine:
         with self._resident(params=True):
             for module in self.model:
                 module.eval()
-            micro_batches, seq_len = pack_micro_batches(batch, micro_batch_size, self._seq_multiple(), self.device)
+            micro_batches, seq_len = self._micro_batches(batch, micro_batch_size)
             outputs = self._run(micro_batches, seq_len, True, collect, temperature, with_entropy)
         shape = (len(batch), batch["responses"].shape[1])
         log_probs = torch.empty(shape, dtype=torch.float32, device=self.device)
@@ -266,7 +281,7 @@ class MegatronActorEngine:
                 module.train()
                 module.zero_grad_buffer()
             self.optimizer.zero_grad()
-            micro_batches, seq_len = pack_micro_batches(batch, micro_batch_size, self._seq_multiple(), self.device)
+            micro_batches, seq_len = self._micro_batches(batch, micro_batch_size)
             # Megatron's schedule divides each loss by the number of micro-batches and DDP averages over DP:
             # scale so that the applied gradient is that of the plain sum.
             scale = len(micro_batches) * ps.get_data_parallel_world_size()

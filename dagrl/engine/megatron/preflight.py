@@ -91,6 +91,9 @@ def check_layout(hf_config: Any, layout: ParallelLayout, world_size: int) -> Non
     if experts and experts % ep:
         raise ValueError(f"{KEY}.expert_model_parallel_size={ep} does not divide num_experts={experts}: "
                          f"pick a divisor of {experts}")
+    if experts and tp > 1 and not layout.sequence_parallel:
+        raise ValueError(f"{KEY}.sequence_parallel=False with MoE and tensor_model_parallel_size={tp}: Megatron "
+                         f"needs sequence parallelism there, set it to True")
     model_parallel = tp * pp * cp
     if world_size % model_parallel:
         raise ValueError(f"world size {world_size} is not a multiple of {KEY}.tensor_model_parallel_size x "

@@ -26,9 +26,19 @@ class MicroBatch:
     batch: Batch                 # the real rows of the caller's batch, for the loss function
 
 
-def pack_micro_batches(batch: Batch, micro_batch_size: int, seq_multiple: int,
-                       device: torch.device) -> tuple[list[MicroBatch], int]:
-    """Micro-batches of `batch` and their common sequence length S."""
+def packed_length(batch: Batch, seq_multiple: int) -> int:
+    """The shortest common sequence length S that holds every row of `batch`, a multiple of `seq_multiple`."""
+    response_len = batch["responses"].shape[1]
+    prompt_lens = batch["attention_mask"][:, : batch["input_ids"].shape[1] - response_len].sum(dim=1)
+    if int(prompt_lens.min()) == 0:
+        raise ValueError("a row has no prompt token (attention_mask is 0 over the whole prompt)")
+    seq_len = int(prompt_lens.max()) + response_len
+    return -(-seq_len // seq_multiple) * seq_multiple
+
+
+def pack_micro_batches(batch: Batch, micro_batch_size: int, seq_len: int,
+                       device: torch.device) -> list[MicroBatch]:
+    """Micro-batches of `batch`, every row padded to `seq_len` (at least `packed_length(batch, ...)`)."""
     if micro_batch_size <= 0:
         raise ValueError(f"micro_batch_size must be positive, got {micro_batch_size}")
     input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
@@ -37,10 +47,8 @@ def pack_micro_batches(batch: Batch, micro_batch_size: int, seq_multiple: int,
     prompt_len = input_ids.shape[1] - response_len
     prompt_mask = attention_mask[:, :prompt_len].bool()
     prompt_lens = prompt_mask.sum(dim=1)
-    if int(prompt_lens.min()) == 0:
-        raise ValueError("a row has no prompt token (attention_mask is 0 over the whole prompt)")
-    seq_len = int(prompt_lens.max()) + response_len
-    seq_len = -(-seq_len // seq_multiple) * seq_multiple
+    if seq_len < int(prompt_lens.max()) + response_len:
+        raise ValueError(f"seq_len {seq_len} is shorter than the longest packed row")
 
     rows = len(batch)
     tokens = torch.zeros(rows, seq_len, dtype=torch.long)
@@ -70,4 +78,4 @@ def pack_micro_batches(batch: Batch, micro_batch_size: int, seq_multiple: int,
             rows=stop - start,
             batch=batch.slice(start, stop),
         ))
-    return micro_batches, seq_len
+    return micro_batches

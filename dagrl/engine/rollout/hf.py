@@ -35,9 +35,8 @@ class HFRollout:
     @torch.no_grad()
     def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch:
         """n responses per prompt, rows grouped by prompt: [p0 r0, p0 r1, ..., p1 r0, ...]."""
-        from transformers import GenerationConfig
+        from transformers import DynamicCache, GenerationConfig
 
-        batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
         greedy = not sampling.do_sample or sampling.temperature == 0
         config = GenerationConfig(
             max_new_tokens=sampling.response_length, do_sample=not greedy,
@@ -46,15 +45,26 @@ class HFRollout:
             top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
             eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id)
         # drop the left-padding columns no row uses: generate's cost grows with the padded width
-        used = batch["attention_mask"].bool().any(dim=0).nonzero()
+        used = prompts["attention_mask"].bool().any(dim=0).nonzero()
         first = int(used[0]) if len(used) else 0
-        input_ids = batch["input_ids"][:, first:].to(self.device)
-        attention_mask = batch["attention_mask"][:, first:].to(self.device)
+        input_ids = prompts["input_ids"][:, first:].to(self.device)
+        attention_mask = prompts["attention_mask"][:, first:].to(self.device)
+        cache = None
+        if sampling.n > 1:
+            # prefill each prompt once and share its KV cache among its n samples (n times less prefill)
+            cache = DynamicCache()
+            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+            self.model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                       position_ids=positions[:, :-1], past_key_values=cache, use_cache=True)
+            cache.batch_repeat_interleave(sampling.n)
+            input_ids = input_ids.repeat_interleave(sampling.n, dim=0)
+            attention_mask = attention_mask.repeat_interleave(sampling.n, dim=0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                         generation_config=config)
+                                         past_key_values=cache, generation_config=config)
         responses = output[:, input_ids.shape[1]:].cpu()
+        batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
         return join_prompt_and_response(batch, responses, sampling.response_length, self.eos_token_ids,
                                         self.pad_token_id)
 
