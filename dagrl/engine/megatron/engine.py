@@ -33,6 +33,7 @@ class MegatronActorEngine:
         from dagrl.engine.megatron.preflight import check_layout
         from dagrl.engine.megatron.weights import import_hf_weights
 
+        compat.check_version()
         self.spec = spec
         self.hf_config = AutoConfig.from_pretrained(spec.model_path)
         if spec.layout.context_parallel_size > 1:

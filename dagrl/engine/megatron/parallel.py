@@ -49,7 +49,7 @@ def init_model_parallel(layout: ParallelLayout, seed: int) -> None:
 
     Megatron's parallel state is process-global: a second engine in the same process must use the same layout.
     """
-    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core import parallel_state
 
     init_distributed()
     if torch.cuda.is_available():
