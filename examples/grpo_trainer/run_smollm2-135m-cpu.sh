@@ -22,6 +22,7 @@ python3 -m dagrl.main_dag \
     actor_rollout_ref.actor.strategy=megatron \
     actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1 \
     actor_rollout_ref.actor.megatron.seed="$SEED" \
+    actor_rollout_ref.actor.megatron.param_dtype=bfloat16 \
     actor_rollout_ref.actor.optim.lr=3e-5 \
     actor_rollout_ref.actor.ppo_mini_batch_size=16 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \

@@ -54,6 +54,12 @@ class MegatronActorEngine:
             module.to(self.device)
         import_hf_weights(self.modules, self.hf_config, spec.model_path)
         self._set_trainable()
+        self._logit_index: torch.Tensor | None = None
+        self._select_logits = not self.tf_config.sequence_parallel
+        if self._select_logits:
+            for module in self.modules:
+                if getattr(module, "post_process", False):
+                    module.output_layer.register_forward_pre_hook(self._response_positions_only, with_kwargs=True)
         self.optimizer: Any = None
         self.scheduler: Any = None
         if spec.optim is not None:
@@ -209,16 +215,28 @@ class MegatronActorEngine:
         seq_len = int(sizes[0])
         return pack_micro_batches(batch, micro_batch_size, seq_len, self.device), seq_len
 
+    def _response_positions_only(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Output-layer pre-hook: keep the hidden states that predict response tokens ([S, b, h] -> [R, b, h]).
+        The vocabulary projection then costs R/S of the full one. Not used under sequence parallelism, where
+        each TP rank holds only a slice of the sequence here."""
+        hidden = args[0]
+        index = self._logit_index.t().unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        return (torch.gather(hidden, 0, index), *args[1:]), kwargs
+
     def _forward_step(self, temperature: float, with_entropy: bool, loss_of: Any,
                       data_iterator: Iterator[MicroBatch], model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
         micro = next(data_iterator)
+        self._logit_index = micro.logit_index  # read by the output-layer hook during this forward
         output = model(micro.tokens, micro.position_ids, None)
         return output, partial(self._loss_func, micro, temperature, with_entropy, loss_of)
 
     def _loss_func(self, micro: MicroBatch, temperature: float, with_entropy: bool, loss_of: Any,
                    logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        index = micro.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-        response_logits = torch.gather(logits, 1, index) / temperature
+        if self._select_logits:  # the hook already kept the response positions, in order
+            response_logits = logits / temperature
+        else:
+            index = micro.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+            response_logits = torch.gather(logits, 1, index) / temperature
         log_probs, entropy = vocab_parallel_log_probs(response_logits, micro.targets, self.hf_config.vocab_size,
                                                       with_entropy)
         mask = micro.response_mask.to(log_probs.dtype)
