@@ -241,6 +241,9 @@ def preflight(cfg: Cfg) -> RunShape:
     layers = hf_config.get("num_hidden_layers", 0)
     _require(top is None or (isinstance(top, int) and 0 < top <= layers), "actor_rollout_ref.model.trainable_top_layers",
              f"actor_rollout_ref.model.trainable_top_layers={top} must be null or in 1..{layers}")
+    _require(top is None or not megatron.use_distributed_optimizer, "actor_rollout_ref.model.trainable_top_layers",
+             "actor_rollout_ref.model.trainable_top_layers is not supported with "
+             "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true yet: set one of them off")
     buffer = cfg.reward_model.overlong_buffer
     _require(not buffer.enable or 0 < buffer.len < response_length, "reward_model.overlong_buffer.len",
              f"reward_model.overlong_buffer.len={buffer.len} must be in 1..{response_length - 1} when enabled")
@@ -259,18 +262,11 @@ def preflight(cfg: Cfg) -> RunShape:
 
 def layout_from_config(megatron: Cfg):
     """The actor's ParallelLayout from actor_rollout_ref.actor.megatron.* (reference and critic reuse it)."""
-    from dagrl.engine.specs import ParallelLayout
+    from dagrl.engine.specs import PARALLEL_SIZE_NAMES, ParallelLayout
 
     tp = megatron.tensor_model_parallel_size
     sequence_parallel = bool(megatron.sequence_parallel) and tp > 1
     if megatron.sequence_parallel and tp == 1:
         logger.warning("actor_rollout_ref.actor.megatron.sequence_parallel=true has no effect with TP=1: turned off")
-    return ParallelLayout(
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=megatron.pipeline_model_parallel_size,
-        virtual_pipeline_model_parallel_size=megatron.virtual_pipeline_model_parallel_size,
-        context_parallel_size=megatron.context_parallel_size,
-        expert_model_parallel_size=megatron.expert_model_parallel_size,
-        expert_tensor_parallel_size=megatron.expert_tensor_parallel_size,
-        sequence_parallel=sequence_parallel,
-    )
+    return ParallelLayout(**{name: megatron[name] for name in PARALLEL_SIZE_NAMES},
+                          sequence_parallel=sequence_parallel)

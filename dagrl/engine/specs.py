@@ -4,6 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+PARALLEL_SIZE_NAMES = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                       "virtual_pipeline_model_parallel_size", "context_parallel_size",
+                       "expert_model_parallel_size", "expert_tensor_parallel_size")
+
+
 @dataclass
 class ParallelLayout:
     """Model-parallel sizes of one Megatron model; DP is whatever the world size leaves."""
@@ -14,6 +19,10 @@ class ParallelLayout:
     expert_model_parallel_size: int = 1
     expert_tensor_parallel_size: int | None = None
     sequence_parallel: bool = False
+
+    def sizes(self) -> dict[str, int | None]:
+        """The parallel sizes under Megatron's own keyword names (initialize_model_parallel, TransformerConfig)."""
+        return {name: getattr(self, name) for name in PARALLEL_SIZE_NAMES}
 
     @property
     def model_parallel_size(self) -> int:

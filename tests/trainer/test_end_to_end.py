@@ -59,7 +59,9 @@ def run_args(tiny_model, tiny_data):
             "actor_rollout_ref.actor.use_kl_loss": True, "algorithm.use_kl_in_reward": True,
             "actor_rollout_ref.actor.ppo_epochs": 2, "actor_rollout_ref.actor.shuffle": True,
             "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": 0.5,
-            "actor_rollout_ref.actor.optim.lr_decay_style": "cosine", **extra})
+            "actor_rollout_ref.actor.optim.lr_decay_style": "cosine",
+            "actor_rollout_ref.model.trainable_top_layers": 1, "actor_rollout_ref.actor.megatron.param_dtype": "bf16",
+            **extra})
     return make
 
 

@@ -49,6 +49,10 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
 
 
+def _has_frozen_params(engine: "MegatronActorEngine") -> bool:
+    return any(not param.requires_grad for module in engine.modules for param in module.parameters())
+
+
 def _sharded_state_dict(engine: "MegatronActorEngine", is_loading: bool) -> dict[str, Any]:
     from megatron.core import parallel_state as ps
     from megatron.core.dist_checkpointing.mapping import ShardedObject
@@ -59,12 +63,20 @@ def _sharded_state_dict(engine: "MegatronActorEngine", is_loading: bool) -> dict
     for index, module in enumerate(engine.modules):
         model_state[f"model{index}"] = module.sharded_state_dict(metadata=dict(metadata))
     state.update(model_state)
-    if engine.optimizer is not None:
-        # The nested per-chunk dict, not a merge: virtual chunks share local key names.
-        state["optimizer"] = engine.optimizer.sharded_state_dict(model_state, is_loading=is_loading,
-                                                                 metadata=dict(metadata))
-        state["scheduler"] = engine.scheduler.state_dict()
     pp, tp = ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()
+    if engine.optimizer is not None:
+        if _has_frozen_params(engine):
+            # Optimizer state covers only the trainable layers of the stacked decoder tensors, which
+            # dist_checkpointing cannot store as sharded tensors: keep it whole per (PP, TP) rank.
+            state["optimizer_partial"] = ShardedObject(
+                "optimizer_partial", None if is_loading else engine.optimizer.state_dict(), (pp, tp),
+                (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
+                replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
+        else:
+            # The nested per-chunk dict, not a merge: virtual chunks share local key names.
+            state["optimizer"] = engine.optimizer.sharded_state_dict(model_state, is_loading=is_loading,
+                                                                     metadata=dict(metadata))
+        state["scheduler"] = engine.scheduler.state_dict()
     state["rng"] = ShardedObject(
         "rng_state", None if is_loading else _rng_state(), (pp, tp),
         (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
@@ -90,6 +102,9 @@ def load(engine: "MegatronActorEngine", path: str) -> None:
     saved_layout = dist_checkpointing.load_common_state_dict(path)["layout"]
     same_layout = list(saved_layout) == _layout_key()
     state = _sharded_state_dict(engine, is_loading=True)
+    if not same_layout and "optimizer_partial" in state:
+        raise ValueError(f"checkpoint {path} was saved at layout {saved_layout} with frozen layers "
+                         f"(trainable_top_layers); it loads only at that layout, not {_layout_key()}")
     if not same_layout:
         state.pop("rng")
         logger.info("checkpoint layout %s differs from %s: RNG states are not restored", saved_layout,
@@ -98,7 +113,8 @@ def load(engine: "MegatronActorEngine", path: str) -> None:
     for index, module in enumerate(engine.modules):
         module.load_state_dict(loaded[f"model{index}"], strict=True)
     if engine.optimizer is not None:
-        engine.optimizer.load_state_dict(loaded["optimizer"])
+        engine.optimizer.load_state_dict(loaded["optimizer"] if "optimizer" in loaded
+                                         else loaded["optimizer_partial"])
         compat.unshare_adam_steps(engine.optimizer)
         engine.scheduler.load_state_dict(loaded["scheduler"])
         engine.track_optimizer_state()

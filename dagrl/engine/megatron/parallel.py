@@ -70,14 +70,7 @@ def init_model_parallel(layout: ParallelLayout, seed: int) -> None:
             raise ValueError(f"Megatron parallel state already initialised with (tp, pp, vpp, cp, ep)={current}; "
                              f"this engine asks for {wanted}: every Megatron engine of one process must share it")
     else:
-        parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=layout.tensor_model_parallel_size,
-            pipeline_model_parallel_size=layout.pipeline_model_parallel_size,
-            virtual_pipeline_model_parallel_size=layout.virtual_pipeline_model_parallel_size,
-            context_parallel_size=layout.context_parallel_size,
-            expert_model_parallel_size=layout.expert_model_parallel_size,
-            expert_tensor_parallel_size=layout.expert_tensor_parallel_size,
-        )
+        parallel_state.initialize_model_parallel(**layout.sizes())
     seed_everything(seed)
 
 
