@@ -4,8 +4,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 # ChatML, the template family of SmolLM2 and Qwen: enough structure to test templating and generation prompts.
 CHAT_TEMPLATE = (
@@ -58,6 +56,9 @@ def make_row(index: int, question: str, answer: str, data_source: str = "dagrl/a
 
 
 def write_parquet(path: str, rows: list[dict[str, Any]]) -> str:
+    import pyarrow as pa  # imported here: the GPU image runs tests/gpu without pyarrow
+    import pyarrow.parquet as pq
+
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path

@@ -86,3 +86,8 @@ def unshare_adam_steps(optimizer: Any) -> None:
         for state in torch_optimizer.state.values():
             if torch.is_tensor(state.get("step")):
                 state["step"] = state["step"].detach().clone()
+
+
+def transformer_engine_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("transformer_engine") is not None

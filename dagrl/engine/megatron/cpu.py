@@ -213,6 +213,10 @@ def _patch_distributed_optimizer_load() -> None:
     distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states = set_states
 
 
+def is_installed() -> bool:
+    return _installed
+
+
 def install_cpu_shim() -> bool:
     """Install the shim when CUDA is absent; idempotent. Returns whether the shim is active."""
     global _installed, _TORCH_PROXY

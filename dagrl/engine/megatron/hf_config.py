@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from dagrl.engine.base import ParallelLayout
+from dagrl.engine.megatron import compat
 from dagrl.engine.megatron.preflight import num_experts, unsupported_features
 
 logger = logging.getLogger(__name__)
@@ -92,8 +93,9 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
             moe_token_dispatcher_type="alltoall" if on_gpu else "allgather",
             moe_grouped_gemm=on_gpu,
         )
+    if not on_gpu or not compat.transformer_engine_available():
+        kwargs.update(_CPU_FUSIONS_OFF)  # the fused kernels come from Apex/TE
     if not on_gpu:
-        kwargs.update(_CPU_FUSIONS_OFF)
         # gloo matches concurrent sends between the same two ranks by posting order: batched p2p lets a 1F1B
         # step swap an activation and a gradient of equal shape (wrong numbers, no error) under VPP.
         kwargs.update(batch_p2p_comm=False)
@@ -114,10 +116,13 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
 
 
 def layer_spec(config: Any, on_gpu: bool) -> Any:
-    """Transformer Engine spec on GPU (fused norms: see weights.py's TE hook), the local spec on CPU."""
+    """Transformer Engine spec on GPU (fused norms: see weights.py's TE hook), the local spec on CPU and on a
+    GPU without TransformerEngine (no sequence parallel, context parallel or fused kernels there)."""
     from megatron.core.models.gpt import gpt_layer_specs
 
-    if on_gpu:
+    if on_gpu and not compat.transformer_engine_available():
+        logger.warning("TransformerEngine is not installed: the GPU model uses Megatron's local layer spec")
+    elif on_gpu:
         return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(
             num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
             qk_layernorm=config.qk_layernorm)
