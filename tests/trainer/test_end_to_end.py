@@ -68,7 +68,12 @@ def run_args(tiny_model, tiny_data):
 def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_args, tmp_path):
     reads = tmp_path / "reads.json"
     straight = tmp_path / "straight"
-    train(run_args(straight), env={"DAGRL_RECORD_CONFIG_READS": str(reads)})
+    train(run_args(straight, **{"trainer.validation_data_dir": str(tmp_path / "generations")}),
+          env={"DAGRL_RECORD_CONFIG_READS": str(reads)})
+    dumped = sorted(p.name for p in (tmp_path / "generations").iterdir())
+    assert dumped == ["0.jsonl", "2.jsonl", "4.jsonl"]  # before training, then every test_freq steps
+    rows = [json.loads(line) for line in (tmp_path / "generations" / "4.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {"data_source", "index", "score", "response"} <= set(rows[0])
 
     resumed = tmp_path / "resumed"
     train(run_args(resumed), env={"DAGRL_FAULT": "actor_update:4"}, expect_kill=True)  # dies inside step 4
@@ -79,8 +84,7 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert sorted(expected) == [0, 1, 2, 3, 4]
     assert actual == expected  # bit-identical metrics, losses and grad norms included
     assert expected[4]["actor/grad_norm"] > 0 and "actor/kl_loss" in expected[4]
-    for name in ("data.pt",):
-        assert (straight / "global_step_4" / name).read_bytes() == (resumed / "global_step_4" / name).read_bytes()
+    assert (straight / "global_step_4" / "data.pt").read_bytes() == (resumed / "global_step_4" / "data.pt").read_bytes()
 
     # a relaunch of a finished run says so and exits 0 without touching the checkpoints
     before = sorted((p.name, p.stat().st_mtime_ns) for p in straight.rglob("*"))
@@ -93,3 +97,31 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     unread = sorted(k for k in all_keys - GPU_ONLY_KEYS if k not in read and not any(
         r.startswith(k + ".") for r in read))
     assert not unread, f"config keys nothing reads: {unread}"
+
+
+def test_two_processes_under_torchrun(run_args, tmp_path):
+    """DP=2 on CPU: each rank samples its own prompts; metrics and validation cover both ranks."""
+    out = tmp_path / "dp2"
+    args = run_args(out, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2,
+                            "trainer.save_freq": 2, "trainer.test_freq": 2})
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                 "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args],
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        try:
+            code = proc.wait(timeout=600)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        err.seek(0)
+        assert code == 0, err.read()[-3000:]
+    records = metrics_by_step(out)
+    assert sorted(records) == [0, 1, 2] and records[2]["actor/grad_norm"] > 0
+    assert (out / "global_step_2" / "dagrl_checkpoint.json").is_file()
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
