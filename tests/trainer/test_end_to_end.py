@@ -22,19 +22,23 @@ REWARD = Path(__file__).with_name("reward_by_length.py")
 GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization"}
 
 
-def train(overrides: list[str], env: dict | None = None, expect_kill: bool = False) -> str:
-    """Run the CLI in its own session; returns stderr. Helpers it spawned (dist-checkpointing's manager) are
-    killed with the session, as a preemption would, and never hold our pipes open."""
+def run_in_session(command: list[str], env: dict | None = None) -> tuple[int, str]:
+    """Run `command` in its own session; returns (exit code, stderr). Helpers it spawned (dist-checkpointing's
+    manager) are killed with the session, as a preemption would, and never hold our pipes open."""
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "dagrl.main_dag", *overrides], stdout=subprocess.DEVNULL,
-                                stderr=err, env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})},
+                                start_new_session=True)
         try:
             code = proc.wait(timeout=600)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
         err.seek(0)
-        stderr = err.read()
+        return code, err.read()
+
+
+def train(overrides: list[str], env: dict | None = None, expect_kill: bool = False) -> str:
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *overrides], env)
     assert code == (-9 if expect_kill else 0), stderr[-3000:]
     return stderr
 
@@ -104,17 +108,9 @@ def test_two_processes_under_torchrun(run_args, tmp_path):
     out = tmp_path / "dp2"
     args = run_args(out, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2,
                             "trainer.save_freq": 2, "trainer.test_freq": 2})
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                 "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args],
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        try:
-            code = proc.wait(timeout=600)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        err.seek(0)
-        assert code == 0, err.read()[-3000:]
+    code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                   "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args])
+    assert code == 0, stderr[-3000:]
     records = metrics_by_step(out)
     assert sorted(records) == [0, 1, 2] and records[2]["actor/grad_norm"] > 0
     assert (out / "global_step_2" / "dagrl_checkpoint.json").is_file()
