@@ -125,7 +125,7 @@ def _check_choices(cfg: Cfg) -> None:
         _require(name in LOGGERS, "trainer.logger", f"trainer.logger has {name!r}; valid: {', '.join(LOGGERS)}")
 
 
-def _check_batches(cfg: Cfg, world_size: int, rollout_dp: int, actor_dp: int) -> None:
+def _check_batches(cfg: Cfg, rollout_dp: int, actor_dp: int) -> None:
     n = _positive_int(cfg, "actor_rollout_ref.rollout.n")
     train = _positive_int(cfg, "data.train_batch_size")
     mini = _positive_int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
@@ -225,7 +225,7 @@ def preflight(cfg: Cfg) -> RunShape:
     _require(rollout_dp == actor_dp, "actor_rollout_ref.rollout.tensor_model_parallel_size",
              f"rollout DP ({rollout_dp}) differs from actor DP ({actor_dp}); moving batches between the two layouts "
              f"is not available yet: make rollout TP equal to the actor's TP x PP x CP")
-    _check_batches(cfg, world_size, rollout_dp, actor_dp)
+    _check_batches(cfg, rollout_dp, actor_dp)
 
     prompt_length = _alias(cfg, "data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length")
     response_length = _alias(cfg, "data.max_response_length", "actor_rollout_ref.rollout.response_length")

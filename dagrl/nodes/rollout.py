@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import zlib
 
-import torch
-
 from dagrl.data.batch import Batch
 from dagrl.engine.base import SamplingSpec
 from dagrl.nodes.context import StepContext
@@ -53,7 +51,3 @@ def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     ctx.rollout.sleep()
     metrics.update(response_metrics(out, sampling.response_length))
     return out, metrics
-
-
-def token_count(batch: Batch) -> int:
-    return int(torch.as_tensor(batch["attention_mask"]).sum().item())

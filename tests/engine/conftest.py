@@ -2,7 +2,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tiny_models, engine_helpers
 

@@ -1,7 +1,6 @@
 """The Megatron engine on one GPU: no CPU shim, log-probs equal HF, a train step, save -> load -> same step."""
 from __future__ import annotations
 
-import functools
 import sys
 
 import pytest
