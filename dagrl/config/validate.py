@@ -249,6 +249,9 @@ def preflight(cfg: Cfg) -> RunShape:
              f"reward_model.overlong_buffer.len={buffer.len} must be in 1..{response_length - 1} when enabled")
     _require(buffer.penalty_factor >= 0, "reward_model.overlong_buffer.penalty_factor",
              "reward_model.overlong_buffer.penalty_factor must be >= 0")
+    skips = cfg.trainer.max_consecutive_skips
+    _require(isinstance(skips, int) and skips >= 0, "trainer.max_consecutive_skips",
+             f"trainer.max_consecutive_skips={skips!r} must be an integer >= 0 (0 = never stop)")
     _require(cfg.reward_model.timeout_s > 0, "reward_model.timeout_s", "reward_model.timeout_s must be > 0")
 
     train_rows = _check_paths(cfg)

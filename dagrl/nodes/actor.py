@@ -10,6 +10,7 @@ from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import data_parallel_sum
+from dagrl.utils.faults import nan_injected
 
 
 def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
@@ -37,8 +38,8 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
             order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
         for mini_batch in batch.select(order).split(rows_per_mini_batch):
             global_tokens = data_parallel_sum(float(mini_batch["response_mask"].sum()), model_parallel)
-            mini_batch["token_weights"] = token_weights(mini_batch["response_mask"], spec.loss_agg_mode,
-                                                        global_tokens)
+            weights = token_weights(mini_batch["response_mask"], spec.loss_agg_mode, global_tokens)
+            mini_batch["token_weights"] = weights * float("nan") if nan_injected(ctx.step) else weights
             step_metrics = ctx.actor.train_step(mini_batch, loss_fn,
                                                 micro_batch_size=actor_cfg.ppo_micro_batch_size_per_gpu,
                                                 temperature=ctx.cfg.actor_rollout_ref.rollout.temperature)

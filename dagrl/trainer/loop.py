@@ -25,26 +25,13 @@ from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CheckpointManager, check_resume_path
 from dagrl.trainer.tracking import Tracker, dump_generations, tensorboard_dir
 from dagrl.utils import dist
+from dagrl.utils.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
 # verl's timing names for the built-in nodes; other nodes are timed under their own id.
 _TIMING_NAMES = {"rollout": "gen", "score": "reward", "ref_log_prob": "ref", "advantage": "adv",
                  "actor_update": "update_actor", "reward": "kl_in_reward"}
-# Fault-injection hook for the reliability tests: DAGRL_FAULT=<phase>[:<step>] makes the process
-# SIGKILL itself when it reaches that phase (of that step).
-_FAULT = os.environ.get("DAGRL_FAULT", "")
-
-
-def fault_point(phase: str, step: int) -> None:
-    if not _FAULT:
-        return
-    name, _, at_step = _FAULT.partition(":")
-    if name == phase and (not at_step or int(at_step) == step):
-        logger.warning("DAGRL_FAULT: killing this process at %s (step %d)", phase, step)
-        os.kill(os.getpid(), 9)
-
-
 class Timer:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
@@ -82,6 +69,7 @@ class Trainer:
         self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank)
+        self.consecutive_skips = 0
         self.loggers = [trainer.logger] if isinstance(trainer.logger, str) else list(trainer.logger)
         self.tensorboard_dir = tensorboard_dir(trainer.tensorboard_dir, trainer.default_local_dir)
         self.jsonl_path = os.path.join(os.path.expanduser(trainer.default_local_dir), "metrics.jsonl")
@@ -179,11 +167,24 @@ class Trainer:
                     metrics.update(self.validate(step))
                     metrics["timing_s/testing"] = time.perf_counter() - start
                 tracker.log(metrics, step)
+                self.check_skips(metrics, step)
                 if save_freq > 0 and (step % save_freq == 0 or last):
                     self.save(step)
                 tracker.advance()
         finally:
             tracker.close()
+
+    def check_skips(self, metrics: dict[str, float], step: int) -> None:
+        """Stop (before saving) after trainer.max_consecutive_skips steps whose updates were all skipped."""
+        skipped_all = metrics.get("actor/skipped_steps", 0.0) >= 1.0
+        self.consecutive_skips = self.consecutive_skips + 1 if skipped_all else 0
+        limit = self.cfg.trainer.max_consecutive_skips
+        if limit > 0 and self.consecutive_skips >= limit:
+            latest = self.checkpoints.latest()
+            raise RuntimeError(
+                f"{self.consecutive_skips} consecutive steps (up to {step}) had non-finite loss or gradients and "
+                f"were skipped (trainer.max_consecutive_skips={limit}); last good checkpoint: "
+                f"{latest[1] if latest else 'none'} (kept unchanged)")
 
     def train_step(self, step: int) -> dict[str, float]:
         self.ctx.step = step

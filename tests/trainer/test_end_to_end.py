@@ -121,3 +121,16 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_non_finite_steps_are_skipped_then_the_run_stops_keeping_the_last_good_checkpoint(run_args, tmp_path):
+    out = tmp_path / "nan"
+    args = run_args(out, **{"trainer.total_training_steps": 6, "trainer.max_consecutive_skips": 2,
+                            "trainer.test_freq": -1, "trainer.val_before_train": False})
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], {"DAGRL_INJECT_NAN": "2,4,5"})
+    assert code != 0
+    assert "2 consecutive steps (up to 5)" in stderr and "global_step_4" in stderr
+    records = metrics_by_step(out)
+    assert [records[s]["actor/skipped_steps"] for s in (1, 2, 3, 4, 5)] == [0.0, 1.0, 0.0, 1.0, 1.0]
+    assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2", "global_step_4"]
+    assert (out / "latest_checkpointed_iteration.txt").read_text() == "4"

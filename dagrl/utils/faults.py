@@ -1,0 +1,27 @@
+"""Fault injection for the reliability tests, driven by environment variables (no effect when unset).
+
+DAGRL_FAULT=<phase>[:<step>]   SIGKILL this process when it reaches <phase> (a node id, between_shards,
+                               before_marker, before_tracker) of <step> (any step when omitted).
+DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engine must skip and count them).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+
+def fault_point(phase: str, step: int) -> None:
+    spec = os.environ.get("DAGRL_FAULT", "")
+    if not spec:
+        return
+    name, _, at_step = spec.partition(":")
+    if name == phase and (not at_step or int(at_step) == step):
+        logger.warning("DAGRL_FAULT: killing this process at %s (step %d)", phase, step)
+        os.kill(os.getpid(), 9)
+
+
+def nan_injected(step: int) -> bool:
+    steps = os.environ.get("DAGRL_INJECT_NAN", "")
+    return bool(steps) and str(step) in steps.split(",")
