@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from common import convert_and_write, fail, setup_logging
+from common import convert_and_write, schema_row, fail, setup_logging
 
 DATA_SOURCE = "dagrl/arithmetic"
 SYSTEM_PROMPT = "Answer with only the final number."
@@ -24,13 +24,8 @@ def make_row(problem: tuple[int, int], split: str, index: int) -> dict:
     a, b = problem
     question = f"What is {a} + {b}?"
     answer = str(a + b)
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}],
-        "ability": "arithmetic",
-        "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
-    }
+    prompt = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    return schema_row(DATA_SOURCE, prompt, "arithmetic", answer, split, index, answer, question)
 
 
 def split_problems(max_operand: int, train_size: int | None, test_size: int,

@@ -20,6 +20,18 @@ logger = logging.getLogger(__name__)
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
+def schema_row(data_source: str, prompt: list[dict[str, str]], ability: str, ground_truth: str, split: str,
+               index: int, answer: str, question: str) -> dict[str, Any]:
+    """One row in the verl/siiRL schema every dagrl dataset uses."""
+    return {
+        "data_source": data_source,
+        "prompt": prompt,
+        "ability": ability,
+        "reward_model": {"style": "rule", "ground_truth": ground_truth},
+        "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
+    }
+
+
 def fail(message: str) -> NoReturn:
     """One-line error for the user, exit code 2 (bad input), no traceback."""
     sys.stderr.write(f"error: {message}\n")

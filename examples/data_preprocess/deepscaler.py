@@ -7,7 +7,7 @@ Rows need `problem` and `answer`. The dataset has only a train split: a seeded t
 """
 from __future__ import annotations
 
-from common import (base_parser, convert_and_write, hold_out_test, read_hub_source, read_local_source,
+from common import (schema_row, base_parser, convert_and_write, hold_out_test, read_hub_source, read_local_source,
                     require_fields, setup_logging)
 
 DATA_SOURCE = "agentica-org/DeepScaleR-Preview-Dataset"
@@ -16,13 +16,8 @@ INSTRUCTION = "Let's think step by step and output the final answer within \\box
 
 def make_row(raw: dict, split: str, index: int) -> dict:
     problem, answer = raw["problem"], str(raw["answer"])
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{problem} {INSTRUCTION}"}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "answer": answer, "question": problem},
-    }
+    return schema_row(DATA_SOURCE, [{"role": "user", "content": f"{problem} {INSTRUCTION}"}], "math",
+                      answer, split, index, answer, problem)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from common import (base_parser, convert_and_write, fail, hold_out_test, read_hub_source, read_local_source,
+from common import (schema_row, base_parser, convert_and_write, fail, hold_out_test, read_hub_source, read_local_source,
                     require_fields, setup_logging)
 
 DATA_SOURCE = "openai/gsm8k"
@@ -26,13 +26,8 @@ def final_answer(solution: str, where: str) -> str:
 def make_row(raw: dict, split: str, index: int) -> dict:
     question, answer = raw["question"], raw["answer"]
     ground_truth = final_answer(answer, f"{split} row {index} ({question[:60]!r})")
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": ground_truth},
-        "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
-    }
+    return schema_row(DATA_SOURCE, [{"role": "user", "content": f"{question} {INSTRUCTION}"}], "math",
+                      ground_truth, split, index, answer, question)
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ Rows need `problem` and either `answer` or a `solution` with a \\boxed{} final a
 """
 from __future__ import annotations
 
-from common import (base_parser, convert_and_write, extract_last_boxed, fail, hold_out_test, read_hub_source,
+from common import (schema_row, base_parser, convert_and_write, extract_last_boxed, fail, hold_out_test, read_hub_source,
                     read_local_source, require_fields, setup_logging)
 
 DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
@@ -27,13 +27,8 @@ def ground_truth(raw: dict, where: str) -> str:
 def make_row(raw: dict, split: str, index: int) -> dict:
     problem = raw["problem"]
     answer = ground_truth(raw, f"{split} row {index} ({problem[:60]!r})")
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{problem} {INSTRUCTION}"}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "answer": raw.get("solution") or answer, "question": problem},
-    }
+    return schema_row(DATA_SOURCE, [{"role": "user", "content": f"{problem} {INSTRUCTION}"}], "math",
+                      answer, split, index, raw.get("solution") or answer, problem)
 
 
 def main() -> None:
