@@ -13,7 +13,7 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
-from dagrl.config.errors import ConfigError
+from dagrl.config.errors import ConfigError, RunError
 from dagrl.config.load import CONF_DIR, CONFIG_NAME, check_overrides, to_plain
 
 logger = logging.getLogger("dagrl")
@@ -30,9 +30,11 @@ def setup_logging() -> None:
         warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
 
 
-def fail(error: ConfigError) -> None:
+def fail(error: ConfigError | RunError) -> None:
+    """One line on stderr, no traceback (DAGRL_LOG_LEVEL=DEBUG logs it); exit 2 for bad input, 1 for a stopped run."""
+    logger.debug("stopping", exc_info=error)
     print(f"dagrl: error: {error}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(2 if isinstance(error, ConfigError) else 1)
 
 
 def run(cfg_data: dict) -> None:
@@ -51,6 +53,8 @@ def run(cfg_data: dict) -> None:
     init_process_group()
     try:
         Trainer(cfg, shape).fit()
+    except (ConfigError, RunError) as error:  # input found bad only once it is read (a data row), a failing scorer
+        fail(error)
     finally:
         record_config_reads()
 

@@ -1,8 +1,15 @@
-"""Test helpers shared by test packages: a tiny real tokenizer (trained in ~1 s, no hub) and tiny parquet files."""
+"""Test helpers shared by test packages: a tiny real tokenizer (trained in ~1 s, no hub), tiny parquet files, and
+running `python -m dagrl.main_dag` in its own session and reading its metrics."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from typing import Any
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
 
 
 # ChatML, the template family of SmolLM2 and Qwen: enough structure to test templating and generation prompts.
@@ -62,3 +69,38 @@ def write_parquet(path: str, rows: list[dict[str, Any]]) -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
+
+
+@contextlib.contextmanager
+def session_process(command: list[str], env: dict | None = None) -> Iterator[tuple[subprocess.Popen, IO[str]]]:
+    """Start `command` in its own session, stdout discarded and stderr in a temporary file; yields (process, that
+    file). On exit whatever is left of the session is killed, as a preemption would (dist-checkpointing's helper
+    processes included), so nothing holds our pipes open."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})},
+                                start_new_session=True)
+        try:
+            yield proc, err
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run_in_session(command: list[str], env: dict | None = None, timeout: float = 600) -> tuple[int, str]:
+    """Run `command` in its own session (see session_process); returns (exit code, stderr)."""
+    with session_process(command, env) as (proc, err):
+        code = proc.wait(timeout=timeout)
+        err.seek(0)
+        return code, err.read()
+
+
+def metrics_by_step(root: Path) -> dict[int, dict]:
+    """Each step's metrics from <root>/metrics.jsonl without timings, later records winning (a resumed run
+    validates at its start step and logs the steps after its checkpoint again)."""
+    records: dict[int, dict] = {}
+    for line in (root / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        records.setdefault(record["step"], {}).update(
+            {k: v for k, v in record.items() if not k.startswith(("timing_s", "perf/"))})
+    return records

@@ -1,8 +1,17 @@
-"""The PPO/GRPO actor loss as additive per-token contributions.
+"""Policy losses (vanilla PPO, GSPO, CISPO) as additive per-token contributions.
 
 Aggregation is done with per-token weights computed over the whole mini-batch before it is split into
-micro-batches (`token_weights`), so the sum over micro-batches and DP ranks is exactly the global
-aggregate (a true global token mean, not a mean of micro-batch means).
+micro-batches and DP shards (`token_weights`, from the mini-batch's global token and sequence counts), so the
+sum over micro-batches and DP ranks is exactly the global aggregate (a true global token mean or sequence mean,
+never a mean of micro-batch means). Every sequence lies whole in one micro-batch, so per-sequence quantities
+(GSPO's sequence ratio, a sequence's token count) are computed locally.
+
+Per loss_agg_mode, with m the response mask, T the global token count, S the global count of sequences with
+at least one response token, L_i sequence i's token count and L the normalising length:
+  token-mean               w_it = m_it / T
+  seq-mean-token-sum       w_it = m_it / S
+  seq-mean-token-mean      w_it = m_it / (L_i * S)
+  seq-mean-token-sum-norm  w_it = m_it / (L * S)   (Dr. GRPO; L = loss_scale_factor, default the response length)
 """
 from __future__ import annotations
 
@@ -12,9 +21,13 @@ import torch
 
 from dagrl.algo.kl import kl_penalty
 
+LOSS_MODES = ("vanilla", "gspo", "cispo")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
 
 @dataclass(frozen=True)
 class PolicyLossSpec:
+    loss_mode: str = "vanilla"
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     clip_ratio_c: float = 3.0
@@ -23,13 +36,33 @@ class PolicyLossSpec:
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     loss_agg_mode: str = "token-mean"
+    loss_scale_factor: float | None = None  # L of seq-mean-token-sum-norm; None = the padded response length
 
 
-def token_weights(response_mask: torch.Tensor, loss_agg_mode: str, global_tokens: float) -> torch.Tensor:
-    """Per-token weights whose weighted sum over the mini-batch is its aggregate loss."""
+def aggregation_counts(response_mask: torch.Tensor) -> torch.Tensor:
+    """This shard's [response tokens, sequences with at least one response token] (float64), to be summed over
+    the data-parallel ranks before `token_weights`."""
+    lengths = response_mask.sum(dim=-1)
+    return torch.stack([lengths.sum(), (lengths > 0).sum()]).double()
+
+
+def token_weights(response_mask: torch.Tensor, loss_agg_mode: str, global_tokens: float,
+                  global_sequences: float | None = None, loss_scale_factor: float | None = None) -> torch.Tensor:
+    """Per-token weights whose weighted sum over the whole mini-batch (all micro-batches, all DP ranks) is its
+    aggregate loss (see the module doc)."""
+    mask = response_mask.float()
     if loss_agg_mode == "token-mean":
-        return response_mask.float() / max(global_tokens, 1.0)
-    raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}")
+        return mask / max(global_tokens, 1.0)
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid: {', '.join(LOSS_AGG_MODES)}")
+    if global_sequences is None:
+        raise ValueError(f"loss_agg_mode={loss_agg_mode} needs the mini-batch's global sequence count")
+    per_sequence = mask / max(global_sequences, 1.0)
+    if loss_agg_mode == "seq-mean-token-sum":
+        return per_sequence
+    if loss_agg_mode == "seq-mean-token-mean":
+        return per_sequence / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    return per_sequence / float(loss_scale_factor or response_mask.shape[-1])
 
 
 def vanilla_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
@@ -52,15 +85,73 @@ def vanilla_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, adva
     return loss, terms
 
 
+def gspo_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+                     response_mask: torch.Tensor, clip_low: float, clip_high: float
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO (Zheng et al. 2025): PPO clipping on the sequence-level ratio
+    s_i = exp(mean_t(log_prob - old_log_prob)) over the response tokens of sequence i.
+
+    Per token the ratio is sg[s_i] * pi(y_t) / sg[pi(y_t)]: its value is s_i and its gradient is s_i times the
+    token's score function, so with seq-mean-token-mean aggregation (the paper's) a sequence's gradient is s_i
+    times the mean of its tokens' score functions, exactly the gradient of the paper's objective."""
+    mask = response_mask.to(log_prob.dtype)
+    log_ratio = log_prob - old_log_prob
+    sequence_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+    token_log_ratio = log_prob - log_prob.detach() + sequence_log_ratio.detach().unsqueeze(-1)
+    ratio = torch.clamp(token_log_ratio, max=10.0).exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    terms = {
+        "actor/pg_clipfrac": (clipped > unclipped).float(),
+        "actor/pg_clipfrac_lower": torch.zeros_like(log_prob),  # no dual clip in GSPO
+        "actor/ppo_kl": -log_ratio,
+    }
+    return torch.maximum(unclipped, clipped), terms
+
+
+def cispo_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+                      clip_low: float, clip_high: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax-M1): -sg[clip(ratio, 1 - low, 1 + high)] * A * log_prob. The importance weight is clipped
+    and detached, so every token keeps a gradient (no token is dropped by clipping, unlike PPO)."""
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = log_ratio.exp()
+    weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high).detach()
+    terms = {
+        "actor/pg_clipfrac": (weight != ratio.detach()).float(),
+        "actor/pg_clipfrac_lower": torch.zeros_like(log_prob),  # no dual clip in CISPO
+        "actor/ppo_kl": -log_ratio,
+    }
+    return -weight * advantages * log_prob, terms
+
+
+def policy_loss(spec: PolicyLossSpec, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+                advantages: torch.Tensor, response_mask: torch.Tensor
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token loss and indicator terms of `spec.loss_mode`."""
+    if spec.loss_mode == "vanilla":
+        return vanilla_policy_loss(log_prob, old_log_prob, advantages,
+                                   spec.clip_ratio_low, spec.clip_ratio_high, spec.clip_ratio_c)
+    if spec.loss_mode == "gspo":
+        return gspo_policy_loss(log_prob, old_log_prob, advantages, response_mask,
+                                spec.clip_ratio_low, spec.clip_ratio_high)
+    if spec.loss_mode == "cispo":
+        return cispo_policy_loss(log_prob, old_log_prob, advantages, spec.clip_ratio_low, spec.clip_ratio_high)
+    raise ValueError(f"unknown policy loss_mode {spec.loss_mode!r}; valid: {', '.join(LOSS_MODES)}")
+
+
 def actor_loss(micro_batch, log_prob: torch.Tensor, entropy: torch.Tensor | None,
                spec: PolicyLossSpec) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The engine's loss_fn: sum of weighted per-token terms of one micro-batch (see module doc)."""
+    """The engine's loss_fn: sum of weighted per-token terms of one micro-batch (see module doc).
+
+    `token_weights` aggregate the loss terms (pg, entropy, KL) by loss_agg_mode, as verl does; the indicator
+    metrics (clip fractions, ppo_kl) are global token means in every mode, through `token_mean_weights` when the
+    batch has them."""
     weights = micro_batch["token_weights"]
+    metric_weights = micro_batch.get("token_mean_weights", weights)
     advantages = micro_batch["advantages"]
     old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch else log_prob.detach()
-    pg, terms = vanilla_policy_loss(log_prob, old_log_prob, advantages,
-                                    spec.clip_ratio_low, spec.clip_ratio_high, spec.clip_ratio_c)
-    metrics = {name: (value.detach() * weights).sum() for name, value in terms.items()}
+    pg, terms = policy_loss(spec, log_prob, old_log_prob, advantages, micro_batch["response_mask"])
+    metrics = {name: (value.detach() * metric_weights).sum() for name, value in terms.items()}
     pg_loss = (pg * weights).sum()
     loss = pg_loss
     metrics["actor/pg_loss"] = pg_loss.detach()

@@ -8,3 +8,8 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class RunError(RuntimeError):
+    """A run stopped on purpose, for a reason the user can fix (a reward function failing with
+    reward_model.on_error=raise, ...): the CLI prints its one-line message, without a traceback, and exits with 1."""

@@ -22,6 +22,7 @@ CONFIG_NAME = "dagrl"
 FREEFORM_MAPS = (
     "actor_rollout_ref.actor.megatron.override_transformer_config",
     "custom_reward_function.reward_kwargs",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm",
 )
 
 

@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dagrl.config.errors import ConfigError
+
 if TYPE_CHECKING:
     from dagrl.data.batch import Batch
 
@@ -162,8 +164,8 @@ class PromptDataset:
         attention_mask = torch.zeros((len(records), width), dtype=torch.long)
         for i, (ids, position) in enumerate(zip(token_ids, positions)):
             if len(ids) > width:
-                if self.truncation == "error":
-                    raise ValueError(self._overlong_message(int(position), len(ids)))
+                if self.truncation == "error":  # found when the row is first used: the CLI's one line, exit 2
+                    raise ConfigError("data.max_prompt_length", self._overlong_message(int(position), len(ids)))
                 ids = _truncate(ids, width, self.truncation)
             if ids:
                 input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from typing import Iterator
 
 import numpy as np
 
-from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights
+from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, token_weights
+from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
-from dagrl.utils.dist import data_parallel_sum
+from dagrl.utils.dist import data_parallel_sums
 from dagrl.utils.faults import nan_injected
 
 
@@ -17,33 +19,55 @@ def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
     actor = ctx.cfg.actor_rollout_ref.actor
     clip = actor.clip_ratio
     return PolicyLossSpec(
+        loss_mode=actor.policy_loss.loss_mode,
         clip_ratio_low=clip if actor.clip_ratio_low is None else actor.clip_ratio_low,
         clip_ratio_high=clip if actor.clip_ratio_high is None else actor.clip_ratio_high,
         clip_ratio_c=actor.clip_ratio_c, entropy_coeff=actor.entropy_coeff,
         use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
-        loss_agg_mode=actor.loss_agg_mode)
+        loss_agg_mode=actor.loss_agg_mode,
+        loss_scale_factor=actor.loss_scale_factor or ctx.shape.response_length)
+
+
+def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg_mode: str,
+                          loss_scale_factor: float | None) -> Iterator[Batch]:
+    """`section.ppo_epochs` passes over this rank's rows in mini-batches of `section.ppo_mini_batch_size` prompts
+    (actor or critic section; reshuffled each pass when `section.shuffle`). Each mini-batch gets `token_weights`
+    for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for metrics), both
+    from token and sequence counts summed over the DP ranks."""
+    rows_per_mini_batch = section.ppo_mini_batch_size * ctx.cfg.actor_rollout_ref.rollout.n // ctx.shape.actor_dp
+    model_parallel = ctx.shape.world_size // ctx.shape.actor_dp
+    for epoch in range(section.ppo_epochs):
+        order = np.arange(len(batch))
+        if section.shuffle:
+            order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
+        for mini_batch in batch.select(order).split(rows_per_mini_batch):
+            mask = mini_batch["response_mask"]
+            tokens, sequences = data_parallel_sums(aggregation_counts(mask), model_parallel).tolist()
+            mini_batch["token_weights"] = token_weights(mask, loss_agg_mode, tokens, sequences, loss_scale_factor)
+            mini_batch["token_mean_weights"] = token_weights(mask, "token-mean", tokens)  # clip fractions, ppo_kl
+            yield mini_batch
+
+
+def mean_over_mini_batches(steps: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the optimizer steps of one update."""
+    per_key: dict[str, list[float]] = defaultdict(list)
+    for metrics in steps:
+        for key, value in metrics.items():
+            per_key[key].append(value)
+    return {key: float(np.mean(values)) for key, values in per_key.items()}
 
 
 def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    if ctx.step <= ctx.cfg.trainer.critic_warmup:  # only the critic learns during its warmup (pre-flight: PPO only)
+        return batch, {}
     actor_cfg = ctx.cfg.actor_rollout_ref.actor
-    n = ctx.cfg.actor_rollout_ref.rollout.n
-    rows_per_mini_batch = actor_cfg.ppo_mini_batch_size * n // ctx.shape.actor_dp
     spec = policy_loss_spec(ctx)
     loss_fn = functools.partial(actor_loss, spec=spec)
-    model_parallel = ctx.shape.world_size // ctx.shape.actor_dp
-    per_mini_batch: dict[str, list[float]] = defaultdict(list)
-    for epoch in range(actor_cfg.ppo_epochs):
-        order = np.arange(len(batch))
-        if actor_cfg.shuffle:
-            order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
-        for mini_batch in batch.select(order).split(rows_per_mini_batch):
-            global_tokens = data_parallel_sum(float(mini_batch["response_mask"].sum()), model_parallel)
-            weights = token_weights(mini_batch["response_mask"], spec.loss_agg_mode, global_tokens)
-            mini_batch["token_weights"] = weights * float("nan") if nan_injected(ctx.step) else weights
-            step_metrics = ctx.actor.train_step(mini_batch, loss_fn,
-                                                micro_batch_size=actor_cfg.ppo_micro_batch_size_per_gpu,
-                                                temperature=ctx.cfg.actor_rollout_ref.rollout.temperature)
-            for key, value in step_metrics.items():
-                per_mini_batch[key].append(value)
+    steps = []
+    for mini_batch in weighted_mini_batches(ctx, batch, actor_cfg, spec.loss_agg_mode, spec.loss_scale_factor):
+        if nan_injected(ctx.step):
+            mini_batch["token_weights"] = mini_batch["token_weights"] * float("nan")
+        steps.append(ctx.actor.train_step(mini_batch, loss_fn, micro_batch_size=actor_cfg.ppo_micro_batch_size_per_gpu,
+                                          temperature=ctx.cfg.actor_rollout_ref.rollout.temperature))
     ctx.versions.actor += 1
-    return batch, {key: float(np.mean(values)) for key, values in per_mini_batch.items()}
+    return batch, mean_over_mini_batches(steps)

@@ -1,20 +1,69 @@
-"""Advantage node: algorithm.adv_estimator over token-level rewards."""
+"""Advantage node: algorithm.adv_estimator over token-level rewards (and the critic's `values` for gae)."""
 from __future__ import annotations
 
-from dagrl.algo.advantage import ESTIMATORS
+import functools
+
+import torch
+
+from dagrl.algo import advantage as estimators
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
+from dagrl.utils.dist import data_parallel_sums, global_max
 
 
 def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     algorithm = ctx.cfg.algorithm
-    estimator = ESTIMATORS[algorithm.adv_estimator]
-    advantages, returns = estimator(batch["token_level_rewards"], batch["response_mask"], batch["uid"],
-                                    norm_by_std=algorithm.norm_adv_by_std_in_grpo)
+    name = algorithm.adv_estimator
+    rewards, mask = batch["token_level_rewards"], batch["response_mask"]
+    # statistics over the global batch: every model-parallel rank of a DP shard holds the same rows
+    reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.world_size // ctx.shape.actor_dp)
+    if name == "grpo":
+        advantages, returns = estimators.grpo_advantage(rewards, mask, batch["uid"],
+                                                        norm_by_std=algorithm.norm_adv_by_std_in_grpo)
+    elif name == "rloo":
+        advantages, returns = estimators.rloo_advantage(rewards, mask, batch["uid"])
+    elif name == "reinforce_plus_plus":
+        advantages, returns = estimators.reinforce_plus_plus_advantage(rewards, mask, algorithm.gamma, reduce_sum)
+    elif name == "reinforce_plus_plus_baseline":
+        advantages, returns = estimators.reinforce_plus_plus_baseline_advantage(rewards, mask, batch["uid"],
+                                                                                reduce_sum)
+    elif name == "gae":
+        advantages, returns = estimators.gae_advantage(rewards, batch["values"], mask, algorithm.gamma,
+                                                       algorithm.lam, reduce_sum)
+    else:  # pre-flight rejects unknown names; this guards custom graphs that bypass it
+        raise ValueError(f"algorithm.adv_estimator={name!r} is not one of: {', '.join(estimators.ESTIMATOR_NAMES)}")
     batch["advantages"], batch["returns"] = advantages, returns
-    valid = advantages[batch["response_mask"].bool()]
-    return batch, {
-        "critic/advantages/mean": valid.mean().item() if valid.numel() else 0.0,
-        "critic/advantages/max": valid.max().item() if valid.numel() else 0.0,
-        "critic/advantages/min": valid.min().item() if valid.numel() else 0.0,
-    }
+    metrics = {**masked_stats("critic/advantages", advantages, mask, reduce_sum),
+               **masked_stats("critic/returns", returns, mask, reduce_sum)}
+    if name == "gae":
+        metrics.update(masked_stats("critic/values", batch["values"], mask, reduce_sum))
+        metrics["critic/vf_explained_var"] = explained_variance(returns, batch["values"], mask, reduce_sum)
+    return batch, metrics
+
+
+def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor,
+                 reduce_sum: estimators.ReduceSum) -> dict[str, float]:
+    """<prefix>/mean, /max, /min over the response tokens of the global batch (0 when it has none)."""
+    valid = values[mask.bool()].double()
+    count, total = reduce_sum(torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64),
+                                           valid.sum()])).tolist()
+    local = torch.stack([valid.max(), -valid.min()]) if valid.numel() else torch.full((2,), float("-inf"))
+    high, neg_low = global_max(local).tolist()
+    if count == 0:
+        return {f"{prefix}/mean": 0.0, f"{prefix}/max": 0.0, f"{prefix}/min": 0.0}
+    return {f"{prefix}/mean": total / count, f"{prefix}/max": high, f"{prefix}/min": -neg_low}
+
+
+def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                       reduce_sum: estimators.ReduceSum) -> float:
+    """1 - Var(returns - values) / Var(returns) over the response tokens of the global batch (verl's metric)."""
+    mask = mask.double()
+    residual = (returns - values).double()
+    count, s_ret, s_ret2, s_res, s_res2 = reduce_sum(torch.stack([
+        mask.sum(), (returns.double() * mask).sum(), (returns.double() ** 2 * mask).sum(),
+        (residual * mask).sum(), (residual ** 2 * mask).sum()])).tolist()
+    if count == 0:
+        return 0.0
+    var_returns = s_ret2 / count - (s_ret / count) ** 2
+    var_residual = s_res2 / count - (s_res / count) ** 2
+    return 1.0 - var_residual / (var_returns + 1e-8)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
@@ -26,6 +26,10 @@ class StepContext:
     tokenizer: Any
     kl_ctrl: Any                # KLController for KL-in-reward
     versions: WeightVersions
+    critic: Any | None = None   # the critic engine (MegatronCriticEngine) when the graph has critic nodes
     rank: int = 0
     step: int = 0
     node_config: dict[str, Any] = field(default_factory=dict)
+    # (step, round) -> this rank's rollout shard of the next global prompt batch from the seeded, checkpointed
+    # sampler; nodes that need more prompts in a step (dynamic sampling) call it with round 1, 2, ...
+    draw_prompts: Callable[[int, int], Any] | None = None

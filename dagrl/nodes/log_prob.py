@@ -1,15 +1,34 @@
 """Log-prob nodes: the actor's log-probs before the update (old) and the frozen reference's."""
 from __future__ import annotations
 
+import torch
+
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
 
 
 def on_policy_single_update(ctx: StepContext) -> bool:
-    """One optimizer step per batch: old log-probs equal the update's own (detached) log-probs, so skip them."""
+    """One optimizer step per batch: old log-probs equal the update's own (detached) log-probs, so skip them.
+
+    Not when the rollout returned its own log-probs: comparing them with the actor's is the point of asking."""
     actor = ctx.cfg.actor_rollout_ref.actor
     return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == ctx.cfg.data.train_batch_size
-            and not ctx.cfg.algorithm.use_kl_in_reward)
+            and not ctx.cfg.algorithm.use_kl_in_reward and not ctx.cfg.actor_rollout_ref.rollout.calculate_log_probs)
+
+
+def rollout_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor,
+                     response_mask: torch.Tensor) -> dict[str, float]:
+    """How far the rollout engine's token log-probs are from the actor's on the same tokens (this rank's rows).
+
+    verl's training/rollout_probs_diff_* compare probabilities; the log-prob gap is the sharper signal."""
+    mask = response_mask.bool()
+    if not mask.any():
+        return {}
+    old, rollout = old_log_probs[mask].float(), rollout_log_probs[mask].float()
+    probs_diff = (old.exp() - rollout.exp()).abs()
+    return {"training/rollout_log_probs_diff_mean": (old - rollout).abs().mean().item(),
+            "training/rollout_probs_diff_mean": probs_diff.mean().item(),
+            "training/rollout_probs_diff_max": probs_diff.max().item()}
 
 
 def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -20,7 +39,10 @@ def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
                                                     temperature=rollout.temperature, with_entropy=True)
     batch["old_log_probs"] = log_probs
     mask = batch["response_mask"].float()
-    return batch, {"actor/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()}
+    metrics = {"actor/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()}
+    if "rollout_log_probs" in batch:
+        metrics.update(rollout_mismatch(log_probs, batch["rollout_log_probs"], batch["response_mask"]))
+    return batch, metrics
 
 
 def ref_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:

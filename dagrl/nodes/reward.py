@@ -7,8 +7,10 @@ from dagrl.nodes.context import StepContext
 
 
 def score(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
-    scores, metrics = ctx.reward_fn(batch, ctx.tokenizer)
+    scores, metrics, rows = ctx.reward_fn.score_batch(batch, ctx.tokenizer)
     batch["token_level_scores"] = scores
+    for key, values in rows.items():  # per-response `score` and `acc` (what dynamic sampling may filter on)
+        batch[key] = values.to(scores.device)
     sequence_scores = scores.sum(-1)
     metrics.update({
         "critic/score/mean": sequence_scores.mean().item(),

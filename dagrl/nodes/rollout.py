@@ -1,7 +1,9 @@
 """Rollout node: sync fresh actor weights into the rollout engine, then sample n responses per prompt."""
 from __future__ import annotations
 
+import contextlib
 import zlib
+from typing import Iterator
 
 from dagrl.data.batch import Batch
 from dagrl.engine.base import SamplingSpec
@@ -9,13 +11,39 @@ from dagrl.nodes.context import StepContext
 
 
 def sync_weights(ctx: StepContext) -> dict[str, float]:
-    """Stream the actor's HF-named weights into the rollout when it holds an older version."""
-    if ctx.versions.rollout == ctx.versions.actor:
+    """Stream the actor's HF-named weights into the rollout when it holds an older version (or none)."""
+    if ctx.versions.rollout == ctx.versions.actor and not ctx.rollout.needs_weights:
         return {}
     bucket_bytes = int(ctx.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
     metrics = ctx.rollout.load_weights(ctx.actor.export_weights(bucket_bytes))
     ctx.versions.rollout = ctx.versions.actor
     return metrics
+
+
+@contextlib.contextmanager
+def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
+    """Memory choreography around one rollout on a GPU shared with the actor.
+
+    Optimizer state and grads leave the device first (training does not need them until the update), the
+    rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
+    reference's) parameters leave too, and only then does the rollout take its KV cache. After generating, the
+    rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics.
+    """
+    colocated = ctx.rollout.colocated
+    if colocated:
+        ctx.actor.offload_grads()
+        ctx.actor.offload_optimizer()
+    ctx.rollout.wake_weights()
+    metrics = sync_weights(ctx)
+    if colocated:
+        ctx.actor.offload_params()
+        if ctx.reference is not None:
+            ctx.reference.offload_params()
+    ctx.rollout.wake_cache()
+    try:
+        yield metrics
+    finally:
+        ctx.rollout.sleep()
 
 
 def sampling_seed(base_seed: int, step: int, rank: int, purpose: str) -> int:
@@ -43,11 +71,9 @@ def response_metrics(batch: Batch, response_length: int) -> dict[str, float]:
 
 
 def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
-    metrics = sync_weights(ctx)
     sampling = train_sampling(ctx)
     seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, ctx.rank, "train")
-    ctx.rollout.wake()
-    out = ctx.rollout.generate(batch, sampling, seed=seed)
-    ctx.rollout.sleep()
+    with rollout_session(ctx) as metrics:
+        out = ctx.rollout.generate(batch, sampling, seed=seed)
     metrics.update(response_metrics(out, sampling.response_length))
     return out, metrics

@@ -3,7 +3,7 @@ last valid response token (`token_level_scores`).
 
 Failures are never silent. A scorer that raises, returns something that is not a number, or runs past
 `timeout_s` is counted in `reward/errors` (timeouts also in `reward/timeouts`); then either the sample scores 0
-and one warning names the first failure (`on_error="zero"`), or the run stops with a RuntimeError naming the
+and one warning names the first failure (`on_error="zero"`), or the run stops with a RunError naming the
 sample (`on_error="raise"`).
 
 Timeouts. In the main thread a per-sample real-time timer (`signal.setitimer` + SIGALRM) interrupts the scorer:
@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import torch
 
+from dagrl.config.errors import RunError
 from dagrl.data.batch import Batch
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,14 @@ class RewardManager:
 
     # ---- scoring ---------------------------------------------------------------------------------
     def __call__(self, batch: Batch, tokenizer: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        token_level_scores, metrics, _ = self.score_batch(batch, tokenizer)
+        return token_level_scores, metrics
+
+    def score_batch(self, batch: Batch, tokenizer: Any
+                    ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor]]:
+        """`__call__`'s result plus per-response values [B] (verl's reward_extra_info): `score`, the scorer's score
+        before overlong shaping, and `acc`, the scorer's `acc` when it returns a dict with one, else its score
+        (the built-in rule scorers score 1 for a correct answer). Failed samples have 0 for both."""
         responses, response_mask = batch["responses"], batch["response_mask"]
         size, width = responses.shape
         valid = response_mask.bool().cpu()
@@ -157,6 +166,7 @@ class RewardManager:
         extra_infos = batch.get("extra_info")
 
         scores = torch.zeros(size, dtype=torch.float32)
+        acc = torch.full((size,), float("nan"))
         extra_values: dict[str, list[float]] = defaultdict(list)
         failures: list[tuple[int, BaseException]] = []
         timeouts = 0
@@ -170,10 +180,12 @@ class RewardManager:
                     result = timer.call(partial(self.compute_score, data_source, texts[i], ground_truth, extra_info,
                                                 **self.reward_kwargs), self.timeout_s)
                     scores[i] = self._score_of(result, extra_values)
+                    if isinstance(result, dict) and isinstance(result.get("acc"), numbers.Real):
+                        acc[i] = float(result["acc"])
                 except (Exception, ScorerTimeout) as error:
                     timeouts += isinstance(error, ScorerTimeout)
                     if self.on_error == "raise":
-                        raise RuntimeError(self._failure_message(i, data_source, error)) from error
+                        raise RunError(self._failure_message(i, data_source, error) + self._fix(error)) from error
                     failures.append((i, error))
         metrics: dict[str, float] = {"reward/errors": float(len(failures)), "reward/timeouts": float(timeouts)}
         if failures:
@@ -183,6 +195,7 @@ class RewardManager:
                            self._failure_message(index, batch["data_source"][index], error))
         for key, values in extra_values.items():
             metrics[f"reward/{key}/mean"] = float(sum(values) / len(values))
+        rows = {"score": scores.clone(), "acc": torch.where(acc.isnan(), scores, acc)}
         if self.overlong_buffer is not None:
             penalties = self._overlong_penalties(lengths, width)
             scores += penalties
@@ -195,7 +208,7 @@ class RewardManager:
         positions = torch.arange(width).expand(size, width)
         last_valid = torch.where(valid, positions, torch.zeros_like(positions)).max(dim=-1).values
         token_level_scores[torch.arange(size), last_valid] = scores
-        return token_level_scores.to(responses.device), metrics
+        return token_level_scores.to(responses.device), metrics, rows
 
     def _score_of(self, result: Any, extra_values: dict[str, list[float]]) -> float:
         """The float score of one scorer result; numeric extra keys of a dict result become metrics."""
@@ -213,6 +226,13 @@ class RewardManager:
         if not math.isfinite(score):
             raise ValueError(f"reward function returned a non-finite score {score}")
         return score
+
+    @staticmethod
+    def _fix(error: BaseException) -> str:
+        """What the user can do about a failure that stops the run (reward_model.on_error=raise)."""
+        first = "raise reward_model.timeout_s or speed up the scorer" if isinstance(error, ScorerTimeout) else \
+            "fix the scorer (custom_reward_function.path/name, or the built-in one for this data_source)"
+        return f"; {first}, or set reward_model.on_error=zero to score such responses 0 and count them"
 
     def _failure_message(self, index: int, data_source: str, error: BaseException) -> str:
         if isinstance(error, ScorerTimeout):

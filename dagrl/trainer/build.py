@@ -4,6 +4,7 @@ All reading of engine-related config keys happens here, so engines receive expli
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -28,19 +29,28 @@ def load_tokenizer(model_path: str):
     return AutoTokenizer.from_pretrained(os.path.expanduser(model_path))
 
 
-def optimizer_steps(cfg: Cfg, total_training_steps: int) -> int:
-    actor = cfg.actor_rollout_ref.actor
-    return total_training_steps * actor.ppo_epochs * (cfg.data.train_batch_size // actor.ppo_mini_batch_size)
+def _trained_section(cfg: Cfg, role: str) -> Cfg:
+    return cfg.critic if role == "critic" else cfg.actor_rollout_ref.actor
 
 
-def optim_spec(cfg: Cfg, shape: RunShape, total_training_steps: int) -> OptimSpec:
-    optim = cfg.actor_rollout_ref.actor.optim
-    total = optimizer_steps(cfg, total_training_steps)
+def optimizer_steps(cfg: Cfg, total_training_steps: int, role: str = "actor") -> int:
+    """Optimizer steps the actor (or critic) takes in a run of `total_training_steps`."""
+    section = _trained_section(cfg, role)
+    if role == "actor":  # no actor update during the critic warmup
+        total_training_steps = max(total_training_steps - cfg.trainer.critic_warmup, 0)
+    return total_training_steps * section.ppo_epochs * (cfg.data.train_batch_size // section.ppo_mini_batch_size)
+
+
+def optim_spec(cfg: Cfg, shape: RunShape, total_training_steps: int, role: str = "actor") -> OptimSpec:
+    """The optimizer and LR schedule of the actor or the critic, from their `optim` sections."""
+    optim = _trained_section(cfg, role).optim
+    total = optimizer_steps(cfg, total_training_steps, role)
     warmup = optim.lr_warmup_steps
     if warmup is None or warmup < 0:
         warmup = int(optim.lr_warmup_steps_ratio * total)
     return OptimSpec(lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
-                     clip_grad=shape.grad_clip, lr_warmup_steps=warmup, lr_decay_style=optim.lr_decay_style,
+                     clip_grad=shape.critic_grad_clip if role == "critic" else shape.grad_clip,
+                     lr_warmup_steps=warmup, lr_decay_style=optim.lr_decay_style,
                      min_lr=optim.min_lr, total_training_steps=max(total, 1))
 
 
@@ -73,14 +83,44 @@ def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: i
     return actor, reference
 
 
-def build_rollout(cfg: Cfg, tokenizer, device: torch.device):
+def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
+    """The Megatron critic: the actor's layout, dtype and optimizer kind, with critic.* for the rest."""
+    from dagrl.engine.megatron.critic import MegatronCriticEngine
+
+    critic = cfg.critic
+    spec = megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps, role="critic"))
+    return MegatronCriticEngine(dataclasses.replace(
+        spec, model_path=os.path.expanduser(critic.model.path) if critic.model.path else spec.model_path,
+        seed=critic.megatron.seed, gradient_checkpointing=critic.model.enable_gradient_checkpointing,
+        trainable_top_layers=None, param_offload=critic.megatron.param_offload,
+        grad_offload=critic.megatron.grad_offload, optimizer_offload=critic.megatron.optimizer_offload))
+
+
+def build_rollout(cfg: Cfg, shape: RunShape, tokenizer, device: torch.device):
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.name == "hf":
         from dagrl.engine.rollout.hf import HFRollout
 
         return HFRollout(os.path.expanduser(cfg.actor_rollout_ref.model.path), eos_token_ids(cfg, tokenizer),
                          pad_token_id(tokenizer), device=device, dtype=_DTYPES[rollout.dtype])
-    raise NotImplementedError(f"actor_rollout_ref.rollout.name={rollout.name} is not available in this build")
+    from dagrl.engine.rollout.vllm import VLLMRollout
+
+    return VLLMRollout(vllm_spec(cfg, shape), eos_token_ids(cfg, tokenizer), pad_token_id(tokenizer))
+
+
+def vllm_spec(cfg: Cfg, shape: RunShape):
+    from dagrl.engine.rollout.vllm import VLLMRolloutSpec
+
+    rollout = cfg.actor_rollout_ref.rollout
+    return VLLMRolloutSpec(
+        model_path=os.path.expanduser(cfg.actor_rollout_ref.model.path), tensor_parallel_size=shape.rollout_tp,
+        dtype={"fp32": "float32", "bf16": "bfloat16"}.get(rollout.dtype, rollout.dtype), seed=rollout.seed,
+        gpu_memory_utilization=rollout.gpu_memory_utilization, max_model_len=shape.max_model_len,
+        max_num_batched_tokens=rollout.max_num_batched_tokens, max_num_seqs=rollout.max_num_seqs,
+        enforce_eager=rollout.enforce_eager, free_cache_engine=rollout.free_cache_engine,
+        enable_chunked_prefill=rollout.enable_chunked_prefill, enable_prefix_caching=rollout.enable_prefix_caching,
+        load_format=rollout.load_format, calculate_log_probs=rollout.calculate_log_probs,
+        engine_kwargs=rollout.engine_kwargs.vllm.to_dict())
 
 
 def eos_token_ids(cfg: Cfg, tokenizer) -> list[int]:

@@ -84,6 +84,7 @@ class CheckpointManager:
         final = self.root / step_dir_name(step)
         tmp = self.root / f".tmp_{step_dir_name(step)}"
         if self.rank == 0:
+            _fault("before_shards", hooks)
             if tmp.exists():
                 shutil.rmtree(tmp)
             tmp.mkdir(parents=True)

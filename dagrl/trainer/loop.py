@@ -20,7 +20,8 @@ from dagrl.data.batch import Batch
 from dagrl.data.sampler import EpochSampler
 from dagrl.engine.base import SamplingSpec
 from dagrl.nodes.context import StepContext, WeightVersions
-from dagrl.nodes.rollout import sampling_seed, sync_weights
+from dagrl.nodes.layout import check_graph as check_layout_node
+from dagrl.nodes.rollout import rollout_session, sampling_seed
 from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CheckpointManager, check_resume_path
 from dagrl.trainer.tracking import Tracker, dump_generations, tensorboard_dir
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 # verl's timing names for the built-in nodes; other nodes are timed under their own id.
 _TIMING_NAMES = {"rollout": "gen", "score": "reward", "ref_log_prob": "ref", "advantage": "adv",
-                 "actor_update": "update_actor", "reward": "kl_in_reward"}
+                 "actor_update": "update_actor", "reward": "kl_in_reward", "critic_update": "update_critic"}
 class Timer:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
@@ -51,6 +52,7 @@ class Trainer:
         self.rank, self.world = dist.rank(), dist.world_size()
         trainer = cfg.trainer
         self.graph = graph_from_config(cfg.dag)
+        check_layout_node(self.graph, self.world)
         self.tokenizer = build.load_tokenizer(cfg.actor_rollout_ref.model.path)
         self.train_data = build.build_dataset(cfg, cfg.data.train_files, self.tokenizer, shape)
         self.val_data = build.build_dataset(cfg, cfg.data.val_files, self.tokenizer, shape) if cfg.data.val_files \
@@ -64,11 +66,13 @@ class Trainer:
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = KLController(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
+        critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        rollout = build.build_rollout(cfg, self.tokenizer, build.device_for_rank(local_rank))
+        rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(local_rank))
         self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
-                               kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank)
+                               kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
+                               draw_prompts=self.local_prompts)
         self.consecutive_skips = 0
         self.loggers = [trainer.logger] if isinstance(trainer.logger, str) else list(trainer.logger)
         self.tensorboard_dir = tensorboard_dir(trainer.tensorboard_dir, trainer.default_local_dir)
@@ -95,6 +99,11 @@ class Trainer:
             path = latest[1]
         state = torch.load(path / "data.pt", weights_only=False)
         self.ctx.actor.load_checkpoint(str(path / "actor"))
+        if self.ctx.critic is not None:
+            if not (path / "critic").is_dir():
+                raise FileNotFoundError(f"{path} has no critic/ checkpoint (saved by a run without a critic); "
+                                        f"resume a PPO run from its own checkpoints")
+            self.ctx.critic.load_checkpoint(str(path / "critic"))
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.ctx.versions = WeightVersions(actor=state["global_step"], rollout=-1)
@@ -104,6 +113,8 @@ class Trainer:
     def save(self, step: int) -> None:
         def write(directory: Path) -> None:
             self.ctx.actor.save_checkpoint(str(directory / "actor"))
+            if self.ctx.critic is not None:
+                self.ctx.critic.save_checkpoint(str(directory / "critic"))
             fault_point("between_shards", step)
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
@@ -117,33 +128,34 @@ class Trainer:
         val = cfg.val_kwargs
         sampling = SamplingSpec(n=val.n, temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
                                 do_sample=val.do_sample, response_length=self.shape.response_length)
-        sync_weights(self.ctx)
         positions = np.array_split(np.arange(len(self.val_data)), self.shape.rollout_dp)[self.rollout_dp_rank]
         chunk = max(self.cfg.data.train_batch_size * cfg.n // self.shape.rollout_dp, 1)
         records: list[dict] = []
-        self.ctx.rollout.wake()
-        for start in range(0, len(positions), chunk):
-            prompts = self.val_data.rows(positions[start:start + chunk])
-            seed = sampling_seed(cfg.seed, step, self.rank, f"val{start}")
-            batch = self.ctx.rollout.generate(prompts, sampling, seed=seed)
-            scores, _ = self.ctx.reward_fn(batch, self.tokenizer)
-            texts = self.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
-            for row in range(len(batch)):
-                records.append({"data_source": batch["data_source"][row], "index": int(batch["index"][row]),
-                                "score": float(scores[row].sum()), "response": texts[row]})
-        self.ctx.rollout.sleep()
+        with rollout_session(self.ctx):
+            for start in range(0, len(positions), chunk):
+                prompts = self.val_data.rows(positions[start:start + chunk])
+                seed = sampling_seed(cfg.seed, step, self.rank, f"val{start}")
+                batch = self.ctx.rollout.generate(prompts, sampling, seed=seed)
+                scores, _ = self.ctx.reward_fn(batch, self.tokenizer)
+                texts = self.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
+                for row in range(len(batch)):
+                    records.append({"data_source": batch["data_source"][row], "index": int(batch["index"][row]),
+                                    "score": float(scores[row].sum()), "response": texts[row]})
         records = _gather_records(records, self.shape.rollout_tp)
         if self.cfg.trainer.validation_data_dir and self.rank == 0:
             dump_generations(self.cfg.trainer.validation_data_dir, step, records)
         return val_metrics(records, sampling.n)
 
     # ---- the loop -------------------------------------------------------------------------------
-    def local_prompts(self, step: int) -> Batch:
+    def local_prompts(self, step: int, round_index: int = 0) -> Batch:
+        """This rank's rollout-DP shard of the sampler's next global batch (round > 0: extra prompts a node
+        draws within the step, e.g. dynamic sampling)."""
         _, indices = self.sampler.next_batch()
         per_rank = len(indices) // self.shape.rollout_dp
         mine = np.arange(self.rollout_dp_rank * per_rank, (self.rollout_dp_rank + 1) * per_rank)
         batch = self.train_data.rows(indices[mine])
-        batch["uid"] = [f"{step}:{int(position)}" for position in mine]  # unique over ranks and steps
+        # unique over ranks, steps and rounds
+        batch["uid"] = [f"{step}:{round_index}:{int(position)}" for position in mine]
         return batch
 
     def fit(self) -> None:
@@ -194,7 +206,8 @@ class Trainer:
         fault_point("rollout", step)
         batch, metrics = run_graph(self.graph, self.ctx, batch, timer=_with_faults(timer, step))
         seconds = time.perf_counter() - start
-        tokens = float(batch["attention_mask"].sum())
+        # the batch is in the actor layout: each DP shard is held by world/actor_dp ranks; count tokens per GPU
+        tokens = float(batch["attention_mask"].sum()) * self.shape.actor_dp / self.world
         metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
         metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds,
                         "training/global_step": float(step)})

@@ -22,13 +22,35 @@ def barrier() -> None:
         dist.barrier()
 
 
-def data_parallel_sum(value: float, model_parallel_size: int) -> float:
-    """Sum of `value` over data-parallel ranks: a world sum counts each DP shard once per model-parallel rank."""
+def _reduce_device() -> torch.device:
+    """Where a collective's tensor must live: NCCL reduces only CUDA tensors, gloo only host ones."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _all_reduce(values: torch.Tensor, op: dist.ReduceOp.RedOpType) -> torch.Tensor:
+    """A float64 host copy of `values`, reduced over all ranks with `op` when a process group exists."""
     if not is_initialized():
-        return value
-    total = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(total)
-    return total.item() / model_parallel_size
+        return values.detach().to(torch.float64).cpu().clone()
+    totals = values.detach().to(device=_reduce_device(), dtype=torch.float64).clone()
+    dist.all_reduce(totals, op=op)
+    return totals.cpu()
+
+
+def data_parallel_sums(values: torch.Tensor, model_parallel_size: int) -> torch.Tensor:
+    """Element-wise sums over data-parallel ranks of a small tensor, in float64 (one all-reduce): ranks of one
+    model-parallel group hold identical data, so a world sum counts each DP shard once per model-parallel rank."""
+    totals = _all_reduce(values, dist.ReduceOp.SUM)
+    return totals / model_parallel_size if is_initialized() else totals
+
+
+def data_parallel_sum(value: float, model_parallel_size: int) -> float:
+    """Sum of one number over data-parallel ranks (see data_parallel_sums)."""
+    return float(data_parallel_sums(torch.tensor([value], dtype=torch.float64), model_parallel_size)[0])
+
+
+def global_max(values: torch.Tensor) -> torch.Tensor:
+    """Element-wise max over all ranks in float64 (model-parallel replicas do not change a max)."""
+    return _all_reduce(values, dist.ReduceOp.MAX)
 
 
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
@@ -36,10 +58,10 @@ def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     if not is_initialized() or dist.get_world_size() == 1 or not metrics:
         return metrics
     keys = sorted(metrics)
-    values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64)
+    values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=_reduce_device())
     dist.all_reduce(values)
     values /= dist.get_world_size()
-    return dict(zip(keys, values.tolist()))
+    return dict(zip(keys, values.cpu().tolist()))
 
 
 def init_process_group() -> None:

@@ -1,18 +1,25 @@
 """Fault injection for the reliability tests, driven by environment variables (no effect when unset).
 
-DAGRL_FAULT=<phase>[:<step>]   SIGKILL this process when it reaches <phase> (a node id, between_shards,
-                               before_marker, before_tracker) of <step> (any step when omitted).
+DAGRL_FAULT=<phase>[:<step>]   SIGKILL this process when it reaches <phase> (a node id, before_shards,
+                               between_shards, before_marker, before_tracker) of <step> (any step when omitted).
+DAGRL_FAULT_TRACE=<file>       append "<unix time> <phase> <step>" to <file> at every such point, so a harness that
+                               kills the run at a random moment can tell which phase it hit.
 DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engine must skip and count them).
 """
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 logger = logging.getLogger(__name__)
 
 
 def fault_point(phase: str, step: int) -> None:
+    trace = os.environ.get("DAGRL_FAULT_TRACE", "")
+    if trace:  # one short append per point: the kernel keeps it even if the process is killed right after
+        with open(trace, "a", encoding="utf-8") as out:
+            out.write(f"{time.time():.3f} {phase} {step}\n")
     spec = os.environ.get("DAGRL_FAULT", "")
     if not spec:
         return

@@ -94,9 +94,13 @@ TRAINING_CMD=(
     trainer.val_before_train=True
 )
 # One process per GPU on every node; run this script on each node with PET_NODE_RANK set.
-# DAGRL_DRY_RUN=1 prints the composed config instead of training.
+# DAGRL_DRY_RUN=1 prints the composed config instead of training; DAGRL_PLAN=1 prints the layout, batch schedule
+# and per-GPU memory estimate (python3 -m dagrl.plan).
 if [ "${DAGRL_DRY_RUN:-0}" = 1 ]; then
     exec python3 "${TRAINING_CMD[@]}" --cfg job "$@"
+fi
+if [ "${DAGRL_PLAN:-0}" = 1 ]; then
+    exec python3 -m dagrl.plan "${TRAINING_CMD[@]:2}" "$@"
 fi
 exec torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$N_GPUS_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "${TRAINING_CMD[@]}" "$@"

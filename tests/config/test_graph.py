@@ -18,7 +18,8 @@ def spec(node_id, role, deps=(), fn=NOOP, **extra):
 def test_grpo_graph_order_scores_before_log_probs_and_kl_after_reference():
     graph = graph_from_config(Cfg(compose([])).dag)
     order = [node.id for node in graph.nodes]
-    assert order == ["rollout", "score", "old_log_prob", "ref_log_prob", "reward", "advantage", "actor_update"]
+    assert order == ["rollout", "score", "to_actor_layout", "old_log_prob", "ref_log_prob", "reward", "advantage",
+                     "actor_update"]
 
 
 def test_topological_order_independent_of_listing():

@@ -2,13 +2,8 @@
 is read; a finished run relaunched says so and exits 0."""
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,42 +11,17 @@ import pytest
 from dagrl.config.load import compose
 from dagrl.config.tree import leaf_keys
 from tests.conftest import cpu_run_overrides
+from tests.helpers import metrics_by_step, run_in_session
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
 GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization"}
 
 
-def run_in_session(command: list[str], env: dict | None = None) -> tuple[int, str]:
-    """Run `command` in its own session; returns (exit code, stderr). Helpers it spawned (dist-checkpointing's
-    manager) are killed with the session, as a preemption would, and never hold our pipes open."""
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})},
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=600)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        err.seek(0)
-        return code, err.read()
-
-
 def train(overrides: list[str], env: dict | None = None, expect_kill: bool = False) -> str:
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *overrides], env)
     assert code == (-9 if expect_kill else 0), stderr[-3000:]
     return stderr
-
-
-def metrics_by_step(root: Path) -> dict[int, dict]:
-    """Each step's metrics, later records winning (a resumed run validates at its start step and logs the
-    steps after its checkpoint again)."""
-    records: dict[int, dict] = {}
-    for line in (root / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        records.setdefault(record["step"], {}).update(
-            {k: v for k, v in record.items() if not k.startswith(("timing_s", "perf/"))})
-    return records
 
 
 @pytest.fixture(scope="module")

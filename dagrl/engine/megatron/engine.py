@@ -1,4 +1,7 @@
-"""MegatronActorEngine: a Megatron-Core causal LM that computes log-probs, trains, exports and checkpoints."""
+"""Megatron-Core engines. `MegatronEngine` holds what every Megatron model shares: building from an HF directory,
+DDP and the optimizer, offload, micro-batches, the forward-backward schedule, metric reduction and checkpoints.
+`MegatronActorEngine` adds log-probs on vocab-parallel logits and the weight export; the critic (critic.py) adds
+a value head."""
 from __future__ import annotations
 
 import contextlib
@@ -20,18 +23,21 @@ from dagrl.engine.megatron.sequences import MicroBatch, pack_micro_batches, pack
 logger = logging.getLogger(__name__)
 
 
-class MegatronActorEngine:
-    """The actor (or, with `spec.optim=None`, the frozen reference) as a Megatron GPTModel.
+class MegatronEngine:
+    """A Megatron GPTModel initialised from an HF directory; trainable when `spec.optim` is set.
 
+    Subclasses say what the last pipeline stage makes of the model's output through `head` functions
+    `(micro_batch, output) -> ...` passed to `_forward_rows` (forward only) and `_train` (one optimizer step).
     Every method is collective over all ranks of the job: call it on every rank with this rank's data."""
+
+    role = "model"  # metric prefix of the optimizer step's metrics (actor/grad_norm, critic/lr, ...)
 
     def __init__(self, spec: MegatronEngineSpec) -> None:
         from transformers import AutoConfig
 
-        from dagrl.engine.megatron.hf_config import build_gpt_chunks, transformer_config
+        from dagrl.engine.megatron.hf_config import transformer_config
         from dagrl.engine.megatron.parallel import init_model_parallel, local_device
         from dagrl.engine.megatron.preflight import check_layout
-        from dagrl.engine.megatron.weights import import_hf_weights
 
         compat.check_version()
         self.spec = spec
@@ -49,28 +55,28 @@ class MegatronActorEngine:
         self.tf_config = transformer_config(self.hf_config, spec.layout, spec.param_dtype, on_gpu=on_gpu,
                                             gradient_checkpointing=spec.gradient_checkpointing,
                                             overrides=spec.override_transformer_config)
-        self.modules = build_gpt_chunks(self.hf_config, self.tf_config, on_gpu)  # unwrapped GPTModels
-        for module in self.modules:
-            module.to(self.device)
-        import_hf_weights(self.modules, self.hf_config, spec.model_path)
+        self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
         self._set_trainable()
-        self._logit_index: torch.Tensor | None = None
-        self._select_logits = not self.tf_config.sequence_parallel
-        if self._select_logits:
-            for module in self.modules:
-                if getattr(module, "post_process", False):
-                    module.output_layer.register_forward_pre_hook(self._response_positions_only, with_kwargs=True)
+        self._micro: MicroBatch | None = None  # the micro-batch being forwarded (read by forward hooks)
         self.optimizer: Any = None
         self.scheduler: Any = None
+        self.model = self._wrap()
         if spec.optim is not None:
-            self.model = self._wrap_ddp()
             self.optimizer, self.scheduler = self._build_optimizer()
-        else:
-            self.model = self._wrap_frozen()
         self._build_offloaders()
         self._offload_idle_state()
 
     # ---- construction --------------------------------------------------------------------------
+    def _build_modules(self, on_gpu: bool) -> list[torch.nn.Module]:
+        from dagrl.engine.megatron.hf_config import build_gpt_chunks
+        from dagrl.engine.megatron.weights import import_hf_weights
+
+        modules = build_gpt_chunks(self.hf_config, self.tf_config, on_gpu)
+        for module in modules:
+            module.to(self.device)
+        import_hf_weights(modules, self.hf_config, self.spec.model_path)
+        return modules
+
     def _set_trainable(self) -> None:
         top = self.spec.trainable_top_layers
         frozen = self.spec.optim is None
@@ -84,16 +90,8 @@ class MegatronActorEngine:
                     trainable = (layer is not None and layer >= first_trainable) or name == "decoder.final_layernorm.weight"
                     param.requires_grad_(trainable)
 
-    def _wrap_frozen(self) -> list[torch.nn.Module]:
-        from megatron.core.transformer.module import Float16Module
-
-        wrapped = []
-        for module in self.modules:
-            module.eval()
-            wrapped.append(Float16Module(self.tf_config, module) if self.spec.param_dtype == torch.bfloat16 else module)
-        return wrapped
-
-    def _wrap_ddp(self) -> list[torch.nn.Module]:
+    def _wrap(self) -> list[torch.nn.Module]:
+        """Each chunk in Float16Module when parameters are bf16, then in DDP (grad buffers) when trainable."""
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.transformer.module import Float16Module
 
@@ -102,9 +100,12 @@ class MegatronActorEngine:
             use_distributed_optimizer=self.spec.use_distributed_optimizer)
         wrapped = []
         for index, module in enumerate(self.modules):
+            if self.spec.optim is None:
+                module.eval()
             inner = Float16Module(self.tf_config, module) if self.spec.param_dtype == torch.bfloat16 else module
             # As Megatron does: only the first virtual chunk gets buckets overlapping with backward.
-            wrapped.append(DistributedDataParallel(self.tf_config, ddp_config, inner, disable_bucketing=index > 0))
+            wrapped.append(inner if self.spec.optim is None else
+                           DistributedDataParallel(self.tf_config, ddp_config, inner, disable_bucketing=index > 0))
         return wrapped
 
     def _build_optimizer(self) -> tuple[Any, Any]:
@@ -215,82 +216,55 @@ class MegatronActorEngine:
         seq_len = int(sizes[0])
         return pack_micro_batches(batch, micro_batch_size, seq_len, self.device), seq_len
 
-    def _response_positions_only(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """Output-layer pre-hook: keep the hidden states that predict response tokens ([S, b, h] -> [R, b, h]).
-        The vocabulary projection then costs R/S of the full one. Not used under sequence parallelism, where
-        each TP rank holds only a slice of the sequence here."""
-        hidden = args[0]
-        index = self._logit_index.t().unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        return (torch.gather(hidden, 0, index), *args[1:]), kwargs
-
-    def _forward_step(self, temperature: float, with_entropy: bool, loss_of: Any,
-                      data_iterator: Iterator[MicroBatch], model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+    def _forward_step(self, head: Any, data_iterator: Iterator[MicroBatch],
+                      model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
         micro = next(data_iterator)
-        self._logit_index = micro.logit_index  # read by the output-layer hook during this forward
+        self._micro = micro  # read by forward hooks during this forward
         output = model(micro.tokens, micro.position_ids, None)
-        return output, partial(self._loss_func, micro, temperature, with_entropy, loss_of)
+        return output, partial(head, micro)
 
-    def _loss_func(self, micro: MicroBatch, temperature: float, with_entropy: bool, loss_of: Any,
-                   logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        if self._select_logits:  # the hook already kept the response positions, in order
-            response_logits = logits / temperature
-        else:
-            index = micro.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-            response_logits = torch.gather(logits, 1, index) / temperature
-        log_probs, entropy = vocab_parallel_log_probs(response_logits, micro.targets, self.hf_config.vocab_size,
-                                                      with_entropy)
-        mask = micro.response_mask.to(log_probs.dtype)
-        log_probs = (log_probs * mask)[: micro.rows]
-        entropy = (entropy * mask)[: micro.rows] if entropy is not None else None
-        return loss_of(micro, log_probs, entropy)
-
-    def _run(self, micro_batches: list[MicroBatch], seq_len: int, forward_only: bool, loss_of: Any,
-             temperature: float, with_entropy: bool) -> list[dict[str, Any]]:
+    def _run(self, micro_batches: list[MicroBatch], seq_len: int, forward_only: bool,
+             head: Any) -> list[dict[str, Any]]:
+        """Megatron's schedule for this layout; `head(micro, output) -> (loss, outputs)` runs on the last stage."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         iterators = [iter(micro_batches) for _ in self.model]
         return get_forward_backward_func()(
-            forward_step_func=partial(self._forward_step, temperature, with_entropy, loss_of),
+            forward_step_func=partial(self._forward_step, head),
             data_iterator=iterators if len(iterators) > 1 else iterators[0],
             model=self.model, num_microbatches=len(micro_batches), seq_length=seq_len,
             micro_batch_size=micro_batches[0].tokens.shape[0], forward_only=forward_only)
 
     @torch.no_grad()
-    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float,
-                         with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of `batch["responses"]`, float32 [B, R], 0 where response_mask is 0."""
+    def _forward_rows(self, batch: Batch, micro_batch_size: int, head: Any,
+                      names: list[str]) -> dict[str, torch.Tensor]:
+        """Forward only. `head(micro, output)` returns {name: [rows, R] tensor} per micro-batch on the last stage;
+        every rank gets the float32 [B, R] concatenations, on the device of `batch["responses"]`."""
         from megatron.core import parallel_state as ps
 
-        def collect(micro: MicroBatch, log_probs: torch.Tensor, entropy: torch.Tensor | None) -> Any:
-            out = {"log_probs": log_probs.detach()}
-            if entropy is not None:
-                out["entropy"] = entropy.detach()
-            return torch.zeros((), device=log_probs.device), out
+        def collect(micro: MicroBatch, output: torch.Tensor) -> Any:
+            return torch.zeros((), device=self.device), head(micro, output)
 
         with self._resident(params=True):
             for module in self.model:
                 module.eval()
             micro_batches, seq_len = self._micro_batches(batch, micro_batch_size)
-            outputs = self._run(micro_batches, seq_len, True, collect, temperature, with_entropy)
+            outputs = self._run(micro_batches, seq_len, True, collect)
         shape = (len(batch), batch["responses"].shape[1])
-        log_probs = torch.empty(shape, dtype=torch.float32, device=self.device)
-        entropy = torch.empty(shape, dtype=torch.float32, device=self.device) if with_entropy else None
+        rows = {name: torch.empty(shape, dtype=torch.float32, device=self.device) for name in names}
         if ps.is_pipeline_last_stage(ignore_virtual=True):
-            log_probs.copy_(torch.cat([o["log_probs"] for o in outputs]))
-            if entropy is not None:
-                entropy.copy_(torch.cat([o["entropy"] for o in outputs]))
+            for name, tensor in rows.items():
+                tensor.copy_(torch.cat([o[name] for o in outputs]))
         if ps.get_pipeline_model_parallel_world_size() > 1:
-            group = ps.get_pipeline_model_parallel_group()
-            last = ps.get_pipeline_model_parallel_last_rank()
-            for tensor in (log_probs, entropy):
-                if tensor is not None:
-                    dist.broadcast(tensor, src=last, group=group)
-        return log_probs.to(batch["responses"].device), (entropy.to(batch["responses"].device)
-                                                         if entropy is not None else None)
+            for tensor in rows.values():
+                dist.broadcast(tensor, src=ps.get_pipeline_model_parallel_last_rank(),
+                               group=ps.get_pipeline_model_parallel_group())
+        return {name: tensor.to(batch["responses"].device) for name, tensor in rows.items()}
 
     # ---- training ------------------------------------------------------------------------------
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float) -> dict[str, float]:
-        """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
+    def _train(self, batch: Batch, micro_batch_size: int, head: Any) -> dict[str, float]:
+        """One optimizer step whose gradient is that of the sum of `head(micro, output)[0]` over all
+        micro-batches and DP ranks; the head's metrics are summed the same way."""
         from megatron.core import parallel_state as ps
 
         if self.optimizer is None:
@@ -305,16 +279,17 @@ class MegatronActorEngine:
             # scale so that the applied gradient is that of the plain sum.
             scale = len(micro_batches) * ps.get_data_parallel_world_size()
 
-            def loss_of(micro: MicroBatch, log_probs: torch.Tensor, entropy: torch.Tensor | None) -> Any:
-                loss, metrics = loss_fn(micro.batch, log_probs, entropy)
+            def scaled(micro: MicroBatch, output: torch.Tensor) -> Any:
+                loss, metrics = head(micro, output)
                 metrics = {k: torch.as_tensor(v, dtype=torch.float64).detach().cpu() for k, v in metrics.items()}
                 return loss * scale, metrics
 
-            outputs = self._run(micro_batches, seq_len, False, loss_of, temperature, True)
+            outputs = self._run(micro_batches, seq_len, False, scaled)
             metrics = self._reduce_metrics(outputs)
             lr = self.optimizer.param_groups[0]["lr"]
             grad_norm, stepped = self._optimizer_step()
-        metrics.update({"actor/grad_norm": grad_norm, "actor/lr": lr, "actor/skipped_steps": 0.0 if stepped else 1.0})
+        metrics.update({f"{self.role}/grad_norm": grad_norm, f"{self.role}/lr": lr,
+                        f"{self.role}/skipped_steps": 0.0 if stepped else 1.0})
         return metrics
 
     def _optimizer_step(self) -> tuple[float, bool]:
@@ -351,14 +326,7 @@ class MegatronActorEngine:
             dist.all_reduce(totals, group=ps.get_data_parallel_group())
         return {name: float(value) for name, value in zip(names, totals.tolist())}
 
-    # ---- weights and checkpoints ---------------------------------------------------------------
-    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
-        """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
-        from dagrl.engine.megatron.weights import export_hf_weights
-
-        with self._resident(params=True):
-            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes)
-
+    # ---- checkpoints ---------------------------------------------------------------------------
     def save_checkpoint(self, path: str) -> None:
         with self._resident(params=True, optimizer=True):
             checkpoint.save(self, path)
@@ -367,6 +335,73 @@ class MegatronActorEngine:
         # Grads too: the optimizer state is re-tracked after loading, which needs every storage's address.
         with self._resident(params=True, grads=True, optimizer=True):
             checkpoint.load(self, path)
+
+
+class MegatronActorEngine(MegatronEngine):
+    """The actor (or, with `spec.optim=None`, the frozen reference): log-probs of responses, training on them,
+    and the HF weight export that rollouts load."""
+
+    role = "actor"
+
+    def __init__(self, spec: MegatronEngineSpec) -> None:
+        super().__init__(spec)
+        self._select_logits = not self.tf_config.sequence_parallel
+        if self._select_logits:
+            for module in self.modules:
+                if getattr(module, "post_process", False):
+                    module.output_layer.register_forward_pre_hook(self._response_positions_only, with_kwargs=True)
+
+    def _response_positions_only(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Output-layer pre-hook: keep the hidden states that predict response tokens ([S, b, h] -> [R, b, h]).
+        The vocabulary projection then costs R/S of the full one. Not used under sequence parallelism, where
+        each TP rank holds only a slice of the sequence here."""
+        hidden = args[0]
+        index = self._micro.logit_index.t().unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        return (torch.gather(hidden, 0, index), *args[1:]), kwargs
+
+    def _response_log_probs(self, micro: MicroBatch, logits: torch.Tensor, temperature: float,
+                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[rows, R] log-probs (and entropies) of the micro-batch's responses, 0 off the response mask."""
+        if self._select_logits:  # the hook already kept the response positions, in order
+            response_logits = logits / temperature
+        else:
+            index = micro.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+            response_logits = torch.gather(logits, 1, index) / temperature
+        log_probs, entropy = vocab_parallel_log_probs(response_logits, micro.targets, self.hf_config.vocab_size,
+                                                      with_entropy)
+        mask = micro.response_mask.to(log_probs.dtype)
+        log_probs = (log_probs * mask)[: micro.rows]
+        entropy = (entropy * mask)[: micro.rows] if entropy is not None else None
+        return log_probs, entropy
+
+    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float,
+                         with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of `batch["responses"]`, float32 [B, R], 0 where response_mask is 0."""
+        def head(micro: MicroBatch, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+            log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
+            out = {"log_probs": log_probs.detach()}
+            if entropy is not None:
+                out["entropy"] = entropy.detach()
+            return out
+
+        rows = self._forward_rows(batch, micro_batch_size, head, ["log_probs", "entropy"] if with_entropy
+                                  else ["log_probs"])
+        return rows["log_probs"], rows.get("entropy")
+
+    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float) -> dict[str, float]:
+        """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
+        def head(micro: MicroBatch, logits: torch.Tensor) -> Any:
+            log_probs, entropy = self._response_log_probs(micro, logits, temperature, True)
+            return loss_fn(micro.batch, log_probs, entropy)
+
+        return self._train(batch, micro_batch_size, head)
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
+        """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
+        from dagrl.engine.megatron.weights import export_hf_weights
+
+        with self._resident(params=True):
+            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes)
 
 
 def _global_layer(module: torch.nn.Module, name: str) -> int | None:

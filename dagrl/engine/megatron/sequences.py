@@ -76,6 +76,6 @@ def pack_micro_batches(batch: Batch, micro_batch_size: int, seq_len: int,
             targets=padded(responses.cpu().long()),
             response_mask=padded(response_mask.cpu()),
             rows=stop - start,
-            batch=batch.slice(start, stop),
+            batch=batch.slice(start, stop).to(device),  # the loss function's columns, beside its log-probs
         ))
     return micro_batches

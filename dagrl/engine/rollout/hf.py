@@ -31,6 +31,8 @@ class HFRollout:
         self.pad_token_id = pad_token_id
         # tied lm_head follows the embedding; everything else must arrive in every sync
         self._expected = {name for name, _ in self.model.named_parameters()}
+        self.colocated = device.type == "cuda"  # on a GPU it shares memory with the actor
+        self.needs_weights = False  # the model keeps its weights through sleep (moved to the host)
 
     @torch.no_grad()
     def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch:
@@ -94,9 +96,12 @@ class HFRollout:
         return set()
 
     def sleep(self) -> None:
-        if self.device.type == "cuda":
+        if self.colocated:
             self.model.to("cpu")
 
-    def wake(self) -> None:
-        if self.device.type == "cuda":
+    def wake_weights(self) -> None:
+        if self.colocated:
             self.model.to(self.device)
+
+    def wake_cache(self) -> None:
+        """transformers allocates its KV cache per call: nothing to bring back."""

@@ -1,0 +1,170 @@
+"""The `vllm` rollout: one in-process vLLM engine per rollout-TP group, colocated with the Megatron actor.
+
+vLLM runs inside the trainer's own torchrun processes (`distributed_executor_backend="external_launcher"`,
+no engine subprocess), reusing the job's process group: consecutive ranks form one rollout-TP group, exactly the
+rollout layout the trainer shards prompts by. Weights arrive as full HF-named tensors from the actor's
+`export_weights()` stream and go straight into the model's `load_weights` (vLLM narrows them to its TP shard).
+Measured recipe and pitfalls: ../shared/reference/vllm_spmd.md.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from dagrl.data.batch import Batch
+from dagrl.engine.base import SamplingSpec, WeightBucket
+from dagrl.engine.rollout.vllm_io import prompt_token_ids, request_params, unpack_outputs
+from dagrl.engine.rollout.weight_manifest import WeightManifest
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VLLMRolloutSpec:
+    model_path: str
+    tensor_parallel_size: int = 1
+    dtype: str = "bfloat16"
+    seed: int = 0
+    gpu_memory_utilization: float = 0.5
+    max_model_len: int = 1024
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    enforce_eager: bool = True
+    free_cache_engine: bool = True
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    load_format: str = "dummy"
+    calculate_log_probs: bool = False
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class _ProcessRngGuard:
+    """`LLM(seed=…)` reseeds the whole process; the trainer's RNG streams must not notice."""
+
+    def __enter__(self) -> None:
+        self.states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+                       torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+    def __exit__(self, *exc: object) -> None:
+        python, numpy_state, cpu, cuda = self.states
+        random.setstate(python)
+        np.random.set_state(numpy_state)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def _free_gib() -> str:
+    free, total = torch.cuda.mem_get_info()
+    return f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
+
+
+class VLLMRollout:
+    """Generates with vLLM; sleeps between rollouts so training gets the GPU memory back."""
+
+    colocated = True  # shares its GPU with the actor: the rollout node offloads the actor around it
+
+    def __init__(self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int) -> None:
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise RuntimeError(f"actor_rollout_ref.rollout.name=vllm needs vLLM: pip install 'dagrl[gpu]' "
+                               f"({err})") from err
+        if not torch.cuda.is_available():
+            raise RuntimeError("actor_rollout_ref.rollout.name=vllm needs a CUDA GPU: use rollout.name=hf on CPU")
+        # in-process engine: no engine-core subprocess, so load_weights can take this process's GPU tensors
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        self.spec = spec
+        self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
+        self.manifest = WeightManifest(spec.model_path)
+        kwargs = dict(
+            model=spec.model_path, tensor_parallel_size=spec.tensor_parallel_size, dtype=spec.dtype,
+            seed=spec.seed, gpu_memory_utilization=spec.gpu_memory_utilization, max_model_len=spec.max_model_len,
+            max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
+            enforce_eager=spec.enforce_eager, enable_chunked_prefill=spec.enable_chunked_prefill,
+            enable_prefix_caching=spec.enable_prefix_caching, load_format=spec.load_format,
+            distributed_executor_backend="external_launcher", enable_sleep_mode=True, skip_tokenizer_init=True,
+            logprobs_mode="processed_logprobs")  # log-probs after temperature, like the actor's
+        kwargs.update(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
+        start = time.perf_counter()
+        try:
+            with _ProcessRngGuard():
+                self.llm = LLM(**kwargs)
+        except (torch.cuda.OutOfMemoryError, ValueError) as err:
+            raise RuntimeError(f"vLLM could not start with actor_rollout_ref.rollout.gpu_memory_utilization="
+                               f"{spec.gpu_memory_utilization} ({_free_gib()} on this GPU): lower it, or offload "
+                               f"more of the actor (actor.megatron.*_offload) — {err}") from err
+        logger.info("vLLM engine up in %.1f s (TP=%d)", time.perf_counter() - start, spec.tensor_parallel_size)
+        self.model = self.llm.llm_engine.model_executor.driver_worker.worker.get_model()
+        self._vllm_params = {name for name, _ in self.model.named_parameters()}
+        self.asleep = False
+        self.weights_discarded = spec.load_format == "dummy"  # random until the first sync
+
+    # ---- memory choreography -------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Free the engine's GPU memory (weights discarded: the actor holds them and reloads every wake)."""
+        if not self.spec.free_cache_engine or self.asleep:
+            return
+        self.llm.sleep(level=2)
+        self.asleep, self.weights_discarded = True, True
+
+    def wake_weights(self) -> None:
+        if self.asleep:
+            self._wake(["weights"])
+
+    def wake_cache(self) -> None:
+        if self.asleep:
+            self._wake(["kv_cache"])
+            self.asleep = False
+
+    def _wake(self, tags: list[str]) -> None:
+        try:
+            self.llm.wake_up(tags=tags)
+        except torch.cuda.OutOfMemoryError as err:
+            raise RuntimeError(f"vLLM could not wake its {tags[0]} ({_free_gib()}): lower actor_rollout_ref."
+                               f"rollout.gpu_memory_utilization={self.spec.gpu_memory_utilization} or offload more "
+                               f"of the actor") from err
+
+    @property
+    def needs_weights(self) -> bool:
+        return self.weights_discarded
+
+    # ---- weights -------------------------------------------------------------------------------
+    def load_weights(self, buckets: Iterator[WeightBucket]) -> dict[str, float]:
+        """Load every bucket as it arrives (the whole model is never held twice); fail on any stale tensor."""
+        torch.cuda.synchronize()
+        start, nbytes, loaded = time.perf_counter(), 0, set()
+        for bucket in buckets:
+            for name, tensor in bucket:
+                self.manifest.check(name, tensor)
+                nbytes += tensor.numel() * tensor.element_size()
+            loaded |= set(self.model.load_weights(bucket))
+        missing = self._vllm_params - loaded
+        if missing:
+            raise RuntimeError(f"weight sync left {len(missing)} vLLM tensors stale, e.g. {sorted(missing)[:3]}: "
+                               f"the actor's export does not cover this model")
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        torch.cuda.synchronize()
+        self.weights_discarded = False
+        seconds = time.perf_counter() - start
+        return {"timing_s/weight_sync": seconds, "perf/weight_sync_gb": nbytes / 1e9}
+
+    # ---- generation ----------------------------------------------------------------------------
+    def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch:
+        from vllm import SamplingParams
+
+        if self.weights_discarded:
+            raise RuntimeError("vLLM has no current weights: sync the actor's weights before generating")
+        with_log_probs = self.spec.calculate_log_probs
+        params = [SamplingParams(**p.as_kwargs())
+                  for p in request_params(sampling, len(prompts), seed, self.eos_token_ids, with_log_probs)]
+        requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)

@@ -1,0 +1,95 @@
+"""Turning batches into vLLM requests and vLLM outputs back into the shared sequence layout.
+
+Pure functions over plain objects (no vLLM import), so CPU tests cover them with recorded-shape fakes.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from dagrl.data.batch import Batch
+from dagrl.engine.base import SamplingSpec
+from dagrl.engine.rollout.sequences import join_prompt_and_response
+
+
+def prompt_token_ids(prompts: Batch) -> list[list[int]]:
+    """The unpadded prompt of every row (left padding removed with the attention mask)."""
+    ids, mask = prompts["input_ids"], prompts["attention_mask"].bool()
+    return [row[keep].tolist() for row, keep in zip(ids, mask)]
+
+
+def request_seed(seed: int, row: int) -> int:
+    """Each request's own sampler seed: fixed by the call's seed and the row, so a resumed run resamples exactly."""
+    return zlib.crc32(f"{seed}/{row}".encode()) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class RequestParams:
+    """What one vLLM SamplingParams gets (kept as plain fields so tests need no vLLM)."""
+    n: int
+    temperature: float
+    top_p: float
+    top_k: int
+    max_tokens: int
+    seed: int
+    stop_token_ids: tuple[int, ...]
+    logprobs: int | None
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "max_tokens": self.max_tokens, "seed": self.seed, "stop_token_ids": list(self.stop_token_ids),
+                "logprobs": self.logprobs, "detokenize": False, "skip_special_tokens": False}
+
+
+def request_params(sampling: SamplingSpec, rows: int, seed: int, eos_token_ids: Sequence[int],
+                   with_log_probs: bool) -> list[RequestParams]:
+    greedy = not sampling.do_sample or sampling.temperature == 0
+    return [RequestParams(
+        n=sampling.n,
+        temperature=0.0 if greedy else sampling.temperature,
+        top_p=1.0 if greedy else sampling.top_p,
+        top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,  # vLLM: 0 disables top-k
+        max_tokens=sampling.response_length,
+        seed=request_seed(seed, row),
+        stop_token_ids=tuple(eos_token_ids),
+        logprobs=0 if with_log_probs else None,  # 0: the sampled token's own log-prob only
+    ) for row in range(rows)]
+
+
+def _sampled_log_probs(completion: Any) -> list[float]:
+    """The log-prob of each sampled token; vLLM gives one {token_id: Logprob} dict per position."""
+    return [float(step[token].logprob) for token, step in zip(completion.token_ids, completion.logprobs)]
+
+
+def unpack_outputs(prompts: Batch, outputs: Sequence[Any], sampling: SamplingSpec, eos_token_ids: Sequence[int],
+                   pad_token_id: int, with_log_probs: bool) -> Batch:
+    """Request outputs (one per prompt row, each with n completions) → rows [p0 r0, p0 r1, …, p1 r0, …]."""
+    if len(outputs) != len(prompts):
+        raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+    length = sampling.response_length
+    responses = torch.full((len(prompts) * sampling.n, length), pad_token_id, dtype=torch.long)
+    log_probs = torch.zeros(responses.shape, dtype=torch.float32)
+    row = 0
+    for output in outputs:
+        completions = sorted(output.outputs, key=lambda c: c.index)
+        if len(completions) != sampling.n:
+            raise RuntimeError(f"vLLM returned {len(completions)} completions for a prompt, expected n={sampling.n}")
+        for completion in completions:
+            tokens = list(completion.token_ids)[:length]
+            # a stop token vLLM matched but left out of token_ids still ends the response, as eos does in HF
+            stop = completion.stop_reason
+            if isinstance(stop, int) and (not tokens or tokens[-1] != stop) and len(tokens) < length:
+                tokens.append(stop)
+            responses[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            if with_log_probs:
+                values = _sampled_log_probs(completion)[:len(tokens)]
+                log_probs[row, :len(values)] = torch.tensor(values, dtype=torch.float32)
+            row += 1
+    expanded = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
+    batch = join_prompt_and_response(expanded, responses, length, list(eos_token_ids), pad_token_id)
+    if with_log_probs:
+        batch["rollout_log_probs"] = log_probs * batch["response_mask"]
+    return batch

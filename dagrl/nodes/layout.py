@@ -1,0 +1,46 @@
+"""The node that moves the batch from the rollout layout to the actor layout (see dagrl/data/layout.py).
+
+It sits after the rollout-side nodes (rollout, score, dynamic sampling) and before anything that runs the actor,
+reference or critic or computes advantages: those need every rank of a model-parallel group to hold the same rows
+and each GRPO group whole on one DP rank.
+"""
+from __future__ import annotations
+
+from dagrl.config.errors import ConfigError
+from dagrl.data.batch import Batch
+from dagrl.data.layout import LayoutSpec, to_actor_layout as move
+from dagrl.nodes.context import StepContext
+
+# Node roles that need the actor layout: everything after the move.
+ACTOR_SIDE_ROLES = ("actor", "reference", "critic", "advantage")
+ROLLOUT_SIDE_FNS = ("dagrl.nodes.dynamic_sampling",)  # modules whose nodes count groups in the rollout layout
+
+
+def layout_spec(ctx: StepContext) -> LayoutSpec:
+    megatron = ctx.cfg.actor_rollout_ref.actor.megatron
+    return LayoutSpec(world_size=ctx.shape.world_size, rollout_tp=ctx.shape.rollout_tp,
+                      tp=megatron.tensor_model_parallel_size, pp=megatron.pipeline_model_parallel_size,
+                      cp=megatron.context_parallel_size)
+
+
+def to_actor_layout(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    groups_per_mini_batch = ctx.cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    return move(batch, layout_spec(ctx), groups_per_mini_batch, balance=ctx.cfg.trainer.balance_batch)
+
+
+def check_graph(graph, world_size: int) -> None:
+    """A multi-process run needs the layout node, after the rollout-side nodes and before the actor-side ones."""
+    position = next((i for i, node in enumerate(graph.nodes) if node.fn is to_actor_layout), None)
+    if position is None:
+        if world_size > 1:
+            raise ConfigError("dag.nodes", "the graph has no node with fn dagrl.nodes.layout:to_actor_layout; a run "
+                                           "of more than one process needs it after scoring (see conf/dag/grpo.yaml)")
+        return
+    for node in graph.nodes[:position]:
+        if node.role in ACTOR_SIDE_ROLES:
+            raise ConfigError("dag.nodes", f"node {node.id!r} (role {node.role}) runs before to_actor_layout; "
+                                           f"make it depend on the layout node")
+    for node in graph.nodes[position + 1:]:
+        if node.fn.__module__ in ROLLOUT_SIDE_FNS:
+            raise ConfigError("dag.nodes", f"node {node.id!r} must run before to_actor_layout (it counts groups "
+                                           f"in the rollout layout); make the layout node depend on it")

@@ -1,0 +1,127 @@
+"""How one training step's batch is cut: per rollout rank, per actor rank, into mini- and micro-batches.
+
+The arithmetic mirrors the nodes: the rollout node generates `rollout.n` responses for each prompt of its
+rollout-DP slice; `nodes/actor.py::update_actor` splits each actor rank's responses into `ppo_mini_batch_size x n /
+actor-DP` rows per optimizer step for `ppo_epochs` passes, and the engine runs micro-batches of
+`ppo_micro_batch_size_per_gpu` rows through Megatron's pipeline schedule; the log-prob nodes run micro-batches of
+their own sizes. Pre-flight has already checked that every division here is exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dagrl.config.tree import Cfg
+from dagrl.config.validate import RunShape
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class CriticSchedule:
+    """The PPO critic's own cut of the step (critic.*)."""
+    mini_batches: int
+    ppo_epochs: int
+    mini_batch_rows_per_rank: int
+    micro_batch: int
+    forward_micro_batch: int
+
+    @property
+    def micro_batches_per_mini_batch(self) -> int:
+        return self.mini_batch_rows_per_rank // self.micro_batch
+
+
+@dataclass(frozen=True)
+class Schedule:
+    prompts: int                        # data.train_batch_size
+    n: int                              # responses per prompt
+    rollout_dp: int
+    actor_dp: int
+    mini_batches: int                   # optimizer steps per PPO epoch
+    ppo_epochs: int
+    mini_batch_rows_per_rank: int       # responses per optimizer step on one actor rank
+    micro_batch: int
+    old_log_prob_micro_batch: int | None  # None: skipped (one optimizer step per batch: update's own log-probs)
+    ref_log_prob_micro_batch: int | None  # None: no reference model (no KL term)
+    steps_per_epoch: int
+    total_steps: int
+    pp: int
+    vpp: int
+    critic: CriticSchedule | None = None  # None: the graph has no critic node
+
+    @property
+    def responses(self) -> int:
+        return self.prompts * self.n
+
+    @property
+    def prompts_per_rollout_rank(self) -> int:
+        return self.prompts // self.rollout_dp
+
+    @property
+    def responses_per_actor_rank(self) -> int:
+        return self.responses // self.actor_dp
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.mini_batches * self.ppo_epochs
+
+    @property
+    def micro_batches_per_mini_batch(self) -> int:
+        return self.mini_batch_rows_per_rank // self.micro_batch
+
+    def log_prob_micro_batches(self, size: int | None) -> int:
+        return 0 if size is None else _ceil_div(self.responses_per_actor_rank, size)
+
+    @property
+    def pipeline_bubble(self) -> float:
+        """Idle share of a 1F1B (interleaved: / VPP) pipeline step: (PP - 1) / (VPP x M + PP - 1)."""
+        if self.pp == 1:
+            return 0.0
+        return (self.pp - 1) / (self.vpp * self.micro_batches_per_mini_batch + self.pp - 1)
+
+
+def skips_old_log_prob(cfg: Cfg) -> bool:
+    """The rule of nodes/log_prob.py::on_policy_single_update (kept equal by tests/tools/test_plan.py)."""
+    actor = cfg.actor_rollout_ref.actor
+    return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == cfg.data.train_batch_size
+            and not cfg.algorithm.use_kl_in_reward)
+
+
+def needs_reference(cfg: Cfg) -> bool:
+    """The rule of trainer/build.py: a frozen reference exists only when a KL term needs it."""
+    return bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+
+
+def critic_schedule(cfg: Cfg, shape: RunShape) -> CriticSchedule:
+    critic = cfg.critic
+    return CriticSchedule(mini_batches=cfg.data.train_batch_size // critic.ppo_mini_batch_size,
+                          ppo_epochs=critic.ppo_epochs,
+                          mini_batch_rows_per_rank=critic.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
+                          // shape.actor_dp,
+                          micro_batch=critic.ppo_micro_batch_size_per_gpu,
+                          forward_micro_batch=critic.forward_micro_batch_size_per_gpu)
+
+
+def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
+    from dagrl.config.validate import graph_roles
+
+    actor = cfg.actor_rollout_ref.actor
+    n = cfg.actor_rollout_ref.rollout.n
+    prompts = cfg.data.train_batch_size
+    steps_per_epoch = shape.train_rows // prompts
+    by_epochs = steps_per_epoch * cfg.trainer.total_epochs
+    limit = cfg.trainer.total_training_steps
+    megatron = actor.megatron
+    return Schedule(
+        prompts=prompts, n=n, rollout_dp=shape.rollout_dp, actor_dp=shape.actor_dp,
+        mini_batches=prompts // actor.ppo_mini_batch_size, ppo_epochs=actor.ppo_epochs,
+        mini_batch_rows_per_rank=actor.ppo_mini_batch_size * n // shape.actor_dp,
+        micro_batch=actor.ppo_micro_batch_size_per_gpu,
+        old_log_prob_micro_batch=None if skips_old_log_prob(cfg)
+        else cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu,
+        ref_log_prob_micro_batch=cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
+        if needs_reference(cfg) else None,
+        steps_per_epoch=steps_per_epoch, total_steps=min(limit, by_epochs) if limit else by_epochs,
+        pp=megatron.pipeline_model_parallel_size, vpp=megatron.virtual_pipeline_model_parallel_size or 1,
+        critic=critic_schedule(cfg, shape) if "critic" in graph_roles(cfg) else None)

@@ -1,0 +1,43 @@
+"""Batch statistics are global over data-parallel ranks: gloo processes holding DP shards (and model-parallel
+replicas of them) compute the same whitened advantages, counts and metrics as one process holding the whole
+batch."""
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.algo import dist_worker
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _whole(partial: torch.Tensor) -> torch.Tensor:
+    return partial.double()
+
+
+@pytest.mark.parametrize("world_size,model_parallel", [
+    (2, 1),  # two DP shards
+    pytest.param(4, 2, marks=pytest.mark.slow),  # two DP shards, each held by two model-parallel ranks
+])
+def test_statistics_over_dp_shards_equal_the_whole_batch(tmp_path, world_size, model_parallel):
+    mp.spawn(dist_worker.run, args=(world_size, model_parallel, _free_port(), str(tmp_path)), nprocs=world_size)
+    shards = world_size // model_parallel
+    whole = dist_worker.statistics(dist_worker.full_batch(), _whole)
+    for rank in range(world_size):
+        result = torch.load(tmp_path / f"rank{rank}.pt")
+        rows = slice(rank // model_parallel * 8 // shards, (rank // model_parallel + 1) * 8 // shards)
+        for name in ("rpp", "rpp_baseline", "gae"):
+            torch.testing.assert_close(result[name], whole[name][rows], rtol=1e-6, atol=1e-6)
+        # each shard counted once, not once per model-parallel replica
+        assert result["counts"].tolist() == whole["counts"].tolist() == [26.0, 8.0]
+        assert result["metrics"].keys() == whole["metrics"].keys()
+        for key, value in whole["metrics"].items():
+            assert result["metrics"][key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    # a shard whitened on its own would differ: the statistics really are global
+    alone = dist_worker.statistics(dist_worker.shard(dist_worker.full_batch(), 0, 2), _whole)
+    assert not torch.allclose(alone["rpp"], whole["rpp"][:4], atol=1e-3)

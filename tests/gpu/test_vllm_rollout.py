@@ -1,0 +1,34 @@
+"""vLLM colocated with the Megatron actor on GPUs, for each (actor TP, rollout TP) the GPUs allow.
+
+Each layout is one torchrun launch of vllm_worker.py (vLLM allows one sleep-mode engine per process, and
+Megatron's parallel state is process-global). The numbers each launch measured are printed for the notes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKER = Path(__file__).with_name("vllm_worker.py")
+LAYOUTS = [(1, 1, 1), (2, 2, 2), (2, 1, 2), (1, 2, 2)]  # (actor TP, rollout TP, GPUs)
+
+
+@pytest.mark.parametrize("actor_tp,rollout_tp,gpus", LAYOUTS, ids=[f"actor_tp{a}-rollout_tp{r}" for a, r, _ in LAYOUTS])
+def test_vllm_rollout_follows_the_actor(actor_tp, rollout_tp, gpus, tmp_path):
+    pytest.importorskip("vllm")
+    if torch.cuda.device_count() < gpus:
+        pytest.skip(f"needs {gpus} GPUs")
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
+                           str(WORKER), str(actor_tp), str(rollout_tp), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    print("\nRESULT", json.dumps(result))
+    assert result["greedy_vs_hf"]["argmax_fraction"] >= 0.9
+    assert result["log_prob_gap_mean"] < 0.05 and result["sleep_freed_fraction"] >= 0.8

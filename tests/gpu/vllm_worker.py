@@ -1,0 +1,181 @@
+"""The vLLM rollout colocated with the Megatron actor, one layout per launch (run by test_vllm_rollout.py).
+
+usage: torchrun --nproc-per-node N vllm_worker.py ACTOR_TP ROLLOUT_TP WORK_DIR
+A launch builds a random Qwen3-shaped model, a bf16 Megatron actor at ACTOR_TP and an in-process vLLM engine at
+ROLLOUT_TP (load_format=dummy: only the sync gives it real weights), then runs the rollout node's memory
+choreography and checks: greedy tokens are HF's argmax on the synced weights (up to bf16 near-ties), vLLM's log-probs match the actor's,
+sleep frees the engine's memory, a training step + sync changes the output (and it still equals HF), and a
+bad tensor fails the sync by name. Rank 0 writes WORK_DIR/result.json; a failed check raises (exit != 0).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from dagrl.data.batch import Batch  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout, SamplingSpec  # noqa: E402
+from tests.engine.engine_helpers import sum_loss  # noqa: E402
+
+EOS, PAD, VOCAB, PROMPTS, RESPONSE = 2, 0, 1024, 8, 16
+
+
+def make_model(path: Path) -> None:
+    """A random Qwen3 whose logits are peaked (scaled head), so bf16 greedy decoding has no near-ties."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                         num_attention_heads=8, num_key_value_heads=4, head_dim=32, max_position_embeddings=512,
+                         tie_word_embeddings=False, eos_token_id=EOS, pad_token_id=PAD, bos_token_id=1)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+    model.save_pretrained(path, safe_serialization=True)
+
+
+def prompts_batch() -> Batch:
+    """Left-padded prompts of uneven length (as the dataset makes them)."""
+    g = torch.Generator().manual_seed(1)
+    width = 12
+    ids = torch.full((PROMPTS, width), PAD)
+    mask = torch.zeros((PROMPTS, width), dtype=torch.long)
+    for row in range(PROMPTS):
+        length = 4 + row
+        ids[row, width - length:] = torch.randint(3, VOCAB, (length,), generator=g)
+        mask[row, width - length:] = 1
+    return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
+                 {"uid": [str(row) for row in range(PROMPTS)]})
+
+
+def hf_greedy_margins(model_dir: Path, weights: dict[str, torch.Tensor], out: Batch) -> dict[str, float]:
+    """Teacher-force vLLM's greedy responses through HF (fp32 compute on the synced bf16 weights): at each
+    response position, how far vLLM's token is below HF's best logit, relative to that position's logit range.
+    Wrong or stale weights give large gaps at once; bf16 kernel noise only flips near-ties."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
+    assert not unexpected and not [m for m in missing if "rotary" not in m], (missing, unexpected)
+    batch = out.to("cuda")
+    response_len = batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits.float()[:, -response_len - 1:-1]
+    chosen = logits.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+    best, worst = logits.max(-1).values, logits.min(-1).values
+    mask = batch["response_mask"].bool()
+    relative = ((best - chosen) / (best - worst))[mask]
+    return {"argmax_fraction": (relative == 0).float().mean().item(), "max_relative_gap": relative.max().item()}
+
+
+def vllm_tokens(batch: Batch) -> list[list[int]]:
+    return [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]
+
+
+def exported(actor) -> dict[str, torch.Tensor]:
+    return {name: t.clone() for bucket in actor.export_weights(64 << 20) for name, t in bucket}
+
+
+def main() -> None:
+    actor_tp, rollout_tp, work = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    from dagrl.engine.megatron.engine import MegatronActorEngine
+    from dagrl.engine.megatron.parallel import init_distributed
+    from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
+    from dagrl.nodes.context import WeightVersions
+    from dagrl.nodes.rollout import rollout_session
+
+    init_distributed()
+    rank = dist.get_rank()
+    model_dir = work / "model"
+    if rank == 0:
+        make_model(model_dir)
+    dist.barrier()
+    result: dict = {"actor_tp": actor_tp, "rollout_tp": rollout_tp, "world": dist.get_world_size()}
+    actor = MegatronActorEngine(MegatronEngineSpec(
+        model_path=str(model_dir), layout=ParallelLayout(tensor_model_parallel_size=actor_tp),
+        optim=OptimSpec(lr=2e-3, weight_decay=0.0, total_training_steps=10), param_dtype=torch.bfloat16))
+    free_before_engine = torch.cuda.mem_get_info()[0]
+    start = time.perf_counter()
+    rollout = VLLMRollout(VLLMRolloutSpec(model_path=str(model_dir), tensor_parallel_size=rollout_tp,
+                                          gpu_memory_utilization=0.3, max_model_len=128, calculate_log_probs=True),
+                          eos_token_ids=[EOS], pad_token_id=PAD)
+    result["engine_start_s"] = time.perf_counter() - start
+    engine_bytes = free_before_engine - torch.cuda.mem_get_info()[0]
+
+    # sleep frees the engine's memory (measured from the device's free memory)
+    free_awake = torch.cuda.mem_get_info()[0]
+    rollout.sleep()
+    torch.cuda.synchronize()
+    freed = torch.cuda.mem_get_info()[0] - free_awake
+    result["sleep_freed_fraction"] = freed / engine_bytes
+    assert freed >= 0.8 * engine_bytes, (freed, engine_bytes)
+
+    cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(
+        update_weights_bucket_megabytes=1)))  # small buckets: several loads per sync
+    ctx = SimpleNamespace(cfg=cfg, actor=actor, rollout=rollout, reference=None, versions=WeightVersions(actor=0))
+    prompts = prompts_batch()
+    greedy = SamplingSpec(n=1, do_sample=False, response_length=RESPONSE)
+    sampled = SamplingSpec(n=2, temperature=1.0, response_length=RESPONSE)
+
+    def rollout_once(sampling: SamplingSpec, seed: int) -> tuple[Batch, dict]:
+        with rollout_session(ctx) as sync_metrics:
+            out = rollout.generate(prompts, sampling, seed=seed)
+        return out, sync_metrics
+
+    out, sync_metrics = rollout_once(greedy, seed=0)
+    result["sync_s"], result["sync_gb"] = sync_metrics["timing_s/weight_sync"], sync_metrics["perf/weight_sync_gb"]
+    got = vllm_tokens(out)
+    result["greedy_vs_hf"] = hf_greedy_margins(model_dir, exported(actor), out)
+    assert result["greedy_vs_hf"]["argmax_fraction"] >= 0.9 and result["greedy_vs_hf"]["max_relative_gap"] < 0.02, \
+        result
+
+    # vLLM's processed log-probs vs the actor's on sampled tokens
+    ctx.versions.rollout = -1  # force a fresh sync (the engine slept and dropped its weights anyway)
+    out, _ = rollout_once(sampled, seed=1)
+    actor_log_probs, _ = actor.compute_log_prob(out.to("cuda"), micro_batch_size=8, temperature=1.0,
+                                                with_entropy=False)
+    mask = out["response_mask"].cuda().bool()
+    gap = (actor_log_probs - out["rollout_log_probs"].cuda()).abs()[mask]
+    result["log_prob_gap_mean"], result["log_prob_gap_max"] = gap.mean().item(), gap.max().item()
+    # The scaled head (logits ~ x30) magnifies bf16 noise; the real-model gap is the trainer's
+    # training/rollout_log_probs_diff_mean metric.
+    assert result["log_prob_gap_mean"] < 0.05, result
+
+    # a training step, then the next rollout follows the new weights (and still equals HF on them)
+    train = out.to("cuda")
+    for _ in range(3):
+        actor.train_step(train, sum_loss, micro_batch_size=8, temperature=1.0)
+    ctx.versions.actor += 1
+    after, _ = rollout_once(greedy, seed=0)
+    got_after = vllm_tokens(after)
+    result["changed_after_train"] = sum(a != b for a, b in zip(got_after, got))
+    result["greedy_vs_hf_after_train"] = hf_greedy_margins(model_dir, exported(actor), after)
+    assert result["changed_after_train"] > 0, result
+    assert result["greedy_vs_hf_after_train"]["argmax_fraction"] >= 0.9, result
+    assert result["greedy_vs_hf_after_train"]["max_relative_gap"] < 0.02, result
+
+    # a wrong shape fails the sync with the tensor's name
+    rollout.wake_weights()
+    bad = [("model.layers.0.self_attn.q_proj.weight", torch.zeros(3, 3, device="cuda"))]
+    try:
+        rollout.load_weights(iter([bad]))
+        raise AssertionError("a wrong-shaped tensor was accepted")
+    except ValueError as err:
+        assert "model.layers.0.self_attn.q_proj.weight" in str(err)
+        result["bad_sync_error"] = str(err)
+    if rank == 0:
+        (work / "result.json").write_text(json.dumps(result, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""The bad-input corpus: each case is one thing a user gets wrong, the overrides (and files) that reproduce it, and
+what dagrl's one error line must name (the key or file, and the fix).
+
+Overrides are format strings: {ws} is the case's scratch directory, {model} a valid tiny model, {train} a valid
+training file, {ckpt} the checkpoint directory (trainer.default_local_dir) that holds a complete checkpoint
+(global_step_2) and a partial one (.tmp_global_step_3). `make(ws, paths)` writes the case's bad files first.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+PREFLIGHT, RUNTIME = "pre-flight", "first step"
+MODEL_KEY = "actor_rollout_ref.model.path"
+MEGATRON = "actor_rollout_ref.actor.megatron"
+
+
+@dataclass(frozen=True)
+class Paths:
+    ws: Path
+    model: Path
+    train: str
+    ckpt: Path
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    what: str                              # the bad input, in words (docs/bad_inputs.md)
+    overrides: tuple[str, ...] = ()
+    expect: tuple[str, ...] = ()           # the error line contains each: the key or file, and the fix
+    make: Callable[[Path, Paths], None] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    code: int = 2
+    found: str = PREFLIGHT                 # RUNTIME: only once models are built and a step runs (slow suite)
+
+
+# ---- file makers -----------------------------------------------------------------------------------------------
+def model_copy(patch: dict | None = None, remove: tuple[str, ...] = (), config_text: str | None = None,
+               tokenizer_patch: dict | None = None) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny model with config.json patched or replaced, or files removed."""
+    def make(ws: Path, paths: Paths) -> None:
+        target = ws / "model"
+        shutil.copytree(paths.model, target)
+        config = json.loads((target / "config.json").read_text())
+        config.update(patch or {})
+        (target / "config.json").write_text(config_text if config_text is not None else json.dumps(config))
+        if tokenizer_patch is not None:
+            tokenizer = json.loads((target / "tokenizer_config.json").read_text())
+            tokenizer.update(tokenizer_patch)
+            (target / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+        for name in remove:
+            (target / name).unlink()
+    return make
+
+
+def parquet(kind: str) -> Callable[[Path, Paths], None]:
+    """{ws}/bad.parquet: corrupt bytes, no rows, a missing column, or a directory of that name."""
+    def make(ws: Path, paths: Paths) -> None:
+        import pyarrow.parquet as pq
+
+        target = ws / "bad.parquet"
+        if kind == "corrupt":
+            target.write_bytes(b"PAR1" + bytes(range(256)) * 4)
+        elif kind == "dir":
+            target.mkdir()
+        else:
+            table = pq.read_table(paths.train)
+            table = table.slice(0, 0) if kind == "empty" else table.drop_columns(["reward_model"])
+            pq.write_table(table, target)
+    return make
+
+
+def text_file(name: str, text: str) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        (ws / name).write_text(text)
+    return make
+
+
+REWARD_RAISES = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1 / 0\n"
+REWARD_HANGS = ("import time\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                "    time.sleep(600)\n    return 0.0\n")
+REWARD_NAN = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return float('nan')\n"
+REWARD_OTHER_NAME = "def score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
+WORLD = {"WORLD_SIZE": "2"}  # validate a 2-process launch without starting one (pre-flight reads WORLD_SIZE)
+
+
+def world(n: int) -> tuple[str, ...]:
+    return (f"trainer.n_gpus_per_node={n}",)
+
+
+CASES: tuple[Case, ...] = (
+    # ---- the command line ----
+    Case("unknown_key", "a misspelt key: `trainer.totl_epochs=2`", ("trainer.totl_epochs=2",),
+         ("trainer.totl_epochs", "did you mean 'trainer.total_epochs'")),
+    Case("plus_key_outside_free_maps", "`+trainer.new_key=1` (adding a key where none may be added)",
+         ("+trainer.new_key=1",), ("trainer.new_key", "'+' adds keys only under")),
+    Case("free_map_key_without_plus", "`custom_reward_function.reward_kwargs.scale=2` without the `+`",
+         ("custom_reward_function.reward_kwargs.scale=2",), ("+custom_reward_function.reward_kwargs.scale",)),
+    Case("unparsable_override", "`data.train_batch_size=[` (not a value)", ("data.train_batch_size=[",),
+         ("cannot parse the command line", "'['")),
+    # ---- types and ranges ----
+    Case("wrong_type_batch", "`data.train_batch_size=abc`", ("data.train_batch_size=abc",),
+         ("data.train_batch_size", "positive integer")),
+    Case("wrong_type_epochs", "`trainer.total_epochs=two`", ("trainer.total_epochs=two",),
+         ("trainer.total_epochs", "positive integer")),
+    Case("negative_total_steps", "`trainer.total_training_steps=-3`", ("trainer.total_training_steps=-3",),
+         ("trainer.total_training_steps", "null", "positive integer")),
+    Case("zero_max_prompt_length", "`data.max_prompt_length=0`", ("data.max_prompt_length=0",),
+         ("data.max_prompt_length", "positive integer")),
+    Case("negative_lr", "`actor_rollout_ref.actor.optim.lr=-1e-3`", ("actor_rollout_ref.actor.optim.lr=-1e-3",),
+         ("actor_rollout_ref.actor.optim.lr", ">= 0")),
+    Case("zero_temperature", "`actor_rollout_ref.rollout.temperature=0` (log-probs divide by it)",
+         ("actor_rollout_ref.rollout.temperature=0",), ("actor_rollout_ref.rollout.temperature", "> 0")),
+    Case("dual_clip_below_one", "`actor_rollout_ref.actor.clip_ratio_c=0.5`", ("actor_rollout_ref.actor.clip_ratio_c=0.5",),
+         ("actor_rollout_ref.actor.clip_ratio_c", "must be > 1")),
+    Case("zero_reward_timeout", "`reward_model.timeout_s=0`", ("reward_model.timeout_s=0",),
+         ("reward_model.timeout_s", "> 0")),
+    Case("negative_skip_limit", "`trainer.max_consecutive_skips=-1`", ("trainer.max_consecutive_skips=-1",),
+         ("trainer.max_consecutive_skips", ">= 0")),
+    Case("bad_logger", "`trainer.logger=[console,wandb]`", ("trainer.logger=[console,wandb]",),
+         ("trainer.logger", "'wandb'", "valid: console, tensorboard, jsonl")),
+    Case("bad_choice", "`actor_rollout_ref.rollout.name=sglang`", ("actor_rollout_ref.rollout.name=sglang",),
+         ("actor_rollout_ref.rollout.name", "is not one of")),
+    Case("alias_conflict", "`actor_rollout_ref.rollout.response_length=8` while data.max_response_length=6",
+         ("actor_rollout_ref.rollout.response_length=8",),
+         ("actor_rollout_ref.rollout.response_length", "set only data.max_response_length")),
+    Case("trainable_layers_out_of_range", "`actor_rollout_ref.model.trainable_top_layers=5` (the model has 2)",
+         ("actor_rollout_ref.model.trainable_top_layers=5",),
+         ("actor_rollout_ref.model.trainable_top_layers", "1..2")),
+    # ---- the model ----
+    Case("model_dir_missing", "model directory does not exist", (f"{MODEL_KEY}={{ws}}/no_such_model",),
+         (f"{MODEL_KEY}", "no_such_model", "does not exist")),
+    Case("model_config_missing", "model directory without config.json", (f"{MODEL_KEY}={{ws}}/model",),
+         ("config.json", "must be an HF model directory"), make=model_copy(remove=("config.json",))),
+    Case("model_config_not_json", "config.json is not JSON", (f"{MODEL_KEY}={{ws}}/model",),
+         ("config.json", "not valid JSON", MODEL_KEY), make=model_copy(config_text="{model_type: llama")),
+    Case("model_family_unsupported", "config.json says model_type gpt2", (f"{MODEL_KEY}={{ws}}/model",),
+         ("'gpt2'", "supported: llama"), make=model_copy(patch={"model_type": "gpt2"})),
+    Case("model_feature_unsupported", "a llama with YaRN rope scaling", (f"{MODEL_KEY}={{ws}}/model",),
+         ("<tmp>/model", "rope_type='yarn'"),
+         make=model_copy(patch={"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 5000.0}})),
+    Case("tokenizer_missing", "model directory without tokenizer files", (f"{MODEL_KEY}={{ws}}/model",),
+         (MODEL_KEY, "no tokenizer"),
+         make=model_copy(remove=("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"))),
+    Case("chat_template_missing", "a tokenizer without a chat template (a base model)", (f"{MODEL_KEY}={{ws}}/model",),
+         (MODEL_KEY, "no chat template", "instruct"), make=model_copy(remove=("chat_template.jinja",))),
+    # ---- parallel layout and batch sizes ----
+    Case("heads_not_divisible_by_tp", "TP=3 with 4 attention heads (3 processes)",
+         (*world(3), f"{MEGATRON}.tensor_model_parallel_size=3"),
+         (f"{MEGATRON}.tensor_model_parallel_size=3", "num_attention_heads=4", "pick a divisor"),
+         env={"WORLD_SIZE": "3"}),
+    Case("kv_heads_not_divisible_by_tp", "TP=4 with 2 KV heads (4 processes)",
+         (*world(4), f"{MEGATRON}.tensor_model_parallel_size=4"),
+         (f"{MEGATRON}.tensor_model_parallel_size=4", "num_key_value_heads=2"), env={"WORLD_SIZE": "4"}),
+    Case("layers_not_divisible_by_pp_vpp", "PP=2 x VPP=2 with 2 layers",
+         (*world(2), f"{MEGATRON}.pipeline_model_parallel_size=2",
+          f"{MEGATRON}.virtual_pipeline_model_parallel_size=2"),
+         ("pipeline_model_parallel_size=2 x virtual_pipeline_model_parallel_size=2", "num_hidden_layers=2"),
+         env=WORLD),
+    Case("vpp_without_pp", "VPP=2 with PP=1", (f"{MEGATRON}.virtual_pipeline_model_parallel_size=2",),
+         ("virtual_pipeline_model_parallel_size=2", "pipeline_model_parallel_size>1")),
+    Case("world_not_divisible_by_tp", "TP=2 on a 1-process launch", (f"{MEGATRON}.tensor_model_parallel_size=2",),
+         (f"{MEGATRON}.tensor_model_parallel_size", "not divisible by 2")),
+    Case("world_size_mismatch", "trainer.n_gpus_per_node=2 but one process started", world(2),
+         ("trainer.n_gpus_per_node", "torchrun --nproc-per-node 2")),
+    Case("batch_not_divisible_by_dp", "train_batch_size=3 over 2 data-parallel ranks",
+         (*world(2), "data.train_batch_size=3"), ("data.train_batch_size", "3 is not divisible by 2"), env=WORLD),
+    Case("batch_times_n_not_divisible_by_dp", "ppo_mini_batch_size x rollout.n = 1 over 2 data-parallel ranks",
+         (*world(2), "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"),
+         ("actor_rollout_ref.actor.ppo_mini_batch_size", "1 is not divisible by 2"), env=WORLD),
+    Case("mini_batch_not_dividing_batch", "ppo_mini_batch_size=3 with train_batch_size=4",
+         ("actor_rollout_ref.actor.ppo_mini_batch_size=3",),
+         ("actor_rollout_ref.actor.ppo_mini_batch_size", "not divisible by 3")),
+    Case("micro_batch_not_dividing", "ppo_micro_batch_size_per_gpu=3 with 4 responses per mini-batch",
+         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",),
+         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "not divisible by 3")),
+    Case("batch_larger_than_data", "train_batch_size=64 with 32 training rows",
+         ("data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=64"),
+         ("data.train_batch_size=64", "32 training rows")),
+    # ---- data files ----
+    Case("parquet_missing", "data.train_files names no file", ("data.train_files={ws}/missing.parquet",),
+         ("<tmp>/missing.parquet", "does not exist", "data.train_files")),
+    Case("parquet_corrupt", "a data file that is not parquet", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "not a readable parquet file", "regenerate"), make=parquet("corrupt")),
+    Case("parquet_empty", "a data file with no rows", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "no rows"), make=parquet("empty")),
+    Case("parquet_missing_column", "a data file without the reward_model column", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "'reward_model'", "regenerate"), make=parquet("no_column")),
+    Case("parquet_is_directory", "data.train_files names a directory", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "is a directory"), make=parquet("dir")),
+    Case("val_parquet_missing", "data.val_files names no file", ("data.val_files={ws}/missing_val.parquet",),
+         ("<tmp>/missing_val.parquet", "data.val_files")),
+    Case("prompt_key_wrong", "`data.prompt_key=question` (no such column)", ("data.prompt_key=question",),
+         ("'question'", "set data.prompt_key")),
+    # ---- custom reward ----
+    Case("reward_file_missing", "custom_reward_function.path names no file",
+         ("custom_reward_function.path={ws}/no_reward.py",), ("<tmp>/no_reward.py", "custom_reward_function.path")),
+    Case("reward_function_missing", "the reward file has no compute_score", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py", "no function 'compute_score'", "['score']", "custom_reward_function.name"),
+         make=text_file("reward.py", REWARD_OTHER_NAME)),
+    Case("reward_file_broken", "the reward file fails to import", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py", "failed to import", "ModuleNotFoundError"),
+         make=text_file("reward.py", "import no_such_module_for_dagrl\n")),
+    Case("reward_file_not_python", "custom_reward_function.path is not a .py file",
+         ("custom_reward_function.path={ws}/reward.txt",), ("<tmp>/reward.txt", "not a .py file"),
+         make=text_file("reward.txt", REWARD_RAISES)),
+    # ---- the graph ----
+    Case("pipeline_fn_missing", "`dag.custom_pipeline_fn=no_such_pkg.graphs:build`",
+         ("dag.custom_pipeline_fn=no_such_pkg.graphs:build",), ("dag.custom_pipeline_fn", "cannot import module")),
+    # ---- checkpoints ----
+    Case("checkpoint_dir_not_writable", "trainer.default_local_dir on a read-only file system (/proc/sys)",
+         ("trainer.default_local_dir=/proc/sys/dagrl_checkpoints",),
+         ("trainer.default_local_dir", "/proc/sys/dagrl_checkpoints", "not writable")),
+    Case("checkpoint_dir_under_a_file", "trainer.default_local_dir inside a regular file",
+         ("trainer.default_local_dir={ws}/a_file/checkpoints",),
+         ("trainer.default_local_dir", "<tmp>/a_file", "not a directory"), make=text_file("a_file", "")),
+    Case("resume_path_partial", "resume_from_path is a partial checkpoint (killed save)",
+         ("trainer.resume_mode=resume_path", "trainer.resume_from_path={ckpt}/.tmp_global_step_3"),
+         ("trainer.resume_from_path", ".tmp_global_step_3", "not a complete dagrl checkpoint")),
+    Case("resume_path_missing", "resume_from_path names no directory",
+         ("trainer.resume_mode=resume_path", "trainer.resume_from_path={ckpt}/global_step_9"),
+         ("trainer.resume_from_path", "global_step_9", "no such directory")),
+    Case("resume_path_unset", "resume_mode=resume_path without resume_from_path", ("trainer.resume_mode=resume_path",),
+         ("trainer.resume_from_path", "global_step_N")),
+    Case("resume_path_without_mode", "resume_from_path set while resume_mode=auto",
+         ("trainer.resume_from_path={ckpt}/global_step_2",), ("trainer.resume_from_path", "resume_mode=resume_path")),
+    Case("resume_disabled_over_checkpoints", "resume_mode=disable on a directory that holds checkpoints",
+         ("trainer.resume_mode=disable",), ("trainer.resume_mode=disable", "global_step_2", "resume_mode=auto")),
+    # ---- found only when a step runs (slow suite) ----
+    Case("prompt_too_long", "a prompt longer than data.max_prompt_length=8 with data.truncation=error",
+         ("data.max_prompt_length=8",), ("data.max_prompt_length=8", "data.truncation=left|right|middle"),
+         found=RUNTIME),
+    Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
+         ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
+         ("ZeroDivisionError", "reward_model.on_error=zero", "custom_reward_function"),
+         make=text_file("reward.py", REWARD_RAISES), code=1, found=RUNTIME),
+    Case("reward_hangs", "the reward function hangs (reward_model.timeout_s=1, on_error=raise)",
+         ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise", "reward_model.timeout_s=1"),
+         ("timed out after 1 s", "reward_model.timeout_s"),
+         make=text_file("reward.py", REWARD_HANGS), code=1, found=RUNTIME),
+    Case("reward_not_finite", "the reward function returns NaN, reward_model.on_error=raise",
+         ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
+         ("non-finite score nan", "reward_model.on_error=zero"),
+         make=text_file("reward.py", REWARD_NAN), code=1, found=RUNTIME),
+)

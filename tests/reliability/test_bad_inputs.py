@@ -1,0 +1,169 @@
+"""The bad-input corpus (tests/reliability/corpus.py) against `python -m dagrl.main_dag`.
+
+Every case exits non-zero (2 for configuration and data errors) with exactly one error line, no traceback, naming
+the key or file and the fix; a case found in pre-flight ends before megatron or vllm is imported, within 5 CPU
+seconds (CPU, not wall time: the machine is shared); no checkpoint in trainer.default_local_dir changes.
+docs/bad_inputs.md is the corpus's table: each case checks its own row, and `DAGRL_UPDATE_DOCS=1` rewrites it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cpu_run_overrides
+from tests.helpers import run_in_session
+from tests.reliability.corpus import CASES, PREFLIGHT, RUNTIME, Case, Paths
+
+PROBE_DIR = Path(__file__).with_name("probe")  # its sitecustomize records imports and CPU time at exit
+DOCS = Path(__file__).parents[2] / "docs" / "bad_inputs.md"
+TABLE_HEADER = "| case | bad input | found at | exit | the one line on stderr |"
+PREFLIGHT_CPU_S = 5.0
+
+
+def merged(base: list[str], extra: list[str]) -> list[str]:
+    """`base` overrides with `extra` replacing the same keys (Hydra would reject a key given twice)."""
+    by_key = dict(arg.split("=", 1) for arg in base)
+    by_key.update(arg.split("=", 1) for arg in extra)
+    return [f"{key}={value}" for key, value in by_key.items()]
+
+
+def write_checkpoints(root: Path) -> None:
+    """A complete checkpoint (global_step_2: marker present) and a partial one, as a killed save leaves it."""
+    for name, complete in (("global_step_2", True), (".tmp_global_step_3", False)):
+        (root / name / "actor").mkdir(parents=True)
+        (root / name / "actor" / "__0_0.distcp").write_bytes(os.urandom(4096))
+        (root / name / "data.pt").write_bytes(os.urandom(256))
+        if complete:
+            (root / name / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": 2}))
+    (root / "latest_checkpointed_iteration.txt").write_text("2")
+
+
+def digest(root: Path, checkpoints_only: bool = False) -> str:
+    """Names and bytes of every file under root (checkpoints_only: global_step_* and the tracker file)."""
+    hasher = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if checkpoints_only and not str(relative).startswith(("global_step_", "latest_checkpointed")):
+            continue
+        hasher.update(str(relative).encode())
+        if path.is_file():
+            hasher.update(path.read_bytes())
+    return hasher.hexdigest()
+
+
+@pytest.fixture
+def paths(tmp_path, tiny_model, tiny_data) -> Paths:
+    ckpt = tmp_path / "ckpt"
+    write_checkpoints(ckpt)
+    return Paths(ws=tmp_path, model=tiny_model, train=tiny_data["train"], ckpt=ckpt)
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tiny_model, tiny_data, tmp_path_factory) -> Path:
+    """A real one-step run's checkpoint directory, for the cases that only show once a step runs."""
+    out = tmp_path_factory.mktemp("trained") / "ckpt"
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *runtime_base(tiny_model, tiny_data, out,
+                                                                                           steps=1)])
+    assert code == 0, stderr[-3000:]
+    return out
+
+
+def runtime_base(model: Path, data: dict, out: Path, steps: int) -> list[str]:
+    return cpu_run_overrides(model, data, out, **{"trainer.total_training_steps": steps, "trainer.save_freq": 1,
+                                                  "trainer.val_before_train": False, "data.val_files": "null"})
+
+
+def run_case(case: Case, paths: Paths, base: list[str]) -> tuple[int, str, dict, float]:
+    """(exit code, stderr, probe record, wall seconds) of `python -m dagrl.main_dag` on the case."""
+    if case.make:
+        case.make(paths.ws, paths)
+    fields = {"ws": paths.ws, "model": paths.model, "train": paths.train, "ckpt": paths.ckpt}
+    args = merged(base, [arg.format(**fields) for arg in case.overrides])
+    probe = paths.ws / "probe.json"
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")])),
+           "DAGRL_IMPORT_PROBE": str(probe), **case.env}
+    start = time.monotonic()
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], env, timeout=300)
+    wall = time.monotonic() - start
+    return code, stderr, json.loads(probe.read_text()) if probe.exists() else {}, wall
+
+
+def error_line(case: Case, code: int, stderr: str, paths: Paths) -> str:
+    """The single `dagrl: error:` line, checked, with this machine's paths replaced by placeholders."""
+    assert code == case.code, f"{case.id}: exit code {code}, expected {case.code}\n{stderr[-3000:]}"
+    assert "Traceback" not in stderr, f"{case.id}: a traceback on stderr\n{stderr[-3000:]}"
+    errors = [line for line in stderr.splitlines() if line.startswith("dagrl: error:")]
+    assert len(errors) == 1, f"{case.id}: {len(errors)} error lines\n{stderr[-3000:]}"
+    line = errors[0]
+    for path, placeholder in ((paths.ws, "<tmp>"), (paths.model, "<model>"), (Path(paths.train).parent, "<data>")):
+        line = line.replace(str(path), placeholder)
+    missing = [text for text in case.expect if text not in line]
+    assert not missing, f"{case.id}: the error line lacks {missing}: {line}"
+    return line
+
+
+def check_table_row(case: Case, code: int, line: str) -> None:
+    """The case's row in docs/bad_inputs.md says what the run said; DAGRL_UPDATE_DOCS=1 writes it instead."""
+    message = line.removeprefix("dagrl: error: ").replace("|", "\\|")
+    row = f"| {case.id} | {case.what.replace('|', chr(92) + '|')} | {case.found} | {code} | {message} |"
+    text = DOCS.read_text()
+    if os.environ.get("DAGRL_UPDATE_DOCS"):
+        head, _, table = text.partition(TABLE_HEADER + "\n|---|---|---|---|---|\n")
+        rows = {r.split(" | ")[0][2:]: r for r in table.splitlines() if r.startswith("| ")}
+        rows[case.id] = row
+        ordered = [rows[c.id] for c in CASES if c.id in rows]
+        DOCS.write_text(f"{head}{TABLE_HEADER}\n|---|---|---|---|---|\n" + "\n".join(ordered) + "\n")
+        return
+    assert row in text.splitlines(), (f"docs/bad_inputs.md is stale for {case.id}; expected the row\n{row}\n"
+                                      f"(DAGRL_UPDATE_DOCS=1 pytest tests/reliability/test_bad_inputs.py rewrites it)")
+
+
+def test_the_table_lists_the_corpus_and_the_base_config_is_valid(tiny_model, tiny_data, tmp_path):
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 30
+    table = DOCS.read_text().partition(TABLE_HEADER)[2].splitlines()[2:]
+    assert [row.split(" | ")[0][2:] for row in table if row.startswith("| ")] == ids
+    # every case fails because of its own change: the base it changes passes pre-flight
+    from dagrl.config.load import compose
+    from dagrl.config.tree import Cfg
+    from dagrl.config.validate import preflight
+    write_checkpoints(tmp_path / "ckpt")
+    preflight(Cfg(compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt"))))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.found == PREFLIGHT], ids=lambda c: c.id)
+def test_bad_input_is_refused_in_preflight(case, paths, tiny_model, tiny_data):
+    if case.id == "checkpoint_dir_not_writable" and (not os.path.isdir("/proc/sys") or os.access("/proc/sys", os.W_OK)):
+        pytest.skip("needs a read-only /proc/sys")
+    before = digest(paths.ckpt)
+    code, stderr, probe, wall = run_case(case, paths, cpu_run_overrides(tiny_model, tiny_data, paths.ckpt))
+    line = error_line(case, code, stderr, paths)
+    assert len(stderr.strip().splitlines()) == 1, f"{case.id}: more than the error line on stderr\n{stderr}"
+    assert probe, "the import probe did not report (did the process exit normally?)"
+    assert not {"megatron", "vllm"} & set(probe["imported"]), f"{case.id} imported {probe['imported']}"
+    assert probe["cpu_s"] < PREFLIGHT_CPU_S, f"{case.id} took {probe['cpu_s']:.1f} CPU s"
+    assert digest(paths.ckpt) == before  # nothing written: no checkpoint, no partial removed, no metrics
+    print(f"{case.id}: {probe['cpu_s']:.2f} CPU s, {wall:.2f} s wall, imported {probe['imported']}")
+    check_table_row(case, code, line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in CASES if c.found == RUNTIME], ids=lambda c: c.id)
+def test_bad_input_found_at_run_time_stops_the_run_with_one_line(case, paths, trained_checkpoint, tiny_model,
+                                                                 tiny_data):
+    shutil.rmtree(paths.ckpt)
+    shutil.copytree(trained_checkpoint, paths.ckpt)
+    before = digest(paths.ckpt, checkpoints_only=True)
+    code, stderr, probe, wall = run_case(case, paths, runtime_base(tiny_model, tiny_data, paths.ckpt, steps=2))
+    line = error_line(case, code, stderr, paths)
+    assert "resumed from" in stderr  # it failed in the step after the checkpoint, which stays as it was
+    assert digest(paths.ckpt, checkpoints_only=True) == before
+    print(f"{case.id}: {probe.get('cpu_s', 0):.2f} CPU s, {wall:.2f} s wall")
+    check_table_row(case, code, line)

@@ -1,0 +1,299 @@
+"""python3 -m dagrl.plan: rank groups (against Megatron-Core's own), parameter counts (against HF models and the
+model cards), the batch schedule of the example scripts, the memory arithmetic, and the one-line exit-2 error."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dagrl.config.load import compose
+from dagrl.config.tree import Cfg
+from dagrl.plan import presets
+from dagrl.plan.memory import Layout, Recompute, RunSettings, recompute_from_config, stage_memory
+from dagrl.plan.model import ModelShape, rank_params
+from dagrl.plan.ranks import megatron_groups, orthogonal_groups
+from dagrl.plan.schedule import skips_old_log_prob
+from tests.conftest import make_arithmetic_rows
+from tests.helpers import write_parquet
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def preset_shape(family: str, size: str, **overrides) -> ModelShape:
+    return ModelShape.from_hf({"model_type": family, **presets.config_fields(family, size, **overrides)})
+
+
+def config_dir(path: Path, family: str, size: str) -> Path:
+    """A model directory with config.json only (what dagrl.plan reads), as init_random_model --config-only."""
+    presets.hf_config(family, size).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> str:
+    return write_parquet(str(tmp_path_factory.mktemp("plan_data") / "train.parquet"),
+                         make_arithmetic_rows(256, "train", seed=0))
+
+
+# ---- rank groups ---------------------------------------------------------------------------------------
+def test_tp2_pp2_dp2_by_hand():
+    groups = megatron_groups(8, tp=2, pp=2)
+    assert groups.tp == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert groups.dp == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert groups.pp == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert groups.cp == [[r] for r in range(8)]
+    assert groups.rollout_tp == [[r] for r in range(8)]
+    with pytest.raises(ValueError, match="not divisible"):
+        megatron_groups(8, tp=3)
+
+
+def test_rollout_groups_are_consecutive_tp_blocks():
+    groups = megatron_groups(8, tp=4, rollout_tp=2)
+    assert groups.rollout_tp == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert groups.rollout_dp == [[0, 2, 4, 6], [1, 3, 5, 7]]
+
+
+LAYOUTS = [  # world, tp, pp, cp, ep, etp
+    (8, 2, 2, 1, 2, None),
+    (8, 1, 2, 2, 1, None),
+    (16, 2, 2, 2, 4, 1),
+    (12, 2, 3, 1, 2, 1),
+]
+
+
+@pytest.mark.parametrize("world,tp,pp,cp,ep,etp", LAYOUTS)
+def test_groups_equal_megatron_parallel_state_on_a_fake_world(world, tp, pp, cp, ep, etp):
+    """Build Megatron-Core's groups for every rank of a fake world (torch's "fake" backend) and compare."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    ours = megatron_groups(world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp)
+    getters = {"tp": ps.get_tensor_model_parallel_group, "pp": ps.get_pipeline_model_parallel_group,
+               "dp": ps.get_data_parallel_group, "cp": ps.get_context_parallel_group,
+               "dp_cp": lambda: ps.get_data_parallel_group(with_context_parallel=True),
+               "ep": ps.get_expert_model_parallel_group, "expert_tp": ps.get_expert_tensor_parallel_group,
+               "expert_dp": ps.get_expert_data_parallel_group}
+    for rank in range(world):
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+        try:
+            ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                         context_parallel_size=cp, expert_model_parallel_size=ep,
+                                         expert_tensor_parallel_size=etp, create_gloo_process_groups=False)
+            for kind, getter in getters.items():
+                theirs = dist.get_process_group_ranks(getter())
+                mine = next(g for g in getattr(ours, kind) if rank in g)
+                assert mine == theirs, (kind, rank)
+        finally:
+            ps.destroy_model_parallel()
+            dist.destroy_process_group()
+
+
+def test_orthogonal_groups_equal_megatron_rank_generator():
+    from megatron.core.parallel_state import RankGenerator
+
+    for tp, cp, dp, pp in [(2, 1, 3, 2), (1, 2, 2, 4), (4, 2, 1, 1), (2, 2, 2, 2)]:
+        generator = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
+        for token in ("tp", "cp", "dp", "pp", "dp-cp", "tp-pp", "tp-cp"):
+            assert orthogonal_groups({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, tuple(token.split("-"))) \
+                == generator.get_ranks(token), (tp, cp, dp, pp, token)
+
+
+# ---- parameter counts ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", presets.FAMILIES)
+@pytest.mark.parametrize("tie", [False, True])
+def test_param_count_equals_hf_numel(family, tie, tmp_path):
+    model = presets.random_model(family, "tiny", num_layers=3, tie=tie)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())  # what the plan reads, as saved
+    assert ModelShape.from_hf(config).total_params() == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("family,size,total,non_embedding", [
+    ("qwen3", "0.6b", 0.6e9, 0.44e9), ("qwen3", "1.7b", 1.7e9, 1.4e9), ("qwen3", "4b", 4.0e9, 3.6e9),
+    ("qwen3", "8b", 8.2e9, 6.95e9), ("qwen3", "14b", 14.8e9, 13.2e9), ("qwen3", "32b", 32.8e9, 31.2e9),
+    ("qwen3_moe", "30b-a3b", 30.5e9, 29.9e9),
+])
+def test_large_presets_match_the_model_cards(family, size, total, non_embedding):
+    """The presets' counts round to the figures of the Qwen3 model cards (by config only: nothing allocated)."""
+    shape = preset_shape(family, size)
+    embeddings = shape.vocab * shape.hidden * (1 if shape.tied else 2)
+    assert abs(shape.total_params() / total - 1) < 0.03  # the cards round to 2-3 digits
+    assert abs((shape.total_params() - embeddings) / non_embedding - 1) < 0.03
+    if shape.moe:
+        assert abs(shape.active_params() / 3.3e9 - 1) < 0.03
+
+
+@pytest.mark.parametrize("family,tie,pp", [("qwen3", False, 4), ("qwen3", True, 2), ("qwen3_moe", False, 2)])
+def test_pipeline_stages_add_up_to_the_model(family, tie, pp):
+    shape = preset_shape(family, "tiny", num_layers=4, tie=tie)
+    stages = [rank_params(shape, tp=1, pp=pp, ep=1, etp=1, stage=s) for s in range(pp)]
+    extra_copy = shape.vocab * shape.hidden if tie and pp > 1 else 0  # the last stage's embedding copy
+    assert sum(s.total for s in stages) == shape.total_params() + extra_copy
+    sharded = rank_params(shape, tp=2, pp=1, ep=2 if shape.moe else 1, etp=1, stage=0)
+    assert sharded.total < stages[0].total + stages[-1].total
+
+
+def test_interleaved_stages_hold_every_pp_th_chunk():
+    from dagrl.plan.model import stage_layers
+
+    shape = preset_shape("qwen3", "tiny", num_layers=12)
+    assert stage_layers(shape, 2, 0, vpp=3) == [range(0, 2), range(4, 6), range(8, 10)]
+    assert stage_layers(shape, 2, 1, vpp=3) == [range(2, 4), range(6, 8), range(10, 12)]
+    # training the top 3 layers (9, 10, 11) puts gradients on stage 0 too: layer 9 is in its last chunk
+    trained = [rank_params(shape, tp=1, pp=2, ep=1, etp=1, stage=s, vpp=3, trainable_top_layers=3).trainable
+               for s in (0, 1)]
+    assert trained == [shape.layer_params(), 2 * shape.layer_params() + shape.hidden]
+
+
+def test_trainable_top_layers_limit_gradients_to_those_layers():
+    shape = preset_shape("qwen3", "tiny", num_layers=4)
+    first, last = (rank_params(shape, tp=1, pp=2, ep=1, etp=1, stage=s, trainable_top_layers=1) for s in (0, 1))
+    assert first.trainable == 0
+    assert last.trainable == shape.layer_params() + shape.hidden  # top layer + final norm
+
+
+# ---- schedule and the scripts --------------------------------------------------------------------------
+def run_plan_via_script(script: str, model: Path, data: str, tmp_path: Path, *extra: str):
+    env = {**ENV, "DAGRL_PLAN": "1", "MODEL_PATH": str(model), "TRAIN_DATA_PATH": data, "TEST_DATA_PATH": data,
+           "BASE_CKPT_PATH": str(tmp_path / "ckpts")}
+    return subprocess.run(["bash", str(ROOT / "examples" / "grpo_trainer" / script), *extra], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=tmp_path)
+
+
+def test_plan_of_the_seed_script(tmp_path, prompts):
+    proc = run_plan_via_script("run_qwen3-8b-megatron.sh", config_dir(tmp_path / "qwen3-8b", "qwen3", "8b"),
+                               prompts, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for expected in (
+            "8.19B params", "TP=2 PP=4 CP=1 DP=1", "TP groups         [0,1] [2,3] [4,5] [6,7]",
+            "PP groups         [0,2,4,6] [1,3,5,7]", "rollout (vllm): TP=2 DP=4",
+            "rollout DP groups [0,2,4,6] [1,3,5,7]",
+            "128 prompts x n=8 = 1024 responses", "rollout: 4 DP rank(s) x 32 prompts (256 responses) each",
+            "actor:   1 DP rank(s) x 1024 responses each",
+            "update:  8 mini-batch(es) x ppo_epochs 1 = 8 optimizer step(s) per training step",
+            "per rank and mini-batch: 128 responses = 16 micro-batch(es) of 8",
+            "pipeline bubble 16% (16 micro-batches over 4 stages)", "old log-prob: 64 micro-batch(es) of 16 per rank",
+            "ref log-prob: none", "vLLM weights + KV cache (while awake)", "fits"):
+        assert expected in out, expected
+    # an H100-sized GPU does not hold what fits an H200: the warning names the fixes
+    small = run_plan_via_script("run_qwen3-8b-megatron.sh", tmp_path / "qwen3-8b", prompts, tmp_path,
+                                "--gpu-memory-gb", "40")
+    assert small.returncode == 0 and "WARNING: estimated peak" in small.stdout and "fits" not in small.stdout
+
+
+def test_plan_of_the_moe_script(tmp_path, prompts):
+    model = config_dir(tmp_path / "qwen3-30b-a3b", "qwen3_moe", "30b-a3b")
+    proc = run_plan_via_script("run_qwen3-30b-a3b-megatron.sh", model, prompts, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for expected in ("128 experts (top-8, FFN 768)", "TP=4 PP=1 CP=1 DP=2 EP=8 expert-TP=1 expert-DP=1",
+                     "EP groups         [0,1,2,3,4,5,6,7]", "DP groups         [0,4] [1,5] [2,6] [3,7]",
+                     "recompute selective (layernorm, moe_act)", "offload: params, grads, optimizer",
+                     "16 micro-batch(es) of 4", "fits"):
+        assert expected in proc.stdout, expected
+
+
+def test_old_log_prob_rule_is_the_nodes_rule():
+    from dagrl.nodes.log_prob import on_policy_single_update
+
+    for overrides in ([], ["actor_rollout_ref.actor.ppo_mini_batch_size=1024"],
+                      ["actor_rollout_ref.actor.ppo_mini_batch_size=1024", "actor_rollout_ref.actor.ppo_epochs=2"],
+                      ["actor_rollout_ref.actor.ppo_mini_batch_size=1024", "algorithm.use_kl_in_reward=true"]):
+        cfg = Cfg(compose(overrides))
+        assert skips_old_log_prob(cfg) == on_policy_single_update(SimpleNamespace(cfg=cfg)), overrides
+
+
+# ---- memory arithmetic ---------------------------------------------------------------------------------
+def test_memory_components_follow_the_layout():
+    shape = preset_shape("qwen3", "8b")
+    run = RunSettings(bf16=True, distributed_optimizer=True, sequence_length=3072, response_length=2048,
+                      micro_batch=8, micro_batches=16, gpu_memory_utilization=0.5)
+    one = stage_memory(shape, Layout(tp=2, dp=1, sequence_parallel=True), run, 0)
+    two = stage_memory(shape, Layout(tp=2, dp=2, sequence_parallel=True), run, 0)
+    params = rank_params(shape, tp=2, pp=1, ep=1, etp=1, stage=0).total
+    assert one.parts["weights"] == pytest.approx(params * 2 / 2**30)
+    assert one.parts["gradients"] == pytest.approx(params * 4 / 2**30)
+    assert one.parts["optimizer"] == pytest.approx(params * 12 / 2**30)
+    assert two.parts["optimizer"] == pytest.approx(one.parts["optimizer"] / 2)  # sharded over DP
+    assert one.parts["vllm"] == pytest.approx(0.5 * 141)
+    offloaded = stage_memory(shape, Layout(tp=2, sequence_parallel=True),
+                             RunSettings(**{**run.__dict__, "param_offload": True, "grad_offload": True,
+                                            "optimizer_offload": True}), 0)
+    assert offloaded.phases["rollout"] == pytest.approx(
+        one.phases["rollout"] - one.parts["weights"] - one.parts["gradients"] - one.parts["optimizer"])
+    assert offloaded.phases["update"] == pytest.approx(one.phases["update"])
+    full = stage_memory(shape, Layout(tp=2, sequence_parallel=True),
+                        RunSettings(**{**run.__dict__, "recompute": Recompute("full", "uniform", 1)}), 0)
+    assert full.parts["activations"] < one.parts["activations"] / 5
+
+
+def test_recompute_settings_follow_transformer_config():
+    assert recompute_from_config(True, {}) == Recompute("full", "uniform", 1)
+    assert recompute_from_config(True, {"recompute_num_layers": 4}).num_layers == 4
+    selective = recompute_from_config(True, {"recompute_granularity": "selective", "recompute_modules": ["moe"]})
+    assert selective == Recompute("selective", None, None, ("moe",))
+    assert recompute_from_config(False, {}).granularity is None
+
+
+# ---- errors --------------------------------------------------------------------------------------------
+def test_bad_layout_exits_2_with_the_trainers_line(tmp_path, prompts):
+    from tests.helpers import make_tiny_tokenizer
+
+    model = config_dir(tmp_path / "qwen3-8b", "qwen3", "8b")
+    make_tiny_tokenizer(str(model))  # the trainer's pre-flight also wants a tokenizer (the plan does not)
+    overrides = [f"actor_rollout_ref.model.path={model}", f"data.train_files={prompts}",
+                 "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                 "actor_rollout_ref.rollout.n=2",
+                 "trainer.n_gpus_per_node=8", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                 "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"]
+    ok = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True,
+                        timeout=60, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    bad = overrides[:-1] + ["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8"]  # 36 layers
+    plan = subprocess.run([sys.executable, "-m", "dagrl.plan", *bad], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    train = subprocess.run([sys.executable, "-m", "dagrl.main_dag", *bad], capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path, env={**os.environ, "WORLD_SIZE": "8"})
+    assert plan.returncode == 2 and train.returncode == 2
+    assert plan.stdout == ""
+    line = plan.stderr.strip().splitlines()[-1]
+    assert line.startswith("dagrl: error:") and "pipeline_model_parallel_size=8" in line and "36" in line
+    assert line == train.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
+    from dagrl.plan import make_plan
+    from dagrl.config.validate import preflight
+    from dagrl.plan.memory import critic_params
+
+    shape = preset_shape("qwen3", "tiny", num_layers=4)
+    layout = Layout(tp=2, pp=2)
+    actor_last = rank_params(shape, tp=2, pp=2, ep=1, etp=1, stage=1)
+    lm_head_shard = shape.vocab * shape.hidden // 2
+    assert critic_params(shape, layout, 1).total == actor_last.total - lm_head_shard + shape.hidden + 1
+    assert critic_params(shape, layout, 0).trainable == rank_params(shape, tp=2, pp=2, ep=1, etp=1, stage=0).total
+
+    model = config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b")
+    base = [f"actor_rollout_ref.model.path={model}", f"data.train_files={prompts}", "data.train_batch_size=32",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.rollout.name=vllm", "trainer.n_gpus_per_node=4",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    plans = {}
+    for name, extra in (("grpo", []), ("ppo", ["dag=ppo", "algorithm.adv_estimator=gae",
+                                               "critic.ppo_micro_batch_size_per_gpu=4"])):
+        cfg = Cfg(compose(base + extra))
+        plans[name] = make_plan(cfg, preflight(cfg, world_size=4))
+    assert plans["grpo"].schedule.critic is None and "critic update" not in plans["grpo"].memory[0].phases
+    ppo = plans["ppo"]
+    assert ppo.schedule.critic.micro_batch == 4 and ppo.schedule.critic.micro_batches_per_mini_batch == 4
+    grpo_stage, ppo_stage = plans["grpo"].memory[0], ppo.memory[0]
+    assert ppo_stage.phases["rollout"] == pytest.approx(grpo_stage.phases["rollout"] + ppo_stage.parts["critic state"])
+    assert ppo_stage.phases["critic update"] > ppo_stage.parts["critic state"]
