@@ -30,33 +30,56 @@ def setup_logging() -> None:
         warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
 
 
-def fail(error: ConfigError | RunError) -> None:
-    """One line on stderr, no traceback (DAGRL_LOG_LEVEL=DEBUG logs it); exit 2 for bad input, 1 for a stopped run."""
-    logger.debug("stopping", exc_info=error)
-    print(f"dagrl: error: {error}", file=sys.stderr)
-    sys.exit(2 if isinstance(error, ConfigError) else 1)
+def fail(message: str, code: int) -> None:
+    """One line on stderr, no traceback; exit 2 for bad input, 1 for a stopped or failed run."""
+    print(f"dagrl: error: {message}", file=sys.stderr)
+    sys.exit(code)
 
 
-def run(cfg_data: dict) -> None:
-    """Validate and train; shared by the CLI and tests."""
+def train_process(cfg_data: dict) -> tuple[int, str]:
+    """Validate and train in this process (one rank of a torchrun or Ray job, or the whole job).
+
+    Returns (exit code, one-line message): 2 for bad input, 1 for a run stopped on purpose, 0 when done."""
     from dagrl.config.tree import Cfg
     from dagrl.config.validate import preflight
 
     cfg = Cfg(cfg_data)
     try:
         shape = preflight(cfg)
-    except ConfigError as error:
-        fail(error)
-    from dagrl.trainer.loop import Trainer
-    from dagrl.utils.dist import init_process_group
+        from dagrl.trainer.loop import Trainer
+        from dagrl.utils.dist import init_process_group
 
-    init_process_group()
-    try:
+        init_process_group()
         Trainer(cfg, shape).fit()
-    except (ConfigError, RunError) as error:  # input found bad only once it is read (a data row), a failing scorer
-        fail(error)
+    except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
+        logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
+        return (2 if isinstance(error, ConfigError) else 1), str(error)
     finally:
         record_config_reads()
+    return 0, ""
+
+
+def run(cfg_data: dict) -> None:
+    """The CLI's job: train here, or (trainer.launcher=ray) validate here and train on Ray workers."""
+    if cfg_data["trainer"]["launcher"] == "ray" and os.environ.get("DAGRL_LAUNCHER") != "ray":
+        from dagrl.config.tree import Cfg
+        from dagrl.config.validate import planned_world_size, preflight
+
+        cfg = Cfg(cfg_data)
+        try:  # every input check before a single worker starts
+            preflight(cfg, world_size=planned_world_size(cfg))
+        except ConfigError as error:
+            fail(str(error), 2)
+        from dagrl.launch.ray_cluster import WorkerFailed, launch
+
+        try:
+            launch(cfg_data)
+        except WorkerFailed as error:
+            fail(str(error), error.exit_code)
+        return
+    code, message = train_process(cfg_data)
+    if code:
+        fail(message, code)
 
 
 def record_config_reads() -> None:
@@ -94,7 +117,7 @@ def main() -> None:
     try:
         early_override_check(sys.argv[1:])
     except ConfigError as error:
-        fail(error)
+        fail(str(error), 2)
     hydra_main()
 
 

@@ -37,6 +37,7 @@ class PolicyLossSpec:
     kl_loss_type: str = "low_var_kl"
     loss_agg_mode: str = "token-mean"
     loss_scale_factor: float | None = None  # L of seq-mean-token-sum-norm; None = the padded response length
+    tis_imp_ratio_cap: float = -1.0  # truncated importance sampling on pi_old / pi_rollout; <= 0 = off
 
 
 def aggregation_counts(response_mask: torch.Tensor) -> torch.Tensor:
@@ -139,6 +140,12 @@ def policy_loss(spec: PolicyLossSpec, log_prob: torch.Tensor, old_log_prob: torc
     raise ValueError(f"unknown policy loss_mode {spec.loss_mode!r}; valid: {', '.join(LOSS_MODES)}")
 
 
+def truncated_is_weight(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling: the rollout engine sampled from pi_rollout, not the trainer's pi_old
+    (different kernels, bf16); reweight each token by pi_old / pi_rollout, capped at `cap`, without gradient."""
+    return torch.exp(old_log_prob.detach() - rollout_log_prob).clamp(max=cap)
+
+
 def actor_loss(micro_batch, log_prob: torch.Tensor, entropy: torch.Tensor | None,
                spec: PolicyLossSpec) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The engine's loss_fn: sum of weighted per-token terms of one micro-batch (see module doc).
@@ -151,6 +158,10 @@ def actor_loss(micro_batch, log_prob: torch.Tensor, entropy: torch.Tensor | None
     advantages = micro_batch["advantages"]
     old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch else log_prob.detach()
     pg, terms = policy_loss(spec, log_prob, old_log_prob, advantages, micro_batch["response_mask"])
+    if spec.tis_imp_ratio_cap > 0 and "rollout_log_probs" in micro_batch:
+        weight = truncated_is_weight(old_log_prob, micro_batch["rollout_log_probs"], spec.tis_imp_ratio_cap)
+        pg = pg * weight
+        terms["actor/tis_weight"] = weight
     metrics = {name: (value.detach() * metric_weights).sum() for name, value in terms.items()}
     pg_loss = (pg * weights).sum()
     loss = pg_loss

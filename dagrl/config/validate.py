@@ -36,7 +36,7 @@ CHOICES = {
     "reward_model.reward_manager": ("naive", "dapo"),
     "reward_model.on_error": ("zero", "raise"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
-    "trainer.launcher": ("local",),
+    "trainer.launcher": ("local", "ray"),
     "algorithm.filter_groups.metric": ("acc", "score", "seq_reward", "seq_final_reward"),
     "algorithm.filter_groups.on_limit": ("raise", "smaller_batch"),
 }
@@ -233,6 +233,13 @@ def _check_algorithm(cfg: Cfg) -> None:
     _require(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0),
              "actor_rollout_ref.actor.loss_scale_factor",
              f"actor_rollout_ref.actor.loss_scale_factor={scale!r} must be null or a positive number")
+    cap = cfg.actor_rollout_ref.actor.tis_imp_ratio_cap
+    _require(isinstance(cap, (int, float)) and not isinstance(cap, bool) and (cap <= 0 or cap >= 1),
+             "actor_rollout_ref.actor.tis_imp_ratio_cap",
+             f"actor_rollout_ref.actor.tis_imp_ratio_cap={cap!r} must be -1 (off) or a cap >= 1, e.g. 2")
+    _require(cap <= 0 or cfg.actor_rollout_ref.rollout.calculate_log_probs, "actor_rollout_ref.actor.tis_imp_ratio_cap",
+             "actor_rollout_ref.actor.tis_imp_ratio_cap needs the rollout's log-probs: set "
+             "actor_rollout_ref.rollout.calculate_log_probs=true")
     kl = algorithm.kl_ctrl
     _require(kl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef", f"algorithm.kl_ctrl.kl_coef={kl.kl_coef} must be >= 0")
     if kl.type == "adaptive":
@@ -367,6 +374,22 @@ def _check_paths(cfg: Cfg) -> int:
     return rows
 
 
+def _check_launcher(cfg: Cfg) -> None:
+    trainer = cfg.trainer
+    address = trainer.ray_address
+    _require(address is None or (isinstance(address, str) and address), "trainer.ray_address",
+             f"trainer.ray_address={address!r} must be null, \"auto\" or host:port of a Ray head")
+    _require(address is None or trainer.launcher == "ray", "trainer.ray_address",
+             f"trainer.ray_address is set but trainer.launcher={trainer.launcher}: set trainer.launcher=ray")
+    if trainer.launcher == "ray":
+        import importlib.util
+        _require(importlib.util.find_spec("ray") is not None, "trainer.launcher",
+                 "trainer.launcher=ray but Ray is not installed: pip install ray (or use trainer.launcher=local "
+                 "with torchrun)")
+        _require("WORLD_SIZE" not in os.environ or os.environ.get("DAGRL_LAUNCHER") == "ray", "trainer.launcher",
+                 "trainer.launcher=ray starts its own workers: run python3 -m dagrl.main_dag once, not under torchrun")
+
+
 def _check_checkpoint_dir(cfg: Cfg) -> None:
     root = Path(os.path.expanduser(cfg.trainer.default_local_dir))
     existing = next((p for p in [root, *root.parents] if p.exists()), None)
@@ -467,6 +490,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
              "reward_model.overlong_buffer.penalty_factor must be >= 0")
     _check_filter_groups(cfg)
     _check_graph_nodes(cfg, world_size)
+    _check_launcher(cfg)
     skips = cfg.trainer.max_consecutive_skips
     _require(isinstance(skips, int) and skips >= 0, "trainer.max_consecutive_skips",
              f"trainer.max_consecutive_skips={skips!r} must be an integer >= 0 (0 = never stop)")

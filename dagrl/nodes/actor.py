@@ -25,7 +25,8 @@ def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
         clip_ratio_c=actor.clip_ratio_c, entropy_coeff=actor.entropy_coeff,
         use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
         loss_agg_mode=actor.loss_agg_mode,
-        loss_scale_factor=actor.loss_scale_factor or ctx.shape.response_length)
+        loss_scale_factor=actor.loss_scale_factor or ctx.shape.response_length,
+        tis_imp_ratio_cap=actor.tis_imp_ratio_cap)
 
 
 def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg_mode: str,

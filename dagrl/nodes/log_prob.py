@@ -3,17 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from dagrl.config.derived import skips_old_log_prob
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
-
-
-def on_policy_single_update(ctx: StepContext) -> bool:
-    """One optimizer step per batch: old log-probs equal the update's own (detached) log-probs, so skip them.
-
-    Not when the rollout returned its own log-probs: comparing them with the actor's is the point of asking."""
-    actor = ctx.cfg.actor_rollout_ref.actor
-    return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == ctx.cfg.data.train_batch_size
-            and not ctx.cfg.algorithm.use_kl_in_reward and not ctx.cfg.actor_rollout_ref.rollout.calculate_log_probs)
 
 
 def rollout_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor,
@@ -32,7 +24,7 @@ def rollout_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tenso
 
 
 def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
-    if on_policy_single_update(ctx):
+    if skips_old_log_prob(ctx.cfg):
         return batch, {}
     rollout = ctx.cfg.actor_rollout_ref.rollout
     log_probs, entropy = ctx.actor.compute_log_prob(batch, micro_batch_size=rollout.log_prob_micro_batch_size_per_gpu,

@@ -1,9 +1,12 @@
 """Reward nodes: rule scores right after rollout; KL-in-reward once reference log-probs exist."""
 from __future__ import annotations
 
+import torch
+
 from dagrl.algo.kl import kl_penalty
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
+from dagrl.utils.dist import data_parallel_sums
 
 
 def score(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -32,7 +35,13 @@ def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str,
     beta = ctx.kl_ctrl.value
     rewards = scores - beta * kl
     batch["token_level_rewards"] = rewards
-    sequence_kl = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean().item()
-    ctx.kl_ctrl.update(sequence_kl, n_steps=len(batch))
+    # the controller is global state: update it with the mean over every DP shard so all ranks (and a run at
+    # another layout) keep the same coefficient
+    per_sequence = kl.sum(-1) / mask.sum(-1).clamp(min=1)
+    totals = data_parallel_sums(torch.stack([per_sequence.sum().double(), torch.tensor(float(len(batch)),
+                                             dtype=torch.float64)]), ctx.shape.world_size // ctx.shape.actor_dp)
+    responses = int(round(float(totals[1])))
+    sequence_kl = float(totals[0]) / max(responses, 1)
+    ctx.kl_ctrl.update(sequence_kl, n_steps=responses)
     return batch, {"critic/rewards/mean": rewards.sum(-1).mean().item(),
                    "actor/reward_kl_penalty": sequence_kl, "actor/reward_kl_penalty_coeff": beta}

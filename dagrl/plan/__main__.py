@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         shape = preflight(cfg, world_size=planned_world_size(cfg))
         plan = make_plan(cfg, shape, args.gpu_memory_gb)
     except ConfigError as error:
-        fail(error)
+        fail(str(error), 2)
     sys.stdout.write(render(plan, group_limit=0 if args.all_groups else 8))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dagrl.config.derived import needs_reference, skips_old_log_prob
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
 
@@ -79,18 +80,6 @@ class Schedule:
         if self.pp == 1:
             return 0.0
         return (self.pp - 1) / (self.vpp * self.micro_batches_per_mini_batch + self.pp - 1)
-
-
-def skips_old_log_prob(cfg: Cfg) -> bool:
-    """The rule of nodes/log_prob.py::on_policy_single_update (kept equal by tests/tools/test_plan.py)."""
-    actor = cfg.actor_rollout_ref.actor
-    return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == cfg.data.train_batch_size
-            and not cfg.algorithm.use_kl_in_reward)
-
-
-def needs_reference(cfg: Cfg) -> bool:
-    """The rule of trainer/build.py: a frozen reference exists only when a KL term needs it."""
-    return bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
 
 
 def critic_schedule(cfg: Cfg, shape: RunShape) -> CriticSchedule:

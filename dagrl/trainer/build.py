@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from dagrl.config.derived import needs_reference
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape, layout_from_config
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
@@ -78,8 +79,7 @@ def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: i
     from dagrl.engine.megatron.engine import MegatronActorEngine
 
     actor = MegatronActorEngine(megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps)))
-    needs_reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-    reference = MegatronActorEngine(megatron_spec(cfg, shape, optim=None)) if needs_reference else None
+    reference = MegatronActorEngine(megatron_spec(cfg, shape, optim=None)) if needs_reference(cfg) else None
     return actor, reference
 
 

@@ -1,7 +1,8 @@
 """Fault injection for the reliability tests, driven by environment variables (no effect when unset).
 
-DAGRL_FAULT=<phase>[:<step>]   SIGKILL this process when it reaches <phase> (a node id, before_shards,
-                               between_shards, before_marker, before_tracker) of <step> (any step when omitted).
+DAGRL_FAULT=<phase>[:<step>][@<rank>]  SIGKILL this process when it reaches <phase> (a node id, before_shards,
+                               between_shards, before_marker, before_tracker) of <step> (any step when omitted),
+                               on global rank <rank> only when given (a single worker dying in a multi-rank job).
 DAGRL_FAULT_TRACE=<file>       append "<unix time> <phase> <step>" to <file> at every such point, so a harness that
                                kills the run at a random moment can tell which phase it hit.
 DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engine must skip and count them).
@@ -23,7 +24,10 @@ def fault_point(phase: str, step: int) -> None:
     spec = os.environ.get("DAGRL_FAULT", "")
     if not spec:
         return
+    spec, _, at_rank = spec.partition("@")
     name, _, at_step = spec.partition(":")
+    if at_rank and int(at_rank) != int(os.environ.get("RANK", "0")):
+        return
     if name == phase and (not at_step or int(at_step) == step):
         logger.warning("DAGRL_FAULT: killing this process at %s (step %d)", phase, step)
         os.kill(os.getpid(), 9)

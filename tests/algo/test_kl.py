@@ -55,7 +55,8 @@ def test_unknown_controller_type_is_an_error():
 
 def _kl_ctx(kind: str) -> SimpleNamespace:
     cfg = Cfg({"algorithm": {"use_kl_in_reward": True, "kl_penalty": "k1"}})
-    return SimpleNamespace(cfg=cfg, kl_ctrl=KLController(kind, kl_coef=0.1, target_kl=0.1, horizon=100))
+    return SimpleNamespace(cfg=cfg, kl_ctrl=KLController(kind, kl_coef=0.1, target_kl=0.1, horizon=100),
+                           shape=SimpleNamespace(world_size=1, actor_dp=1))
 
 
 def _kl_batch() -> Batch:

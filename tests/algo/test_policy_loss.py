@@ -248,3 +248,29 @@ def test_actor_node_weights_each_mini_batch_by_the_configured_mode(loss_mode, mo
     assert seen["token_mean_weights"].sum().item() == pytest.approx(1.0)
     # ratio exp(0.1) everywhere: ppo_kl is the token mean of -0.1
     assert metrics["actor/ppo_kl"] == pytest.approx(-0.1, rel=1e-5)
+
+
+def test_truncated_importance_sampling_reweights_tokens_by_the_capped_ratio():
+    """pi_old / pi_rollout per token, capped, without gradient: [e^0.5, e^-0.5, cap] for a cap of 1.5."""
+    import math
+
+    from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, truncated_is_weight
+    from dagrl.data.batch import Batch
+
+    old = torch.tensor([[-1.0, -2.0, -0.1]])
+    rollout = torch.tensor([[-1.5, -1.5, -3.0]])
+    weight = truncated_is_weight(old, rollout, cap=1.5)
+    assert torch.allclose(weight, torch.tensor([[math.exp(0.5) if math.exp(0.5) < 1.5 else 1.5,
+                                                 math.exp(-0.5), 1.5]]))
+    log_prob = old.clone().requires_grad_(True)
+    batch = Batch({"token_weights": torch.full((1, 3), 1 / 3), "advantages": torch.tensor([[1.0, -1.0, 2.0]]),
+                   "old_log_probs": old, "rollout_log_probs": rollout, "response_mask": torch.ones(1, 3)})
+    plain, _ = actor_loss(batch, log_prob, None, PolicyLossSpec())
+    corrected, metrics = actor_loss(batch, log_prob, None, PolicyLossSpec(tis_imp_ratio_cap=1.5))
+    # at ratio 1 the vanilla per-token loss is -A; TIS scales each token's term by its weight
+    assert torch.isclose(plain, torch.tensor(-(1.0 - 1.0 + 2.0) / 3))
+    expected = -(1.0 * weight[0, 0] - 1.0 * weight[0, 1] + 2.0 * weight[0, 2]) / 3
+    assert torch.isclose(corrected, expected)
+    assert torch.isclose(metrics["actor/tis_weight"], weight.mean())
+    corrected.backward()
+    assert torch.allclose(log_prob.grad, -torch.tensor([[1.0, -1.0, 2.0]]) * weight / 3)

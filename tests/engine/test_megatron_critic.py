@@ -110,8 +110,17 @@ LAYOUTS = [  # (label, layout, checkpoint label to load afterwards)
     ("tp2", ParallelLayout(tensor_model_parallel_size=2), None),
     ("tp2_sp", ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True), None),
     ("pp2", ParallelLayout(pipeline_model_parallel_size=2), "tp2"),
-    ("dp2", ParallelLayout(), "tp2_sp"),
+    ("dp2", ParallelLayout(), "pp2"),
 ]
+
+
+def _layouts() -> list:
+    """LAYOUTS this machine can run: a GPU without TransformerEngine has Megatron's local spec, whose norms refuse
+    sequence parallelism (the CPU shim provides norms that take it)."""
+    from dagrl.engine.megatron.compat import transformer_engine_available
+
+    gpu_without_te = torch.cuda.is_available() and not transformer_engine_available()
+    return [entry for entry in LAYOUTS if not (gpu_without_te and entry[1].sequence_parallel)]
 
 
 def _reference(model_dir: Path, batch) -> dict:
@@ -131,7 +140,7 @@ def _worker(model_dir: str, work_dir: Path) -> None:
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     batch = with_targets(make_batch(rows=4))
     reference = torch.load(work_dir / "reference.pt", weights_only=False, map_location=DEVICE)
-    for label, layout, load_from in LAYOUTS:
+    for label, layout, load_from in _layouts():
         if ps.model_parallel_is_initialized():
             ps.destroy_model_parallel()
         engine = critic(Path(model_dir), layout=layout)
@@ -176,7 +185,7 @@ def test_values_loss_and_grad_norm_agree_across_layouts(tmp_path):
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     assert (work_dir / "done").read_text() == "ok"
-    assert done.stdout.count("OK ") == len(LAYOUTS)
+    assert done.stdout.count("OK ") == len(_layouts())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
+import signal
 import sys
 import time
 import warnings
@@ -64,6 +66,11 @@ class Launch:
     @property
     def killed(self) -> bool:
         return self.code == -9
+
+    @property
+    def died_before_choosing(self) -> bool:
+        """Killed in start-up before it picked a checkpoint (or started fresh): nothing to check."""
+        return self.killed and self.phase == "startup" and self.resumed_from is None
 
     @property
     def steps_redone(self) -> int:
@@ -125,9 +132,6 @@ def _last_trace_point(trace: Path) -> tuple[str, int]:
 
 def _wait_and_kill(proc: Any, delay_s: float, timeout_s: float) -> None:
     """SIGKILL the whole session `delay_s` seconds from now, unless the process ends first."""
-    import os
-    import signal
-
     deadline = time.monotonic() + delay_s
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -168,7 +172,7 @@ def check_launch(chain: Chain, record: Launch, root: Path) -> None:
     """What every launch must satisfy; raises AssertionError naming the launch."""
     where = f"launch {len(chain.launches)} ({record.spec})"
     assert record.code in (0, -9), f"{where} exited with {record.code}:\n{record.stderr_tail}"
-    assert record.resumed_from == record.newest_before, (
+    assert record.died_before_choosing or record.resumed_from == record.newest_before, (
         f"{where} resumed from step {record.resumed_from}, but the newest complete checkpoint on disk was "
         f"{record.newest_before} (partials then: {record.partials_before})")
     assert chain.lost == 0, f"{where} modified or removed a complete checkpoint"  # they never change or vanish
@@ -275,7 +279,9 @@ def figures_table(chains: list[Chain], total_steps: int, save_freq: int) -> str:
                             f"{by_kind['wall-clock']} at seeded random wall-clock moments"),
         ("relaunches (resume_mode=auto)", str(len(relaunches))),
         ("relaunches that resumed from the newest complete checkpoint",
-         f"{sum(1 for launch in relaunches if launch.resumed_from == launch.newest_before)} of {len(relaunches)}"),
+         f"{sum(1 for launch in relaunches if launch.resumed_from == launch.newest_before)} of "
+         f"{sum(1 for launch in relaunches if not launch.died_before_choosing)} that got that far "
+         f"({sum(1 for launch in relaunches if launch.died_before_choosing)} killed earlier, while starting)"),
         ("relaunches that found a partial checkpoint on disk (chosen: never)",
          str(sum(1 for launch in relaunches if launch.partials_before))),
         ("complete checkpoints modified or lost (data lost)", str(sum(chain.lost for chain in chains))),

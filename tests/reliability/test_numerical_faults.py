@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_in_session
 from tests.reliability.harness import checkpoint_state, complete_steps, differences
@@ -15,6 +17,7 @@ from tests.reliability.harness import checkpoint_state, complete_steps, differen
 REWARD = Path(__file__).parents[1] / "trainer" / "reward_by_length.py"
 
 
+@pytest.mark.slow  # one ~20 s run; the NaN test of the CI suite covers the same policy
 def test_inf_in_the_loss_is_skipped_counted_logged_then_the_run_stops_on_the_last_good_checkpoint(
         tiny_model, tiny_data, tmp_path):
     out = tmp_path / "inf"

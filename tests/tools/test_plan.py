@@ -17,7 +17,7 @@ from dagrl.plan import presets
 from dagrl.plan.memory import Layout, Recompute, RunSettings, recompute_from_config, stage_memory
 from dagrl.plan.model import ModelShape, rank_params
 from dagrl.plan.ranks import megatron_groups, orthogonal_groups
-from dagrl.plan.schedule import skips_old_log_prob
+from dagrl.config.derived import skips_old_log_prob
 from tests.conftest import make_arithmetic_rows
 from tests.helpers import write_parquet
 
@@ -200,14 +200,13 @@ def test_plan_of_the_moe_script(tmp_path, prompts):
         assert expected in proc.stdout, expected
 
 
-def test_old_log_prob_rule_is_the_nodes_rule():
-    from dagrl.nodes.log_prob import on_policy_single_update
-
-    for overrides in ([], ["actor_rollout_ref.actor.ppo_mini_batch_size=1024"],
-                      ["actor_rollout_ref.actor.ppo_mini_batch_size=1024", "actor_rollout_ref.actor.ppo_epochs=2"],
-                      ["actor_rollout_ref.actor.ppo_mini_batch_size=1024", "algorithm.use_kl_in_reward=true"]):
-        cfg = Cfg(compose(overrides))
-        assert skips_old_log_prob(cfg) == on_policy_single_update(SimpleNamespace(cfg=cfg)), overrides
+def test_old_log_prob_is_skipped_only_with_one_optimizer_step_and_nothing_else_needing_it():
+    one_step = ["actor_rollout_ref.actor.ppo_mini_batch_size=1024"]
+    assert skips_old_log_prob(Cfg(compose(one_step)))
+    for extra in ([], ["actor_rollout_ref.actor.ppo_epochs=2"], ["algorithm.use_kl_in_reward=true"],
+                  ["actor_rollout_ref.rollout.calculate_log_probs=true"]):
+        overrides = extra if not extra else one_step + extra
+        assert not skips_old_log_prob(Cfg(compose(overrides))), overrides
 
 
 # ---- memory arithmetic ---------------------------------------------------------------------------------

@@ -100,6 +100,7 @@ def test_non_finite_steps_are_skipped_then_the_run_stops_keeping_the_last_good_c
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], {"DAGRL_INJECT_NAN": "2,4,5"})
     assert code != 0
     assert "2 consecutive steps (up to 5)" in stderr and "global_step_4" in stderr
+    assert stderr.count("non-finite grad norm") == 3 * 2 * 2  # logged: 3 NaN steps x 2 epochs x 2 mini-batches
     records = metrics_by_step(out)
     assert [records[s]["actor/skipped_steps"] for s in (1, 2, 3, 4, 5)] == [0.0, 1.0, 0.0, 1.0, 1.0]
     assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2", "global_step_4"]

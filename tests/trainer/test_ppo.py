@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cpu_run_overrides
-from tests.trainer.test_end_to_end import REWARD, metrics_by_step, run_in_session, train
+from tests.helpers import metrics_by_step, run_in_session
+from tests.trainer.test_end_to_end import REWARD, train
 
 CRITIC_LR = 2e-3
 

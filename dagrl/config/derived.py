@@ -1,0 +1,18 @@
+"""Facts derived from the config that the run and `dagrl.plan` both need (torch-free, one place)."""
+from __future__ import annotations
+
+from dagrl.config.tree import Cfg
+
+
+def skips_old_log_prob(cfg: Cfg) -> bool:
+    """One optimizer step per batch: old log-probs equal the update's own (detached) log-probs, so the extra
+    forward is skipped. Not when KL-in-reward needs them first, nor when the rollout returned its own log-probs
+    (comparing the two is the point of asking for them)."""
+    actor = cfg.actor_rollout_ref.actor
+    return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == cfg.data.train_batch_size
+            and not cfg.algorithm.use_kl_in_reward and not cfg.actor_rollout_ref.rollout.calculate_log_probs)
+
+
+def needs_reference(cfg: Cfg) -> bool:
+    """A frozen reference model exists only when a KL term needs it."""
+    return bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)

@@ -1,0 +1,68 @@
+"""trainer.launcher=ray on CPU: two Ray workers rendezvous over gloo and train; one worker dying ends the whole
+job within 60 s naming its rank, and a relaunch resumes; two emulated Ray nodes (slow)."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cpu_run_overrides
+from tests.helpers import metrics_by_step, run_in_session
+
+pytest.importorskip("ray")
+REWARD = Path(__file__).resolve().parents[1] / "trainer" / "reward_by_length.py"
+
+
+def ray_args(model, data, out: Path, **extra) -> list[str]:
+    return [sys.executable, "-m", "dagrl.main_dag", *cpu_run_overrides(model, data, out, **{
+        "trainer.launcher": "ray", "trainer.n_gpus_per_node": 2, "custom_reward_function.path": str(REWARD),
+        "trainer.total_training_steps": 3, "trainer.save_freq": 1, "trainer.test_freq": -1,
+        "trainer.val_before_train": False, **extra})]
+
+
+def test_worker_death_stops_the_job_naming_the_rank_and_a_relaunch_resumes(tiny_model, tiny_data, tmp_path):
+    out, trace = tmp_path / "run", tmp_path / "faults.trace"
+    env = {"DAGRL_FAULT": "actor_update:2@1", "DAGRL_FAULT_TRACE": str(trace)}
+    code, stderr = run_in_session(ray_args(tiny_model, tiny_data, out), env=env, timeout=300)
+    ended = time.time()
+    assert code != 0, stderr[-3000:]
+    assert "dagrl: error: rank 1 failed: worker process died" in stderr, stderr[-3000:]
+    killed_at = max(float(line.split()[0]) for line in trace.read_text().splitlines()
+                    if line.split()[1:] == ["actor_update", "2"])
+    assert ended - killed_at < 60, f"the job took {ended - killed_at:.0f} s to stop after rank 1 died"
+    assert (out / "global_step_1").is_dir() and not (out / "global_step_2").exists()
+
+    code, stderr = run_in_session(ray_args(tiny_model, tiny_data, out), timeout=300)
+    assert code == 0, stderr[-3000:]
+    assert "(step 1)" in stderr and "resumed from" in stderr, stderr[-3000:]
+    metrics = metrics_by_step(out)
+    assert sorted(step for step in metrics if step > 0) == [1, 2, 3]
+    assert metrics[3]["training/global_step"] == 3.0
+
+
+def test_bad_config_fails_in_the_driver_before_any_worker(tiny_model, tiny_data, tmp_path):
+    args = ray_args(tiny_model, tiny_data, tmp_path / "run", **{"data.train_batch_size": 3})
+    started = time.perf_counter()
+    code, stderr = run_in_session(args, timeout=120)
+    assert code == 2 and "data.train_batch_size" in stderr, stderr[-2000:]
+    assert "ray:" not in stderr and time.perf_counter() - started < 30
+
+
+@pytest.mark.slow
+def test_two_emulated_ray_nodes_one_worker_each(tiny_model, tiny_data, tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        args = ray_args(tiny_model, tiny_data, tmp_path / "run", **{
+            "trainer.nnodes": 2, "trainer.n_gpus_per_node": 1, "trainer.ray_address": cluster.address,
+            "trainer.total_training_steps": 2})
+        code, stderr = run_in_session(args, timeout=300)
+        assert code == 0, stderr[-3000:]
+        assert "2 worker(s) on 2 node(s)" in stderr
+        assert sorted(step for step in metrics_by_step(tmp_path / "run") if step > 0) == [1, 2]
+    finally:
+        cluster.shutdown()
