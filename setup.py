@@ -29,6 +29,7 @@ setup(
         "tqdm",
         "psutil",          # megatron's dist-checkpoint writer hangs without it
         "math-verify>=0.8",
+        "ray>=2.40",       # trainer.launcher=ray (multi-node); imported only when used
     ],
     extras_require={
         # the pins tested on the GPU machines (shared/devkit)

@@ -204,6 +204,8 @@ def _check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool 
     _require(isinstance(utilization, (int, float)) and 0 < utilization < 1,
              "actor_rollout_ref.rollout.gpu_memory_utilization",
              f"actor_rollout_ref.rollout.gpu_memory_utilization={utilization!r} must be a fraction in (0, 1)")
+    _require(isinstance(rollout.engine_kwargs.vllm.to_dict(), dict), "actor_rollout_ref.rollout.engine_kwargs.vllm",
+             "actor_rollout_ref.rollout.engine_kwargs.vllm must be a map of vLLM engine arguments")
     max_model_len = rollout.max_model_len or sequence_length
     _require(isinstance(max_model_len, int) and max_model_len >= sequence_length,
              "actor_rollout_ref.rollout.max_model_len",

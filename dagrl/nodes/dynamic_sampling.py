@@ -22,13 +22,12 @@ from dagrl.data.batch import Batch
 from dagrl.data.layout import group_rows
 from dagrl.nodes.context import StepContext
 from dagrl.nodes.reward import score
-from dagrl.nodes.rollout import rollout_session, sampling_seed, train_sampling
+from dagrl.nodes.rollout import rollout_dp_rank, rollout_session, sampling_seed, train_sampling
 from dagrl.utils.dist import data_parallel_sums
 
 logger = logging.getLogger(__name__)
 
 METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
-ON_LIMIT = ("raise", "smaller_batch")
 
 
 def group_metric(batch: Batch, metric: str) -> np.ndarray:
@@ -71,7 +70,8 @@ def _shard_counts(groups: int, ctx: StepContext) -> np.ndarray:
 def _generate_round(ctx: StepContext, round_index: int) -> tuple[Batch, dict[str, float]]:
     """Fresh prompts from the sampler, sampled with a seed of their own round, then scored."""
     prompts = ctx.draw_prompts(ctx.step, round_index)
-    seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, ctx.rank, f"train/round{round_index}")
+    seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx),
+                         f"train/round{round_index}")
     with rollout_session(ctx):
         batch = ctx.rollout.generate(prompts, train_sampling(ctx), seed=seed)
     return score(ctx, batch)

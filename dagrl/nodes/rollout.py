@@ -26,19 +26,22 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
 
     Optimizer state and grads leave the device first (training does not need them until the update), the
     rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
-    reference's) parameters leave too, and only then does the rollout take its KV cache. After generating, the
+    reference's and critic's) parameters leave too, and only then does the rollout take its KV cache. After generating, the
     rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics.
     """
     colocated = ctx.rollout.colocated
+    critic = getattr(ctx, "critic", None)
+    trainable = [engine for engine in (ctx.actor, critic) if engine is not None]
     if colocated:
-        ctx.actor.offload_grads()
-        ctx.actor.offload_optimizer()
+        for engine in trainable:
+            engine.offload_grads()
+            engine.offload_optimizer()
     ctx.rollout.wake_weights()
     metrics = sync_weights(ctx)
     if colocated:
-        ctx.actor.offload_params()
-        if ctx.reference is not None:
-            ctx.reference.offload_params()
+        for engine in (*trainable, ctx.reference):
+            if engine is not None:
+                engine.offload_params()
     ctx.rollout.wake_cache()
     try:
         yield metrics
@@ -46,9 +49,15 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
         ctx.rollout.sleep()
 
 
-def sampling_seed(base_seed: int, step: int, rank: int, purpose: str) -> int:
-    """A seed fixed by (seed, step, rank, purpose): resumed runs sample exactly what the original did."""
-    return zlib.crc32(f"{base_seed}/{step}/{rank}/{purpose}".encode()) & 0x7FFFFFFF
+def sampling_seed(base_seed: int, step: int, rollout_dp_rank: int, purpose: str) -> int:
+    """A seed fixed by (seed, step, rollout-DP rank, purpose): resumed runs sample exactly what the original did,
+    and the ranks of one rollout-TP group (one vLLM engine) send identical requests."""
+    return zlib.crc32(f"{base_seed}/{step}/{rollout_dp_rank}/{purpose}".encode()) & 0x7FFFFFFF
+
+
+def rollout_dp_rank(ctx: StepContext) -> int:
+    """Consecutive ranks form one rollout-TP group and share a data shard."""
+    return ctx.rank // ctx.shape.rollout_tp
 
 
 def train_sampling(ctx: StepContext) -> SamplingSpec:
@@ -72,7 +81,7 @@ def response_metrics(batch: Batch, response_length: int) -> dict[str, float]:
 
 def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     sampling = train_sampling(ctx)
-    seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, ctx.rank, "train")
+    seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx), "train")
     with rollout_session(ctx) as metrics:
         out = ctx.rollout.generate(batch, sampling, seed=seed)
     metrics.update(response_metrics(out, sampling.response_length))

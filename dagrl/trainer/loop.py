@@ -134,7 +134,7 @@ class Trainer:
         with rollout_session(self.ctx):
             for start in range(0, len(positions), chunk):
                 prompts = self.val_data.rows(positions[start:start + chunk])
-                seed = sampling_seed(cfg.seed, step, self.rank, f"val{start}")
+                seed = sampling_seed(cfg.seed, step, self.rollout_dp_rank, f"val{start}")
                 batch = self.ctx.rollout.generate(prompts, sampling, seed=seed)
                 scores, _ = self.ctx.reward_fn(batch, self.tokenizer)
                 texts = self.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)

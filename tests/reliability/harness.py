@@ -180,13 +180,13 @@ def check_launch(chain: Chain, record: Launch, root: Path) -> None:
         chain.checkpoint_digests.setdefault(step, tree_digest(root / f"global_step_{step}"))
 
 
-def run_until_done(args: list[str], root: Path, trace: Path, plan: Callable[[int | None], KillSpec | None],
-                   max_launches: int = 60) -> Chain:
-    """Launch, kill as `plan(newest complete step)` says, relaunch, ... until a launch exits 0."""
+def run_until_done(args: list[str], root: Path, trace: Path,
+                   plan: Callable[[int | None, Chain], KillSpec | None], max_launches: int = 60) -> Chain:
+    """Launch, kill as `plan(newest complete step, the chain so far)` says, relaunch, ... until a launch exits 0."""
     chain = Chain(root=root)
     while len(chain.launches) < max_launches:
         newest = complete_steps(root)
-        record = launch(args, root, trace, plan(newest[-1] if newest else None))
+        record = launch(args, root, trace, plan(newest[-1] if newest else None, chain))
         check_launch(chain, record, root)
         chain.launches.append(record)
         if record.code == 0:
@@ -286,6 +286,8 @@ def figures_table(chains: list[Chain], total_steps: int, save_freq: int) -> str:
          str(sum(1 for launch in relaunches if launch.partials_before))),
         ("complete checkpoints modified or lost (data lost)", str(sum(chain.lost for chain in chains))),
         ("steps redone after kills (work lost)", f"{sum(redone)} in all, at most {max(redone, default=0)} per kill"),
+        ("wall-clock kills that came too late (the run had finished)",
+         str(sum(1 for launch in launches if launch.spec and not launch.killed))),
         ("launch wall time", f"{sum(launch.wall_s for launch in launches):.0f} s for {len(launches)} launches"),
     ]
     table = ["| figure | value |", "|---|---|", *[f"| {name} | {value} |" for name, value in rows]]

@@ -46,7 +46,7 @@ def test_three_named_kills_then_the_run_matches_an_uninterrupted_one(run_args, t
                  KillSpec("actor_update", 2)])    # mid-step, after a resume
     with ThreadPoolExecutor(1) as pool:  # the uninterrupted run alongside the killed one: two cores, half the wait
         baseline = pool.submit(run_in_session, [sys.executable, "-m", "dagrl.main_dag", *run_args(straight, 2, 1)])
-        chain = run_until_done(run_args(killed, 2, 1), killed, tmp_path / "trace", lambda newest: next(plan, None))
+        chain = run_until_done(run_args(killed, 2, 1), killed, tmp_path / "trace", lambda newest, chain: next(plan, None))
         code, stderr = baseline.result()
     assert code == 0, stderr[-3000:]
 
@@ -58,16 +58,18 @@ def test_three_named_kills_then_the_run_matches_an_uninterrupted_one(run_args, t
     assert_same_run(straight, killed)
 
 
-def kill_plan(rng: random.Random, kills: int, total: int, save_freq: int, startup_s: float, step_s: float):
-    """Seeded kills in a fixed rotation of named phases and wall-clock moments (from the launch's start: some land
-    in startup, most in the steps and saves that follow). Named kills aim at the next step or the next save."""
+def kill_plan(rng: random.Random, earlier: list[Chain], kills: int, total: int, save_freq: int, startup_s: float,
+              step_s: float):
+    """Seeded kills, until `kills` have happened (in the `earlier` chains and this one), in a fixed rotation of named
+    phases and wall-clock moments (from the launch's start: some land in start-up, most in the steps and saves that
+    follow). Named kills aim at the next step or the next save."""
     rotation = ["rollout", None, "actor_update", "before_shards", None, "between_shards", "before_marker", None,
                 "before_tracker", None]
     issued = 0
 
-    def plan(newest: int | None) -> KillSpec | None:
+    def plan(newest: int | None, chain: Chain) -> KillSpec | None:
         nonlocal issued
-        if issued >= kills:
+        if sum(len(c.kills) for c in earlier) + len(chain.kills) >= kills:
             return None
         phase = rotation[issued % len(rotation)]
         issued += 1
@@ -91,9 +93,10 @@ def test_twenty_kills_anywhere_lose_no_checkpoint_and_change_no_result(run_args,
     assert baseline.code == 0, baseline.stderr_tail
     startup_s, step_s = trace_timings(tmp_path / "trace", baseline.started_at)
 
-    plan = kill_plan(random.Random(8), wanted, steps, save_freq, startup_s, step_s)
     chains: list[Chain] = []
+    plan = kill_plan(random.Random(8), chains, wanted, steps, save_freq, startup_s, step_s)
     while sum(len(chain.kills) for chain in chains) < wanted:  # a run that finishes early: kill a fresh one
+        assert len(chains) < 5, "the runs keep finishing before the kills land"
         root = tmp_path / f"killed{len(chains)}"
         chains.append(run_until_done(run_args(root, steps, save_freq), root, tmp_path / "trace", plan))
         assert_same_run(straight, root)

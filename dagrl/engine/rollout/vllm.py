@@ -83,7 +83,7 @@ class VLLMRollout:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self.spec = spec
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
-        self.manifest = WeightManifest(spec.model_path)
+        self._manifest: WeightManifest | None = None  # read at the first sync (a dummy-load run may never sync)
         kwargs = dict(
             model=spec.model_path, tensor_parallel_size=spec.tensor_parallel_size, dtype=spec.dtype,
             seed=spec.seed, gpu_memory_utilization=spec.gpu_memory_utilization, max_model_len=spec.max_model_len,
@@ -98,6 +98,8 @@ class VLLMRollout:
             with _ProcessRngGuard():
                 self.llm = LLM(**kwargs)
         except (torch.cuda.OutOfMemoryError, ValueError) as err:
+            if isinstance(err, ValueError) and not any(w in str(err).lower() for w in ("memory", "cache", "kv")):
+                raise
             raise RuntimeError(f"vLLM could not start with actor_rollout_ref.rollout.gpu_memory_utilization="
                                f"{spec.gpu_memory_utilization} ({_free_gib()} on this GPU): lower it, or offload "
                                f"more of the actor (actor.megatron.*_offload) — {err}") from err
@@ -131,6 +133,12 @@ class VLLMRollout:
             raise RuntimeError(f"vLLM could not wake its {tags[0]} ({_free_gib()}): lower actor_rollout_ref."
                                f"rollout.gpu_memory_utilization={self.spec.gpu_memory_utilization} or offload more "
                                f"of the actor") from err
+
+    @property
+    def manifest(self) -> WeightManifest:
+        if self._manifest is None:
+            self._manifest = WeightManifest(self.spec.model_path)
+        return self._manifest
 
     @property
     def needs_weights(self) -> bool:
