@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from dagrl.algo.kl import KLController
+from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
 from dagrl.dag.graph import graph_from_config, run_graph
@@ -193,7 +194,7 @@ class Trainer:
         limit = self.cfg.trainer.max_consecutive_skips
         if limit > 0 and self.consecutive_skips >= limit:
             latest = self.checkpoints.latest()
-            raise RuntimeError(
+            raise RunError(
                 f"{self.consecutive_skips} consecutive steps (up to {step}) had non-finite loss or gradients and "
                 f"were skipped (trainer.max_consecutive_skips={limit}); last good checkpoint: "
                 f"{latest[1] if latest else 'none'} (kept unchanged)")

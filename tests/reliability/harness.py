@@ -39,10 +39,12 @@ PHASE_LABELS = {
 
 @dataclass(frozen=True)
 class KillSpec:
-    """How one launch dies: at fault point `phase` of `step`, or (phase None) `delay_s` seconds after it starts."""
+    """How one launch dies: at fault point `phase` of `step`, or (phase None) `delay_s` seconds after it starts
+    (`from_first_step`: after it passes its first fault point, i.e. once training has begun)."""
     phase: str | None = None
     step: int = 0
     delay_s: float = 0.0
+    from_first_step: bool = False
 
     @property
     def kind(self) -> str:
@@ -130,9 +132,11 @@ def _last_trace_point(trace: Path) -> tuple[str, int]:
     return phase, int(step)
 
 
-def _wait_and_kill(proc: Any, delay_s: float, timeout_s: float) -> None:
-    """SIGKILL the whole session `delay_s` seconds from now, unless the process ends first."""
-    deadline = time.monotonic() + delay_s
+def _wait_and_kill(proc: Any, spec: KillSpec, trace: Path, timeout_s: float) -> None:
+    """SIGKILL the whole session as `spec` says, unless the process ends first."""
+    while spec.from_first_step and proc.poll() is None and not (trace.exists() and trace.stat().st_size):
+        time.sleep(0.02)
+    deadline = time.monotonic() + spec.delay_s
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     if proc.poll() is None:
@@ -152,7 +156,7 @@ def launch(args: list[str], root: Path, trace: Path, spec: KillSpec | None, time
     start, record.started_at = time.monotonic(), time.time()
     with session_process([sys.executable, "-m", "dagrl.main_dag", *args], env) as (proc, err):
         if spec is not None and not spec.phase:
-            _wait_and_kill(proc, spec.delay_s, timeout_s)
+            _wait_and_kill(proc, spec, trace, timeout_s)
         record.code = proc.wait(timeout=timeout_s)
         err.seek(0)
         stderr = err.read()
@@ -270,6 +274,7 @@ def figures_table(chains: list[Chain], total_steps: int, save_freq: int) -> str:
     launches = [launch for chain in chains for launch in chain.launches]
     relaunches = [launch for chain in chains for launch in chain.launches[1:]]
     kills = [launch for launch in launches if launch.killed]
+    chose = [launch for launch in relaunches if not launch.died_before_choosing]
     by_kind = Counter(k.spec.kind for k in kills if k.spec)
     redone = [k.steps_redone for k in kills]
     rows = [
@@ -279,9 +284,8 @@ def figures_table(chains: list[Chain], total_steps: int, save_freq: int) -> str:
                             f"{by_kind['wall-clock']} at seeded random wall-clock moments"),
         ("relaunches (resume_mode=auto)", str(len(relaunches))),
         ("relaunches that resumed from the newest complete checkpoint",
-         f"{sum(1 for launch in relaunches if launch.resumed_from == launch.newest_before)} of "
-         f"{sum(1 for launch in relaunches if not launch.died_before_choosing)} that got that far "
-         f"({sum(1 for launch in relaunches if launch.died_before_choosing)} killed earlier, while starting)"),
+         f"{sum(1 for launch in chose if launch.resumed_from == launch.newest_before)} of the {len(chose)} that "
+         f"got that far ({len(relaunches) - len(chose)} were killed earlier, while starting)"),
         ("relaunches that found a partial checkpoint on disk (chosen: never)",
          str(sum(1 for launch in relaunches if launch.partials_before))),
         ("complete checkpoints modified or lost (data lost)", str(sum(chain.lost for chain in chains))),

@@ -61,10 +61,10 @@ def test_three_named_kills_then_the_run_matches_an_uninterrupted_one(run_args, t
 def kill_plan(rng: random.Random, earlier: list[Chain], kills: int, total: int, save_freq: int, startup_s: float,
               step_s: float):
     """Seeded kills, until `kills` have happened (in the `earlier` chains and this one), in a fixed rotation of named
-    phases and wall-clock moments (from the launch's start: some land in start-up, most in the steps and saves that
-    follow). Named kills aim at the next step or the next save."""
-    rotation = ["rollout", None, "actor_update", "before_shards", None, "between_shards", "before_marker", None,
-                "before_tracker", None]
+    phases and wall-clock moments: "steps" within about 1.5 checkpoint intervals after training begins, "start-up"
+    within the start-up. Named kills aim at the next step or the next save."""
+    rotation = ["rollout", "steps", "actor_update", "before_shards", "steps", "between_shards", "before_marker",
+                "start-up", "before_tracker", "steps"]
     issued = 0
 
     def plan(newest: int | None, chain: Chain) -> KillSpec | None:
@@ -76,8 +76,10 @@ def kill_plan(rng: random.Random, earlier: list[Chain], kills: int, total: int, 
         done = newest or 0
         if done >= total:  # finished: the launch says so and exits 0
             return None
-        if phase is None:
-            return KillSpec(delay_s=round(rng.uniform(0.5 * startup_s, startup_s + 1.5 * save_freq * step_s), 2))
+        if phase == "steps":
+            return KillSpec(delay_s=round(rng.uniform(0, 1.5 * save_freq * step_s), 2), from_first_step=True)
+        if phase == "start-up":
+            return KillSpec(delay_s=round(rng.uniform(0.2, 0.9) * startup_s, 2))
         if phase in CHECKPOINT_PHASES:
             return KillSpec(phase, min(done + save_freq - done % save_freq, total))
         return KillSpec(phase, rng.randint(done + 1, min(done + save_freq, total)))

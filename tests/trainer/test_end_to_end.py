@@ -98,8 +98,10 @@ def test_non_finite_steps_are_skipped_then_the_run_stops_keeping_the_last_good_c
     args = run_args(out, **{"trainer.total_training_steps": 6, "trainer.max_consecutive_skips": 2,
                             "trainer.test_freq": -1, "trainer.val_before_train": False})
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], {"DAGRL_INJECT_NAN": "2,4,5"})
-    assert code != 0
-    assert "2 consecutive steps (up to 5)" in stderr and "global_step_4" in stderr
+    assert code == 1
+    error = [line for line in stderr.splitlines() if line.startswith("dagrl: error:")]
+    assert len(error) == 1 and "2 consecutive steps (up to 5)" in error[0] and "global_step_4" in error[0], stderr
+    assert "Traceback" not in stderr
     assert stderr.count("non-finite grad norm") == 3 * 2 * 2  # logged: 3 NaN steps x 2 epochs x 2 mini-batches
     records = metrics_by_step(out)
     assert [records[s]["actor/skipped_steps"] for s in (1, 2, 3, 4, 5)] == [0.0, 1.0, 0.0, 1.0, 1.0]

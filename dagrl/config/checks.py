@@ -1,0 +1,122 @@
+"""Small checks shared by the pre-flight rules, and reading the model directory.
+
+Every failure is a ConfigError: one line naming the key (or file) and the fix.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+
+from dagrl.config.errors import ConfigError
+from dagrl.config.tree import Cfg
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe")
+
+
+def get(cfg: Cfg, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def require(condition: bool, key: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(key, message)
+
+
+def alias(cfg: Cfg, canonical: str, alias: str):
+    value, alias_value = get(cfg, canonical), get(cfg, alias)
+    require(alias_value is None or alias_value == value, alias,
+            f"{alias}={alias_value} conflicts with {canonical}={value}: set only {canonical} (the canonical key), "
+            f"or give both the same value")
+    return value
+
+
+def positive_int(cfg: Cfg, dotted: str) -> int:
+    value = get(cfg, dotted)
+    require(isinstance(value, int) and not isinstance(value, bool) and value > 0, dotted,
+            f"{dotted}={value!r} must be a positive integer")
+    return value
+
+
+def divides(numerator: int, denominator: int, key: str, what: str) -> None:
+    require(denominator > 0 and numerator % denominator == 0, key, f"{what}: {numerator} is not divisible by "
+            f"{denominator}; change {key}")
+
+
+def non_negative(cfg: Cfg, dotted: str, upper: float | None = None) -> float:
+    value = get(cfg, dotted)
+    require(isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+            and (upper is None or value <= upper), dotted,
+            f"{dotted}={value!r} must be a number >= 0" + (f" and <= {upper}" if upper is not None else ""))
+    return value
+
+
+@contextlib.contextmanager
+def as_config_error(key: str):
+    """Checks of other modules raise ValueError with a complete one-line message; re-raise it as ConfigError."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(key, str(err)) from err
+
+
+def as_list(value) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.path") -> dict:
+    """The config.json of the HF model directory that config key `key` names."""
+    require(bool(model_path), key, f"{key} is not set: point it at a local HF model directory")
+    path = Path(os.path.expanduser(model_path))
+    require(path.is_dir(), key, f"model directory {path} does not exist: fix {key}")
+    config_file = path / "config.json"
+    require(config_file.is_file(), key, f"{config_file} is missing: {key} must be an HF model directory")
+    try:
+        hf_config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(key, f"{config_file} is not valid JSON ({err}): fix or re-download the model that {key} "
+                               f"names") from None
+    model_type = hf_config.get("model_type")
+    require(model_type in SUPPORTED_MODEL_TYPES, key,
+            f"model type {model_type!r} in {config_file} is not supported; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    return hf_config
+
+
+def check_tokenizer_files(model_path: str) -> None:
+    """The tokenizer and chat template the prompts need, from the files alone (transformers is not imported)."""
+    key = "actor_rollout_ref.model.path"
+    path = Path(os.path.expanduser(model_path))
+    tokenizer_config = path / "tokenizer_config.json"
+    require(any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")), key,
+            f"{path} has no tokenizer (tokenizer.json, tokenizer.model or vocab.json): copy the model's tokenizer "
+            f"files into the directory {key} names")
+    try:
+        settings = json.loads(tokenizer_config.read_text()) if tokenizer_config.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise ConfigError(key, f"{tokenizer_config} is not valid JSON ({err}): fix or re-download it") from None
+    require(bool(settings.get("chat_template")) or (path / "chat_template.jinja").is_file()
+            or (path / "chat_template.json").is_file(), key,
+            f"the tokenizer in {path} has no chat template (none in tokenizer_config.json, no chat_template.jinja) "
+            f"and prompts are chat lists: point {key} at an instruct/chat model, or add its template there")
+
+
+def layout_from_config(megatron: Cfg):
+    """The actor's ParallelLayout from actor_rollout_ref.actor.megatron.* (reference and critic reuse it)."""
+    from dagrl.engine.specs import PARALLEL_SIZE_NAMES, ParallelLayout
+
+    tp = megatron.tensor_model_parallel_size
+    sequence_parallel = bool(megatron.sequence_parallel) and tp > 1
+    if megatron.sequence_parallel and tp == 1:
+        logger.warning("actor_rollout_ref.actor.megatron.sequence_parallel=true has no effect with TP=1: turned off")
+    return ParallelLayout(**{name: megatron[name] for name in PARALLEL_SIZE_NAMES},
+                          sequence_parallel=sequence_parallel)

@@ -1,0 +1,298 @@
+"""The pre-flight rules of each config section (choices, batches, rollout engine, algorithm, critic, DAPO
+filter, graph, data files, launcher, checkpoints); `validate.preflight` runs them in order."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, layout_from_config,
+                                 non_negative, positive_int, read_hf_config, require)
+from dagrl.config.tree import Cfg
+
+CHOICES = {
+    "actor_rollout_ref.actor.strategy": ("megatron",),
+    "actor_rollout_ref.rollout.name": ("hf", "vllm"),
+    "actor_rollout_ref.actor.loss_agg_mode": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                              "seq-mean-token-sum-norm"),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": ("vanilla", "gspo", "cispo"),
+    "actor_rollout_ref.actor.kl_loss_type": ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl"),
+    "actor_rollout_ref.actor.optim.lr_decay_style": ("constant", "linear", "cosine"),
+    "actor_rollout_ref.actor.megatron.param_dtype": ("float32", "fp32", "bfloat16", "bf16"),
+    "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "bfloat16", "bf16"),
+    "actor_rollout_ref.rollout.load_format": ("dummy", "auto", "safetensors"),
+    "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"),
+    "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
+    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
+    "data.truncation": ("error", "left", "right", "middle"),
+    "reward_model.reward_manager": ("naive", "dapo"),
+    "reward_model.on_error": ("zero", "raise"),
+    "trainer.resume_mode": ("auto", "disable", "resume_path"),
+    "trainer.launcher": ("local", "ray"),
+    "algorithm.filter_groups.metric": ("acc", "score", "seq_reward", "seq_final_reward"),
+    "algorithm.filter_groups.on_limit": ("raise", "smaller_batch"),
+}
+CHOICES.update({  # the critic's keys accept what the actor's do
+    "critic.strategy": CHOICES["actor_rollout_ref.actor.strategy"],
+    "critic.loss_agg_mode": CHOICES["actor_rollout_ref.actor.loss_agg_mode"],
+    "critic.optim.lr_decay_style": CHOICES["actor_rollout_ref.actor.optim.lr_decay_style"],
+})
+LOGGERS = ("console", "tensorboard", "jsonl")
+
+
+def check_run_length_and_sampling(cfg: Cfg) -> None:
+    positive_int(cfg, "trainer.total_epochs")
+    steps = cfg.trainer.total_training_steps
+    require(steps is None or (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0),
+            "trainer.total_training_steps",
+            f"trainer.total_training_steps={steps!r} must be null (total_epochs decides) or a positive integer")
+    temperature = cfg.actor_rollout_ref.rollout.temperature
+    require(isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0,
+            "actor_rollout_ref.rollout.temperature",
+            f"actor_rollout_ref.rollout.temperature={temperature!r} must be > 0 (log-probs are divided by it; "
+            f"for greedy validation set actor_rollout_ref.rollout.val_kwargs.do_sample=false)")
+
+
+def check_choices(cfg: Cfg) -> None:
+    for key, allowed in CHOICES.items():
+        value = get(cfg, key)
+        require(value in allowed, key, f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
+    loggers = cfg.trainer.logger
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    for name in loggers:
+        require(name in LOGGERS, "trainer.logger", f"trainer.logger has {name!r}; valid: {', '.join(LOGGERS)}")
+
+
+def check_batches(cfg: Cfg, rollout_dp: int, actor_dp: int) -> None:
+    n = positive_int(cfg, "actor_rollout_ref.rollout.n")
+    train = positive_int(cfg, "data.train_batch_size")
+    mini = positive_int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    micro = positive_int(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    positive_int(cfg, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
+    positive_int(cfg, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu")
+    positive_int(cfg, "actor_rollout_ref.actor.ppo_epochs")
+    positive_int(cfg, "actor_rollout_ref.rollout.val_kwargs.n")
+    divides(train, rollout_dp, "data.train_batch_size", f"data.train_batch_size over {rollout_dp} rollout-DP ranks")
+    divides(train, actor_dp, "data.train_batch_size",
+            f"data.train_batch_size over {actor_dp} actor-DP ranks (GRPO groups stay whole on one rank)")
+    divides(train, mini, "actor_rollout_ref.actor.ppo_mini_batch_size",
+            "data.train_batch_size by actor_rollout_ref.actor.ppo_mini_batch_size")
+    divides(mini * n, actor_dp, "actor_rollout_ref.actor.ppo_mini_batch_size",
+            f"ppo_mini_batch_size x rollout.n over {actor_dp} actor-DP ranks")
+    divides(mini * n // actor_dp, micro, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            "responses per mini-batch per rank by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+
+
+def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool = True) -> int:
+    """The vLLM engine keys (checked on every run so a typo'd value fails before a GPU job is queued)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    for key in ("max_num_batched_tokens", "max_num_seqs"):
+        positive_int(cfg, f"actor_rollout_ref.rollout.{key}")
+    for key in ("enforce_eager", "free_cache_engine", "enable_chunked_prefill", "enable_prefix_caching",
+                "calculate_log_probs"):
+        require(isinstance(rollout[key], bool), f"actor_rollout_ref.rollout.{key}",
+                f"actor_rollout_ref.rollout.{key}={rollout[key]!r} must be true or false")
+    utilization = rollout.gpu_memory_utilization
+    require(isinstance(utilization, (int, float)) and 0 < utilization < 1,
+            "actor_rollout_ref.rollout.gpu_memory_utilization",
+            f"actor_rollout_ref.rollout.gpu_memory_utilization={utilization!r} must be a fraction in (0, 1)")
+    require(isinstance(rollout.engine_kwargs.vllm.to_dict(), dict), "actor_rollout_ref.rollout.engine_kwargs.vllm",
+            "actor_rollout_ref.rollout.engine_kwargs.vllm must be a map of vLLM engine arguments")
+    max_model_len = rollout.max_model_len or sequence_length
+    require(isinstance(max_model_len, int) and max_model_len >= sequence_length,
+            "actor_rollout_ref.rollout.max_model_len",
+            f"actor_rollout_ref.rollout.max_model_len={max_model_len} is shorter than max_prompt_length + "
+            f"max_response_length = {sequence_length}: raise it or leave it null")
+    if rollout.name == "vllm" and check_installed:
+        import importlib.util
+        require(importlib.util.find_spec("vllm") is not None, "actor_rollout_ref.rollout.name",
+                "actor_rollout_ref.rollout.name=vllm but vLLM is not installed: pip install 'dagrl[gpu]' "
+                "(or use rollout.name=hf)")
+    return max_model_len
+
+
+def check_algorithm(cfg: Cfg) -> None:
+    """Advantage-estimator, loss-aggregation and KL-controller keys (the names themselves are in CHOICES)."""
+    algorithm = cfg.algorithm
+    for key in ("gamma", "lam"):
+        value = algorithm[key]
+        require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1,
+                f"algorithm.{key}", f"algorithm.{key}={value!r} must be a number in [0, 1]")
+    if algorithm.adv_estimator == "gae":
+        require("critic" in graph_roles(cfg), "algorithm.adv_estimator",
+                "algorithm.adv_estimator=gae needs the critic's values, but the graph has no node with role critic: "
+                "use the PPO graph (dag=ppo) or add a critic node, or pick an estimator without a critic "
+                "(grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
+    scale = cfg.actor_rollout_ref.actor.loss_scale_factor
+    require(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0),
+            "actor_rollout_ref.actor.loss_scale_factor",
+            f"actor_rollout_ref.actor.loss_scale_factor={scale!r} must be null or a positive number")
+    cap = cfg.actor_rollout_ref.actor.tis_imp_ratio_cap
+    require(isinstance(cap, (int, float)) and not isinstance(cap, bool) and (cap <= 0 or cap >= 1),
+            "actor_rollout_ref.actor.tis_imp_ratio_cap",
+            f"actor_rollout_ref.actor.tis_imp_ratio_cap={cap!r} must be -1 (off) or a cap >= 1, e.g. 2")
+    require(cap <= 0 or cfg.actor_rollout_ref.rollout.calculate_log_probs, "actor_rollout_ref.actor.tis_imp_ratio_cap",
+            "actor_rollout_ref.actor.tis_imp_ratio_cap needs the rollout's log-probs: set "
+            "actor_rollout_ref.rollout.calculate_log_probs=true")
+    kl = algorithm.kl_ctrl
+    require(kl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef", f"algorithm.kl_ctrl.kl_coef={kl.kl_coef} must be >= 0")
+    if kl.type == "adaptive":
+        require(kl.target_kl > 0, "algorithm.kl_ctrl.target_kl",
+                f"algorithm.kl_ctrl.target_kl={kl.target_kl} must be > 0 with kl_ctrl.type=adaptive")
+        require(kl.horizon > 0, "algorithm.kl_ctrl.horizon",
+                f"algorithm.kl_ctrl.horizon={kl.horizon} must be > 0 with kl_ctrl.type=adaptive")
+
+
+def graph_roles(cfg: Cfg) -> set[str]:
+    """The roles of the graph's nodes (dag.nodes, or what dag.custom_pipeline_fn returns)."""
+    from dagrl.dag.graph import import_function
+    dag = cfg.dag
+    nodes = import_function(dag.custom_pipeline_fn, "dag.custom_pipeline_fn")() if dag.custom_pipeline_fn \
+        else dag.nodes
+    return {node.get("role") for node in nodes if isinstance(node, dict)}
+
+
+def check_optim(cfg: Cfg, prefix: str) -> None:
+    """An optimizer section (actor_rollout_ref.actor.optim, critic.optim); lr_decay_style is in CHOICES."""
+    non_negative(cfg, f"{prefix}.lr")
+    non_negative(cfg, f"{prefix}.weight_decay")
+    non_negative(cfg, f"{prefix}.min_lr")
+    non_negative(cfg, f"{prefix}.lr_warmup_steps_ratio", upper=1.0)
+    warmup = get(cfg, f"{prefix}.lr_warmup_steps")
+    require(warmup is None or (isinstance(warmup, int) and not isinstance(warmup, bool)), f"{prefix}.lr_warmup_steps",
+            f"{prefix}.lr_warmup_steps={warmup!r} must be an integer (< 0: use lr_warmup_steps_ratio)")
+    betas = get(cfg, f"{prefix}.betas")
+    require(len(betas) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas), f"{prefix}.betas",
+            f"{prefix}.betas={list(betas)!r} must be two numbers in [0, 1)")
+
+
+def check_critic(cfg: Cfg, hf_config: dict, actor_dp: int, world_size: int) -> float | None:
+    """critic.* and trainer.critic_warmup, checked on every run (only PPO builds a critic, but a bad value should
+    fail before a job is queued). Returns the critic's grad clip."""
+    critic = cfg.critic
+    n, train = cfg.actor_rollout_ref.rollout.n, cfg.data.train_batch_size
+    mini = positive_int(cfg, "critic.ppo_mini_batch_size")
+    micro = positive_int(cfg, "critic.ppo_micro_batch_size_per_gpu")
+    positive_int(cfg, "critic.forward_micro_batch_size_per_gpu")
+    positive_int(cfg, "critic.ppo_epochs")
+    divides(train, mini, "critic.ppo_mini_batch_size", "data.train_batch_size by critic.ppo_mini_batch_size")
+    divides(mini * n, actor_dp, "critic.ppo_mini_batch_size", f"critic.ppo_mini_batch_size x rollout.n over "
+            f"{actor_dp} actor-DP ranks")
+    divides(mini * n // actor_dp, micro, "critic.ppo_micro_batch_size_per_gpu",
+            "responses per critic mini-batch per rank by critic.ppo_micro_batch_size_per_gpu")
+    for key in ("shuffle", "model.enable_gradient_checkpointing", "megatron.param_offload", "megatron.grad_offload",
+                "megatron.optimizer_offload"):
+        value = get(cfg, f"critic.{key}")
+        require(isinstance(value, bool), f"critic.{key}", f"critic.{key}={value!r} must be true or false")
+    require(isinstance(critic.megatron.seed, int), "critic.megatron.seed",
+            f"critic.megatron.seed={critic.megatron.seed!r} must be an integer")
+    require(non_negative(cfg, "critic.cliprange_value") > 0, "critic.cliprange_value",
+            "critic.cliprange_value must be > 0")
+    grad_clip = alias(cfg, "critic.grad_clip", "critic.optim.clip_grad")
+    require(grad_clip is None or grad_clip > 0, "critic.grad_clip", f"critic.grad_clip={grad_clip} must be positive")
+    check_optim(cfg, "critic.optim")
+    if critic.model.path:
+        critic_hf = read_hf_config(critic.model.path, key="critic.model.path")
+        require(critic_hf.get("vocab_size") == hf_config.get("vocab_size"), "critic.model.path",
+                f"critic.model.path has vocab_size {critic_hf.get('vocab_size')}, the actor's model "
+                f"{hf_config.get('vocab_size')}: the critic reads the actor's token ids, so use a model with the "
+                f"same tokenizer (or leave critic.model.path null)")
+        from types import SimpleNamespace
+        from dagrl.engine.megatron.preflight import check_layout
+        with as_config_error("critic.model.path"):  # the critic reuses the actor's parallel layout
+            check_layout(SimpleNamespace(**critic_hf), layout_from_config(cfg.actor_rollout_ref.actor.megatron),
+                         world_size)
+    warmup = cfg.trainer.critic_warmup
+    require(isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0, "trainer.critic_warmup",
+            f"trainer.critic_warmup={warmup!r} must be an integer >= 0")
+    has_critic = "critic" in graph_roles(cfg)
+    require(warmup == 0 or has_critic, "trainer.critic_warmup",
+            f"trainer.critic_warmup={warmup} holds the actor back while a critic warms up, but the graph has no "
+            f"critic node (the actor would just not learn): set it to 0, or use dag=ppo")
+    require(not has_critic or cfg.algorithm.adv_estimator == "gae", "algorithm.adv_estimator",
+            f"the graph has a critic node but algorithm.adv_estimator={cfg.algorithm.adv_estimator} never uses its "
+            f"values: set algorithm.adv_estimator=gae (or use a graph without a critic)")
+    return grad_clip
+
+
+def check_filter_groups(cfg: Cfg) -> None:
+    """DAPO dynamic sampling keys, and the batch layout switch."""
+    options = cfg.algorithm.filter_groups
+    for key, value in (("algorithm.filter_groups.enable", options.enable),
+                       ("trainer.balance_batch", cfg.trainer.balance_batch)):
+        require(isinstance(value, bool), key, f"{key}={value!r} must be true or false")
+    limit = options.max_num_gen_batches
+    require(isinstance(limit, int) and not isinstance(limit, bool), "algorithm.filter_groups.max_num_gen_batches",
+            f"algorithm.filter_groups.max_num_gen_batches={limit!r} must be an integer (<= 0: no limit)")
+    require(not (options.enable and options.metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward),
+            "algorithm.filter_groups.metric",
+            "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: the KL penalty is "
+            "applied after the reference log-probs, long after dynamic sampling; filter on seq_reward instead")
+
+
+def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
+    """What dag.nodes shows without importing them (the trainer checks a custom_pipeline_fn's graph when built)."""
+    if cfg.dag.custom_pipeline_fn:
+        return
+    fns = [str(node.get("fn", "")) for node in cfg.dag.nodes]
+    require(world_size == 1 or "dagrl.nodes.layout:to_actor_layout" in fns, "dag.nodes",
+            f"{world_size} processes but the graph has no node with fn dagrl.nodes.layout:to_actor_layout: add it "
+            f"after scoring (as conf/dag/grpo.yaml does) so that batches reach the actor layout")
+    require(not cfg.algorithm.filter_groups.enable or any(fn.startswith("dagrl.nodes.dynamic_sampling:")
+                                                           for fn in fns), "algorithm.filter_groups.enable",
+            "algorithm.filter_groups.enable=true but the graph has no dynamic_sampling node: use dag=dapo")
+
+
+def check_paths(cfg: Cfg) -> int:
+    from dagrl.data.dataset import check_data_files
+
+    train_files = cfg.data.train_files
+    require(bool(train_files), "data.train_files", "data.train_files is not set: point it at a parquet file")
+    with as_config_error("data.train_files"):
+        rows = check_data_files(as_list(train_files), cfg.data.prompt_key)
+    if cfg.data.val_files:
+        with as_config_error("data.val_files"):
+            check_data_files(as_list(cfg.data.val_files), cfg.data.prompt_key)
+    if cfg.custom_reward_function.path:
+        from dagrl.reward.custom import load_custom_reward_fn
+        with as_config_error("custom_reward_function.path"):
+            load_custom_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
+    return rows
+
+
+def check_launcher(cfg: Cfg) -> None:
+    trainer = cfg.trainer
+    address = trainer.ray_address
+    require(address is None or (isinstance(address, str) and address), "trainer.ray_address",
+            f"trainer.ray_address={address!r} must be null, \"auto\" or host:port of a Ray head")
+    require(address is None or trainer.launcher == "ray", "trainer.ray_address",
+            f"trainer.ray_address is set but trainer.launcher={trainer.launcher}: set trainer.launcher=ray")
+    if trainer.launcher == "ray":
+        import importlib.util
+        require(importlib.util.find_spec("ray") is not None, "trainer.launcher",
+                "trainer.launcher=ray but Ray is not installed: pip install ray (or use trainer.launcher=local "
+                "with torchrun)")
+        require("WORLD_SIZE" not in os.environ or os.environ.get("DAGRL_LAUNCHER") == "ray", "trainer.launcher",
+                "trainer.launcher=ray starts its own workers: run python3 -m dagrl.main_dag once, not under torchrun")
+
+
+def check_checkpoint_dir(cfg: Cfg) -> None:
+    root = Path(os.path.expanduser(cfg.trainer.default_local_dir))
+    existing = next((p for p in [root, *root.parents] if p.exists()), None)
+    require(existing is None or existing.is_dir(), "trainer.default_local_dir",
+            f"checkpoint directory {root} cannot be created: {existing} is not a directory; fix "
+            f"trainer.default_local_dir")
+    require(existing is not None and os.access(existing, os.W_OK), "trainer.default_local_dir",
+            f"checkpoint directory {root} is not writable (nearest existing parent: {existing}): "
+            f"fix trainer.default_local_dir")
+    from dagrl.trainer.checkpoint import check_resume_path, complete_checkpoints
+    if cfg.trainer.resume_mode == "resume_path":
+        check_resume_path(cfg.trainer.resume_from_path)
+    else:
+        require(cfg.trainer.resume_from_path is None, "trainer.resume_from_path",
+                f"trainer.resume_from_path is set but trainer.resume_mode={cfg.trainer.resume_mode}: "
+                f"set trainer.resume_mode=resume_path to use it, or drop resume_from_path")
+    if cfg.trainer.resume_mode == "disable":
+        found = complete_checkpoints(root)
+        require(not found, "trainer.resume_mode",
+                f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
+                f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
