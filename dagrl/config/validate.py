@@ -66,6 +66,9 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     layout_tp = positive_int(cfg, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size")
     layout_pp = positive_int(cfg, "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size")
     layout_cp = positive_int(cfg, "actor_rollout_ref.actor.megatron.context_parallel_size")
+    require(layout_cp == 1, "actor_rollout_ref.actor.megatron.context_parallel_size",
+            f"actor_rollout_ref.actor.megatron.context_parallel_size={layout_cp}: context parallelism is not "
+            f"implemented in dagrl's Megatron engine yet; set it to 1")
     model_parallel = layout_tp * layout_pp * layout_cp
     divides(world_size, model_parallel, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
             "world size by TP x PP x CP")
