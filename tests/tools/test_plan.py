@@ -68,6 +68,16 @@ LAYOUTS = [  # world, tp, pp, cp, ep, etp
 
 @pytest.mark.parametrize("world,tp,pp,cp,ep,etp", LAYOUTS)
 def test_groups_equal_megatron_parallel_state_on_a_fake_world(world, tp, pp, cp, ep, etp):
+    """In a fresh interpreter: torch.distributed and Megatron's parallel state are process-global, and other
+    tests of this session may hold them."""
+    code = (f"from tests.tools.test_plan import compare_with_megatron; "
+            f"compare_with_megatron({world}, {tp}, {pp}, {cp}, {ep}, {etp})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def compare_with_megatron(world, tp, pp, cp, ep, etp):
     """Build Megatron-Core's groups for every rank of a fake world (torch's "fake" backend) and compare."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
