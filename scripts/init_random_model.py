@@ -66,8 +66,7 @@ def build(family: str, size: str, out: str, *, num_layers: int | None = None, se
             setattr(config, name, value)
         config.dtype = torch_dtype
         # what save_pretrained of the model would record; vLLM picks its model class (and runner) from it
-        config.architectures = [presets.causal_lm_class(family)] if hasattr(presets, "causal_lm_class") else \
-            [type(config).__name__.replace("Config", "ForCausalLM")]
+        config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
         config.save_pretrained(out)
         count = ModelShape.from_hf(config.to_dict()).total_params()
     else:

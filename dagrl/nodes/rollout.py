@@ -30,8 +30,7 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
     rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics.
     """
     colocated = ctx.rollout.colocated
-    critic = getattr(ctx, "critic", None)
-    trainable = [engine for engine in (ctx.actor, critic) if engine is not None]
+    trainable = [engine for engine in (ctx.actor, ctx.critic) if engine is not None]
     if colocated:
         for engine in trainable:
             engine.offload_grads()

@@ -120,7 +120,8 @@ def main() -> None:
 
     cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(
         update_weights_bucket_megabytes=1)))  # small buckets: several loads per sync
-    ctx = SimpleNamespace(cfg=cfg, actor=actor, rollout=rollout, reference=None, versions=WeightVersions(actor=0))
+    ctx = SimpleNamespace(cfg=cfg, actor=actor, rollout=rollout, reference=None, critic=None,
+                          versions=WeightVersions(actor=0))
     prompts = prompts_batch()
     greedy = SamplingSpec(n=1, do_sample=False, response_length=RESPONSE)
     sampled = SamplingSpec(n=2, temperature=1.0, response_length=RESPONSE)
