@@ -36,7 +36,8 @@ CHOICES.update({  # the critic's keys accept what the actor's do
     "critic.loss_agg_mode": CHOICES["actor_rollout_ref.actor.loss_agg_mode"],
     "critic.optim.lr_decay_style": CHOICES["actor_rollout_ref.actor.optim.lr_decay_style"],
 })
-LOGGERS = ("console", "tensorboard", "jsonl")
+LOGGERS = ("console", "tensorboard", "jsonl", "wandb", "mlflow")
+OPTIONAL_LOGGERS = ("wandb", "mlflow")  # optional packages, each with a pip extra of its own name
 
 
 def check_run_length_and_sampling(cfg: Cfg) -> None:
@@ -56,10 +57,18 @@ def check_choices(cfg: Cfg) -> None:
     for key, allowed in CHOICES.items():
         value = get(cfg, key)
         require(value in allowed, key, f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
+
+
+def check_loggers(cfg: Cfg, check_installed: bool = True) -> None:
     loggers = cfg.trainer.logger
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)
     for name in loggers:
         require(name in LOGGERS, "trainer.logger", f"trainer.logger has {name!r}; valid: {', '.join(LOGGERS)}")
+        if name in OPTIONAL_LOGGERS and check_installed:
+            import importlib.util
+            require(importlib.util.find_spec(name) is not None, "trainer.logger",
+                    f"trainer.logger has {name!r} but the {name} package is not installed: "
+                    f"pip install 'dagrl[{name}]' (or drop {name} from trainer.logger)")
 
 
 def check_batches(cfg: Cfg, rollout_dp: int, actor_dp: int) -> None:
@@ -80,6 +89,45 @@ def check_batches(cfg: Cfg, rollout_dp: int, actor_dp: int) -> None:
             f"ppo_mini_batch_size x rollout.n over {actor_dp} actor-DP ranks")
     divides(mini * n // actor_dp, micro, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
             "responses per mini-batch per rank by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+
+
+# verl's dynamic batch size: each switch and the token budgets it turns on.
+DYNAMIC_BATCHING = (
+    ("actor_rollout_ref.actor.use_dynamic_bsz", ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu",)),
+    ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+     ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",)),
+    ("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", ("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",)),
+    ("critic.use_dynamic_bsz", ("critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu")),
+)
+
+
+def check_dynamic_batching(cfg: Cfg, sequence_length: int) -> None:
+    """Every token budget that is switched on holds at least one whole sequence (prompt + response)."""
+    for switch, budgets in DYNAMIC_BATCHING:
+        on = get(cfg, switch)
+        require(isinstance(on, bool), switch, f"{switch}={on!r} must be true or false")
+        for key in budgets:
+            value = get(cfg, key)
+            require(not on or (isinstance(value, int) and not isinstance(value, bool) and value >= sequence_length),
+                    key, f"{key}={value!r} must be an integer >= max_prompt_length + max_response_length = "
+                         f"{sequence_length} while {switch}=true (a micro-batch holds at least one whole sequence)")
+
+
+def check_remove_padding(cfg: Cfg) -> None:
+    """The packing switches; context parallelism splits packed sequences, so it needs them on."""
+    keys = ("actor_rollout_ref.model.use_remove_padding", "critic.model.use_remove_padding")
+    for key in keys:
+        require(isinstance(get(cfg, key), bool), key, f"{key}={get(cfg, key)!r} must be true or false")
+    cp = positive_int(cfg, "actor_rollout_ref.actor.megatron.context_parallel_size")
+    for key in keys[:1] + (keys[1:] if "critic" in graph_roles(cfg) else ()):
+        require(cp == 1 or get(cfg, key), key,
+                f"actor_rollout_ref.actor.megatron.context_parallel_size={cp} splits packed sequences over GPUs: "
+                f"set {key}=true (or context_parallel_size=1)")
+    dtype_key = "actor_rollout_ref.actor.megatron.param_dtype"
+    # TransformerEngine's THD attention (cuDNN fused attention) has no fp32 kernel: measured on H200, TE 2.17.1.
+    require(cp == 1 or str(get(cfg, dtype_key)) in ("bfloat16", "bf16"), dtype_key,
+            f"actor_rollout_ref.actor.megatron.context_parallel_size={cp} runs TransformerEngine's packed (THD) "
+            f"attention, which has no fp32 kernel: set {dtype_key}=bfloat16 (or context_parallel_size=1)")
 
 
 def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool = True) -> int:
@@ -296,3 +344,35 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
         require(not found, "trainer.resume_mode",
                 f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
                 f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
+
+
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+def check_actor_checkpoint(cfg: Cfg) -> None:
+    """actor.checkpoint.save_contents/load_contents, the start from a Megatron dist checkpoint, the ref's offload."""
+    for name in ("save_contents", "load_contents"):
+        key = f"actor_rollout_ref.actor.checkpoint.{name}"
+        value = get(cfg, key)
+        parts = as_list(value) if isinstance(value, (str, list, tuple)) else None
+        require(parts is not None and all(part in CHECKPOINT_CONTENTS for part in parts), key,
+                f"{key}={value!r} must be a list of: {', '.join(CHECKPOINT_CONTENTS)}")
+        require("model" in parts, key, f"{key}={list(parts)} must include model (a checkpoint is resumed from its "
+                                       f"weights; add hf_model for an HF copy as well)")
+    for flag in ("actor_rollout_ref.actor.megatron.use_dist_checkpointing",
+                 "actor_rollout_ref.ref.megatron.param_offload"):
+        require(isinstance(get(cfg, flag), bool), flag, f"{flag}={get(cfg, flag)!r} must be true or false")
+    megatron = cfg.actor_rollout_ref.actor.megatron
+    key = "actor_rollout_ref.actor.megatron.dist_checkpointing_path"
+    path = megatron.dist_checkpointing_path
+    if not megatron.use_dist_checkpointing:
+        require(path is None, key, f"{key} is set but actor_rollout_ref.actor.megatron.use_dist_checkpointing=false: "
+                                   f"set it to true to start from that checkpoint, or drop {key}")
+        return
+    require(bool(path), key, "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true needs "
+                             f"{key}=<dir of a Megatron torch_dist checkpoint>")
+    resolved = Path(os.path.expanduser(str(path)))
+    require(resolved.is_dir(), key, f"{key}={path}: no such directory")
+    require((resolved / "metadata.json").is_file(), key,
+            f"{key}={path} is not a Megatron dist checkpoint (no metadata.json): point it at a converted checkpoint "
+            f"or a dagrl global_step_N/actor directory")

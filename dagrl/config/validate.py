@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dagrl.config import sections
 from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, check_tokenizer_files,  # noqa: F401
                                  divides, get, layout_from_config, positive_int, read_hf_config, require)
 from dagrl.config.sections import CHOICES, LOGGERS, graph_roles  # noqa: F401  (re-exported)
 from dagrl.config.tree import Cfg
+from dagrl.engine.specs import ParallelLayout, WorldLayout
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,12 @@ class RunShape:
     hf_config: dict
     max_model_len: int = 0  # the rollout's longest sequence (vLLM's max_model_len)
     critic_grad_clip: float | None = None  # critic.grad_clip (or its alias critic.optim.clip_grad)
+    parallel: ParallelLayout = field(default_factory=ParallelLayout)  # the actor's Megatron sizes
+
+    @property
+    def layout(self) -> WorldLayout:
+        """Both layouts of the run (actor and rollout): what rollout_dp and actor_dp were derived from."""
+        return WorldLayout(self.world_size, self.parallel, self.rollout_tp)
 
 
 def world_size_from_env(cfg: Cfg) -> int:
@@ -53,10 +60,11 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     """Validate everything checkable before models are built; raise ConfigError on the first problem.
 
     `world_size` given: planning a launch from elsewhere (python3 -m dagrl.plan), so the checks of this process's
-    own environment (its WORLD_SIZE, vLLM installed) are skipped."""
+    own environment (its WORLD_SIZE, vLLM / wandb / mlflow installed) are skipped."""
     sections.check_choices(cfg)
     sections.check_algorithm(cfg)
     planning = world_size is not None
+    sections.check_loggers(cfg, check_installed=not planning)
     world_size = world_size if planning else world_size_from_env(cfg)
     hf_config = read_hf_config(cfg.actor_rollout_ref.model.path)
     if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
@@ -66,18 +74,16 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     layout_tp = positive_int(cfg, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size")
     layout_pp = positive_int(cfg, "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size")
     layout_cp = positive_int(cfg, "actor_rollout_ref.actor.megatron.context_parallel_size")
-    require(layout_cp == 1, "actor_rollout_ref.actor.megatron.context_parallel_size",
-            f"actor_rollout_ref.actor.megatron.context_parallel_size={layout_cp}: context parallelism is not "
-            f"implemented in dagrl's Megatron engine yet; set it to 1")
+    sections.check_remove_padding(cfg)
     model_parallel = layout_tp * layout_pp * layout_cp
     divides(world_size, model_parallel, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
             "world size by TP x PP x CP")
     from types import SimpleNamespace
     from dagrl.engine.megatron.preflight import check_layout
+    parallel = layout_from_config(megatron)
     with as_config_error("actor_rollout_ref.actor.megatron"):
-        check_layout(SimpleNamespace(_name_or_path=cfg.actor_rollout_ref.model.path, **hf_config),
-                     layout_from_config(megatron), world_size)
-    actor_dp = world_size // model_parallel
+        check_layout(SimpleNamespace(_name_or_path=cfg.actor_rollout_ref.model.path, **hf_config), parallel,
+                     world_size)
 
     rollout = cfg.actor_rollout_ref.rollout
     rollout_tp = rollout.tensor_model_parallel_size or layout_tp
@@ -85,16 +91,18 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
             f"the hf rollout runs one full model per rank: set actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
             f"(now {rollout_tp}) or use rollout.name=vllm")
     divides(world_size, rollout_tp, "actor_rollout_ref.rollout.tensor_model_parallel_size", "world size by rollout TP")
-    rollout_dp = world_size // rollout_tp
-    sections.check_batches(cfg, rollout_dp, actor_dp)
+    with as_config_error("actor_rollout_ref.actor.megatron"):
+        world = WorldLayout(world_size, parallel, rollout_tp)
+    sections.check_batches(cfg, world.rollout_dp, world.dp)
 
     prompt_length = alias(cfg, "data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length")
     response_length = alias(cfg, "data.max_response_length", "actor_rollout_ref.rollout.response_length")
     positive_int(cfg, "data.max_prompt_length")
     positive_int(cfg, "data.max_response_length")
+    sections.check_dynamic_batching(cfg, prompt_length + response_length)
     grad_clip = alias(cfg, "actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.clip_grad")
     sections.check_optim(cfg, "actor_rollout_ref.actor.optim")
-    critic_grad_clip = sections.check_critic(cfg, hf_config, actor_dp, world_size)
+    critic_grad_clip = sections.check_critic(cfg, hf_config, world.dp, world_size)
     require(grad_clip is None or grad_clip > 0, "actor_rollout_ref.actor.grad_clip",
             f"actor_rollout_ref.actor.grad_clip={grad_clip} must be positive")
     actor = cfg.actor_rollout_ref.actor
@@ -126,9 +134,10 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     require(train_rows >= cfg.data.train_batch_size, "data.train_batch_size",
             f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows")
     sections.check_checkpoint_dir(cfg)
-    return RunShape(world_size=world_size, rollout_tp=rollout_tp, rollout_dp=rollout_dp, actor_dp=actor_dp,
+    sections.check_actor_checkpoint(cfg)
+    return RunShape(world_size=world_size, rollout_tp=rollout_tp, rollout_dp=world.rollout_dp, actor_dp=world.dp,
                     prompt_length=prompt_length, response_length=response_length,
                     grad_clip=grad_clip, train_rows=train_rows, hf_config=hf_config, max_model_len=max_model_len,
-                    critic_grad_clip=critic_grad_clip)
+                    critic_grad_clip=critic_grad_clip, parallel=parallel)
 
 

@@ -1,17 +1,26 @@
 """Prompt datasets in the verl/siiRL parquet schema.
 
 Each row holds `data_source` (str), `prompt` (a chat list of {role, content}), `ability`,
-`reward_model` {style, ground_truth} and `extra_info` {split, index, ...}. The parquet files stay as pyarrow
-tables; `PromptDataset.rows(indices)` converts and tokenizes only the requested rows, so each rank pays only for
-its own share of a batch.
+`reward_model` {style, ground_truth} and `extra_info` {split, index, ...}.
+
+Every rank sees the whole dataset, but pays only for its own rows: with a `cache_dir`, the columns a run reads are
+copied once (per machine, under a file lock) into an uncompressed Arrow file that each rank memory-maps, so
+startup reads parquet footers only and a rank's memory holds just the pages of the rows it took (parquet itself
+cannot fetch single rows without decoding whole row groups). `PromptDataset.rows(indices)` turns only the
+requested rows into Python objects and tokenizes only them. `filter_overlong_prompts` needs every prompt's
+length: each of the `world_size` ranks tokenizes its own contiguous share and the keep-masks are all-gathered.
 
 This module imports torch lazily (inside `rows`), so `check_data_files` can run in pre-flight without it.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +36,8 @@ logger = logging.getLogger(__name__)
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 # Columns passed through to the batch untouched; `ability` and `extra_info` may be absent from a file.
 OPTIONAL_COLUMNS = ("ability", "extra_info")
-# Rows tokenized per call when scanning a whole file (filter_overlong_prompts): bounds peak memory.
+# Rows tokenized per call when scanning a whole file (filter_overlong_prompts), and rows per record batch when
+# copying a parquet file to Arrow: both bound peak memory.
 _SCAN_CHUNK_ROWS = 1024
 
 
@@ -87,6 +97,64 @@ def check_data_files(files: Sequence[str], prompt_key: str = "prompt") -> int:
     return total
 
 
+def _corrupt(path: str, error: BaseException) -> ValueError:
+    return ValueError(f"data file {path!r} is corrupt: its rows cannot be read ({_first_line(error)}); regenerate it")
+
+
+def _read_columns(path: str, parquet: pq.ParquetFile, columns: list[str], cache_dir: str | None) -> pa.Table:
+    """The file's `columns`: memory-mapped from an Arrow copy in `cache_dir` (made on first use), or read into
+    memory when `cache_dir` is None."""
+    if cache_dir is not None:
+        return pa.ipc.open_file(pa.memory_map(str(_arrow_copy(path, parquet, columns, cache_dir)))).read_all()
+    try:
+        return parquet.read(columns=columns)
+    except (pa.ArrowException, OSError) as error:
+        raise _corrupt(path, error) from error
+
+
+def _arrow_copy(path: str, parquet: pq.ParquetFile, columns: list[str], cache_dir: str) -> Path:
+    """An uncompressed Arrow IPC copy of `columns` of `path`, named by the file's identity (path, size, mtime)."""
+    stat = os.stat(path)
+    identity = json.dumps([os.path.abspath(path), stat.st_size, stat.st_mtime_ns, columns])
+    directory = Path(os.path.expanduser(cache_dir))
+    target = directory / f"{Path(path).stem}-{hashlib.sha1(identity.encode()).hexdigest()[:16]}.arrow"
+    if target.is_file():
+        return target
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / f"{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the ranks of a machine (or of a shared filesystem) copy once
+            if not target.is_file():
+                _write_arrow(path, parquet, columns, partial)
+                os.replace(partial, target)
+                logger.info("copied the %d rows of %s to %s (memory-mapped by every rank)",
+                            parquet.metadata.num_rows, path, target)
+    except OSError as error:
+        raise ConfigError("data.cache_dir", f"cannot write the Arrow copy of {path!r} to {str(directory)!r} "
+                          f"({_first_line(error)}); set data.cache_dir to a writable directory") from error
+    finally:
+        if partial.is_file():  # left only by a failed copy
+            partial.unlink()
+    return target
+
+
+def _write_arrow(path: str, parquet: pq.ParquetFile, columns: list[str], destination: Path) -> None:
+    """Streams `columns` of the parquet file into an Arrow IPC file, a record batch at a time. A parquet read
+    error means a corrupt data file (ValueError); a write error is left to the caller (OSError)."""
+    batches = parquet.iter_batches(batch_size=_SCAN_CHUNK_ROWS, columns=columns)
+    schema = pa.schema([parquet.schema_arrow.field(name) for name in columns])
+    with pa.OSFile(str(destination), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as error:
+                raise _corrupt(path, error) from error
+            if batch is None:
+                return
+            writer.write_batch(batch)
+
+
 def _truncate(ids: list[int], max_length: int, mode: str) -> list[int]:
     if mode == "left":  # keep the end of the prompt, where the question usually is
         return ids[-max_length:]
@@ -100,10 +168,15 @@ def _truncate(ids: list[int], max_length: int, mode: str) -> list[int]:
 
 
 class PromptDataset:
-    """Rows of one or more parquet files; `rows(indices)` returns a left-padded, tokenized `Batch`."""
+    """Rows of one or more parquet files; `rows(indices)` returns a left-padded, tokenized `Batch`.
+
+    `rank`, `world_size` and `all_gather` (every rank's array, in rank order) share the overlong-prompt scan;
+    `cache_dir` (see the module docstring) keeps the rows out of each rank's memory."""
 
     def __init__(self, files: Sequence[str], tokenizer: Any, max_prompt_length: int, truncation: str = "error",
-                 filter_overlong_prompts: bool = False, prompt_key: str = "prompt") -> None:
+                 filter_overlong_prompts: bool = False, prompt_key: str = "prompt", cache_dir: str | None = None,
+                 rank: int = 0, world_size: int = 1,
+                 all_gather: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> None:
         if isinstance(files, str):
             files = [files]
         if truncation not in TRUNCATION_MODES:
@@ -131,16 +204,14 @@ class PromptDataset:
             parquet = _open_parquet(path)
             _check_schema(path, parquet.schema_arrow, parquet.metadata.num_rows, prompt_key)
             wanted = [c for c in (*required_columns(prompt_key), *OPTIONAL_COLUMNS) if c in parquet.schema_arrow.names]
-            try:
-                self._tables.append(parquet.read(columns=wanted))
-            except (pa.ArrowException, OSError) as error:
-                raise ValueError(f"data file {path!r} is corrupt: its rows cannot be read "
-                                 f"({_first_line(error)}); regenerate it") from error
+            self._tables.append(_read_columns(path, parquet, wanted, cache_dir))
         # Dataset position -> (file number, row in that file); filtering removes positions.
         self._file_of = np.concatenate([np.full(t.num_rows, i, dtype=np.int64) for i, t in enumerate(self._tables)])
         self._row_of = np.concatenate([np.arange(t.num_rows, dtype=np.int64) for t in self._tables])
         if filter_overlong_prompts:
-            self._drop_overlong_rows()
+            if world_size > 1 and all_gather is None:
+                raise ValueError("filter_overlong_prompts over several ranks needs all_gather")
+            self._drop_overlong_rows(rank, world_size, all_gather)
 
     # ---- public API ------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -186,18 +257,21 @@ class PromptDataset:
     def prompt_lengths(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Untruncated token counts of the chat-templated prompts at `indices`."""
         positions = np.asarray(indices, dtype=np.int64).reshape(-1)
-        records = self._records(positions)
+        records = self._records(positions, columns=[self.prompt_key])
         ids = self._tokenize([self._chat(record, p) for record, p in zip(records, positions)])
         return np.array([len(x) for x in ids], dtype=np.int64)
 
     # ---- internals -------------------------------------------------------------------------------
-    def _records(self, positions: np.ndarray) -> list[dict]:
-        """Python dicts for the rows at `positions`, in that order, reading each file's rows in one take."""
+    def _records(self, positions: np.ndarray, columns: list[str] | None = None) -> list[dict]:
+        """Python dicts for the rows at `positions` (all columns, or `columns`), in that order, reading each file's
+        rows in one take."""
         records: list[dict | None] = [None] * len(positions)
         files = self._file_of[positions]
         for file_number in np.unique(files):
             slots = np.nonzero(files == file_number)[0]
-            taken = self._tables[file_number].take(pa.array(self._row_of[positions[slots]]))
+            table = self._tables[file_number]
+            table = table if columns is None else table.select(columns)
+            taken = table.take(pa.array(self._row_of[positions[slots]]))
             for slot, record in zip(slots, taken.to_pylist()):
                 records[slot] = record
         return records  # type: ignore[return-value]
@@ -226,11 +300,17 @@ class PromptDataset:
                 f"data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length, set "
                 f"data.truncation=left|right|middle, or set data.filter_overlong_prompts=True")
 
-    def _drop_overlong_rows(self) -> None:
-        keep = np.ones(len(self), dtype=bool)
-        for start in range(0, len(self), _SCAN_CHUNK_ROWS):
-            chunk = np.arange(start, min(start + _SCAN_CHUNK_ROWS, len(self)))
-            keep[chunk] = self.prompt_lengths(chunk) <= self.max_prompt_length
+    def _drop_overlong_rows(self, rank: int, world_size: int,
+                            all_gather: Callable[[np.ndarray], list[np.ndarray]] | None) -> None:
+        """Keeps the prompts that fit. Each rank tokenizes a contiguous 1/world_size of them (contiguous: it reads
+        only those pages); the keep-masks are gathered in rank order, so every rank keeps the same rows."""
+        share = np.array_split(np.arange(len(self)), world_size)[rank]
+        keep = np.ones(len(share), dtype=bool)
+        for start in range(0, len(share), _SCAN_CHUNK_ROWS):
+            chunk = share[start:start + _SCAN_CHUNK_ROWS]
+            keep[start:start + len(chunk)] = self.prompt_lengths(chunk) <= self.max_prompt_length
+        if world_size > 1:
+            keep = np.concatenate(all_gather(keep))
         dropped = int((~keep).sum())
         if dropped == len(self):
             raise ValueError(f"every prompt in {self.files} is longer than data.max_prompt_length="

@@ -1,10 +1,9 @@
 """Moving a batch from the rollout layout to the actor layout.
 
-Rollout layout: rollout DP = world / rollout TP; consecutive ranks form one rollout-TP group and hold the same
-rows (the trainer shards prompts by `rank // rollout_tp`). Actor layout: actor DP = world / (TP·PP·CP) in
-Megatron-Core's default rank order "tp-cp-ep-dp-pp", i.e. rank = tp + TP·(cp + CP·(dp + DP·pp)), so the actor-DP
-rank of a rank is `(rank // (TP·CP)) % DP` (EP lives in a separate rank generator and does not change it). Every
-rank of one actor model-parallel group (same DP rank) must receive the identical batch.
+Both layouts come from one `WorldLayout` (dagrl/engine/specs.py): rollout DP = world / rollout TP, consecutive
+ranks of one rollout-TP group hold the same rows (the trainer shards prompts by `rank // rollout_tp`); actor DP =
+world / (TP·PP·CP), and every rank of one actor model-parallel group (same `dp_rank`) must receive the identical
+batch.
 
 The planning functions below are pure (numpy only, no torch, no megatron): given the global batch's group ids and
 token counts they say which global rows each actor-DP rank gets. The plan depends only on the global batch and the
@@ -17,56 +16,25 @@ global mini-batch (a consecutive run of ppo_mini_batch_size groups) over the ran
 same groups whatever the layout. With `balance`, each mini-batch's groups are dealt so that ranks get equal group
 counts and nearly equal token totals (see `partition_groups`).
 
-The collective (`to_actor_layout`) is an all_gather_object of every rollout-TP group's shard on the CPU: every
-rank receives the whole global batch and keeps its rows. That costs global-batch-sized host traffic per rank and
-moves GPU tensors through host memory; it is simple and exact, and fine at the batch sizes RL uses (a point-to-point
-exchange of only the needed rows is the optimisation left for later).
+The collective (`to_actor_layout`) moves only the rows each rank needs: one all_gather_object of the rows'
+metadata (uid and token count: what the plan needs), then every rank plans alone and the rows go point-to-point in
+one all_to_all of pickled per-destination row sets (`dagrl.utils.dist.all_to_all_bytes`; gloo and NCCL both have
+all_to_all_single, so no pairwise send/recv ordering is needed). Rank `dst` gets shard d's rows from the member of
+rollout-TP group d at its own position in a TP group (`sender`), so a rank takes the rows of its own shard from
+itself, and the sending is spread over the TP peers that hold identical copies.
 """
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
+from dagrl.engine.specs import WorldLayout
+
 if TYPE_CHECKING:
     from dagrl.data.batch import Batch
-
-
-@dataclass(frozen=True)
-class LayoutSpec:
-    """Both layouts of one run: world size, rollout TP and the actor's TP, PP, CP."""
-    world_size: int
-    rollout_tp: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-
-    def __post_init__(self) -> None:
-        if self.world_size % self.rollout_tp:
-            raise ValueError(f"world size {self.world_size} is not divisible by rollout TP {self.rollout_tp}")
-        if self.world_size % (self.tp * self.pp * self.cp):
-            raise ValueError(f"world size {self.world_size} is not divisible by TP x PP x CP = "
-                             f"{self.tp}x{self.pp}x{self.cp}")
-
-    @property
-    def rollout_dp(self) -> int:
-        return self.world_size // self.rollout_tp
-
-    @property
-    def actor_dp(self) -> int:
-        return self.world_size // (self.tp * self.pp * self.cp)
-
-    def rollout_dp_rank(self, rank: int) -> int:
-        return rank // self.rollout_tp
-
-    def actor_dp_rank(self, rank: int) -> int:
-        """Megatron-Core's data-parallel rank of `rank` under the default order tp-cp-ep-dp-pp."""
-        return (rank // (self.tp * self.cp)) % self.actor_dp
-
-    def rollout_sources(self) -> list[int]:
-        """One rank per rollout-TP group (its first): the ranks whose rows make up the global batch, in order."""
-        return list(range(0, self.world_size, self.rollout_tp))
 
 
 # ---- planning (pure) -------------------------------------------------------------------------------------
@@ -152,34 +120,74 @@ def plan_rows(uids: Sequence, row_tokens: Sequence[int], dp: int, groups_per_min
     return LayoutPlan(rows=rows, metrics=metrics)
 
 
+# ---- routing (pure) --------------------------------------------------------------------------------------
+def sender(layout: WorldLayout, shard: int, dst: int) -> int:
+    """The rank that sends rollout shard `shard`'s rows to rank `dst`: the member of that shard's rollout-TP group
+    at dst's position in its own group (dst itself when dst holds the shard)."""
+    return shard * layout.rollout_tp + dst % layout.rollout_tp
+
+
+def outgoing(layout: WorldLayout, offsets: Sequence[int], rows: Sequence[np.ndarray], me: int) -> list[np.ndarray]:
+    """For every rank, the rows of `me`'s rollout shard (indices into it) that `me` sends there, in the order the
+    receiver holds them; empty where another rank serves it. `offsets[d]` is shard d's first global row
+    (len = shards + 1); `rows[d]` the global rows of actor-DP rank d (`plan_rows`)."""
+    shard = layout.rollout_dp_rank(me)
+    first, stop = offsets[shard], offsets[shard + 1]
+    sends = []
+    for dst in range(layout.world_size):
+        needed = rows[layout.dp_rank(dst)] if sender(layout, shard, dst) == me else np.zeros(0, dtype=np.int64)
+        sends.append(needed[(needed >= first) & (needed < stop)] - first)
+    return sends
+
+
+def arrival_index(offsets: Sequence[int], needed: np.ndarray) -> np.ndarray:
+    """The senders' parts arrive in shard order (senders ascend with the shard); selecting their concatenation with
+    this index restores the order of `needed` (global rows)."""
+    shards = np.searchsorted(np.asarray(offsets), needed, side="right") - 1
+    return np.argsort(np.argsort(shards, kind="stable"))
+
+
 # ---- the collective ---------------------------------------------------------------------------------------
-def gather_global_batch(local: "Batch", spec: LayoutSpec) -> "Batch":
-    """The global batch on every rank: the shards of the rollout-TP groups' first ranks, in rank order."""
+Exchange = Callable[[list[bytes]], list[bytes]]  # payload for each rank -> payload from each rank
+
+
+def _row_tokens(batch: "Batch") -> list[int]:
+    return batch["attention_mask"].sum(-1).tolist()
+
+
+def to_actor_layout(local: "Batch", layout: WorldLayout, groups_per_mini_batch: int | None = None,
+                    balance: bool = False, exchange: Exchange | None = None) -> tuple["Batch", dict[str, float]]:
+    """This rank's actor-layout batch (tensors on the device they came from) and the plan's metrics.
+
+    Collective: every rank must call it. `local` is this rank's rollout-layout batch with a `uid` column.
+    `exchange` moves the pickled row sets (default: `all_to_all_bytes`; tests wrap it to count what arrives)."""
     import torch.distributed as dist
 
     from dagrl.data.batch import Batch
-    from dagrl.utils.dist import is_initialized, rank as this_rank
+    from dagrl.utils.dist import all_to_all_bytes, is_initialized, rank as this_rank
 
-    if spec.world_size == 1 or not is_initialized():
-        return local
-    mine = local.to("cpu") if this_rank() % spec.rollout_tp == 0 else None  # the others' copies are identical
-    gathered: list = [None] * spec.world_size
-    dist.all_gather_object(gathered, mine)
-    return Batch.concat(gathered[source] for source in spec.rollout_sources())
-
-
-def to_actor_layout(local: "Batch", spec: LayoutSpec, groups_per_mini_batch: int | None = None,
-                    balance: bool = False) -> tuple["Batch", dict[str, float]]:
-    """This rank's actor-layout batch (tensors back on the device they came from) and the plan's metrics.
-
-    Collective: every rank must call it. `local` is this rank's rollout-layout batch with a `uid` column."""
-    from dagrl.utils.dist import rank as this_rank
-
+    if layout.world_size == 1 or not is_initialized():
+        plan = plan_rows(local["uid"], _row_tokens(local), layout.dp, groups_per_mini_batch, balance)
+        return local.select(plan.rows[layout.dp_rank(this_rank())]), plan.metrics
+    me = this_rank()
+    # the plan needs every row's uid and token count, not its tensors; a rollout-TP group's copies are identical
+    meta = (list(local["uid"]), _row_tokens(local)) if me % layout.rollout_tp == 0 else None
+    gathered: list = [None] * layout.world_size
+    dist.all_gather_object(gathered, meta)
+    shards = [gathered[shard * layout.rollout_tp] for shard in range(layout.rollout_dp)]
+    offsets = np.cumsum([0] + [len(uids) for uids, _ in shards])
+    plan = plan_rows([uid for uids, _ in shards for uid in uids], [t for _, tokens in shards for t in tokens],
+                     layout.dp, groups_per_mini_batch, balance)
+    sends = outgoing(layout, offsets, plan.rows, me)
+    payloads = [pickle.dumps(local.select(rows).to("cpu")) if len(rows) and dst != me else b""
+                for dst, rows in enumerate(sends)]
+    received = (exchange or all_to_all_bytes)(payloads)
     devices = {key: value.device for key, value in local.tensors.items()}
-    global_batch = gather_global_batch(local, spec)
-    tokens = global_batch["attention_mask"].sum(-1).tolist()
-    plan = plan_rows(global_batch["uid"], tokens, spec.actor_dp, groups_per_mini_batch, balance)
-    out = global_batch.select(plan.rows[spec.actor_dp_rank(this_rank())])
-    for key, device in devices.items():
-        out.tensors[key] = out.tensors[key].to(device)
-    return out, plan.metrics
+    parts = []
+    for source, payload in enumerate(received):
+        part = local.select(sends[me]) if source == me else pickle.loads(payload) if payload else None
+        if part is not None:
+            part.tensors = {key: value.to(devices[key]) for key, value in part.tensors.items()}
+            parts.append(part)
+    out = Batch.concat(parts)
+    return out.select(arrival_index(offsets, plan.rows[layout.dp_rank(me)])), plan.metrics

@@ -1,6 +1,7 @@
 """A seeded, resumable sampler of global batches of dataset row indices.
 
-Every rank builds the same sampler and gets the same global batch; each then takes its own slice. The order of
+Every rank builds the same sampler and gets the same global batch; each then takes its own slice (`rank_share`)
+and reads and tokenizes only those rows. The order of
 epoch `e` is a permutation drawn from `numpy.random.default_rng([seed, e])`, so it depends only on (seed, epoch):
 a resumed run only needs the global position (epoch, step within the epoch) to continue with the same indices.
 The last incomplete batch of an epoch is dropped, so every batch has exactly `batch_size` rows.
@@ -10,6 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+
+def rank_share(batch_size: int, rank: int, ranks: int) -> np.ndarray:
+    """Positions in a global batch that rollout-DP rank `rank` of `ranks` takes: the `rank`-th contiguous
+    1/ranks of it. Every rank draws the same global batch, so the shares partition it without communication."""
+    if batch_size % ranks:
+        raise ValueError(f"a global batch of {batch_size} does not split over {ranks} rollout-DP ranks")
+    per_rank = batch_size // ranks
+    return np.arange(rank * per_rank, (rank + 1) * per_rank, dtype=np.int64)
 
 
 class EpochSampler:

@@ -42,16 +42,21 @@ class MegatronEngineSpec:
     param_offload: bool = False
     grad_offload: bool = False
     optimizer_offload: bool = False
+    remove_padding: bool = False            # pack each micro-batch's rows into one sequence (verl's use_remove_padding)
+    dist_checkpoint_path: str | None = None  # initial weights from this Megatron dist checkpoint, not model_path's
+    save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
+    load_contents: tuple[str, ...] | None = None  # parts load_checkpoint restores; None = all the checkpoint holds
 
 
 class ActorEngine(Protocol):
     """A trainable (or frozen) causal LM: the actor, and with `optim=None` the reference."""
 
-    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float,
-                         with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+    # max_token_len set: dynamic batch size, micro-batches of at most that many real tokens (micro_batch_size unused)
+    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float, with_entropy: bool,
+                         max_token_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int,
-                   temperature: float) -> dict[str, float]: ...
+    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float,
+                   max_token_len: int | None = None) -> dict[str, float]: ...
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]: ...
 

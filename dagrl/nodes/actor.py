@@ -29,6 +29,12 @@ def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
         tis_imp_ratio_cap=actor.tis_imp_ratio_cap)
 
 
+def token_budget(section: Cfg, switch: str, budget: str) -> int | None:
+    """verl's dynamic batch size: `section.<budget>` tokens per micro-batch when `section.<switch>` is on, else None
+    (micro-batches of a fixed row count)."""
+    return section[budget] if section[switch] else None
+
+
 def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg_mode: str,
                           loss_scale_factor: float | None) -> Iterator[Batch]:
     """`section.ppo_epochs` passes over this rank's rows in mini-batches of `section.ppo_mini_batch_size` prompts
@@ -69,6 +75,8 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
         if nan_injected(ctx.step):
             mini_batch["token_weights"] = mini_batch["token_weights"] * float("nan")
         steps.append(ctx.actor.train_step(mini_batch, loss_fn, micro_batch_size=actor_cfg.ppo_micro_batch_size_per_gpu,
-                                          temperature=ctx.cfg.actor_rollout_ref.rollout.temperature))
+                                          temperature=ctx.cfg.actor_rollout_ref.rollout.temperature,
+                                          max_token_len=token_budget(actor_cfg, "use_dynamic_bsz",
+                                                                     "ppo_max_token_len_per_gpu")))
     ctx.versions.actor += 1
     return batch, mean_over_mini_batches(steps)

@@ -11,7 +11,7 @@ import functools
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.nodes.actor import mean_over_mini_batches, weighted_mini_batches
+from dagrl.nodes.actor import mean_over_mini_batches, token_budget, weighted_mini_batches
 from dagrl.nodes.context import StepContext
 
 
@@ -33,8 +33,10 @@ def value_loss(micro_batch: Batch, values: torch.Tensor, entropy: torch.Tensor |
 
 def compute_values(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     """`values` [B, R]: the critic's value of the state before each response token (0 off the response)."""
+    critic_cfg = ctx.cfg.critic
     batch["values"] = ctx.critic.compute_values(
-        batch, micro_batch_size=ctx.cfg.critic.forward_micro_batch_size_per_gpu)
+        batch, micro_batch_size=critic_cfg.forward_micro_batch_size_per_gpu,
+        max_token_len=token_budget(critic_cfg, "use_dynamic_bsz", "forward_max_token_len_per_gpu"))
     return batch, {}
 
 
@@ -43,6 +45,8 @@ def update_critic(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
     critic_cfg = ctx.cfg.critic
     loss_fn = functools.partial(value_loss, cliprange_value=critic_cfg.cliprange_value)
     mini_batches = weighted_mini_batches(ctx, batch, critic_cfg, critic_cfg.loss_agg_mode, ctx.shape.response_length)
-    steps = [ctx.critic.train_step(mini_batch, loss_fn, micro_batch_size=critic_cfg.ppo_micro_batch_size_per_gpu)
+    budget = token_budget(critic_cfg, "use_dynamic_bsz", "ppo_max_token_len_per_gpu")
+    steps = [ctx.critic.train_step(mini_batch, loss_fn, micro_batch_size=critic_cfg.ppo_micro_batch_size_per_gpu,
+                                   max_token_len=budget)
              for mini_batch in mini_batches]
     return batch, mean_over_mini_batches(steps)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dagrl.config.errors import ConfigError
 from dagrl.data.batch import Batch
-from dagrl.data.layout import LayoutSpec, to_actor_layout as move
+from dagrl.data.layout import to_actor_layout as move
 from dagrl.nodes.context import StepContext
 
 # Node roles that need the actor layout: everything after the move.
@@ -16,16 +16,9 @@ ACTOR_SIDE_ROLES = ("actor", "reference", "critic", "advantage")
 ROLLOUT_SIDE_FNS = ("dagrl.nodes.dynamic_sampling",)  # modules whose nodes count groups in the rollout layout
 
 
-def layout_spec(ctx: StepContext) -> LayoutSpec:
-    megatron = ctx.cfg.actor_rollout_ref.actor.megatron
-    return LayoutSpec(world_size=ctx.shape.world_size, rollout_tp=ctx.shape.rollout_tp,
-                      tp=megatron.tensor_model_parallel_size, pp=megatron.pipeline_model_parallel_size,
-                      cp=megatron.context_parallel_size)
-
-
 def to_actor_layout(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     groups_per_mini_batch = ctx.cfg.actor_rollout_ref.actor.ppo_mini_batch_size
-    return move(batch, layout_spec(ctx), groups_per_mini_batch, balance=ctx.cfg.trainer.balance_batch)
+    return move(batch, ctx.shape.layout, groups_per_mini_batch, balance=ctx.cfg.trainer.balance_batch)
 
 
 def check_graph(graph, world_size: int) -> None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
-from dagrl.plan.memory import CriticSettings, Layout, RunSettings, StageMemory, estimate, recompute_from_config
+from dagrl.engine.specs import WorldLayout
+from dagrl.plan.memory import CriticSettings, RunSettings, StageMemory, estimate, recompute_from_config
 from dagrl.plan.model import ModelShape
 from dagrl.plan.ranks import ParallelGroups, megatron_groups
 from dagrl.plan.schedule import Schedule, needs_reference, step_schedule
@@ -24,14 +25,12 @@ class Plan:
     nnodes: int
     gpus_per_node: int
     model: ModelShape
-    layout: Layout
+    layout: WorldLayout
     groups: ParallelGroups
     schedule: Schedule
     run: RunSettings
     memory: list[StageMemory]
     rollout_name: str
-    rollout_tp: int
-    rollout_dp: int
 
 
 def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overrides: dict) -> CriticSettings:
@@ -53,14 +52,8 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Pl
     megatron = cfg.actor_rollout_ref.actor.megatron
     rollout = cfg.actor_rollout_ref.rollout
     model = ModelShape.from_hf(shape.hf_config)
-    tp, pp = megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size
-    cp, ep = megatron.context_parallel_size, megatron.expert_model_parallel_size
-    etp = megatron.expert_tensor_parallel_size or tp
-    world = shape.world_size
-    layout = Layout(tp=tp, pp=pp, vpp=megatron.virtual_pipeline_model_parallel_size or 1, cp=cp, ep=ep, etp=etp,
-                    dp=shape.actor_dp, expert_dp=world // (etp * ep * pp),
-                    sequence_parallel=bool(megatron.sequence_parallel) and tp > 1)
-    groups = megatron_groups(world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, rollout_tp=shape.rollout_tp)
+    layout = shape.layout
+    groups = megatron_groups(layout)
     schedule = step_schedule(cfg, shape)
     overrides = megatron.override_transformer_config.to_dict()
     run = RunSettings(
@@ -80,4 +73,4 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Pl
         critic=critic_settings(cfg, schedule, model, overrides) if schedule.critic else None)
     return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model, layout=layout,
                 groups=groups, schedule=schedule, run=run, memory=estimate(model, layout, run),
-                rollout_name=rollout.name, rollout_tp=shape.rollout_tp, rollout_dp=shape.rollout_dp)
+                rollout_name=rollout.name)

@@ -30,13 +30,15 @@ Offload (param/grad/optimizer_offload) moves that state to the host outside the 
 Critic (graphs with a critic node, dag=ppo): the actor's decoder with a value head (h + 1) instead of the LM head,
 with its own state, offload flags and micro-batches; its update is a phase of its own.
 Runtime overhead (CUDA context, NCCL communicators, allocator slack) is an assumed constant.
-Not yet checked against measured peaks on the H200 machines: treat the figures as +-25 % until calibrated.
+Checked against dagrl's measured actor-update peaks on 2xH200 (benchmarks/actor_mfu.py): -2 % for Qwen3-8B at
+TP2+SP and -9 % for Qwen3-1.7B at DP2 (README "Plan a run").
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dagrl.engine.specs import WorldLayout
 from dagrl.plan.model import ModelShape, RankParams, rank_params
 
 GIB = float(1 << 30)
@@ -70,19 +72,6 @@ def recompute_from_config(gradient_checkpointing: bool, overrides: dict[str, Any
     return Recompute(granularity=granularity, method=settings.get("recompute_method"),
                      num_layers=settings.get("recompute_num_layers"),
                      modules=tuple(modules) if granularity == "selective" else ())
-
-
-@dataclass(frozen=True)
-class Layout:
-    tp: int = 1
-    pp: int = 1
-    vpp: int = 1
-    cp: int = 1
-    ep: int = 1
-    etp: int = 1
-    dp: int = 1
-    expert_dp: int = 1
-    sequence_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,7 +112,7 @@ class RunSettings:
     critic: CriticSettings | None = None
 
 
-def layer_activation_elements(shape: ModelShape, layout: Layout, recompute: Recompute) -> float:
+def layer_activation_elements(shape: ModelShape, layout: WorldLayout, recompute: Recompute) -> float:
     """Activation elements one layer keeps for backward per token of the sequence, on one rank (no full recompute)."""
     modules = set(recompute.modules)
     h, tp = shape.hidden, layout.tp
@@ -138,7 +127,7 @@ def layer_activation_elements(shape: ModelShape, layout: Layout, recompute: Reco
     return (norms + attention + mlp) / layout.cp
 
 
-def _chunks_in_flight(layout: Layout, micro_batches: int, stage: int) -> int:
+def _chunks_in_flight(layout: WorldLayout, micro_batches: int, stage: int) -> int:
     """Model chunks (of layers / (PP x VPP) layers) whose activations stage `stage` holds at its peak."""
     pp, v = layout.pp, layout.vpp
     if v == 1:
@@ -146,7 +135,7 @@ def _chunks_in_flight(layout: Layout, micro_batches: int, stage: int) -> int:
     return min(micro_batches * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1)
 
 
-def training_activation_bytes(shape: ModelShape, layout: Layout, run: RunSettings, stage: int) -> float:
+def training_activation_bytes(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage: int) -> float:
     act_bytes = 2 if run.bf16 else 4
     tokens = run.micro_batch * run.sequence_length
     layer_bytes = layer_activation_elements(shape, layout, run.recompute) * tokens * act_bytes
@@ -162,7 +151,7 @@ def training_activation_bytes(shape: ModelShape, layout: Layout, run: RunSetting
     return -(-held_layers // unit) * input_bytes + min(unit, layers_per_stage) * layer_bytes
 
 
-def logits_bytes(shape: ModelShape, layout: Layout, run: RunSettings, rows: int, entropy: bool,
+def logits_bytes(shape: ModelShape, layout: WorldLayout, run: RunSettings, rows: int, entropy: bool,
                  backward: bool) -> float:
     positions = run.sequence_length if layout.sequence_parallel else run.response_length
     per_logit = (2 + 4 if run.bf16 else 4) + 4 + (4 if entropy else 0) + (4 if backward else 0)
@@ -181,7 +170,7 @@ class StageMemory:
         return max(self.phases.values())
 
 
-def model_state_bytes(params: RankParams, layout: Layout, run: RunSettings) -> tuple[float, float, float]:
+def model_state_bytes(params: RankParams, layout: WorldLayout, run: RunSettings) -> tuple[float, float, float]:
     """(weights, gradients, optimizer state) of one rank."""
     dense_shard = layout.dp * layout.cp if run.distributed_optimizer else 1
     expert_shard = layout.expert_dp if run.distributed_optimizer else 1
@@ -190,7 +179,7 @@ def model_state_bytes(params: RankParams, layout: Layout, run: RunSettings) -> t
     return params.total * (2 if run.bf16 else 4), params.trainable * 4.0, optimizer
 
 
-def critic_params(shape: ModelShape, layout: Layout, stage: int) -> RankParams:
+def critic_params(shape: ModelShape, layout: WorldLayout, stage: int) -> RankParams:
     """The actor's parameters less the LM head (on the last stage) plus the value head, all trainable."""
     params = rank_params(shape, tp=layout.tp, pp=layout.pp, ep=layout.ep, etp=layout.etp, stage=stage, vpp=layout.vpp)
     delta = 0
@@ -201,7 +190,7 @@ def critic_params(shape: ModelShape, layout: Layout, stage: int) -> RankParams:
                       trainable_dense=params.dense + delta, trainable_expert=params.expert)
 
 
-def stage_memory(shape: ModelShape, layout: Layout, run: RunSettings, stage: int) -> StageMemory:
+def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage: int) -> StageMemory:
     params = rank_params(shape, tp=layout.tp, pp=layout.pp, ep=layout.ep, etp=layout.etp, stage=stage, vpp=layout.vpp,
                          trainable_top_layers=run.trainable_top_layers)
     weights, grads, optimizer = model_state_bytes(params, layout, run)
@@ -255,7 +244,7 @@ def stage_memory(shape: ModelShape, layout: Layout, run: RunSettings, stage: int
                        phases={k: v / GIB for k, v in phases.items()})
 
 
-def estimate(shape: ModelShape, layout: Layout, run: RunSettings) -> list[StageMemory]:
+def estimate(shape: ModelShape, layout: WorldLayout, run: RunSettings) -> list[StageMemory]:
     """The first and the last pipeline stage: every other stage holds less than the first (fewer micro-batches in
     flight, no embedding), so the worst GPU is one of these."""
     stages = [0] if layout.pp == 1 else [0, layout.pp - 1]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from dagrl.engine.specs import WorldLayout
+
 ORDER = ("tp", "cp", "ep", "dp", "pp")  # Megatron-Core's default order, fastest-varying first
 
 
@@ -38,7 +40,6 @@ def orthogonal_groups(sizes: dict[str, int], kinds: tuple[str, ...], order: tupl
 @dataclass(frozen=True)
 class ParallelGroups:
     """Every group kind of one Megatron layout (and the rollout's), as lists of global ranks."""
-    world_size: int
     tp: list[list[int]]
     cp: list[list[int]]
     dp: list[list[int]]
@@ -58,22 +59,12 @@ class ParallelGroups:
         return rows
 
 
-def megatron_groups(world_size: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
-                    etp: int | None = None, rollout_tp: int = 1) -> ParallelGroups:
-    """The groups `initialize_model_parallel` builds for this layout on `world_size` ranks (ValueError if the
-    sizes do not tile the world), plus the rollout's TP/DP groups."""
-    etp = etp or tp
-    if world_size % (tp * pp * cp):
-        raise ValueError(f"world size {world_size} is not divisible by TP x PP x CP = {tp}x{pp}x{cp}")
-    if world_size % (etp * ep * pp):
-        raise ValueError(f"world size {world_size} is not divisible by expert-TP x EP x PP = {etp}x{ep}x{pp}")
-    if world_size % rollout_tp:
-        raise ValueError(f"world size {world_size} is not divisible by rollout TP {rollout_tp}")
-    dense = {"tp": tp, "cp": cp, "dp": world_size // (tp * pp * cp), "pp": pp}
-    expert = {"tp": etp, "ep": ep, "dp": world_size // (etp * ep * pp), "pp": pp}
-    rollout = {"tp": rollout_tp, "dp": world_size // rollout_tp}
+def megatron_groups(layout: WorldLayout) -> ParallelGroups:
+    """The groups `initialize_model_parallel` builds for this layout, plus the rollout's TP/DP groups."""
+    dense = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp, "pp": layout.pp}
+    expert = {"tp": layout.etp, "ep": layout.ep, "dp": layout.expert_dp, "pp": layout.pp}
+    rollout = {"tp": layout.rollout_tp, "dp": layout.rollout_dp}
     return ParallelGroups(
-        world_size=world_size,
         tp=orthogonal_groups(dense, ("tp",)), cp=orthogonal_groups(dense, ("cp",)),
         dp=orthogonal_groups(dense, ("dp",)), dp_cp=orthogonal_groups(dense, ("dp", "cp")),
         pp=orthogonal_groups(dense, ("pp",)),

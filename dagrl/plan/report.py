@@ -36,7 +36,7 @@ def model_line(plan: Plan) -> str:
 
 def layout_section(plan: Plan, limit: int) -> list[str]:
     lo, m = plan.layout, plan.model
-    world = plan.groups.world_size
+    world = lo.world_size
     lines = [f"Parallel layout: {plan.nnodes} node(s) x {plan.gpus_per_node} GPU(s) = {world} ranks, "
              f"Megatron-Core order tp-cp-ep-dp-pp (ranks of a TP group are neighbours)",
              f"  actor/reference: TP={lo.tp} PP={lo.pp}" + (f" (VPP={lo.vpp})" if lo.vpp > 1 else "")
@@ -49,7 +49,7 @@ def layout_section(plan: Plan, limit: int) -> list[str]:
                                                          for chunk in stage_layers(m, lo.pp, s, lo.vpp))
                            for s in range(lo.pp))
         lines.append(f"  pipeline stages   {stages} (embedding on 0, output layer on {lo.pp - 1})")
-    lines.append(f"  rollout ({plan.rollout_name}): TP={plan.rollout_tp} DP={plan.rollout_dp}")
+    lines.append(f"  rollout ({plan.rollout_name}): TP={lo.rollout_tp} DP={lo.rollout_dp}")
     lines.append(f"  {'rollout TP groups':<17} {format_groups(plan.groups.rollout_tp, limit)}")
     lines.append(f"  {'rollout DP groups':<17} {format_groups(plan.groups.rollout_dp, limit)}")
     return lines
@@ -59,16 +59,17 @@ def schedule_section(plan: Plan) -> list[str]:
     s = plan.schedule
     lines = [f"Batch schedule per training step ({s.total_steps} steps: {s.steps_per_epoch} per epoch)",
              f"  {s.prompts} prompts x n={s.n} = {s.responses} responses",
-             f"  rollout: {s.rollout_dp} DP rank(s) x {s.prompts_per_rollout_rank} prompts "
+             f"  rollout: {s.layout.rollout_dp} DP rank(s) x {s.prompts_per_rollout_rank} prompts "
              f"({s.prompts_per_rollout_rank * s.n} responses) each",
-             f"  actor:   {s.actor_dp} DP rank(s) x {s.responses_per_actor_rank} responses each",
+             f"  actor:   {s.layout.dp} DP rank(s) x {s.responses_per_actor_rank} responses each",
              f"  update:  {s.mini_batches} mini-batch(es) x ppo_epochs {s.ppo_epochs} = {s.optimizer_steps} "
              f"optimizer step(s) per training step",
              f"           per rank and mini-batch: {s.mini_batch_rows_per_rank} responses = "
              f"{s.micro_batches_per_mini_batch} micro-batch(es) of {s.micro_batch}"]
-    if s.pp > 1:
+    if s.layout.pp > 1:
         lines.append(f"           pipeline bubble {100 * s.pipeline_bubble:.0f}% ({s.micro_batches_per_mini_batch} "
-                     f"micro-batches over {s.pp} stages" + (f", VPP {s.vpp}" if s.vpp > 1 else "") + ")")
+                     f"micro-batches over {s.layout.pp} stages" + (f", VPP {s.layout.vpp}" if s.layout.vpp > 1 else "")
+                     + ")")
     old, ref = s.old_log_prob_micro_batch, s.ref_log_prob_micro_batch
     lines.append("  old log-prob: " + (f"{s.log_prob_micro_batches(old)} micro-batch(es) of {old} per rank" if old
                                        else "skipped (one optimizer step per batch: the update's own log-probs)"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from dagrl.config.derived import needs_reference, skips_old_log_prob
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
+from dagrl.engine.specs import WorldLayout
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -37,8 +38,7 @@ class CriticSchedule:
 class Schedule:
     prompts: int                        # data.train_batch_size
     n: int                              # responses per prompt
-    rollout_dp: int
-    actor_dp: int
+    layout: WorldLayout                 # rollout DP, actor DP, PP and VPP
     mini_batches: int                   # optimizer steps per PPO epoch
     ppo_epochs: int
     mini_batch_rows_per_rank: int       # responses per optimizer step on one actor rank
@@ -47,8 +47,6 @@ class Schedule:
     ref_log_prob_micro_batch: int | None  # None: no reference model (no KL term)
     steps_per_epoch: int
     total_steps: int
-    pp: int
-    vpp: int
     critic: CriticSchedule | None = None  # None: the graph has no critic node
 
     @property
@@ -57,11 +55,11 @@ class Schedule:
 
     @property
     def prompts_per_rollout_rank(self) -> int:
-        return self.prompts // self.rollout_dp
+        return self.prompts // self.layout.rollout_dp
 
     @property
     def responses_per_actor_rank(self) -> int:
-        return self.responses // self.actor_dp
+        return self.responses // self.layout.dp
 
     @property
     def optimizer_steps(self) -> int:
@@ -77,9 +75,10 @@ class Schedule:
     @property
     def pipeline_bubble(self) -> float:
         """Idle share of a 1F1B (interleaved: / VPP) pipeline step: (PP - 1) / (VPP x M + PP - 1)."""
-        if self.pp == 1:
+        pp, vpp = self.layout.pp, self.layout.vpp
+        if pp == 1:
             return 0.0
-        return (self.pp - 1) / (self.vpp * self.micro_batches_per_mini_batch + self.pp - 1)
+        return (pp - 1) / (vpp * self.micro_batches_per_mini_batch + pp - 1)
 
 
 def critic_schedule(cfg: Cfg, shape: RunShape) -> CriticSchedule:
@@ -101,9 +100,8 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
     steps_per_epoch = shape.train_rows // prompts
     by_epochs = steps_per_epoch * cfg.trainer.total_epochs
     limit = cfg.trainer.total_training_steps
-    megatron = actor.megatron
     return Schedule(
-        prompts=prompts, n=n, rollout_dp=shape.rollout_dp, actor_dp=shape.actor_dp,
+        prompts=prompts, n=n, layout=shape.layout,
         mini_batches=prompts // actor.ppo_mini_batch_size, ppo_epochs=actor.ppo_epochs,
         mini_batch_rows_per_rank=actor.ppo_mini_batch_size * n // shape.actor_dp,
         micro_batch=actor.ppo_micro_batch_size_per_gpu,
@@ -112,5 +110,4 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
         ref_log_prob_micro_batch=cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
         if needs_reference(cfg) else None,
         steps_per_epoch=steps_per_epoch, total_steps=min(limit, by_epochs) if limit else by_epochs,
-        pp=megatron.pipeline_model_parallel_size, vpp=megatron.virtual_pipeline_model_parallel_size or 1,
         critic=critic_schedule(cfg, shape) if "critic" in graph_roles(cfg) else None)

@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from dagrl.config.checks import as_list
 from dagrl.config.derived import needs_reference
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape, layout_from_config
@@ -71,15 +72,25 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         param_offload=megatron.param_offload,
         grad_offload=megatron.grad_offload,
         optimizer_offload=megatron.optimizer_offload,
+        remove_padding=model.use_remove_padding,
+        dist_checkpoint_path=os.path.expanduser(megatron.dist_checkpointing_path)
+        if megatron.use_dist_checkpointing else None,
     )
 
 
 def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: int):
     """The Megatron actor, and a frozen reference only when a KL term needs one."""
-    from dagrl.engine.megatron.engine import MegatronActorEngine
+    from dagrl.engine.megatron.actor import MegatronActorEngine
 
-    actor = MegatronActorEngine(megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps)))
-    reference = MegatronActorEngine(megatron_spec(cfg, shape, optim=None)) if needs_reference(cfg) else None
+    contents = cfg.actor_rollout_ref.actor.checkpoint
+    actor = MegatronActorEngine(dataclasses.replace(
+        megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps)),
+        save_contents=tuple(as_list(contents.save_contents)), load_contents=tuple(as_list(contents.load_contents))))
+    reference = None
+    if needs_reference(cfg):  # frozen: only its parameters can be offloaded, under its own flag
+        reference = MegatronActorEngine(dataclasses.replace(
+            megatron_spec(cfg, shape, optim=None), param_offload=cfg.actor_rollout_ref.ref.megatron.param_offload,
+            grad_offload=False, optimizer_offload=False))
     return actor, reference
 
 
@@ -92,7 +103,8 @@ def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
     return MegatronCriticEngine(dataclasses.replace(
         spec, model_path=os.path.expanduser(critic.model.path) if critic.model.path else spec.model_path,
         seed=critic.megatron.seed, gradient_checkpointing=critic.model.enable_gradient_checkpointing,
-        trainable_top_layers=None, param_offload=critic.megatron.param_offload,
+        remove_padding=critic.model.use_remove_padding,
+        trainable_top_layers=None, dist_checkpoint_path=None, param_offload=critic.megatron.param_offload,
         grad_offload=critic.megatron.grad_offload, optimizer_offload=critic.megatron.optimizer_offload))
 
 
@@ -158,9 +170,18 @@ def build_reward_fn(cfg: Cfg, shape: RunShape):
 
 
 def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape):
+    """The prompts of `files`, memory-mapped on every rank; the overlong-prompt scan is split over all ranks."""
     from dagrl.data.dataset import PromptDataset
+    from dagrl.utils import dist
+
+    def all_gather(local):
+        gathered = [None] * dist.world_size()
+        torch.distributed.all_gather_object(gathered, local)
+        return gathered
 
     data = cfg.data
+    cache_dir = data.cache_dir or os.path.join(os.path.expanduser(cfg.trainer.default_local_dir), "data_cache")
     return PromptDataset([files] if isinstance(files, str) else list(files), tokenizer,
                          max_prompt_length=shape.prompt_length, truncation=data.truncation,
-                         filter_overlong_prompts=data.filter_overlong_prompts, prompt_key=data.prompt_key)
+                         filter_overlong_prompts=data.filter_overlong_prompts, prompt_key=data.prompt_key,
+                         cache_dir=cache_dir, rank=dist.rank(), world_size=dist.world_size(), all_gather=all_gather)

@@ -1,4 +1,5 @@
-"""Trainer checkpoints: `<root>/global_step_N/{actor/, data.pt, dagrl_checkpoint.json}`.
+"""Trainer checkpoints: `<root>/global_step_N/{actor/, critic/, data.pt, dagrl_checkpoint.json}`; `actor/` is the
+engine's Megatron dist checkpoint, with `actor/huggingface/` beside its shards when save_contents has hf_model.
 
 A checkpoint is written into `<root>/.tmp_global_step_N`, gets its marker file last, and is renamed into place;
 `latest_checkpointed_iteration.txt` is replaced atomically after that. A kill at any moment therefore leaves

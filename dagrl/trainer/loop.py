@@ -18,14 +18,14 @@ from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
 from dagrl.dag.graph import graph_from_config, run_graph
 from dagrl.data.batch import Batch
-from dagrl.data.sampler import EpochSampler
+from dagrl.data.sampler import EpochSampler, rank_share
 from dagrl.engine.base import SamplingSpec
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.nodes.rollout import rollout_session, sampling_seed
 from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CheckpointManager, check_resume_path
-from dagrl.trainer.tracking import Tracker, dump_generations, tensorboard_dir
+from dagrl.trainer.tracking import Tracker, dump_generations, mlflow_tracking_uri, tensorboard_dir
 from dagrl.utils import dist
 from dagrl.utils.faults import fault_point
 
@@ -114,6 +114,8 @@ class Trainer:
     def save(self, step: int) -> None:
         def write(directory: Path) -> None:
             self.ctx.actor.save_checkpoint(str(directory / "actor"))
+            if "hf_model" in self.cfg.actor_rollout_ref.actor.checkpoint.save_contents:
+                self.save_hf_model(directory / "actor")
             if self.ctx.critic is not None:
                 self.ctx.critic.save_checkpoint(str(directory / "critic"))
             fault_point("between_shards", step)
@@ -122,6 +124,15 @@ class Trainer:
                             "kl_ctrl": self.kl_ctrl.state_dict()}, directory / "data.pt")
 
         self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
+
+    def save_hf_model(self, actor_dir: Path) -> None:
+        """actor/huggingface (verl's layout): the actor's weights as an HF model directory, with config and
+        tokenizer files from model.path. Collective (the weight export); rank 0 writes."""
+        from dagrl.engine.megatron.checkpoint import HF_DIR, write_hf_model
+
+        bucket_bytes = self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes << 20
+        write_hf_model(self.ctx.actor.export_weights(bucket_bytes), actor_dir / HF_DIR,
+                       os.path.expanduser(self.cfg.actor_rollout_ref.model.path), write=self.rank == 0)
 
     # ---- validation -----------------------------------------------------------------------------
     def validate(self, step: int) -> dict[str, float]:
@@ -152,9 +163,8 @@ class Trainer:
         """This rank's rollout-DP shard of the sampler's next global batch (round > 0: extra prompts a node
         draws within the step, e.g. dynamic sampling)."""
         _, indices = self.sampler.next_batch()
-        per_rank = len(indices) // self.shape.rollout_dp
-        mine = np.arange(self.rollout_dp_rank * per_rank, (self.rollout_dp_rank + 1) * per_rank)
-        batch = self.train_data.rows(indices[mine])
+        mine = rank_share(len(indices), self.rollout_dp_rank, self.shape.rollout_dp)
+        batch = self.train_data.rows(indices[mine])  # only this rank's rows are read and tokenized
         # unique over ranks, steps and rounds
         batch["uid"] = [f"{step}:{round_index}:{int(position)}" for position in mine]
         return batch
@@ -165,9 +175,10 @@ class Trainer:
             logger.info("this run already finished: checkpoint at step %d of %d in %s; nothing to do",
                         start_step, self.total_steps, self.cfg.trainer.default_local_dir)
             return
-        run_name = f"{self.cfg.trainer.project_name}/{self.cfg.trainer.experiment_name}"
-        tracker = Tracker(run_name, self.loggers, self.tensorboard_dir, self.jsonl_path, self.total_steps, start_step,
-                          enabled=self.rank == 0)
+        trainer = self.cfg.trainer
+        tracker = Tracker(trainer.project_name, trainer.experiment_name, self.loggers, self.tensorboard_dir,
+                          self.jsonl_path, self.total_steps, start_step, enabled=self.rank == 0,
+                          config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir))
         try:
             if self.cfg.trainer.val_before_train and self.val_data is not None:
                 tracker.log(self.validate(start_step), start_step)

@@ -1,27 +1,102 @@
-"""Metric sinks: console, tensorboard, jsonl (rank 0 only), and a progress bar with ETA."""
+"""Metric sinks: console, tensorboard, jsonl, wandb, mlflow (rank 0 only), and a progress bar with ETA.
+
+wandb and mlflow are optional packages (`pip install 'dagrl[wandb]'` / `'dagrl[mlflow]'`), imported only when
+`trainer.logger` names them; pre-flight refuses a run that asks for one that is not installed. As in verl, the
+run is named by trainer.project_name (wandb project, mlflow experiment) and trainer.experiment_name (run name),
+the whole config is recorded with it, and every metric is logged at its global step.
+"""
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from dagrl.config.sections import OPTIONAL_LOGGERS
 
 logger = logging.getLogger(__name__)
 
-# Shown on the console line; everything goes to tensorboard and jsonl.
+# Shown on the console line; everything goes to the other sinks.
 _CONSOLE_PREFIXES = ("critic/score/mean", "val-core/", "actor/pg_loss", "actor/entropy", "actor/grad_norm",
                      "response_length/mean", "timing_s/step", "perf/throughput")
 
 
+class _WandbSink:
+    def __init__(self, project: str, experiment: str, config: dict[str, Any]) -> None:
+        import wandb  # reads WANDB_API_KEY / WANDB_MODE / WANDB_DIR / WANDB_ENTITY itself
+
+        self.run = wandb.init(project=project, name=experiment, config=config)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+# mlflow names allow only these characters; verl writes "@" (as in mean@N) as "_at_".
+_MLFLOW_BAD_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")
+
+
+def mlflow_name(key: str) -> str:
+    return _MLFLOW_BAD_CHARS.sub("_", key.replace("@", "_at_"))
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}: the dotted names the command line uses."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+class _MlflowSink:
+    def __init__(self, project: str, experiment: str, config: dict[str, Any], tracking_uri: str) -> None:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
+        if tracking_uri.startswith("file:"):
+            # MLflow 3 refuses its file store unless opted in; a file: URI (ours or the user's) is that opt-in
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.client = MlflowClient(tracking_uri)
+        found = self.client.get_experiment_by_name(project)
+        experiment_id = found.experiment_id if found else self.client.create_experiment(project)
+        self.run_id = self.client.create_run(experiment_id, run_name=experiment).info.run_id
+        params = [Param(mlflow_name(key), str(value)[:MAX_PARAM_VAL_LENGTH]) for key, value in flatten(config).items()]
+        self.client.log_batch(self.run_id, params=params)
+        logger.info("mlflow run %s (experiment %r) at %s", self.run_id, project, tracking_uri)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_name(key), float(value), now, step)
+                                                    for key, value in metrics.items()])
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
 class Tracker:
-    def __init__(self, run_name: str, backends: list[str], tensorboard_dir: str | None, jsonl_path: str | None,
-                 total_steps: int, start_step: int, enabled: bool) -> None:
+    def __init__(self, project_name: str, experiment_name: str, backends: list[str], tensorboard_dir: str | None,
+                 jsonl_path: str | None, total_steps: int, start_step: int, enabled: bool,
+                 config: Callable[[], dict[str, Any]] | None = None, mlflow_uri: str | None = None) -> None:
+        """`config` is called only when a sink records the run's config (wandb, mlflow)."""
         self.enabled = enabled
         self.backends = backends
         self.writer = None
         self.jsonl = None
         self.progress = None
+        self.remote: list[_WandbSink | _MlflowSink] = []
         if not enabled:
             return
         if "tensorboard" in backends:
@@ -32,8 +107,15 @@ class Tracker:
         if "jsonl" in backends:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
             self.jsonl = open(jsonl_path, "a", encoding="utf-8")
+        run_config = config() if config is not None and set(OPTIONAL_LOGGERS) & set(backends) else {}
+        if "wandb" in backends:
+            self.remote.append(_WandbSink(project_name, experiment_name, run_config))
+        if "mlflow" in backends:
+            uri = mlflow_uri or mlflow_tracking_uri(".")
+            self.remote.append(_MlflowSink(project_name, experiment_name, run_config, uri))
         from tqdm import tqdm
-        self.progress = tqdm(total=total_steps, initial=start_step, desc=run_name, unit="step", dynamic_ncols=True)
+        self.progress = tqdm(total=total_steps, initial=start_step, desc=f"{project_name}/{experiment_name}",
+                             unit="step", dynamic_ncols=True)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:
@@ -49,6 +131,8 @@ class Tracker:
         if self.jsonl is not None:
             self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
             self.jsonl.flush()
+        for sink in self.remote:
+            sink.log(metrics, step)
 
     def advance(self) -> None:
         if self.progress is not None:
@@ -61,12 +145,23 @@ class Tracker:
             self.writer.close()
         if self.jsonl is not None:
             self.jsonl.close()
+        for sink in self.remote:
+            sink.close()
 
 
 def tensorboard_dir(configured: str | None, checkpoint_root: str) -> str:
     """trainer.tensorboard_dir, else $TENSORBOARD_DIR (siiRL's scripts set it), else <checkpoint root>/tensorboard."""
     chosen = configured or os.environ.get("TENSORBOARD_DIR") or os.path.join(checkpoint_root, "tensorboard")
     return os.path.expanduser(chosen)
+
+
+def mlflow_tracking_uri(checkpoint_root: str) -> str:
+    """$MLFLOW_TRACKING_URI (a server, a database, a file store), else a file store at <checkpoint root>/mlruns:
+    beside the tensorboard events, and usable with mlflow-skinny (no database driver) and offline."""
+    configured = os.environ.get("MLFLOW_TRACKING_URI")
+    if configured:
+        return configured
+    return Path(os.path.expanduser(checkpoint_root), "mlruns").resolve().as_uri()
 
 
 def dump_generations(directory: str, step: int, rows: list[dict[str, Any]]) -> None:

@@ -53,6 +53,25 @@ def global_max(values: torch.Tensor) -> torch.Tensor:
     return _all_reduce(values, dist.ReduceOp.MAX)
 
 
+def all_to_all_bytes(payloads: list[bytes]) -> list[bytes]:
+    """`payloads[r]` goes to rank r; returns what each rank sent here. Two all_to_all_single calls (the sizes,
+    then the bytes), which gloo runs on host tensors and NCCL on CUDA ones: no pairwise send/recv to order."""
+    device = _reduce_device()
+    send_sizes = [len(payload) for payload in payloads]
+    sizes = torch.tensor(send_sizes, dtype=torch.int64, device=device)
+    recv_sizes_tensor = torch.empty_like(sizes)
+    dist.all_to_all_single(recv_sizes_tensor, sizes)
+    recv_sizes = recv_sizes_tensor.tolist()
+    joined = b"".join(payloads)
+    send = (torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined
+            else torch.empty(0, dtype=torch.uint8)).to(device)
+    received = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=device)
+    dist.all_to_all_single(received, send, output_split_sizes=recv_sizes, input_split_sizes=send_sizes)
+    data = received.cpu().numpy().tobytes()
+    starts = [sum(recv_sizes[:source]) for source in range(len(recv_sizes))]
+    return [data[start:start + size] for start, size in zip(starts, recv_sizes)]
+
+
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     """Average every metric over all ranks (every rank must pass the same keys)."""
     if not is_initialized() or dist.get_world_size() == 1 or not metrics:

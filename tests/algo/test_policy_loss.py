@@ -221,7 +221,8 @@ class _RecordingEngine:
     def __init__(self) -> None:
         self.mini_batches: list[Batch] = []
 
-    def train_step(self, batch: Batch, loss_fn, micro_batch_size: int, temperature: float) -> dict[str, float]:
+    def train_step(self, batch: Batch, loss_fn, micro_batch_size: int, temperature: float,
+                   max_token_len: int | None = None) -> dict[str, float]:
         self.mini_batches.append(batch)
         _, metrics = loss_fn(batch, batch["old_log_probs"] + 0.1, None)
         return {name: float(value) for name, value in metrics.items()}

@@ -173,3 +173,196 @@ def test_check_data_files_does_not_import_torch(data_file):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert result.returncode == 0, result.stderr
+
+
+# ---- each rank pays only for its own rows --------------------------------------------------------------------
+class RecordingTokenizer:
+    """Delegates to a real tokenizer and records the question of every prompt it applies the template to."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.templated: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def apply_chat_template(self, chat, **kwargs):
+        self.templated.append(chat[-1]["content"])
+        return self.inner.apply_chat_template(chat, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+def arithmetic_file(path, count: int, pad: int = 0) -> str:
+    """`count` rows whose question i is unique; question i is padded by `pad * (i % 3)` words (some overlong)."""
+    return write_parquet(str(path), [make_row(i, f"What is {i} + 1?" + " more" * (pad * (i % 3)), str(i + 1))
+                                     for i in range(count)])
+
+
+def test_two_ranks_read_and_tokenize_only_their_share_of_the_global_batch(tokenizer, tmp_path):
+    from dagrl.data.sampler import EpochSampler, rank_share
+
+    path = arithmetic_file(tmp_path / "train.parquet", 40)
+    whole = PromptDataset([path], tokenizer, 64, "error", False, cache_dir=str(tmp_path / "cache"))
+    sampler = EpochSampler(len(whole), batch_size=8, seed=3)
+    sampler.next_batch()  # the second step's batch: not simply the first rows
+    _, global_batch = sampler.next_batch()
+    expected = whole.rows(global_batch)
+
+    parts, seen = [], []
+    for rank in range(2):
+        recording = RecordingTokenizer(tokenizer)
+        dataset = PromptDataset([path], recording, 64, "error", False, cache_dir=str(tmp_path / "cache"), rank=rank,
+                                world_size=2)
+        assert recording.templated == []  # building the dataset tokenizes nothing
+        parts.append(dataset.rows(global_batch[rank_share(len(global_batch), rank, 2)]))
+        seen.append(recording.templated)
+    assert [len(s) for s in seen] == [4, 4]
+    for rank, part in enumerate(parts):  # a rank templated exactly the prompts of its own rows
+        assert seen[rank] == [chat[-1]["content"] for chat in part["raw_prompt"]]
+    assert torch.equal(torch.cat([p["input_ids"] for p in parts]), expected["input_ids"])
+    assert torch.equal(torch.cat([p["attention_mask"] for p in parts]), expected["attention_mask"])
+    for column in ("index", "reward_model", "extra_info", "raw_prompt", "data_source"):
+        assert list(parts[0][column]) + list(parts[1][column]) == list(expected[column])
+    assert list(expected["index"]) == global_batch.tolist()
+    assert len(list((tmp_path / "cache").glob("*.arrow"))) == 1  # one copy, memory-mapped by every rank
+
+
+def test_overlong_scan_is_split_over_ranks_and_gathered(tokenizer, tmp_path):
+    import threading
+
+    from transformers import AutoTokenizer
+
+    path = arithmetic_file(tmp_path / "train.parquet", 30, pad=10)
+    width = len(template_ids(tokenizer, "What is 10 + 1?" + " more" * 10))  # keeps i % 3 in (0, 1)
+    single = PromptDataset([path], tokenizer, width, "error", True, cache_dir=str(tmp_path / "cache"))
+    assert len(single) == 20
+
+    barrier, shares = threading.Barrier(2), [None, None]
+
+    def all_gather(rank: int):
+        def gather(local):
+            shares[rank] = local
+            barrier.wait()
+            return list(shares)
+        return gather
+
+    # a tokenizer each: a fast tokenizer is not meant to be shared between threads
+    recorders = [RecordingTokenizer(AutoTokenizer.from_pretrained(tokenizer.name_or_path)) for _ in range(2)]
+    built, errors = [None, None], []
+
+    def build(rank: int) -> None:
+        try:
+            built[rank] = PromptDataset([path], recorders[rank], width, "error", True, rank=rank, world_size=2,
+                                        cache_dir=str(tmp_path / "cache"), all_gather=all_gather(rank))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    questions = [f"What is {i} + 1?" + " more" * (10 * (i % 3)) for i in range(30)]
+    assert recorders[0].templated == questions[:15] and recorders[1].templated == questions[15:]
+    everything = np.arange(20)
+    for dataset in built:
+        assert len(dataset) == 20
+        assert torch.equal(dataset.rows(everything)["input_ids"], single.rows(everything)["input_ids"])
+        assert [e["index"] for e in dataset.rows(everything)["extra_info"]] == [i for i in range(30) if i % 3 != 2]
+
+
+def test_a_rank_maps_the_arrow_copy_instead_of_loading_rows(tokenizer, tmp_path):
+    path = arithmetic_file(tmp_path / "big.parquet", 4000, pad=40)
+    size = pq.read_table(path).nbytes
+    assert size > 1_000_000
+    PromptDataset([path], tokenizer, 512, "left", False, cache_dir=str(tmp_path / "cache"))  # makes the copy
+    before = pa.total_allocated_bytes()
+    mapped = PromptDataset([path], tokenizer, 512, "left", False, cache_dir=str(tmp_path / "cache"))
+    assert pa.total_allocated_bytes() - before < size / 20
+    loaded = PromptDataset([path], tokenizer, 512, "left", False)  # no cache_dir: rows held in memory
+    assert pa.total_allocated_bytes() - before > size / 2
+    rows = [0, 3999, 1234]
+    assert torch.equal(mapped.rows(rows)["input_ids"], loaded.rows(rows)["input_ids"])
+
+
+def test_arrow_copy_follows_a_rewritten_file(tokenizer, tmp_path):
+    path = tmp_path / "train.parquet"
+    arithmetic_file(path, 3)
+    first = PromptDataset([str(path)], tokenizer, 64, "error", False, cache_dir=str(tmp_path / "cache"))
+    assert [r["ground_truth"] for r in first.rows([0, 2])["reward_model"]] == ["1", "3"]
+    write_parquet(str(path), [make_row(i, f"What is {i} + 5?", str(i + 5)) for i in range(4)])
+    second = PromptDataset([str(path)], tokenizer, 64, "error", False, cache_dir=str(tmp_path / "cache"))
+    assert len(second) == 4
+    assert [r["ground_truth"] for r in second.rows([0, 2])["reward_model"]] == ["5", "7"]
+
+
+def test_unwritable_cache_dir_is_a_config_error(tokenizer, data_file, tmp_path):
+    from dagrl.config.errors import ConfigError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError) as caught:
+        PromptDataset([data_file], tokenizer, 64, "error", False, cache_dir=str(blocker / "cache"))
+    assert caught.value.key == "data.cache_dir" and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["arrow_copy", "in_memory"])
+def test_corrupt_rows_behind_a_valid_footer_name_the_file(tokenizer, tmp_path, cached):
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([make_row(i, f"What is {i} + 1?", str(i)) for i in range(200)]), path,
+                   compression="none")
+    data = bytearray(path.read_bytes())
+    data[8:len(data) // 2] = b"\xff" * (len(data) // 2 - 8)  # the column chunks; the footer stays readable
+    path.write_bytes(bytes(data))
+    assert check_data_files([str(path)]) == 200  # pre-flight reads the footer only
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError) as caught:
+        PromptDataset([str(path)], tokenizer, 64, "error", False, cache_dir=str(cache) if cached else None)
+    assert "is corrupt" in str(caught.value) and str(path) in str(caught.value)
+    assert "\n" not in str(caught.value)
+    if cached:
+        assert sorted(p.suffix for p in cache.iterdir()) == [".lock"]  # no copy, no partial file left
+
+
+def _scan_worker(rank: int, port: int, path: str, tokenizer_dir: str, width: int, out_dir: str) -> None:
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    from transformers import AutoTokenizer
+
+    from dagrl.config.tree import Cfg
+    from dagrl.trainer.build import build_dataset
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        recorder = RecordingTokenizer(AutoTokenizer.from_pretrained(tokenizer_dir))
+        cfg = Cfg({"data": {"truncation": "error", "filter_overlong_prompts": True, "prompt_key": "prompt",
+                            "cache_dir": None}, "trainer": {"default_local_dir": out_dir}})
+        dataset = build_dataset(cfg, path, recorder, SimpleNamespace(prompt_length=width))
+        kept = [e["index"] for e in dataset.rows(np.arange(len(dataset)))["extra_info"]]
+        torch.save({"scanned": recorder.templated[:15], "kept": kept}, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_trainer_datasets_share_the_scan_over_gloo_ranks(tokenizer, tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    path = arithmetic_file(tmp_path / "train.parquet", 30, pad=10)
+    width = len(template_ids(tokenizer, "What is 10 + 1?" + " more" * 10))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(_scan_worker, args=(port, path, tokenizer.name_or_path, width, str(tmp_path)), nprocs=2)
+    results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    questions = [f"What is {i} + 1?" + " more" * (10 * (i % 3)) for i in range(30)]
+    assert [r["scanned"] for r in results] == [questions[:15], questions[15:]]  # the scan: half each
+    assert results[0]["kept"] == results[1]["kept"] == [i for i in range(30) if i % 3 != 2]
+    assert len(list((tmp_path / "data_cache").glob("*.arrow"))) == 1  # default: under trainer.default_local_dir

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dagrl.data.layout import LayoutSpec, group_rows, partition_groups, plan_rows
+from dagrl.data.layout import arrival_index, group_rows, outgoing, partition_groups, plan_rows, sender
+from dagrl.engine.specs import WorldLayout
 
 
 def layouts(worlds=(1, 2, 4, 8, 16)):
@@ -22,7 +23,7 @@ def layouts(worlds=(1, 2, 4, 8, 16)):
         sizes = [s for s in (1, 2, 4, 8) if world % s == 0]
         for rollout_tp, tp, pp, cp in itertools.product(sizes, repeat=4):
             if world % (tp * pp * cp) == 0:
-                yield LayoutSpec(world, rollout_tp, tp, pp, cp)
+                yield WorldLayout.of(world, rollout_tp, tp=tp, pp=pp, cp=cp)
 
 
 def make_global(groups: int, n: int, seed: int) -> tuple[list[str], np.ndarray]:
@@ -38,21 +39,21 @@ def test_dp_rank_matches_megatron_rank_generator():
 
     parallel_state = pytest.importorskip("megatron.core.parallel_state")
     default = inspect.signature(parallel_state.initialize_model_parallel).parameters["order"].default
-    assert default == "tp-cp-ep-dp-pp"  # the order LayoutSpec.actor_dp_rank assumes
+    assert default == "tp-cp-ep-dp-pp"  # the order WorldLayout.dp_rank assumes
     for spec in layouts():
-        generator = parallel_state.RankGenerator(tp=spec.tp, ep=1, dp=spec.actor_dp, pp=spec.pp, cp=spec.cp,
+        generator = parallel_state.RankGenerator(tp=spec.tp, ep=1, dp=spec.dp, pp=spec.pp, cp=spec.cp,
                                                  order=default)
         for group in generator.get_ranks("dp"):
-            assert [spec.actor_dp_rank(rank) for rank in group] == list(range(spec.actor_dp)), spec
+            assert [spec.dp_rank(rank) for rank in group] == list(range(spec.dp)), spec
         for group in generator.get_ranks("tp-pp"):  # a model-parallel group shares one DP rank (and data)
-            assert len({spec.actor_dp_rank(rank) for rank in group}) == 1, spec
+            assert len({spec.dp_rank(rank) for rank in group}) == 1, spec
 
 
 @pytest.mark.parametrize("balance", [False, True])
 def test_every_layout_gets_whole_groups_once_and_model_parallel_ranks_agree(balance):
     n = 4
     for index, spec in enumerate(layouts()):
-        dp = spec.actor_dp
+        dp = spec.dp
         for groups, mini in ((dp * 6, dp * 2), (dp * 3, None), (dp * 4, dp + 1 if dp > 1 else None)):
             uids, tokens = make_global(groups, n, seed=index)
             plan = plan_rows(uids, tokens, dp, mini, balance)
@@ -65,10 +66,10 @@ def test_every_layout_gets_whole_groups_once_and_model_parallel_ranks_agree(bala
                 for row in rows:
                     assert owner.setdefault(uids[row], d) == d  # a group never straddles DP ranks
             # what each rank ends with: the rows of its DP rank; model-parallel peers hold identical batches
-            per_rank = [plan.rows[spec.actor_dp_rank(r)] for r in range(spec.world_size)]
-            assert len({spec.actor_dp_rank(r) for r in range(spec.world_size)}) == dp
+            per_rank = [plan.rows[spec.dp_rank(r)] for r in range(spec.world_size)]
+            assert len({spec.dp_rank(r) for r in range(spec.world_size)}) == dp
             for r in range(spec.world_size):
-                peers = [q for q in range(spec.world_size) if spec.actor_dp_rank(q) == spec.actor_dp_rank(r)]
+                peers = [q for q in range(spec.world_size) if spec.dp_rank(q) == spec.dp_rank(r)]
                 assert len(peers) == spec.tp * spec.pp * spec.cp
                 assert all(np.array_equal(per_rank[q], per_rank[r]) for q in peers)
             again = plan_rows(list(uids), tokens.copy(), dp, mini, balance)
@@ -127,7 +128,41 @@ def test_groups_need_not_be_contiguous_and_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="different sizes"):
         plan_rows(["a", "a", "b"], [1] * 3, dp=1)
     with pytest.raises(ValueError, match="not divisible by TP x PP x CP"):
-        LayoutSpec(world_size=4, tp=3)
+        WorldLayout.of(4, tp=3)
+
+
+def shard_offsets(rows: int, shards: int, rng: np.random.Generator | None) -> np.ndarray:
+    """First global row of each rollout shard (+ the end): as equal as the row count allows, or uneven ones (as
+    dynamic sampling can leave them, empty ones included) when `rng` is given."""
+    if rng is None:
+        return np.arange(shards + 1) * rows // shards
+    return np.concatenate([[0], np.sort(rng.integers(0, rows + 1, size=shards - 1)), [rows]])
+
+
+@pytest.mark.parametrize("uneven", [False, True])
+def test_each_rank_receives_only_the_rows_it_needs_and_its_own_from_itself(uneven):
+    """The collective's routing for every layout: what the ranks send to `dst`, in arrival order, is exactly dst's
+    planned rows (so nothing else and nothing twice); rows of dst's own rollout shard never travel; a rank sends
+    only rows of its own shard, and only to the ranks it serves (the TP peers of a shard share the sending)."""
+    rng = np.random.default_rng(7) if uneven else None
+    for index, spec in enumerate(layouts()):
+        uids, tokens = make_global(spec.dp * 2, 3, seed=index)
+        rows = plan_rows(uids, tokens, spec.dp, balance=True).rows
+        offsets = shard_offsets(len(uids), spec.rollout_dp, rng)
+        sends = [outgoing(spec, offsets, rows, src) for src in range(spec.world_size)]
+        for dst in range(spec.world_size):
+            needed = rows[spec.dp_rank(dst)]
+            arrived = np.concatenate([sends[src][dst] + offsets[spec.rollout_dp_rank(src)]
+                                      for src in range(spec.world_size)])
+            assert np.array_equal(arrived[arrival_index(offsets, needed)], needed), (spec, dst)
+            own = spec.rollout_dp_rank(dst)
+            elsewhere = int(np.sum((needed < offsets[own]) | (needed >= offsets[own + 1])))
+            assert sum(len(sends[src][dst]) for src in range(spec.world_size) if src != dst) == elsewhere
+            for src in range(spec.world_size):
+                shard = spec.rollout_dp_rank(src)
+                assert np.all(sends[src][dst] < offsets[shard + 1] - offsets[shard])
+                if sender(spec, shard, dst) != src:
+                    assert len(sends[src][dst]) == 0, (spec, src, dst)
 
 
 def test_multi_process_graphs_need_the_layout_node_between_rollout_and_actor_sides():
@@ -176,6 +211,7 @@ def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, ti
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}))
     shape = preflight(Cfg(tp2))  # rollout DP 2, actor DP 1: the layout node bridges them
     assert (shape.rollout_dp, shape.actor_dp) == (2, 1)
+    assert (shape.layout.rollout_dp, shape.layout.dp, shape.layout.tp, shape.layout.world_size) == (2, 1, 2, 2)
     data["dag"]["nodes"] = [node for node in data["dag"]["nodes"] if node["id"] != "to_actor_layout"]
     with pytest.raises(ConfigError, match="2 processes but the graph has no node with fn "
                                           "dagrl.nodes.layout:to_actor_layout"):
@@ -183,9 +219,6 @@ def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, ti
 
 
 # ---- the collective under torchrun ------------------------------------------------------------------------
-WORLD = 4
-
-
 def global_batch(groups: int, n: int, seed: int):
     """A batch with every kind of column the trainer moves: int/float tensors and object columns."""
     import torch
@@ -211,27 +244,42 @@ def same(a, b) -> bool:
 
 
 def worker(out_dir: str) -> None:
-    """Run under torchrun with WORLD gloo ranks: every layout of 4 ranks, unbalanced and balanced."""
+    """Run under torchrun with gloo ranks: every layout of this world, unbalanced with equal rollout shards and
+    balanced with uneven ones; counts the rows that arrive from other ranks."""
+    import pickle
+
     import torch.distributed as dist
 
     from dagrl.data.layout import to_actor_layout
-    from dagrl.utils.dist import data_parallel_sum
+    from dagrl.utils.dist import all_to_all_bytes, data_parallel_sum
 
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    arrived: list[int] = []
+
+    def counting(payloads: list[bytes]) -> list[bytes]:
+        received = all_to_all_bytes(payloads)
+        arrived.append(sum(len(pickle.loads(payload)) for payload in received if payload))
+        return received
+
     checked = 0
-    for index, spec in enumerate(layouts(worlds=(WORLD,))):
+    for index, spec in enumerate(layouts(worlds=(world,))):
         for balance in (False, True):
             full = global_batch(groups=8, n=2, seed=index)
-            local = full.chunk(spec.rollout_dp)[spec.rollout_dp_rank(rank)]  # the trainer's rollout shard
-            out, metrics = to_actor_layout(local, spec, groups_per_mini_batch=4, balance=balance)
-            plan = plan_rows(full["uid"], full["attention_mask"].sum(-1).tolist(), spec.actor_dp, 4, balance)
-            assert same(out, full.select(plan.rows[spec.actor_dp_rank(rank)])), (spec, balance)
+            offsets = shard_offsets(len(full), spec.rollout_dp, np.random.default_rng(index) if balance else None)
+            shard = spec.rollout_dp_rank(rank)
+            local = full.slice(offsets[shard], offsets[shard + 1])  # the trainer's (or dynamic sampling's) shard
+            out, metrics = to_actor_layout(local, spec, groups_per_mini_batch=4, balance=balance, exchange=counting)
+            plan = plan_rows(full["uid"], full["attention_mask"].sum(-1).tolist(), spec.dp, 4, balance)
+            needed = plan.rows[spec.dp_rank(rank)]
+            assert same(out, full.select(needed)), (spec, balance)
             assert metrics == plan.metrics
-            everyone: list = [None] * WORLD
+            # only the needed rows that this rank's own shard lacks came over the wire
+            assert arrived[-1] == int(np.sum((needed < offsets[shard]) | (needed >= offsets[shard + 1]))), spec
+            everyone: list = [None] * world
             dist.all_gather_object(everyone, list(out["uid"]))
-            for other in range(WORLD):
-                if spec.actor_dp_rank(other) == spec.actor_dp_rank(rank):
+            for other in range(world):
+                if spec.dp_rank(other) == spec.dp_rank(rank):
                     assert everyone[other] == list(out["uid"]), (spec, rank, other)
             # the DP-only sum helper counts every token once: model-parallel peers are not counted twice
             model_parallel = spec.tp * spec.pp * spec.cp
@@ -243,17 +291,16 @@ def worker(out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.slow
-def test_collective_moves_rows_as_planned_on_four_gloo_ranks(tmp_path):
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_collective_moves_rows_as_planned_on_gloo_ranks(tmp_path, world):
     from tests.trainer.test_end_to_end import _free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
                            "--master-port", str(_free_port()), __file__, str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-6000:]
-    layouts_of_four = len(list(layouts(worlds=(WORLD,))))
-    assert json.loads((tmp_path / "done.json").read_text()) == {"checked": 2 * layouts_of_four}
+    assert json.loads((tmp_path / "done.json").read_text()) == {"checked": 2 * len(list(layouts(worlds=(world,))))}
 
 
 if __name__ == "__main__":

@@ -55,3 +55,12 @@ def test_batch_larger_than_dataset_is_an_error():
 def test_indices_are_int64_arrays():
     epoch, indices = EpochSampler(8, 4, 0, True).next_batch()
     assert epoch == 0 and isinstance(indices, np.ndarray) and indices.dtype == np.int64
+
+
+def test_rank_shares_partition_the_global_batch_in_order():
+    from dagrl.data.sampler import rank_share
+
+    shares = [rank_share(12, rank, 3).tolist() for rank in range(3)]
+    assert shares == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    with pytest.raises(ValueError, match="does not split"):
+        rank_share(10, 0, 3)

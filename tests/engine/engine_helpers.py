@@ -45,7 +45,9 @@ def sum_loss(micro_batch: Batch, log_probs: torch.Tensor, entropy: torch.Tensor 
 
 
 def exported(engine, bucket_bytes: int = 1 << 16) -> dict[str, torch.Tensor]:
-    return {name: tensor.clone() for bucket in engine.export_weights(bucket_bytes) for name, tensor in bucket}
+    """Every exported tensor, copied to the host (GPU engines export device tensors)."""
+    return {name: tensor.detach().to("cpu", copy=True) for bucket in engine.export_weights(bucket_bytes)
+            for name, tensor in bucket}
 
 
 def per_expert_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

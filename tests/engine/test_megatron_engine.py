@@ -22,7 +22,7 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
 
 
 def engine(path: Path, optim: OptimSpec | None = None, **kwargs):
-    from dagrl.engine.megatron.engine import MegatronActorEngine
+    from dagrl.engine.megatron.actor import MegatronActorEngine
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 

@@ -15,20 +15,30 @@ import pytest
 import torch
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
-LAYOUTS = [(1, 1, 1), (2, 2, 2), (2, 1, 2), (1, 2, 2)]  # (actor TP, rollout TP, GPUs)
+LAYOUTS = [(1, 1, 1, 1), (2, 1, 2, 2), (2, 1, 1, 2), (1, 1, 2, 2), (2, 2, 2, 4)]  # (actor TP, PP, rollout TP, GPUs)
 
 
-@pytest.mark.parametrize("actor_tp,rollout_tp,gpus", LAYOUTS, ids=[f"actor_tp{a}-rollout_tp{r}" for a, r, _ in LAYOUTS])
-def test_vllm_rollout_follows_the_actor(actor_tp, rollout_tp, gpus, tmp_path):
+@pytest.mark.parametrize("actor_tp,actor_pp,rollout_tp,gpus", LAYOUTS,
+                         ids=[f"actor_tp{a}pp{p}-rollout_tp{r}" for a, p, r, _ in LAYOUTS])
+def test_vllm_rollout_follows_the_actor(actor_tp, actor_pp, rollout_tp, gpus, tmp_path):
     pytest.importorskip("vllm")
     if torch.cuda.device_count() < gpus:
         pytest.skip(f"needs {gpus} GPUs")
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
-                           str(WORKER), str(actor_tp), str(rollout_tp), str(tmp_path)],
+                           str(WORKER), str(actor_tp), str(rollout_tp), str(tmp_path), str(actor_pp)],
                           capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     result = json.loads((tmp_path / "result.json").read_text())
     print("\nRESULT", json.dumps(result))
     assert result["greedy_vs_hf"]["argmax_fraction"] >= 0.9
     assert result["log_prob_gap_mean"] < 0.05 and result["sleep_freed_fraction"] >= 0.8
+
+
+def test_engine_start_without_memory_names_the_key(tmp_path):
+    pytest.importorskip("vllm")
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(WORKER), "oom",
+                           str(tmp_path)], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    print("\nRESULT", (tmp_path / "result.json").read_text())

@@ -84,9 +84,34 @@ def exported(actor) -> dict[str, torch.Tensor]:
     return {name: t.clone() for bucket in actor.export_weights(64 << 20) for name, t in bucket}
 
 
+def start_without_memory(work: Path) -> None:
+    """Engine start when the GPU is already full: one line naming gpu_memory_utilization and the memory seen."""
+    from dagrl.engine.megatron.parallel import init_distributed
+    from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
+
+    init_distributed()
+    model_dir = work / "model"
+    make_model(model_dir)
+    free, total = torch.cuda.mem_get_info()
+    hog = torch.empty(int(free - 0.2 * total), dtype=torch.uint8, device="cuda")  # leaves 20 % of the GPU
+    try:
+        VLLMRollout(VLLMRolloutSpec(model_path=str(model_dir), gpu_memory_utilization=0.5, max_model_len=128),
+                    eos_token_ids=[EOS], pad_token_id=PAD)
+        raise AssertionError("vLLM started with 50 % of a GPU that had 20 % free")
+    except RuntimeError as err:
+        message = str(err)
+    assert "gpu_memory_utilization=0.5" in message and "GiB free" in message, message
+    (work / "result.json").write_text(json.dumps({"oom_message": message.splitlines()[0][:400]}))
+    del hog
+    dist.destroy_process_group()
+
+
 def main() -> None:
+    if sys.argv[1] == "oom":
+        return start_without_memory(Path(sys.argv[2]))
     actor_tp, rollout_tp, work = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    from dagrl.engine.megatron.engine import MegatronActorEngine
+    actor_pp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    from dagrl.engine.megatron.actor import MegatronActorEngine
     from dagrl.engine.megatron.parallel import init_distributed
     from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
     from dagrl.nodes.context import WeightVersions
@@ -98,9 +123,10 @@ def main() -> None:
     if rank == 0:
         make_model(model_dir)
     dist.barrier()
-    result: dict = {"actor_tp": actor_tp, "rollout_tp": rollout_tp, "world": dist.get_world_size()}
+    result: dict = {"actor_tp": actor_tp, "actor_pp": actor_pp, "rollout_tp": rollout_tp, "world": dist.get_world_size()}
     actor = MegatronActorEngine(MegatronEngineSpec(
-        model_path=str(model_dir), layout=ParallelLayout(tensor_model_parallel_size=actor_tp),
+        model_path=str(model_dir), layout=ParallelLayout(tensor_model_parallel_size=actor_tp,
+                                                         pipeline_model_parallel_size=actor_pp),
         optim=OptimSpec(lr=2e-3, weight_decay=0.0, total_training_steps=10), param_dtype=torch.bfloat16))
     free_before_engine = torch.cuda.mem_get_info()[0]
     start = time.perf_counter()

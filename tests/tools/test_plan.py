@@ -13,7 +13,8 @@ import pytest
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.plan import presets
-from dagrl.plan.memory import Layout, Recompute, RunSettings, recompute_from_config, stage_memory
+from dagrl.engine.specs import WorldLayout
+from dagrl.plan.memory import Recompute, RunSettings, recompute_from_config, stage_memory
 from dagrl.plan.model import ModelShape, rank_params
 from dagrl.plan.ranks import megatron_groups, orthogonal_groups
 from dagrl.config.derived import skips_old_log_prob
@@ -42,18 +43,22 @@ def prompts(tmp_path_factory) -> str:
 
 # ---- rank groups ---------------------------------------------------------------------------------------
 def test_tp2_pp2_dp2_by_hand():
-    groups = megatron_groups(8, tp=2, pp=2)
+    groups = megatron_groups(WorldLayout.of(8, tp=2, pp=2))
     assert groups.tp == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert groups.dp == [[0, 2], [1, 3], [4, 6], [5, 7]]
     assert groups.pp == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert groups.cp == [[r] for r in range(8)]
     assert groups.rollout_tp == [[r] for r in range(8)]
-    with pytest.raises(ValueError, match="not divisible"):
-        megatron_groups(8, tp=3)
+    with pytest.raises(ValueError, match="not divisible by TP x PP x CP = 3x1x1"):
+        WorldLayout.of(8, tp=3)
+    with pytest.raises(ValueError, match="not divisible by expert-TP x EP x PP = 1x3x1"):
+        WorldLayout.of(8, ep=3, etp=1)
+    with pytest.raises(ValueError, match="not divisible by rollout TP 3"):
+        WorldLayout.of(8, rollout_tp=3)
 
 
 def test_rollout_groups_are_consecutive_tp_blocks():
-    groups = megatron_groups(8, tp=4, rollout_tp=2)
+    groups = megatron_groups(WorldLayout.of(8, rollout_tp=2, tp=4))
     assert groups.rollout_tp == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert groups.rollout_dp == [[0, 2, 4, 6], [1, 3, 5, 7]]
 
@@ -83,7 +88,7 @@ def compare_with_megatron(world, tp, pp, cp, ep, etp):
     from megatron.core import parallel_state as ps
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    ours = megatron_groups(world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp)
+    ours = megatron_groups(WorldLayout.of(world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp))
     getters = {"tp": ps.get_tensor_model_parallel_group, "pp": ps.get_pipeline_model_parallel_group,
                "dp": ps.get_data_parallel_group, "cp": ps.get_context_parallel_group,
                "dp_cp": lambda: ps.get_data_parallel_group(with_context_parallel=True),
@@ -223,21 +228,21 @@ def test_memory_components_follow_the_layout():
     shape = preset_shape("qwen3", "8b")
     run = RunSettings(bf16=True, distributed_optimizer=True, sequence_length=3072, response_length=2048,
                       micro_batch=8, micro_batches=16, gpu_memory_utilization=0.5)
-    one = stage_memory(shape, Layout(tp=2, dp=1, sequence_parallel=True), run, 0)
-    two = stage_memory(shape, Layout(tp=2, dp=2, sequence_parallel=True), run, 0)
+    one = stage_memory(shape, WorldLayout.of(2, tp=2, sequence_parallel=True), run, 0)
+    two = stage_memory(shape, WorldLayout.of(4, tp=2, sequence_parallel=True), run, 0)
     params = rank_params(shape, tp=2, pp=1, ep=1, etp=1, stage=0).total
     assert one.parts["weights"] == pytest.approx(params * 2 / 2**30)
     assert one.parts["gradients"] == pytest.approx(params * 4 / 2**30)
     assert one.parts["optimizer"] == pytest.approx(params * 12 / 2**30)
     assert two.parts["optimizer"] == pytest.approx(one.parts["optimizer"] / 2)  # sharded over DP
     assert one.parts["vllm"] == pytest.approx(0.5 * 141)
-    offloaded = stage_memory(shape, Layout(tp=2, sequence_parallel=True),
+    offloaded = stage_memory(shape, WorldLayout.of(2, tp=2, sequence_parallel=True),
                              RunSettings(**{**run.__dict__, "param_offload": True, "grad_offload": True,
                                             "optimizer_offload": True}), 0)
     assert offloaded.phases["rollout"] == pytest.approx(
         one.phases["rollout"] - one.parts["weights"] - one.parts["gradients"] - one.parts["optimizer"])
     assert offloaded.phases["update"] == pytest.approx(one.phases["update"])
-    full = stage_memory(shape, Layout(tp=2, sequence_parallel=True),
+    full = stage_memory(shape, WorldLayout.of(2, tp=2, sequence_parallel=True),
                         RunSettings(**{**run.__dict__, "recompute": Recompute("full", "uniform", 1)}), 0)
     assert full.parts["activations"] < one.parts["activations"] / 5
 
@@ -283,7 +288,7 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     from dagrl.plan.memory import critic_params
 
     shape = preset_shape("qwen3", "tiny", num_layers=4)
-    layout = Layout(tp=2, pp=2)
+    layout = WorldLayout.of(4, tp=2, pp=2)
     actor_last = rank_params(shape, tp=2, pp=2, ep=1, etp=1, stage=1)
     lm_head_shard = shape.vocab * shape.hidden // 2
     assert critic_params(shape, layout, 1).total == actor_last.total - lm_head_shard + shape.hidden + 1

@@ -6,6 +6,6 @@ __all__ = ["check_layout", "MegatronActorEngine"]
 
 def __getattr__(name: str):
     if name == "MegatronActorEngine":
-        from dagrl.engine.megatron.engine import MegatronActorEngine
+        from dagrl.engine.megatron.actor import MegatronActorEngine
         return MegatronActorEngine
     raise AttributeError(name)

@@ -1,26 +1,41 @@
-"""Reshardable Megatron checkpoints of an engine: model, optimizer, LR scheduler and RNG states.
+"""Reshardable Megatron checkpoints of an engine: model, optimizer (+ LR scheduler) and RNG states, and the HF
+export of an actor.
 
 Written with megatron `dist_checkpointing` (torch_dist format) into one directory; the trainer makes the write
-atomic. Tensors are keyed by their global names, so a checkpoint saved at one layout (TP, PP, VPP, DP, the
+atomic. Tensors are keyed by their global names, so a checkpoint saved at one layout (TP, PP, VPP, DP, EP, the
 distributed optimizer on or off) loads at another. RNG states are per (PP, TP) rank and are restored only at the
-layout they were saved with.
+layout they were saved with. Which parts are written and restored is `spec.save_contents` / `spec.load_contents`
+(verl's names: model, optimizer, extra = RNG states); the common part records what the checkpoint holds, the
+model it came from and its dtype, so `scripts/model_merger.py` needs nothing else.
 """
 from __future__ import annotations
 
+import copy
 import logging
+import os
 import random
+import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import torch
 
+from dagrl.engine.base import WeightBucket
 from dagrl.engine.megatron import compat
 
 if TYPE_CHECKING:
-    from dagrl.engine.megatron.engine import MegatronActorEngine
+    from dagrl.engine.megatron.engine import MegatronEngine
 
 logger = logging.getLogger(__name__)
+
+CONTENTS = ("model", "optimizer", "extra")  # the parts a Megatron checkpoint can hold
+HF_DIR = "huggingface"                      # <actor checkpoint>/huggingface: the HF export (verl's layout)
+# Files of an HF model directory that are not weights: config, generation config, tokenizer.
+HF_SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
+                 "tokenizer.model", "chat_template.jinja", "chat_template.json")
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 def _layout_key() -> list[int]:
@@ -49,22 +64,26 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
 
 
-def _has_frozen_params(engine: "MegatronActorEngine") -> bool:
+def _has_frozen_params(engine: "MegatronEngine") -> bool:
     return any(not param.requires_grad for module in engine.modules for param in module.parameters())
 
 
-def _sharded_state_dict(engine: "MegatronActorEngine", is_loading: bool) -> dict[str, Any]:
+def _model_state(modules: list[torch.nn.Module], use_distributed_optimizer: bool) -> dict[str, Any]:
+    metadata = compat.sharded_state_dict_metadata(use_distributed_optimizer)
+    return {f"model{index}": module.sharded_state_dict(metadata=dict(metadata))
+            for index, module in enumerate(modules)}
+
+
+def _sharded_state_dict(engine: "MegatronEngine", is_loading: bool, parts: Iterable[str]) -> dict[str, Any]:
     from megatron.core import parallel_state as ps
     from megatron.core.dist_checkpointing.mapping import ShardedObject
 
+    parts = set(parts)
     metadata = compat.sharded_state_dict_metadata(engine.spec.use_distributed_optimizer)
-    state: dict[str, Any] = {}
-    model_state: dict[str, Any] = {}
-    for index, module in enumerate(engine.modules):
-        model_state[f"model{index}"] = module.sharded_state_dict(metadata=dict(metadata))
-    state.update(model_state)
+    model_state = _model_state(engine.modules, engine.spec.use_distributed_optimizer)
+    state: dict[str, Any] = dict(model_state) if "model" in parts else {}
     pp, tp = ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()
-    if engine.optimizer is not None:
+    if "optimizer" in parts:
         if _has_frozen_params(engine):
             # Optimizer state covers only the trainable layers of the stacked decoder tensors, which
             # dist_checkpointing cannot store as sharded tensors: keep it whole per (PP, TP) rank.
@@ -77,47 +96,245 @@ def _sharded_state_dict(engine: "MegatronActorEngine", is_loading: bool) -> dict
             state["optimizer"] = engine.optimizer.sharded_state_dict(model_state, is_loading=is_loading,
                                                                      metadata=dict(metadata))
         state["scheduler"] = engine.scheduler.state_dict()
-    state["rng"] = ShardedObject(
-        "rng_state", None if is_loading else _rng_state(), (pp, tp),
-        (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
-        replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
+    if "extra" in parts:
+        state["rng"] = ShardedObject(
+            "rng_state", None if is_loading else _rng_state(), (pp, tp),
+            (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
+            replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
     state["layout"] = _layout_key()
     return state
 
 
-def save(engine: "MegatronActorEngine", path: str) -> None:
-    """Collective: write the engine's state into directory `path`."""
+def _common(path: str) -> dict[str, Any]:
+    """The checkpoint's non-sharded part (written once, by rank 0); ValueError if it is no dagrl checkpoint."""
     from megatron.core import dist_checkpointing
 
+    if not (Path(path) / "metadata.json").is_file() or not (Path(path) / "common.pt").is_file():
+        raise ValueError(f"{path} is not a Megatron dist checkpoint (no metadata.json/common.pt)")
+    common = dist_checkpointing.load_common_state_dict(path)
+    if not isinstance(common, dict) or "layout" not in common:
+        raise ValueError(f"{path} is a Megatron dist checkpoint but not one written by dagrl (no layout record)")
+    return common
+
+
+def layer_spec_name(modules: list[torch.nn.Module]) -> str:
+    """'transformer_engine' or 'local': the layer spec the chunks were built with. The two name some tensors
+    differently (fused norms, grouped experts), so a checkpoint loads only into a model of its own spec."""
+    uses_te = any("transformer_engine" in type(sub).__module__ for module in modules for sub in module.modules())
+    return "transformer_engine" if uses_te else "local"
+
+
+def check_layer_spec(path: str, modules: list[torch.nn.Module], recorded: str | None) -> None:
+    here = layer_spec_name(modules)
+    if recorded is not None and recorded != here:
+        raise ValueError(f"checkpoint {path} holds a model built with the {recorded} layer spec; this process builds "
+                         f"the {here} spec (TransformerEngine {'not ' if here == 'local' else ''}in use), whose "
+                         f"tensor names differ: load it where the same spec is built (TransformerEngine layers need "
+                         f"a GPU with transformer-engine installed)")
+
+
+def describe(path: str, common: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a checkpoint directory holds: {contents, model_path, param_dtype, role, layer_spec, layout}.
+    Checkpoints written before these were recorded hold every part and name no model. Raises ValueError if
+    `path` is no dagrl Megatron checkpoint."""
+    common = _common(path) if common is None else common
+    info = {"contents": list(CONTENTS), "model_path": None, "param_dtype": None, "role": None, "layer_spec": None}
+    info.update(common.get("dagrl", {}))
+    info["layout"] = list(common["layout"])
+    return info
+
+
+def _saved_step(part: dict[str, Any], distributed: bool) -> Any:
+    """The Adam step of one saved optimizer: per param group in the distributed optimizer's state, shared by
+    all parameters ("common_step") in the plain one's."""
+    if distributed:
+        steps = [group["step"] for group in part.get("optimizer", {}).get("param_groups", []) if "step" in group]
+    else:
+        steps = [part["state"]["common_step"]] if "common_step" in part.get("state", {}) else []
+    return steps[0] if steps else None
+
+
+def _as_current_chain(engine: "MegatronEngine", loaded: Any, saved: Any) -> Any:
+    """The loaded optimizer state in the shape of this engine's optimizer chain.
+
+    An MoE model's Megatron optimizer is a chain of a dense and an expert optimizer when EP > 1, and a single
+    optimizer when EP = 1. Per-parameter tensors (Adam moments, main params) load by their global names into the
+    current chain's template whatever the saved chain was; what is stored whole per optimizer (the param groups'
+    hyperparameters and the Adam step) keeps the saved chain's shape, so when the lengths differ it is rebuilt:
+    param groups from this optimizer (the scheduler sets their LR), the step from the saved state (every optimizer
+    of a chain steps together)."""
+    if saved is None:  # written by a run with trainable_top_layers: kept whole, see _sharded_state_dict
+        raise ValueError("this checkpoint's optimizer state was saved with frozen layers (trainable_top_layers) "
+                         "and loads only with the same trainable_top_layers; or restore load_contents=[model]")
+    inner = getattr(engine.optimizer, "chained_optimizers", None) or [engine.optimizer]
+    saved_chain = [saved[key] for key in sorted(saved)] if all(isinstance(k, int) for k in saved) else [saved]
+    if len(saved_chain) == len(inner):
+        return loaded
+    distributed = engine.spec.use_distributed_optimizer
+    step = next((s for s in (_saved_step(part, distributed) for part in saved_chain) if s is not None), None)
+    parts = [loaded[index] for index in range(len(inner))] if len(inner) > 1 else [loaded]
+    rebuilt = []
+    for part, optimizer in zip(parts, inner):
+        own = optimizer.state_dict()
+        if distributed:
+            for group in own["optimizer"]["param_groups"]:
+                if step is not None and "step" in group:
+                    group["step"] = step
+            rebuilt.append({**own, "param_state": part["param_state"],
+                            "param_state_sharding_type": compat.sharded_state_dict_metadata(True)[
+                                "distrib_optim_sharding_type"]})
+            continue
+        state = {key: value for key, value in part["state"].items() if key != "common_step"}
+        if step is not None:
+            state["common_step"] = step
+        rebuilt.append({"state": state, "param_groups": copy.deepcopy(own["param_groups"])})
+    return rebuilt[0] if len(inner) == 1 else dict(enumerate(rebuilt))
+
+
+def save(engine: "MegatronEngine", path: str) -> None:
+    """Collective: write the parts of `engine.spec.save_contents` into directory `path`."""
+    from megatron.core import dist_checkpointing
+
+    parts = [part for part in CONTENTS if part in engine.spec.save_contents
+             and (part != "optimizer" or engine.optimizer is not None)]
     Path(path).mkdir(parents=True, exist_ok=True)
-    state = _sharded_state_dict(engine, is_loading=False)
+    state = _sharded_state_dict(engine, is_loading=False, parts=parts)
+    state["dagrl"] = {"contents": parts, "model_path": os.path.abspath(engine.spec.model_path),
+                      "param_dtype": _DTYPE_NAMES[engine.spec.param_dtype], "role": engine.role,
+                      "layer_spec": layer_spec_name(engine.modules)}
     dist_checkpointing.save(state, path, sharded_strategy=compat.save_strategy())
-    logger.info("saved Megatron checkpoint to %s", path)
+    logger.info("saved Megatron checkpoint (%s) to %s", ", ".join(parts), path)
 
 
-def load(engine: "MegatronActorEngine", path: str) -> None:
-    """Collective: restore the engine's state from directory `path` (any layout)."""
+def _parts_to_load(engine: "MegatronEngine", path: str, held: list[str]) -> list[str]:
+    wanted = [part for part in CONTENTS if part in (engine.spec.load_contents or held)]
+    missing = [part for part in wanted if part not in held]
+    if missing:
+        raise ValueError(f"checkpoint {path} holds only {held} (save_contents of the run that wrote it); it cannot "
+                         f"restore {missing}: set actor_rollout_ref.actor.checkpoint.load_contents to a subset of "
+                         f"{held}")
+    if engine.optimizer is None:
+        return [part for part in wanted if part != "optimizer"]
+    if "optimizer" not in wanted:
+        logger.warning("not restoring the optimizer from %s: Adam moments and the LR schedule start afresh", path)
+    return wanted
+
+
+def load(engine: "MegatronEngine", path: str) -> None:
+    """Collective: restore the engine's state (the parts of `engine.spec.load_contents`) from directory `path`,
+    saved at any layout."""
     from megatron.core import dist_checkpointing
 
-    saved_layout = dist_checkpointing.load_common_state_dict(path)["layout"]
-    same_layout = list(saved_layout) == _layout_key()
-    state = _sharded_state_dict(engine, is_loading=True)
-    if not same_layout and "optimizer_partial" in state:
-        raise ValueError(f"checkpoint {path} was saved at layout {saved_layout} with frozen layers "
-                         f"(trainable_top_layers); it loads only at that layout, not {_layout_key()}")
-    if not same_layout:
-        state.pop("rng")
-        logger.info("checkpoint layout %s differs from %s: RNG states are not restored", saved_layout,
+    common = _common(path)
+    info = describe(path, common)
+    check_layer_spec(path, engine.modules, info["layer_spec"])
+    parts = _parts_to_load(engine, path, info["contents"])
+    same_layout = info["layout"] == _layout_key()
+    if not same_layout and "extra" in parts:
+        parts.remove("extra")
+        logger.info("checkpoint layout %s differs from %s: RNG states are not restored", info["layout"],
                     _layout_key())
+    state = _sharded_state_dict(engine, is_loading=True, parts=parts)
+    if not same_layout and "optimizer_partial" in state:
+        raise ValueError(f"checkpoint {path} was saved at layout {info['layout']} with frozen layers "
+                         f"(trainable_top_layers); it loads only at that layout, not {_layout_key()}")
     loaded = dist_checkpointing.load(state, path)
-    for index, module in enumerate(engine.modules):
-        module.load_state_dict(loaded[f"model{index}"], strict=True)
-    if engine.optimizer is not None:
-        engine.optimizer.load_state_dict(loaded["optimizer"] if "optimizer" in loaded
-                                         else loaded["optimizer_partial"])
+    if "model" in parts:
+        for index, module in enumerate(engine.modules):
+            module.load_state_dict(loaded[f"model{index}"], strict=True)
+    if "optimizer" in parts:
+        engine.optimizer.load_state_dict(_as_current_chain(engine, loaded["optimizer"], common.get("optimizer"))
+                                         if "optimizer" in loaded else loaded["optimizer_partial"])
         compat.unshare_adam_steps(engine.optimizer)
         engine.scheduler.load_state_dict(loaded["scheduler"])
         engine.track_optimizer_state()
-    if same_layout:
+    elif "model" in parts and engine.optimizer is not None:
+        engine.optimizer.reload_model_params()  # fp32 main params (bf16 runs) follow the loaded weights
+    if "extra" in parts:
         _set_rng_state(loaded["rng"])
-    logger.info("loaded Megatron checkpoint from %s", path)
+    logger.info("loaded Megatron checkpoint (%s) from %s", ", ".join(parts), path)
+
+
+def load_model_weights(modules: list[torch.nn.Module], path: str, use_distributed_optimizer: bool) -> None:
+    """Collective: fill freshly built Megatron chunks with the model part of the dist checkpoint at `path` (any
+    layout); used instead of the HF safetensors when starting from a pre-converted Megatron checkpoint."""
+    from megatron.core import dist_checkpointing
+
+    if not (Path(path) / "metadata.json").is_file():
+        raise ValueError(f"{path} is not a Megatron dist checkpoint (no metadata.json)")
+    common = dist_checkpointing.load_common_state_dict(path) if (Path(path) / "common.pt").is_file() else None
+    if isinstance(common, dict) and "dagrl" in common:  # written by dagrl (else e.g. verl's converter)
+        check_layer_spec(path, modules, common["dagrl"].get("layer_spec"))
+    loaded = dist_checkpointing.load(_model_state(modules, use_distributed_optimizer), path)
+    for index, module in enumerate(modules):
+        module.load_state_dict(loaded[f"model{index}"], strict=True)
+    logger.info("loaded initial model weights from Megatron checkpoint %s", path)
+
+
+# ---- HF export -----------------------------------------------------------------------------------
+
+class _SafetensorsShards:
+    """Writes (name, tensor) pairs into safetensors files of at most `shard_bytes` (HF's sharded layout, with
+    model.safetensors.index.json when there is more than one file)."""
+
+    def __init__(self, directory: Path, shard_bytes: int) -> None:
+        self.directory, self.shard_bytes = directory, shard_bytes
+        self.pending: dict[str, torch.Tensor] = {}
+        self.pending_bytes = 0
+        self.files: list[tuple[Path, list[str]]] = []
+        self.total_bytes = 0
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.pending and self.pending_bytes + nbytes > self.shard_bytes:
+            self._flush()
+        self.pending[name] = tensor.detach().to("cpu", copy=True).contiguous()
+        self.pending_bytes += nbytes
+        self.total_bytes += nbytes
+
+    def _flush(self) -> None:
+        from safetensors.torch import save_file
+
+        path = self.directory / f".shard-{len(self.files)}.safetensors"
+        save_file(self.pending, str(path), metadata={"format": "pt"})
+        self.files.append((path, list(self.pending)))
+        self.pending, self.pending_bytes = {}, 0
+
+    def finish(self) -> None:
+        import json
+
+        if self.pending or not self.files:
+            self._flush()
+        if len(self.files) == 1:
+            os.replace(self.files[0][0], self.directory / "model.safetensors")
+            return
+        weight_map = {}
+        for number, (path, names) in enumerate(self.files, 1):
+            final = f"model-{number:05d}-of-{len(self.files):05d}.safetensors"
+            os.replace(path, self.directory / final)
+            weight_map.update({name: final for name in names})
+        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map}
+        (self.directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def write_hf_model(buckets: Iterable[WeightBucket], directory: str | Path, source_dir: str | Path,
+                   write: bool, shard_bytes: int = 5 << 30) -> None:
+    """Consume an engine's `export_weights` stream (collective: every rank iterates it) and, where `write`
+    (rank 0), save it as an HF model directory: safetensors shards plus config, generation config and tokenizer
+    files copied from `source_dir`."""
+    directory = Path(directory)
+    shards = None
+    if write:
+        directory.mkdir(parents=True, exist_ok=True)
+        shards = _SafetensorsShards(directory, shard_bytes)
+    for bucket in buckets:
+        if shards is not None:
+            for name, tensor in bucket:
+                shards.add(name, tensor)
+    if shards is None:
+        return
+    shards.finish()
+    for name in HF_SIDE_FILES:
+        if (Path(source_dir) / name).is_file():
+            shutil.copyfile(Path(source_dir) / name, directory / name)
+    logger.info("wrote HF model (%.1f MB of weights) to %s", shards.total_bytes / 2**20, directory)

@@ -75,23 +75,24 @@ class MegatronCriticEngine(MegatronEngine):
                     self.spec.seed, self.tf_config.sequence_parallel).to(self.device)
         return modules
 
-    @staticmethod
-    def _response_values(micro: MicroBatch, output: torch.Tensor) -> torch.Tensor:
+    def _response_values(self, micro: MicroBatch, output: torch.Tensor) -> torch.Tensor:
         """[rows, R] float32 values at the positions predicting each response token, 0 off the response mask."""
-        values = torch.gather(output.squeeze(-1).float(), 1, micro.logit_index)
-        return (values * micro.response_mask.to(values.dtype))[: micro.rows]
+        values = output.squeeze(-1).float()[micro.logit_row.unsqueeze(1), micro.logit_pos]
+        return self._context_parallel_rows(micro, values * micro.response_mask.to(values.dtype))
 
-    def compute_values(self, batch: Batch, micro_batch_size: int) -> torch.Tensor:
-        """Values of the states before each response token, float32 [B, R], 0 where response_mask is 0."""
+    def compute_values(self, batch: Batch, micro_batch_size: int, max_token_len: int | None = None) -> torch.Tensor:
+        """Values of the states before each response token, float32 [B, R], 0 where response_mask is 0.
+        `max_token_len`: dynamic batch size (micro-batches of at most that many real tokens per GPU)."""
         def head(micro: MicroBatch, output: torch.Tensor) -> dict[str, torch.Tensor]:
             return {"values": self._response_values(micro, output).detach()}
 
-        return self._forward_rows(batch, micro_batch_size, head, ["values"])["values"]
+        return self._forward_rows(batch, micro_batch_size, head, ["values"], max_token_len)["values"]
 
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int) -> dict[str, float]:
+    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int,
+                   max_token_len: int | None = None) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `loss_fn(micro_batch, values, None)` over all
         micro-batches and DP ranks; metrics are summed the same way, plus critic/grad_norm and critic/lr."""
         def head(micro: MicroBatch, output: torch.Tensor):
             return loss_fn(micro.batch, self._response_values(micro, output), None)
 
-        return self._train(batch, micro_batch_size, head)
+        return self._train(batch, micro_batch_size, head, max_token_len)

@@ -1,6 +1,6 @@
 """Megatron-Core engines. `MegatronEngine` holds what every Megatron model shares: building from an HF directory,
 DDP and the optimizer, offload, micro-batches, the forward-backward schedule, metric reduction and checkpoints.
-`MegatronActorEngine` adds log-probs on vocab-parallel logits and the weight export; the critic (critic.py) adds
+The actor (actor.py) adds log-probs on vocab-parallel logits and the weight export; the critic (critic.py) adds
 a value head."""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import torch
 import torch.distributed as dist
 
 from dagrl.data.batch import Batch
-from dagrl.engine.base import LossFn, MegatronEngineSpec, WeightBucket
+from dagrl.engine.base import MegatronEngineSpec
 from dagrl.engine.megatron import checkpoint, compat
-from dagrl.engine.megatron.logprob import vocab_parallel_log_probs
 from dagrl.engine.megatron.offload import HostOffload
-from dagrl.engine.megatron.sequences import MicroBatch, pack_micro_batches, packed_length
+from dagrl.engine.megatron import packing
+from dagrl.engine.megatron.sequences import MicroBatch, pack_spec, plan_micro_batches
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +42,16 @@ class MegatronEngine:
         compat.check_version()
         self.spec = spec
         self.hf_config = AutoConfig.from_pretrained(spec.model_path)
-        if spec.layout.context_parallel_size > 1:
-            raise ValueError("actor_rollout_ref.actor.megatron.context_parallel_size>1 is not implemented in "
-                             "dagrl's Megatron engine yet: set it to 1")
+        # Packed rows go in as THD on GPU with TransformerEngine, else as one row with a block-diagonal mask.
+        self._thd = spec.remove_padding and torch.cuda.is_available() and compat.transformer_engine_available()
+        if spec.layout.context_parallel_size > 1 and not self._thd:
+            raise ValueError("actor_rollout_ref.actor.megatron.context_parallel_size>1 needs packed sequences on GPU "
+                             "with TransformerEngine (THD attention): set actor_rollout_ref.model.use_remove_padding"
+                             "=true and run on GPUs with transformer_engine installed, or set it to 1")
+        if spec.layout.context_parallel_size > 1 and spec.param_dtype != torch.bfloat16:
+            raise ValueError("actor_rollout_ref.actor.megatron.context_parallel_size>1 runs TransformerEngine's THD "
+                             "attention, which has no fp32 kernel: set actor_rollout_ref.actor.megatron.param_dtype"
+                             "=bfloat16")
         if spec.param_dtype == torch.float16:
             raise ValueError("param_dtype float16 is not supported (no loss scaling): use bfloat16 or float32")
         world_size = dist.get_world_size() if dist.is_initialized() else 1
@@ -55,9 +62,16 @@ class MegatronEngine:
         self.tf_config = transformer_config(self.hf_config, spec.layout, spec.param_dtype, on_gpu=on_gpu,
                                             gradient_checkpointing=spec.gradient_checkpointing,
                                             overrides=spec.override_transformer_config)
+        if spec.remove_padding and not self._thd:
+            # The fused causal softmax kernel ignores a given mask; the packed rows' block-diagonal one must apply.
+            self.tf_config.masked_softmax_fusion = False
         self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
         self._set_trainable()
         self._micro: MicroBatch | None = None  # the micro-batch being forwarded (read by forward hooks)
+        if spec.remove_padding and not self._thd:
+            for module in self.modules:
+                if getattr(module, "rotary_pos_emb", None) is not None:
+                    module.rotary_pos_emb.register_forward_hook(self._restart_rotary_positions)
         self.optimizer: Any = None
         self.scheduler: Any = None
         self.model = self._wrap()
@@ -74,7 +88,10 @@ class MegatronEngine:
         modules = build_gpt_chunks(self.hf_config, self.tf_config, on_gpu)
         for module in modules:
             module.to(self.device)
-        import_hf_weights(modules, self.hf_config, self.spec.model_path)
+        if self.spec.dist_checkpoint_path:  # a pre-converted Megatron checkpoint (config still from model_path)
+            checkpoint.load_model_weights(modules, self.spec.dist_checkpoint_path, self.spec.use_distributed_optimizer)
+        else:
+            import_hf_weights(modules, self.hf_config, self.spec.model_path)
         return modules
 
     def _set_trainable(self) -> None:
@@ -198,33 +215,34 @@ class MegatronEngine:
             self._offload_idle_state()
 
     # ---- forward -------------------------------------------------------------------------------
-    def _micro_batches(self, batch: Batch, micro_batch_size: int) -> tuple[list[MicroBatch], int]:
-        """Micro-batches with one sequence length for all DP ranks: expert-parallel token exchange and
-        pipeline stages need equal shapes, and equal shapes keep DP ranks' numerics alike."""
-        from megatron.core import parallel_state as ps
+    def _micro_batches(self, batch: Batch, micro_batch_size: int, max_token_len: int | None) -> list[MicroBatch]:
+        """This rank's micro-batches (see `plan_micro_batches`); PP stages exchange shapes when they vary."""
+        micro_batches, variable = plan_micro_batches(
+            batch, micro_batch_size, max_token_len, device=self.device,
+            pack=pack_spec(self._thd, self.tf_config.sequence_parallel) if self.spec.remove_padding else None,
+            seq_multiple=self.tf_config.tensor_model_parallel_size if self.tf_config.sequence_parallel else 1)
+        self.tf_config.variable_seq_lengths = variable  # read by Megatron's p2p exchange at each call
+        return micro_batches
 
-        multiple = self.tf_config.tensor_model_parallel_size if self.tf_config.sequence_parallel else 1
-        sizes = torch.tensor([packed_length(batch, multiple), -(-len(batch) // micro_batch_size)],
-                             device=self.device)
-        if ps.get_data_parallel_world_size() > 1:
-            low = -sizes
-            dist.all_reduce(sizes, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
-            dist.all_reduce(low, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
-            if ps.get_expert_model_parallel_world_size() > 1 and int(-low[1]) != int(sizes[1]):
-                raise ValueError(f"expert parallelism needs the same number of micro-batches on every DP rank; "
-                                 f"they range from {int(-low[1])} to {int(sizes[1])}")
-        seq_len = int(sizes[0])
-        return pack_micro_batches(batch, micro_batch_size, seq_len, self.device), seq_len
+    def _restart_rotary_positions(self, module: torch.nn.Module, args: tuple, output: Any) -> Any:
+        """Rotary-embedding hook for packed rows without THD: the angles of each token's position within its own
+        sequence (Megatron computes them for 0..T-1 of the whole row)."""
+        micro = self._micro
+        if micro is None or micro.attention_mask is None:
+            return output
+        if not torch.is_tensor(output):
+            raise NotImplementedError("use_remove_padding without TransformerEngine supports plain RoPE only")
+        return output[micro.position_ids[0]]
 
     def _forward_step(self, head: Any, data_iterator: Iterator[MicroBatch],
                       model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
         micro = next(data_iterator)
         self._micro = micro  # read by forward hooks during this forward
-        output = model(micro.tokens, micro.position_ids, None)
+        output = model(micro.tokens, micro.position_ids, micro.attention_mask,
+                       packed_seq_params=micro.packed_seq_params)
         return output, partial(head, micro)
 
-    def _run(self, micro_batches: list[MicroBatch], seq_len: int, forward_only: bool,
-             head: Any) -> list[dict[str, Any]]:
+    def _run(self, micro_batches: list[MicroBatch], forward_only: bool, head: Any) -> list[dict[str, Any]]:
         """Megatron's schedule for this layout; `head(micro, output) -> (loss, outputs)` runs on the last stage."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -232,14 +250,21 @@ class MegatronEngine:
         return get_forward_backward_func()(
             forward_step_func=partial(self._forward_step, head),
             data_iterator=iterators if len(iterators) > 1 else iterators[0],
-            model=self.model, num_microbatches=len(micro_batches), seq_length=seq_len,
+            model=self.model, num_microbatches=len(micro_batches), seq_length=micro_batches[0].seq_length,
             micro_batch_size=micro_batches[0].tokens.shape[0], forward_only=forward_only)
 
+    def _context_parallel_rows(self, micro: MicroBatch, values: torch.Tensor) -> torch.Tensor:
+        """[rows, R] per-token results computed at this rank's logits -> the whole rows on every CP rank."""
+        if micro.held is None:
+            return values
+        return packing.context_parallel_sum(values * micro.held.to(values.dtype))
+
     @torch.no_grad()
-    def _forward_rows(self, batch: Batch, micro_batch_size: int, head: Any,
-                      names: list[str]) -> dict[str, torch.Tensor]:
+    def _forward_rows(self, batch: Batch, micro_batch_size: int, head: Any, names: list[str],
+                      max_token_len: int | None = None) -> dict[str, torch.Tensor]:
         """Forward only. `head(micro, output)` returns {name: [rows, R] tensor} per micro-batch on the last stage;
-        every rank gets the float32 [B, R] concatenations, on the device of `batch["responses"]`."""
+        every rank gets the float32 [B, R] results in the batch's row order, on the device of
+        `batch["responses"]`."""
         from megatron.core import parallel_state as ps
 
         def collect(micro: MicroBatch, output: torch.Tensor) -> Any:
@@ -248,13 +273,14 @@ class MegatronEngine:
         with self._resident(params=True):
             for module in self.model:
                 module.eval()
-            micro_batches, seq_len = self._micro_batches(batch, micro_batch_size)
-            outputs = self._run(micro_batches, seq_len, True, collect)
+            micro_batches = self._micro_batches(batch, micro_batch_size, max_token_len)
+            outputs = self._run(micro_batches, True, collect)
         shape = (len(batch), batch["responses"].shape[1])
-        rows = {name: torch.empty(shape, dtype=torch.float32, device=self.device) for name in names}
+        rows = {name: torch.zeros(shape, dtype=torch.float32, device=self.device) for name in names}
         if ps.is_pipeline_last_stage(ignore_virtual=True):
-            for name, tensor in rows.items():
-                tensor.copy_(torch.cat([o[name] for o in outputs]))
+            for micro, out in zip(micro_batches, outputs):
+                for name, tensor in rows.items():
+                    tensor[micro.index.to(self.device)] = out[name].float()
         if ps.get_pipeline_model_parallel_world_size() > 1:
             for tensor in rows.values():
                 dist.broadcast(tensor, src=ps.get_pipeline_model_parallel_last_rank(),
@@ -262,9 +288,11 @@ class MegatronEngine:
         return {name: tensor.to(batch["responses"].device) for name, tensor in rows.items()}
 
     # ---- training ------------------------------------------------------------------------------
-    def _train(self, batch: Batch, micro_batch_size: int, head: Any) -> dict[str, float]:
+    def _train(self, batch: Batch, micro_batch_size: int, head: Any,
+               max_token_len: int | None = None) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `head(micro, output)[0]` over all
-        micro-batches and DP ranks; the head's metrics are summed the same way."""
+        micro-batches and DP ranks; the head's metrics are summed the same way. Empty micro-batches (which keep
+        DP ranks in step) contribute nothing and never reach the head."""
         from megatron.core import parallel_state as ps
 
         if self.optimizer is None:
@@ -274,17 +302,20 @@ class MegatronEngine:
                 module.train()
                 module.zero_grad_buffer()
             self.optimizer.zero_grad()
-            micro_batches, seq_len = self._micro_batches(batch, micro_batch_size)
-            # Megatron's schedule divides each loss by the number of micro-batches and DDP averages over DP:
-            # scale so that the applied gradient is that of the plain sum.
+            micro_batches = self._micro_batches(batch, micro_batch_size, max_token_len)
+            # Megatron's schedule divides each loss by the number of micro-batches (and multiplies it by CP) and
+            # DDP averages over DP x CP: scale so that the applied gradient is that of the plain sum. (Under CP
+            # every CP rank computes the whole loss, its backward reaching only its own tokens.)
             scale = len(micro_batches) * ps.get_data_parallel_world_size()
 
             def scaled(micro: MicroBatch, output: torch.Tensor) -> Any:
+                if micro.rows == 0:
+                    return output.sum() * 0.0, {}
                 loss, metrics = head(micro, output)
                 metrics = {k: torch.as_tensor(v, dtype=torch.float64).detach().cpu() for k, v in metrics.items()}
                 return loss * scale, metrics
 
-            outputs = self._run(micro_batches, seq_len, False, scaled)
+            outputs = self._run(micro_batches, False, scaled)
             metrics = self._reduce_metrics(outputs)
             lr = self.optimizer.param_groups[0]["lr"]
             grad_norm, stepped = self._optimizer_step()
@@ -309,6 +340,7 @@ class MegatronEngine:
         """Sum over micro-batches (last PP stage), share with every PP stage, sum over DP."""
         from megatron.core import parallel_state as ps
 
+        outputs = [out for out in outputs if out]  # empty micro-batches report nothing
         names = sorted(outputs[0]) if outputs else None
         if ps.get_pipeline_model_parallel_world_size() > 1:
             box = [names]
@@ -335,73 +367,6 @@ class MegatronEngine:
         # Grads too: the optimizer state is re-tracked after loading, which needs every storage's address.
         with self._resident(params=True, grads=True, optimizer=True):
             checkpoint.load(self, path)
-
-
-class MegatronActorEngine(MegatronEngine):
-    """The actor (or, with `spec.optim=None`, the frozen reference): log-probs of responses, training on them,
-    and the HF weight export that rollouts load."""
-
-    role = "actor"
-
-    def __init__(self, spec: MegatronEngineSpec) -> None:
-        super().__init__(spec)
-        self._select_logits = not self.tf_config.sequence_parallel
-        if self._select_logits:
-            for module in self.modules:
-                if getattr(module, "post_process", False):
-                    module.output_layer.register_forward_pre_hook(self._response_positions_only, with_kwargs=True)
-
-    def _response_positions_only(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """Output-layer pre-hook: keep the hidden states that predict response tokens ([S, b, h] -> [R, b, h]).
-        The vocabulary projection then costs R/S of the full one. Not used under sequence parallelism, where
-        each TP rank holds only a slice of the sequence here."""
-        hidden = args[0]
-        index = self._micro.logit_index.t().unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        return (torch.gather(hidden, 0, index), *args[1:]), kwargs
-
-    def _response_log_probs(self, micro: MicroBatch, logits: torch.Tensor, temperature: float,
-                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[rows, R] log-probs (and entropies) of the micro-batch's responses, 0 off the response mask."""
-        if self._select_logits:  # the hook already kept the response positions, in order
-            response_logits = logits / temperature
-        else:
-            index = micro.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-            response_logits = torch.gather(logits, 1, index) / temperature
-        log_probs, entropy = vocab_parallel_log_probs(response_logits, micro.targets, self.hf_config.vocab_size,
-                                                      with_entropy)
-        mask = micro.response_mask.to(log_probs.dtype)
-        log_probs = (log_probs * mask)[: micro.rows]
-        entropy = (entropy * mask)[: micro.rows] if entropy is not None else None
-        return log_probs, entropy
-
-    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float,
-                         with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of `batch["responses"]`, float32 [B, R], 0 where response_mask is 0."""
-        def head(micro: MicroBatch, logits: torch.Tensor) -> dict[str, torch.Tensor]:
-            log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
-            out = {"log_probs": log_probs.detach()}
-            if entropy is not None:
-                out["entropy"] = entropy.detach()
-            return out
-
-        rows = self._forward_rows(batch, micro_batch_size, head, ["log_probs", "entropy"] if with_entropy
-                                  else ["log_probs"])
-        return rows["log_probs"], rows.get("entropy")
-
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float) -> dict[str, float]:
-        """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
-        def head(micro: MicroBatch, logits: torch.Tensor) -> Any:
-            log_probs, entropy = self._response_log_probs(micro, logits, temperature, True)
-            return loss_fn(micro.batch, log_probs, entropy)
-
-        return self._train(batch, micro_batch_size, head)
-
-    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
-        """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
-        from dagrl.engine.megatron.weights import export_hf_weights
-
-        with self._resident(params=True):
-            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes)
 
 
 def _global_layer(module: torch.nn.Module, name: str) -> int | None:

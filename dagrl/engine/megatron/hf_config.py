@@ -91,13 +91,15 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
             moe_router_load_balancing_type="none",
             moe_aux_loss_coeff=0.0,
             moe_token_dispatcher_type="alltoall" if on_gpu else "allgather",
-            moe_grouped_gemm=on_gpu,
+            # Grouped GEMM is TransformerEngine's (TEGroupedMLP); without TE the experts run one by one.
+            moe_grouped_gemm=on_gpu and compat.transformer_engine_available(),
         )
     if not on_gpu or not compat.transformer_engine_available():
         kwargs.update(_CPU_FUSIONS_OFF)  # the fused kernels come from Apex/TE
-    if not on_gpu:
-        # gloo matches concurrent sends between the same two ranks by posting order: batched p2p lets a 1F1B
-        # step swap an activation and a gradient of equal shape (wrong numbers, no error) under VPP.
+    if not on_gpu or (layout.virtual_pipeline_model_parallel_size or 1) > 1:
+        # Batched p2p under VPP gives wrong gradients, silently: gloo matches concurrent sends between two ranks by
+        # posting order (an activation and a gradient of equal shape swap), and on 2xH200 with NCCL and
+        # megatron-core 0.19.2 a PP2xVPP2 step's grad norm came out 36418 instead of 202.9 (HF: 202.8).
         kwargs.update(batch_p2p_comm=False)
     overrides = overrides or {}
     if gradient_checkpointing and "recompute_granularity" not in overrides:

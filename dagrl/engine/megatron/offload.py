@@ -63,6 +63,8 @@ class HostOffload:
             torch.cuda.synchronize()
         for storage in self._storages:
             storage.resize_(0)
+        if is_cuda:  # hand the blocks back to the driver, so that vLLM (its own allocator) can use them
+            torch.cuda.empty_cache()
         self.offloaded = True
         logger.debug("offloaded %s: %d bytes", self.name, self.nbytes)
 

@@ -9,7 +9,8 @@ offset by the EP rank), then a `Rule` says which HF tensors it holds and how the
   fc1    on TP rank r: [gate_r; up_r]  (not a split of [gate; up])
 
 Names are the local spec's; the Transformer Engine spec fuses the two norms into `linear_qkv.layer_norm_weight`
-and `linear_fc1.layer_norm_weight`, which the layer table already maps.
+and `linear_fc1.layer_norm_weight`, which the layer table already maps, and its grouped-GEMM experts name expert e
+`mlp.experts.linear_fc1.weight{e}` where the local spec has `mlp.experts.local_experts.{e}.linear_fc1.weight`.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from dagrl.engine.megatron.hf_config import head_dim, padded_vocab_size
 logger = logging.getLogger(__name__)
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
-_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")              # SequentialMLP
+_GROUPED_EXPERT = re.compile(r"^mlp\.experts\.(linear_fc[12])\.weight(\d+)$")      # TEGroupedMLP
 
 # Per-layer parameters: Megatron suffix -> (kind, HF suffixes under model.layers.{i}.)
 _LAYER_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -71,31 +73,53 @@ def parallel_ranks(expert: bool) -> tuple[int, int, Any]:
     return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_group()
 
 
+def local_expert(suffix: str) -> tuple[int, str] | None:
+    """(local expert index, suffix in _EXPERT_TABLE) of an expert parameter under either spec's naming."""
+    match = _EXPERT.match(suffix)
+    if match is not None:
+        return int(match.group(1)), match.group(2)
+    match = _GROUPED_EXPERT.match(suffix)
+    if match is not None:
+        return int(match.group(2)), f"{match.group(1)}.weight"
+    return None
+
+
 def rule_for(chunk: torch.nn.Module, name: str, tied: bool) -> Rule | None:
     """The HF tensors behind local parameter `name` of `chunk`; None for a tied output layer (not exported)."""
     from megatron.core import parallel_state as ps
 
+    match = _LAYER.match(name)
+    if match is None:
+        return model_rule(name, tied)
+    layer = chunk.decoder.layers[int(match.group(1))]
+    first_expert = 0
+    if local_expert(match.group(2)) is not None:
+        first_expert = ps.get_expert_model_parallel_rank() * layer.mlp.experts.num_local_experts
+    return layer_rule(match.group(2), layer.layer_number - 1, first_expert)  # layer_number: global, 1-based
+
+
+def model_rule(name: str, tied: bool) -> Rule | None:
+    """Rule of a parameter outside the decoder layers."""
     if name == "embedding.word_embeddings.weight":
         return Rule("vocab", ("model.embed_tokens.weight",))
     if name == "output_layer.weight":
         return None if tied else Rule("vocab", ("lm_head.weight",))
     if name == "decoder.final_layernorm.weight":
         return Rule("copy", ("model.norm.weight",))
-    match = _LAYER.match(name)
-    if match is None:
-        raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
-    local_layer, suffix = int(match.group(1)), match.group(2)
-    layer = chunk.decoder.layers[local_layer].layer_number - 1  # layer_number is global and 1-based
+    raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
+
+
+def layer_rule(suffix: str, layer: int, first_expert: int = 0) -> Rule:
+    """Rule of parameter `suffix` of global decoder layer `layer` (0-based), whose local expert 0 is expert
+    `first_expert` of the model (EP rank x experts per rank)."""
     prefix = f"model.layers.{layer}."
-    expert = _EXPERT.match(suffix)
+    expert = local_expert(suffix)
     if expert is not None:
-        local_expert, expert_suffix = int(expert.group(1)), expert.group(2)
-        num_local = len(chunk.decoder.layers[local_layer].mlp.experts.local_experts)
-        global_expert = ps.get_expert_model_parallel_rank() * num_local + local_expert
+        index, expert_suffix = expert
         kind, hf_suffixes = _EXPERT_TABLE[expert_suffix]
-        return Rule(kind, tuple(f"{prefix}mlp.experts.{global_expert}.{s}" for s in hf_suffixes), expert=True)
+        return Rule(kind, tuple(f"{prefix}mlp.experts.{first_expert + index}.{s}" for s in hf_suffixes), expert=True)
     if suffix not in _LAYER_TABLE:
-        raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
+        raise KeyError(f"no HF mapping for Megatron parameter decoder.layers.*.{suffix}")
     kind, hf_suffixes = _LAYER_TABLE[suffix]
     return Rule(kind, tuple(prefix + s for s in hf_suffixes))
 
@@ -246,15 +270,15 @@ def _gather_experts(tensors: list[tuple[str, torch.Tensor]], chunk: torch.nn.Mod
     from megatron.core import parallel_state as ps
 
     ep_size, group = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_group()
-    local_layer = int(_LAYER.match(name).group(1))
-    num_local = len(chunk.decoder.layers[local_layer].mlp.experts.local_experts)
-    local_expert = int(_EXPERT.match(_LAYER.match(name).group(2)).group(1))
+    layer_match = _LAYER.match(name)
+    num_local = chunk.decoder.layers[int(layer_match.group(1))].mlp.experts.num_local_experts
+    index, _ = local_expert(layer_match.group(2))
     out = []
     for hf_name, tensor in tensors:
         parts = [torch.empty_like(tensor) for _ in range(ep_size)]
         dist.all_gather(parts, tensor.contiguous(), group=group)
         for ep_rank, part in enumerate(parts):
-            expert_id = ep_rank * num_local + local_expert
+            expert_id = ep_rank * num_local + index
             out.append((re.sub(r"\.experts\.\d+\.", f".experts.{expert_id}.", hf_name), part))
     return out
 

@@ -29,8 +29,9 @@ def read_safetensors_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
 
 
 class WeightManifest:
-    def __init__(self, model_dir: str) -> None:
-        self.shapes = read_safetensors_shapes(model_dir)
+    def __init__(self, model_dir: str, shapes: dict[str, tuple[int, ...]] | None = None) -> None:
+        """From `model_dir`'s safetensors headers, or from `shapes` when given (a config-only random model)."""
+        self.shapes = read_safetensors_shapes(model_dir) if shapes is None else shapes
         self.model_dir = model_dir
 
     def check(self, name: str, tensor: torch.Tensor) -> None:

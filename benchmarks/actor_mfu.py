@@ -1,0 +1,271 @@
+"""MFU of dagrl's actor update against bare Megatron-Core on the same model, layout and tokens, in one run.
+
+usage (GPU machine, megatron-core + TransformerEngine):
+    torchrun --nproc-per-node 2 benchmarks/actor_mfu.py --size 8b --tp 2 --sp
+    torchrun --nproc-per-node 2 benchmarks/actor_mfu.py --size 1.7b
+CPU smoke test (tiny model, gloo): torchrun --nproc-per-node 1 benchmarks/actor_mfu.py --size tiny --seq 64
+
+In one process, in this order:
+  1. peak: a bf16 8192^3 matmul (the same-run ceiling MFU is measured against);
+  2. bare: Megatron-Core's own next-token training step of a GPTModel (cross-entropy on every position), DDP
+     with overlapped grad reduction, the distributed optimizer;
+  3. dagrl: MegatronActorEngine.train_step with the PPO loss (log-probs and entropy on vocab-parallel logits,
+     token-mean weights, old log-probs, advantages), on the same token stream: each row is `--prompt` prompt tokens
+     followed by `seq - prompt` response tokens.
+Both build the same random Qwen3-shaped model (TransformerConfig from dagrl's HF-config mapping, so the two
+differ only in the step), use `--mbs` x `--micro-batches` rows per DP rank per step, and are timed as the
+median of `--steps` steps after `--warmup`. FLOPs use one formula (full attention, LM head on every position);
+MFU = achieved FLOP/s per GPU / the same-run matmul peak (and / 989 TFLOP/s, the H100/H200 dense bf16 datasheet).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights  # noqa: E402
+from dagrl.data.batch import Batch  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout  # noqa: E402
+
+DATASHEET_TFLOPS = 989.0
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def matmul_peak_tflops(size: int = 8192, iters: int = 20) -> float:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    size = size if device == "cuda" else 512
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    sync()
+    start = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    sync()
+    return 2 * size ** 3 * iters / (time.perf_counter() - start) / 1e12
+
+
+def train_flops_per_token(hf_config, seq: int) -> float:
+    """Forward FLOPs per token x 3 (backward is twice the forward): QKV, full (non-causal) attention scores and
+    values, output projection, the gated MLP, and the LM head on every position."""
+    h, heads = hf_config.hidden_size, hf_config.num_attention_heads
+    kv, dim = hf_config.num_key_value_heads, getattr(hf_config, "head_dim", None) or h // heads
+    ffn, vocab = hf_config.intermediate_size, hf_config.vocab_size
+    layer = 2 * h * (heads + 2 * kv) * dim + 2 * 2 * seq * heads * dim + 2 * heads * dim * h + 2 * 3 * h * ffn
+    return 3 * (hf_config.num_hidden_layers * layer + 2 * h * vocab)
+
+
+def token_rows(rows: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (rows, seq), generator=generator)
+
+
+def median_step(step, warmup: int, steps: int) -> tuple[float, float]:
+    """(median seconds of `steps` calls after `warmup` calls, peak GiB allocated during them)."""
+    for _ in range(warmup):
+        step()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        sync()
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+    return statistics.median(times), peak
+
+
+# ---- bare Megatron-Core ------------------------------------------------------------------------
+
+def bare_step_fn(hf_config, tf_config, tokens: torch.Tensor, mbs: int, device: torch.device):
+    """A plain GPTModel next-token training step (Megatron's own loss), returned as a closure."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from dagrl.engine.megatron.hf_config import layer_spec, padded_vocab_size, rope_theta
+
+    on_gpu = device.type == "cuda"
+    model = GPTModel(config=tf_config, transformer_layer_spec=layer_spec(tf_config, on_gpu),
+                     vocab_size=padded_vocab_size(hf_config.vocab_size, tf_config.tensor_model_parallel_size),
+                     max_sequence_length=tokens.shape[1], pre_process=ps.is_pipeline_first_stage(),
+                     post_process=ps.is_pipeline_last_stage(), position_embedding_type="rope",
+                     rotary_base=rope_theta(hf_config),
+                     share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings)).to(device)
+    from megatron.core.transformer.module import Float16Module
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=on_gpu,
+                                               use_distributed_optimizer=True, bucket_size=40_000_000)
+    ddp = DistributedDataParallel(tf_config, ddp_config, Float16Module(tf_config, model))
+    if on_gpu:  # what the schedule needs to overlap the grad reduction with backward
+        tf_config.no_sync_func = ddp.no_sync
+        tf_config.grad_sync_func = ddp.start_grad_sync
+    tf_config.finalize_model_grads_func = finalize_model_grads
+    optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-6, bf16=True, params_dtype=torch.bfloat16,
+                                                       use_distributed_optimizer=True, clip_grad=1.0), [ddp])
+    seq = tokens.shape[1] - 1  # tokens carry one extra column: the last position's label
+    inputs = tokens[:, :-1].contiguous().to(device)
+    labels = tokens[:, 1:].contiguous().to(device)
+    position_ids = torch.arange(seq, device=device).unsqueeze(0).expand(mbs, -1)
+
+    def forward_step(data_iterator, module):
+        start = next(data_iterator)
+        loss = module(inputs[start:start + mbs], position_ids, None, labels=labels[start:start + mbs])
+
+        def loss_func(output):
+            mean = output.float().mean()
+            return mean, {"loss": mean.detach()}
+        return loss, loss_func
+
+    def step():
+        ddp.zero_grad_buffer()
+        optimizer.zero_grad()
+        starts = list(range(0, inputs.shape[0], mbs))
+        get_forward_backward_func()(forward_step_func=forward_step, data_iterator=iter(starts), model=[ddp],
+                                    num_microbatches=len(starts), seq_length=seq, micro_batch_size=mbs,
+                                    forward_only=False)
+        optimizer.step()
+
+    def release():
+        tf_config.no_sync_func = tf_config.grad_sync_func = None
+    return step, release
+
+
+# ---- dagrl ---------------------------------------------------------------------------------------
+
+def ppo_batch(tokens: torch.Tensor, prompt: int, dp_size: int, seed: int) -> Batch:
+    """Full-length rows in dagrl's rollout layout with the PPO loss columns (old log-probs, advantages, weights)."""
+    rows, seq = tokens.shape
+    response = seq - prompt
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(rows, response, dtype=torch.long)
+    return Batch({
+        "input_ids": tokens, "attention_mask": torch.ones_like(tokens),
+        "position_ids": torch.arange(seq).unsqueeze(0).expand(rows, -1).contiguous(),
+        "responses": tokens[:, prompt:].contiguous(), "response_mask": mask,
+        "old_log_probs": -10 - torch.rand(rows, response, generator=generator),
+        "advantages": torch.randn(rows, 1, generator=generator).expand(-1, response).contiguous(),
+        "token_weights": token_weights(mask, "token-mean", float(mask.sum()) * dp_size),
+    })
+
+
+def dagrl_engine(model_dir: str, layout: ParallelLayout):
+    """The actor engine on randomly initialised weights (no file I/O: the HF import is skipped)."""
+    import dagrl.engine.megatron.weights as weights
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    real_import = weights.import_hf_weights
+    weights.import_hf_weights = lambda *args, **kwargs: None
+    try:
+        return MegatronActorEngine(MegatronEngineSpec(
+            model_path=model_dir, layout=layout, param_dtype=torch.bfloat16, use_distributed_optimizer=True,
+            optim=OptimSpec(lr=1e-6, total_training_steps=100)))
+    finally:
+        weights.import_hf_weights = real_import
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="1.7b", help="a dagrl.plan.presets Qwen3 size (tiny, 1.7b, 8b, ...)")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--sp", action="store_true")
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--prompt", type=int, default=1024, help="prompt tokens of each dagrl row")
+    parser.add_argument("--mbs", type=int, default=1)
+    parser.add_argument("--micro-batches", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--only", choices=["bare", "dagrl"], default=None)
+    parser.add_argument("--json", default=None, help="also write the results here (rank 0)")
+    args = parser.parse_args()
+
+    from dagrl.engine.megatron.hf_config import transformer_config
+    from dagrl.engine.megatron.parallel import init_model_parallel, local_device
+    from dagrl.plan.presets import hf_config as preset_config
+
+    layout = ParallelLayout(tensor_model_parallel_size=args.tp, sequence_parallel=args.sp)
+    init_model_parallel(layout, seed=1234)
+    device = local_device()
+    hf = preset_config("qwen3", args.size)
+    model_dir = [tempfile.mkdtemp(prefix="actor_mfu_") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(model_dir, src=0)  # one directory for all ranks
+    model_dir = model_dir[0]
+    if dist.get_rank() == 0:
+        hf.save_pretrained(model_dir)
+    dist.barrier()
+    from megatron.core import parallel_state as ps
+    dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    rows = args.mbs * args.micro_batches
+    tokens = token_rows(rows, args.seq + 1, hf.vocab_size, seed=dp_rank)  # TP ranks share rows, DP ranks differ
+    peak = matmul_peak_tflops()
+    flops_per_step = train_flops_per_token(hf, args.seq) * rows * args.seq  # per DP rank = per model replica
+    gpus_per_replica = dist.get_world_size() // dp_size
+    results = {"size": args.size, "layout": f"TP{args.tp}{'+SP' if args.sp else ''} DP{dp_size}",
+               "seq": args.seq, "rows_per_dp_rank": rows, "matmul_tflops": peak}
+
+    def record(name: str, seconds: float, peak_gib: float) -> None:
+        tflops = flops_per_step / gpus_per_replica / seconds / 1e12
+        results[name] = {"step_s": seconds, "tokens_per_s_per_gpu": rows * args.seq / gpus_per_replica / seconds,
+                         "tflops_per_gpu": tflops, "mfu": tflops / peak, "mfu_datasheet": tflops / DATASHEET_TFLOPS,
+                         "peak_gib": peak_gib}
+
+    if args.only in (None, "bare"):
+        tf_config = transformer_config(hf, layout, torch.bfloat16, on_gpu=device.type == "cuda")
+        step, release = bare_step_fn(hf, tf_config, tokens, args.mbs, device)
+        record("bare", *median_step(step, args.warmup, args.steps))
+        release()
+        del step, release, tf_config
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if args.only in (None, "dagrl"):
+        engine = dagrl_engine(model_dir, layout)
+        batch = ppo_batch(tokens[:, :args.seq], args.prompt, dp_size, seed=dp_rank)
+        loss_fn = partial(actor_loss, spec=PolicyLossSpec())
+        record("dagrl", *median_step(lambda: engine.train_step(batch, loss_fn, args.mbs, 1.0),
+                                     args.warmup, args.steps))
+    if "bare" in results and "dagrl" in results:
+        results["dagrl_over_bare"] = results["bare"]["step_s"] / results["dagrl"]["step_s"]
+    if dist.get_rank() == 0:
+        print_table(results)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def print_table(results: dict) -> None:
+    print(f"\nQwen3-{results['size']} shape, {results['layout']}, seq {results['seq']}, "
+          f"{results['rows_per_dp_rank']} rows per DP rank; bf16 matmul peak {results['matmul_tflops']:.0f} TFLOP/s")
+    print("| step | s/step | tokens/s/GPU | TFLOP/s/GPU | MFU (same-run peak) | MFU (989 datasheet) | peak GiB |")
+    print("|---|---|---|---|---|---|---|")
+    for name in ("bare", "dagrl"):
+        if name in results:
+            r = results[name]
+            print(f"| {name} | {r['step_s']:.3f} | {r['tokens_per_s_per_gpu']:.0f} | {r['tflops_per_gpu']:.0f} | "
+                  f"{r['mfu']:.3f} | {r['mfu_datasheet']:.3f} | {r['peak_gib']:.1f} |")
+    if "dagrl_over_bare" in results:
+        print(f"dagrl / bare speed: {results['dagrl_over_bare']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

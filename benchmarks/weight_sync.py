@@ -1,0 +1,118 @@
+"""Seconds and GB/s of dagrl's actor -> vLLM weight sync against the bound measured in the same run.
+
+usage (GPU machine, megatron-core + vLLM): torchrun --nproc-per-node 2 benchmarks/weight_sync.py --size 8b --tp 2
+
+A random Qwen3-shaped actor (Megatron, bf16, frozen, TP=--tp) and a vLLM engine (dummy weights, the same TP) share
+the GPUs, as in training. The sync is what the rollout node runs: `actor.export_weights(bucket)` (TP all-gather,
+QKV/fc1 split back to HF tensors, buckets of --bucket-mb) streamed into vLLM's `load_weights`. The bound is the
+data movement it cannot avoid, timed here: an NCCL all-gather of this rank's parameter shards (every rank ends with
+the full model) plus one device copy of the full model's bytes. Median of --repeats after one warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dagrl.engine.base import MegatronEngineSpec, ParallelLayout  # noqa: E402
+
+
+def timed(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def random_actor(model_dir: str, layout: ParallelLayout):
+    import dagrl.engine.megatron.weights as weights
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    real_import = weights.import_hf_weights
+    weights.import_hf_weights = lambda *args, **kwargs: None  # random init on the GPU: no 16 GB file to write
+    try:
+        return MegatronActorEngine(MegatronEngineSpec(model_path=model_dir, layout=layout, param_dtype=torch.bfloat16))
+    finally:
+        weights.import_hf_weights = real_import
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="1.7b")
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--bucket-mb", type=int, nargs="+", default=[512, 2048])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    from megatron.core import parallel_state as ps
+    from transformers import AutoModelForCausalLM
+
+    from dagrl.engine.megatron.parallel import init_distributed
+    from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
+    from dagrl.engine.rollout.weight_manifest import WeightManifest
+    from dagrl.plan.presets import hf_config
+
+    config = hf_config("qwen3", args.size)
+    config.architectures = ["Qwen3ForCausalLM"]  # vLLM picks its model class from it
+    model_dir = tempfile.mkdtemp(prefix="weight_sync_")
+    layout = ParallelLayout(tensor_model_parallel_size=args.tp)
+    init_distributed()
+    if dist.get_rank() == 0:
+        config.save_pretrained(model_dir)
+    model_dir = [model_dir]
+    dist.broadcast_object_list(model_dir, src=0)  # one directory for all ranks
+    model_dir = model_dir[0]
+    actor = random_actor(model_dir, layout)
+    rollout = VLLMRollout(VLLMRolloutSpec(model_path=model_dir, tensor_parallel_size=args.tp,
+                                          gpu_memory_utilization=0.3, load_format="dummy", max_model_len=1024,
+                                          free_cache_engine=False), eos_token_ids=[0], pad_token_id=0)
+    with torch.device("meta"):
+        shapes = {n: tuple(t.shape) for n, t in AutoModelForCausalLM.from_config(config).state_dict().items()}
+    rollout._manifest = WeightManifest(model_dir, shapes)
+
+    shards = torch.cat([p.detach().reshape(-1) for m in actor.modules for p in m.parameters()])
+    tp_group = ps.get_tensor_model_parallel_group()
+    gathered = torch.empty(shards.numel() * args.tp, dtype=shards.dtype, device=shards.device)
+    full_bytes = sum(t.numel() * t.element_size() for b in actor.export_weights(1 << 40) for _, t in b)
+    source = torch.empty(full_bytes, dtype=torch.uint8, device=shards.device)
+    target = torch.empty_like(source)
+    gather_s = timed(lambda: dist.all_gather_into_tensor(gathered, shards, group=tp_group), args.repeats)
+    copy_s = timed(lambda: target.copy_(source), args.repeats)
+    gathered = source = target = None  # free them before the sync runs
+    rows = []
+    for bucket_mb in args.bucket_mb:
+        bucket = bucket_mb << 20
+        export_s = timed(lambda: [None for _ in actor.export_weights(bucket)], args.repeats)
+        sync_s = timed(lambda: rollout.load_weights(actor.export_weights(bucket)), args.repeats)
+        rows.append({"bucket_mb": bucket_mb, "export_s": export_s, "sync_s": sync_s})
+    result = {"size": args.size, "tp": args.tp, "gb": full_bytes / 1e9, "all_gather_s": gather_s, "copy_s": copy_s,
+              "bound_s": gather_s + copy_s, "rows": rows}
+    if dist.get_rank() == 0:
+        print(f"\nQwen3-{args.size} shape, bf16, actor TP{args.tp} -> vLLM TP{args.tp}: {result['gb']:.2f} GB; bound "
+              f"{result['bound_s'] * 1e3:.1f} ms = all-gather {gather_s * 1e3:.1f} ms + copy {copy_s * 1e3:.1f} ms")
+        print("| bucket MB | export only s | sync s (export + load) | GB/s | sync / bound |\n|---|---|---|---|---|")
+        for row in rows:
+            print(f"| {row['bucket_mb']} | {row['export_s']:.3f} | {row['sync_s']:.3f} | "
+                  f"{result['gb'] / row['sync_s']:.0f} | {row['sync_s'] / result['bound_s']:.2f} |")
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    main()

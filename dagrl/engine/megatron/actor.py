@@ -1,0 +1,82 @@
+"""MegatronActorEngine: the policy (or, frozen, the reference) on top of `MegatronEngine`: log-probs of responses
+on vocab-parallel logits, training on them, and the HF weight export that rollouts load."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+from dagrl.data.batch import Batch
+from dagrl.engine.base import LossFn, MegatronEngineSpec, WeightBucket
+from dagrl.engine.megatron.engine import MegatronEngine
+from dagrl.engine.megatron.logprob import vocab_parallel_log_probs
+from dagrl.engine.megatron.sequences import MicroBatch
+
+
+class MegatronActorEngine(MegatronEngine):
+    """The actor (or, with `spec.optim=None`, the frozen reference): log-probs of responses, training on them,
+    and the HF weight export that rollouts load."""
+
+    role = "actor"
+
+    def __init__(self, spec: MegatronEngineSpec) -> None:
+        super().__init__(spec)
+        self._select_logits = not self.tf_config.sequence_parallel
+        if self._select_logits:
+            for module in self.modules:
+                if getattr(module, "post_process", False):
+                    module.output_layer.register_forward_pre_hook(self._response_positions_only, with_kwargs=True)
+
+    def _response_positions_only(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Output-layer pre-hook: keep the hidden states that predict response tokens ([S, b, h] -> [R, rows, h]).
+        The vocabulary projection then costs R/S of the full one. Not used under sequence parallelism, where
+        each TP rank holds only a slice of the sequence here."""
+        micro = self._micro
+        # (contiguous: an indexing result takes its index's strides, and a strided matmul rounds differently)
+        hidden = args[0][micro.logit_pos.t(), micro.logit_row.unsqueeze(0)].contiguous()
+        return (hidden, *args[1:]), kwargs
+
+    def _response_log_probs(self, micro: MicroBatch, logits: torch.Tensor, temperature: float,
+                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[rows, R] log-probs (and entropies) of the micro-batch's responses, 0 off the response mask."""
+        if self._select_logits:  # the hook already kept the response positions, in order
+            response_logits = logits / temperature
+        else:
+            response_logits = logits[micro.logit_row.unsqueeze(1), micro.logit_pos] / temperature
+        log_probs, entropy = vocab_parallel_log_probs(response_logits, micro.targets, self.hf_config.vocab_size,
+                                                      with_entropy)
+        mask = micro.response_mask.to(log_probs.dtype)
+        log_probs = self._context_parallel_rows(micro, log_probs * mask)
+        entropy = self._context_parallel_rows(micro, entropy * mask) if entropy is not None else None
+        return log_probs, entropy
+
+    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float, with_entropy: bool,
+                         max_token_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of `batch["responses"]`, float32 [B, R], 0 where response_mask is 0.
+        `max_token_len`: dynamic batch size (micro-batches of at most that many real tokens per GPU)."""
+        def head(micro: MicroBatch, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+            log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
+            out = {"log_probs": log_probs.detach()}
+            if entropy is not None:
+                out["entropy"] = entropy.detach()
+            return out
+
+        rows = self._forward_rows(batch, micro_batch_size, head, ["log_probs", "entropy"] if with_entropy
+                                  else ["log_probs"], max_token_len)
+        return rows["log_probs"], rows.get("entropy")
+
+    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float,
+                   max_token_len: int | None = None) -> dict[str, float]:
+        """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
+        def head(micro: MicroBatch, logits: torch.Tensor) -> Any:
+            log_probs, entropy = self._response_log_probs(micro, logits, temperature, True)
+            return loss_fn(micro.batch, log_probs, entropy)
+
+        return self._train(batch, micro_batch_size, head, max_token_len)
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
+        """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
+        from dagrl.engine.megatron.weights import export_hf_weights
+
+        with self._resident(params=True):
+            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes)

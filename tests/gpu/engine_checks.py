@@ -1,0 +1,182 @@
+"""GPU engine checks that need a process of their own (torchrun), run by tests/gpu/test_engine_checks.py.
+
+usage: torchrun --nproc-per-node N engine_checks.py CHECK WORK_DIR [FAMILY]
+  parity  (2 GPUs) bf16 log-probs of the Megatron engine (TransformerEngine spec) vs HF transformers on the same
+          random Qwen3-shaped (TP2+SP) or Qwen3-MoE-shaped (TP2+SP, EP2) weights, and the engine's log-probs compared
+          bit for bit across the ranks of the tensor-parallel group.
+  offload (1 GPU) bytes each of param, grad and optimizer offload frees (torch.cuda.mem_get_info), and the next
+          step's loss with offload cycles and with every offload flag on, against a run without offload.
+Writes WORK_DIR/result.json; the test asserts on it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from dagrl.data.batch import Batch  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout  # noqa: E402
+from dagrl.plan.presets import hf_config  # noqa: E402
+from tests.engine.engine_helpers import sum_loss  # noqa: E402
+
+# Big enough to use the real kernels and head shapes, small enough to build in seconds.
+SHAPES = {"qwen3": ("1.7b", 4), "qwen3_moe": ("30b-a3b", 2)}
+if os.environ.get("DAGRL_CHECK_TINY"):  # a CPU dry run of this script (gloo, local spec)
+    SHAPES = {"qwen3": ("tiny", 2), "qwen3_moe": ("tiny", 2)}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Final-norm gains: 1 is the random init (logits of std ~1, nearly uniform); 3 gives peakier, more LM-like logits.
+LOGIT_SCALES = (1.0, 3.0)
+
+
+def random_batch(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -> Batch:
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, vocab, (rows, prompt + response), generator=generator)
+    mask = torch.ones_like(input_ids)
+    for row in range(rows):  # uneven prompt and response lengths
+        mask[row, : row * 3] = 0
+        mask[row, prompt + response - row * 5:] = 0
+    input_ids = input_ids * mask
+    return Batch({"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+                  "responses": input_ids[:, prompt:].clone(), "response_mask": mask[:, prompt:].clone()})
+
+
+def save_random_model(family: str, path: Path, dtype: torch.dtype) -> None:
+    from transformers import AutoModelForCausalLM
+
+    size, layers = SHAPES[family]
+    config = hf_config(family, size, num_layers=layers)
+    torch.manual_seed(0)
+    with torch.device(DEVICE):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.save_pretrained(path, safe_serialization=True)
+
+
+def hf_log_probs(model, batch: Batch, fp32_head: bool) -> torch.Tensor:
+    """HF's bf16 log-probs; with `fp32_head` the LM head runs in fp32 on the bf16 hidden states (the rounding floor
+    of bf16 logits is then visible as the gap between the two)."""
+    batch = batch.to(DEVICE)
+    response = batch["responses"].shape[1]
+    with torch.no_grad():
+        hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             position_ids=batch["position_ids"]).last_hidden_state[:, -response - 1:-1]
+        weight = model.lm_head.weight
+        logits = hidden.float() @ weight.float().t() if fp32_head else (hidden @ weight.t()).float()
+    log_probs = torch.log_softmax(logits, -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+    return log_probs * batch["response_mask"]
+
+
+def parity(work: Path, family: str) -> list[dict]:
+    from megatron.core import parallel_state as ps
+    from transformers import AutoModelForCausalLM
+
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    path = work / family
+    if dist.get_rank() == 0:
+        save_random_model(family, path, torch.bfloat16)
+    dist.barrier()
+    experts = 2 if family == "qwen3_moe" else 1
+    layout = ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=experts,
+                            expert_tensor_parallel_size=1 if experts > 1 else None)
+    engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(path), layout=layout, param_dtype=torch.bfloat16))
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(DEVICE).eval()
+    batch = random_batch(rows=4, prompt=64, response=192, vocab=engine.hf_config.vocab_size).to(DEVICE)
+    mask = batch["response_mask"].bool()
+    results = []
+    for scale in LOGIT_SCALES:
+        with torch.no_grad():
+            for module in engine.modules:
+                if getattr(module, "post_process", False):
+                    module.decoder.final_layernorm.weight.fill_(scale)
+            hf.model.norm.weight.fill_(scale)
+        mine, _ = engine.compute_log_prob(batch, micro_batch_size=2, temperature=1.0, with_entropy=False)
+        group = ps.get_tensor_model_parallel_group()
+        copies = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(copies, mine, group=group)
+        reference, fp32_head = hf_log_probs(hf, batch, False), hf_log_probs(hf, batch, True)
+        hf.float()  # the exact value of the same (bf16-rounded) weights: fp32 end to end
+        exact = hf_log_probs(hf, batch, True)
+        hf.to(torch.bfloat16)
+        a, b, c, d = (x[mask].double() for x in (mine, reference, fp32_head, exact))
+        results.append({"family": family, "layout": f"TP2+SP EP{experts}", "logit_scale": scale,
+                        "bit_equal_across_tp": all(torch.equal(copies[0], x) for x in copies),
+                        "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+                        "mean_abs_diff": float((a - b).abs().mean()), "max_abs_diff": float((a - b).abs().max()),
+                        "hf_bf16_vs_fp32_head_mean_abs_diff": float((b - c).abs().mean()),
+                        "vs_fp32_cosine": float(torch.nn.functional.cosine_similarity(a, d, dim=0)),
+                        "vs_fp32_mean_abs_diff": float((a - d).abs().mean()),
+                        "hf_bf16_vs_fp32_mean_abs_diff": float((b - d).abs().mean()),
+                        "mean_log_prob": float(b.mean()), "tokens": int(mask.sum())})
+    return results
+
+
+def free_bytes() -> int:
+    if not torch.cuda.is_available():
+        return 0
+    torch.cuda.synchronize()
+    return torch.cuda.mem_get_info()[0]
+
+
+def offload(work: Path) -> dict:
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    path = work / "qwen3"
+    save_random_model("qwen3", path, torch.float32)
+
+    def engine(**flags):
+        return MegatronActorEngine(MegatronEngineSpec(
+            model_path=str(path), param_dtype=torch.bfloat16, optim=OptimSpec(lr=1e-5, total_training_steps=10),
+            **flags))
+
+    batch = random_batch(rows=4, prompt=32, response=96, vocab=hf_config("qwen3", SHAPES["qwen3"][0]).vocab_size).to(DEVICE)
+
+    def step(e) -> float:
+        return e.train_step(batch, sum_loss, micro_batch_size=2, temperature=1.0)["loss"]
+
+    plain = engine()
+    plain_losses = [step(plain), step(plain)]
+    del plain
+    cycled = engine()
+    first = step(cycled)
+    freed = {}
+    for name, store in (("params", cycled.param_store), ("grads", cycled.grad_store),
+                        ("optimizer", cycled.optim_store)):
+        before = free_bytes()
+        store.offload()
+        after = free_bytes()
+        freed[name] = {"bytes": store.nbytes, "freed": after - before, "fraction": (after - before) / store.nbytes}
+    for store in (cycled.param_store, cycled.grad_store, cycled.optim_store):
+        store.onload()
+    cycled_losses = [first, step(cycled)]
+    del cycled
+    flagged = engine(param_offload=True, grad_offload=True, optimizer_offload=True)
+    flagged_losses = [step(flagged), step(flagged)]
+    idle_on_device = any(p.untyped_storage().nbytes() for m in flagged.modules for p in m.parameters())
+    return {"freed": freed, "plain": plain_losses, "cycled": cycled_losses, "flagged": flagged_losses,
+            "flagged_params_on_device_between_steps": idle_on_device}
+
+
+def main() -> None:
+    check, work = sys.argv[1], Path(sys.argv[2])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    from dagrl.engine.megatron.parallel import init_distributed
+    init_distributed()
+    work.mkdir(parents=True, exist_ok=True)
+    result = parity(work, sys.argv[3]) if check == "parity" else offload(work)
+    results = [None] * dist.get_world_size()
+    dist.all_gather_object(results, result)
+    if dist.get_rank() == 0:
+        (work / "result.json").write_text(json.dumps(results, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
