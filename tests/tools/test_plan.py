@@ -310,3 +310,29 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     grpo_stage, ppo_stage = plans["grpo"].memory[0], ppo.memory[0]
     assert ppo_stage.phases["rollout"] == pytest.approx(grpo_stage.phases["rollout"] + ppo_stage.parts["critic state"])
     assert ppo_stage.phases["critic update"] > ppo_stage.parts["critic state"]
+
+
+# dagrl's actor update peak (torch.cuda.max_memory_allocated, GiB) measured by benchmarks/actor_mfu.py on 2xH200:
+# seq 4096 (1024 prompt + 3072 response), 8 micro-batches of 1 per DP rank, bf16, distributed optimizer.
+MEASURED_UPDATE_PEAK_GIB = {"8b-tp2-sp": 87.3, "1.7b-dp2": 40.2}
+
+
+@pytest.mark.parametrize("case", sorted(MEASURED_UPDATE_PEAK_GIB))
+def test_memory_estimate_is_within_20_percent_of_the_measured_h200_peak(case, tmp_path, prompts):
+    from dagrl.config.validate import preflight
+    from dagrl.plan import make_plan
+
+    size = case.split("-")[0]
+    layout = (["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+               "actor_rollout_ref.actor.megatron.sequence_parallel=true"] if "tp2" in case else [])
+    cfg = Cfg(compose([
+        f"actor_rollout_ref.model.path={config_dir(tmp_path / size, 'qwen3', size)}", f"data.train_files={prompts}",
+        "data.max_prompt_length=1024", "data.max_response_length=3072", "actor_rollout_ref.rollout.name=vllm",
+        f"data.train_batch_size={8 if 'tp2' in case else 16}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={8 if 'tp2' in case else 16}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
+        "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true", "trainer.n_gpus_per_node=2",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}", *layout]))
+    planned = make_plan(cfg, preflight(cfg, world_size=2)).memory[0].phases["update"]
+    measured = MEASURED_UPDATE_PEAK_GIB[case]
+    assert abs(planned - measured) <= 0.2 * measured, (case, planned, measured)
