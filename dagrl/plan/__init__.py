@@ -61,6 +61,7 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Pl
         distributed_optimizer=bool(megatron.use_distributed_optimizer),
         param_offload=bool(megatron.param_offload), grad_offload=bool(megatron.grad_offload),
         optimizer_offload=bool(megatron.optimizer_offload),
+        ref_param_offload=bool(cfg.actor_rollout_ref.ref.megatron.param_offload),
         trainable_top_layers=cfg.actor_rollout_ref.model.trainable_top_layers,
         recompute=recompute_from_config(bool(cfg.actor_rollout_ref.model.enable_gradient_checkpointing), overrides),
         sequence_length=shape.prompt_length + shape.response_length, response_length=shape.response_length,

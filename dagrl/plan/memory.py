@@ -26,7 +26,8 @@ Logits (last stage): rows x positions x vocab / TP, positions = the response onl
 Log-prob passes keep no activations: one layer's working set (the training per-layer figure) plus the logits.
 Rollout: vLLM takes gpu_memory_utilization x GPU memory while awake; with free_cache_engine it sleeps (weights
 and KV cache released) during training. The hf rollout keeps a full model copy per rank.
-Offload (param/grad/optimizer_offload) moves that state to the host outside the phases that use it.
+Offload (param/grad/optimizer_offload, and the reference's own ref.megatron.param_offload) moves that state to
+the host outside the phases that use it.
 Critic (graphs with a critic node, dag=ppo): the actor's decoder with a value head (h + 1) instead of the LM head,
 with its own state, offload flags and micro-batches; its update is a phase of its own.
 Runtime overhead (CUDA context, NCCL communicators, allocator slack) is an assumed constant.
@@ -95,6 +96,7 @@ class RunSettings:
     param_offload: bool = False
     grad_offload: bool = False
     optimizer_offload: bool = False
+    ref_param_offload: bool = False      # the reference's own flag (actor_rollout_ref.ref.megatron.param_offload)
     trainable_top_layers: int | None = None
     recompute: Recompute = field(default_factory=Recompute)
     sequence_length: int = 1024          # prompt + response
@@ -222,17 +224,17 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
         critic_per_row = layer_activation_elements(critic.shape, layout, Recompute()) * run.sequence_length
         forward = max(forward, critic.forward_micro_batch * critic_per_row * act_bytes)
 
-    actor_idle = ((0 if run.param_offload else weights + reference) + (0 if run.grad_offload else grads)
-                  + (0 if run.optimizer_offload else optimizer))
+    actor_idle = ((0 if run.param_offload else weights) + (0 if run.ref_param_offload else reference)
+                  + (0 if run.grad_offload else grads) + (0 if run.optimizer_offload else optimizer))
     idle = actor_idle + critic_idle + hf_rollout
     overhead = RUNTIME_OVERHEAD_GIB * GIB
     # a log-prob or values pass onloads the one model it runs: at most the larger of the offloaded weights
-    onloaded = max(weights if run.param_offload else 0.0,
+    onloaded = max(weights if run.param_offload else 0.0, reference if run.ref_param_offload else 0.0,
                    critic_weights if critic and critic.param_offload else 0.0)
     phases = {
         "rollout": idle + vllm + overhead,
         "log-prob": idle + onloaded + forward + vllm_asleep + overhead,
-        "update": (weights + grads + optimizer + (0 if run.param_offload else reference) + critic_idle + hf_rollout
+        "update": (weights + grads + optimizer + (0 if run.ref_param_offload else reference) + critic_idle + hf_rollout
                    + train + train_logits + vllm_asleep + overhead),
     }
     if critic:

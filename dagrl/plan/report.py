@@ -89,7 +89,8 @@ def memory_section(plan: Plan) -> list[str]:
     header = ["stage 0", f"stage {plan.layout.pp - 1}"] if len(stages) > 1 else ["per GPU"]
     dtype = "bf16" if run.bf16 else "fp32"
     offloaded = [name for name, on in (("params", run.param_offload), ("grads", run.grad_offload),
-                                       ("optimizer", run.optimizer_offload)) if on]
+                                       ("optimizer", run.optimizer_offload),
+                                       ("reference params", run.reference and run.ref_param_offload)) if on]
     lines = [f"Memory estimate per GPU (GiB; {dtype} weights, "
              + ("distributed" if run.distributed_optimizer else "replicated") + " optimizer, recompute "
              + run.recompute.describe() + f", micro-batch {run.micro_batch} x {run.sequence_length} tokens"

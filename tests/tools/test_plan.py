@@ -242,6 +242,14 @@ def test_memory_components_follow_the_layout():
     assert offloaded.phases["rollout"] == pytest.approx(
         one.phases["rollout"] - one.parts["weights"] - one.parts["gradients"] - one.parts["optimizer"])
     assert offloaded.phases["update"] == pytest.approx(one.phases["update"])
+    # the reference follows its own offload flag, not the actor's
+    with_ref = RunSettings(**{**run.__dict__, "reference": True})
+    ref_kept = stage_memory(shape, WorldLayout.of(2, tp=2), RunSettings(**{**with_ref.__dict__, "param_offload": True}), 0)
+    ref_off = stage_memory(shape, WorldLayout.of(2, tp=2), RunSettings(**{**with_ref.__dict__, "ref_param_offload": True}), 0)
+    base = stage_memory(shape, WorldLayout.of(2, tp=2), with_ref, 0)
+    assert ref_kept.phases["rollout"] == pytest.approx(base.phases["rollout"] - base.parts["weights"])
+    assert ref_off.phases["rollout"] == pytest.approx(base.phases["rollout"] - base.parts["reference"])
+    assert ref_off.phases["update"] == pytest.approx(base.phases["update"] - base.parts["reference"])
     full = stage_memory(shape, WorldLayout.of(2, tp=2, sequence_parallel=True),
                         RunSettings(**{**run.__dict__, "recompute": Recompute("full", "uniform", 1)}), 0)
     assert full.parts["activations"] < one.parts["activations"] / 5
