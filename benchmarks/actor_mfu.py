@@ -24,7 +24,6 @@ import gc
 import json
 import statistics
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights  # noqa: E402
 from dagrl.data.batch import Batch  # noqa: E402
+from benchmarks.common import random_actor, shared_config_dir  # noqa: E402
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout  # noqa: E402
 
 DATASHEET_TFLOPS = 989.0
@@ -168,21 +168,6 @@ def ppo_batch(tokens: torch.Tensor, prompt: int, dp_size: int, seed: int) -> Bat
     })
 
 
-def dagrl_engine(model_dir: str, layout: ParallelLayout):
-    """The actor engine on randomly initialised weights (no file I/O: the HF import is skipped)."""
-    import dagrl.engine.megatron.weights as weights
-    from dagrl.engine.megatron.actor import MegatronActorEngine
-
-    real_import = weights.import_hf_weights
-    weights.import_hf_weights = lambda *args, **kwargs: None
-    try:
-        return MegatronActorEngine(MegatronEngineSpec(
-            model_path=model_dir, layout=layout, param_dtype=torch.bfloat16, use_distributed_optimizer=True,
-            optim=OptimSpec(lr=1e-6, total_training_steps=100)))
-    finally:
-        weights.import_hf_weights = real_import
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="1.7b", help="a dagrl.plan.presets Qwen3 size (tiny, 1.7b, 8b, ...)")
@@ -206,12 +191,7 @@ def main() -> None:
     init_model_parallel(layout, seed=1234)
     device = local_device()
     hf = preset_config("qwen3", args.size)
-    model_dir = [tempfile.mkdtemp(prefix="actor_mfu_") if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(model_dir, src=0)  # one directory for all ranks
-    model_dir = model_dir[0]
-    if dist.get_rank() == 0:
-        hf.save_pretrained(model_dir)
-    dist.barrier()
+    model_dir = shared_config_dir(hf, "actor_mfu_")
     from megatron.core import parallel_state as ps
     dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     rows = args.mbs * args.micro_batches
@@ -238,7 +218,9 @@ def main() -> None:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     if args.only in (None, "dagrl"):
-        engine = dagrl_engine(model_dir, layout)
+        engine = random_actor(MegatronEngineSpec(
+            model_path=model_dir, layout=layout, param_dtype=torch.bfloat16, use_distributed_optimizer=True,
+            optim=OptimSpec(lr=1e-6, total_training_steps=100)))
         batch = ppo_batch(tokens[:, :args.seq], args.prompt, dp_size, seed=dp_rank)
         loss_fn = partial(actor_loss, spec=PolicyLossSpec())
         record("dagrl", *median_step(lambda: engine.train_step(batch, loss_fn, args.mbs, 1.0),

@@ -14,7 +14,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import random_actor, shared_config_dir  # noqa: E402
 from dagrl.engine.base import MegatronEngineSpec, ParallelLayout  # noqa: E402
 
 
@@ -36,18 +36,6 @@ def timed(fn, repeats: int) -> float:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def random_actor(model_dir: str, layout: ParallelLayout):
-    import dagrl.engine.megatron.weights as weights
-    from dagrl.engine.megatron.actor import MegatronActorEngine
-
-    real_import = weights.import_hf_weights
-    weights.import_hf_weights = lambda *args, **kwargs: None  # random init on the GPU: no 16 GB file to write
-    try:
-        return MegatronActorEngine(MegatronEngineSpec(model_path=model_dir, layout=layout, param_dtype=torch.bfloat16))
-    finally:
-        weights.import_hf_weights = real_import
 
 
 def main() -> None:
@@ -69,15 +57,10 @@ def main() -> None:
 
     config = hf_config("qwen3", args.size)
     config.architectures = ["Qwen3ForCausalLM"]  # vLLM picks its model class from it
-    model_dir = tempfile.mkdtemp(prefix="weight_sync_")
     layout = ParallelLayout(tensor_model_parallel_size=args.tp)
     init_distributed()
-    if dist.get_rank() == 0:
-        config.save_pretrained(model_dir)
-    model_dir = [model_dir]
-    dist.broadcast_object_list(model_dir, src=0)  # one directory for all ranks
-    model_dir = model_dir[0]
-    actor = random_actor(model_dir, layout)
+    model_dir = shared_config_dir(config, "weight_sync_")
+    actor = random_actor(MegatronEngineSpec(model_path=model_dir, layout=layout, param_dtype=torch.bfloat16))
     rollout = VLLMRollout(VLLMRolloutSpec(model_path=model_dir, tensor_parallel_size=args.tp,
                                           gpu_memory_utilization=0.3, load_format="dummy", max_model_len=1024,
                                           free_cache_engine=False), eos_token_ids=[0], pad_token_id=0)
