@@ -60,13 +60,13 @@ def main() -> None:
     layout = ParallelLayout(tensor_model_parallel_size=args.tp)
     init_distributed()
     model_dir = shared_config_dir(config, "weight_sync_")
+    with torch.device("meta"):  # the config-only model dir has no safetensors to read the manifest from
+        shapes = {n: tuple(t.shape) for n, t in AutoModelForCausalLM.from_config(config).state_dict().items()}
     actor = random_actor(MegatronEngineSpec(model_path=model_dir, layout=layout, param_dtype=torch.bfloat16))
     rollout = VLLMRollout(VLLMRolloutSpec(model_path=model_dir, tensor_parallel_size=args.tp,
                                           gpu_memory_utilization=0.3, load_format="dummy", max_model_len=1024,
-                                          free_cache_engine=False), eos_token_ids=[0], pad_token_id=0)
-    with torch.device("meta"):
-        shapes = {n: tuple(t.shape) for n, t in AutoModelForCausalLM.from_config(config).state_dict().items()}
-    rollout._manifest = WeightManifest(model_dir, shapes)
+                                          free_cache_engine=False), eos_token_ids=[0], pad_token_id=0,
+                          manifest=WeightManifest(model_dir, shapes))
 
     shards = torch.cat([p.detach().reshape(-1) for m in actor.modules for p in m.parameters()])
     tp_group = ps.get_tensor_model_parallel_group()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, layout_from_config,
-                                 non_negative, positive_int, read_hf_config, require)
+from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, non_negative, positive_int,
+                                 read_hf_config, require)
 from dagrl.config.tree import Cfg
+from dagrl.engine.specs import WorldLayout
 
 CHOICES = {
     "actor_rollout_ref.actor.strategy": ("megatron",),
@@ -71,7 +72,8 @@ def check_loggers(cfg: Cfg, check_installed: bool = True) -> None:
                     f"pip install 'dagrl[{name}]' (or drop {name} from trainer.logger)")
 
 
-def check_batches(cfg: Cfg, rollout_dp: int, actor_dp: int) -> None:
+def check_batches(cfg: Cfg, world: WorldLayout) -> None:
+    rollout_dp, actor_dp = world.rollout_dp, world.dp
     n = positive_int(cfg, "actor_rollout_ref.rollout.n")
     train = positive_int(cfg, "data.train_batch_size")
     mini = positive_int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
@@ -213,9 +215,10 @@ def check_optim(cfg: Cfg, prefix: str) -> None:
             f"{prefix}.betas={list(betas)!r} must be two numbers in [0, 1)")
 
 
-def check_critic(cfg: Cfg, hf_config: dict, actor_dp: int, world_size: int) -> float | None:
+def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
     """critic.* and trainer.critic_warmup, checked on every run (only PPO builds a critic, but a bad value should
     fail before a job is queued). Returns the critic's grad clip."""
+    actor_dp = world.dp
     critic = cfg.critic
     n, train = cfg.actor_rollout_ref.rollout.n, cfg.data.train_batch_size
     mini = positive_int(cfg, "critic.ppo_mini_batch_size")
@@ -247,8 +250,7 @@ def check_critic(cfg: Cfg, hf_config: dict, actor_dp: int, world_size: int) -> f
         from types import SimpleNamespace
         from dagrl.engine.megatron.preflight import check_layout
         with as_config_error("critic.model.path"):  # the critic reuses the actor's parallel layout
-            check_layout(SimpleNamespace(**critic_hf), layout_from_config(cfg.actor_rollout_ref.actor.megatron),
-                         world_size)
+            check_layout(SimpleNamespace(**critic_hf), world.model, world.world_size)
     warmup = cfg.trainer.critic_warmup
     require(isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0, "trainer.critic_warmup",
             f"trainer.critic_warmup={warmup!r} must be an integer >= 0")

@@ -24,8 +24,6 @@ class RunShape:
     """Quantities derived once from the config and the environment."""
     world_size: int
     rollout_tp: int
-    rollout_dp: int
-    actor_dp: int
     prompt_length: int
     response_length: int
     grad_clip: float
@@ -37,7 +35,7 @@ class RunShape:
 
     @property
     def layout(self) -> WorldLayout:
-        """Both layouts of the run (actor and rollout): what rollout_dp and actor_dp were derived from."""
+        """Both layouts of the run (actor and rollout): the one source of DP sizes and rank coordinates."""
         return WorldLayout(self.world_size, self.parallel, self.rollout_tp)
 
 
@@ -93,7 +91,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     divides(world_size, rollout_tp, "actor_rollout_ref.rollout.tensor_model_parallel_size", "world size by rollout TP")
     with as_config_error("actor_rollout_ref.actor.megatron"):
         world = WorldLayout(world_size, parallel, rollout_tp)
-    sections.check_batches(cfg, world.rollout_dp, world.dp)
+    sections.check_batches(cfg, world)
 
     prompt_length = alias(cfg, "data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length")
     response_length = alias(cfg, "data.max_response_length", "actor_rollout_ref.rollout.response_length")
@@ -102,7 +100,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     sections.check_dynamic_batching(cfg, prompt_length + response_length)
     grad_clip = alias(cfg, "actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.clip_grad")
     sections.check_optim(cfg, "actor_rollout_ref.actor.optim")
-    critic_grad_clip = sections.check_critic(cfg, hf_config, world.dp, world_size)
+    critic_grad_clip = sections.check_critic(cfg, hf_config, world)
     require(grad_clip is None or grad_clip > 0, "actor_rollout_ref.actor.grad_clip",
             f"actor_rollout_ref.actor.grad_clip={grad_clip} must be positive")
     actor = cfg.actor_rollout_ref.actor
@@ -135,9 +133,10 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
             f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows")
     sections.check_checkpoint_dir(cfg)
     sections.check_actor_checkpoint(cfg)
-    return RunShape(world_size=world_size, rollout_tp=rollout_tp, rollout_dp=world.rollout_dp, actor_dp=world.dp,
-                    prompt_length=prompt_length, response_length=response_length,
-                    grad_clip=grad_clip, train_rows=train_rows, hf_config=hf_config, max_model_len=max_model_len,
-                    critic_grad_clip=critic_grad_clip, parallel=parallel)
+    from dagrl.trainer.checkpoint import check_resume
+    check_resume(cfg, has_critic="critic" in graph_roles(cfg))
+    return RunShape(world_size=world_size, rollout_tp=rollout_tp, prompt_length=prompt_length,
+                    response_length=response_length, grad_clip=grad_clip, train_rows=train_rows, hf_config=hf_config,
+                    max_model_len=max_model_len, critic_grad_clip=critic_grad_clip, parallel=parallel)
 
 

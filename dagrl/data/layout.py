@@ -1,7 +1,7 @@
 """Moving a batch from the rollout layout to the actor layout.
 
 Both layouts come from one `WorldLayout` (dagrl/engine/specs.py): rollout DP = world / rollout TP, consecutive
-ranks of one rollout-TP group hold the same rows (the trainer shards prompts by `rank // rollout_tp`); actor DP =
+ranks of one rollout-TP group hold the same rows (the trainer shards prompts by `rollout_dp_rank`); actor DP =
 world / (TP·PP·CP), and every rank of one actor model-parallel group (same `dp_rank`) must receive the identical
 batch.
 
@@ -171,10 +171,10 @@ def to_actor_layout(local: "Batch", layout: WorldLayout, groups_per_mini_batch: 
         return local.select(plan.rows[layout.dp_rank(this_rank())]), plan.metrics
     me = this_rank()
     # the plan needs every row's uid and token count, not its tensors; a rollout-TP group's copies are identical
-    meta = (list(local["uid"]), _row_tokens(local)) if me % layout.rollout_tp == 0 else None
+    meta = (list(local["uid"]), _row_tokens(local)) if layout.is_rollout_tp_leader(me) else None
     gathered: list = [None] * layout.world_size
     dist.all_gather_object(gathered, meta)
-    shards = [gathered[shard * layout.rollout_tp] for shard in range(layout.rollout_dp)]
+    shards = [part for rank, part in enumerate(gathered) if layout.is_rollout_tp_leader(rank)]  # in shard order
     offsets = np.cumsum([0] + [len(uids) for uids, _ in shards])
     plan = plan_rows([uid for uids, _ in shards for uid in uids], [t for _, tokens in shards for t in tokens],
                      layout.dp, groups_per_mini_batch, balance)

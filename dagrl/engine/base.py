@@ -43,6 +43,7 @@ class MegatronEngineSpec:
     grad_offload: bool = False
     optimizer_offload: bool = False
     remove_padding: bool = False            # pack each micro-batch's rows into one sequence (verl's use_remove_padding)
+    fp32_lm_head: bool = False              # logits accumulated and kept in fp32 (matches vLLM's head_dtype=float32)
     dist_checkpoint_path: str | None = None  # initial weights from this Megatron dist checkpoint, not model_path's
     save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
     load_contents: tuple[str, ...] | None = None  # parts load_checkpoint restores; None = all the checkpoint holds

@@ -94,12 +94,17 @@ class WorldLayout:
     @property
     def dp(self) -> int:
         """The actor's data-parallel size."""
-        return self.world_size // self.model.model_parallel_size
+        return self.world_size // self.model_parallel_size
 
     @property
     def expert_dp(self) -> int:
         """What the distributed optimizer shards expert state over (CP folded in, as Megatron does)."""
         return self.world_size // (self.etp * self.ep * self.pp)
+
+    @property
+    def model_parallel_size(self) -> int:
+        """The ranks that hold one actor-DP shard (TP x PP x CP): a world sum counts each shard this many times."""
+        return self.model.model_parallel_size
 
     @property
     def rollout_dp(self) -> int:
@@ -110,7 +115,12 @@ class WorldLayout:
         return (rank // (self.tp * self.cp)) % self.dp
 
     def rollout_dp_rank(self, rank: int) -> int:
+        """The rollout shard of global `rank`: consecutive blocks of rollout-TP ranks share one."""
         return rank // self.rollout_tp
+
+    def is_rollout_tp_leader(self, rank: int) -> bool:
+        """Whether `rank` is the first of its rollout-TP group: the one that speaks for the group's identical rows."""
+        return rank % self.rollout_tp == 0
 
 
 @dataclass

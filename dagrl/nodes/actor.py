@@ -41,15 +41,15 @@ def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg
     (actor or critic section; reshuffled each pass when `section.shuffle`). Each mini-batch gets `token_weights`
     for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for metrics), both
     from token and sequence counts summed over the DP ranks."""
-    rows_per_mini_batch = section.ppo_mini_batch_size * ctx.cfg.actor_rollout_ref.rollout.n // ctx.shape.actor_dp
-    model_parallel = ctx.shape.world_size // ctx.shape.actor_dp
+    layout = ctx.shape.layout
+    rows_per_mini_batch = section.ppo_mini_batch_size * ctx.cfg.actor_rollout_ref.rollout.n // layout.dp
     for epoch in range(section.ppo_epochs):
         order = np.arange(len(batch))
         if section.shuffle:
             order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
         for mini_batch in batch.select(order).split(rows_per_mini_batch):
             mask = mini_batch["response_mask"]
-            tokens, sequences = data_parallel_sums(aggregation_counts(mask), model_parallel).tolist()
+            tokens, sequences = data_parallel_sums(aggregation_counts(mask), layout.model_parallel_size).tolist()
             mini_batch["token_weights"] = token_weights(mask, loss_agg_mode, tokens, sequences, loss_scale_factor)
             mini_batch["token_mean_weights"] = token_weights(mask, "token-mean", tokens)  # clip fractions, ppo_kl
             yield mini_batch

@@ -16,7 +16,7 @@ def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
     name = algorithm.adv_estimator
     rewards, mask = batch["token_level_rewards"], batch["response_mask"]
     # statistics over the global batch: every model-parallel rank of a DP shard holds the same rows
-    reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.world_size // ctx.shape.actor_dp)
+    reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
     if name == "grpo":
         advantages, returns = estimators.grpo_advantage(rewards, mask, batch["uid"],
                                                         norm_by_std=algorithm.norm_adv_by_std_in_grpo)

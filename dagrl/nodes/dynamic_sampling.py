@@ -59,10 +59,10 @@ def keep_counts(counts: np.ndarray, goal: int) -> np.ndarray:
 
 def _shard_counts(groups: int, ctx: StepContext) -> np.ndarray:
     """Kept groups of every rollout-DP shard (one rank per rollout-TP group reports; its peers hold copies)."""
-    shape = ctx.shape
-    local = torch.zeros(shape.rollout_dp, dtype=torch.float64)
-    if ctx.rank % shape.rollout_tp == 0:
-        local[ctx.rank // shape.rollout_tp] = groups
+    layout = ctx.shape.layout
+    local = torch.zeros(layout.rollout_dp, dtype=torch.float64)
+    if layout.is_rollout_tp_leader(ctx.rank):
+        local[layout.rollout_dp_rank(ctx.rank)] = groups
     # a world sum (model_parallel_size=1): every shard has exactly one reporting rank
     return data_parallel_sums(local, model_parallel_size=1).round().long().numpy()
 
@@ -102,7 +102,7 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
             break
         current, _ = _generate_round(ctx, len(rounds))
 
-    take = keep_counts(np.stack(counts), goal)[:, ctx.rank // ctx.shape.rollout_tp]
+    take = keep_counts(np.stack(counts), goal)[:, rollout_dp_rank(ctx)]
     parts = [round_batch.select(np.concatenate(groups[:count]))
              for round_batch, groups, count in zip(rounds, kept, take) if count]
     out = Batch.concat(parts) if parts else batch.select([])  # a rank may contribute no group
@@ -114,7 +114,7 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
 
 def _goal_at_limit(ctx: StepContext, total: int, rounds: int) -> int:
     options = ctx.cfg.algorithm.filter_groups
-    target, dp = ctx.cfg.data.train_batch_size, ctx.shape.actor_dp
+    target, dp = ctx.cfg.data.train_batch_size, ctx.shape.layout.dp
     found = (f"only {total} of data.train_batch_size={target} groups had a varying "
              f"algorithm.filter_groups.metric={options.metric} after {rounds} generation batches "
              f"(algorithm.filter_groups.max_num_gen_batches={options.max_num_gen_batches})")

@@ -41,8 +41,7 @@ def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     mask = batch["response_mask"].float()
     metrics = {"actor/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()}
     if "rollout_log_probs" in batch:
-        reduce_sum = functools.partial(data_parallel_sums,
-                                       model_parallel_size=ctx.shape.world_size // ctx.shape.actor_dp)
+        reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
         metrics.update(rollout_mismatch(log_probs, batch["rollout_log_probs"], batch["response_mask"], reduce_sum))
     return batch, metrics
 

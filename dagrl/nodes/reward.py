@@ -39,7 +39,7 @@ def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str,
     # another layout) keep the same coefficient
     per_sequence = kl.sum(-1) / mask.sum(-1).clamp(min=1)
     totals = data_parallel_sums(torch.stack([per_sequence.sum().double(), torch.tensor(float(len(batch)),
-                                             dtype=torch.float64)]), ctx.shape.world_size // ctx.shape.actor_dp)
+                                             dtype=torch.float64)]), ctx.shape.layout.model_parallel_size)
     responses = int(round(float(totals[1])))
     sequence_kl = float(totals[0]) / max(responses, 1)
     ctx.kl_ctrl.update(sequence_kl, n_steps=responses)

@@ -56,7 +56,7 @@ def sampling_seed(base_seed: int, step: int, rollout_dp_rank: int, purpose: str)
 
 def rollout_dp_rank(ctx: StepContext) -> int:
     """Consecutive ranks form one rollout-TP group and share a data shard."""
-    return ctx.rank // ctx.shape.rollout_tp
+    return ctx.shape.layout.rollout_dp_rank(ctx.rank)
 
 
 def train_sampling(ctx: StepContext) -> SamplingSpec:

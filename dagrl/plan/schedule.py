@@ -86,7 +86,7 @@ def critic_schedule(cfg: Cfg, shape: RunShape) -> CriticSchedule:
     return CriticSchedule(mini_batches=cfg.data.train_batch_size // critic.ppo_mini_batch_size,
                           ppo_epochs=critic.ppo_epochs,
                           mini_batch_rows_per_rank=critic.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
-                          // shape.actor_dp,
+                          // shape.layout.dp,
                           micro_batch=critic.ppo_micro_batch_size_per_gpu,
                           forward_micro_batch=critic.forward_micro_batch_size_per_gpu)
 
@@ -103,7 +103,7 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
     return Schedule(
         prompts=prompts, n=n, layout=shape.layout,
         mini_batches=prompts // actor.ppo_mini_batch_size, ppo_epochs=actor.ppo_epochs,
-        mini_batch_rows_per_rank=actor.ppo_mini_batch_size * n // shape.actor_dp,
+        mini_batch_rows_per_rank=actor.ppo_mini_batch_size * n // shape.layout.dp,
         micro_batch=actor.ppo_micro_batch_size_per_gpu,
         old_log_prob_micro_batch=None if skips_old_log_prob(cfg)
         else cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu,

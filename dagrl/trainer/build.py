@@ -13,7 +13,7 @@ import torch
 from dagrl.config.checks import as_list
 from dagrl.config.derived import needs_reference
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import RunShape, layout_from_config
+from dagrl.config.validate import RunShape
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
     megatron = cfg.actor_rollout_ref.actor.megatron
     return MegatronEngineSpec(
         model_path=os.path.expanduser(model.path),
-        layout=layout_from_config(megatron),
+        layout=shape.parallel,
         optim=optim,
         param_dtype=_DTYPES[megatron.param_dtype],
         use_distributed_optimizer=megatron.use_distributed_optimizer,
@@ -73,6 +73,7 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         grad_offload=megatron.grad_offload,
         optimizer_offload=megatron.optimizer_offload,
         remove_padding=model.use_remove_padding,
+        fp32_lm_head=model.fp32_lm_head,
         dist_checkpoint_path=os.path.expanduser(megatron.dist_checkpointing_path)
         if megatron.use_dist_checkpointing else None,
     )
@@ -103,7 +104,7 @@ def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
     return MegatronCriticEngine(dataclasses.replace(
         spec, model_path=os.path.expanduser(critic.model.path) if critic.model.path else spec.model_path,
         seed=critic.megatron.seed, gradient_checkpointing=critic.model.enable_gradient_checkpointing,
-        remove_padding=critic.model.use_remove_padding,
+        remove_padding=critic.model.use_remove_padding, fp32_lm_head=False,  # a value head, not an LM head
         trainable_top_layers=None, dist_checkpoint_path=None, param_offload=critic.megatron.param_offload,
         grad_offload=critic.megatron.grad_offload, optimizer_offload=critic.megatron.optimizer_offload))
 
@@ -114,7 +115,8 @@ def build_rollout(cfg: Cfg, shape: RunShape, tokenizer, device: torch.device):
         from dagrl.engine.rollout.hf import HFRollout
 
         return HFRollout(os.path.expanduser(cfg.actor_rollout_ref.model.path), eos_token_ids(cfg, tokenizer),
-                         pad_token_id(tokenizer), device=device, dtype=_DTYPES[rollout.dtype])
+                         pad_token_id(tokenizer), device=device, dtype=_DTYPES[rollout.dtype],
+                         fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head)
     from dagrl.engine.rollout.vllm import VLLMRollout
 
     return VLLMRollout(vllm_spec(cfg, shape), eos_token_ids(cfg, tokenizer), pad_token_id(tokenizer))
@@ -132,6 +134,7 @@ def vllm_spec(cfg: Cfg, shape: RunShape):
         enforce_eager=rollout.enforce_eager, free_cache_engine=rollout.free_cache_engine,
         enable_chunked_prefill=rollout.enable_chunked_prefill, enable_prefix_caching=rollout.enable_prefix_caching,
         load_format=rollout.load_format, calculate_log_probs=rollout.calculate_log_probs,
+        fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head,
         engine_kwargs=rollout.engine_kwargs.vllm.to_dict())
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from dagrl.config.errors import ConfigError
+from dagrl.config.tree import Cfg
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,39 @@ def check_resume_path(path: str | None) -> Path:
         raise ConfigError(key, f"{key}={path} is not a complete dagrl checkpoint (no {MARKER}); point it at a "
                                f"global_step_N directory that has one")
     return resolved
+
+
+def resume_target(trainer: Cfg) -> Path | None:
+    """The checkpoint `trainer.resume_mode` resumes from: trainer.resume_from_path (resume_path), the newest
+    complete one under trainer.default_local_dir (auto), or None (disable, or auto before the first save)."""
+    if trainer.resume_mode == "disable":
+        return None
+    if trainer.resume_mode == "resume_path":
+        return check_resume_path(trainer.resume_from_path)
+    found = complete_checkpoints(Path(os.path.expanduser(trainer.default_local_dir)))
+    return found[-1][1] if found else None
+
+
+def check_resume(cfg: Cfg, has_critic: bool) -> None:
+    """Pre-flight of the checkpoint the run will resume from, so that a mismatch stops it in one line before any
+    model is built (the engines would find it only when loading, minutes later): its actor part holds every part
+    actor.checkpoint.load_contents asks for, and a run with a critic finds the critic's part."""
+    path = resume_target(cfg.trainer)
+    if path is None:
+        return
+    # imports torch (reading the checkpoint), not megatron
+    from dagrl.config.checks import as_config_error, as_list
+    from dagrl.engine.megatron.checkpoint import restorable_parts, saved_contents
+
+    source = "trainer.resume_from_path" if cfg.trainer.resume_mode == "resume_path" else "trainer.default_local_dir"
+    with as_config_error(source):
+        held = saved_contents(str(path / "actor"))
+    load_contents = tuple(as_list(cfg.actor_rollout_ref.actor.checkpoint.load_contents))
+    with as_config_error("actor_rollout_ref.actor.checkpoint.load_contents"):
+        restorable_parts(str(path / "actor"), load_contents, held)
+    if has_critic and not (path / "critic").is_dir():
+        raise ConfigError(source, f"{path} has no critic/ checkpoint (saved by a run without a critic): resume a PPO "
+                                  f"run from its own checkpoints")
 
 
 class CheckpointManager:

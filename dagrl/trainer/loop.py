@@ -20,11 +20,12 @@ from dagrl.dag.graph import graph_from_config, run_graph
 from dagrl.data.batch import Batch
 from dagrl.data.sampler import EpochSampler, rank_share
 from dagrl.engine.base import SamplingSpec
+from dagrl.engine.specs import WorldLayout
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.nodes.rollout import rollout_session, sampling_seed
 from dagrl.trainer import build
-from dagrl.trainer.checkpoint import CheckpointManager, check_resume_path
+from dagrl.trainer.checkpoint import CheckpointManager, resume_target
 from dagrl.trainer.tracking import Tracker, dump_generations, mlflow_tracking_uri, tensorboard_dir
 from dagrl.utils import dist
 from dagrl.utils.faults import fault_point
@@ -82,28 +83,18 @@ class Trainer:
     @property
     def rollout_dp_rank(self) -> int:
         """Consecutive ranks form one rollout-TP group and share a data shard."""
-        return self.rank // self.shape.rollout_tp
+        return self.shape.layout.rollout_dp_rank(self.rank)
 
     # ---- checkpoints ----------------------------------------------------------------------------
     def resume(self) -> int:
         """Load the checkpoint trainer.resume_mode asks for; return its step (0 when starting fresh)."""
-        mode = self.cfg.trainer.resume_mode
         self.checkpoints.clear_partial()
-        if mode == "disable":
+        path = resume_target(self.cfg.trainer)
+        if path is None:
             return 0
-        if mode == "resume_path":
-            path = check_resume_path(self.cfg.trainer.resume_from_path)
-        else:
-            latest = self.checkpoints.latest()
-            if latest is None:
-                return 0
-            path = latest[1]
         state = torch.load(path / "data.pt", weights_only=False)
         self.ctx.actor.load_checkpoint(str(path / "actor"))
-        if self.ctx.critic is not None:
-            if not (path / "critic").is_dir():
-                raise FileNotFoundError(f"{path} has no critic/ checkpoint (saved by a run without a critic); "
-                                        f"resume a PPO run from its own checkpoints")
+        if self.ctx.critic is not None:  # pre-flight (check_resume) made sure the checkpoint has critic/
             self.ctx.critic.load_checkpoint(str(path / "critic"))
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
@@ -140,8 +131,9 @@ class Trainer:
         val = cfg.val_kwargs
         sampling = SamplingSpec(n=val.n, temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
                                 do_sample=val.do_sample, response_length=self.shape.response_length)
-        positions = np.array_split(np.arange(len(self.val_data)), self.shape.rollout_dp)[self.rollout_dp_rank]
-        chunk = max(self.cfg.data.train_batch_size * cfg.n // self.shape.rollout_dp, 1)
+        rollout_dp = self.shape.layout.rollout_dp
+        positions = np.array_split(np.arange(len(self.val_data)), rollout_dp)[self.rollout_dp_rank]
+        chunk = max(self.cfg.data.train_batch_size * cfg.n // rollout_dp, 1)
         records: list[dict] = []
         with rollout_session(self.ctx):
             for start in range(0, len(positions), chunk):
@@ -153,7 +145,7 @@ class Trainer:
                 for row in range(len(batch)):
                     records.append({"data_source": batch["data_source"][row], "index": int(batch["index"][row]),
                                     "score": float(scores[row].sum()), "response": texts[row]})
-        records = _gather_records(records, self.shape.rollout_tp)
+        records = _gather_records(records, self.shape.layout)
         if self.cfg.trainer.validation_data_dir and self.rank == 0:
             dump_generations(self.cfg.trainer.validation_data_dir, step, records)
         return val_metrics(records, sampling.n)
@@ -163,7 +155,7 @@ class Trainer:
         """This rank's rollout-DP shard of the sampler's next global batch (round > 0: extra prompts a node
         draws within the step, e.g. dynamic sampling)."""
         _, indices = self.sampler.next_batch()
-        mine = rank_share(len(indices), self.rollout_dp_rank, self.shape.rollout_dp)
+        mine = rank_share(len(indices), self.rollout_dp_rank, self.shape.layout.rollout_dp)
         batch = self.train_data.rows(indices[mine])  # only this rank's rows are read and tokenized
         # unique over ranks, steps and rounds
         batch["uid"] = [f"{step}:{round_index}:{int(position)}" for position in mine]
@@ -218,8 +210,9 @@ class Trainer:
         fault_point("rollout", step)
         batch, metrics = run_graph(self.graph, self.ctx, batch, timer=_with_faults(timer, step))
         seconds = time.perf_counter() - start
-        # the batch is in the actor layout: each DP shard is held by world/actor_dp ranks; count tokens per GPU
-        tokens = float(batch["attention_mask"].sum()) * self.shape.actor_dp / self.world
+        # the batch is in the actor layout: each DP shard is held by the TP x PP x CP ranks of one model-parallel
+        # group; count tokens per GPU
+        tokens = float(batch["attention_mask"].sum()) / self.shape.layout.model_parallel_size
         metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
         metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds,
                         "training/global_step": float(step)})
@@ -236,13 +229,13 @@ def _with_faults(timer: Timer, step: int) -> Callable[[str], contextlib.Abstract
     return timed
 
 
-def _gather_records(records: list[dict], rollout_tp: int) -> list[dict]:
+def _gather_records(records: list[dict], layout: WorldLayout) -> list[dict]:
     """Every rank's validation records, one copy per rollout-TP group."""
     if dist.world_size() == 1:
         return records
     gathered: list[list[dict]] = [None] * dist.world_size()  # type: ignore[list-item]
     torch.distributed.all_gather_object(gathered, records)
-    return [record for rank, part in enumerate(gathered) if rank % rollout_tp == 0 for record in part]
+    return [record for rank, part in enumerate(gathered) if layout.is_rollout_tp_leader(rank) for record in part]
 
 
 def val_metrics(records: list[dict], n: int) -> dict[str, float]:

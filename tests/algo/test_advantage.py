@@ -20,6 +20,7 @@ from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import CHOICES, preflight
 from dagrl.data.batch import Batch
+from dagrl.engine.specs import WorldLayout
 from dagrl.nodes.advantage import compute_advantage
 
 
@@ -125,7 +126,7 @@ def test_whitening_uses_the_reduced_statistics():
 def _ctx(estimator: str, **algorithm) -> SimpleNamespace:
     cfg = Cfg({"algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0,
                              "lam": 1.0, **algorithm}})
-    return SimpleNamespace(cfg=cfg, shape=SimpleNamespace(world_size=1, actor_dp=1))
+    return SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1)))
 
 
 def _batch() -> Batch:

@@ -8,6 +8,7 @@ import torch
 from dagrl.algo.kl import KLController, kl_penalty
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
+from dagrl.engine.specs import WorldLayout
 from dagrl.nodes.reward import apply_kl_in_reward
 
 
@@ -56,7 +57,7 @@ def test_unknown_controller_type_is_an_error():
 def _kl_ctx(kind: str) -> SimpleNamespace:
     cfg = Cfg({"algorithm": {"use_kl_in_reward": True, "kl_penalty": "k1"}})
     return SimpleNamespace(cfg=cfg, kl_ctrl=KLController(kind, kl_coef=0.1, target_kl=0.1, horizon=100),
-                           shape=SimpleNamespace(world_size=1, actor_dp=1))
+                           shape=SimpleNamespace(layout=WorldLayout(1)))
 
 
 def _kl_batch() -> Batch:

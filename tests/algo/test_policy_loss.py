@@ -23,6 +23,7 @@ from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import CHOICES
 from dagrl.data.batch import Batch
+from dagrl.engine.specs import WorldLayout
 from dagrl.nodes.actor import policy_loss_spec, update_actor
 
 
@@ -234,7 +235,7 @@ def test_actor_node_weights_each_mini_batch_by_the_configured_mode(loss_mode, mo
                        f"actor_rollout_ref.actor.loss_agg_mode={mode}", "actor_rollout_ref.rollout.n=1",
                        "data.train_batch_size=7", "actor_rollout_ref.actor.ppo_mini_batch_size=7"]))
     engine = _RecordingEngine()
-    ctx = SimpleNamespace(cfg=cfg, shape=SimpleNamespace(world_size=1, actor_dp=1, response_length=4),
+    ctx = SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1), response_length=4),
                           actor=engine, step=1, versions=SimpleNamespace(actor=0))
     spec = policy_loss_spec(ctx)
     assert (spec.loss_mode, spec.loss_agg_mode, spec.loss_scale_factor) == (loss_mode, mode, 4)

@@ -49,6 +49,21 @@ def test_dp_rank_matches_megatron_rank_generator():
             assert len({spec.dp_rank(rank) for rank in group}) == 1, spec
 
 
+def test_each_rollout_shard_has_one_tp_leader_its_first_rank():
+    """The ranks that speak for a rollout shard (metadata in the layout move, kept-group counts, validation
+    records): one per rollout-TP group, in shard order."""
+    for spec in layouts():
+        shards: dict[int, list[int]] = {}
+        for rank in range(spec.world_size):
+            shards.setdefault(spec.rollout_dp_rank(rank), []).append(rank)
+        assert sorted(shards) == list(range(spec.rollout_dp)), spec
+        for ranks in shards.values():
+            assert len(ranks) == spec.rollout_tp and ranks == list(range(ranks[0], ranks[0] + spec.rollout_tp))
+            assert [spec.is_rollout_tp_leader(rank) for rank in ranks] == [True] + [False] * (len(ranks) - 1)
+        leaders = [rank for rank in range(spec.world_size) if spec.is_rollout_tp_leader(rank)]
+        assert [spec.rollout_dp_rank(rank) for rank in leaders] == list(range(spec.rollout_dp)), spec
+
+
 @pytest.mark.parametrize("balance", [False, True])
 def test_every_layout_gets_whole_groups_once_and_model_parallel_ranks_agree(balance):
     n = 4
@@ -70,7 +85,7 @@ def test_every_layout_gets_whole_groups_once_and_model_parallel_ranks_agree(bala
             assert len({spec.dp_rank(r) for r in range(spec.world_size)}) == dp
             for r in range(spec.world_size):
                 peers = [q for q in range(spec.world_size) if spec.dp_rank(q) == spec.dp_rank(r)]
-                assert len(peers) == spec.tp * spec.pp * spec.cp
+                assert len(peers) == spec.model_parallel_size == spec.tp * spec.pp * spec.cp
                 assert all(np.array_equal(per_rank[q], per_rank[r]) for q in peers)
             again = plan_rows(list(uids), tokens.copy(), dp, mini, balance)
             assert all(np.array_equal(a, b) for a, b in zip(plan.rows, again.rows))  # deterministic
@@ -205,12 +220,11 @@ def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, ti
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     data = compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path, **{"trainer.n_gpus_per_node": 2}))
-    assert preflight(Cfg(data)).actor_dp == 2
+    assert preflight(Cfg(data)).layout.dp == 2
     tp2 = compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path, **{
         "trainer.n_gpus_per_node": 2, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}))
     shape = preflight(Cfg(tp2))  # rollout DP 2, actor DP 1: the layout node bridges them
-    assert (shape.rollout_dp, shape.actor_dp) == (2, 1)
     assert (shape.layout.rollout_dp, shape.layout.dp, shape.layout.tp, shape.layout.world_size) == (2, 1, 2, 2)
     data["dag"]["nodes"] = [node for node in data["dag"]["nodes"] if node["id"] != "to_actor_layout"]
     with pytest.raises(ConfigError, match="2 processes but the graph has no node with fn "

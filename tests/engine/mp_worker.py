@@ -91,17 +91,6 @@ BATCHING = {
         ("ep2_dynamic", L(expert_model_parallel_size=2), {}, 16),
         ("ep2_packed_dynamic", L(expert_model_parallel_size=2), {"remove_padding": True}, 16),
     ],
-    # Context parallelism (GPUs with TransformerEngine: THD attention): every CP rank's log-probs, loss and
-    # grad norm against HF's. 2 GPUs: CP2; 4 GPUs: TP2+SP x CP2 and CP2 x DP2.
-    "gpu_cp2": [
-        ("cp2_packed", L(context_parallel_size=2), {"remove_padding": True}, None),
-        ("cp2_packed_dynamic", L(context_parallel_size=2), {"remove_padding": True}, 16),
-    ],
-    "gpu_cp2_4": [
-        ("tp2_sp_cp2_packed", L(tensor_model_parallel_size=2, sequence_parallel=True, context_parallel_size=2),
-         {"remove_padding": True}, 16),
-        ("cp2_dp2_packed_dynamic", L(context_parallel_size=2), {"remove_padding": True}, 16),
-    ],
 }
 # GPU numerics differ from the CPU HF reference: TransformerEngine runs fp32 GEMMs in TF32 (it has no switch), so
 # the GPU test scales the relative tolerances (DAGRL_TOL) and sets an absolute one on weights (DAGRL_WEIGHT_TOL).
@@ -173,7 +162,10 @@ def check_layout(label: str, layout: ParallelLayout, kwargs: dict, load_from: st
         record.write_text(json.dumps({"layout": label, "names": names}, indent=0))
 
     # Export round trip of the untouched import, on every rank.
-    original = per_expert_names(load_hf(Path(model_dir)).state_dict())
+    hf_model = load_hf(Path(model_dir))
+    original = per_expert_names(hf_model.state_dict())
+    if hf_model.config.tie_word_embeddings:  # the export (like HF's files) has no lm_head.weight then
+        original.pop("lm_head.weight")
     weights = exported(engine, bucket_bytes=30_000)
     assert set(weights) == set(original), (label, set(weights) ^ set(original))
     assert all(torch.equal(weights[n], original[n]) for n in weights), f"{label}: export is not bit-exact"

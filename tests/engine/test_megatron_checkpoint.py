@@ -226,6 +226,33 @@ def test_preflight_accepts_a_dist_checkpoint_dir(tiny_model, tiny_data, tmp_path
         "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra,hf_model]"}))
 
 
+def test_resuming_parts_the_checkpoint_lacks_fails_in_preflight(tiny_model, tiny_data, tmp_path):
+    """load_contents asking for parts the checkpoint to resume does not hold (auto or resume_path), or a PPO run
+    resuming a checkpoint without critic/, stops in pre-flight (before any model is built) in one line naming the
+    key; asking for what is there passes."""
+    from dagrl.config.errors import ConfigError
+    from dagrl.config.validate import preflight
+    from dagrl.trainer.checkpoint import CheckpointManager
+
+    actor = engine(tiny_model, save_contents=("model",))
+    root = tmp_path / "run"  # compose_cfg's trainer.default_local_dir
+    CheckpointManager(str(root), None, 0, lambda: None).save(2, lambda tmp: actor.save_checkpoint(str(tmp / "actor")))
+    model_only = {"actor_rollout_ref.actor.checkpoint.load_contents": "[model]"}
+    ppo = {"dag": "ppo", "algorithm.adv_estimator": "gae", **model_only}
+    resume_path = {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(root / "global_step_2")}
+    for mode, source in (({}, "trainer.default_local_dir"), (resume_path, "trainer.resume_from_path")):
+        with pytest.raises(ConfigError) as error:  # load_contents defaults to save_contents: model, optimizer, extra
+            preflight(compose_cfg(tiny_model, tiny_data, tmp_path, **mode))
+        message = str(error.value)
+        assert error.value.key == "actor_rollout_ref.actor.checkpoint.load_contents" and "\n" not in message
+        assert "cannot restore ['optimizer', 'extra']" in message and "to a subset of ['model']" in message
+        preflight(compose_cfg(tiny_model, tiny_data, tmp_path, **mode, **model_only))
+        with pytest.raises(ConfigError, match="has no critic/ checkpoint") as error:
+            preflight(compose_cfg(tiny_model, tiny_data, tmp_path, **mode, **ppo))
+        assert error.value.key == source
+    preflight(compose_cfg(tiny_model, tiny_data, tmp_path, **{"trainer.default_local_dir": str(tmp_path / "new")}))
+
+
 @pytest.mark.parametrize("actor_offload, ref_offload", [(False, True), (True, False)])
 def test_reference_param_offload_is_its_own_flag(tiny_model, tiny_data, tmp_path, actor_offload, ref_offload):
     from dagrl.config.validate import preflight

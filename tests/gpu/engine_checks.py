@@ -6,6 +6,9 @@ usage: torchrun --nproc-per-node N engine_checks.py CHECK WORK_DIR [FAMILY]
           bit for bit across the ranks of the tensor-parallel group.
   offload (1 GPU) bytes each of param, grad and optimizer offload frees (torch.cuda.mem_get_info), and the next
           step's loss with offload cycles and with every offload flag on, against a run without offload.
+  cp      (2 GPUs) packed (THD) sequences in bf16, CP1 (= DP2) and CP2, against padded rows on the same weights:
+          log-probs, loss and grad norm, with micro-batches of fixed size and by token budget; and whether packing
+          runs in fp32 (TransformerEngine's THD attention had no fp32 kernel at CP2).
 Writes WORK_DIR/result.json; the test asserts on it.
 """
 from __future__ import annotations
@@ -113,7 +116,77 @@ def parity(work: Path, family: str) -> list[dict]:
                         "vs_fp32_mean_abs_diff": float((a - d).abs().mean()),
                         "hf_bf16_vs_fp32_mean_abs_diff": float((b - d).abs().mean()),
                         "mean_log_prob": float(b.mean()), "tokens": int(mask.sum())})
+    # fp32_lm_head: the engine's fp32 logits (through the TP2+SP output layer) against HF's bf16 body + fp32 head
+    del engine
+    ps.destroy_model_parallel()
+    engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(path), layout=layout, param_dtype=torch.bfloat16,
+                                                    fp32_lm_head=True))
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(DEVICE).eval()
+    mine, _ = engine.compute_log_prob(batch, micro_batch_size=2, temperature=1.0, with_entropy=False)
+    copies = [torch.empty_like(mine) for _ in range(dist.get_world_size(ps.get_tensor_model_parallel_group()))]
+    dist.all_gather(copies, mine, group=ps.get_tensor_model_parallel_group())
+    a, c = mine[mask].double(), hf_log_probs(hf, batch, True)[mask].double()
+    results.append({"family": family, "fp32_lm_head": True, "bit_equal_across_tp": all(torch.equal(copies[0], x)
+                                                                                      for x in copies),
+                    "cosine": float(torch.nn.functional.cosine_similarity(a, c, dim=0)),
+                    "mean_abs_diff": float((a - c).abs().mean()), "max_abs_diff": float((a - c).abs().max())})
     return results
+
+
+def _packed_run(path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: int,
+                max_token_len: int | None) -> dict:
+    """Log-probs of every row (gathered over DP), loss and grad norm of one step, at one layout and packing."""
+    from megatron.core import parallel_state as ps
+
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+    engine = MegatronActorEngine(MegatronEngineSpec(
+        model_path=str(path), layout=ParallelLayout(context_parallel_size=cp), param_dtype=dtype,
+        remove_padding=packed, optim=OptimSpec(lr=1e-5, total_training_steps=10)))
+    dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    rows = batch.chunk(dp)[dp_rank]
+    log_probs, _ = engine.compute_log_prob(rows, micro_batch_size=1, temperature=1.0, with_entropy=False,
+                                           max_token_len=max_token_len)
+    every = [torch.empty_like(log_probs) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, log_probs)  # rank order = DP order at CP1; at CP2 both ranks hold all rows
+    metrics = engine.train_step(rows, sum_loss, micro_batch_size=1, temperature=1.0, max_token_len=max_token_len)
+    return {"log_probs": torch.cat(every) if dp > 1 else log_probs, "loss": metrics["loss"],
+            "grad_norm": metrics["actor/grad_norm"], "ranks_equal": dp > 1 or all(torch.equal(every[0], x) for x in every)}
+
+
+def _compare(label: str, got: dict, want: dict, mask: torch.Tensor) -> dict:
+    a, b = got["log_probs"][mask].double(), want["log_probs"][mask].double()
+    return {"case": label, "ranks_equal": got["ranks_equal"], "log_prob_mean_abs_diff": float((a - b).abs().mean()),
+            "log_prob_max_abs_diff": float((a - b).abs().max()),
+            "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+            "loss": [want["loss"], got["loss"]], "grad_norm": [want["grad_norm"], got["grad_norm"]]}
+
+
+def context_parallel(work: Path) -> dict:
+    """bf16: packed (THD) CP1 and CP2 against padded CP1, with fixed micro-batches and by token budget; fp32: does
+    packing run at all (TransformerEngine has no fp32 THD kernel) and match padded."""
+    path = work / "qwen3"
+    if dist.get_rank() == 0:
+        save_random_model("qwen3", path, torch.bfloat16)
+    dist.barrier()
+    vocab = hf_config("qwen3", SHAPES["qwen3"][0]).vocab_size
+    batch = random_batch(rows=4, prompt=96, response=160, vocab=vocab, seed=1).to(DEVICE)
+    mask = batch["response_mask"].bool()
+    cases = []
+    for budget in (None, 300):  # micro-batches of one row, then by token budget (dynamic batch size)
+        padded = _packed_run(path, batch, torch.bfloat16, False, 1, budget)
+        for cp in (1, 2):
+            cases.append(_compare(f"bf16 packed CP{cp} budget={budget}",
+                                  _packed_run(path, batch, torch.bfloat16, True, cp, budget), padded, mask))
+    fp32 = {"padded": _packed_run(path, batch, torch.float32, False, 1, None)}
+    try:
+        fp32["compare"] = _compare("fp32 packed CP1", _packed_run(path, batch, torch.float32, True, 1, None),
+                                   fp32["padded"], mask)
+    except Exception as err:  # recorded: whether fp32 packing can run on this TransformerEngine
+        fp32["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+    return {"bf16": cases, "fp32_packed": fp32.get("compare") or fp32.get("error")}
 
 
 def free_bytes() -> int:
@@ -169,7 +242,9 @@ def main() -> None:
     from dagrl.engine.megatron.parallel import init_distributed
     init_distributed()
     work.mkdir(parents=True, exist_ok=True)
-    result = parity(work, sys.argv[3]) if check == "parity" else offload(work)
+    checks = {"parity": lambda: parity(work, sys.argv[3]), "offload": lambda: offload(work),
+              "cp": lambda: context_parallel(work)}
+    result = checks[check]()
     results = [None] * dist.get_world_size()
     dist.all_gather_object(results, result)
     if dist.get_rank() == 0:

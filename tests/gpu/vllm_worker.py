@@ -1,6 +1,9 @@
 """The vLLM rollout colocated with the Megatron actor, one layout per launch (run by test_vllm_rollout.py).
 
-usage: torchrun --nproc-per-node N vllm_worker.py ACTOR_TP ROLLOUT_TP WORK_DIR
+usage: torchrun --nproc-per-node N vllm_worker.py ACTOR_TP ROLLOUT_TP WORK_DIR [ACTOR_PP]
+  env DAGRL_FAMILY=qwen3_moe: a random Qwen3-MoE (actor EP = DAGRL_ACTOR_EP, default 1) instead of a dense Qwen3;
+  env DAGRL_FP32_HEAD=1: fp32_lm_head on both sides (the actor's output layer and vLLM's head_dtype=float32);
+  env DAGRL_MODEL_DIR: a real HF model directory instead of the random one, prompted with arithmetic questions.
 A launch builds a random Qwen3-shaped model, a bf16 Megatron actor at ACTOR_TP and an in-process vLLM engine at
 ROLLOUT_TP (load_format=dummy: only the sync gives it real weights), then runs the rollout node's memory
 choreography and checks: greedy tokens are HF's argmax on the synced weights (up to bf16 near-ties), vLLM's log-probs match the actor's,
@@ -10,6 +13,7 @@ bad tensor fails the sync by name. Rank 0 writes WORK_DIR/result.json; a failed 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,15 +29,24 @@ from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout, Sam
 from tests.engine.engine_helpers import sum_loss  # noqa: E402
 
 EOS, PAD, VOCAB, PROMPTS, RESPONSE = 2, 0, 1024, 8, 16
+FAMILY = os.environ.get("DAGRL_FAMILY", "qwen3")
+FP32_HEAD = os.environ.get("DAGRL_FP32_HEAD") == "1"
+ACTOR_EP = int(os.environ.get("DAGRL_ACTOR_EP", "1"))
+REAL_MODEL = os.environ.get("DAGRL_MODEL_DIR")
 
 
 def make_model(path: Path) -> None:
     """A random Qwen3 whose logits are peaked (scaled head), so bf16 greedy decoding has no near-ties."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                         num_attention_heads=8, num_key_value_heads=4, head_dim=32, max_position_embeddings=512,
-                         tie_word_embeddings=False, eos_token_id=EOS, pad_token_id=PAD, bos_token_id=1)
+    shape = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                 num_key_value_heads=4, head_dim=32, max_position_embeddings=512, tie_word_embeddings=False,
+                 eos_token_id=EOS, pad_token_id=PAD, bos_token_id=1)
+    if FAMILY == "qwen3_moe":
+        config = Qwen3MoeConfig(**shape, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128,
+                                decoder_sparse_step=1, norm_topk_prob=True)
+    else:
+        config = Qwen3Config(**shape)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
@@ -55,6 +68,23 @@ def prompts_batch() -> Batch:
                  {"uid": [str(row) for row in range(PROMPTS)]})
 
 
+def question_batch(model_dir: str) -> Batch:
+    """Left-padded chat prompts of arithmetic questions, tokenized by the real model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}? Answer with a number."}],
+                                           tokenize=False, add_generation_prompt=True)
+             for a, b in [(3, 4), (12, 9), (25, 17), (8, 8), (40, 2), (19, 23), (7, 36), (51, 14)]]
+    rows = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    width = max(map(len, rows))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
+                 {"uid": [str(row) for row in range(len(rows))]})
+
+
 def hf_greedy_margins(model_dir: Path, weights: dict[str, torch.Tensor], out: Batch) -> dict[str, float]:
     """Teacher-force vLLM's greedy responses through HF (fp32 compute on the synced bf16 weights): at each
     response position, how far vLLM's token is below HF's best logit, relative to that position's logit range.
@@ -62,8 +92,10 @@ def hf_greedy_margins(model_dir: Path, weights: dict[str, torch.Tensor], out: Ba
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
-    missing, unexpected = model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
-    assert not unexpected and not [m for m in missing if "rotary" not in m], (missing, unexpected)
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in fused_experts(weights).items()},
+                                                strict=False)
+    tied = ["lm_head.weight"] if model.config.tie_word_embeddings else []  # the export leaves the tied head out
+    assert not unexpected and not [m for m in missing if "rotary" not in m and m not in tied], (missing, unexpected)
     batch = out.to("cuda")
     response_len = batch["responses"].shape[1]
     with torch.no_grad():
@@ -74,6 +106,26 @@ def hf_greedy_margins(model_dir: Path, weights: dict[str, torch.Tensor], out: Ba
     mask = batch["response_mask"].bool()
     relative = ((best - chosen) / (best - worst))[mask]
     return {"argmax_fraction": (relative == 0).float().mean().item(), "max_relative_gap": relative.max().item()}
+
+
+def fused_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The export's per-expert tensors (experts.{e}.gate_proj/up_proj/down_proj.weight) in transformers 5's fused
+    in-memory layout (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I])."""
+    import re
+
+    out, experts = {}, {}
+    for name, tensor in weights.items():
+        match = re.match(r"(.*\.mlp\.experts\.)(\d+)\.(gate_proj|up_proj|down_proj)\.weight$", name)
+        if match is None:
+            out[name] = tensor
+        else:
+            experts.setdefault(match.group(1), {}).setdefault(match.group(3), {})[int(match.group(2))] = tensor
+    for prefix, parts in experts.items():
+        order = sorted(parts["down_proj"])
+        out[prefix + "gate_up_proj"] = torch.stack([torch.cat([parts["gate_proj"][e], parts["up_proj"][e]])
+                                                    for e in order])
+        out[prefix + "down_proj"] = torch.stack([parts["down_proj"][e] for e in order])
+    return out
 
 
 def vllm_tokens(batch: Batch) -> list[list[int]]:
@@ -119,20 +171,23 @@ def main() -> None:
 
     init_distributed()
     rank = dist.get_rank()
-    model_dir = work / "model"
-    if rank == 0:
+    model_dir = Path(REAL_MODEL) if REAL_MODEL else work / "model"
+    if rank == 0 and not REAL_MODEL:
         make_model(model_dir)
     dist.barrier()
-    result: dict = {"actor_tp": actor_tp, "actor_pp": actor_pp, "rollout_tp": rollout_tp, "world": dist.get_world_size()}
+    result: dict = {"actor_tp": actor_tp, "actor_pp": actor_pp, "actor_ep": ACTOR_EP, "rollout_tp": rollout_tp,
+                    "world": dist.get_world_size(), "family": FAMILY, "fp32_lm_head": FP32_HEAD}
     actor = MegatronActorEngine(MegatronEngineSpec(
         model_path=str(model_dir), layout=ParallelLayout(tensor_model_parallel_size=actor_tp,
-                                                         pipeline_model_parallel_size=actor_pp),
-        optim=OptimSpec(lr=2e-3, weight_decay=0.0, total_training_steps=10), param_dtype=torch.bfloat16))
+                                                         pipeline_model_parallel_size=actor_pp,
+                                                         expert_model_parallel_size=ACTOR_EP),
+        optim=OptimSpec(lr=2e-3, weight_decay=0.0, total_training_steps=10), param_dtype=torch.bfloat16,
+        fp32_lm_head=FP32_HEAD))
     free_before_engine = torch.cuda.mem_get_info()[0]
     start = time.perf_counter()
     rollout = VLLMRollout(VLLMRolloutSpec(model_path=str(model_dir), tensor_parallel_size=rollout_tp,
-                                          gpu_memory_utilization=0.3, max_model_len=128, calculate_log_probs=True),
-                          eos_token_ids=[EOS], pad_token_id=PAD)
+                                          gpu_memory_utilization=0.3, max_model_len=128, calculate_log_probs=True,
+                                          fp32_lm_head=FP32_HEAD), eos_token_ids=[EOS], pad_token_id=PAD)
     result["engine_start_s"] = time.perf_counter() - start
     engine_bytes = free_before_engine - torch.cuda.mem_get_info()[0]
 
@@ -148,7 +203,7 @@ def main() -> None:
         update_weights_bucket_megabytes=1)))  # small buckets: several loads per sync
     ctx = SimpleNamespace(cfg=cfg, actor=actor, rollout=rollout, reference=None, critic=None,
                           versions=WeightVersions(actor=0))
-    prompts = prompts_batch()
+    prompts = question_batch(REAL_MODEL) if REAL_MODEL else prompts_batch()
     greedy = SamplingSpec(n=1, do_sample=False, response_length=RESPONSE)
     sampled = SamplingSpec(n=2, temperature=1.0, response_length=RESPONSE)
 

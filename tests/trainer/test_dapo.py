@@ -59,10 +59,11 @@ class PlannedReward:
 
 
 def make_ctx(schedule: dict[int, str], actor_dp: int = 1, **overrides) -> StepContext:
-    """A world-of-one context whose round r draws prompts of kinds schedule[r] (one letter per prompt)."""
+    """Rank 0's context, whose round r draws prompts of kinds schedule[r] (one letter per prompt): the world is
+    one rollout-TP group of `actor_dp` ranks, so one rollout shard (this rank's) holds every prompt."""
     args = {"data.train_batch_size": 4, "actor_rollout_ref.rollout.n": N, **overrides}
     cfg = Cfg(compose(["dag=dapo", *(f"{k}={v}" for k, v in args.items())]))
-    shape = RunShape(world_size=1, rollout_tp=1, rollout_dp=1, actor_dp=actor_dp, prompt_length=2,
+    shape = RunShape(world_size=actor_dp, rollout_tp=actor_dp, prompt_length=2,
                      response_length=RESPONSE, grad_clip=1.0, train_rows=64, hf_config={})
 
     def draw(step: int, round_index: int) -> Batch:

@@ -106,11 +106,12 @@ def _sharded_state_dict(engine: "MegatronEngine", is_loading: bool, parts: Itera
 
 
 def _common(path: str) -> dict[str, Any]:
-    """The checkpoint's non-sharded part (written once, by rank 0); ValueError if it is no dagrl checkpoint."""
+    """The checkpoint's non-sharded part (written once, by rank 0); ValueError if it is no dagrl checkpoint.
+    megatron-core < 0.17 keeps it in common.pt, later versions inside the torch_dist files: megatron reads both."""
     from megatron.core import dist_checkpointing
 
-    if not (Path(path) / "metadata.json").is_file() or not (Path(path) / "common.pt").is_file():
-        raise ValueError(f"{path} is not a Megatron dist checkpoint (no metadata.json/common.pt)")
+    if not (Path(path) / "metadata.json").is_file():
+        raise ValueError(f"{path} is not a Megatron dist checkpoint (no metadata.json)")
     common = dist_checkpointing.load_common_state_dict(path)
     if not isinstance(common, dict) or "layout" not in common:
         raise ValueError(f"{path} is a Megatron dist checkpoint but not one written by dagrl (no layout record)")
@@ -206,13 +207,26 @@ def save(engine: "MegatronEngine", path: str) -> None:
     logger.info("saved Megatron checkpoint (%s) to %s", ", ".join(parts), path)
 
 
-def _parts_to_load(engine: "MegatronEngine", path: str, held: list[str]) -> list[str]:
-    wanted = [part for part in CONTENTS if part in (engine.spec.load_contents or held)]
+def saved_contents(path: str) -> list[str]:
+    """The parts the checkpoint at `path` holds, so that pre-flight can compare them with load_contents before
+    any model is built. ValueError if `path` is no dagrl Megatron checkpoint."""
+    return describe(path, _common(path))["contents"]
+
+
+def restorable_parts(path: str, load_contents: Iterable[str] | None, held: list[str]) -> list[str]:
+    """The Megatron parts of `load_contents` (None: every part `held`), in CONTENTS order; ValueError naming
+    load_contents when the checkpoint at `path` does not hold one of them."""
+    wanted = [part for part in CONTENTS if part in (load_contents or held)]
     missing = [part for part in wanted if part not in held]
     if missing:
         raise ValueError(f"checkpoint {path} holds only {held} (save_contents of the run that wrote it); it cannot "
                          f"restore {missing}: set actor_rollout_ref.actor.checkpoint.load_contents to a subset of "
                          f"{held}")
+    return wanted
+
+
+def _parts_to_load(engine: "MegatronEngine", path: str, held: list[str]) -> list[str]:
+    wanted = restorable_parts(path, engine.spec.load_contents, held)
     if engine.optimizer is None:
         return [part for part in wanted if part != "optimizer"]
     if "optimizer" not in wanted:
@@ -262,7 +276,7 @@ def load_model_weights(modules: list[torch.nn.Module], path: str, use_distribute
 
     if not (Path(path) / "metadata.json").is_file():
         raise ValueError(f"{path} is not a Megatron dist checkpoint (no metadata.json)")
-    common = dist_checkpointing.load_common_state_dict(path) if (Path(path) / "common.pt").is_file() else None
+    common = dist_checkpointing.load_common_state_dict(path)  # common.pt (< 0.17) or inside the torch_dist files
     if isinstance(common, dict) and "dagrl" in common:  # written by dagrl (else e.g. verl's converter)
         check_layer_spec(path, modules, common["dagrl"].get("layer_spec"))
     loaded = dist_checkpointing.load(_model_state(modules, use_distributed_optimizer), path)

@@ -88,6 +88,9 @@ class MegatronEngine:
         modules = build_gpt_chunks(self.hf_config, self.tf_config, on_gpu)
         for module in modules:
             module.to(self.device)
+        if self.spec.fp32_lm_head:
+            from dagrl.engine.megatron.lm_head import use_fp32_lm_head
+            use_fp32_lm_head(modules)
         if self.spec.dist_checkpoint_path:  # a pre-converted Megatron checkpoint (config still from model_path)
             checkpoint.load_model_weights(modules, self.spec.dist_checkpoint_path, self.spec.use_distributed_optimizer)
         else:

@@ -96,6 +96,8 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
         )
     if not on_gpu or not compat.transformer_engine_available():
         kwargs.update(_CPU_FUSIONS_OFF)  # the fused kernels come from Apex/TE
+    else:  # TE's fused RoPE (fp32 inside) and the fused SwiGLU: what bare Megatron-Core runs with
+        kwargs.update(apply_rope_fusion=True, bias_activation_fusion=True)
     if not on_gpu or (layout.virtual_pipeline_model_parallel_size or 1) > 1:
         # Batched p2p under VPP gives wrong gradients, silently: gloo matches concurrent sends between two ranks by
         # posting order (an activation and a gradient of equal shape swap), and on 2xH200 with NCCL and

@@ -18,15 +18,22 @@ from dagrl.engine.rollout.sequences import join_prompt_and_response
 logger = logging.getLogger(__name__)
 
 
+def _fp32_logits_hook(head: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    from dagrl.engine.megatron.lm_head import fp32_logits
+    return fp32_logits(args[0], head.weight)
+
+
 class HFRollout:
     """Samples with `model.generate`; reseeded for every call so a resumed run samples the same tokens."""
 
     def __init__(self, model_path: str, eos_token_ids: list[int], pad_token_id: int,
-                 device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+                 device: torch.device, dtype: torch.dtype = torch.float32, fp32_lm_head: bool = False) -> None:
         from transformers import AutoModelForCausalLM
 
         self.device = device
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        if fp32_lm_head and dtype != torch.float32:  # the logits the actor computes with the same flag
+            self.model.get_output_embeddings().register_forward_hook(_fp32_logits_hook)
         self.eos_token_ids = eos_token_ids
         self.pad_token_id = pad_token_id
         # tied lm_head follows the embedding; everything else must arrive in every sync

@@ -42,6 +42,7 @@ class VLLMRolloutSpec:
     enable_prefix_caching: bool = True
     load_format: str = "dummy"
     calculate_log_probs: bool = False
+    fp32_lm_head: bool = False  # logits in fp32 (vLLM's hf_overrides.head_dtype), as the actor computes them
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,7 +72,8 @@ class VLLMRollout:
 
     colocated = True  # shares its GPU with the actor: the rollout node offloads the actor around it
 
-    def __init__(self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int) -> None:
+    def __init__(self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int,
+                 manifest: WeightManifest | None = None) -> None:
         try:
             from vllm import LLM
         except ImportError as err:
@@ -83,7 +85,7 @@ class VLLMRollout:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self.spec = spec
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
-        self._manifest: WeightManifest | None = None  # read at the first sync (a dummy-load run may never sync)
+        self._manifest = manifest  # None: read at the first sync (a dummy-load run may never sync)
         kwargs = dict(
             model=spec.model_path, tensor_parallel_size=spec.tensor_parallel_size, dtype=spec.dtype,
             seed=spec.seed, gpu_memory_utilization=spec.gpu_memory_utilization, max_model_len=spec.max_model_len,
@@ -92,7 +94,12 @@ class VLLMRollout:
             enable_prefix_caching=spec.enable_prefix_caching, load_format=spec.load_format,
             distributed_executor_backend="external_launcher", enable_sleep_mode=True, skip_tokenizer_init=True,
             logprobs_mode="processed_logprobs")  # log-probs after temperature, like the actor's
-        kwargs.update(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
+        if spec.fp32_lm_head:
+            kwargs["hf_overrides"] = {"head_dtype": "float32"}
+        user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
+        if isinstance(user.get("hf_overrides"), dict) and "hf_overrides" in kwargs:
+            user["hf_overrides"] = {**kwargs["hf_overrides"], **user["hf_overrides"]}
+        kwargs.update(user)
         start = time.perf_counter()
         try:
             with _ProcessRngGuard():
@@ -105,7 +112,9 @@ class VLLMRollout:
                                f"more of the actor (actor.megatron.*_offload) — {err}") from err
         logger.info("vLLM engine up in %.1f s (TP=%d)", time.perf_counter() - start, spec.tensor_parallel_size)
         self.model = self.llm.llm_engine.model_executor.driver_worker.worker.get_model()
-        self._vllm_params = {name for name, _ in self.model.named_parameters()}
+        # vLLM's FusedMoE keeps expert weights in a `routed_experts` submodule, but its loaders report them under
+        # the layer's name (experts.w13_weight): compare under the reported names.
+        self._vllm_params = {name.replace(".routed_experts.", ".") for name, _ in self.model.named_parameters()}
         self.asleep = False
         self.weights_discarded = spec.load_format == "dummy"  # random until the first sync
 
