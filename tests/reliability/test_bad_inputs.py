@@ -134,7 +134,8 @@ def test_the_table_lists_the_corpus_and_the_base_config_is_valid(tiny_model, tin
     from dagrl.config.load import compose
     from dagrl.config.tree import Cfg
     from dagrl.config.validate import preflight
-    write_checkpoints(tmp_path / "ckpt")
+    # a fresh checkpoint root: pre-flight reads the checkpoint a run resumes from, and the corpus's stand-ins
+    # (write_checkpoints) hold random bytes
     preflight(Cfg(compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt"))))
 
 
