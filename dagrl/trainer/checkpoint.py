@@ -78,7 +78,7 @@ def check_resume(cfg: Cfg, has_critic: bool) -> None:
     path = resume_target(cfg.trainer)
     if path is None:
         return
-    # imports torch (reading the checkpoint), not megatron
+    # reads the checkpoint's common state through megatron (both of its formats); no model is built
     from dagrl.config.checks import as_config_error, as_list
     from dagrl.engine.megatron.checkpoint import restorable_parts, saved_contents
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
-from dagrl.engine.megatron.lm_head import fp32_logits
+from dagrl.engine.logits import fp32_logits
 from dagrl.plan.presets import random_model
 from engine_helpers import make_batch, sum_loss
 
@@ -72,3 +72,18 @@ def test_engine_logits_are_the_exact_head_of_its_hidden_states_and_train_the_sam
     # the backward is Megatron's bf16 one: the same step up to the forward's logit rounding
     assert abs(exact_step["loss"] - rounded_step["loss"]) <= 0.02 * abs(rounded_step["loss"])
     assert abs(exact_step["actor/grad_norm"] - rounded_step["actor/grad_norm"]) <= 0.05 * rounded_step["actor/grad_norm"]
+
+
+def test_hf_rollout_logits_are_the_exact_head_with_the_flag(tmp_path):
+    """The HF rollout (bf16 weights) computes the same fp32 logits the engine does when fp32_lm_head is set."""
+    from dagrl.engine.rollout.hf import HFRollout
+
+    path = peaked_model_dir(tmp_path / "qwen3", "qwen3", tie=False)
+    ids = make_batch(rows=2)["input_ids"]
+    for flag in (True, False):
+        rollout = HFRollout(str(path), [2], 0, device=torch.device("cpu"), dtype=torch.bfloat16, fp32_lm_head=flag)
+        with torch.no_grad():
+            out = rollout.model(input_ids=ids, output_hidden_states=True)
+        exact = out.hidden_states[-1].double() @ rollout.model.lm_head.weight.double().t()
+        error = ((out.logits.double() - exact).abs().max() / exact.abs().max()).item()
+        assert (out.logits.dtype, error <= 1e-5) == ((torch.float32, True) if flag else (torch.bfloat16, False)), error

@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 def _fp32_logits_hook(head: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-    from dagrl.engine.megatron.lm_head import fp32_logits
+    from dagrl.engine.logits import fp32_logits
     return fp32_logits(args[0], head.weight)
 
 
