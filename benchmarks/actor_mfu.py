@@ -3,15 +3,15 @@
 usage (GPU machine, megatron-core + TransformerEngine):
     torchrun --nproc-per-node 2 benchmarks/actor_mfu.py --size 8b --tp 2 --sp
     torchrun --nproc-per-node 2 benchmarks/actor_mfu.py --size 1.7b
-CPU smoke test (tiny model, gloo): torchrun --nproc-per-node 1 benchmarks/actor_mfu.py --size tiny --seq 64
+CPU smoke test (tiny model, gloo): torchrun --nproc-per-node 1 benchmarks/actor_mfu.py --size tiny --seq 64 --prompt 16
 
 In one process, in this order:
   1. peak: a bf16 8192^3 matmul (the same-run ceiling MFU is measured against);
   2. bare: Megatron-Core's own next-token training step of a GPTModel (cross-entropy on every position), DDP
      with overlapped grad reduction, the distributed optimizer;
-  3. dagrl: MegatronActorEngine.train_step with the PPO loss (log-probs and entropy on vocab-parallel logits,
-     token-mean weights, old log-probs, advantages), on the same token stream: each row is `--prompt` prompt tokens
-     followed by `seq - prompt` response tokens.
+  3. dagrl: MegatronActorEngine.train_step with the PPO loss (log-probs on vocab-parallel logits, token-mean
+     weights, old log-probs, advantages; the entropy too with `--entropy`, as when entropy_coeff != 0), on the same
+     token stream: each row is `--prompt` prompt tokens followed by `seq - prompt` response tokens.
 Both build the same random Qwen3-shaped model (TransformerConfig from dagrl's HF-config mapping, so the two
 differ only in the step), use `--mbs` x `--micro-batches` rows per DP rank per step, and are timed as the
 median of `--steps` steps after `--warmup`. FLOPs use one formula (full attention, LM head on every position);
@@ -74,6 +74,30 @@ def train_flops_per_token(hf_config, seq: int) -> float:
 def token_rows(rows: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (rows, seq), generator=generator)
+
+
+def profile_step(step, name: str, out_dir: str) -> None:
+    """One step under the torch profiler: the kernels by device time (rank 0 writes `out_dir/<name>_kernels.txt`)
+    and how busy the GPU was (the sum of kernel times over the step's wall time; concurrent streams can exceed 1)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    sync()
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        step()
+        sync()
+    wall = time.perf_counter() - start
+    averages = prof.key_averages()
+    busy = sum(e.self_device_time_total for e in averages if e.device_type == DeviceType.CUDA) / 1e6  # kernels only
+    if dist.get_rank() == 0:
+        table = averages.table(sort_by="self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total",
+                               row_limit=40, max_name_column_width=90)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        Path(out_dir, f"{name}_kernels.txt").write_text(table)
+        print(f"{name}: profiled step {wall:.3f} s (with profiler overhead), kernels {busy:.3f} s "
+              f"({busy / wall:.2f} of the wall)\n" + "\n".join(table.splitlines()[:18]), flush=True)
 
 
 def median_step(step, warmup: int, steps: int) -> tuple[float, float]:
@@ -181,6 +205,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--only", choices=["bare", "dagrl"], default=None)
     parser.add_argument("--json", default=None, help="also write the results here (rank 0)")
+    parser.add_argument("--profile", default=None, help="also profile one step of each; kernel tables go here")
+    parser.add_argument("--entropy", action="store_true", help="dagrl computes the entropy too (entropy_coeff != 0)")
     args = parser.parse_args()
 
     from dagrl.engine.megatron.hf_config import transformer_config
@@ -212,6 +238,8 @@ def main() -> None:
         tf_config = transformer_config(hf, layout, torch.bfloat16, on_gpu=device.type == "cuda")
         step, release = bare_step_fn(hf, tf_config, tokens, args.mbs, device)
         record("bare", *median_step(step, args.warmup, args.steps))
+        if args.profile:
+            profile_step(step, "bare", args.profile)
         release()
         del step, release, tf_config
         gc.collect()
@@ -222,9 +250,13 @@ def main() -> None:
             model_path=model_dir, layout=layout, param_dtype=torch.bfloat16, use_distributed_optimizer=True,
             optim=OptimSpec(lr=1e-6, total_training_steps=100)))
         batch = ppo_batch(tokens[:, :args.seq], args.prompt, dp_size, seed=dp_rank)
-        loss_fn = partial(actor_loss, spec=PolicyLossSpec())
-        record("dagrl", *median_step(lambda: engine.train_step(batch, loss_fn, args.mbs, 1.0),
-                                     args.warmup, args.steps))
+        loss_fn = partial(actor_loss, spec=PolicyLossSpec(entropy_coeff=1e-3 if args.entropy else 0.0))
+
+        def update() -> None:
+            engine.train_step(batch, loss_fn, args.mbs, 1.0, with_entropy=args.entropy)
+        record("dagrl", *median_step(update, args.warmup, args.steps))
+        if args.profile:
+            profile_step(update, "dagrl", args.profile)
     if "bare" in results and "dagrl" in results:
         results["dagrl_over_bare"] = results["bare"]["step_s"] / results["dagrl"]["step_s"]
     if dist.get_rank() == 0:

@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--bucket-mb", type=int, nargs="+", default=[512, 2048])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", action="store_true", help="also print where one sync spends CPU time (rank 0)")
     args = parser.parse_args()
 
     from megatron.core import parallel_state as ps
@@ -83,6 +84,19 @@ def main() -> None:
         export_s = timed(lambda: [None for _ in actor.export_weights(bucket)], args.repeats)
         sync_s = timed(lambda: rollout.load_weights(actor.export_weights(bucket)), args.repeats)
         rows.append({"bucket_mb": bucket_mb, "export_s": export_s, "sync_s": sync_s})
+    if args.profile:  # the sync is bound by Python work, not by the GPU: see which
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        rollout.load_weights(actor.export_weights(args.bucket_mb[-1] << 20))
+        profiler.disable()
+        if dist.get_rank() == 0:
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+            print(text.getvalue(), flush=True)
     result = {"size": args.size, "tp": args.tp, "gb": full_bytes / 1e9, "all_gather_s": gather_s, "copy_s": copy_s,
               "bound_s": gather_s + copy_s, "rows": rows}
     if dist.get_rank() == 0:

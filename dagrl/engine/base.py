@@ -44,6 +44,7 @@ class MegatronEngineSpec:
     optimizer_offload: bool = False
     remove_padding: bool = False            # pack each micro-batch's rows into one sequence (verl's use_remove_padding)
     fp32_lm_head: bool = False              # logits accumulated and kept in fp32 (matches vLLM's head_dtype=float32)
+    overlap_grad_reduce: bool | None = None  # DP grad reduction during backward; None = on GPU only (as Megatron)
     dist_checkpoint_path: str | None = None  # initial weights from this Megatron dist checkpoint, not model_path's
     save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
     load_contents: tuple[str, ...] | None = None  # parts load_checkpoint restores; None = all the checkpoint holds
@@ -56,8 +57,9 @@ class ActorEngine(Protocol):
     def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float, with_entropy: bool,
                          max_token_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
+    # with_entropy=False: loss_fn gets entropy=None (the full-vocabulary entropy costs a pass over the logits)
     def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float,
-                   max_token_len: int | None = None) -> dict[str, float]: ...
+                   max_token_len: int | None = None, with_entropy: bool = True) -> dict[str, float]: ...
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]: ...
 

@@ -8,6 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, token_weights
+from dagrl.config.derived import skips_old_log_prob
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
@@ -70,6 +71,9 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     actor_cfg = ctx.cfg.actor_rollout_ref.actor
     spec = policy_loss_spec(ctx)
     loss_fn = functools.partial(actor_loss, spec=spec)
+    # As verl: the update computes entropy only when it is in the loss; actor/entropy otherwise comes from the
+    # old-log-prob pass, unless that pass is skipped.
+    with_entropy = spec.entropy_coeff != 0 or skips_old_log_prob(ctx.cfg)
     steps = []
     for mini_batch in weighted_mini_batches(ctx, batch, actor_cfg, spec.loss_agg_mode, spec.loss_scale_factor):
         if nan_injected(ctx.step):
@@ -77,6 +81,7 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
         steps.append(ctx.actor.train_step(mini_batch, loss_fn, micro_batch_size=actor_cfg.ppo_micro_batch_size_per_gpu,
                                           temperature=ctx.cfg.actor_rollout_ref.rollout.temperature,
                                           max_token_len=token_budget(actor_cfg, "use_dynamic_bsz",
-                                                                     "ppo_max_token_len_per_gpu")))
+                                                                     "ppo_max_token_len_per_gpu"),
+                                          with_entropy=with_entropy))
     ctx.versions.actor += 1
     return batch, mean_over_mini_batches(steps)

@@ -221,11 +221,14 @@ class _RecordingEngine:
 
     def __init__(self) -> None:
         self.mini_batches: list[Batch] = []
+        self.with_entropy: list[bool] = []
 
     def train_step(self, batch: Batch, loss_fn, micro_batch_size: int, temperature: float,
-                   max_token_len: int | None = None) -> dict[str, float]:
+                   max_token_len: int | None = None, with_entropy: bool = True) -> dict[str, float]:
         self.mini_batches.append(batch)
-        _, metrics = loss_fn(batch, batch["old_log_probs"] + 0.1, None)
+        self.with_entropy.append(with_entropy)
+        entropy = torch.ones_like(batch["old_log_probs"]) if with_entropy else None
+        _, metrics = loss_fn(batch, batch["old_log_probs"] + 0.1, entropy)
         return {name: float(value) for name, value in metrics.items()}
 
 
@@ -250,6 +253,23 @@ def test_actor_node_weights_each_mini_batch_by_the_configured_mode(loss_mode, mo
     assert seen["token_mean_weights"].sum().item() == pytest.approx(1.0)
     # ratio exp(0.1) everywhere: ppo_kl is the token mean of -0.1
     assert metrics["actor/ppo_kl"] == pytest.approx(-0.1, rel=1e-5)
+
+
+@pytest.mark.parametrize("overrides,with_entropy", [
+    ([], False),                                                   # entropy_coeff 0: the old-log-prob pass reports it
+    (["actor_rollout_ref.actor.entropy_coeff=0.01"], True),        # in the loss
+    (["actor_rollout_ref.actor.ppo_mini_batch_size=7"], True),     # one step per batch: no old-log-prob pass to report it
+])
+def test_actor_update_computes_entropy_only_when_the_loss_or_the_metric_needs_it(overrides, with_entropy):
+    cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=7",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=3", *overrides]))
+    engine = _RecordingEngine()
+    ctx = SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1), response_length=4),
+                          actor=engine, step=1, versions=SimpleNamespace(actor=0))
+    batch, _, _ = _mini_batch()
+    _, metrics = update_actor(ctx, batch)
+    assert engine.with_entropy and set(engine.with_entropy) == {with_entropy}
+    assert ("actor/entropy" in metrics) == with_entropy
 
 
 def test_truncated_importance_sampling_reweights_tokens_by_the_capped_ratio():

@@ -36,6 +36,9 @@ SCENARIOS = {
         ("dp2", L(), {}, "tp2"),
         ("dp2_distopt", L(), {"use_distributed_optimizer": True}, None),
         ("tp2_distopt", L(tensor_model_parallel_size=2), {"use_distributed_optimizer": True}, "dp2_distopt"),
+        # DP grad reduction during backward (the default on GPUs): the same step, the same checkpoints
+        ("dp2_overlap", L(), {"overlap_grad_reduce": True}, "tp2"),
+        ("dp2_distopt_overlap", L(), {"use_distributed_optimizer": True, "overlap_grad_reduce": True}, "dp2_distopt"),
     ],
     "moe": [
         ("ep2", L(expert_model_parallel_size=2), {}, None),

@@ -66,10 +66,10 @@ class MegatronActorEngine(MegatronEngine):
         return rows["log_probs"], rows.get("entropy")
 
     def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float,
-                   max_token_len: int | None = None) -> dict[str, float]:
+                   max_token_len: int | None = None, with_entropy: bool = True) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
         def head(micro: MicroBatch, logits: torch.Tensor) -> Any:
-            log_probs, entropy = self._response_log_probs(micro, logits, temperature, True)
+            log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
             return loss_fn(micro.batch, log_probs, entropy)
 
         return self._train(batch, micro_batch_size, head, max_token_len)

@@ -115,8 +115,10 @@ class MegatronEngine:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.transformer.module import Float16Module
 
+        overlap = self.spec.overlap_grad_reduce
+        overlap = self.device.type == "cuda" if overlap is None else overlap
         ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+            grad_reduce_in_fp32=True, overlap_grad_reduce=overlap,
             use_distributed_optimizer=self.spec.use_distributed_optimizer)
         wrapped = []
         for index, module in enumerate(self.modules):
@@ -126,6 +128,13 @@ class MegatronEngine:
             # As Megatron does: only the first virtual chunk gets buckets overlapping with backward.
             wrapped.append(inner if self.spec.optim is None else
                            DistributedDataParallel(self.tf_config, ddp_config, inner, disable_bucketing=index > 0))
+        if overlap and self.spec.optim is not None:
+            # What Megatron's schedules call to hold the reduction until the last micro-batch's backward and then
+            # start each chunk's buckets as their grads are ready (finalize_model_grads waits for them).
+            no_sync = [ddp.no_sync for ddp in wrapped]
+            grad_sync = [ddp.start_grad_sync for ddp in wrapped]
+            self.tf_config.no_sync_func = no_sync[0] if len(wrapped) == 1 else no_sync
+            self.tf_config.grad_sync_func = grad_sync[0] if len(wrapped) == 1 else grad_sync
         return wrapped
 
     def _build_optimizer(self) -> tuple[Any, Any]:
@@ -315,7 +324,9 @@ class MegatronEngine:
                 if micro.rows == 0:
                     return output.sum() * 0.0, {}
                 loss, metrics = head(micro, output)
-                metrics = {k: torch.as_tensor(v, dtype=torch.float64).detach().cpu() for k, v in metrics.items()}
+                # Kept on the device: a host copy here would stall the CPU on every micro-batch's forward.
+                metrics = {k: torch.as_tensor(v, dtype=torch.float64, device=self.device).detach()
+                           for k, v in metrics.items()}
                 return loss * scale, metrics
 
             outputs = self._run(micro_batches, False, scaled)
@@ -350,10 +361,9 @@ class MegatronEngine:
             dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
                                        group=ps.get_pipeline_model_parallel_group())
             names = box[0]
-        totals = torch.zeros(len(names), dtype=torch.float64)
+        totals = torch.zeros(len(names), dtype=torch.float64, device=self.device)
         for out in outputs:
             totals += torch.stack([out[name] for name in names])
-        totals = totals.to(self.device)
         if ps.get_pipeline_model_parallel_world_size() > 1:
             dist.broadcast(totals, src=ps.get_pipeline_model_parallel_last_rank(),
                            group=ps.get_pipeline_model_parallel_group())
