@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--prompt-length", type=int, default=512)
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--profile", action="store_true", help="also print the CPU time of dagrl's own steps")
     args = parser.parse_args()
 
     from vllm import SamplingParams
@@ -92,6 +93,13 @@ def main() -> None:
             seconds, count = timed(fn)
             times[name].append(seconds)
             tokens[name] = count
+    if args.profile:  # dagrl's request building and unpacking, apart from vLLM's generate
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(dagrl)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(r"dagrl/(engine|data)", 12)
     rows = {name: (statistics.median(values), tokens[name], tokens[name] / statistics.median(values))
             for name, values in times.items()}
     base = rows["bare vllm.LLM.generate"][2]

@@ -3,7 +3,10 @@
 usage: torchrun --nproc-per-node N vllm_worker.py ACTOR_TP ROLLOUT_TP WORK_DIR [ACTOR_PP]
   env DAGRL_FAMILY=qwen3_moe: a random Qwen3-MoE (actor EP = DAGRL_ACTOR_EP, default 1) instead of a dense Qwen3;
   env DAGRL_FP32_HEAD=1: fp32_lm_head on both sides (the actor's output layer and vLLM's head_dtype=float32);
-  env DAGRL_MODEL_DIR: a real HF model directory instead of the random one, prompted with arithmetic questions.
+  env DAGRL_MODEL_DIR: a real HF model directory instead of the random one, prompted with arithmetic questions;
+  env DAGRL_KEEP_CACHE=1: free_cache_engine=False (no sleep: the prefix cache must be reset after each sync) and
+      prompts of 2+ KV blocks (vLLM reuses full blocks only); DAGRL_SKIP_PREFIX_RESET=1 with it is the negative
+      control: the sync after training leaves the cache alone, and the check against HF must fail.
 A launch builds a random Qwen3-shaped model, a bf16 Megatron actor at ACTOR_TP and an in-process vLLM engine at
 ROLLOUT_TP (load_format=dummy: only the sync gives it real weights), then runs the rollout node's memory
 choreography and checks: greedy tokens are HF's argmax on the synced weights (up to bf16 near-ties), vLLM's log-probs match the actor's,
@@ -33,6 +36,8 @@ FAMILY = os.environ.get("DAGRL_FAMILY", "qwen3")
 FP32_HEAD = os.environ.get("DAGRL_FP32_HEAD") == "1"
 ACTOR_EP = int(os.environ.get("DAGRL_ACTOR_EP", "1"))
 REAL_MODEL = os.environ.get("DAGRL_MODEL_DIR")
+KEEP_CACHE = os.environ.get("DAGRL_KEEP_CACHE") == "1"
+SKIP_PREFIX_RESET = os.environ.get("DAGRL_SKIP_PREFIX_RESET") == "1"
 
 
 def make_model(path: Path) -> None:
@@ -57,11 +62,12 @@ def make_model(path: Path) -> None:
 def prompts_batch() -> Batch:
     """Left-padded prompts of uneven length (as the dataset makes them)."""
     g = torch.Generator().manual_seed(1)
-    width = 12
+    shortest = 36 if KEEP_CACHE else 4  # 36: two full 16-token blocks, which vLLM's prefix cache can reuse
+    width = shortest + PROMPTS
     ids = torch.full((PROMPTS, width), PAD)
     mask = torch.zeros((PROMPTS, width), dtype=torch.long)
     for row in range(PROMPTS):
-        length = 4 + row
+        length = shortest + row
         ids[row, width - length:] = torch.randint(3, VOCAB, (length,), generator=g)
         mask[row, width - length:] = 1
     return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
@@ -187,17 +193,19 @@ def main() -> None:
     start = time.perf_counter()
     rollout = VLLMRollout(VLLMRolloutSpec(model_path=str(model_dir), tensor_parallel_size=rollout_tp,
                                           gpu_memory_utilization=0.3, max_model_len=128, calculate_log_probs=True,
-                                          fp32_lm_head=FP32_HEAD), eos_token_ids=[EOS], pad_token_id=PAD)
+                                          fp32_lm_head=FP32_HEAD, free_cache_engine=not KEEP_CACHE),
+                          eos_token_ids=[EOS], pad_token_id=PAD)
     result["engine_start_s"] = time.perf_counter() - start
     engine_bytes = free_before_engine - torch.cuda.mem_get_info()[0]
 
     # sleep frees the engine's memory (measured from the device's free memory)
-    free_awake = torch.cuda.mem_get_info()[0]
-    rollout.sleep()
-    torch.cuda.synchronize()
-    freed = torch.cuda.mem_get_info()[0] - free_awake
-    result["sleep_freed_fraction"] = freed / engine_bytes
-    assert freed >= 0.8 * engine_bytes, (freed, engine_bytes)
+    if not KEEP_CACHE:
+        free_awake = torch.cuda.mem_get_info()[0]
+        rollout.sleep()
+        torch.cuda.synchronize()
+        freed = torch.cuda.mem_get_info()[0] - free_awake
+        result["sleep_freed_fraction"] = freed / engine_bytes
+        assert freed >= 0.8 * engine_bytes, (freed, engine_bytes)
 
     cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(
         update_weights_bucket_megabytes=1)))  # small buckets: several loads per sync
@@ -236,6 +244,8 @@ def main() -> None:
     for _ in range(3):
         actor.train_step(train, sum_loss, micro_batch_size=8, temperature=1.0)
     ctx.versions.actor += 1
+    if SKIP_PREFIX_RESET:
+        rollout._cache_filled = False  # the sync believes the cache is empty: prompts reuse old-weight KV blocks
     after, _ = rollout_once(greedy, seed=0)
     got_after = vllm_tokens(after)
     result["changed_after_train"] = sum(a != b for a, b in zip(got_after, got))

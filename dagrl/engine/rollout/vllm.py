@@ -117,14 +117,15 @@ class VLLMRollout:
         self._vllm_params = {name.replace(".routed_experts.", ".") for name, _ in self.model.named_parameters()}
         self.asleep = False
         self.weights_discarded = spec.load_format == "dummy"  # random until the first sync
+        self._cache_filled = False  # KV blocks computed since the last sleep (which clears the prefix cache)
 
     # ---- memory choreography -------------------------------------------------------------------
     def sleep(self) -> None:
         """Free the engine's GPU memory (weights discarded: the actor holds them and reloads every wake)."""
         if not self.spec.free_cache_engine or self.asleep:
             return
-        self.llm.sleep(level=2)
-        self.asleep, self.weights_discarded = True, True
+        self.llm.sleep(level=2)  # (vLLM clears the prefix cache when it sleeps)
+        self.asleep, self.weights_discarded, self._cache_filled = True, True, False
 
     def wake_weights(self) -> None:
         if self.asleep:
@@ -167,7 +168,9 @@ class VLLMRollout:
         if missing:
             raise RuntimeError(f"weight sync left {len(missing)} vLLM tensors stale, e.g. {sorted(missing)[:3]}: "
                                f"the actor's export does not cover this model")
-        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        if self._cache_filled:  # cached KV blocks were computed with the old weights (a pass over every block)
+            self.llm.reset_prefix_cache()
+            self._cache_filled = False
         torch.cuda.synchronize()
         self.weights_discarded = False
         seconds = time.perf_counter() - start
@@ -183,5 +186,6 @@ class VLLMRollout:
         params = [SamplingParams(**p.as_kwargs())
                   for p in request_params(sampling, len(prompts), seed, self.eos_token_ids, with_log_probs)]
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
+        self._cache_filled = True
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         return unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)
