@@ -246,7 +246,8 @@ def main() -> None:
     ctx.versions.actor += 1
     if SKIP_PREFIX_RESET:
         rollout._cache_filled = False  # the sync believes the cache is empty: prompts reuse old-weight KV blocks
-    after, _ = rollout_once(greedy, seed=0)
+    after, later_sync = rollout_once(greedy, seed=0)
+    result["later_sync_s"] = later_sync["timing_s/weight_sync"]  # the first sync also starts NCCL communicators
     got_after = vllm_tokens(after)
     result["changed_after_train"] = sum(a != b for a, b in zip(got_after, got))
     result["greedy_vs_hf_after_train"] = hf_greedy_margins(model_dir, exported(actor), after)
