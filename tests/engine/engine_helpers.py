@@ -1,6 +1,8 @@
 """Batches, loss functions and comparisons shared by the single- and multi-process engine tests."""
 from __future__ import annotations
 
+import socket
+
 import torch
 
 from dagrl.data.batch import Batch
@@ -68,3 +70,10 @@ def per_expert_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Ten
         else:
             out[name] = tensor
     return out
+
+
+def free_port() -> int:
+    """A free TCP port for a torchrun rendezvous (--master-port 0 makes torchrun's rendezvous hang)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

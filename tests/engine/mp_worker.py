@@ -1,4 +1,4 @@
-"""Multi-process engine checks, run by test_megatron_parallel.py under `torchrun --nproc-per-node 2` (gloo).
+"""Multi-process engine checks (gloo in test_family_matrix.py, NCCL in tests/gpu), one scenario per `torchrun`.
 
 usage: torchrun --nproc-per-node 2 mp_worker.py SCENARIO MODEL_DIR WORK_DIR
 Each scenario builds engines at several layouts in one launch (a 2-rank start costs ~6 s) and compares each

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from roundtrip_worker import labels
-from test_megatron_parallel import free_port
+from engine_helpers import free_port
 from tiny_models import make_model_dir
 
 WORKER = Path(__file__).parent / "roundtrip_worker.py"

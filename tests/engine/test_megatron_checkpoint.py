@@ -276,7 +276,7 @@ def test_reference_param_offload_is_its_own_flag(tiny_model, tiny_data, tmp_path
 # ---- across layouts: TP2 -> merged HF, EP2 <-> EP1 (2 gloo processes) -----------------------------------
 
 def run_worker(scenario: str, model_dir: Path, work_dir: Path) -> None:
-    from test_megatron_parallel import free_port
+    from engine_helpers import free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",

@@ -173,7 +173,7 @@ def _worker(model_dir: str, work_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_values_loss_and_grad_norm_agree_across_layouts(tmp_path):
-    from test_megatron_parallel import free_port
+    from engine_helpers import free_port
 
     model_dir = make_model_dir(tmp_path / "qwen3", "qwen3", num_layers=4, seed=3)
     work_dir = tmp_path / "work"

@@ -158,17 +158,3 @@ def test_context_parallel_needs_transformer_engine_on_gpu(model_dir):
 
     with pytest.raises(ValueError, match="needs packed sequences on GPU with TransformerEngine"):
         actor(model_dir, layout=ParallelLayout(context_parallel_size=2), remove_padding=True)
-
-
-# ---- two gloo ranks ----------------------------------------------------------------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.parametrize("scenario,family", [("batching", "qwen3"), ("batching_moe", "qwen3_moe")])
-def test_dynamic_and_packed_layouts_over_two_ranks_match_hf(tmp_path, scenario, family):
-    """DP2 (an empty micro-batch keeps rank 1 in step), TP2+SP packed, PP2 with shapes varying per micro-batch,
-    PP2xVPP2, EP2: see mp_worker.BATCHING."""
-    from test_megatron_parallel import run_worker
-
-    model_dir = make_model_dir(tmp_path / family, family, num_layers=4 if family == "qwen3" else 2,
-                               seed=3 if family == "qwen3" else 4)
-    run_worker(scenario, model_dir, tmp_path / "work")

@@ -40,7 +40,8 @@ def test_vllm_rollout_follows_the_actor(actor_tp, actor_pp, rollout_tp, gpus, va
     print("\nRESULT", json.dumps(result))
     assert result["greedy_vs_hf"]["argmax_fraction"] >= 0.9
     assert result["log_prob_gap_mean"] < 0.05
-    assert result.get("sleep_freed_fraction", 1.0) >= 0.8 and (variant == "keep_cache") != ("sleep_freed_fraction" in result)
+    assert ("sleep_freed_fraction" in result) == (variant != "keep_cache")  # an engine kept awake never sleeps
+    assert result.get("sleep_freed_fraction", 1.0) >= 0.8
     # The step-0 gap goal (< 0.02) is about real models; this one's head is scaled x30 (peaked logits, no greedy
     # near-ties), which multiplies the layers' bf16 noise too: 0.031 with a bf16 head, 0.027 with an fp32 one.
 
