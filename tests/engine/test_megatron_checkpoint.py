@@ -343,7 +343,6 @@ def worker_main(scenario: str, model_dir: str, work_dir: Path) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.slow
 def test_tp2_checkpoint_merges_into_the_trained_model(tmp_path):
     """TP2 (2 processes, tied embeddings) -> scripts/model_merger.py on the command line -> transformers."""
     from safetensors.torch import load_file
@@ -365,7 +364,6 @@ def test_tp2_checkpoint_merges_into_the_trained_model(tmp_path):
     assert all(torch.equal(tensors[name], exported_by_trainer[name]) for name in tensors)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("scenario", sorted(MOE_OPTIMIZERS))
 def test_moe_checkpoints_cross_expert_parallel_layouts(tmp_path, scenario):
     """Qwen3-MoE: a checkpoint saved at EP2 (x DP2) loads at EP1 and one saved at EP1 loads at EP2, each giving

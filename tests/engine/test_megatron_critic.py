@@ -171,7 +171,6 @@ def _worker(model_dir: str, work_dir: Path) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.slow
 def test_values_loss_and_grad_norm_agree_across_layouts(tmp_path):
     from engine_helpers import free_port
 
