@@ -1,9 +1,12 @@
-"""Pieces the GPU benchmarks share: a config-only model directory every rank sees, and an actor engine on random
-weights (the benchmarks measure speed, so no multi-GB checkpoint is written or read)."""
+"""Pieces the GPU benchmarks share: a config-only model directory every rank sees, an actor engine on random
+weights (the benchmarks measure speed, so no multi-GB checkpoint is written or read), and a CPU-time profile."""
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -33,3 +36,10 @@ def random_actor(spec: MegatronEngineSpec):
         weights.import_hf_weights = real_import
 
 
+def cpu_profile(fn: Callable[[], Any], sort: str, *restrictions: Any) -> str:
+    """cProfile's table of one call of `fn`, sorted by `sort` and cut by pstats `restrictions` (regex, count)."""
+    profiler = cProfile.Profile()
+    profiler.runcall(fn)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats(sort).print_stats(*restrictions)
+    return text.getvalue()

@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import cpu_profile  # noqa: E402
 from dagrl.data.batch import Batch  # noqa: E402
 from dagrl.engine.base import SamplingSpec  # noqa: E402
 
@@ -94,12 +95,7 @@ def main() -> None:
             times[name].append(seconds)
             tokens[name] = count
     if args.profile:  # dagrl's request building and unpacking, apart from vLLM's generate
-        import cProfile
-        import pstats
-
-        profiler = cProfile.Profile()
-        profiler.runcall(dagrl)
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(r"dagrl/(engine|data)", 12)
+        print(cpu_profile(dagrl, "cumulative", r"dagrl/(engine|data)", 12))
     rows = {name: (statistics.median(values), tokens[name], tokens[name] / statistics.median(values))
             for name, values in times.items()}
     base = rows["bare vllm.LLM.generate"][2]

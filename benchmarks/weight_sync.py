@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import random_actor, shared_config_dir  # noqa: E402
+from benchmarks.common import cpu_profile, random_actor, shared_config_dir  # noqa: E402
 from dagrl.engine.base import MegatronEngineSpec, ParallelLayout  # noqa: E402
 
 
@@ -85,18 +85,9 @@ def main() -> None:
         sync_s = timed(lambda: rollout.load_weights(actor.export_weights(bucket)), args.repeats)
         rows.append({"bucket_mb": bucket_mb, "export_s": export_s, "sync_s": sync_s})
     if args.profile:  # the sync is bound by Python work, not by the GPU: see which
-        import cProfile
-        import io
-        import pstats
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-        rollout.load_weights(actor.export_weights(args.bucket_mb[-1] << 20))
-        profiler.disable()
+        table = cpu_profile(lambda: rollout.load_weights(actor.export_weights(args.bucket_mb[-1] << 20)), "tottime", 25)
         if dist.get_rank() == 0:
-            text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-            print(text.getvalue(), flush=True)
+            print(table, flush=True)
     result = {"size": args.size, "tp": args.tp, "gb": full_bytes / 1e9, "all_gather_s": gather_s, "copy_s": copy_s,
               "bound_s": gather_s + copy_s, "rows": rows}
     if dist.get_rank() == 0:

@@ -116,7 +116,8 @@ class MegatronEngine:
         from megatron.core.transformer.module import Float16Module
 
         overlap = self.spec.overlap_grad_reduce
-        overlap = self.device.type == "cuda" if overlap is None else overlap
+        if overlap is None:  # on by default on GPUs, as in Megatron's training loop
+            overlap = self.device.type == "cuda"
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=overlap,
             use_distributed_optimizer=self.spec.use_distributed_optimizer)
