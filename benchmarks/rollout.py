@@ -3,7 +3,8 @@
 usage (GPU machine, vLLM installed): torchrun --nproc-per-node 1 benchmarks/rollout.py [--size 1.7b] [--prompts 256]
 A random Qwen3-shaped model (config only; vLLM loads dummy weights) keeps the machine offline. Both paths use the
 one engine dagrl builds, so the comparison isolates what dagrl adds: request building from a left-padded batch,
-per-request seeds, and unpacking into the padded training layout. Median of 5 interleaved runs after a warm-up; prints a table.
+per-request seeds, and unpacking into the padded training layout. Median of --repeats interleaved runs after a
+warm-up; prints a table.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def main() -> None:
     parser.add_argument("--prompt-length", type=int, default=512)
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="also print the CPU time of dagrl's own steps")
     args = parser.parse_args()
 
@@ -89,7 +91,7 @@ def main() -> None:
     dagrl()
     times: dict[str, list[float]] = {"bare vllm.LLM.generate": [], "dagrl VLLMRollout.generate": []}
     tokens: dict[str, int] = {}
-    for _ in range(5):  # interleaved, so drift (clocks, cache state) hits both paths alike
+    for _ in range(args.repeats):  # interleaved, so drift (clocks, cache state) hits both paths alike
         for name, fn in (("bare vllm.LLM.generate", bare), ("dagrl VLLMRollout.generate", dagrl)):
             seconds, count = timed(fn)
             times[name].append(seconds)

@@ -27,3 +27,16 @@ class _Fp32Logits(torch.autograd.Function):
 
 def fp32_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _Fp32Logits.apply(hidden, weight)
+
+
+def hf_response_log_probs(model: torch.nn.Module, batch, fp32_head: bool) -> torch.Tensor:
+    """An HF causal LM's log-probs of `batch`'s response tokens (rows × response length, padding included): the
+    reference the GPU parity checks and benchmarks/log_prob_gap.py measure against. With `fp32_head` the LM head
+    runs in fp32 on the model's own-dtype hidden states; without, in the model's dtype."""
+    response = batch["responses"].shape[1]
+    with torch.no_grad():
+        hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             position_ids=batch["position_ids"]).last_hidden_state[:, -response - 1:-1]
+        weight = model.lm_head.weight
+        logits = fp32_logits(hidden, weight) if fp32_head else (hidden @ weight.t()).float()
+    return torch.log_softmax(logits, -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)

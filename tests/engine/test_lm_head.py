@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
-from dagrl.engine.logits import fp32_logits
+from dagrl.engine.logits import fp32_logits, hf_response_log_probs
 from dagrl.plan.presets import random_model
 from engine_helpers import make_batch, sum_loss
 
@@ -30,6 +30,19 @@ def test_fp32_logits_keep_what_bf16_rounds_away_and_the_same_gradient():
     assert grad_hidden.dtype == torch.bfloat16 and grad_weight.dtype == torch.bfloat16
     torch.testing.assert_close(grad_hidden, want_hidden, rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(grad_weight, want_weight, rtol=1e-2, atol=1e-2)
+
+
+def test_hf_response_log_probs_score_the_response_tokens_of_a_left_padded_batch():
+    """The reference the GPU parity checks use: position t's logits score response token t (a shift by one)."""
+    model = random_model("llama", "tiny", seed=3, num_layers=2, vocab_size=128).eval()
+    batch = make_batch(rows=3, prompt_len=5, response_len=4, vocab=128, seed=2)
+    got = hf_response_log_probs(model, batch, fp32_head=True)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits.float()
+    want = torch.log_softmax(logits[:, 4:-1], -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(hf_response_log_probs(model, batch, fp32_head=False), got)  # an fp32 model: one value
 
 
 def peaked_model_dir(path: Path, family: str, tie: bool) -> Path:

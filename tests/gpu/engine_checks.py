@@ -63,15 +63,10 @@ def save_random_model(family: str, path: Path, dtype: torch.dtype) -> None:
 def hf_log_probs(model, batch: Batch, fp32_head: bool) -> torch.Tensor:
     """HF's bf16 log-probs; with `fp32_head` the LM head runs in fp32 on the bf16 hidden states (the rounding floor
     of bf16 logits is then visible as the gap between the two)."""
+    from dagrl.engine.logits import hf_response_log_probs
+
     batch = batch.to(DEVICE)
-    response = batch["responses"].shape[1]
-    with torch.no_grad():
-        hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             position_ids=batch["position_ids"]).last_hidden_state[:, -response - 1:-1]
-        weight = model.lm_head.weight
-        logits = hidden.float() @ weight.float().t() if fp32_head else (hidden @ weight.t()).float()
-    log_probs = torch.log_softmax(logits, -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
-    return log_probs * batch["response_mask"]
+    return hf_response_log_probs(model, batch, fp32_head) * batch["response_mask"]
 
 
 def parity(work: Path, family: str) -> list[dict]:

@@ -248,6 +248,9 @@ def main() -> None:
         rollout._cache_filled = False  # the sync believes the cache is empty: prompts reuse old-weight KV blocks
     after, later_sync = rollout_once(greedy, seed=0)
     result["later_sync_s"] = later_sync["timing_s/weight_sync"]  # the first sync also starts NCCL communicators
+    plan = rollout.load_plan  # the syncs after the first replayed recorded copies: the checks below cover them
+    result["load_plan"] = {**plan.stats, "plans": len(plan.plans), "unplannable": dict(list(plan.unplannable.items())[:3])}
+    assert plan.stats["replayed"] > 0 and len(plan.plans) > len(plan.unplannable), result["load_plan"]
     got_after = vllm_tokens(after)
     result["changed_after_train"] = sum(a != b for a, b in zip(got_after, got))
     result["greedy_vs_hf_after_train"] = hf_greedy_margins(model_dir, exported(actor), after)

@@ -20,6 +20,7 @@ import torch
 
 from dagrl.data.batch import Batch
 from dagrl.engine.base import SamplingSpec, WeightBucket
+from dagrl.engine.rollout.load_plan import WeightLoadPlan
 from dagrl.engine.rollout.vllm_io import prompt_token_ids, request_params, unpack_outputs
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
@@ -60,6 +61,10 @@ class _ProcessRngGuard:
         torch.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
+
+
+def _reported_name(param_name: str) -> str:
+    return param_name.replace(".routed_experts.", ".")
 
 
 def _free_gib() -> str:
@@ -114,7 +119,9 @@ class VLLMRollout:
         self.model = self.llm.llm_engine.model_executor.driver_worker.worker.get_model()
         # vLLM's FusedMoE keeps expert weights in a `routed_experts` submodule, but its loaders report them under
         # the layer's name (experts.w13_weight): compare under the reported names.
-        self._vllm_params = {name.replace(".routed_experts.", ".") for name, _ in self.model.named_parameters()}
+        self._vllm_params = {_reported_name(name) for name, _ in self.model.named_parameters()}
+        # the first sync records what vLLM's loader does per tensor; later syncs replay it as batched copies
+        self.load_plan: WeightLoadPlan | None = WeightLoadPlan(self.model, _reported_name)
         self.asleep = False
         self.weights_discarded = spec.load_format == "dummy"  # random until the first sync
         self._cache_filled = False  # KV blocks computed since the last sleep (which clears the prefix cache)
@@ -163,7 +170,10 @@ class VLLMRollout:
             for name, tensor in bucket:
                 self.manifest.check(name, tensor)
                 nbytes += tensor.numel() * tensor.element_size()
-            loaded |= set(self.model.load_weights(bucket))
+            if self.load_plan is None:
+                loaded |= set(self.model.load_weights(bucket))
+            else:
+                loaded |= self.load_plan.load(bucket)
         missing = self._vllm_params - loaded
         if missing:
             raise RuntimeError(f"weight sync left {len(missing)} vLLM tensors stale, e.g. {sorted(missing)[:3]}: "
