@@ -21,6 +21,7 @@ class MegatronActorEngine(MegatronEngine):
 
     def __init__(self, spec: MegatronEngineSpec) -> None:
         super().__init__(spec)
+        self._export_entries: list | None = None  # the weight export's parameter -> HF rule table, built once
         self._select_logits = not self.tf_config.sequence_parallel
         if self._select_logits:
             for module in self.modules:
@@ -76,7 +77,9 @@ class MegatronActorEngine(MegatronEngine):
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
-        from dagrl.engine.megatron.weights import export_hf_weights
+        from dagrl.engine.megatron.weights import export_entries, export_hf_weights
 
+        if self._export_entries is None:
+            self._export_entries = export_entries(self.modules, self.hf_config)
         with self._resident(params=True):
-            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes)
+            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes, self._export_entries)

@@ -255,14 +255,31 @@ def full_hf_tensors(rule: Rule, parts: list[torch.Tensor], hf_config: Any) -> li
     raise ValueError(f"unknown rule kind {rule.kind!r}")
 
 
-def _local_hf_tensors(chunks: list[torch.nn.Module], hf_config: Any,
+ExportEntry = tuple[torch.nn.Module, str, Rule, torch.nn.Parameter]  # chunk, local name, rule, parameter
+
+
+def export_entries(chunks: list[torch.nn.Module], hf_config: Any) -> list[ExportEntry]:
+    """Every exported local parameter with its rule, in one order on every rank. Fixed for an engine's life (the
+    offload moves storages, not parameters), so the engine builds it once: the module walks and rule lookups cost
+    a 1.7B sync more CPU time than its all-gather takes on the GPU."""
+    tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+    entries = []
+    for chunk in chunks:
+        for name, param in chunk.named_parameters():
+            rule = rule_for(chunk, name, tied)
+            if rule is not None:
+                entries.append((chunk, name, rule, param))
+    return entries
+
+
+def _local_hf_tensors(entries: list[ExportEntry], hf_config: Any,
                       gather_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Per local parameter: its full HF tensors, expert tensors gathered over the EP group. TP shards are gathered
     for groups of parameters of about `gather_bytes` (full size) at a time."""
     from megatron.core import parallel_state as ps
 
-    tied = bool(getattr(hf_config, "tie_word_embeddings", False))
     ep_size = ps.get_expert_model_parallel_world_size()
+    split_over = {expert: parallel_ranks(expert)[1] for expert in (False, True)}
     pending: list[tuple[torch.nn.Module, str, Rule, torch.Tensor]] = []
 
     def convert() -> Iterator[list[tuple[str, torch.Tensor]]]:
@@ -281,16 +298,12 @@ def _local_hf_tensors(chunks: list[torch.nn.Module], hf_config: Any,
         pending.clear()
 
     size = 0
-    for chunk in chunks:
-        for name, param in chunk.named_parameters():
-            rule = rule_for(chunk, name, tied)
-            if rule is None:
-                continue
-            pending.append((chunk, name, rule, param.detach()))
-            size += param.numel() * param.element_size() * parallel_ranks(rule.expert)[1]
-            if size >= gather_bytes:
-                yield from convert()
-                size = 0
+    for chunk, name, rule, param in entries:
+        pending.append((chunk, name, rule, param.detach()))
+        size += param.numel() * param.element_size() * split_over[rule.expert]
+        if size >= gather_bytes:
+            yield from convert()
+            size = 0
     yield from convert()
 
 
@@ -313,21 +326,21 @@ def _gather_experts(tensors: list[tuple[str, torch.Tensor]], chunk: torch.nn.Mod
     return out
 
 
-def _pipeline_stream(chunks: list[torch.nn.Module], hf_config: Any,
+def _pipeline_stream(chunks: list[torch.nn.Module], entries: list[ExportEntry], hf_config: Any,
                      gather_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
     """Every HF tensor of the whole model on every rank: each PP stage in turn broadcasts what it owns."""
     from megatron.core import parallel_state as ps
 
     pp_size = ps.get_pipeline_model_parallel_world_size()
     if pp_size == 1:
-        for tensors in _local_hf_tensors(chunks, hf_config, gather_bytes):
+        for tensors in _local_hf_tensors(entries, hf_config, gather_bytes):
             yield from tensors
         return
     group = ps.get_pipeline_model_parallel_group()
     ranks = dist.get_process_group_ranks(group)
     my_stage = ps.get_pipeline_model_parallel_rank()
     for stage in range(pp_size):
-        source = _local_hf_tensors(chunks, hf_config, gather_bytes) if stage == my_stage else None
+        source = _local_hf_tensors(entries, hf_config, gather_bytes) if stage == my_stage else None
         while True:
             tensors = next(source, None) if source is not None else None
             meta = [None if tensors is None else [(n, tuple(t.shape), t.dtype) for n, t in tensors]]
@@ -345,13 +358,16 @@ def _device_of(chunks: list[torch.nn.Module]) -> torch.device:
     return next(chunks[0].parameters()).device
 
 
-def export_hf_weights(chunks: list[torch.nn.Module], hf_config: Any, bucket_bytes: int) -> Iterator[WeightBucket]:
-    """Full HF-named tensors in buckets of at most `bucket_bytes` (a larger tensor is a bucket of its own).
+def export_hf_weights(chunks: list[torch.nn.Module], hf_config: Any, bucket_bytes: int,
+                      entries: list[ExportEntry] | None = None) -> Iterator[WeightBucket]:
+    """Full HF-named tensors in buckets of at most `bucket_bytes` (a larger tensor is a bucket of its own);
+    `entries`: `export_entries(chunks, hf_config)`, when the caller keeps it.
 
     Collective: every rank must iterate it to the end; every rank receives every tensor."""
+    entries = export_entries(chunks, hf_config) if entries is None else entries
     bucket: WeightBucket = []
     size = 0
-    for name, tensor in _pipeline_stream(chunks, hf_config, gather_bytes=bucket_bytes):
+    for name, tensor in _pipeline_stream(chunks, entries, hf_config, gather_bytes=bucket_bytes):
         nbytes = tensor.numel() * tensor.element_size()
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
