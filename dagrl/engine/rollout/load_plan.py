@@ -18,9 +18,9 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-logger = logging.getLogger(__name__)
+from dagrl.engine.base import WeightBucket
 
-WeightBucket = list[tuple[str, torch.Tensor]]
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 vLLM runs inside the trainer's own torchrun processes (`distributed_executor_backend="external_launcher"`,
 no engine subprocess), reusing the job's process group: consecutive ranks form one rollout-TP group, exactly the
 rollout layout the trainer shards prompts by. Weights arrive as full HF-named tensors from the actor's
-`export_weights()` stream and go straight into the model's `load_weights` (vLLM narrows them to its TP shard).
+`export_weights()` stream. The first sync passes them through the model's `load_weights` (vLLM narrows them to its
+TP shard) and records what it copied; later syncs replay those copies (load_plan.py).
 Measured recipe and pitfalls: ../shared/reference/vllm_spmd.md.
 """
 from __future__ import annotations
