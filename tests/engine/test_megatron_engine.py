@@ -154,9 +154,11 @@ def test_offload_gives_identical_results_and_frees_storage(model_dirs):
         if offload:
             assert actor.param_store.offloaded and actor.grad_store.offloaded and actor.optim_store.offloaded
             assert next(actor.modules[0].parameters()).untyped_storage().nbytes() == 0
+        initial = exported(actor)  # the export keeps its parameter table from here on
         metrics = [actor.train_step(batch, sum_loss, 2, 1.0) for _ in range(2)]
         log_probs, _ = actor.compute_log_prob(batch, 2, 1.0, with_entropy=False)
         results.append((metrics, log_probs, exported(actor)))
+        assert any(not torch.equal(initial[name], results[-1][2][name]) for name in initial)  # trained values
         if offload:
             assert actor.optim_store.nbytes > 0 and actor.optim_store.offloaded
     (m0, lp0, w0), (m1, lp1, w1) = results
