@@ -105,24 +105,29 @@ class _Recorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.steps is not None and "out" in kwargs:
-            self._fail(f"{getattr(func, '__name__', func)}(out=...)")
-        elif self.steps is not None and func is torch.Tensor.copy_:
+        if self.steps is not None:
+            self._watch(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _watch(self, func: Callable, args: tuple, kwargs: dict) -> None:
+        name = getattr(func, "__name__", str(func))
+        if "out" in kwargs:
+            self._fail(f"{name}(out=...)")
+        elif func is torch.Tensor.copy_:
             target, source = self._param_view(args[0]), self._source_view(args[1])
             if target is None or source is None:
                 self._fail("a copy that is not tensor view -> parameter view")
             else:
                 self.steps.append(_Copy(target[0], target[1], source))
-        elif self.steps is not None and func in (torch.Tensor.fill_, torch.Tensor.zero_):
+        elif func in (torch.Tensor.fill_, torch.Tensor.zero_):
             target = self._param_view(args[0])
             value = 0 if func is torch.Tensor.zero_ else args[1]
             if target is None or not isinstance(value, (int, float)):
                 self._fail("a fill that is not a constant into a parameter view")
             else:
                 self.steps.append(_Fill(target[0], target[1], float(value)))
-        elif self.steps is not None and _in_place(func):
-            self._fail(f"in-place {getattr(func, '__name__', func)}")
-        return func(*args, **kwargs)
+        elif _in_place(func):
+            self._fail(f"in-place {name}")
 
 
 class WeightLoadPlan:
