@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -207,7 +208,10 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the results here (rank 0)")
     parser.add_argument("--profile", default=None, help="also profile one step of each; kernel tables go here")
     parser.add_argument("--entropy", action="store_true", help="dagrl computes the entropy too (entropy_coeff != 0)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a TransformerConfig field for dagrl's engine (override_transformer_config), repeatable")
     args = parser.parse_args()
+    overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.override)}
 
     from dagrl.engine.megatron.hf_config import transformer_config
     from dagrl.engine.megatron.parallel import init_model_parallel, local_device
@@ -226,7 +230,7 @@ def main() -> None:
     flops_per_step = train_flops_per_token(hf, args.seq) * rows * args.seq  # per DP rank = per model replica
     gpus_per_replica = dist.get_world_size() // dp_size
     results = {"size": args.size, "layout": f"TP{args.tp}{'+SP' if args.sp else ''} DP{dp_size}",
-               "seq": args.seq, "rows_per_dp_rank": rows, "matmul_tflops": peak}
+               "seq": args.seq, "rows_per_dp_rank": rows, "matmul_tflops": peak, "dagrl_overrides": overrides}
 
     def record(name: str, seconds: float, peak_gib: float) -> None:
         tflops = flops_per_step / gpus_per_replica / seconds / 1e12
@@ -248,7 +252,7 @@ def main() -> None:
     if args.only in (None, "dagrl"):
         engine = random_actor(MegatronEngineSpec(
             model_path=model_dir, layout=layout, param_dtype=torch.bfloat16, use_distributed_optimizer=True,
-            optim=OptimSpec(lr=1e-6, total_training_steps=100)))
+            optim=OptimSpec(lr=1e-6, total_training_steps=100), override_transformer_config=overrides))
         batch = ppo_batch(tokens[:, :args.seq], args.prompt, dp_size, seed=dp_rank)
         loss_fn = partial(actor_loss, spec=PolicyLossSpec(entropy_coeff=1e-3 if args.entropy else 0.0))
 
@@ -269,7 +273,8 @@ def main() -> None:
 
 def print_table(results: dict) -> None:
     print(f"\nQwen3-{results['size']} shape, {results['layout']}, seq {results['seq']}, "
-          f"{results['rows_per_dp_rank']} rows per DP rank; bf16 matmul peak {results['matmul_tflops']:.0f} TFLOP/s")
+          f"{results['rows_per_dp_rank']} rows per DP rank; bf16 matmul peak {results['matmul_tflops']:.0f} TFLOP/s"
+          + (f"; dagrl with {results['dagrl_overrides']}" if results["dagrl_overrides"] else ""))
     print("| step | s/step | tokens/s/GPU | TFLOP/s/GPU | MFU (same-run peak) | MFU (989 datasheet) | peak GiB |")
     print("|---|---|---|---|---|---|---|")
     for name in ("bare", "dagrl"):

@@ -2,8 +2,8 @@
 
 usage: torchrun --nproc-per-node N engine_checks.py CHECK WORK_DIR [FAMILY]
   parity  (2 GPUs) bf16 log-probs of the Megatron engine (TransformerEngine spec) vs HF transformers on the same
-          random Qwen3-shaped (TP2+SP) or Qwen3-MoE-shaped (TP2+SP, EP2) weights, and the engine's log-probs compared
-          bit for bit across the ranks of the tensor-parallel group.
+          random Qwen3-shaped or Qwen3-MoE-shaped (EP2) weights, at TP2+SP and TP1, with TE's fused RoPE and SwiGLU
+          and with both unfused; and the engine's log-probs compared bit for bit across the tensor-parallel ranks.
   offload (1 GPU) bytes each of param, grad and optimizer offload frees (torch.cuda.mem_get_info), and the next
           step's loss with offload cycles and with every offload flag on, against a run without offload.
   cp      (2 GPUs) packed (THD) sequences in bf16, CP1 (= DP2) and CP2, against padded rows on the same weights:
@@ -69,7 +69,21 @@ def hf_log_probs(model, batch: Batch, fp32_head: bool) -> torch.Tensor:
     return hf_response_log_probs(model, batch, fp32_head) * batch["response_mask"]
 
 
+def _tp_gathered_log_probs(engine, batch: Batch) -> tuple[torch.Tensor, bool]:
+    """The engine's log-probs and whether every rank of its tensor-parallel group computed the same bits."""
+    from megatron.core import parallel_state as ps
+
+    mine, _ = engine.compute_log_prob(batch, micro_batch_size=2, temperature=1.0, with_entropy=False)
+    group = ps.get_tensor_model_parallel_group()
+    copies = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(copies, mine, group=group)
+    return mine, all(torch.equal(copies[0], x) for x in copies)
+
+
 def parity(work: Path, family: str) -> list[dict]:
+    """Rows at TP2+SP: the engine's default fusions at final-norm gains 1 and 3, then (gain 1) an fp32 LM head, then
+    RoPE and SwiGLU unfused (rounding where HF does); at TP1: default fusions, unfused. Each against HF bf16 and the
+    exact fp32 value of the same weights."""
     from megatron.core import parallel_state as ps
     from transformers import AutoModelForCausalLM
 
@@ -80,51 +94,47 @@ def parity(work: Path, family: str) -> list[dict]:
         save_random_model(family, path, torch.bfloat16)
     dist.barrier()
     experts = 2 if family == "qwen3_moe" else 1
-    layout = ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=experts,
-                            expert_tensor_parallel_size=1 if experts > 1 else None)
-    engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(path), layout=layout, param_dtype=torch.bfloat16))
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(DEVICE).eval()
-    batch = random_batch(rows=4, prompt=64, response=192, vocab=engine.hf_config.vocab_size).to(DEVICE)
-    mask = batch["response_mask"].bool()
+    tp2 = ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=experts,
+                         expert_tensor_parallel_size=1 if experts > 1 else None)
+    tp1 = ParallelLayout(expert_model_parallel_size=experts)  # DP2 (EP2 for the MoE): no bf16 partial sums
+    unfused = {"apply_rope_fusion": False, "bias_activation_fusion": False}
+    batch = None
     results = []
-    for scale in LOGIT_SCALES:
-        with torch.no_grad():
-            for module in engine.modules:
-                if getattr(module, "post_process", False):
-                    module.decoder.final_layernorm.weight.fill_(scale)
-            hf.model.norm.weight.fill_(scale)
-        mine, _ = engine.compute_log_prob(batch, micro_batch_size=2, temperature=1.0, with_entropy=False)
-        group = ps.get_tensor_model_parallel_group()
-        copies = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(copies, mine, group=group)
-        reference, fp32_head = hf_log_probs(hf, batch, False), hf_log_probs(hf, batch, True)
-        hf.float()  # the exact value of the same (bf16-rounded) weights: fp32 end to end
-        exact = hf_log_probs(hf, batch, True)
-        hf.to(torch.bfloat16)
-        a, b, c, d = (x[mask].double() for x in (mine, reference, fp32_head, exact))
-        results.append({"family": family, "layout": f"TP2+SP EP{experts}", "logit_scale": scale,
-                        "bit_equal_across_tp": all(torch.equal(copies[0], x) for x in copies),
-                        "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
-                        "mean_abs_diff": float((a - b).abs().mean()), "max_abs_diff": float((a - b).abs().max()),
-                        "hf_bf16_vs_fp32_head_mean_abs_diff": float((b - c).abs().mean()),
-                        "vs_fp32_cosine": float(torch.nn.functional.cosine_similarity(a, d, dim=0)),
-                        "vs_fp32_mean_abs_diff": float((a - d).abs().mean()),
-                        "hf_bf16_vs_fp32_mean_abs_diff": float((b - d).abs().mean()),
-                        "mean_log_prob": float(b.mean()), "tokens": int(mask.sum())})
-    # fp32_lm_head: the engine's fp32 logits (through the TP2+SP output layer) against HF's bf16 body + fp32 head
-    del engine
-    ps.destroy_model_parallel()
-    engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(path), layout=layout, param_dtype=torch.bfloat16,
-                                                    fp32_lm_head=True))
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(DEVICE).eval()
-    mine, _ = engine.compute_log_prob(batch, micro_batch_size=2, temperature=1.0, with_entropy=False)
-    copies = [torch.empty_like(mine) for _ in range(dist.get_world_size(ps.get_tensor_model_parallel_group()))]
-    dist.all_gather(copies, mine, group=ps.get_tensor_model_parallel_group())
-    a, c = mine[mask].double(), hf_log_probs(hf, batch, True)[mask].double()
-    results.append({"family": family, "fp32_lm_head": True, "bit_equal_across_tp": all(torch.equal(copies[0], x)
-                                                                                      for x in copies),
-                    "cosine": float(torch.nn.functional.cosine_similarity(a, c, dim=0)),
-                    "mean_abs_diff": float((a - c).abs().mean()), "max_abs_diff": float((a - c).abs().max())})
+    variants = [(tp2, {}, False, LOGIT_SCALES), (tp2, {}, True, (1.0,)), (tp2, unfused, False, (1.0,)),
+                (tp1, {}, False, (1.0,)), (tp1, unfused, False, (1.0,))]
+    for layout, overrides, fp32_head, scales in variants:
+        if ps.model_parallel_is_initialized():
+            ps.destroy_model_parallel()
+        engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(path), layout=layout,
+                                                        param_dtype=torch.bfloat16, fp32_lm_head=fp32_head,
+                                                        override_transformer_config=overrides))
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(DEVICE).eval()
+        if batch is None:
+            batch = random_batch(rows=4, prompt=64, response=192, vocab=engine.hf_config.vocab_size).to(DEVICE)
+        mask = batch["response_mask"].bool()
+        for scale in scales:
+            with torch.no_grad():
+                for module in engine.modules:
+                    if getattr(module, "post_process", False):
+                        module.decoder.final_layernorm.weight.fill_(scale)
+                hf.model.norm.weight.fill_(scale)
+            mine, bit_equal = _tp_gathered_log_probs(engine, batch)
+            reference, fp32_reference = hf_log_probs(hf, batch, fp32_head), hf_log_probs(hf, batch, True)
+            hf.float()  # the exact value of the same (bf16-rounded) weights: fp32 end to end
+            exact = hf_log_probs(hf, batch, True)
+            hf.to(torch.bfloat16)
+            a, b, c, d = (x[mask].double() for x in (mine, reference, fp32_reference, exact))
+            name = f"TP{layout.tensor_model_parallel_size}{'+SP' if layout.sequence_parallel else ''} EP{experts}"
+            results.append({"family": family, "layout": name, "logit_scale": scale,
+                            "fp32_lm_head": fp32_head, "overrides": overrides, "bit_equal_across_tp": bit_equal,
+                            "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+                            "mean_abs_diff": float((a - b).abs().mean()), "max_abs_diff": float((a - b).abs().max()),
+                            "hf_bf16_vs_fp32_head_mean_abs_diff": float((b - c).abs().mean()),
+                            "vs_fp32_cosine": float(torch.nn.functional.cosine_similarity(a, d, dim=0)),
+                            "vs_fp32_mean_abs_diff": float((a - d).abs().mean()),
+                            "hf_bf16_vs_fp32_mean_abs_diff": float((b - d).abs().mean()),
+                            "mean_log_prob": float(b.mean()), "tokens": int(mask.sum())})
+        del engine, hf
     return results
 
 

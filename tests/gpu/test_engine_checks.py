@@ -32,16 +32,23 @@ def run_check(gpus: int, work: Path, *args: str) -> list[dict]:
 def test_bf16_log_probs_match_hf_and_agree_across_tp_ranks(family, tmp_path):
     per_rank = run_check(2, tmp_path, "parity", family)
     assert all(r["bit_equal_across_tp"] for rank in per_rank for r in rank)
-    # At the random init's logits (final-norm gain 1; gain 3 is reported, not asserted). bf16 has a floor here: HF's
-    # own bf16 forward is ~0.012 from the exact (fp32) value of the same weights, so the engine is held to HF's own
-    # bf16 error (x1.25) rather than to a fixed 1e-2 (measured on 2xH200: 0.0105 dense, 0.0112 MoE vs HF bf16).
-    at_init = per_rank[0][0]
-    assert at_init["logit_scale"] == 1.0 and at_init["cosine"] >= 0.99 and at_init["vs_fp32_cosine"] >= 0.99, at_init
-    floor = at_init["hf_bf16_vs_fp32_mean_abs_diff"]
-    assert at_init["vs_fp32_mean_abs_diff"] <= 1.25 * floor and at_init["mean_abs_diff"] <= 1.25 * floor, at_init
-    fp32_head = per_rank[0][-1]  # fp32_lm_head through the TP2+SP output layer, against HF with an fp32 head
-    assert fp32_head["fp32_lm_head"] and fp32_head["bit_equal_across_tp"] and fp32_head["cosine"] >= 0.99, fp32_head
-    assert fp32_head["mean_abs_diff"] <= 1.25 * floor, fp32_head
+    rows = per_rank[0]
+    at_gain_1 = [r for r in rows if r["logit_scale"] == 1.0]  # the random init's logits (gain 3 is reported only)
+    assert [(r["layout"].split()[0], r["fp32_lm_head"], bool(r["overrides"])) for r in at_gain_1] == [
+        ("TP2+SP", False, False), ("TP2+SP", True, False), ("TP2+SP", False, True), ("TP1", False, False),
+        ("TP1", False, True)], at_gain_1
+    # Rounding where HF rounds (RoPE and SwiGLU unfused) and without TP's bf16 partial sums, the engine is HF to
+    # within 1e-2: measured on 2xH200 0.0075 dense, 0.0067 MoE (EP2).
+    hf_rounding = at_gain_1[-1]
+    assert hf_rounding["cosine"] >= 0.99 and hf_rounding["mean_abs_diff"] <= 1e-2, hf_rounding
+    # Every other row is held to HF's own bf16 error (x1.25), ~0.012 from the exact (fp32) value of the same
+    # weights: TE's fused RoPE and SwiGLU compute in fp32 and TP2 adds bf16 partial sums, so those rows differ from
+    # HF by about as much as either differs from exact (TP2+SP measured 0.0127 dense, 0.0138 MoE; unfused 0.0105,
+    # 0.0114; TP1 0.0126, 0.0124).
+    floor = at_gain_1[0]["hf_bf16_vs_fp32_mean_abs_diff"]
+    for row in at_gain_1:
+        assert row["cosine"] >= 0.99 and row["mean_abs_diff"] <= 1.25 * floor, row
+        assert row["vs_fp32_cosine"] >= 0.99 and row["vs_fp32_mean_abs_diff"] <= 1.25 * floor, row
 
 
 def test_packed_and_context_parallel_match_padded_in_bf16(tmp_path):
