@@ -51,7 +51,7 @@ def save_tokenizer(tokenizer_dir: str, out: str) -> None:
 
 
 def build(family: str, size: str, out: str, *, num_layers: int | None = None, seed: int = 0,
-          tokenizer: str | None = None, dtype: str = "bf16", config_only: bool = False) -> int:
+          tokenizer: str | None = None, dtype: str = "bf16", config_only: bool = False, device: str = "cpu") -> int:
     """Write the model directory; returns the parameter count."""
     overrides: dict = {"num_layers": num_layers}
     special: dict = {}
@@ -70,7 +70,10 @@ def build(family: str, size: str, out: str, *, num_layers: int | None = None, se
         config.save_pretrained(out)
         count = ModelShape.from_hf(config.to_dict()).total_params()
     else:
-        model = presets.random_model(family, size, seed=seed, dtype=torch_dtype, **overrides)
+        import torch
+
+        with torch.device(device):  # the random init of a multi-billion model takes minutes on CPU, seconds on GPU
+            model = presets.random_model(family, size, seed=seed, dtype=torch_dtype, **overrides)
         for name, value in special.items():
             setattr(model.config, name, value)
         model.save_pretrained(out, safe_serialization=True)
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", default=None, help="copy this HF tokenizer and size the vocabulary to it")
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="saved weight dtype")
     parser.add_argument("--config-only", action="store_true", help="write config.json only, no weights")
+    parser.add_argument("--device", default="cpu", help="where to initialise the weights (cpu, cuda)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     out = os.path.expanduser(args.out)
     tokenizer = os.path.expanduser(args.tokenizer) if args.tokenizer else None
     count = build(args.family, args.size, out, num_layers=args.num_layers, seed=args.seed, tokenizer=tokenizer,
-                  dtype=args.dtype, config_only=args.config_only)
+                  dtype=args.dtype, config_only=args.config_only, device=args.device)
     logger.info("wrote %s %s (%.3fB parameters%s) to %s", args.family, args.size, count / 1e9,
                 ", config only" if args.config_only else "", out)
 
