@@ -176,3 +176,18 @@ def test_copies_into_overlapping_memory_turn_the_replay_off():
         reference.load_weights(hf_tensors(seed, overlap=True))
         assert_same_parameters(planned, reference)
     assert not plan.plans and plan.unplannable["down.weight"] == "copies into overlapping memory"
+
+
+def test_the_plan_is_logged_once_per_recording_sync(caplog):
+    planned = FakeVLLMModel()
+    plan = WeightLoadPlan(planned)
+    tensors = hf_tensors(1)
+    with caplog.at_level("INFO", logger="dagrl.engine.rollout.load_plan"):
+        for bucket in (tensors[:3], tensors[3:]):  # the first sync, in two buckets, records
+            plan.load(bucket)
+        plan.end_sync()
+        plan.load(hf_tensors(2))  # a replayed sync records nothing: nothing to say
+        plan.end_sync()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("weight sync plan")]
+    assert lines == [f"weight sync plan: {len(tensors) - 2} tensors replay as copies, 2 go through the model's "
+                     f"loader (e.g. {next(iter(plan.unplannable))}: {next(iter(plan.unplannable.values()))})"], lines

@@ -138,6 +138,7 @@ class WeightLoadPlan:
         self.plans: dict[str, _TensorPlan] = {}
         self.unplannable: dict[str, str] = {}  # name -> why it goes through load_weights every time
         self.stats = {"replayed": 0, "loader": 0}
+        self._recorded = False  # a tensor was recorded since the last end_sync
 
     def _param_index(self) -> tuple[dict[int, torch.Tensor], dict[str, int]]:
         """Parameters by storage address (to recognise a copy's target), and their ids by reported name."""
@@ -176,10 +177,16 @@ class WeightLoadPlan:
             if self._overlapping():  # replayed copies must not depend on their order
                 self.unplannable.update({name: "copies into overlapping memory" for name in self.plans})
                 self.plans.clear()
+            self._recorded = True
+        return loaded
+
+    def end_sync(self) -> None:
+        """Called after a sync's last bucket: logs the plan once when this sync recorded any tensor."""
+        if self._recorded:
+            self._recorded = False
             example = next(iter(self.unplannable.items()), ("", ""))
             logger.info("weight sync plan: %d tensors replay as copies, %d go through the model's loader%s",
                         len(self.plans), len(self.unplannable), f" (e.g. {example[0]}: {example[1]})" * bool(example[0]))
-        return loaded
 
     def _record(self, name: str, tensor: torch.Tensor, storages: dict[int, torch.Tensor],
                 param_ids: dict[str, int]) -> set[str]:

@@ -175,6 +175,8 @@ class VLLMRollout:
                 loaded |= set(self.model.load_weights(bucket))
             else:
                 loaded |= self.load_plan.load(bucket)
+        if self.load_plan is not None:
+            self.load_plan.end_sync()
         missing = self._vllm_params - loaded
         if missing:
             raise RuntimeError(f"weight sync left {len(missing)} vLLM tensors stale, e.g. {sorted(missing)[:3]}: "
