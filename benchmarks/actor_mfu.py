@@ -211,6 +211,9 @@ def main() -> None:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a TransformerConfig field for dagrl's engine (override_transformer_config), repeatable")
     args = parser.parse_args()
+    malformed = [item for item in args.override if "=" not in item]
+    if malformed:
+        parser.error(f"--override {malformed[0]}: expected KEY=VALUE, e.g. apply_rope_fusion=false")
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.override)}
 
     from dagrl.engine.megatron.hf_config import transformer_config

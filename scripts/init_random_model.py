@@ -103,6 +103,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     if args.num_layers is not None and args.num_layers < 1:
         parser.error("--num-layers must be >= 1")
+    if not args.config_only and args.device != "cpu":
+        import torch
+
+        try:
+            device = torch.device(args.device)
+        except RuntimeError as err:
+            parser.error(f"--device {args.device}: {err}")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            parser.error(f"--device {args.device}: no CUDA device on this machine; use --device cpu")
     out = os.path.expanduser(args.out)
     tokenizer = os.path.expanduser(args.tokenizer) if args.tokenizer else None
     count = build(args.family, args.size, out, num_layers=args.num_layers, seed=args.seed, tokenizer=tokenizer,

@@ -91,3 +91,11 @@ def test_cli_rejects_a_size_the_family_does_not_have(tmp_path):
                            str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown size '8b' for qwen3_moe" in proc.stderr
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without a GPU gives")
+def test_cli_names_the_device_flag_when_there_is_no_gpu(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--family", "qwen3", "--size", "tiny", "--out",
+                           str(tmp_path / "m"), "--device", "cuda"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--device cuda: no CUDA device on this machine; use --device cpu" in proc.stderr
+    assert not (tmp_path / "m").exists()
