@@ -99,7 +99,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         print(f"\nQwen3-{args.size} shape, bf16, actor TP{args.tp} -> vLLM TP{args.tp}: {result['gb']:.2f} GB; bound "
               f"{result['bound_s'] * 1e3:.1f} ms = all-gather {gather_s * 1e3:.1f} ms + copy {copy_s * 1e3:.1f} ms")
-        print(f"load plan: {len(plan.plans)} tensors replayed as copies, {len(plan.unplannable)} through vLLM's loader")
+        print(plan.summary())
         print("| bucket MB | export only s | sync s, vLLM loader | sync s, replayed copies | GB/s | sync / bound |\n"
               "|---|---|---|---|---|---|")
         for row in rows:

@@ -180,13 +180,16 @@ class WeightLoadPlan:
             self._recorded = True
         return loaded
 
+    def summary(self) -> str:
+        example = next(iter(self.unplannable.items()), ("", ""))
+        return (f"weight sync plan: {len(self.plans)} tensors replay as copies, {len(self.unplannable)} go through "
+                f"the model's loader" + f" (e.g. {example[0]}: {example[1]})" * bool(example[0]))
+
     def end_sync(self) -> None:
         """Called after a sync's last bucket: logs the plan once when this sync recorded any tensor."""
         if self._recorded:
             self._recorded = False
-            example = next(iter(self.unplannable.items()), ("", ""))
-            logger.info("weight sync plan: %d tensors replay as copies, %d go through the model's loader%s",
-                        len(self.plans), len(self.unplannable), f" (e.g. {example[0]}: {example[1]})" * bool(example[0]))
+            logger.info(self.summary())
 
     def _record(self, name: str, tensor: torch.Tensor, storages: dict[int, torch.Tensor],
                 param_ids: dict[str, int]) -> set[str]:
