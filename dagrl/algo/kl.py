@@ -39,7 +39,8 @@ class KLController:
             self.value *= 1.0 + error * n_steps / self.horizon
 
     def state_dict(self) -> dict[str, float]:
-        return {"value": self.value}
+        return {"value": float(self.value)}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        self.value = state["value"]
+        if self.kind == "adaptive":  # a fixed coefficient is the config's, so a resume may change it
+            self.value = state["value"]

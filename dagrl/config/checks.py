@@ -25,6 +25,20 @@ def get(cfg: Cfg, dotted: str):
     return node
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_finite_numbers(cfg: Cfg) -> None:
+    """No NaN, inf or float32 overflow anywhere in the config (lr=inf trains NaN weights, lr=1e39 cannot reach the
+    fp32 optimizer, a nan coefficient poisons every loss)."""
+    from dagrl.config.tree import leaves
+
+    for key, value in leaves(cfg.snapshot()).items():
+        values = value if isinstance(value, list) else [value]
+        require(not any(isinstance(v, float) and not abs(v) <= FLOAT32_MAX for v in values), key,
+                f"{key}={value} is not a finite float32 number: set a finite value")
+
+
 def require(condition: bool, key: str, message: str) -> None:
     if not condition:
         raise ConfigError(key, message)

@@ -326,7 +326,13 @@ def check_launcher(cfg: Cfg) -> None:
 
 
 def check_checkpoint_dir(cfg: Cfg) -> None:
-    root = Path(os.path.expanduser(cfg.trainer.default_local_dir))
+    """The checkpoint root can be written, and nothing in it that dagrl did not write (or that is newer than the
+    checkpoint a resume starts from) could be deleted or overwritten by this run."""
+    configured = cfg.trainer.default_local_dir
+    require(isinstance(configured, str) and configured.strip() != "", "trainer.default_local_dir",
+            f"trainer.default_local_dir={configured!r} must be a directory path (an empty one would write "
+            f"checkpoints into the current directory)")
+    root = Path(os.path.expanduser(configured))
     existing = next((p for p in [root, *root.parents] if p.exists()), None)
     require(existing is None or existing.is_dir(), "trainer.default_local_dir",
             f"checkpoint directory {root} cannot be created: {existing} is not a directory; fix "
@@ -334,9 +340,19 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
     require(existing is not None and os.access(existing, os.W_OK), "trainer.default_local_dir",
             f"checkpoint directory {root} is not writable (nearest existing parent: {existing}): "
             f"fix trainer.default_local_dir")
-    from dagrl.trainer.checkpoint import check_resume_path, complete_checkpoints
+    from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, foreign_entries
+    foreign = foreign_entries(root)
+    require(not foreign, "trainer.default_local_dir",
+            f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
+            f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another trainer.default_local_dir")
     if cfg.trainer.resume_mode == "resume_path":
-        check_resume_path(cfg.trainer.resume_from_path)
+        start = check_resume_path(cfg.trainer.resume_from_path)
+        start_step = int(start.name.rsplit("_", 1)[1])
+        newer = [path for step, path in complete_checkpoints(root) if step > start_step]
+        require(not newer, "trainer.resume_from_path",
+                f"trainer.resume_from_path={start} is older than {newer[-1] if newer else ''} in "
+                f"trainer.default_local_dir, which the resumed run would overwrite: set trainer.default_local_dir "
+                f"to a new directory for this branch of the run, or resume the newest with trainer.resume_mode=auto")
     else:
         require(cfg.trainer.resume_from_path is None, "trainer.resume_from_path",
                 f"trainer.resume_from_path is set but trainer.resume_mode={cfg.trainer.resume_mode}: "

@@ -58,6 +58,10 @@ class Cfg:
         mark_subtree_read(self._data, self._path)
         return copy.deepcopy(self._data)
 
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy as plain data that does not count as reading it (what a checkpoint records)."""
+        return copy.deepcopy(self._data)
+
     def __repr__(self) -> str:
         return f"Cfg({self._path or '<root>'}: {self._data!r})"
 
@@ -80,3 +84,15 @@ def leaf_keys(data: dict[str, Any], path: str = "") -> list[str]:
         else:
             keys.append(full)
     return keys
+
+
+def leaves(data: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """{dotted path: value} of every leaf, in leaf_keys' order."""
+    found: dict[str, Any] = {}
+    for key, value in data.items():
+        full = _join(path, key)
+        if isinstance(value, dict) and value:
+            found.update(leaves(value, full))
+        else:
+            found[full] = value
+    return found

@@ -10,7 +10,8 @@ import os
 from dataclasses import dataclass, field
 
 from dagrl.config import sections
-from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, check_tokenizer_files,  # noqa: F401
+from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, check_finite_numbers,  # noqa: F401
+                                 check_tokenizer_files,
                                  divides, get, layout_from_config, positive_int, read_hf_config, require)
 from dagrl.config.sections import CHOICES, LOGGERS, graph_roles  # noqa: F401  (re-exported)
 from dagrl.config.tree import Cfg
@@ -59,6 +60,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
 
     `world_size` given: planning a launch from elsewhere (python3 -m dagrl.plan), so the checks of this process's
     own environment (its WORLD_SIZE, vLLM / wandb / mlflow installed) are skipped."""
+    check_finite_numbers(cfg)
     sections.check_choices(cfg)
     sections.check_algorithm(cfg)
     planning = world_size is not None

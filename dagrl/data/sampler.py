@@ -81,7 +81,7 @@ class EpochSampler:
         if saved != current:
             raise ValueError(f"sampler checkpoint was written for (rows, batch_size, seed, shuffle)={saved}, "
                              f"this run has {current}; resume with the same data and data.train_batch_size / "
-                             f"data.seed / data.shuffle, or start fresh (trainer.resume_mode=disable)")
+                             f"data.seed / data.shuffle, or start a new run in another trainer.default_local_dir")
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
         self._order = None

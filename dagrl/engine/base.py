@@ -73,6 +73,8 @@ class ActorEngine(Protocol):
 
     def load_checkpoint(self, path: str) -> None: ...
 
+    def state_is_finite(self) -> bool: ...  # collective: no NaN/inf in parameters and optimizer state, any rank
+
 
 class RolloutEngine(Protocol):
     """Generates responses with the actor's latest weights.

@@ -83,5 +83,7 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
                                           max_token_len=token_budget(actor_cfg, "use_dynamic_bsz",
                                                                      "ppo_max_token_len_per_gpu"),
                                           with_entropy=with_entropy))
+    if nan_injected(ctx.step, "DAGRL_INJECT_NAN_WEIGHTS"):
+        next(p for module in ctx.actor.modules for p in module.parameters() if p.requires_grad).data.fill_(float("nan"))
     ctx.versions.actor += 1
     return batch, mean_over_mini_batches(steps)

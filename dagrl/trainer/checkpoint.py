@@ -1,10 +1,15 @@
 """Trainer checkpoints: `<root>/global_step_N/{actor/, critic/, data.pt, dagrl_checkpoint.json}`; `actor/` is the
 engine's Megatron dist checkpoint, with `actor/huggingface/` beside its shards when save_contents has hf_model.
 
-A checkpoint is written into `<root>/.tmp_global_step_N`, gets its marker file last, and is renamed into place;
-`latest_checkpointed_iteration.txt` is replaced atomically after that. A kill at any moment therefore leaves
-either no `global_step_N` or a complete one, and resume picks the newest complete checkpoint (the tracker file
-is kept for verl/siiRL tooling; a directory newer than the tracker is complete by construction).
+A checkpoint is written into `<root>/.tmp_global_step_N` (which gets `.dagrl_partial` first, so that a later run
+knows it may remove it), gets its marker file last, and is renamed into place; `latest_checkpointed_iteration.txt`
+is replaced atomically after that. A kill at any moment therefore leaves either no `global_step_N` or a complete
+one, and resume picks the newest complete checkpoint (the tracker file is kept for verl/siiRL tooling; a directory
+newer than the tracker is complete by construction).
+
+dagrl never deletes or overwrites what it did not write: a `global_step_N` without the marker or a
+`.tmp_global_step_N` without `.dagrl_partial` stops the run in pre-flight (`foreign_entries`), and a save never
+replaces an existing `global_step_N`.
 """
 from __future__ import annotations
 
@@ -16,14 +21,17 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from dagrl.config.errors import ConfigError
+from dagrl.config.errors import ConfigError, RunError
 from dagrl.config.tree import Cfg
 
 logger = logging.getLogger(__name__)
 
 TRACKER = "latest_checkpointed_iteration.txt"
 MARKER = "dagrl_checkpoint.json"
+PARTIAL_MARKER = ".dagrl_partial"  # first file of a save in progress: the tmp directory is dagrl's to remove
+CONFIG_FILE = "config.json"  # the run's config at save time: what a resume compares its own against
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+_TMP_DIR = re.compile(r"^\.tmp_global_step_(\d+)$")
 
 
 def step_dir_name(step: int) -> str:
@@ -44,6 +52,24 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
         if match and child.is_dir() and is_complete(child):
             found.append((int(match.group(1)), child))
     return sorted(found)
+
+
+def foreign_entries(root: Path) -> list[Path]:
+    """Entries under root that use dagrl's checkpoint names but were not written by dagrl: a global_step_N that
+    is not a complete checkpoint (another trainer's, a user's files), a .tmp_global_step_N without PARTIAL_MARKER."""
+    if not root.is_dir():
+        return []
+    return sorted(child for child in root.iterdir()
+                  if (_STEP_DIR.match(child.name) and not (child.is_dir() and is_complete(child)))
+                  or (_TMP_DIR.match(child.name) and not (child / PARTIAL_MARKER).is_file()))
+
+
+def partial_saves(root: Path) -> list[Path]:
+    """.tmp_global_step_N directories a killed dagrl save left (they hold PARTIAL_MARKER)."""
+    if not root.is_dir():
+        return []
+    return sorted(child for child in root.iterdir() if _TMP_DIR.match(child.name) and
+                  (child / PARTIAL_MARKER).is_file())
 
 
 def check_resume_path(path: str | None) -> Path:
@@ -91,6 +117,8 @@ def check_resume(cfg: Cfg, has_critic: bool) -> None:
     if has_critic and not (path / "critic").is_dir():
         raise ConfigError(source, f"{path} has no critic/ checkpoint (saved by a run without a critic): resume a PPO "
                                   f"run from its own checkpoints")
+    from dagrl.trainer.resume_policy import check_changed_settings
+    check_changed_settings(path, CONFIG_FILE, cfg.snapshot(), log=os.environ.get("RANK", "0") == "0")
 
 
 class CheckpointManager:
@@ -108,31 +136,38 @@ class CheckpointManager:
 
     def clear_partial(self) -> None:
         """Remove leftovers of a save that was killed (never chosen for resume, never counted as kept)."""
-        if self.rank == 0 and self.root.is_dir():
-            for child in self.root.glob(".tmp_global_step_*"):
+        if self.rank == 0:
+            for child in partial_saves(self.root):
                 logger.warning("removing partial checkpoint %s left by an interrupted save", child)
                 shutil.rmtree(child)
         self.barrier()
 
     def save(self, step: int, write: Callable[[Path], None], hooks: Callable[[str], None] | None = None) -> Path:
-        """Write a checkpoint through `write(tmp_dir)` (called on every rank) and publish it atomically."""
+        """Write a checkpoint through `write(tmp_dir)` (called on every rank) and publish it atomically.
+        Raises RunError, before writing anything, where the step's name is taken (pre-flight refuses that; this
+        holds for entries that appear while the run goes on)."""
         final = self.root / step_dir_name(step)
         tmp = self.root / f".tmp_{step_dir_name(step)}"
+        taken = [path for path in (final, tmp) if path.exists() and path not in partial_saves(self.root)]
+        if taken:
+            raise RunError(f"cannot save step {step}: {taken[0]} already exists and dagrl never overwrites it; "
+                           f"move it away and relaunch (the run resumes from its newest complete checkpoint)")
+        self.barrier()  # every rank checked before rank 0 creates the tmp directory
         if self.rank == 0:
             _fault("before_shards", hooks)
             if tmp.exists():
                 shutil.rmtree(tmp)
             tmp.mkdir(parents=True)
+            (tmp / PARTIAL_MARKER).touch()
         self.barrier()
         write(tmp)
         self.barrier()
         if self.rank == 0:
             _fault("before_marker", hooks)
             (tmp / MARKER).write_text(json.dumps({"global_step": step}))
+            (tmp / PARTIAL_MARKER).unlink()
             _fsync_dir(tmp)
-            if final.exists():  # a complete checkpoint of this step from an earlier run: replace it whole
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            os.rename(tmp, final)  # never over an existing directory (checked above; rename fails if one appeared)
             _fsync_dir(self.root)
             _fault("before_tracker", hooks)
             tracker_tmp = self.root / f".{TRACKER}.tmp"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
@@ -25,7 +26,7 @@ from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.nodes.rollout import rollout_session, sampling_seed
 from dagrl.trainer import build
-from dagrl.trainer.checkpoint import CheckpointManager, resume_target
+from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_target
 from dagrl.trainer.tracking import Tracker, dump_generations, mlflow_tracking_uri, tensorboard_dir
 from dagrl.utils import dist
 from dagrl.utils.faults import fault_point
@@ -92,7 +93,7 @@ class Trainer:
         path = resume_target(self.cfg.trainer)
         if path is None:
             return 0
-        state = torch.load(path / "data.pt", weights_only=False)
+        state = torch.load(path / "data.pt", weights_only=True)  # no pickle from a checkpoint directory
         self.ctx.actor.load_checkpoint(str(path / "actor"))
         if self.ctx.critic is not None:  # pre-flight (check_resume) made sure the checkpoint has critic/
             self.ctx.critic.load_checkpoint(str(path / "critic"))
@@ -103,6 +104,15 @@ class Trainer:
         return int(state["global_step"])
 
     def save(self, step: int) -> None:
+        """Checkpoint `step`; a model whose state holds NaN/inf stops the run instead (its checkpoint would poison
+        every resume), leaving the last good checkpoint as the newest."""
+        for name, engine in (("actor", self.ctx.actor), ("critic", self.ctx.critic)):
+            if engine is not None and not engine.state_is_finite():
+                latest = self.checkpoints.latest()
+                raise RunError(f"step {step}: the {name}'s parameters or optimizer state hold NaN/inf, so no checkpoint "
+                               f"is saved (check the optimizer settings, e.g. {name} optim.lr); last good checkpoint: "
+                               f"{latest[1] if latest else 'none'} (kept unchanged)")
+
         def write(directory: Path) -> None:
             self.ctx.actor.save_checkpoint(str(directory / "actor"))
             if "hf_model" in self.cfg.actor_rollout_ref.actor.checkpoint.save_contents:
@@ -113,6 +123,7 @@ class Trainer:
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
                             "kl_ctrl": self.kl_ctrl.state_dict()}, directory / "data.pt")
+                (directory / CONFIG_FILE).write_text(json.dumps(self.cfg.snapshot(), indent=1))
 
         self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
 

@@ -6,6 +6,8 @@ DAGRL_FAULT=<phase>[:<step>][@<rank>]  SIGKILL this process when it reaches <pha
 DAGRL_FAULT_TRACE=<file>       append "<unix time> <phase> <step>" to <file> at every such point, so a harness that
                                kills the run at a random moment can tell which phase it hit.
 DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engine must skip and count them).
+DAGRL_INJECT_NAN_WEIGHTS=<s>,... write NaN into an actor weight after the update of those steps, as a finite
+                               gradient with an absurd LR would (such a state must never be checkpointed).
 """
 from __future__ import annotations
 
@@ -33,6 +35,6 @@ def fault_point(phase: str, step: int) -> None:
         os.kill(os.getpid(), 9)
 
 
-def nan_injected(step: int) -> bool:
-    steps = os.environ.get("DAGRL_INJECT_NAN", "")
+def nan_injected(step: int, variable: str = "DAGRL_INJECT_NAN") -> bool:
+    steps = os.environ.get(variable, "")
     return bool(steps) and str(step) in steps.split(",")

@@ -42,6 +42,8 @@ def write_checkpoints(root: Path) -> None:
         (root / name / "data.pt").write_bytes(os.urandom(256))
         if complete:
             (root / name / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": 2}))
+        else:  # dagrl's own: a save marks its tmp directory first
+            (root / name / ".dagrl_partial").touch()
     (root / "latest_checkpointed_iteration.txt").write_text("2")
 
 

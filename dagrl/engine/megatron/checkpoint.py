@@ -192,6 +192,22 @@ def _as_current_chain(engine: "MegatronEngine", loaded: Any, saved: Any) -> Any:
     return rebuilt[0] if len(inner) == 1 else dict(enumerate(rebuilt))
 
 
+def state_is_finite(engine: "MegatronEngine") -> bool:
+    """Collective: no NaN or inf in the engine's parameters, fp32 main parameters or optimizer moments on any rank
+    (a checkpoint of such a state is never marked complete: every resume would load it and fail)."""
+    tensors = [p for module in engine.modules for p in module.parameters()]
+    if engine.optimizer is not None:
+        for torch_optimizer in compat.torch_optimizers(engine.optimizer):
+            tensors += [p for group in torch_optimizer.param_groups for p in group["params"]]
+            tensors += [v for state in torch_optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+    flags = [torch.isfinite(t.detach()).all() for t in tensors if t.numel()]
+    finite = torch.stack(flags).all() if flags else torch.tensor(True)
+    flag = finite.to(device=engine.device, dtype=torch.int32).reshape(1)
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+    return bool(flag.item())
+
+
 def save(engine: "MegatronEngine", path: str) -> None:
     """Collective: write the parts of `engine.spec.save_contents` into directory `path`."""
     from megatron.core import dist_checkpointing
@@ -257,8 +273,15 @@ def load(engine: "MegatronEngine", path: str) -> None:
         for index, module in enumerate(engine.modules):
             module.load_state_dict(loaded[f"model{index}"], strict=True)
     if "optimizer" in parts:
+        # the saved param groups carry the saving run's max_lr/min_lr, which the scheduler reads per group: keep
+        # this run's, so that a resume applies the config's LR (see trainer/resume_policy.py)
+        schedule = [[{k: group[k] for k in ("max_lr", "min_lr") if k in group} for group in torch_optimizer.param_groups]
+                    for torch_optimizer in compat.torch_optimizers(engine.optimizer)]
         engine.optimizer.load_state_dict(_as_current_chain(engine, loaded["optimizer"], common.get("optimizer"))
                                          if "optimizer" in loaded else loaded["optimizer_partial"])
+        for torch_optimizer, groups in zip(compat.torch_optimizers(engine.optimizer), schedule):
+            for group, own in zip(torch_optimizer.param_groups, groups):
+                group.update(own)
         compat.unshare_adam_steps(engine.optimizer)
         engine.scheduler.load_state_dict(loaded["scheduler"])
         engine.track_optimizer_state()

@@ -156,7 +156,7 @@ class MegatronEngine:
             lr_warmup_steps=optim.lr_warmup_steps, lr_decay_steps=max(decay_steps, optim.lr_warmup_steps + 1),
             lr_decay_style=optim.lr_decay_style, start_wd=optim.weight_decay, end_wd=optim.weight_decay,
             wd_incr_steps=max(decay_steps, 1), wd_incr_style="constant",
-            use_checkpoint_opt_param_scheduler=True, override_opt_param_scheduler=False)
+            use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=True)  # a resume applies the config
         return optimizer, scheduler
 
     def _build_offloaders(self) -> None:
@@ -376,6 +376,10 @@ class MegatronEngine:
     def save_checkpoint(self, path: str) -> None:
         with self._resident(params=True, optimizer=True):
             checkpoint.save(self, path)
+
+    def state_is_finite(self) -> bool:
+        with self._resident(params=True, optimizer=True):
+            return checkpoint.state_is_finite(self)
 
     def load_checkpoint(self, path: str) -> None:
         # Grads too: the optimizer state is re-tracked after loading, which needs every storage's address.

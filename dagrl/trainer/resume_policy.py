@@ -1,0 +1,81 @@
+"""What a resumed run may change: every key whose value differs from the config saved in the checkpoint gets one
+line at start, `applied` or `refused`; any refused key stops the run in pre-flight.
+
+Applied is the default: most keys are read afresh every step (the loss, rollout and reward settings, the run
+length, loggers), and the optimizer's schedule is rebuilt from the current config on load (Megatron's
+override_opt_param_scheduler), so a new `optim.lr` takes effect from the first resumed step. Refused are the keys
+the saved state was built for, where the resumed run would silently train on other rows or misread the state.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from dagrl.config.errors import ConfigError
+from dagrl.config.tree import leaves
+
+logger = logging.getLogger(__name__)
+
+_SAMPLER = "the sampler's saved position indexes the rows these settings select"
+REFUSED = {
+    "data.train_files": _SAMPLER,
+    "data.train_batch_size": _SAMPLER,
+    "data.seed": _SAMPLER,
+    "data.shuffle": _SAMPLER,
+    "data.filter_overlong_prompts": _SAMPLER,
+    "actor_rollout_ref.model.trainable_top_layers": "the saved optimizer state covers the trained layers only",
+    "critic.model.trainable_top_layers": "the saved optimizer state covers the trained layers only",
+}
+# where the choice of resume is itself the change, or the key names the run's files rather than a setting
+NOT_SETTINGS = ("trainer.resume_mode", "trainer.resume_from_path")
+
+
+def refusal(key: str, now: dict[str, Any]) -> str | None:
+    """Why a resume may not change `key` (None: it may), given the current config's leaves `now`."""
+    if key in REFUSED:
+        return REFUSED[key]
+    if key == "data.max_prompt_length" and now.get("data.filter_overlong_prompts"):
+        return _SAMPLER + " (data.filter_overlong_prompts=true drops rows by this length)"
+    if key == "algorithm.kl_ctrl.kl_coef" and now.get("algorithm.kl_ctrl.type") == "adaptive":
+        return "the adaptive KL controller continues from its saved coefficient"
+    return None
+
+
+def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, saved value, current value) of every leaf that differs, in key order ("(absent)" where one side
+    lacks the key: a checkpoint of an older dagrl)."""
+    old, new = leaves(saved), leaves(current)
+    return [(key, old.get(key, "(absent)"), new.get(key, "(absent)")) for key in sorted(old.keys() | new.keys())
+            if key not in NOT_SETTINGS and old.get(key, "(absent)") != new.get(key, "(absent)")]
+
+
+def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str, Any], log: bool) -> list[str]:
+    """The start lines for a resume from `checkpoint` (one per changed key); ConfigError naming every refused key.
+    A checkpoint saved without its config (older dagrl) is compared with nothing."""
+    path = checkpoint / config_file
+    if not path.is_file():
+        if log:
+            logger.debug("resume from %s: no %s saved with it; settings are not compared", checkpoint, config_file)
+        return []
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ConfigError("trainer.default_local_dir", f"{path} cannot be read ({error}): restore it from the run's "
+                                                       f"copy, or resume from another checkpoint") from error
+    lines, refused, now = [], [], leaves(current)
+    for key, old, new in changed_keys(saved, current):
+        why = refusal(key, now)
+        verdict = f"refused ({why})" if why else "applied"
+        lines.append(f"resume from {checkpoint.name}: {key} changed {old!r} -> {new!r}: {verdict}")
+        if why:
+            refused.append(key)
+    if log:
+        for line in lines:
+            (logger.warning if "refused" in line else logger.info)(line)
+    if refused:
+        raise ConfigError(refused[0], f"resuming from {checkpoint} with changed {', '.join(refused)}, which a resume "
+                                      f"cannot change ({refusal(refused[0], now)}): set them back to the saved "
+                                      f"values, or start a new run in another trainer.default_local_dir")
+    return lines
