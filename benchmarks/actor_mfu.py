@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights  # noqa: E402
 from dagrl.data.batch import Batch  # noqa: E402
 from benchmarks.common import random_actor, shared_config_dir  # noqa: E402
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
+from dagrl.placement import ParallelLayout  # noqa: E402
 
 DATASHEET_TFLOPS = 989.0
 

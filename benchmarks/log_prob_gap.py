@@ -20,7 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dagrl.engine.base import MegatronEngineSpec, ParallelLayout, SamplingSpec  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec  # noqa: E402
+from dagrl.engine.rollout.interface import SamplingSpec  # noqa: E402
+from dagrl.placement import ParallelLayout  # noqa: E402
 from dagrl.engine.logits import hf_response_log_probs  # noqa: E402
 
 

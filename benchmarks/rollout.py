@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import cpu_profile  # noqa: E402
 from dagrl.data.batch import Batch  # noqa: E402
-from dagrl.engine.base import SamplingSpec  # noqa: E402
+from dagrl.engine.rollout.interface import SamplingSpec  # noqa: E402
 
 
 def random_prompts(rows: int, length: int, vocab: int) -> Batch:

@@ -126,7 +126,7 @@ def check_tokenizer_files(model_path: str) -> None:
 
 def layout_from_config(megatron: Cfg):
     """The actor's ParallelLayout from actor_rollout_ref.actor.megatron.* (reference and critic reuse it)."""
-    from dagrl.engine.specs import PARALLEL_SIZE_NAMES, ParallelLayout
+    from dagrl.placement import PARALLEL_SIZE_NAMES, ParallelLayout
 
     tp = megatron.tensor_model_parallel_size
     sequence_parallel = bool(megatron.sequence_parallel) and tp > 1

@@ -8,7 +8,7 @@ from pathlib import Path
 from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, non_negative, positive_int,
                                  read_hf_config, require)
 from dagrl.config.tree import Cfg
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 
 CHOICES = {
     "actor_rollout_ref.actor.strategy": ("megatron",),

@@ -15,7 +15,7 @@ from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, 
                                  divides, get, layout_from_config, positive_int, read_hf_config, require)
 from dagrl.config.sections import CHOICES, LOGGERS, graph_roles  # noqa: F401  (re-exported)
 from dagrl.config.tree import Cfg
-from dagrl.engine.specs import ParallelLayout, WorldLayout
+from dagrl.placement import ParallelLayout, WorldLayout
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Moving a batch from the rollout layout to the actor layout.
 
-Both layouts come from one `WorldLayout` (dagrl/engine/specs.py): rollout DP = world / rollout TP, consecutive
+Both layouts come from one `WorldLayout` (dagrl/placement/layout.py): rollout DP = world / rollout TP, consecutive
 ranks of one rollout-TP group hold the same rows (the trainer shards prompts by `rollout_dp_rank`); actor DP =
 world / (TP·PP·CP), and every rank of one actor model-parallel group (same `dp_rank`) must receive the identical
 batch.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 
 if TYPE_CHECKING:
     from dagrl.data.batch import Batch

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.engine.specs import OptimSpec, ParallelLayout, SamplingSpec  # noqa: F401  (re-exported)
+from dagrl.engine.rollout.interface import WeightBucket
+from dagrl.placement import ParallelLayout
 
 # loss_fn(micro_batch, log_probs [b, R], entropy [b, R] or None) -> (loss, metrics).
 # The loss and every metric are additive contributions: the engine sums them over micro-batches and DP ranks,
@@ -23,8 +24,20 @@ from dagrl.engine.specs import OptimSpec, ParallelLayout, SamplingSpec  # noqa: 
 # done through per-token weights it puts in the batch before the step.
 LossFn = Callable[[Batch, torch.Tensor, "torch.Tensor | None"], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
 
-# A bucket of full (unsharded) HF-named tensors, as consumed by every rollout's load_weights.
-WeightBucket = list[tuple[str, torch.Tensor]]
+
+@dataclass
+class OptimSpec:
+    """Optimizer and LR schedule of a trainable engine (actor or critic)."""
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+    clip_grad: float = 1.0
+    lr_warmup_steps: int = 0          # resolved from lr_warmup_steps_ratio by the caller when needed
+    lr_warmup_init: float = 0.0
+    lr_decay_style: str = "constant"  # constant | linear | cosine
+    lr_decay_steps: int | None = None  # None: total_training_steps
+    min_lr: float = 0.0
+    total_training_steps: int = 1
 
 
 @dataclass
@@ -74,22 +87,3 @@ class ActorEngine(Protocol):
     def load_checkpoint(self, path: str) -> None: ...
 
     def state_is_finite(self) -> bool: ...  # collective: no NaN/inf in parameters and optimizer state, any rank
-
-
-class RolloutEngine(Protocol):
-    """Generates responses with the actor's latest weights.
-
-    One rollout is: wake_weights → load_weights (when stale or `needs_weights`) → wake_cache → generate → sleep.
-    """
-    colocated: bool        # shares its device with the actor: the actor's memory is released around a rollout
-    needs_weights: bool    # its weights were dropped (or never loaded): the next rollout must sync them
-
-    def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch: ...
-
-    def load_weights(self, buckets: Iterator[WeightBucket]) -> dict[str, float]: ...
-
-    def wake_weights(self) -> None: ...
-
-    def wake_cache(self) -> None: ...
-
-    def sleep(self) -> None: ...

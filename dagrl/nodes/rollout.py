@@ -6,7 +6,7 @@ import zlib
 from typing import Iterator
 
 from dagrl.data.batch import Batch
-from dagrl.engine.base import SamplingSpec
+from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.nodes.context import StepContext
 
 
@@ -15,7 +15,7 @@ def sync_weights(ctx: StepContext) -> dict[str, float]:
     if ctx.versions.rollout == ctx.versions.actor and not ctx.rollout.needs_weights:
         return {}
     bucket_bytes = int(ctx.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
-    metrics = ctx.rollout.load_weights(ctx.actor.export_weights(bucket_bytes))
+    metrics = ctx.rollout.load_weights(ctx.actor.export_weights(bucket_bytes), version=ctx.versions.actor)
     ctx.versions.rollout = ctx.versions.actor
     return metrics
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 from dagrl.plan.memory import CriticSettings, RunSettings, StageMemory, estimate, recompute_from_config
 from dagrl.plan.model import ModelShape
-from dagrl.plan.ranks import ParallelGroups, megatron_groups
+from dagrl.placement.groups import ParallelGroups, megatron_groups
 from dagrl.plan.schedule import Schedule, needs_reference, step_schedule
 
 H200_GIB = 141.0

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 from dagrl.plan.model import ModelShape, RankParams, rank_params
 
 GIB = float(1 << 30)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dagrl.plan import Plan
 from dagrl.plan.model import stage_layers
-from dagrl.plan.ranks import format_groups
+from dagrl.placement.groups import format_groups
 
 _PARTS = (  # (key in StageMemory.parts, label); rows that are zero everywhere are left out
     ("weights", "actor weights"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from dagrl.config.derived import needs_reference, skips_old_log_prob
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 
 
 def _ceil_div(a: int, b: int) -> int:

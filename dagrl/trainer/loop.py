@@ -20,8 +20,8 @@ from dagrl.config.validate import RunShape
 from dagrl.dag.graph import graph_from_config, run_graph
 from dagrl.data.batch import Batch
 from dagrl.data.sampler import EpochSampler, rank_share
-from dagrl.engine.base import SamplingSpec
-from dagrl.engine.specs import WorldLayout
+from dagrl.engine.rollout.interface import SamplingSpec
+from dagrl.placement import WorldLayout
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.nodes.rollout import rollout_session, sampling_seed

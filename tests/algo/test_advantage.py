@@ -20,7 +20,7 @@ from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import CHOICES, preflight
 from dagrl.data.batch import Batch
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 from dagrl.nodes.advantage import compute_advantage
 
 

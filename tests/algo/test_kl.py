@@ -8,7 +8,7 @@ import torch
 from dagrl.algo.kl import KLController, kl_penalty
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 from dagrl.nodes.reward import apply_kl_in_reward
 
 

@@ -23,7 +23,7 @@ from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import CHOICES
 from dagrl.data.batch import Batch
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 from dagrl.nodes.actor import policy_loss_spec, update_actor
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dagrl.data.layout import arrival_index, group_rows, outgoing, partition_groups, plan_rows, sender
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 
 
 def layouts(worlds=(1, 2, 4, 8, 16)):

@@ -19,7 +19,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
+from dagrl.placement import ParallelLayout  # noqa: E402
 from engine_helpers import exported, hf_log_probs, make_batch, per_expert_names, sum_loss  # noqa: E402
 from tiny_models import load_hf  # noqa: E402
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.engine.base import ParallelLayout as L  # noqa: E402
+from dagrl.placement import ParallelLayout as L  # noqa: E402
 from engine_helpers import make_batch  # noqa: E402
 from mp_worker import BATCHING, SCENARIOS, check_batching, check_layout, hf_reference  # noqa: E402
 

@@ -16,7 +16,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
+from dagrl.placement import ParallelLayout  # noqa: E402
 from engine_helpers import make_batch  # noqa: E402
 from tiny_models import load_hf, make_model_dir  # noqa: E402
 

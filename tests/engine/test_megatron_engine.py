@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.placement import ParallelLayout
 from engine_helpers import exported, hf_log_probs, make_batch, sum_loss
 from tiny_models import FAMILIES, load_hf, make_model_dir
 

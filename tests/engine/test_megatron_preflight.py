@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dagrl.engine.base import ParallelLayout
+from dagrl.placement import ParallelLayout
 from dagrl.engine.megatron.preflight import check_layout
 
 

@@ -154,7 +154,7 @@ def test_packed_values_and_critic_step_equal_padded(model_dir):
 
 
 def test_context_parallel_needs_transformer_engine_on_gpu(model_dir):
-    from dagrl.engine.base import ParallelLayout
+    from dagrl.placement import ParallelLayout
 
     with pytest.raises(ValueError, match="needs packed sequences on GPU with TransformerEngine"):
         actor(model_dir, layout=ParallelLayout(context_parallel_size=2), remove_padding=True)

@@ -24,7 +24,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dagrl.data.batch import Batch  # noqa: E402
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec, ParallelLayout  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
+from dagrl.placement import ParallelLayout  # noqa: E402
 from dagrl.plan.presets import hf_config  # noqa: E402
 from tests.engine.engine_helpers import sum_loss  # noqa: E402
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from dagrl.data.dataset import PromptDataset
-from dagrl.engine.base import SamplingSpec
+from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.engine.rollout.hf import HFRollout
 from dagrl.engine.rollout.sequences import response_mask_from_tokens
 

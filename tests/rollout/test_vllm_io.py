@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.engine.base import SamplingSpec
+from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.engine.rollout.vllm_io import prompt_token_ids, request_params, request_seed, unpack_outputs
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 

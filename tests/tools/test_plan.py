@@ -13,10 +13,10 @@ import pytest
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.plan import presets
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement import WorldLayout
 from dagrl.plan.memory import Recompute, RunSettings, recompute_from_config, stage_memory
 from dagrl.plan.model import ModelShape, rank_params
-from dagrl.plan.ranks import megatron_groups, orthogonal_groups
+from dagrl.placement.groups import megatron_groups, orthogonal_groups
 from dagrl.config.derived import skips_old_log_prob
 from tests.conftest import make_arithmetic_rows
 from tests.helpers import write_parquet

@@ -7,7 +7,8 @@ from typing import Any, Iterator
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.engine.base import LossFn, MegatronEngineSpec, WeightBucket
+from dagrl.engine.base import LossFn, MegatronEngineSpec
+from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.engine.megatron.engine import MegatronEngine
 from dagrl.engine.megatron.logprob import vocab_parallel_log_probs
 from dagrl.engine.megatron.sequences import MicroBatch

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 import torch
 
-from dagrl.engine.base import WeightBucket
+from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.engine.megatron import compat
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dagrl.engine.base import ParallelLayout
+from dagrl.placement import ParallelLayout
 from dagrl.engine.megatron import compat
 from dagrl.engine.megatron.preflight import num_experts, unsupported_features
 

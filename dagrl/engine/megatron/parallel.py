@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dagrl.engine.base import ParallelLayout
+from dagrl.placement import ParallelLayout
 
 logger = logging.getLogger(__name__)
 

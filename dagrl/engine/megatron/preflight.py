@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dagrl.engine.specs import ParallelLayout
+from dagrl.placement import ParallelLayout
 
 KEY = "actor_rollout_ref.actor.megatron"
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe")

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from dagrl.engine.base import WeightBucket
+from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.engine.megatron.hf_config import head_dim, padded_vocab_size
 
 logger = logging.getLogger(__name__)

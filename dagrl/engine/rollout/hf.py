@@ -1,7 +1,7 @@
 """The `hf` rollout: transformers `generate` on one full model per rank (CPU runs and tests).
 
 It takes the actor's weights through the same bucketed HF-named stream as the vLLM rollout, so the weight
-path is exercised on every CPU run.
+path is exercised on every CPU run. Its request level is an interruptible decode loop (hf_decode.py).
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Iterator
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.engine.base import SamplingSpec, WeightBucket
+from dagrl.engine.rollout.hf_decode import DecodeLoop
+from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.sequences import join_prompt_and_response
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,21 @@ class HFRollout:
         self._expected = {name for name, _ in self.model.named_parameters()}
         self.colocated = device.type == "cuda"  # on a GPU it shares memory with the actor
         self.needs_weights = False  # the model keeps its weights through sleep (moved to the host)
+        self.version = 0
+        self.requests = DecodeLoop(self.model, eos_token_ids, pad_token_id, device)
+
+    # ---- request level (see interface.py) ----------------------------------------------------------
+    def submit(self, requests: list[Request]) -> None:
+        self.requests.submit(requests)
+
+    def advance(self) -> list[Completion]:
+        return self.requests.advance(self.version)
+
+    def abort(self, ids: list[str] | None = None) -> list[Completion]:
+        return self.requests.abort(ids)
+
+    def in_flight(self) -> int:
+        return self.requests.in_flight()
 
     @torch.no_grad()
     def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch:
@@ -77,8 +93,11 @@ class HFRollout:
         return join_prompt_and_response(batch, responses, sampling.response_length, self.eos_token_ids,
                                         self.pad_token_id)
 
-    def load_weights(self, buckets: Iterator[WeightBucket]) -> dict[str, float]:
+    def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Copy every bucket in; a name or shape the model does not have fails with that name."""
+        if self.in_flight():
+            raise RuntimeError(f"load_weights with {self.in_flight()} requests in flight: abort them first (their "
+                               f"KV cache belongs to the old weights) and re-submit their continuations")
         start, loaded, nbytes = time.perf_counter(), set(), 0
         params = dict(self.model.named_parameters())
         with torch.no_grad():
@@ -95,6 +114,7 @@ class HFRollout:
         missing = self._expected - loaded - self._tied_names()
         if missing:
             raise RuntimeError(f"weight sync left {len(missing)} rollout tensors stale, e.g. {sorted(missing)[:3]}")
+        self.version = version
         return {"timing_s/weight_sync": time.perf_counter() - start, "perf/weight_sync_gb": nbytes / 1e9}
 
     def _tied_names(self) -> set[str]:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from dagrl.engine.base import WeightBucket
+from dagrl.engine.rollout.interface import WeightBucket
 
 logger = logging.getLogger(__name__)
 

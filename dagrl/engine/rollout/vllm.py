@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.engine.base import SamplingSpec, WeightBucket
+from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
-from dagrl.engine.rollout.vllm_io import prompt_token_ids, request_params, unpack_outputs
+from dagrl.engine.rollout.vllm_io import (prompt_token_ids, record_progress, request_params, single_request_params,
+                                          unpack_outputs)
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ class VLLMRollout:
         self.asleep = False
         self.weights_discarded = spec.load_format == "dummy"  # random until the first sync
         self._cache_filled = False  # KV blocks computed since the last sleep (which clears the prefix cache)
+        self.version = 0
+        self._progress: dict[str, Progress] = {}  # the request level's requests in flight, by id
 
     # ---- memory choreography -------------------------------------------------------------------
     def sleep(self) -> None:
@@ -163,8 +166,11 @@ class VLLMRollout:
         return self.weights_discarded
 
     # ---- weights -------------------------------------------------------------------------------
-    def load_weights(self, buckets: Iterator[WeightBucket]) -> dict[str, float]:
+    def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Load every bucket as it arrives (the whole model is never held twice); fail on any stale tensor."""
+        if self._progress:
+            raise RuntimeError(f"load_weights with {len(self._progress)} requests in flight: abort them first "
+                               f"(their KV cache belongs to the old weights) and re-submit their continuations")
         torch.cuda.synchronize()
         start, nbytes, loaded = time.perf_counter(), 0, set()
         for bucket in buckets:
@@ -186,6 +192,7 @@ class VLLMRollout:
             self._cache_filled = False
         torch.cuda.synchronize()
         self.weights_discarded = False
+        self.version = version
         seconds = time.perf_counter() - start
         return {"timing_s/weight_sync": seconds, "perf/weight_sync_gb": nbytes / 1e9}
 
@@ -202,3 +209,40 @@ class VLLMRollout:
         self._cache_filled = True
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         return unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)
+
+    # ---- request level (see interface.py): vLLM's engine API, one step per advance --------------------------
+    def submit(self, requests: list[Request]) -> None:
+        from vllm import SamplingParams
+
+        if self.weights_discarded:
+            raise RuntimeError("vLLM has no current weights: sync the actor's weights before submitting")
+        engine = self.llm.llm_engine
+        for request in requests:
+            if request.id in self._progress:
+                raise ValueError(f"request {request.id!r} is already in flight")
+            params = SamplingParams(**single_request_params(request, self.eos_token_ids).as_kwargs())
+            engine.add_request(request.id, {"prompt_token_ids": list(request.prompt_ids + request.prefix_ids)},
+                               params)
+            self._progress[request.id] = Progress(request)
+        self._cache_filled = True
+
+    def advance(self) -> list[Completion]:
+        finished = []
+        for output in self.llm.llm_engine.step():
+            progress = self._progress.get(output.request_id)
+            if progress is None:  # a request of the batch level, or one aborted in this step
+                continue
+            reason = record_progress(progress, output, self.version)
+            if reason is not None:
+                finished.append(progress.completion(reason))
+                del self._progress[output.request_id]
+        return finished
+
+    def abort(self, ids: list[str] | None = None) -> list[Completion]:
+        ids = list(self._progress) if ids is None else [i for i in ids if i in self._progress]
+        if ids:
+            self.llm.llm_engine.abort_request(ids)
+        return [self._progress.pop(i).completion("abort") for i in ids]
+
+    def in_flight(self) -> int:
+        return len(self._progress)

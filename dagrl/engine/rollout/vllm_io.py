@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.engine.base import SamplingSpec
+from dagrl.engine.rollout.interface import Progress, Request, SamplingSpec
 from dagrl.engine.rollout.sequences import join_prompt_and_response
 
 
@@ -45,19 +45,48 @@ class RequestParams:
                 "logprobs": self.logprobs, "detokenize": False, "skip_special_tokens": False}
 
 
-def request_params(sampling: SamplingSpec, rows: int, seed: int, eos_token_ids: Sequence[int],
-                   with_log_probs: bool) -> list[RequestParams]:
-    greedy = not sampling.do_sample or sampling.temperature == 0
-    return [RequestParams(
-        n=sampling.n,
+def _params(sampling: SamplingSpec, n: int, max_tokens: int, seed: int, eos_token_ids: Sequence[int],
+            with_log_probs: bool) -> RequestParams:
+    greedy = sampling.greedy
+    return RequestParams(
+        n=n,
         temperature=0.0 if greedy else sampling.temperature,
         top_p=1.0 if greedy else sampling.top_p,
         top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,  # vLLM: 0 disables top-k
-        max_tokens=sampling.response_length,
-        seed=request_seed(seed, row),
+        max_tokens=max_tokens,
+        seed=seed,
         stop_token_ids=tuple(eos_token_ids),
         logprobs=0 if with_log_probs else None,  # 0: the sampled token's own log-prob only
-    ) for row in range(rows)]
+    )
+
+
+def request_params(sampling: SamplingSpec, rows: int, seed: int, eos_token_ids: Sequence[int],
+                   with_log_probs: bool) -> list[RequestParams]:
+    return [_params(sampling, sampling.n, sampling.response_length, request_seed(seed, row), eos_token_ids,
+                    with_log_probs) for row in range(rows)]
+
+
+def single_request_params(request: Request, eos_token_ids: Sequence[int]) -> RequestParams:
+    """One request of the request level: one sequence, the budget left after its prefix, log-probs always."""
+    return _params(request.sampling, 1, request.budget, request.stream_seed, eos_token_ids, with_log_probs=True)
+
+
+def record_progress(progress: Progress, output: Any, version: int) -> str | None:
+    """Take a cumulative vLLM RequestOutput's new tokens into `progress` (tagged with `version`); the finish
+    reason once it finished ("stop", "length", "abort"), else None."""
+    completion = output.outputs[0]
+    tokens = list(completion.token_ids)
+    stop = completion.stop_reason  # a stop token vLLM matched but left out of token_ids still ends the response
+    if output.finished and isinstance(stop, int) and (not tokens or tokens[-1] != stop) and \
+            len(tokens) < progress.request.budget:
+        tokens.append(stop)
+    log_probs = _sampled_log_probs(completion) if completion.logprobs else []
+    log_probs += [0.0] * (len(tokens) - len(log_probs))
+    start = len(progress.token_ids)
+    progress.token_ids.extend(tokens[start:])
+    progress.log_probs.extend(log_probs[start:len(tokens)])
+    progress.versions.extend([version] * (len(tokens) - start))
+    return (completion.finish_reason or "stop") if output.finished else None
 
 
 def _sampled_log_probs(completion: Any) -> list[float]:

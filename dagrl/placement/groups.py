@@ -1,4 +1,4 @@
-"""Which global ranks form each parallel group, computed without torch or megatron.
+"""Which global ranks form each parallel group of a layout, computed without torch or megatron.
 
 Megatron-Core numbers ranks in the order "tp-cp-ep-dp-pp": the first name varies fastest, so with TP=2 ranks 0
 and 1 share a tensor-parallel group. A group of kind X holds the ranks that differ only in their X coordinate(s).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from dagrl.engine.specs import WorldLayout
+from dagrl.placement.layout import WorldLayout
 
 ORDER = ("tp", "cp", "ep", "dp", "pp")  # Megatron-Core's default order, fastest-varying first
 

@@ -1,4 +1,7 @@
-"""Plain specs passed to engines. No torch import: pre-flight checks use these before heavy imports."""
+"""The actor's Megatron sizes and the run's ranks: who holds which model shard and which rollout shard.
+
+No torch import: pre-flight and `python3 -m dagrl.plan` use these before any heavy import.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -121,29 +124,3 @@ class WorldLayout:
     def is_rollout_tp_leader(self, rank: int) -> bool:
         """Whether `rank` is the first of its rollout-TP group: the one that speaks for the group's identical rows."""
         return rank % self.rollout_tp == 0
-
-
-@dataclass
-class OptimSpec:
-    """Optimizer and LR schedule of a trainable engine (actor or critic)."""
-    lr: float = 1e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.01
-    clip_grad: float = 1.0
-    lr_warmup_steps: int = 0          # resolved from lr_warmup_steps_ratio by the caller when needed
-    lr_warmup_init: float = 0.0
-    lr_decay_style: str = "constant"  # constant | linear | cosine
-    lr_decay_steps: int | None = None  # None: total_training_steps
-    min_lr: float = 0.0
-    total_training_steps: int = 1
-
-
-@dataclass
-class SamplingSpec:
-    """How one rollout call samples; passed explicitly, never stored in the batch."""
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    do_sample: bool = True
-    response_length: int = 64
