@@ -15,7 +15,7 @@ from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, 
                                  divides, get, layout_from_config, positive_int, read_hf_config, require)
 from dagrl.config.sections import CHOICES, LOGGERS, graph_roles  # noqa: F401  (re-exported)
 from dagrl.config.tree import Cfg
-from dagrl.placement import ParallelLayout, WorldLayout
+from dagrl.placement import ParallelLayout, Placement, WorldLayout
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class RunShape:
 
 
 def world_size_from_env(cfg: Cfg) -> int:
-    expected = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    expected = placement(cfg).world_size
     actual = int(os.environ.get("WORLD_SIZE", "1"))
     require(expected == actual, "trainer.n_gpus_per_node",
             f"trainer.nnodes x trainer.n_gpus_per_node = {expected} but this launch has {actual} process(es): "
@@ -50,9 +50,14 @@ def world_size_from_env(cfg: Cfg) -> int:
     return actual
 
 
+def placement(cfg: Cfg) -> Placement:
+    """The run's pools from trainer.nnodes x trainer.n_gpus_per_node (colocated: one pool trains and generates)."""
+    return Placement.colocated(positive_int(cfg, "trainer.nnodes"), positive_int(cfg, "trainer.n_gpus_per_node"))
+
+
 def planned_world_size(cfg: Cfg) -> int:
-    """trainer.nnodes x trainer.n_gpus_per_node: the world a launch of this config will have (dagrl.plan)."""
-    return positive_int(cfg, "trainer.nnodes") * positive_int(cfg, "trainer.n_gpus_per_node")
+    """The world a launch of this config will have (dagrl.plan, the Ray launcher's pre-flight)."""
+    return placement(cfg).world_size
 
 
 def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:

@@ -15,6 +15,8 @@ import os
 import time
 from typing import Any
 
+from dagrl.placement import Placement
+
 logger = logging.getLogger(__name__)
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -94,7 +96,8 @@ def launch(cfg_data: dict) -> int:
 
     trainer = cfg_data["trainer"]
     nnodes, per_node = int(trainer["nnodes"]), int(trainer["n_gpus_per_node"])
-    world = nnodes * per_node
+    placement = Placement.colocated(nnodes, per_node)
+    world = placement.world_size
     import torch
     on_gpu = torch.cuda.is_available()
     _connect(trainer.get("ray_address"), nnodes, world, on_gpu)
@@ -113,10 +116,10 @@ def launch(cfg_data: dict) -> int:
                     master_addr, master_port)
         runs = {}
         for rank, worker in enumerate(workers):
-            env = {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master_addr,
-                   "MASTER_PORT": str(master_port), "LOCAL_WORLD_SIZE": str(per_node),
-                   # Ray gives each GPU worker only its own device (CUDA_VISIBLE_DEVICES): it is device 0 there
-                   "LOCAL_RANK": "0" if on_gpu else str(rank % per_node), "DAGRL_LAUNCHER": "ray"}
+            env = {**placement.pool_of(rank).local_env(rank), "MASTER_ADDR": master_addr,
+                   "MASTER_PORT": str(master_port), "DAGRL_LAUNCHER": "ray"}
+            if on_gpu:  # Ray gives each GPU worker only its own device (CUDA_VISIBLE_DEVICES): device 0 there
+                env["LOCAL_RANK"] = "0"
             runs[worker.train.remote(cfg_data, env)] = rank
         return _watch(runs, workers)
     finally:

@@ -53,3 +53,13 @@ def test_engine_start_without_memory_names_the_key(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     print("\nRESULT", (tmp_path / "result.json").read_text())
+
+
+def test_request_level_submit_advance_abort_and_continue_after_a_sync(tmp_path):
+    pytest.importorskip("vllm")
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+                           str(WORKER.with_name("vllm_requests_worker.py")), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    print("\nRESULT", (tmp_path / "result.json").read_text())
