@@ -3,7 +3,6 @@ filter, graph, data files, launcher, checkpoints); `validate.preflight` runs the
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, non_negative, positive_int,
                                  read_hf_config, require)
@@ -279,6 +278,25 @@ def check_filter_groups(cfg: Cfg) -> None:
             "applied after the reference log-probs, long after dynamic sampling; filter on seq_reward instead")
 
 
+def check_async_training(cfg: Cfg) -> None:
+    """async_training.*: partial rollout's keys, and the settings it cannot run with yet."""
+    options = cfg.async_training
+    require(isinstance(options.partial_rollout, bool), "async_training.partial_rollout",
+            f"async_training.partial_rollout={options.partial_rollout!r} must be true or false")
+    ratio = options.oversample_ratio
+    require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio >= 1,
+            "async_training.oversample_ratio", f"async_training.oversample_ratio={ratio!r} must be a number >= 1")
+    require(options.partial_rollout or ratio == 1, "async_training.oversample_ratio",
+            f"async_training.oversample_ratio={ratio} oversamples only with async_training.partial_rollout=true: "
+            f"set that too, or drop oversample_ratio")
+    staleness = options.max_staleness
+    require(isinstance(staleness, int) and not isinstance(staleness, bool) and staleness >= 0,
+            "async_training.max_staleness", f"async_training.max_staleness={staleness!r} must be an integer >= 0")
+    require(not (options.partial_rollout and cfg.algorithm.filter_groups.enable), "async_training.partial_rollout",
+            "async_training.partial_rollout=true with algorithm.filter_groups.enable=true (dynamic sampling) is not "
+            "supported yet: turn one of them off")
+
+
 def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
     """What dag.nodes shows without importing them (the trainer checks a custom_pipeline_fn's graph when built)."""
     if cfg.dag.custom_pipeline_fn:
@@ -323,74 +341,3 @@ def check_launcher(cfg: Cfg) -> None:
                 "with torchrun)")
         require("WORLD_SIZE" not in os.environ or os.environ.get("DAGRL_LAUNCHER") == "ray", "trainer.launcher",
                 "trainer.launcher=ray starts its own workers: run python3 -m dagrl.main_dag once, not under torchrun")
-
-
-def check_checkpoint_dir(cfg: Cfg) -> None:
-    """The checkpoint root can be written, and nothing in it that dagrl did not write (or that is newer than the
-    checkpoint a resume starts from) could be deleted or overwritten by this run."""
-    configured = cfg.trainer.default_local_dir
-    require(isinstance(configured, str) and configured.strip() != "", "trainer.default_local_dir",
-            f"trainer.default_local_dir={configured!r} must be a directory path (an empty one would write "
-            f"checkpoints into the current directory)")
-    root = Path(os.path.expanduser(configured))
-    existing = next((p for p in [root, *root.parents] if p.exists()), None)
-    require(existing is None or existing.is_dir(), "trainer.default_local_dir",
-            f"checkpoint directory {root} cannot be created: {existing} is not a directory; fix "
-            f"trainer.default_local_dir")
-    require(existing is not None and os.access(existing, os.W_OK), "trainer.default_local_dir",
-            f"checkpoint directory {root} is not writable (nearest existing parent: {existing}): "
-            f"fix trainer.default_local_dir")
-    from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, foreign_entries
-    foreign = foreign_entries(root)
-    require(not foreign, "trainer.default_local_dir",
-            f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
-            f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another trainer.default_local_dir")
-    if cfg.trainer.resume_mode == "resume_path":
-        start = check_resume_path(cfg.trainer.resume_from_path)
-        start_step = int(start.name.rsplit("_", 1)[1])
-        newer = [path for step, path in complete_checkpoints(root) if step > start_step]
-        require(not newer, "trainer.resume_from_path",
-                f"trainer.resume_from_path={start} is older than {newer[-1] if newer else ''} in "
-                f"trainer.default_local_dir, which the resumed run would overwrite: set trainer.default_local_dir "
-                f"to a new directory for this branch of the run, or resume the newest with trainer.resume_mode=auto")
-    else:
-        require(cfg.trainer.resume_from_path is None, "trainer.resume_from_path",
-                f"trainer.resume_from_path is set but trainer.resume_mode={cfg.trainer.resume_mode}: "
-                f"set trainer.resume_mode=resume_path to use it, or drop resume_from_path")
-    if cfg.trainer.resume_mode == "disable":
-        found = complete_checkpoints(root)
-        require(not found, "trainer.resume_mode",
-                f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
-                f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
-
-
-CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
-
-
-def check_actor_checkpoint(cfg: Cfg) -> None:
-    """actor.checkpoint.save_contents/load_contents, the start from a Megatron dist checkpoint, the ref's offload."""
-    for name in ("save_contents", "load_contents"):
-        key = f"actor_rollout_ref.actor.checkpoint.{name}"
-        value = get(cfg, key)
-        parts = as_list(value) if isinstance(value, (str, list, tuple)) else None
-        require(parts is not None and all(part in CHECKPOINT_CONTENTS for part in parts), key,
-                f"{key}={value!r} must be a list of: {', '.join(CHECKPOINT_CONTENTS)}")
-        require("model" in parts, key, f"{key}={list(parts)} must include model (a checkpoint is resumed from its "
-                                       f"weights; add hf_model for an HF copy as well)")
-    for flag in ("actor_rollout_ref.actor.megatron.use_dist_checkpointing",
-                 "actor_rollout_ref.ref.megatron.param_offload"):
-        require(isinstance(get(cfg, flag), bool), flag, f"{flag}={get(cfg, flag)!r} must be true or false")
-    megatron = cfg.actor_rollout_ref.actor.megatron
-    key = "actor_rollout_ref.actor.megatron.dist_checkpointing_path"
-    path = megatron.dist_checkpointing_path
-    if not megatron.use_dist_checkpointing:
-        require(path is None, key, f"{key} is set but actor_rollout_ref.actor.megatron.use_dist_checkpointing=false: "
-                                   f"set it to true to start from that checkpoint, or drop {key}")
-        return
-    require(bool(path), key, "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true needs "
-                             f"{key}=<dir of a Megatron torch_dist checkpoint>")
-    resolved = Path(os.path.expanduser(str(path)))
-    require(resolved.is_dir(), key, f"{key}={path}: no such directory")
-    require((resolved / "metadata.json").is_file(), key,
-            f"{key}={path} is not a Megatron dist checkpoint (no metadata.json): point it at a converted checkpoint "
-            f"or a dagrl global_step_N/actor directory")

@@ -9,7 +9,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from dagrl.config import sections
+from dagrl.config import checkpoints, sections
 from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, check_finite_numbers,  # noqa: F401
                                  check_tokenizer_files,
                                  divides, get, layout_from_config, positive_int, read_hf_config, require)
@@ -126,6 +126,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     require(buffer.penalty_factor >= 0, "reward_model.overlong_buffer.penalty_factor",
             "reward_model.overlong_buffer.penalty_factor must be >= 0")
     sections.check_filter_groups(cfg)
+    sections.check_async_training(cfg)
     sections.check_graph_nodes(cfg, world_size)
     sections.check_launcher(cfg)
     skips = cfg.trainer.max_consecutive_skips
@@ -138,8 +139,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     train_rows = sections.check_paths(cfg)
     require(train_rows >= cfg.data.train_batch_size, "data.train_batch_size",
             f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows")
-    sections.check_checkpoint_dir(cfg)
-    sections.check_actor_checkpoint(cfg)
+    checkpoints.check_checkpoint_dir(cfg)
+    checkpoints.check_actor_checkpoint(cfg)
     from dagrl.trainer.checkpoint import check_resume
     check_resume(cfg, has_critic="critic" in graph_roles(cfg))
     return RunShape(world_size=world_size, rollout_tp=rollout_tp, prompt_length=prompt_length,

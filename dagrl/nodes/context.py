@@ -33,3 +33,5 @@ class StepContext:
     # (step, round) -> this rank's rollout shard of the next global prompt batch from the seeded, checkpointed
     # sampler; nodes that need more prompts in a step (dynamic sampling) call it with round 1, 2, ...
     draw_prompts: Callable[[int, int], Any] | None = None
+    # async_training.partial_rollout: this rank's groups carried between steps (nodes/partial_rollout.py)
+    pool: Any | None = None

@@ -81,7 +81,34 @@ def response_metrics(batch: Batch, response_length: int) -> dict[str, float]:
 def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     sampling = train_sampling(ctx)
     seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx), "train")
+    if ctx.pool is not None:
+        return generate_partial(ctx, batch, sampling, seed)
     with rollout_session(ctx) as metrics:
         out = ctx.rollout.generate(batch, sampling, seed=seed)
     metrics.update(response_metrics(out, sampling.response_length))
+    return out, metrics
+
+
+def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, seed: int
+                     ) -> tuple[Batch, dict[str, float]]:
+    """async_training.partial_rollout: the step's prompts join the rank's pool, whose first `share` groups to
+    finish are trained on; the rest are carried (nodes/partial_rollout.py)."""
+    from dagrl.nodes.partial_rollout import pool_target, staleness_metrics
+
+    pool, share = ctx.pool, len(batch)
+    pool.add(batch, batch["position"], seed, sampling.n)
+    round_index = 1
+    while len(pool.groups) < pool_target(ctx, share):  # the first step fills the pool beyond one batch
+        extra = ctx.draw_prompts(ctx.step, round_index)
+        pool.add(extra, extra["position"], sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step,
+                                                         rollout_dp_rank(ctx), f"train{round_index}"), sampling.n)
+        round_index += 1
+    # the update of this step starts from version ctx.versions.actor: older tokens than K versions behind restart
+    restarted = pool.restart_stale(ctx.versions.actor - ctx.cfg.async_training.max_staleness)
+    with rollout_session(ctx) as metrics:
+        groups = pool.run(ctx.rollout, sampling, share)
+    out = pool.batch(groups, sampling.response_length, ctx.rollout.eos_token_ids, ctx.rollout.pad_token_id)
+    metrics.update(response_metrics(out, sampling.response_length))
+    metrics.update(staleness_metrics(out, ctx.versions.actor))
+    metrics.update({"async/buffer_groups": float(len(pool.groups)), "async/restarted_groups": float(restarted)})
     return out, metrics

@@ -33,6 +33,8 @@ from dagrl.utils.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
+POOL_DIR = "rollout_pool"  # a checkpoint's partial-rollout pools, one JSON file per rollout shard
+
 # verl's timing names for the built-in nodes; other nodes are timed under their own id.
 _TIMING_NAMES = {"rollout": "gen", "score": "reward", "ref_log_prob": "ref", "advantage": "adv",
                  "actor_update": "update_actor", "reward": "kl_in_reward", "critic_update": "update_critic"}
@@ -76,6 +78,9 @@ class Trainer:
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
                                draw_prompts=self.local_prompts)
+        if cfg.async_training.partial_rollout:
+            from dagrl.nodes.partial_rollout import PartialPool
+            self.ctx.pool = PartialPool()
         self.consecutive_skips = 0
         self.loggers = [trainer.logger] if isinstance(trainer.logger, str) else list(trainer.logger)
         self.tensorboard_dir = tensorboard_dir(trainer.tensorboard_dir, trainer.default_local_dir)
@@ -99,6 +104,8 @@ class Trainer:
             self.ctx.critic.load_checkpoint(str(path / "critic"))
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        if self.ctx.pool is not None:
+            self.load_pool(path)
         self.ctx.versions = WeightVersions(actor=state["global_step"], rollout=-1)
         logger.info("resumed from %s (step %d)", path, state["global_step"])
         return int(state["global_step"])
@@ -119,6 +126,10 @@ class Trainer:
                 self.save_hf_model(directory / "actor")
             if self.ctx.critic is not None:
                 self.ctx.critic.save_checkpoint(str(directory / "critic"))
+            if self.ctx.pool is not None and self.shape.layout.is_rollout_tp_leader(self.rank):
+                (directory / POOL_DIR).mkdir(exist_ok=True)
+                (directory / POOL_DIR / f"dp{self.rollout_dp_rank}.json").write_text(
+                    json.dumps(self.ctx.pool.state_dict()))
             fault_point("between_shards", step)
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
@@ -126,6 +137,24 @@ class Trainer:
                 (directory / CONFIG_FILE).write_text(json.dumps(self.cfg.snapshot(), indent=1))
 
         self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
+
+    def load_pool(self, path: Path) -> None:
+        """This rank's partial-rollout pool as the checkpoint at `path` saved it (an empty pool if the run that
+        saved it had partial rollout off)."""
+        from dagrl.nodes.rollout import train_sampling
+
+        saved = path / POOL_DIR / f"dp{self.rollout_dp_rank}.json"
+        if not saved.is_file():
+            if (path / POOL_DIR).is_dir():
+                raise RunError(f"{path} holds no partial-rollout pool for rollout shard {self.rollout_dp_rank}: it "
+                               f"was saved with another rollout layout; resume it with the same trainer.n_gpus_per_node"
+                               f" and rollout tensor_model_parallel_size")
+            return
+        state = json.loads(saved.read_text())
+        rows = self.train_data.rows([group["position"] for group in state])
+        rows["uid"] = [group["uid"] for group in state]
+        rows["position"] = [group["position"] for group in state]
+        self.ctx.pool.load_state_dict(state, rows, train_sampling(self.ctx))
 
     def save_hf_model(self, actor_dir: Path) -> None:
         """actor/huggingface (verl's layout): the actor's weights as an HF model directory, with config and
@@ -170,6 +199,7 @@ class Trainer:
         batch = self.train_data.rows(indices[mine])  # only this rank's rows are read and tokenized
         # unique over ranks, steps and rounds
         batch["uid"] = [f"{step}:{round_index}:{int(position)}" for position in mine]
+        batch["position"] = [int(position) for position in indices[mine]]  # the dataset row
         return batch
 
     def fit(self) -> None:

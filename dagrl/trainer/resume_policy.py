@@ -38,6 +38,11 @@ def refusal(key: str, now: dict[str, Any]) -> str | None:
         return REFUSED[key]
     if key == "data.max_prompt_length" and now.get("data.filter_overlong_prompts"):
         return _SAMPLER + " (data.filter_overlong_prompts=true drops rows by this length)"
+    if key == "async_training.partial_rollout":
+        return "the checkpoint's pool of partial rollouts (prompts in flight) is carried by partial rollout only"
+    if key in ("actor_rollout_ref.rollout.n", "data.max_response_length", "actor_rollout_ref.rollout.response_length"
+               ) and now.get("async_training.partial_rollout"):
+        return "the partial rollouts carried in the checkpoint were sampled for the saved group size and length"
     if key == "algorithm.kl_ctrl.kl_coef" and now.get("algorithm.kl_ctrl.type") == "adaptive":
         return "the adaptive KL controller continues from its saved coefficient"
     return None

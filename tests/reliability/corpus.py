@@ -80,6 +80,15 @@ def text_file(name: str, text: str) -> Callable[[Path, Paths], None]:
     return make
 
 
+def step_dir(name: str, complete: bool) -> Callable[[Path, Paths], None]:
+    """{ws}/other/<name>: a user's files under a checkpoint name, or (complete) a stand-in dagrl checkpoint."""
+    def make(ws: Path, paths: Paths) -> None:
+        target = ws / "other" / name
+        target.mkdir(parents=True)
+        (target / ("dagrl_checkpoint.json" if complete else "notes.txt")).write_text("{}")
+    return make
+
+
 REWARD_RAISES = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1 / 0\n"
 REWARD_HANGS = ("import time\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                 "    time.sleep(600)\n    return 0.0\n")
@@ -246,6 +255,42 @@ CASES: tuple[Case, ...] = (
          ("trainer.resume_from_path={ckpt}/global_step_2",), ("trainer.resume_from_path", "resume_mode=resume_path")),
     Case("resume_disabled_over_checkpoints", "resume_mode=disable on a directory that holds checkpoints",
          ("trainer.resume_mode=disable",), ("trainer.resume_mode=disable", "global_step_2", "resume_mode=auto")),
+    Case("foreign_step_dir", "a `global_step_1/` that dagrl did not write (another trainer's, a user's) in "
+         "trainer.default_local_dir", ("trainer.default_local_dir={ws}/other",),
+         ("trainer.default_local_dir", "global_step_1", "not written by dagrl", "move it away"),
+         make=step_dir("global_step_1", complete=False)),
+    Case("foreign_tmp_dir", "a `.tmp_global_step_1/` without dagrl's partial-save marker",
+         ("trainer.default_local_dir={ws}/other", "trainer.resume_mode=disable"),
+         ("trainer.default_local_dir", ".tmp_global_step_1", "not written by dagrl"),
+         make=step_dir(".tmp_global_step_1", complete=False)),
+    Case("resume_older_over_newer", "resume_from_path=global_step_1 of a branch while default_local_dir holds "
+         "global_step_2", ("trainer.resume_mode=resume_path", "trainer.resume_from_path={ws}/other/global_step_1"),
+         ("trainer.resume_from_path", "global_step_1", "global_step_2", "new directory"),
+         make=step_dir("global_step_1", complete=True)),
+    Case("empty_checkpoint_dir", "`trainer.default_local_dir=` (empty: would write into the current directory)",
+         ("trainer.default_local_dir=",), ("trainer.default_local_dir", "current directory")),
+    # ---- non-finite numbers ----
+    Case("inf_lr", "`actor_rollout_ref.actor.optim.lr=inf`", ("actor_rollout_ref.actor.optim.lr=inf",),
+         ("actor_rollout_ref.actor.optim.lr=inf", "finite")),
+    Case("nan_entropy_coeff", "`actor_rollout_ref.actor.entropy_coeff=nan`", ("actor_rollout_ref.actor.entropy_coeff=nan",),
+         ("actor_rollout_ref.actor.entropy_coeff=nan", "finite")),
+    Case("inf_temperature", "`actor_rollout_ref.rollout.temperature=inf`", ("actor_rollout_ref.rollout.temperature=inf",),
+         ("actor_rollout_ref.rollout.temperature=inf", "finite")),
+    Case("lr_beyond_float32", "`actor_rollout_ref.actor.optim.lr=1e39` (no fp32 optimizer can hold it)",
+         ("actor_rollout_ref.actor.optim.lr=1e39",), ("actor_rollout_ref.actor.optim.lr", "float32")),
+    # ---- asynchronous training ----
+    Case("oversample_without_partial", "`async_training.oversample_ratio=2` with partial_rollout off",
+         ("async_training.oversample_ratio=2",), ("async_training.oversample_ratio", "partial_rollout=true")),
+    Case("oversample_below_one", "`async_training.oversample_ratio=0.5`",
+         ("async_training.partial_rollout=true", "async_training.oversample_ratio=0.5"),
+         ("async_training.oversample_ratio", ">= 1")),
+    Case("negative_staleness", "`async_training.max_staleness=-1`", ("async_training.max_staleness=-1",),
+         ("async_training.max_staleness", "integer >= 0")),
+    Case("partial_rollout_not_bool", "`async_training.partial_rollout=maybe`", ("async_training.partial_rollout=maybe",),
+         ("async_training.partial_rollout", "true or false")),
+    Case("partial_rollout_with_dynamic_sampling", "partial rollout with DAPO's dynamic sampling",
+         ("async_training.partial_rollout=true", "dag=dapo", "algorithm.filter_groups.enable=true"),
+         ("async_training.partial_rollout", "filter_groups.enable")),
     # ---- found only when a step runs (slow suite) ----
     Case("prompt_too_long", "a prompt longer than data.max_prompt_length=8 with data.truncation=error",
          ("data.max_prompt_length=8",), ("data.max_prompt_length=8", "data.truncation=left|right|middle"),

@@ -118,6 +118,8 @@ class RolloutEngine(Protocol):
     colocated: bool        # shares its device with the actor: the actor's memory is released around a rollout
     needs_weights: bool    # its weights were dropped (or never loaded): the next rollout must sync them
     version: int           # the weight version of the last load_weights: new tokens are tagged with it
+    eos_token_ids: list[int]
+    pad_token_id: int
 
     def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch: ...
 

@@ -1,0 +1,80 @@
+"""Pre-flight of the checkpoint keys: where checkpoints go (and what there must never be touched), what a resume
+starts from, and what the actor saves and loads."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagrl.config.checks import as_list, get, require
+from dagrl.config.tree import Cfg
+
+
+def check_checkpoint_dir(cfg: Cfg) -> None:
+    """The checkpoint root can be written, and nothing in it that dagrl did not write (or that is newer than the
+    checkpoint a resume starts from) could be deleted or overwritten by this run."""
+    configured = cfg.trainer.default_local_dir
+    require(isinstance(configured, str) and configured.strip() != "", "trainer.default_local_dir",
+            f"trainer.default_local_dir={configured!r} must be a directory path (an empty one would write "
+            f"checkpoints into the current directory)")
+    root = Path(os.path.expanduser(configured))
+    existing = next((p for p in [root, *root.parents] if p.exists()), None)
+    require(existing is None or existing.is_dir(), "trainer.default_local_dir",
+            f"checkpoint directory {root} cannot be created: {existing} is not a directory; fix "
+            f"trainer.default_local_dir")
+    require(existing is not None and os.access(existing, os.W_OK), "trainer.default_local_dir",
+            f"checkpoint directory {root} is not writable (nearest existing parent: {existing}): "
+            f"fix trainer.default_local_dir")
+    from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, foreign_entries
+    foreign = foreign_entries(root)
+    require(not foreign, "trainer.default_local_dir",
+            f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
+            f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another trainer.default_local_dir")
+    if cfg.trainer.resume_mode == "resume_path":
+        start = check_resume_path(cfg.trainer.resume_from_path)
+        start_step = int(start.name.rsplit("_", 1)[1])
+        newer = [path for step, path in complete_checkpoints(root) if step > start_step]
+        require(not newer, "trainer.resume_from_path",
+                f"trainer.resume_from_path={start} is older than {newer[-1] if newer else ''} in "
+                f"trainer.default_local_dir, which the resumed run would overwrite: set trainer.default_local_dir "
+                f"to a new directory for this branch of the run, or resume the newest with trainer.resume_mode=auto")
+    else:
+        require(cfg.trainer.resume_from_path is None, "trainer.resume_from_path",
+                f"trainer.resume_from_path is set but trainer.resume_mode={cfg.trainer.resume_mode}: "
+                f"set trainer.resume_mode=resume_path to use it, or drop resume_from_path")
+    if cfg.trainer.resume_mode == "disable":
+        found = complete_checkpoints(root)
+        require(not found, "trainer.resume_mode",
+                f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
+                f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
+
+
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+def check_actor_checkpoint(cfg: Cfg) -> None:
+    """actor.checkpoint.save_contents/load_contents, the start from a Megatron dist checkpoint, the ref's offload."""
+    for name in ("save_contents", "load_contents"):
+        key = f"actor_rollout_ref.actor.checkpoint.{name}"
+        value = get(cfg, key)
+        parts = as_list(value) if isinstance(value, (str, list, tuple)) else None
+        require(parts is not None and all(part in CHECKPOINT_CONTENTS for part in parts), key,
+                f"{key}={value!r} must be a list of: {', '.join(CHECKPOINT_CONTENTS)}")
+        require("model" in parts, key, f"{key}={list(parts)} must include model (a checkpoint is resumed from its "
+                                       f"weights; add hf_model for an HF copy as well)")
+    for flag in ("actor_rollout_ref.actor.megatron.use_dist_checkpointing",
+                 "actor_rollout_ref.ref.megatron.param_offload"):
+        require(isinstance(get(cfg, flag), bool), flag, f"{flag}={get(cfg, flag)!r} must be true or false")
+    megatron = cfg.actor_rollout_ref.actor.megatron
+    key = "actor_rollout_ref.actor.megatron.dist_checkpointing_path"
+    path = megatron.dist_checkpointing_path
+    if not megatron.use_dist_checkpointing:
+        require(path is None, key, f"{key} is set but actor_rollout_ref.actor.megatron.use_dist_checkpointing=false: "
+                                   f"set it to true to start from that checkpoint, or drop {key}")
+        return
+    require(bool(path), key, "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true needs "
+                             f"{key}=<dir of a Megatron torch_dist checkpoint>")
+    resolved = Path(os.path.expanduser(str(path)))
+    require(resolved.is_dir(), key, f"{key}={path}: no such directory")
+    require((resolved / "metadata.json").is_file(), key,
+            f"{key}={path} is not a Megatron dist checkpoint (no metadata.json): point it at a converted checkpoint "
+            f"or a dagrl global_step_N/actor directory")

@@ -1,0 +1,153 @@
+"""Colocated partial rollout (`async_training.partial_rollout=true`): the rollout node's long-tail lever on one pool.
+
+Each rank keeps a pool of prompt groups in flight (its rollout shard). A step adds the prompts the trainer drew
+for it, tops the pool up to `oversample_ratio` x its share of `data.train_batch_size` with further draws from the
+sampler (the first step), syncs weights, and submits every unfinished sample through the engine's request level
+(a carried sample as its prompt + the prefix sampled so far: its KV is recomputed under the new weights). It
+advances the engine until its share of groups has finished, trains on those (the oldest first when several finish
+together) and aborts the rest, which wait in the pool, partial, for the next step. Tokens carry the weight version
+that sampled them; a group whose oldest token would be more than `max_staleness` versions behind the weights the
+next update starts from is restarted from its prompt (never dropped). The pool is part of every checkpoint
+(`PartialPool.state_dict`: plain lists), so a resumed run continues exactly; with `oversample_ratio=1` every
+group finishes every step and nothing is carried.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dagrl.data.batch import Batch
+from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec
+from dagrl.engine.rollout.sequences import join_prompt_and_response
+from dagrl.nodes.context import StepContext
+
+
+@dataclass
+class Group:
+    """One prompt and its n samples: each a finished Completion, a partial one (finish_reason "abort"), or None
+    (not started)."""
+    uid: str
+    position: int                          # dataset row: re-read on resume
+    prompt_ids: tuple[int, ...]
+    seed: int
+    samples: list[Completion | None] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return all(s is not None and s.finish_reason != "abort" for s in self.samples)
+
+    def oldest_version(self) -> int | None:
+        versions = [v for s in self.samples if s is not None for v in s.versions]
+        return min(versions) if versions else None
+
+    def request(self, sample: int, sampling: SamplingSpec) -> Request:
+        done = self.samples[sample]
+        if done is not None:  # partial: carry it on
+            return done.continuation()
+        return Request(f"{self.uid}/{sample}", self.prompt_ids, sampling, seed=self.seed + sample)
+
+
+class PartialPool:
+    """A rank's groups in flight between steps (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.groups: list[Group] = []
+        self.rows: dict[str, Batch] = {}      # uid -> the prompt's row (dataset columns), for the trained batch
+
+    def add(self, prompts: Batch, positions: list[int], seed: int, n: int) -> None:
+        ids, mask = prompts["input_ids"], prompts["attention_mask"].bool()
+        for row, (uid, position) in enumerate(zip(prompts["uid"], positions)):
+            self.groups.append(Group(uid, int(position), tuple(ids[row][mask[row]].tolist()),
+                                     seed=(seed + 7919 * row) & 0x7FFFFFFF, samples=[None] * n))
+            self.rows[uid] = prompts.select([row])
+
+    def restart_stale(self, oldest_allowed: int) -> int:
+        """Drop the samples of groups holding a token older than `oldest_allowed`; how many groups restart."""
+        restarted = 0
+        for group in self.groups:
+            oldest = group.oldest_version()
+            if oldest is not None and oldest < oldest_allowed:
+                group.samples = [None] * len(group.samples)
+                restarted += 1
+        return restarted
+
+    def run(self, engine: Any, sampling: SamplingSpec, wanted: int) -> list[Group]:
+        """Advance `engine` until `wanted` groups have finished; those groups, oldest first. The rest stay."""
+        by_id = {}
+        requests = []
+        for index, group in enumerate(self.groups):
+            for sample, done in enumerate(group.samples):
+                if done is None or done.finish_reason == "abort":
+                    request = group.request(sample, sampling)
+                    requests.append(request)
+                    by_id[request.id] = (index, sample)
+        engine.submit(requests)
+        while sum(g.finished for g in self.groups) < wanted and engine.in_flight():
+            for completion in engine.advance():
+                index, sample = by_id[completion.id]
+                self.groups[index].samples[sample] = completion
+        for completion in engine.abort():
+            index, sample = by_id[completion.id]
+            self.groups[index].samples[sample] = completion
+        done = [g for g in self.groups if g.finished][:wanted]
+        taken = {g.uid for g in done}
+        self.groups = [g for g in self.groups if g.uid not in taken]
+        return done
+
+    def batch(self, groups: list[Group], response_length: int, eos: list[int], pad: int) -> Batch:
+        """The trained rows in the shared layout, with `rollout_log_probs` and each token's `token_versions`."""
+        prompts = Batch.concat([self.rows.pop(g.uid).repeat_interleave(len(g.samples)) for g in groups])
+        samples = [s for g in groups for s in g.samples]
+        responses = torch.full((len(samples), response_length), pad, dtype=torch.long)
+        log_probs = torch.zeros(responses.shape, dtype=torch.float32)
+        versions = torch.full(responses.shape, -1, dtype=torch.long)
+        for row, sample in enumerate(samples):
+            length = len(sample.token_ids)
+            responses[row, :length] = torch.tensor(sample.token_ids, dtype=torch.long)
+            log_probs[row, :length] = torch.tensor(sample.log_probs, dtype=torch.float32)
+            versions[row, :length] = torch.tensor(sample.versions, dtype=torch.long)
+        batch = join_prompt_and_response(prompts, responses, response_length, eos, pad)
+        batch["rollout_log_probs"] = log_probs * batch["response_mask"]
+        batch["token_versions"] = torch.where(batch["response_mask"].bool(), versions, -1)
+        return batch
+
+    # ---- checkpoint -------------------------------------------------------------------------------
+    def state_dict(self) -> list[dict]:
+        return [{"uid": g.uid, "position": g.position, "seed": g.seed, "samples": [
+            None if s is None else {"tokens": list(s.token_ids), "log_probs": list(s.log_probs),
+                                    "versions": list(s.versions), "finish": s.finish_reason} for s in g.samples]}
+            for g in self.groups]
+
+    def load_state_dict(self, state: list[dict], rows: Batch, sampling: SamplingSpec) -> None:
+        """`rows`: the dataset rows at the groups' positions, in order (with their uid columns set)."""
+        self.groups, self.rows = [], {}
+        ids, mask = rows["input_ids"], rows["attention_mask"].bool()
+        for row, saved in enumerate(state):
+            group = Group(saved["uid"], saved["position"], tuple(ids[row][mask[row]].tolist()), saved["seed"])
+            for sample, done in enumerate(saved["samples"]):
+                request = Request(f"{group.uid}/{sample}", group.prompt_ids, sampling, seed=group.seed + sample)
+                group.samples.append(None if done is None else Completion(
+                    request, tuple(done["tokens"]), tuple(done["log_probs"]), tuple(done["versions"]),
+                    done["finish"]))
+            self.groups.append(group)
+            self.rows[group.uid] = rows.select([row])
+
+
+def pool_target(ctx: StepContext, share: int) -> int:
+    """Groups a rank keeps in flight: oversample_ratio x its share of the batch."""
+    return math.ceil(ctx.cfg.async_training.oversample_ratio * share)
+
+
+def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
+    """async/*: how many versions behind `version` (the weights this step's update starts from) each trained
+    trajectory's oldest token is, and the fraction sampled under more than one version."""
+    versions = batch["token_versions"]
+    valid = versions >= 0
+    oldest = torch.where(valid, versions, version).min(-1).values
+    newest = torch.where(valid, versions, -1).max(-1).values
+    staleness = (version - oldest).float()
+    return {"async/staleness_mean": staleness.mean().item(), "async/staleness_max": staleness.max().item(),
+            "async/partial_fraction": (newest > oldest).float().mean().item()}
