@@ -33,7 +33,7 @@ def run(name: str, args: argparse.Namespace, extra: list[str]) -> tuple[list[dic
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={min(16, args.batch * args.n)}",
         "actor_rollout_ref.actor.optim.lr=1e-6",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
-        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={16 * (128 + args.response_length)}",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={4 * (128 + args.response_length)}",
         f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
         "trainer.val_before_train=false", "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={out}",
         f"trainer.n_gpus_per_node={args.nproc}", "trainer.resume_mode=disable",

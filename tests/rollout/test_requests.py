@@ -117,7 +117,7 @@ def test_top_k_and_top_p_keep_the_most_likely_tokens():
     assert torch.allclose(filter_logits(logits, SamplingSpec(temperature=2.0)), logits / 2)
 
 
-def test_vllm_outputs_become_progress_with_versions_and_the_stop_token():
+def test_vllm_delta_outputs_become_progress_with_versions_and_the_stop_token():
     request = Request("a", (5, 6), SamplingSpec(response_length=4), seed=3, prefix_ids=(9,), prefix_log_probs=(-0.5,),
                       prefix_versions=(0,))
     params = single_request_params(request, [2])
@@ -131,8 +131,8 @@ def test_vllm_outputs_become_progress_with_versions_and_the_stop_token():
         return SimpleNamespace(request_id="a", finished=finished, outputs=[out])
 
     assert record_progress(progress, output([7], False), version=1) is None
-    assert record_progress(progress, output([7, 8], True, stop_reason=2, reason="stop"), version=2) == "stop"
+    assert record_progress(progress, output([8], True, stop_reason=2, reason="stop"), version=2) == "stop"
     done = progress.completion("stop")
     assert done.token_ids == (9, 7, 8, 2)  # the matched stop token left out of token_ids ends the response
     assert done.versions == (0, 1, 2, 2)
-    assert done.log_probs[:3] == pytest.approx((-0.5, -0.1, -0.2))
+    assert done.log_probs == pytest.approx((-0.5, -0.1, -0.1, 0.0))  # per-step deltas; the stop token vLLM left out has none

@@ -160,3 +160,18 @@ def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_sync
     assert max(expected[s]["async/partial_fraction"] for s in range(2, 5)) > 0  # prefixes crossed a sync
     assert all(expected[s]["async/buffer_groups"] == 4 for s in range(1, 5))  # 2 x 4 in flight, 4 trained a step
     assert "training/rollout_log_probs_diff_mean" in expected[1]
+
+
+def test_partial_rollout_on_two_ranks_keeps_a_pool_per_rollout_shard(args, tmp_path):
+    out = tmp_path / "dp2"
+    from tests.trainer.test_end_to_end import _free_port
+    code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                   "--master-port", str(_free_port()), "-m", "dagrl.main_dag",
+                                   *args(out, **{"trainer.n_gpus_per_node": 2})])
+    assert code == 0, stderr[-3000:]
+    pools = {p.name: json.loads(p.read_text()) for p in (out / "global_step_4" / "rollout_pool").iterdir()}
+    assert sorted(pools) == ["dp0.json", "dp1.json"]
+    assert len(pools["dp0.json"]) == len(pools["dp1.json"]) == 2  # 2 x 2 prompts in flight per rank, 2 trained
+    assert not {g["uid"] for g in pools["dp0.json"]} & {g["uid"] for g in pools["dp1.json"]}
+    records = metrics_by_step(out)
+    assert all(records[s]["async/staleness_max"] <= 1 for s in range(1, 5))

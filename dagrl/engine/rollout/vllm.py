@@ -213,6 +213,7 @@ class VLLMRollout:
     # ---- request level (see interface.py): vLLM's engine API, one step per advance --------------------------
     def submit(self, requests: list[Request]) -> None:
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         if self.weights_discarded:
             raise RuntimeError("vLLM has no current weights: sync the actor's weights before submitting")
@@ -220,7 +221,8 @@ class VLLMRollout:
         for request in requests:
             if request.id in self._progress:
                 raise ValueError(f"request {request.id!r} is already in flight")
-            params = SamplingParams(**single_request_params(request, self.eos_token_ids).as_kwargs())
+            params = SamplingParams(**single_request_params(request, self.eos_token_ids).as_kwargs(),
+                                    output_kind=RequestOutputKind.DELTA)  # each step's new tokens only
             engine.add_request(request.id, {"prompt_token_ids": list(request.prompt_ids + request.prefix_ids)},
                                params)
             self._progress[request.id] = Progress(request)

@@ -72,21 +72,24 @@ def single_request_params(request: Request, eos_token_ids: Sequence[int]) -> Req
 
 
 def record_progress(progress: Progress, output: Any, version: int) -> str | None:
-    """Take a cumulative vLLM RequestOutput's new tokens into `progress` (tagged with `version`); the finish
-    reason once it finished ("stop", "length", "abort"), else None."""
+    """Append a vLLM RequestOutput's new tokens (output_kind=DELTA: only what this step generated; cumulative
+    outputs would copy every request's whole response every step) to `progress`, tagged with `version`; the
+    finish reason once it finished ("stop", "length", "abort"), else None."""
     completion = output.outputs[0]
     tokens = list(completion.token_ids)
-    stop = completion.stop_reason  # a stop token vLLM matched but left out of token_ids still ends the response
-    if output.finished and isinstance(stop, int) and (not tokens or tokens[-1] != stop) and \
-            len(tokens) < progress.request.budget:
-        tokens.append(stop)
     log_probs = _sampled_log_probs(completion) if completion.logprobs else []
     log_probs += [0.0] * (len(tokens) - len(log_probs))
-    start = len(progress.token_ids)
-    progress.token_ids.extend(tokens[start:])
-    progress.log_probs.extend(log_probs[start:len(tokens)])
-    progress.versions.extend([version] * (len(tokens) - start))
+    stop = completion.stop_reason  # a stop token vLLM matched but left out of token_ids still ends the response
+    so_far = len(progress.token_ids) + len(tokens)
+    last = tokens[-1] if tokens else (progress.token_ids[-1] if progress.token_ids else None)
+    if output.finished and isinstance(stop, int) and last != stop and so_far < progress.request.budget:
+        tokens.append(stop)
+        log_probs.append(0.0)
+    progress.token_ids.extend(tokens)
+    progress.log_probs.extend(log_probs[:len(tokens)])
+    progress.versions.extend([version] * len(tokens))
     return (completion.finish_reason or "stop") if output.finished else None
+
 
 
 def _sampled_log_probs(completion: Any) -> list[float]:
