@@ -32,6 +32,7 @@ PARTIAL_MARKER = ".dagrl_partial"  # first file of a save in progress: the tmp d
 CONFIG_FILE = "config.json"  # the run's config at save time: what a resume compares its own against
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _TMP_DIR = re.compile(r"^\.tmp_global_step_(\d+)$")
+_STAGING_DIR = re.compile(r"^\.tmp_global_step_(\d+)\.new$")  # a tmp directory before its marker is in
 
 
 def step_dir_name(step: int) -> str:
@@ -68,8 +69,8 @@ def partial_saves(root: Path) -> list[Path]:
     """.tmp_global_step_N directories a killed dagrl save left (they hold PARTIAL_MARKER)."""
     if not root.is_dir():
         return []
-    return sorted(child for child in root.iterdir() if _TMP_DIR.match(child.name) and
-                  (child / PARTIAL_MARKER).is_file())
+    return sorted(child for child in root.iterdir() if (_TMP_DIR.match(child.name) or _STAGING_DIR.match(child.name))
+                  and (child / PARTIAL_MARKER).is_file())
 
 
 def check_resume_path(path: str | None) -> Path:
@@ -148,7 +149,8 @@ class CheckpointManager:
         holds for entries that appear while the run goes on)."""
         final = self.root / step_dir_name(step)
         tmp = self.root / f".tmp_{step_dir_name(step)}"
-        taken = [path for path in (final, tmp) if path.exists() and path not in partial_saves(self.root)]
+        staging = tmp.with_name(tmp.name + ".new")
+        taken = [path for path in (final, tmp, staging) if path.exists() and path not in partial_saves(self.root)]
         if taken:
             raise RunError(f"cannot save step {step}: {taken[0]} already exists and dagrl never overwrites it; "
                            f"move it away and relaunch (the run resumes from its newest complete checkpoint)")
@@ -157,17 +159,22 @@ class CheckpointManager:
             _fault("before_shards", hooks)
             if tmp.exists():
                 shutil.rmtree(tmp)
-            tmp.mkdir(parents=True)
-            (tmp / PARTIAL_MARKER).touch()
+            # the marker goes in before the directory takes dagrl's tmp name, so a kill at any moment leaves
+            # nothing a later run would take for someone else's
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir(parents=True)
+            (staging / PARTIAL_MARKER).touch()
+            os.rename(staging, tmp)
         self.barrier()
         write(tmp)
         self.barrier()
         if self.rank == 0:
             _fault("before_marker", hooks)
             (tmp / MARKER).write_text(json.dumps({"global_step": step}))
-            (tmp / PARTIAL_MARKER).unlink()
             _fsync_dir(tmp)
             os.rename(tmp, final)  # never over an existing directory (checked above; rename fails if one appeared)
+            (final / PARTIAL_MARKER).unlink()  # after the rename: a tmp directory always holds it
             _fsync_dir(self.root)
             _fault("before_tracker", hooks)
             tracker_tmp = self.root / f".{TRACKER}.tmp"

@@ -71,8 +71,9 @@ def test_a_save_never_replaces_an_existing_directory_and_clears_only_its_own_par
     (root / ".tmp_global_step_2").mkdir()  # someone else's, under dagrl's name
     with pytest.raises(RunError, match="tmp_global_step_2 already exists"):
         manager.save(2, lambda d: None)
-    (root / ".tmp_global_step_3").mkdir()  # what a killed dagrl save leaves
-    (root / ".tmp_global_step_3" / PARTIAL_MARKER).touch()
+    for name in (".tmp_global_step_3", ".tmp_global_step_4.new"):  # what a killed dagrl save leaves
+        (root / name).mkdir()
+        (root / name / PARTIAL_MARKER).touch()
     manager.clear_partial()
     assert sorted(p.name for p in root.iterdir()) == [".tmp_global_step_2", "global_step_1",
                                                      "latest_checkpointed_iteration.txt"]
