@@ -159,6 +159,9 @@ def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool =
     return max_model_len
 
 
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")  # advantages relative to the prompt's group
+
+
 def check_algorithm(cfg: Cfg) -> None:
     """Advantage-estimator, loss-aggregation and KL-controller keys (the names themselves are in CHOICES)."""
     algorithm = cfg.algorithm
@@ -171,6 +174,15 @@ def check_algorithm(cfg: Cfg) -> None:
                 "algorithm.adv_estimator=gae needs the critic's values, but the graph has no node with role critic: "
                 "use the PPO graph (dag=ppo) or add a critic node, or pick an estimator without a critic "
                 "(grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
+    n = cfg.actor_rollout_ref.rollout.n
+    grouped = [name for name, on in ((f"algorithm.adv_estimator={algorithm.adv_estimator}",
+                                      algorithm.adv_estimator in GROUP_ESTIMATORS),
+                                     ("algorithm.filter_groups.enable=true", algorithm.filter_groups.enable is True))
+               if on]
+    require(not grouped or not isinstance(n, int) or n >= 2, "actor_rollout_ref.rollout.n",
+            f"{grouped[0] if grouped else ''} compares the responses of a prompt's group, but "
+            f"actor_rollout_ref.rollout.n={n}: every advantage would be 0 and nothing would train; set "
+            f"actor_rollout_ref.rollout.n to 2 or more (verl's scripts use 5-16), or use reinforce_plus_plus")
     scale = cfg.actor_rollout_ref.actor.loss_scale_factor
     require(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0),
             "actor_rollout_ref.actor.loss_scale_factor",
@@ -179,7 +191,8 @@ def check_algorithm(cfg: Cfg) -> None:
     require(isinstance(cap, (int, float)) and not isinstance(cap, bool) and (cap <= 0 or cap >= 1),
             "actor_rollout_ref.actor.tis_imp_ratio_cap",
             f"actor_rollout_ref.actor.tis_imp_ratio_cap={cap!r} must be -1 (off) or a cap >= 1, e.g. 2")
-    require(cap <= 0 or cfg.actor_rollout_ref.rollout.calculate_log_probs, "actor_rollout_ref.actor.tis_imp_ratio_cap",
+    require(cap <= 0 or cfg.actor_rollout_ref.rollout.calculate_log_probs or cfg.async_training.partial_rollout is True,
+            "actor_rollout_ref.actor.tis_imp_ratio_cap",
             "actor_rollout_ref.actor.tis_imp_ratio_cap needs the rollout's log-probs: set "
             "actor_rollout_ref.rollout.calculate_log_probs=true")
     kl = algorithm.kl_ctrl

@@ -194,7 +194,8 @@ CASES: tuple[Case, ...] = (
     Case("batch_not_divisible_by_dp", "train_batch_size=3 over 2 data-parallel ranks",
          (*world(2), "data.train_batch_size=3"), ("data.train_batch_size", "3 is not divisible by 2"), env=WORLD),
     Case("batch_times_n_not_divisible_by_dp", "ppo_mini_batch_size x rollout.n = 1 over 2 data-parallel ranks",
-         (*world(2), "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+         (*world(2), "actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=reinforce_plus_plus",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=1",
           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"),
          ("actor_rollout_ref.actor.ppo_mini_batch_size", "1 is not divisible by 2"), env=WORLD),
     Case("mini_batch_not_dividing_batch", "ppo_mini_batch_size=3 with train_batch_size=4",
@@ -278,6 +279,16 @@ CASES: tuple[Case, ...] = (
          ("actor_rollout_ref.rollout.temperature=inf", "finite")),
     Case("lr_beyond_float32", "`actor_rollout_ref.actor.optim.lr=1e39` (no fp32 optimizer can hold it)",
          ("actor_rollout_ref.actor.optim.lr=1e39",), ("actor_rollout_ref.actor.optim.lr", "float32")),
+    # ---- runs that would train nothing ----
+    Case("grpo_with_one_sample", "GRPO (the default estimator) with `actor_rollout_ref.rollout.n=1`: every "
+         "advantage 0", ("actor_rollout_ref.rollout.n=1",),
+         ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo", "2 or more")),
+    Case("rloo_with_one_sample", "RLOO with `rollout.n=1`",
+         ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo"),
+         ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo")),
+    Case("dynamic_sampling_with_one_sample", "DAPO dynamic sampling with `rollout.n=1` (no group ever varies)",
+         ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=reinforce_plus_plus", "dag=dapo",
+          "algorithm.filter_groups.enable=true"), ("actor_rollout_ref.rollout.n=1", "filter_groups.enable=true")),
     # ---- asynchronous training ----
     Case("oversample_without_partial", "`async_training.oversample_ratio=2` with partial_rollout off",
          ("async_training.oversample_ratio=2",), ("async_training.oversample_ratio", "partial_rollout=true")),

@@ -340,6 +340,7 @@ def test_memory_estimate_is_within_20_percent_of_the_measured_h200_peak(case, tm
         f"actor_rollout_ref.actor.ppo_mini_batch_size={8 if 'tp2' in case else 16}",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
         "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true", "trainer.n_gpus_per_node=2",
+        "algorithm.adv_estimator=reinforce_plus_plus",  # one response per prompt, as the measured runs had
         f"trainer.default_local_dir={tmp_path / 'ckpt'}", *layout]))
     planned = make_plan(cfg, preflight(cfg, world_size=2)).memory[0].phases["update"]
     measured = MEASURED_UPDATE_PEAK_GIB[case]
