@@ -1,5 +1,6 @@
 """The pre-flight rules of each config section (choices, batches, rollout engine, algorithm, critic, DAPO
-filter, async training, graph, data files, launcher; checkpoints in config/checkpoints.py); `validate.preflight` runs them in order."""
+filter, async training, graph, data files, launcher; checkpoints in config/checkpoints.py); `validate.preflight`
+runs them in order."""
 from __future__ import annotations
 
 import os

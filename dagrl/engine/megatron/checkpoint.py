@@ -275,7 +275,8 @@ def load(engine: "MegatronEngine", path: str) -> None:
     if "optimizer" in parts:
         # the saved param groups carry the saving run's max_lr/min_lr, which the scheduler reads per group: keep
         # this run's, so that a resume applies the config's LR (see trainer/resume_policy.py)
-        schedule = [[{k: group[k] for k in ("max_lr", "min_lr") if k in group} for group in torch_optimizer.param_groups]
+        schedule = [[{k: group[k] for k in ("max_lr", "min_lr") if k in group}
+                     for group in torch_optimizer.param_groups]
                     for torch_optimizer in compat.torch_optimizers(engine.optimizer)]
         engine.optimizer.load_state_dict(_as_current_chain(engine, loaded["optimizer"], common.get("optimizer"))
                                          if "optimizer" in loaded else loaded["optimizer_partial"])

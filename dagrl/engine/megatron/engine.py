@@ -156,7 +156,8 @@ class MegatronEngine:
             lr_warmup_steps=optim.lr_warmup_steps, lr_decay_steps=max(decay_steps, optim.lr_warmup_steps + 1),
             lr_decay_style=optim.lr_decay_style, start_wd=optim.weight_decay, end_wd=optim.weight_decay,
             wd_incr_steps=max(decay_steps, 1), wd_incr_style="constant",
-            use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=True)  # a resume applies the config
+            # a resume applies this run's schedule (trainer/resume_policy.py); only the step count is restored
+            use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=True)
         return optimizer, scheduler
 
     def _build_offloaders(self) -> None:
