@@ -47,6 +47,10 @@ class Group:
         done = self.samples[sample]
         if done is not None:  # partial: carry it on
             return done.continuation()
+        return self.fresh_request(sample, sampling)
+
+    def fresh_request(self, sample: int, sampling: SamplingSpec) -> Request:
+        """Sample `sample` from its prompt (its id and seed are fixed by the group, so a resume rebuilds it)."""
         return Request(f"{self.uid}/{sample}", self.prompt_ids, sampling, seed=self.seed + sample)
 
 
@@ -128,10 +132,9 @@ class PartialPool:
         for row, saved in enumerate(state):
             group = Group(saved["uid"], saved["position"], tuple(ids[row][mask[row]].tolist()), saved["seed"])
             for sample, done in enumerate(saved["samples"]):
-                request = Request(f"{group.uid}/{sample}", group.prompt_ids, sampling, seed=group.seed + sample)
                 group.samples.append(None if done is None else Completion(
-                    request, tuple(done["tokens"]), tuple(done["log_probs"]), tuple(done["versions"]),
-                    done["finish"]))
+                    group.fresh_request(sample, sampling), tuple(done["tokens"]), tuple(done["log_probs"]),
+                    tuple(done["versions"]), done["finish"]))
             self.groups.append(group)
             self.rows[group.uid] = rows.select([row])
 
