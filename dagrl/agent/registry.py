@@ -1,0 +1,59 @@
+"""Loading verl-style YAML lists of classes (tools, interactions): the file, its entries, their classes.
+
+Every problem is a ConfigError naming the key, the file and the entry, raised in pre-flight before any model is
+built (the CLI prints it in one line and exits 2).
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from typing import Any
+
+from dagrl.config.errors import ConfigError
+
+
+def load_entries(path: str, key: str, list_key: str) -> list[dict]:
+    """The `list_key` list of the YAML file at `path` (each entry a mapping), for config key `key`."""
+    import yaml
+
+    path = os.path.expanduser(str(path))
+    if not os.path.isfile(path):
+        raise ConfigError(key, f"{key}={path!r}: no such file; point it at a YAML file with a {list_key!r} list")
+    try:
+        with open(path) as f:
+            document = yaml.safe_load(f)
+    except yaml.YAMLError as error:
+        raise ConfigError(key, f"{key}: {path} is not valid YAML ({str(error).splitlines()[0]})") from None
+    entries = document.get(list_key) if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(key, f"{key}: {path} must hold a non-empty {list_key!r} list")
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
+            raise ConfigError(key, f"{key}: {path}, {list_key}[{number}] must be a mapping with a class_name")
+    return entries
+
+
+def import_class(spec: str, key: str, where: str) -> type:
+    """`package.module.ClassName` (verl's form) or `package.module:ClassName`; `where` names the file and entry."""
+    module_name, sep, class_name = spec.partition(":")
+    if not sep:
+        module_name, _, class_name = spec.rpartition(".")
+    if not module_name or not class_name:
+        raise ConfigError(key, f"{key}: {where}: class_name {spec!r} must be package.module.ClassName")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # any import failure is the user's to fix: name it
+        raise ConfigError(key, f"{key}: {where}: cannot import {module_name!r} for class_name {spec!r} "
+                               f"({type(error).__name__}: {error})") from None
+    cls = getattr(module, class_name, None)
+    if not inspect.isclass(cls):
+        raise ConfigError(key, f"{key}: {where}: module {module_name!r} has no class {class_name!r}")
+    return cls
+
+
+async def maybe_await(value: Any) -> Any:
+    """verl's tool and interaction methods are coroutines; plain methods are accepted too."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
