@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from dagrl.algo.kl import kl_penalty
+from dagrl.algo.off_policy import OFF_POLICY_MODES, behav_imp_weight
 
 LOSS_MODES = ("vanilla", "gspo", "cispo")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -38,6 +39,8 @@ class PolicyLossSpec:
     loss_agg_mode: str = "token-mean"
     loss_scale_factor: float | None = None  # L of seq-mean-token-sum-norm; None = the padded response length
     tis_imp_ratio_cap: float = -1.0  # truncated importance sampling on pi_old / pi_rollout; <= 0 = off
+    off_policy: str = "none"  # decoupled: AReaL's decoupled PPO (dagrl/algo/off_policy.py)
+    behav_imp_weight_cap: float | None = 5.0  # decoupled: tokens with pi_prox / pi_behav above it are masked
 
 
 def aggregation_counts(response_mask: torch.Tensor) -> torch.Tensor:
@@ -152,7 +155,8 @@ def actor_loss(micro_batch, log_prob: torch.Tensor, entropy: torch.Tensor | None
 
     `token_weights` aggregate the loss terms (pg, entropy, KL) by loss_agg_mode, as verl does; the indicator
     metrics (clip fractions, ppo_kl) are global token means in every mode, through `token_mean_weights` when the
-    batch has them."""
+    batch has them. `spec.off_policy=decoupled` weights the policy-gradient term by pi_prox / pi_behav
+    (dagrl/algo/off_policy.py)."""
     weights = micro_batch["token_weights"]
     metric_weights = micro_batch.get("token_mean_weights", weights)
     advantages = micro_batch["advantages"]
@@ -162,6 +166,10 @@ def actor_loss(micro_batch, log_prob: torch.Tensor, entropy: torch.Tensor | None
         weight = truncated_is_weight(old_log_prob, micro_batch["rollout_log_probs"], spec.tis_imp_ratio_cap)
         pg = pg * weight
         terms["actor/tis_weight"] = weight
+    if spec.off_policy == "decoupled":  # old_log_prob is pi_prox: the ratio and its clip above are against it
+        pg = pg * behav_imp_weight(old_log_prob, micro_batch["rollout_log_probs"], spec.behav_imp_weight_cap)
+    elif spec.off_policy != "none":
+        raise ValueError(f"unknown off_policy {spec.off_policy!r}; valid: {', '.join(OFF_POLICY_MODES)}")
     metrics = {name: (value.detach() * metric_weights).sum() for name, value in terms.items()}
     pg_loss = (pg * weights).sum()
     loss = pg_loss

@@ -7,10 +7,19 @@ from dagrl.config.tree import Cfg
 def skips_old_log_prob(cfg: Cfg) -> bool:
     """One optimizer step per batch: old log-probs equal the update's own (detached) log-probs, so the extra
     forward is skipped. Not when KL-in-reward needs them first, nor when the rollout returned its own log-probs
-    (comparing the two is the point of asking for them)."""
+    (comparing the two is the point of asking for them), nor when off-policy correction reads them as pi_prox
+    before the update (AReaL's decoupled loss likewise requires recomputing them)."""
     actor = cfg.actor_rollout_ref.actor
     return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == cfg.data.train_batch_size
-            and not cfg.algorithm.use_kl_in_reward and not cfg.actor_rollout_ref.rollout.calculate_log_probs)
+            and not cfg.algorithm.use_kl_in_reward and not cfg.actor_rollout_ref.rollout.calculate_log_probs
+            and not corrects_off_policy(cfg))
+
+
+def corrects_off_policy(cfg: Cfg) -> bool:
+    """Decoupled PPO or sequence masking (dagrl/algo/off_policy.py) is on."""
+    actor = cfg.actor_rollout_ref.actor
+    return (actor.policy_loss.off_policy != "none" or actor.mis_ratio_low is not None
+            or actor.mis_ratio_high is not None)
 
 
 def needs_reference(cfg: Cfg) -> bool:

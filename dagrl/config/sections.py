@@ -16,6 +16,7 @@ CHOICES = {
     "actor_rollout_ref.actor.loss_agg_mode": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                               "seq-mean-token-sum-norm"),
     "actor_rollout_ref.actor.policy_loss.loss_mode": ("vanilla", "gspo", "cispo"),
+    "actor_rollout_ref.actor.policy_loss.off_policy": ("none", "decoupled"),
     "actor_rollout_ref.actor.kl_loss_type": ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl"),
     "actor_rollout_ref.actor.optim.lr_decay_style": ("constant", "linear", "cosine"),
     "actor_rollout_ref.actor.megatron.param_dtype": ("float32", "fp32", "bfloat16", "bf16"),
@@ -196,6 +197,7 @@ def check_algorithm(cfg: Cfg) -> None:
             "actor_rollout_ref.actor.tis_imp_ratio_cap",
             "actor_rollout_ref.actor.tis_imp_ratio_cap needs the rollout's log-probs: set "
             "actor_rollout_ref.rollout.calculate_log_probs=true")
+    check_off_policy(cfg)
     kl = algorithm.kl_ctrl
     require(kl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef", f"algorithm.kl_ctrl.kl_coef={kl.kl_coef} must be >= 0")
     if kl.type == "adaptive":
@@ -203,6 +205,38 @@ def check_algorithm(cfg: Cfg) -> None:
                 f"algorithm.kl_ctrl.target_kl={kl.target_kl} must be > 0 with kl_ctrl.type=adaptive")
         require(kl.horizon > 0, "algorithm.kl_ctrl.horizon",
                 f"algorithm.kl_ctrl.horizon={kl.horizon} must be > 0 with kl_ctrl.type=adaptive")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_off_policy(cfg: Cfg) -> None:
+    """Decoupled PPO and sequence masking (dagrl/algo/off_policy.py); the off_policy name is in CHOICES."""
+    actor = cfg.actor_rollout_ref.actor
+    behaviour = cfg.actor_rollout_ref.rollout.calculate_log_probs is True or cfg.async_training.partial_rollout is True
+    fix = "set actor_rollout_ref.rollout.calculate_log_probs=true"
+    key = "actor_rollout_ref.actor.policy_loss.behav_imp_weight_cap"
+    cap = actor.policy_loss.behav_imp_weight_cap
+    require(cap is None or (_number(cap) and cap > 1), key,
+            f"{key}={cap!r} must be a number > 1 (AReaL masks tokens whose pi_prox/pi_behav exceeds it), e.g. 5, "
+            f"or null for no cap")
+    if actor.policy_loss.off_policy == "decoupled":
+        key = "actor_rollout_ref.actor.policy_loss.off_policy"
+        require(behaviour, key, f"{key}=decoupled weights tokens by pi_prox/pi_behav and needs the rollout's "
+                                f"log-probs: {fix}")
+        require(actor.tis_imp_ratio_cap <= 0, "actor_rollout_ref.actor.tis_imp_ratio_cap",
+                f"actor_rollout_ref.actor.tis_imp_ratio_cap with {key}=decoupled would weight each token by "
+                f"pi_old/pi_rollout twice: set actor_rollout_ref.actor.tis_imp_ratio_cap=-1 (behav_imp_weight_cap "
+                f"bounds decoupled's weight)")
+    for side, bound, valid in (("low", actor.mis_ratio_low, "a number in (0, 1)"),
+                               ("high", actor.mis_ratio_high, "a number > 1")):
+        key = f"actor_rollout_ref.actor.mis_ratio_{side}"
+        ok = _number(bound) and (0 < bound < 1 if side == "low" else bound > 1)
+        require(bound is None or ok, key, f"{key}={bound!r} must be null (no bound) or {valid}: the band of kept "
+                                          f"sequence ratios must hold 1, an on-policy sequence's ratio")
+        require(bound is None or behaviour, key, f"{key} masks sequences by pi_old/pi_rollout and needs the "
+                                                 f"rollout's log-probs: {fix}")
 
 
 def graph_roles(cfg: Cfg) -> set[str]:

@@ -127,6 +127,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
             "reward_model.overlong_buffer.penalty_factor must be >= 0")
     sections.check_filter_groups(cfg)
     sections.check_async_training(cfg)
+    from dagrl.agent.setup import check_multi_turn
+    check_multi_turn(cfg)
     sections.check_graph_nodes(cfg, world_size)
     sections.check_launcher(cfg)
     skips = cfg.trainer.max_consecutive_skips

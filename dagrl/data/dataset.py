@@ -176,7 +176,8 @@ class PromptDataset:
     def __init__(self, files: Sequence[str], tokenizer: Any, max_prompt_length: int, truncation: str = "error",
                  filter_overlong_prompts: bool = False, prompt_key: str = "prompt", cache_dir: str | None = None,
                  rank: int = 0, world_size: int = 1,
-                 all_gather: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> None:
+                 all_gather: Callable[[np.ndarray], list[np.ndarray]] | None = None,
+                 tools: list[dict] | None = None) -> None:
         if isinstance(files, str):
             files = [files]
         if truncation not in TRUNCATION_MODES:
@@ -191,6 +192,10 @@ class PromptDataset:
         self.max_prompt_length = int(max_prompt_length)
         self.truncation = truncation
         self.prompt_key = prompt_key
+        self.tools = list(tools or [])  # multi-turn: the tool schemas every prompt offers (dagrl/agent/prompting.py)
+        if self.tools:
+            from dagrl.agent.prompting import template_takes_tools
+            self.template_renders_tools = template_takes_tools(tokenizer)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad_id is None:
             raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has neither a pad nor an eos "
@@ -290,8 +295,14 @@ class PromptDataset:
     def _tokenize(self, chats: list[list[dict]]) -> list[list[int]]:
         if not chats:
             return []
-        texts = [self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-                 for chat in chats]
+        if self.tools:
+            from dagrl.agent.prompting import with_tools
+            offered = [with_tools(chat, self.tools, self.template_renders_tools) for chat in chats]
+            texts = [self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False, **kwargs)
+                     for chat, kwargs in offered]
+        else:
+            texts = [self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+                     for chat in chats]
         # The chat template already holds any BOS the model wants: no special tokens added on top.
         return list(self.tokenizer(texts, add_special_tokens=False)["input_ids"])
 

@@ -7,8 +7,10 @@ from typing import Iterator
 
 import numpy as np
 
+from dagrl.algo.off_policy import off_policy_metrics, off_policy_sums, sequence_keep
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, token_weights
 from dagrl.config.derived import skips_old_log_prob
+from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
@@ -27,7 +29,8 @@ def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
         use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
         loss_agg_mode=actor.loss_agg_mode,
         loss_scale_factor=actor.loss_scale_factor or ctx.shape.response_length,
-        tis_imp_ratio_cap=actor.tis_imp_ratio_cap)
+        tis_imp_ratio_cap=actor.tis_imp_ratio_cap, off_policy=actor.policy_loss.off_policy,
+        behav_imp_weight_cap=actor.policy_loss.behav_imp_weight_cap)
 
 
 def token_budget(section: Cfg, switch: str, budget: str) -> int | None:
@@ -41,7 +44,8 @@ def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg
     """`section.ppo_epochs` passes over this rank's rows in mini-batches of `section.ppo_mini_batch_size` prompts
     (actor or critic section; reshuffled each pass when `section.shuffle`). Each mini-batch gets `token_weights`
     for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for metrics), both
-    from token and sequence counts summed over the DP ranks."""
+    from token and sequence counts summed over the DP ranks, over the tokens of `loss_mask` where the batch has one
+    (the actor's sequence masking), else of `response_mask`."""
     layout = ctx.shape.layout
     rows_per_mini_batch = section.ppo_mini_batch_size * ctx.cfg.actor_rollout_ref.rollout.n // layout.dp
     for epoch in range(section.ppo_epochs):
@@ -49,7 +53,7 @@ def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg
         if section.shuffle:
             order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
         for mini_batch in batch.select(order).split(rows_per_mini_batch):
-            mask = mini_batch["response_mask"]
+            mask = mini_batch.get("loss_mask", mini_batch["response_mask"])
             tokens, sequences = data_parallel_sums(aggregation_counts(mask), layout.model_parallel_size).tolist()
             mini_batch["token_weights"] = token_weights(mask, loss_agg_mode, tokens, sequences, loss_scale_factor)
             mini_batch["token_mean_weights"] = token_weights(mask, "token-mean", tokens)  # clip fractions, ppo_kl
@@ -65,6 +69,29 @@ def mean_over_mini_batches(steps: list[dict[str, float]]) -> dict[str, float]:
     return {key: float(np.mean(values)) for key, values in per_key.items()}
 
 
+def off_policy_view(ctx: StepContext, batch: Batch, spec: PolicyLossSpec) -> tuple[Batch, dict[str, float]]:
+    """The batch the actor trains on, and the off-policy metrics over the global batch (dagrl/algo/off_policy.py).
+    With actor.mis_ratio_low/high set, the sequences outside the band get a `loss_mask` of 0 in a copy: later
+    nodes (the critic) see the batch unchanged, and the engine still lays rows out by their response_mask."""
+    actor = ctx.cfg.actor_rollout_ref.actor
+    band = (actor.mis_ratio_low, actor.mis_ratio_high)
+    masking = band != (None, None)
+    if spec.off_policy == "none" and not masking:
+        return batch, {}
+    if "rollout_log_probs" not in batch:
+        raise RunError("actor_rollout_ref.actor.policy_loss.off_policy / mis_ratio_* need the rollout's log-probs, "
+                       "but the batch has none (rollout.name=hf returns them only with partial rollout): use "
+                       "actor_rollout_ref.rollout.name=vllm with calculate_log_probs=true")
+    prox, behav, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
+    keep = sequence_keep(prox, behav, mask, *band)
+    sums = off_policy_sums(prox, behav, mask, keep, spec.behav_imp_weight_cap)
+    sums = data_parallel_sums(sums, ctx.shape.layout.model_parallel_size).tolist()
+    metrics = off_policy_metrics(sums, decoupled=spec.off_policy == "decoupled", masking=masking)
+    if masking:
+        batch = batch.union(Batch({"loss_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}))
+    return batch, metrics
+
+
 def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     if ctx.step <= ctx.cfg.trainer.critic_warmup:  # only the critic learns during its warmup (pre-flight: PPO only)
         return batch, {}
@@ -74,8 +101,9 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     # As verl: the update computes entropy only when it is in the loss; actor/entropy otherwise comes from the
     # old-log-prob pass, unless that pass is skipped.
     with_entropy = spec.entropy_coeff != 0 or skips_old_log_prob(ctx.cfg)
+    train_batch, correction = off_policy_view(ctx, batch, spec)
     steps = []
-    for mini_batch in weighted_mini_batches(ctx, batch, actor_cfg, spec.loss_agg_mode, spec.loss_scale_factor):
+    for mini_batch in weighted_mini_batches(ctx, train_batch, actor_cfg, spec.loss_agg_mode, spec.loss_scale_factor):
         if nan_injected(ctx.step):
             mini_batch["token_weights"] = mini_batch["token_weights"] * float("nan")
         steps.append(ctx.actor.train_step(mini_batch, loss_fn, micro_batch_size=actor_cfg.ppo_micro_batch_size_per_gpu,
@@ -86,4 +114,4 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     if nan_injected(ctx.step, "DAGRL_INJECT_NAN_WEIGHTS"):
         next(p for module in ctx.actor.modules for p in module.parameters() if p.requires_grad).data.fill_(float("nan"))
     ctx.versions.actor += 1
-    return batch, mean_over_mini_batches(steps)
+    return batch, {**mean_over_mini_batches(steps), **correction}

@@ -35,3 +35,5 @@ class StepContext:
     draw_prompts: Callable[[int, int], Any] | None = None
     # async_training.partial_rollout: this rank's groups carried between steps (nodes/partial_rollout.py)
     pool: Any | None = None
+    # actor_rollout_ref.rollout.multi_turn: the loop every rollout (and validation) runs (dagrl/agent/loop.py)
+    agent: Any | None = None

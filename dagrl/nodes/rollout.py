@@ -84,9 +84,18 @@ def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     if ctx.pool is not None:
         return generate_partial(ctx, batch, sampling, seed)
     with rollout_session(ctx) as metrics:
-        out = ctx.rollout.generate(batch, sampling, seed=seed)
+        out, sampled = sample(ctx, batch, sampling, seed)
+    metrics.update(sampled)
     metrics.update(response_metrics(out, sampling.response_length))
     return out, metrics
+
+
+def sample(ctx: StepContext, prompts: Batch, sampling: SamplingSpec, seed: int) -> tuple[Batch, dict[str, float]]:
+    """`sampling.n` responses per prompt inside a rollout session: one turn each, or the multi-turn loop's
+    trajectories (actor_rollout_ref.rollout.multi_turn)."""
+    if ctx.agent is not None:
+        return ctx.agent.generate(ctx.rollout, prompts, sampling, seed, sampling.response_length)
+    return ctx.rollout.generate(prompts, sampling, seed=seed), {}
 
 
 def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, seed: int

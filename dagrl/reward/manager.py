@@ -161,8 +161,11 @@ class RewardManager:
         valid = response_mask.bool().cpu()
         lengths = valid.sum(dim=-1)
         response_ids = responses.cpu()
-        texts = tokenizer.batch_decode([response_ids[i][valid[i]].tolist() for i in range(size)],
-                                       skip_special_tokens=True)
+        # a multi-turn trajectory is scored on its last assistant turn (dagrl/agent/loop.py), never on tool output
+        texts = batch.get("solution_str")
+        if texts is None:
+            texts = tokenizer.batch_decode([response_ids[i][valid[i]].tolist() for i in range(size)],
+                                           skip_special_tokens=True)
         extra_infos = batch.get("extra_info")
 
         scores = torch.zeros(size, dtype=torch.float32)

@@ -172,8 +172,9 @@ def build_reward_fn(cfg: Cfg, shape: RunShape):
                          max_response_length=shape.response_length)
 
 
-def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape):
-    """The prompts of `files`, memory-mapped on every rank; the overlong-prompt scan is split over all ranks."""
+def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape, tools: list[dict] | None = None):
+    """The prompts of `files`, memory-mapped on every rank; the overlong-prompt scan is split over all ranks.
+    `tools`: the schemas every prompt offers (multi-turn)."""
     from dagrl.data.dataset import PromptDataset
     from dagrl.utils import dist
 
@@ -187,4 +188,5 @@ def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape):
     return PromptDataset([files] if isinstance(files, str) else list(files), tokenizer,
                          max_prompt_length=shape.prompt_length, truncation=data.truncation,
                          filter_overlong_prompts=data.filter_overlong_prompts, prompt_key=data.prompt_key,
-                         cache_dir=cache_dir, rank=dist.rank(), world_size=dist.world_size(), all_gather=all_gather)
+                         cache_dir=cache_dir, rank=dist.rank(), world_size=dist.world_size(), all_gather=all_gather,
+                         tools=tools)

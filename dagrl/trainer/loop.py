@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from dagrl.agent.setup import build_agent_loop
 from dagrl.algo.kl import KLController
 from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
@@ -24,7 +25,7 @@ from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.placement import WorldLayout
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
-from dagrl.nodes.rollout import rollout_session, sampling_seed
+from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
 from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_target
 from dagrl.trainer.tracking import Tracker, dump_generations, mlflow_tracking_uri, tensorboard_dir
@@ -59,9 +60,11 @@ class Trainer:
         self.graph = graph_from_config(cfg.dag)
         check_layout_node(self.graph, self.world)
         self.tokenizer = build.load_tokenizer(cfg.actor_rollout_ref.model.path)
-        self.train_data = build.build_dataset(cfg, cfg.data.train_files, self.tokenizer, shape)
-        self.val_data = build.build_dataset(cfg, cfg.data.val_files, self.tokenizer, shape) if cfg.data.val_files \
-            else None
+        agent = build_agent_loop(cfg, self.tokenizer)  # before any model: a template it cannot use stops here
+        tools = agent.schemas if agent is not None else None
+        self.train_data = build.build_dataset(cfg, cfg.data.train_files, self.tokenizer, shape, tools)
+        self.val_data = build.build_dataset(cfg, cfg.data.val_files, self.tokenizer, shape, tools) \
+            if cfg.data.val_files else None
         self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, seed=cfg.data.seed,
                                     shuffle=cfg.data.shuffle)
         by_epochs = self.sampler.steps_per_epoch * trainer.total_epochs
@@ -77,7 +80,7 @@ class Trainer:
         self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
-                               draw_prompts=self.local_prompts)
+                               draw_prompts=self.local_prompts, agent=agent)
         if cfg.async_training.partial_rollout:
             from dagrl.nodes.partial_rollout import PartialPool
             self.ctx.pool = PartialPool()
@@ -175,11 +178,14 @@ class Trainer:
         positions = np.array_split(np.arange(len(self.val_data)), rollout_dp)[self.rollout_dp_rank]
         chunk = max(self.cfg.data.train_batch_size * cfg.n // rollout_dp, 1)
         records: list[dict] = []
+        turn_metrics: dict[str, list[tuple[float, int]]] = defaultdict(list)  # multi-turn, with row counts
         with rollout_session(self.ctx):
             for start in range(0, len(positions), chunk):
                 prompts = self.val_data.rows(positions[start:start + chunk])
                 seed = sampling_seed(cfg.seed, step, self.rollout_dp_rank, f"val{start}")
-                batch = self.ctx.rollout.generate(prompts, sampling, seed=seed)
+                batch, sampled = sample(self.ctx, prompts, sampling, seed)
+                for key, value in sampled.items():
+                    turn_metrics[key].append((value, len(batch)))
                 scores, _ = self.ctx.reward_fn(batch, self.tokenizer)
                 texts = self.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
                 for row in range(len(batch)):
@@ -188,7 +194,12 @@ class Trainer:
         records = _gather_records(records, self.shape.layout)
         if self.cfg.trainer.validation_data_dir and self.rank == 0:
             dump_generations(self.cfg.trainer.validation_data_dir, step, records)
-        return val_metrics(records, sampling.n)
+        metrics = val_metrics(records, sampling.n)
+        if turn_metrics:
+            means = {f"val-aux/{key}": sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+                     for key, pairs in turn_metrics.items()}
+            metrics.update(dist.mean_over_ranks(means))
+        return metrics
 
     # ---- the loop -------------------------------------------------------------------------------
     def local_prompts(self, step: int, round_index: int = 0) -> Batch:

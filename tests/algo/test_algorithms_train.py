@@ -60,3 +60,22 @@ def test_algorithm_trains_two_steps(tiny_model, tiny_data, tmp_path, estimator, 
             assert abs(metrics["critic/advantages/mean"]) < 1e-5
     if extra.get("algorithm.use_kl_in_reward"):
         assert records[2]["actor/reward_kl_penalty_coeff"] != records[1]["actor/reward_kl_penalty_coeff"]
+
+
+def test_off_policy_correction_trains_two_steps(tiny_model, tiny_data, tmp_path):
+    """Decoupled PPO and sequence masking through the real trainer: partial rollout brings the behaviour log-probs
+    (the HF engine's, at the sampling temperature) and the old-log-prob pass pi_prox."""
+    out = tmp_path / "run"
+    train(cpu_run_overrides(tiny_model, tiny_data, out, **{
+        "async_training.partial_rollout": True, "actor_rollout_ref.actor.policy_loss.off_policy": "decoupled",
+        "actor_rollout_ref.actor.mis_ratio_low": 0.9, "actor_rollout_ref.actor.mis_ratio_high": 1.1,
+        "actor_rollout_ref.actor.ppo_epochs": 2, "custom_reward_function.path": str(REWARD),
+        "trainer.val_before_train": False, "trainer.test_freq": -1}))
+    records = metrics_by_step(out)
+    assert sorted(records) == [1, 2]
+    for metrics in records.values():
+        assert metrics["actor/grad_norm"] > 0 and math.isfinite(metrics["actor/pg_loss"]), metrics
+        assert 0 <= metrics["actor/mis_masked_fraction"] < 1
+        # E_behav[pi_prox / pi_behav] = 1: the sampled tokens' mean weight is near it
+        assert metrics["actor/behav_imp_weight/mean"] == pytest.approx(1.0, abs=0.25)
+        assert 0 <= metrics["actor/behav_imp_weight_capped_fraction"] < 1

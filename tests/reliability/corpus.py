@@ -95,6 +95,8 @@ REWARD_HANGS = ("import time\n\ndef compute_score(data_source, solution_str, gro
 REWARD_NAN = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return float('nan')\n"
 REWARD_OTHER_NAME = "def score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
 WORLD = {"WORLD_SIZE": "2"}  # validate a 2-process launch without starting one (pre-flight reads WORLD_SIZE)
+DECOUPLED = "actor_rollout_ref.actor.policy_loss.off_policy=decoupled"
+LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=true"
 
 
 def world(n: int) -> tuple[str, ...]:
@@ -302,6 +304,23 @@ CASES: tuple[Case, ...] = (
     Case("partial_rollout_with_dynamic_sampling", "partial rollout with DAPO's dynamic sampling",
          ("async_training.partial_rollout=true", "dag=dapo", "algorithm.filter_groups.enable=true"),
          ("async_training.partial_rollout", "filter_groups.enable")),
+    # ---- off-policy correction ----
+    Case("off_policy_unknown", "`actor_rollout_ref.actor.policy_loss.off_policy=areal`",
+         ("actor_rollout_ref.actor.policy_loss.off_policy=areal",),
+         ("actor_rollout_ref.actor.policy_loss.off_policy", "none, decoupled")),
+    Case("decoupled_without_behaviour_log_probs", "decoupled PPO without the rollout's log-probs", (DECOUPLED,),
+         ("policy_loss.off_policy=decoupled", "calculate_log_probs=true")),
+    Case("behaviour_weight_cap_not_above_one", "decoupled PPO with `policy_loss.behav_imp_weight_cap=1`",
+         (DECOUPLED, LOG_PROBS, "actor_rollout_ref.actor.policy_loss.behav_imp_weight_cap=1"),
+         ("actor_rollout_ref.actor.policy_loss.behav_imp_weight_cap", "> 1")),
+    Case("decoupled_with_tis", "decoupled PPO and truncated importance sampling together (the weight applied twice)",
+         (DECOUPLED, LOG_PROBS, "actor_rollout_ref.actor.tis_imp_ratio_cap=2"), ("tis_imp_ratio_cap=-1",)),
+    Case("sequence_mask_without_behaviour_log_probs", "`actor.mis_ratio_high=2` without the rollout's log-probs",
+         ("actor_rollout_ref.actor.mis_ratio_high=2",),
+         ("actor_rollout_ref.actor.mis_ratio_high", "calculate_log_probs=true")),
+    Case("sequence_mask_band_without_one", "`actor.mis_ratio_low=1.5` (the band would drop on-policy sequences)",
+         (LOG_PROBS, "actor_rollout_ref.actor.mis_ratio_low=1.5"),
+         ("actor_rollout_ref.actor.mis_ratio_low=1.5", "(0, 1)")),
     # ---- found only when a step runs (slow suite) ----
     Case("prompt_too_long", "a prompt longer than data.max_prompt_length=8 with data.truncation=error",
          ("data.max_prompt_length=8",), ("data.max_prompt_length=8", "data.truncation=left|right|middle"),

@@ -23,10 +23,18 @@ def join_prompt_and_response(prompts: Batch, responses: torch.Tensor, response_l
     responses = responses[:, :response_length]
     response_mask = response_mask_from_tokens(responses, eos_token_ids)
     responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
+    return assemble(prompts, responses, response_mask, response_mask)
+
+
+def assemble(prompts: Batch, responses: torch.Tensor, response_mask: torch.Tensor,
+             response_attention: torch.Tensor) -> Batch:
+    """`prompts` joined with right-padded `responses` [B, R]. `response_attention` marks the response's real tokens;
+    `response_mask` the trained ones (the same in a single turn; a multi-turn response also holds observation
+    tokens, attended to but never trained)."""
     prompt_ids, prompt_mask = prompts["input_ids"], prompts["attention_mask"]
-    attention_mask = torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1)
+    attention_mask = torch.cat([prompt_mask, response_attention.to(prompt_mask.dtype)], dim=1)
     position_ids = torch.clamp(torch.cumsum(attention_mask, dim=1) - 1, min=0)
-    out = prompts.union(Batch({
+    return prompts.union(Batch({
         "prompts": prompt_ids,
         "responses": responses,
         "response_mask": response_mask,
@@ -34,4 +42,3 @@ def join_prompt_and_response(prompts: Batch, responses: torch.Tensor, response_l
         "attention_mask": attention_mask,
         "position_ids": position_ids,
     }))
-    return out

@@ -20,6 +20,9 @@ SCORER_BY_DATA_SOURCE: dict[str, tuple[str, dict[str, Any]]] = {
     "agentica-org/DeepScaleR-Preview-Dataset": ("math", {}),
     "math": ("math", {}),
     "dagrl/arithmetic": ("arithmetic", {}),
+    "dagrl/addition_retry": ("arithmetic", {}),
+    # 5-6 digit answers, often written with thousands separators.
+    "dagrl/products": ("last_number", {}),
 }
 
 

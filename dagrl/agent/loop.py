@@ -1,0 +1,265 @@
+"""The multi-turn loop: one loop over the rollout engines' request level, used by `hf` and `vllm` alike.
+
+Every trajectory (a prompt's sample) is a request at a time: the prompt plus everything after it so far, with the
+response budget that is left. When an engine finishes a turn, the turn's text is parsed for tool calls (hermes);
+the calls of every trajectory that finished in that engine step run concurrently (`max_parallel_calls` per turn,
+`tool_timeout_s` per call), or the sample's interaction answers (verl's interaction: feedback, a score, whether to
+stop). The observations' token segment is appended (never sampled: `response_mask` 0) and the trajectory is
+re-submitted; the others keep decoding. Trajectories leave when a turn has no call and no interaction continues
+it, when `max_assistant_turns` / `max_user_turns` are used up, or when the response budget
+(`data.max_response_length`, counted over every token after the prompt) runs out (`truncated`).
+
+Observations are computed in a fixed order after each engine step, so with deterministic tools a seeded run
+samples the same trajectories again (and a resumed run continues exactly).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dagrl.agent.prompting import SegmentRenderer, ToolCall, parse_calls, truncate, with_tools
+from dagrl.agent.registry import maybe_await
+from dagrl.data.batch import Batch
+from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec
+from dagrl.engine.rollout.sequences import assemble
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Trajectory:
+    """One sample's conversation and its tokens after the prompt."""
+    row: int
+    sample: int
+    seed: int
+    prompt_ids: tuple[int, ...]
+    messages: list[dict]
+    tools_kwargs: dict
+    interaction: Any = None
+    interaction_kwargs: dict = field(default_factory=dict)
+    interaction_id: str = ""
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)       # 1: sampled by the model
+    log_probs: list[float] = field(default_factory=list)
+    assistant_turns: int = 0
+    user_turns: int = 0
+    tool_calls: int = 0
+    valid_calls: int = 0                                 # calls that ran and answered (no error, no timeout)
+    tool_errors: int = 0
+    tool_timeouts: int = 0
+    truncated: bool = False
+    instances: dict[str, str] = field(default_factory=dict)  # tool name -> this trajectory's instance
+    turn_scores: list[float] = field(default_factory=list)
+    tool_rewards: dict[str, float] = field(default_factory=dict)
+    last_text: str = ""
+    last_eos: str = ""                                   # the text of the token that ended the last turn
+
+    def request(self, sampling: SamplingSpec, response_length: int) -> Request:
+        turn = self.assistant_turns
+        seed = zlib.crc32(f"{self.seed}/{turn}".encode()) & 0x7FFFFFFF
+        return Request(f"{self.row}/{self.sample}/{turn}", self.prompt_ids + tuple(self.ids),
+                       dataclasses.replace(sampling, response_length=response_length - len(self.ids)), seed)
+
+
+class AgentLoop:
+    """Built once per run from `actor_rollout_ref.rollout.multi_turn` and the loaded tools and interactions."""
+
+    def __init__(self, config: Any, tokenizer: Any, tools: dict[str, Any], interactions: dict[str, Any],
+                 template_renders_tools: bool) -> None:
+        self.config, self.tokenizer = config, tokenizer
+        self.tools, self.interactions = tools, interactions
+        self.schemas = [tool.get_openai_tool_schema() for tool in tools.values()]
+        self.renders_tools = template_renders_tools
+        _, template_kwargs = with_tools([], self.schemas, template_renders_tools)
+        self.renderer = SegmentRenderer(tokenizer, template_kwargs)
+        self.eos_token_ids: set[int] = set()
+        self.events = asyncio.new_event_loop()
+
+    # ---- one rollout --------------------------------------------------------------------------------
+    def generate(self, engine: Any, prompts: Batch, sampling: SamplingSpec, seed: int, response_length: int
+                 ) -> tuple[Batch, dict[str, float]]:
+        """n trajectories per prompt, rows grouped by prompt (as `generate` orders them)."""
+        self.eos_token_ids = set(engine.eos_token_ids)
+        trajectories = self._start(prompts, sampling.n, seed)
+        by_id: dict[str, Trajectory] = {}
+
+        def submit(batch: list[Trajectory]) -> None:
+            requests = [t.request(sampling, response_length) for t in batch]
+            by_id.update((request.id, t) for request, t in zip(requests, batch))
+            engine.submit(requests)
+
+        submit(trajectories)
+        while engine.in_flight():
+            acting = [t for c in engine.advance() if (t := self._take_turn(by_id.pop(c.id), c, response_length))]
+            if acting:
+                observations = self._run([self._act(t) for t in acting])
+                submit([t for t, new in zip(acting, observations) if self._observe(t, new, response_length)])
+        self._run([self._finish(t) for t in trajectories])
+        return self._batch(prompts, trajectories, sampling.n, response_length), self._metrics(trajectories)
+
+    def _run(self, coroutines: list) -> list:
+        """Run `coroutines` concurrently on the loop's own event loop (tools may keep state bound to it)."""
+        async def together() -> list:
+            return list(await asyncio.gather(*coroutines))
+        return self.events.run_until_complete(together())
+
+    def _start(self, prompts: Batch, n: int, seed: int) -> list[Trajectory]:
+        ids, mask = prompts["input_ids"], prompts["attention_mask"].bool()
+        extra = prompts.get("extra_info")
+        extra = [{}] * len(prompts) if extra is None else extra
+        trajectories = []
+        for row in range(len(prompts)):
+            info = extra[row] or {}
+            chat, _ = with_tools(list(prompts["raw_prompt"][row]), self.schemas, self.renders_tools)
+            kwargs = dict(info.get("interaction_kwargs") or {})
+            interaction = self.interactions.get(kwargs.get("name")) if kwargs else None
+            if kwargs and interaction is None:
+                raise ValueError(f"extra_info.interaction_kwargs.name={kwargs.get('name')!r} of prompt row "
+                                 f"{prompts['index'][row]} is not in the interaction config "
+                                 f"(has {sorted(self.interactions)})")
+            for sample in range(n):
+                trajectories.append(Trajectory(
+                    row, sample, (seed + 7919 * row + sample) & 0x7FFFFFFF, tuple(ids[row][mask[row]].tolist()),
+                    [dict(m) for m in chat], dict(info.get("tools_kwargs") or {}), interaction, kwargs))
+        for t in trajectories:
+            if t.interaction is not None:
+                t.interaction_id = str(uuid.uuid4())
+                self._run([maybe_await(t.interaction.start_interaction(t.interaction_id, **t.interaction_kwargs))])
+        return trajectories
+
+    def _take_turn(self, t: Trajectory, completion: Completion, response_length: int) -> Trajectory | None:
+        """Record a finished assistant turn; the trajectory when it goes on to act (tools or interaction)."""
+        tokens = list(completion.token_ids)
+        t.ids += tokens
+        t.mask += [1] * len(tokens)
+        t.log_probs += list(completion.log_probs)
+        t.assistant_turns += 1
+        eos = bool(tokens) and tokens[-1] in self.eos_token_ids
+        t.last_text = self.tokenizer.decode(tokens[:-1] if eos else tokens, skip_special_tokens=True)
+        t.last_eos = self.tokenizer.decode(tokens[-1:]) if eos else ""
+        t.messages.append({"role": "assistant", "content": t.last_text})
+        cfg = self.config
+        if not eos or len(t.ids) >= response_length:
+            t.truncated = True
+            return None
+        if t.assistant_turns >= cfg.max_assistant_turns:
+            return None
+        if "<tool_call>" in t.last_text and self.tools:
+            return t
+        if t.interaction is not None and t.user_turns < cfg.max_user_turns:
+            return t
+        return None
+
+    async def _act(self, t: Trajectory) -> list[dict]:
+        """The messages answering the trajectory's last turn: one tool message per call, or the interaction's."""
+        if "<tool_call>" in t.last_text and self.tools:
+            calls, errors = parse_calls(t.last_text, self.config.max_parallel_calls)
+            results = await asyncio.gather(*(self._call(t, call) for call in calls))
+            t.tool_calls += len(calls)
+            t.tool_errors += len(errors)
+            limit, side = self.config.max_tool_response_length, self.config.tool_response_truncate_side
+            return [{"role": "tool", "content": truncate(text, limit, side)} for text in [*results, *errors]]
+        stop, text, score, _ = await maybe_await(t.interaction.generate_response(
+            t.interaction_id, t.messages, **t.interaction_kwargs))
+        t.turn_scores.append(float(score))
+        t.user_turns += 1
+        return [] if stop else [{"role": "user", "content": str(text)}]
+
+    async def _call(self, t: Trajectory, call: ToolCall) -> str:
+        from dagrl.agent.tools import create_instance, execute_call
+
+        tool = self.tools.get(call.name)
+        if tool is None:
+            t.tool_errors += 1
+            return f"invalid tool call: no tool named {call.name!r} (available: {', '.join(sorted(self.tools))})"
+        timeout = self.config.tool_timeout_s
+        try:
+            if call.name not in t.instances:
+                create_kwargs = (t.tools_kwargs.get(call.name) or {}).get("create_kwargs", {})
+                t.instances[call.name] = await create_instance(tool, None, create_kwargs)
+            run = execute_call(tool, t.instances[call.name], call.arguments, {})
+            if not inspect.iscoroutinefunction(tool.execute):  # a blocking tool: a thread, so the timeout holds
+                run = asyncio.to_thread(asyncio.run, run)
+            text, _, _ = await asyncio.wait_for(run, timeout)
+            t.valid_calls += 1
+            return text
+        except asyncio.TimeoutError:
+            t.tool_timeouts += 1
+            return f"error: {call.name} timed out after {timeout} s"
+        except Exception as error:  # the model's arguments broke the tool: it sees why, the metrics count it
+            t.tool_errors += 1
+            logger.debug("tool %s raised on %s", call.name, call.arguments, exc_info=True)
+            return f"error: {call.name} raised {type(error).__name__}: {error}"
+
+    def _observe(self, t: Trajectory, new: list[dict], response_length: int) -> bool:
+        """Append the observations' tokens; whether the trajectory goes on to another turn."""
+        if not new:
+            return False
+        segment = self.renderer.segment(t.messages, new, t.last_eos)
+        t.messages += new
+        room = response_length - len(t.ids)
+        t.ids += segment[:room]
+        t.mask += [0] * len(segment[:room])
+        t.log_probs += [0.0] * len(segment[:room])
+        if len(segment) >= room:  # no token left for the model to answer
+            t.truncated = True
+            return False
+        return True
+
+    async def _finish(self, t: Trajectory) -> None:
+        for name, instance in t.instances.items():
+            tool = self.tools[name]
+            t.tool_rewards[name] = float(await maybe_await(tool.calc_reward(instance)))
+            await maybe_await(tool.release(instance))
+        if t.interaction is not None:
+            await maybe_await(t.interaction.finalize_interaction(t.interaction_id))
+
+    # ---- the trained batch ----------------------------------------------------------------------------
+    def _batch(self, prompts: Batch, trajectories: list[Trajectory], n: int, response_length: int) -> Batch:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        rows = len(trajectories)
+        responses = torch.full((rows, response_length), int(pad), dtype=torch.long)
+        mask = torch.zeros((rows, response_length), dtype=torch.long)
+        attention = torch.zeros((rows, response_length), dtype=torch.long)
+        log_probs = torch.zeros((rows, response_length), dtype=torch.float32)
+        for i, t in enumerate(trajectories):
+            length = len(t.ids)
+            responses[i, :length] = torch.tensor(t.ids, dtype=torch.long)
+            mask[i, :length] = torch.tensor(t.mask, dtype=torch.long)
+            attention[i, :length] = 1
+            log_probs[i, :length] = torch.tensor(t.log_probs, dtype=torch.float32)
+        batch = assemble(prompts.repeat_interleave(n) if n > 1 else prompts, responses, mask, attention)
+        batch["rollout_log_probs"] = log_probs * mask
+        batch["solution_str"] = [t.last_text for t in trajectories]
+        extra = batch.get("extra_info")
+        extra = [{}] * rows if extra is None else extra
+        batch["extra_info"] = [{**(extra[i] or {}), "messages": t.messages, "num_turns": len(t.messages),
+                                "tool_rewards": t.tool_rewards, "turn_scores": t.turn_scores,
+                                "truncated": t.truncated} for i, t in enumerate(trajectories)]
+        return batch
+
+    @staticmethod
+    def _metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+        count = max(len(trajectories), 1)
+        turns = [t.assistant_turns + t.user_turns for t in trajectories] or [0]
+        model_tokens = sum(sum(t.mask) for t in trajectories)
+        other_tokens = sum(len(t.mask) - sum(t.mask) for t in trajectories)
+        return {
+            "multi_turn/num_turns/mean": sum(turns) / count, "multi_turn/num_turns/max": float(max(turns)),
+            "multi_turn/assistant_turns/mean": sum(t.assistant_turns for t in trajectories) / count,
+            "multi_turn/tool_calls/mean": sum(t.tool_calls for t in trajectories) / count,
+            "multi_turn/valid_call_ratio": sum(t.valid_calls > 0 for t in trajectories) / count,
+            "multi_turn/tool_errors": float(sum(t.tool_errors for t in trajectories)),
+            "multi_turn/tool_timeouts": float(sum(t.tool_timeouts for t in trajectories)),
+            "multi_turn/truncated_ratio": sum(t.truncated for t in trajectories) / count,
+            "multi_turn/tokens/assistant/mean": model_tokens / count,
+            "multi_turn/tokens/observation/mean": other_tokens / count,
+        }

@@ -1,0 +1,73 @@
+"""Pre-flight of `actor_rollout_ref.rollout.multi_turn` and the AgentLoop a run builds from it.
+
+The tool and interaction files are loaded (their classes imported and constructed, their schemas checked) in
+pre-flight, so a missing file, a class that does not import or an invalid schema stops the run in one line before
+any model is built.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from dagrl.agent.prompting import FORMATS
+from dagrl.config.checks import positive_int, require
+from dagrl.config.errors import ConfigError
+from dagrl.config.tree import Cfg
+
+KEY = "actor_rollout_ref.rollout.multi_turn"
+TRUNCATE_SIDES = ("left", "middle", "right")
+
+
+def check_multi_turn(cfg: Cfg) -> None:
+    options = cfg.actor_rollout_ref.rollout.multi_turn
+    require(isinstance(options.enable, bool), f"{KEY}.enable", f"{KEY}.enable={options.enable!r} must be true or false")
+    if not options.enable:
+        return
+    for name in ("max_assistant_turns", "max_user_turns", "max_parallel_calls", "max_tool_response_length"):
+        positive_int(cfg, f"{KEY}.{name}")
+    require(options.tool_response_truncate_side in TRUNCATE_SIDES, f"{KEY}.tool_response_truncate_side",
+            f"{KEY}.tool_response_truncate_side={options.tool_response_truncate_side!r} is not one of: "
+            f"{', '.join(TRUNCATE_SIDES)}")
+    require(options.format in FORMATS, f"{KEY}.format",
+            f"{KEY}.format={options.format!r} is not one of: {', '.join(FORMATS)}")
+    timeout = options.tool_timeout_s
+    require(isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0,
+            f"{KEY}.tool_timeout_s", f"{KEY}.tool_timeout_s={timeout!r} must be a positive number of seconds")
+    require(bool(options.tool_config_path or options.interaction_config_path), f"{KEY}.tool_config_path",
+            f"{KEY}.enable=true needs {KEY}.tool_config_path (tools) or {KEY}.interaction_config_path "
+            f"(feedback turns); set one, or set {KEY}.enable=false")
+    require(not cfg.async_training.partial_rollout, "async_training.partial_rollout",
+            f"async_training.partial_rollout=true does not carry multi-turn trajectories yet: set one of it and "
+            f"{KEY}.enable to false")
+    load(cfg)
+
+
+def load(cfg: Cfg) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's tools (by function name) and interactions (by name)."""
+    from dagrl.agent.interaction import load_interactions
+    from dagrl.agent.tools import load_tools
+
+    options = cfg.actor_rollout_ref.rollout.multi_turn
+    tools = load_tools(options.tool_config_path) if options.tool_config_path else {}
+    interactions = load_interactions(options.interaction_config_path) if options.interaction_config_path else {}
+    return tools, interactions
+
+
+def build_agent_loop(cfg: Cfg, tokenizer: Any) -> Any:
+    """The run's AgentLoop, or None when multi-turn is off."""
+    from dagrl.agent.loop import AgentLoop
+    from dagrl.agent.prompting import template_takes_tools
+
+    options = cfg.actor_rollout_ref.rollout.multi_turn
+    if not options.enable:
+        return None
+    tools, interactions = load(cfg)
+    loop = AgentLoop(options, tokenizer, tools, interactions, template_takes_tools(tokenizer))
+    probe = [{"role": "user", "content": "1"}, {"role": "assistant", "content": "2"}]
+    try:
+        loop.renderer.segment(probe, [{"role": "tool", "content": "3"}], tokenizer.eos_token or "")
+    except Exception as error:
+        raise ConfigError(f"{KEY}.enable", f"{KEY}.enable=true: the chat template of "
+                                           f"{cfg.actor_rollout_ref.model.path} cannot render a tool turn after an "
+                                           f"assistant turn ({error}); use a chat model whose template appends "
+                                           f"turns (ChatML, Qwen, Llama 3)") from None
+    return loop

@@ -1,0 +1,98 @@
+"""The multi-turn loop on the real `hf` engine and in whole runs: behaviour log-probs of every sampled turn against a
+full forward of the final trajectory, and a seeded multi-turn run killed mid-way that resumes exactly."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dagrl.agent.interaction import TryAgainInteraction
+from dagrl.agent.loop import AgentLoop
+from dagrl.data.dataset import PromptDataset
+from dagrl.engine.rollout.hf import HFRollout
+from dagrl.engine.rollout.interface import SamplingSpec
+from tests.conftest import cpu_run_overrides, make_arithmetic_rows
+from tests.helpers import metrics_by_step, run_in_session, write_parquet
+from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture: responses end early)
+
+
+@pytest.fixture(scope="module")
+def retry_data(tmp_path_factory) -> dict[str, str]:
+    """Arithmetic rows whose samples get "wrong, try again" from the built-in interaction until right."""
+    root = tmp_path_factory.mktemp("retry_data")
+    files = {}
+    for split, count, seed in (("train", 32, 0), ("test", 8, 1)):
+        rows = make_arithmetic_rows(count, split, seed)
+        for row in rows:
+            row["extra_info"]["interaction_kwargs"] = {"name": "try_again",
+                                                       "ground_truth": row["reward_model"]["ground_truth"]}
+        files[split] = write_parquet(str(root / f"{split}.parquet"), rows)
+    config = root / "interaction.yaml"
+    config.write_text("interaction:\n  - name: try_again\n    class_name: dagrl.agent.interaction.TryAgainInteraction\n"
+                      "    config: {}\n")
+    files["interaction"] = str(config)
+    return files
+
+
+def test_hf_turns_carry_the_log_probs_a_full_forward_gives(long_tail_model, retry_data):  # noqa: F811
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(long_tail_model)
+    data = PromptDataset([retry_data["train"]], tokenizer, max_prompt_length=32)
+    from transformers import GenerationConfig
+    eos = [tokenizer.eos_token_id, GenerationConfig.from_pretrained(long_tail_model).eos_token_id]  # as runs use
+    rollout = HFRollout(str(long_tail_model), eos, tokenizer.pad_token_id, torch.device("cpu"))
+    options = SimpleNamespace(max_assistant_turns=4, max_user_turns=3, max_parallel_calls=1,
+                              max_tool_response_length=64, tool_response_truncate_side="middle", tool_timeout_s=5)
+    loop = AgentLoop(options, tokenizer, {}, {"try_again": TryAgainInteraction({"name": "try_again"})},
+                     template_renders_tools=False)
+    batch, metrics = loop.generate(rollout, data.rows([0, 1, 2, 3]), SamplingSpec(n=2, temperature=1.0,
+                                                                                 response_length=48),
+                                   seed=3, response_length=48)
+    assert metrics["multi_turn/num_turns/max"] >= 3  # feedback turns happened
+    width = batch["prompts"].shape[1]
+    checked = 0
+    for row in range(len(batch)):
+        attention = batch["attention_mask"][row].bool()
+        sequence = batch["input_ids"][row][attention]
+        logits = rollout.model(sequence[None]).logits[0].float()
+        prompt_len = int(attention[:width].sum())
+        mask = batch["response_mask"][row].bool()
+        length = int(attention[width:].sum())
+        positions = torch.nonzero(mask[:length]).flatten()
+        tokens = batch["responses"][row][positions]
+        expected = logits[prompt_len - 1 + positions].log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+        assert torch.allclose(batch["rollout_log_probs"][row][positions], expected, atol=1e-4)
+        checked += int((~mask[:length]).sum() > 0)  # observation tokens sit between sampled ones
+    assert checked > 0
+
+
+@pytest.fixture(scope="module")
+def args(long_tail_model, retry_data):  # noqa: F811
+    def make(out: Path, **extra) -> list[str]:
+        return cpu_run_overrides(long_tail_model, retry_data, out, **{
+            "actor_rollout_ref.rollout.multi_turn.enable": True,
+            "actor_rollout_ref.rollout.multi_turn.interaction_config_path": retry_data["interaction"],
+            "actor_rollout_ref.rollout.multi_turn.max_user_turns": 2,
+            "trainer.total_training_steps": 4, "trainer.save_freq": 2, "trainer.test_freq": 4,
+            "trainer.val_before_train": False, "data.max_response_length": 40, **extra})
+    return make
+
+
+def test_a_multi_turn_run_trains_and_resumes_exactly(args, tmp_path):
+    straight = tmp_path / "straight"
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(straight)])
+    assert code == 0, stderr[-3000:]
+    resumed = tmp_path / "resumed"
+    code, _ = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {"DAGRL_FAULT": "actor_update:3"})
+    assert code == -9
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)])
+    assert code == 0, stderr[-3000:]
+    expected, actual = metrics_by_step(straight), metrics_by_step(resumed)
+    assert actual == expected
+    assert max(expected[s]["multi_turn/num_turns/max"] for s in range(1, 5)) >= 3
+    assert all(expected[s]["multi_turn/tokens/observation/mean"] > 0 for s in range(1, 5))
+    assert "val-core/dagrl/arithmetic/acc/mean@1" in expected[4]
