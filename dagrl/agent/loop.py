@@ -252,7 +252,12 @@ class AgentLoop:
         turns = [t.assistant_turns + t.user_turns for t in trajectories] or [0]
         model_tokens = sum(sum(t.mask) for t in trajectories)
         other_tokens = sum(len(t.mask) - sum(t.mask) for t in trajectories)
+        scored = [t.turn_scores for t in trajectories if t.interaction is not None]
+        # the interaction's score of the first answer (the reward scores the last one)
+        interaction = {} if not scored else {
+            "multi_turn/interaction/first_score": sum(s[0] if s else 0.0 for s in scored) / len(scored)}
         return {
+            **interaction,
             "multi_turn/num_turns/mean": sum(turns) / count, "multi_turn/num_turns/max": float(max(turns)),
             "multi_turn/assistant_turns/mean": sum(t.assistant_turns for t in trajectories) / count,
             "multi_turn/tool_calls/mean": sum(t.tool_calls for t in trajectories) / count,

@@ -45,11 +45,22 @@ def tools_kwargs(ground_truth: str) -> dict:
     return {TOOL_NAME: {"create_kwargs": {"ground_truth": ground_truth}}}
 
 
-def make_row(problem: tuple[int, int], split: str, index: int) -> dict:
+def examples_in_system() -> str:
+    """The worked examples written out in the system message instead (--examples_in system)."""
+    shown = "\n\n".join(f"Example {i}:\nUser: {m[0]['content']}\nAssistant: {m[1]['content']}\nTool: {m[2]['content']}\n"
+                        f"Assistant: {m[3]['content']}" for i, m in enumerate(
+                            (example_turns()[4 * k: 4 * k + 4] for k in range(len(EXAMPLES))), start=1))
+    return f"{SYSTEM_PROMPT}\n\n{shown}"
+
+
+def make_row(problem: tuple[int, int], split: str, index: int, examples_in: str = "turns") -> dict:
     a, b = problem
     question = f"What is {a} * {b}?"
     answer = str(a * b)
-    prompt = [{"role": "system", "content": SYSTEM_PROMPT}, *example_turns(), {"role": "user", "content": question}]
+    if examples_in == "turns":
+        prompt = [{"role": "system", "content": SYSTEM_PROMPT}, *example_turns(), {"role": "user", "content": question}]
+    else:
+        prompt = [{"role": "system", "content": examples_in_system()}, {"role": "user", "content": question}]
     row = schema_row(DATA_SOURCE, prompt, "arithmetic", answer, split, index, answer, question)
     row["extra_info"].update(need_tools_kwargs=True, tools_kwargs=tools_kwargs(answer))
     return row
@@ -86,12 +97,14 @@ def main() -> None:
     parser.add_argument("--digits", type=int, default=3, help="digits of each operand")
     parser.add_argument("--train_size", type=int, default=8192, help="train rows")
     parser.add_argument("--test_size", type=int, default=256, help="test rows, disjoint from train")
+    parser.add_argument("--examples_in", choices=("turns", "system"), default="turns",
+                        help="the two worked examples as earlier turns of the chat, or written in the system message")
     args = parser.parse_args()
     setup_logging()
     if not 1 <= args.digits <= 3:  # every pair is enumerated: 4 digits would be 40M of them
         fail(f"--digits must be between 1 and 3, got {args.digits}")
     splits = split_problems(args.digits, args.train_size, args.test_size, args.seed)
-    convert_and_write(splits, make_row, args.local_dir)
+    convert_and_write(splits, lambda *row: make_row(*row, examples_in=args.examples_in), args.local_dir)
 
 
 if __name__ == "__main__":

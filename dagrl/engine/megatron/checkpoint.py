@@ -200,7 +200,7 @@ def state_is_finite(engine: "MegatronEngine") -> bool:
         for torch_optimizer in compat.torch_optimizers(engine.optimizer):
             tensors += [p for group in torch_optimizer.param_groups for p in group["params"]]
             tensors += [v for state in torch_optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
-    flags = [torch.isfinite(t.detach()).all() for t in tensors if t.numel()]
+    flags = [torch.isfinite(t.detach()).all().to(engine.device) for t in tensors if t.numel()]  # offloaded ones too
     finite = torch.stack(flags).all() if flags else torch.tensor(True)
     flag = finite.to(device=engine.device, dtype=torch.int32).reshape(1)
     if torch.distributed.is_initialized():
