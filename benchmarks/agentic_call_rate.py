@@ -1,68 +1,52 @@
 """Step-0 tool-call rate of a model on the products task (3-digit x 3-digit, the calculator offered), before any
-training: what the worked examples in the system prompt buy, against the same prompts without them.
+training: the two worked examples as earlier turns of the chat (the task's default) against the same examples
+written in the system message.
 
 usage: python3 benchmarks/agentic_call_rate.py --model DIR [--prompts 128] [--n 8] [--temperature 1.0]
-           [--response-length 128] [--device cpu|cuda] [--seed 0]
+           [--rollout vllm|hf] [--out DIR] [-- extra dotted overrides for both runs]
 
-Samples `--n` trajectories for each of `--prompts` test problems through the multi-turn loop (dagrl/agent/loop.py)
-on the `hf` rollout and prints one table: the share of trajectories with at least one valid call (parsed, a known
-tool, answered), calls per trajectory, turns, the final answer's accuracy (the products scorer) and seconds.
+Writes both variants of the test set with examples/data_preprocess/products.py, runs `dagrl.main_dag` once per
+variant with a sampled validation before training (`--n` samples per prompt at `--temperature`, the multi-turn loop
+of examples/agentic/run_smollm2-135m-products-vllm.sh) and one training step, and prints one table from the step-0
+validation: the share of trajectories with at least one valid call (parsed, a known tool, answered), calls and
+turns per trajectory, the final answer's accuracy and the share cut by the response limit.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
+import json
+import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "examples" / "data_preprocess")]
+VARIANTS = {"examples as turns": "turns", "examples in system": "system"}
 
 
-def variant_rows(system_prompt: str, problems: list[tuple[int, int]]) -> list[dict]:
-    products = importlib.import_module("products")
-    rows = []
-    for index, problem in enumerate(problems):
-        row = products.make_row(problem, "test", index)
-        row["prompt"][0]["content"] = system_prompt
-        rows.append(row)
-    return rows
-
-
-def measure(name: str, rows: list[dict], args: argparse.Namespace, tokenizer, engine, loop, tools) -> dict:
-    import torch
-
-    from dagrl.data.dataset import PromptDataset
-    from dagrl.engine.rollout.interface import SamplingSpec
-    from dagrl.reward.manager import RewardManager
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = os.path.join(tempfile.mkdtemp(), "rows.parquet")
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    schemas = [tool.get_openai_tool_schema() for tool in tools.values()]
-    data = PromptDataset([path], tokenizer, max_prompt_length=1024, tools=schemas)
-    sampling = SamplingSpec(n=args.n, temperature=args.temperature, response_length=args.response_length)
-    start = time.perf_counter()
-    totals: dict[str, float] = {}
-    scores = []
-    for first in range(0, len(rows), 32):
-        batch, metrics = loop.generate(engine, data.rows(list(range(first, min(first + 32, len(rows))))), sampling,
-                                       seed=args.seed + first, response_length=args.response_length)
-        for key, value in metrics.items():
-            totals[key] = totals.get(key, 0.0) + value * len(batch)
-        scored, _ = RewardManager()(batch, tokenizer)
-        scores.append(scored.sum(-1))
-    seconds = time.perf_counter() - start
-    count = len(rows) * args.n
-    mean = {key: value / count for key, value in totals.items()}
-    return {"variant": name, "trajectories": count, "valid_call": mean["multi_turn/valid_call_ratio"],
-            "calls": mean["multi_turn/tool_calls/mean"], "turns": mean["multi_turn/num_turns/mean"],
-            "acc": float(torch.cat(scores).mean()), "truncated": mean["multi_turn/truncated_ratio"],
-            "seconds": seconds}
+def step0(args: argparse.Namespace, examples_in: str, extra: list[str]) -> dict:
+    data, out = Path(args.out) / f"data_{examples_in}", Path(args.out) / f"run_{examples_in}"
+    subprocess.run([sys.executable, str(ROOT / "examples/data_preprocess/products.py"), "--local_dir", str(data),
+                    "--train_size", "256", "--test_size", str(args.prompts), "--examples_in", examples_in],
+                   check=True, capture_output=True)
+    overrides = [
+        f"actor_rollout_ref.model.path={args.model}", f"data.train_files={data}/train.parquet",
+        f"data.val_files={data}/test.parquet", "data.train_batch_size=32", "data.max_prompt_length=640",
+        "data.max_response_length=128", f"actor_rollout_ref.rollout.name={args.rollout}",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        f"actor_rollout_ref.rollout.val_kwargs.n={args.n}", "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        f"actor_rollout_ref.rollout.val_kwargs.temperature={args.temperature}",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={ROOT}/examples/agentic/tool_config.yaml",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+        "trainer.total_training_steps=1", "trainer.val_before_train=true", "trainer.test_freq=-1",
+        "trainer.save_freq=-1", "trainer.resume_mode=disable", "trainer.logger=[console,jsonl]",
+        f"trainer.default_local_dir={out}"]
+    done = subprocess.run([sys.executable, "-m", "dagrl.main_dag", *overrides, *extra], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{examples_in} run failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return next(row for row in rows if row.get("step") == 0)
 
 
 def main() -> None:
@@ -71,42 +55,19 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=128)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--response-length", type=int, default=128)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-
-    import torch
-    from transformers import AutoTokenizer
-
-    from dagrl.agent.loop import AgentLoop
-    from dagrl.agent.prompting import template_takes_tools
-    from dagrl.agent.tools import load_tools
-    from dagrl.engine.rollout.hf import HFRollout
-    from dagrl.trainer.build import eos_token_ids, pad_token_id
-
-    products = importlib.import_module("products")
-    problems = products.split_problems(3, train_size=1, test_size=args.prompts, seed=args.seed)["test"]
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    tools = load_tools(str(ROOT / "examples" / "agentic" / "tool_config.yaml"))
-    cfg = type("C", (), {"actor_rollout_ref": type("A", (), {"model": type("M", (), {"path": args.model})})})
-    engine = HFRollout(args.model, eos_token_ids(cfg, tokenizer), pad_token_id(tokenizer), torch.device(args.device),
-                       dtype=torch.bfloat16 if args.device == "cuda" else torch.float32)
-    options = argparse.Namespace(max_assistant_turns=3, max_user_turns=1, max_parallel_calls=1,
-                                 max_tool_response_length=256, tool_response_truncate_side="middle", tool_timeout_s=10)
-    loop = AgentLoop(options, tokenizer, tools, {}, template_takes_tools(tokenizer))
-    results = [measure("two worked examples", variant_rows(products.SYSTEM_PROMPT, problems), args, tokenizer,
-                       engine, loop, tools),
-               measure("no examples (baseline)", variant_rows(
-                   f"You can use a calculator tool. {products.CALCULATOR_HOWTO} Then answer with only the final "
-                   f"number.", problems), args, tokenizer, engine, loop, tools)]
-    print(f"\nproducts task, {args.prompts} prompts x {args.n}, T={args.temperature}, {args.device}, "
-          f"{os.path.basename(args.model.rstrip('/'))}")
-    print(f"{'variant':<26}{'trajectories':>13}{'valid call':>11}{'calls':>7}{'turns':>7}{'acc':>7}"
-          f"{'truncated':>10}{'seconds':>9}")
-    for r in results:
-        print(f"{r['variant']:<26}{r['trajectories']:>13}{r['valid_call']:>11.3f}{r['calls']:>7.2f}{r['turns']:>7.2f}"
-              f"{r['acc']:>7.3f}{r['truncated']:>10.3f}{r['seconds']:>9.1f}")
+    parser.add_argument("--rollout", default="vllm")
+    parser.add_argument("--out", default="/tmp/agentic_call_rate")
+    args, extra = parser.parse_known_args()
+    extra = [x for x in extra if x != "--"]
+    print(f"products task, step 0: {args.prompts} test prompts x {args.n}, T={args.temperature}, {args.rollout}, "
+          f"{Path(args.model).name}")
+    print(f"{'variant':<22}{'valid call':>11}{'calls':>7}{'turns':>7}{'acc':>7}{'truncated':>10}")
+    for name, examples_in in VARIANTS.items():
+        row = step0(args, examples_in, extra)
+        get = lambda key: row.get(f"val-aux/multi_turn/{key}", float("nan"))  # noqa: E731
+        acc = next(v for k, v in row.items() if k.startswith("val-core/dagrl/products/acc/mean@"))
+        print(f"{name:<22}{get('valid_call_ratio'):>11.3f}{get('tool_calls/mean'):>7.2f}"
+              f"{get('num_turns/mean'):>7.2f}{acc:>7.3f}{get('truncated_ratio'):>10.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ TRUNCATE_SIDES = ("left", "middle", "right")
 def check_multi_turn(cfg: Cfg) -> None:
     options = cfg.actor_rollout_ref.rollout.multi_turn
     require(isinstance(options.enable, bool), f"{KEY}.enable", f"{KEY}.enable={options.enable!r} must be true or false")
-    if not options.enable:
-        return
     for name in ("max_assistant_turns", "max_user_turns", "max_parallel_calls", "max_tool_response_length"):
         positive_int(cfg, f"{KEY}.{name}")
     require(options.tool_response_truncate_side in TRUNCATE_SIDES, f"{KEY}.tool_response_truncate_side",
@@ -32,7 +30,10 @@ def check_multi_turn(cfg: Cfg) -> None:
     timeout = options.tool_timeout_s
     require(isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0,
             f"{KEY}.tool_timeout_s", f"{KEY}.tool_timeout_s={timeout!r} must be a positive number of seconds")
-    require(bool(options.tool_config_path or options.interaction_config_path), f"{KEY}.tool_config_path",
+    paths = (options.tool_config_path, options.interaction_config_path)
+    if not options.enable:
+        return
+    require(any(paths), f"{KEY}.tool_config_path",
             f"{KEY}.enable=true needs {KEY}.tool_config_path (tools) or {KEY}.interaction_config_path "
             f"(feedback turns); set one, or set {KEY}.enable=false")
     require(not cfg.async_training.partial_rollout, "async_training.partial_rollout",

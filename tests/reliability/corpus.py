@@ -96,6 +96,23 @@ REWARD_NAN = "def compute_score(data_source, solution_str, ground_truth, extra_i
 REWARD_OTHER_NAME = "def score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
 WORLD = {"WORLD_SIZE": "2"}  # validate a 2-process launch without starting one (pre-flight reads WORLD_SIZE)
 DECOUPLED = "actor_rollout_ref.actor.policy_loss.off_policy=decoupled"
+MULTI_TURN = "actor_rollout_ref.rollout.multi_turn.enable=true"
+TOOL_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "agentic" / "tool_config.yaml"
+TOOL_NOT_IMPORTING = """tools:
+  - class_name: my_tools.calc.CalcTool
+    tool_schema: {type: function, function: {name: calc, parameters: {type: object, properties: {}}}}
+"""
+TOOL_BAD_SCHEMA = """tools:
+  - class_name: dagrl.agent.calculator.CalculatorTool
+    tool_schema:
+      type: function
+      function: {name: calculator, parameters: {type: object, properties: {expression: {type: string}},
+                 required: [expr]}}
+"""
+INTERACTION_NOT_ONE = """interaction:
+  - name: judge
+    class_name: collections.OrderedDict
+"""
 LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=true"
 
 
@@ -321,6 +338,27 @@ CASES: tuple[Case, ...] = (
     Case("sequence_mask_band_without_one", "`actor.mis_ratio_low=1.5` (the band would drop on-policy sequences)",
          (LOG_PROBS, "actor_rollout_ref.actor.mis_ratio_low=1.5"),
          ("actor_rollout_ref.actor.mis_ratio_low=1.5", "(0, 1)")),
+    # ---- multi-turn (agentic) rollouts ----
+    Case("multi_turn_without_tools_or_interactions", "`rollout.multi_turn.enable=true` with neither tools nor an "
+         "interaction", (MULTI_TURN,), ("multi_turn.tool_config_path", "interaction_config_path")),
+    Case("tool_config_missing", "`multi_turn.tool_config_path` names a file that does not exist",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
+         ("multi_turn.tool_config_path", "no such file")),
+    Case("tool_class_missing", "a tool config whose class_name does not import",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
+         ("tools.yaml", "tools[0]", "cannot import"), make=text_file("tools.yaml", TOOL_NOT_IMPORTING)),
+    Case("tool_schema_invalid", "a tool schema whose `required` names a parameter it does not have",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
+         ("tools.yaml", "tools[0]", "required"), make=text_file("tools.yaml", TOOL_BAD_SCHEMA)),
+    Case("interaction_class_missing", "an interaction config whose class has no generate_response",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.interaction_config_path={ws}/interactions.yaml"),
+         ("interactions.yaml", "interaction[0]"), make=text_file("interactions.yaml", INTERACTION_NOT_ONE)),
+    Case("multi_turn_truncate_side", "`multi_turn.tool_response_truncate_side=top`",
+         ("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=top",),
+         ("tool_response_truncate_side", "left, middle, right")),
+    Case("multi_turn_with_partial_rollout", "multi-turn rollouts with partial rollout (not carried yet)",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path=" + str(TOOL_CONFIG),
+          "async_training.partial_rollout=true"), ("async_training.partial_rollout", "multi_turn.enable")),
     # ---- found only when a step runs (slow suite) ----
     Case("prompt_too_long", "a prompt longer than data.max_prompt_length=8 with data.truncation=error",
          ("data.max_prompt_length=8",), ("data.max_prompt_length=8", "data.truncation=left|right|middle"),
