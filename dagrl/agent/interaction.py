@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
-from dagrl.agent.registry import import_class, load_entries
+from dagrl.agent.registry import construct, import_class, load_entries
 from dagrl.config.errors import ConfigError
 from dagrl.reward.scorers.last_number import last_integer
 
@@ -126,13 +126,7 @@ def load_interactions(path: str, key: str = INTERACTION_KEY) -> dict[str, BaseIn
         if missing:
             raise ConfigError(key, f"{key}: {where}: class {entry['class_name']!r} has no {', '.join(missing)} "
                                    f"method (subclass dagrl.agent.interaction.BaseInteraction)")
-        try:
-            # verl passes the entry's name inside config (self.name comes from it) and calls with config=
-            interaction = cls(config={**config, "name": name})
-        except Exception as error:  # the user's class: report which entry failed, in one line
-            lines = str(error).strip().splitlines()
-            raise ConfigError(key, f"{key}: {where}: {entry['class_name']}(config) raised "
-                                   f"{type(error).__name__}: {lines[0] if lines else ''}") from None
-        interactions[name] = interaction
+        # verl passes the entry's name inside config (self.name comes from it) and calls with config=
+        interactions[name] = construct(cls, key, where, entry["class_name"], config={**config, "name": name})
         where_of[name] = where
     return interactions

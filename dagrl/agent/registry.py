@@ -52,6 +52,16 @@ def import_class(spec: str, key: str, where: str) -> type:
     return cls
 
 
+def construct(cls: type, key: str, where: str, class_name: str, **kwargs: Any) -> Any:
+    """`cls(**kwargs)`; an exception from the user's class is reported with its entry, in one line."""
+    try:
+        return cls(**kwargs)
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        raise ConfigError(key, f"{key}: {where}: {class_name}({', '.join(kwargs)}) raised "
+                               f"{type(error).__name__}: {lines[0] if lines else ''}") from None
+
+
 async def maybe_await(value: Any) -> Any:
     """verl's tool and interaction methods are coroutines; plain methods are accepted too."""
     if inspect.isawaitable(value):

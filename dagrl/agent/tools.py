@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-from dagrl.agent.registry import import_class, load_entries, maybe_await
+from dagrl.agent.registry import construct, import_class, load_entries, maybe_await
 from dagrl.config.errors import ConfigError
 
 TOOL_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
@@ -188,12 +188,6 @@ def load_tools(path: str, key: str = TOOL_KEY) -> dict[str, BaseTool]:
         if name in tools:
             raise ConfigError(key, f"{key}: {where}: duplicate tool name {name!r} (also {where_of[name]}); "
                                    f"the model calls tools by name, so names must be unique")
-        try:
-            tool = cls(config=config, tool_schema=schema)
-        except Exception as error:  # the user's class: report which entry failed, in one line
-            lines = str(error).strip().splitlines()
-            raise ConfigError(key, f"{key}: {where}: {entry['class_name']}(config, tool_schema) raised "
-                                   f"{type(error).__name__}: {lines[0] if lines else ''}") from None
-        tools[name] = tool
+        tools[name] = construct(cls, key, where, entry["class_name"], config=config, tool_schema=schema)
         where_of[name] = where
     return tools

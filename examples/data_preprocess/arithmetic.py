@@ -48,9 +48,10 @@ def split_problems(max_operand: int, train_size: int | None, test_size: int,
     return {"train": train, "test": test}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--local_dir", default="~/data/arithmetic", help="output directory")
+def main(row_maker=make_row, default_dir: str = "~/data/arithmetic", description: str = __doc__) -> None:
+    """The command line of the sums tasks (this one and addition_retry.py): rows by `row_maker`."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument("--local_dir", default=default_dir, help="output directory")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max_operand", type=int, default=19, help="operands are drawn from 0..max_operand")
     parser.add_argument("--train_size", type=int, default=None,
@@ -61,7 +62,7 @@ def main() -> None:
     if args.max_operand < 1:
         fail(f"--max_operand must be at least 1, got {args.max_operand}")
     splits = split_problems(args.max_operand, args.train_size, args.test_size, args.seed)
-    convert_and_write(splits, make_row, args.local_dir)
+    convert_and_write(splits, row_maker, args.local_dir)
 
 
 if __name__ == "__main__":
