@@ -103,6 +103,7 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
         current, _ = _generate_round(ctx, len(rounds))
 
     take = keep_counts(np.stack(counts), goal)[:, rollout_dp_rank(ctx)]
+    record_dropped(ctx, rounds, kept, take)
     parts = [round_batch.select(np.concatenate(groups[:count]))
              for round_batch, groups, count in zip(rounds, kept, take) if count]
     out = Batch.concat(parts) if parts else batch.select([])  # a rank may contribute no group
@@ -110,6 +111,21 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
     return out, {"train/num_gen_batches": float(len(rounds)),
                  "train/num_generated_groups": float(len(rounds) * target),
                  "train/num_kept_groups": float(total), "train/num_batch_groups": float(goal)}
+
+
+def record_dropped(ctx: StepContext, rounds: list[Batch], kept: list[list[np.ndarray]], take: np.ndarray) -> None:
+    """For the prompt ledger: each group this rank drops, by its prompt's `ledger_uid` -> zero_variance (its
+    metric did not vary) or surplus (it varied, but the batch was full without it)."""
+    for round_batch, groups, count in zip(rounds, kept, take):
+        if "ledger_uid" not in round_batch:
+            continue
+        ledger_uids = round_batch["ledger_uid"]
+        varied = {int(rows[0]) for rows in groups}
+        taken = {int(rows[0]) for rows in groups[:count]}
+        for rows in group_rows(round_batch["uid"]):
+            first = int(rows[0])
+            if first not in taken:
+                ctx.dropped[ledger_uids[first]] = "surplus" if first in varied else "zero_variance"
 
 
 def _goal_at_limit(ctx: StepContext, total: int, rounds: int) -> int:

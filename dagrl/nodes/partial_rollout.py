@@ -118,15 +118,28 @@ class PartialPool:
         batch["token_versions"] = torch.where(batch["response_mask"].bool(), versions, -1)
         return batch
 
+    def ledger_uid(self, uid: str) -> str | None:
+        """The prompt-ledger uid ("<epoch>:<dataset index>") of group `uid`, when its prompt row has one."""
+        row = self.rows.get(uid)
+        return str(row["ledger_uid"][0]) if row is not None and "ledger_uid" in row else None
+
+    def ledger_uids(self) -> list[str]:
+        """The prompt-ledger uids of the groups in flight."""
+        return [uid for uid in map(self.ledger_uid, (g.uid for g in self.groups)) if uid is not None]
+
     # ---- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> list[dict]:
-        return [{"uid": g.uid, "position": g.position, "seed": g.seed, "samples": [
-            None if s is None else {"tokens": list(s.token_ids), "log_probs": list(s.log_probs),
-                                    "versions": list(s.versions), "finish": s.finish_reason} for s in g.samples]}
-            for g in self.groups]
+        states = []
+        for g in self.groups:
+            ledger_uid = self.ledger_uid(g.uid)
+            states.append({"uid": g.uid, "position": g.position, "seed": g.seed, "samples": [
+                None if s is None else {"tokens": list(s.token_ids), "log_probs": list(s.log_probs),
+                                        "versions": list(s.versions), "finish": s.finish_reason} for s in g.samples],
+                **({"ledger_uid": ledger_uid} if ledger_uid is not None else {})})
+        return states
 
     def load_state_dict(self, state: list[dict], rows: Batch, sampling: SamplingSpec) -> None:
-        """`rows`: the dataset rows at the groups' positions, in order (with their uid columns set)."""
+        """`rows`: the dataset rows at the groups' positions, in order (with their uid and ledger_uid columns set)."""
         self.groups, self.rows = [], {}
         ids, mask = rows["input_ids"], rows["attention_mask"].bool()
         for row, saved in enumerate(state):

@@ -28,6 +28,7 @@ from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
 from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_target
+from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
 from dagrl.trainer.tracking import Tracker, dump_generations, mlflow_tracking_uri, tensorboard_dir
 from dagrl.utils import dist
 from dagrl.utils.faults import fault_point
@@ -85,6 +86,9 @@ class Trainer:
             from dagrl.nodes.partial_rollout import PartialPool
             self.ctx.pool = PartialPool()
         self.consecutive_skips = 0
+        self.ledger: PromptLedger | None = None  # rank 0's, opened by fit
+        self.ledger_resume: tuple[dict | None, Path | None] = (None, None)  # (its length, its file) at the checkpoint
+        self.drawn: list[str] = []  # ledger uids this rank drew in the current step
         self.loggers = [trainer.logger] if isinstance(trainer.logger, str) else list(trainer.logger)
         self.tensorboard_dir = tensorboard_dir(trainer.tensorboard_dir, trainer.default_local_dir)
         self.jsonl_path = os.path.join(os.path.expanduser(trainer.default_local_dir), "metrics.jsonl")
@@ -109,6 +113,9 @@ class Trainer:
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.ctx.pool is not None:
             self.load_pool(path)
+        self.ledger_resume = (state.get("prompt_ledger"), path.parent / LEDGER_FILE)
+        if self.ledger_resume[0] is None:
+            logger.warning("%s predates the prompt ledger: its steps have no lines in %s", path, LEDGER_FILE)
         self.ctx.versions = WeightVersions(actor=state["global_step"], rollout=-1)
         logger.info("resumed from %s (step %d)", path, state["global_step"])
         return int(state["global_step"])
@@ -136,7 +143,9 @@ class Trainer:
             fault_point("between_shards", step)
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
-                            "kl_ctrl": self.kl_ctrl.state_dict()}, directory / "data.pt")
+                            "kl_ctrl": self.kl_ctrl.state_dict(),
+                            "prompt_ledger": self.ledger.state() if self.ledger is not None else None},
+                           directory / "data.pt")
                 (directory / CONFIG_FILE).write_text(json.dumps(self.cfg.snapshot(), indent=1))
 
         self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
@@ -157,6 +166,8 @@ class Trainer:
         rows = self.train_data.rows([group["position"] for group in state])
         rows["uid"] = [group["uid"] for group in state]
         rows["position"] = [group["position"] for group in state]
+        # pools saved before the prompt ledger: the epoch of the draw is unknown
+        rows["ledger_uid"] = [group.get("ledger_uid", f"?:{group['position']}") for group in state]
         self.ctx.pool.load_state_dict(state, rows, train_sampling(self.ctx))
 
     def save_hf_model(self, actor_dir: Path) -> None:
@@ -205,12 +216,14 @@ class Trainer:
     def local_prompts(self, step: int, round_index: int = 0) -> Batch:
         """This rank's rollout-DP shard of the sampler's next global batch (round > 0: extra prompts a node
         draws within the step, e.g. dynamic sampling)."""
-        _, indices = self.sampler.next_batch()
+        epoch, indices = self.sampler.next_batch()
         mine = rank_share(len(indices), self.rollout_dp_rank, self.shape.layout.rollout_dp)
         batch = self.train_data.rows(indices[mine])  # only this rank's rows are read and tokenized
         # unique over ranks, steps and rounds
         batch["uid"] = [f"{step}:{round_index}:{int(position)}" for position in mine]
         batch["position"] = [int(position) for position in indices[mine]]  # the dataset row
+        batch["ledger_uid"] = [f"{epoch}:{int(position)}" for position in indices[mine]]  # unique over the run
+        self.drawn.extend(batch["ledger_uid"])
         return batch
 
     def fit(self) -> None:
@@ -224,6 +237,9 @@ class Trainer:
                           self.jsonl_path, self.total_steps, start_step, enabled=self.rank == 0,
                           config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir))
         try:
+            if self.rank == 0:  # cut what steps after the checkpoint (or an end of run) wrote: they run again
+                ledger = Path(os.path.expanduser(trainer.default_local_dir)) / LEDGER_FILE
+                self.ledger = PromptLedger(ledger, *self.ledger_resume)
             if self.cfg.trainer.val_before_train and self.val_data is not None:
                 tracker.log(self.validate(start_step), start_step)
             for step in range(start_step + 1, self.total_steps + 1):
@@ -238,9 +254,13 @@ class Trainer:
                 self.check_skips(metrics, step)
                 if save_freq > 0 and (step % save_freq == 0 or last):
                     self.save(step)
+                if last and self.ctx.pool is not None:  # after the checkpoint's ledger length: a resume drops them
+                    self.write_ledger(in_flight_records(step, self.gathered(self.ctx.pool.ledger_uids())))
                 tracker.advance()
         finally:
             tracker.close()
+            if self.ledger is not None:
+                self.ledger.close()
 
     def check_skips(self, metrics: dict[str, float], step: int) -> None:
         """Stop (before saving) after trainer.max_consecutive_skips steps whose updates were all skipped."""
@@ -256,12 +276,15 @@ class Trainer:
 
     def train_step(self, step: int) -> dict[str, float]:
         self.ctx.step = step
+        self.ctx.dropped, self.drawn = {}, []
+        carried = self.ctx.pool.ledger_uids() if self.ctx.pool is not None else []
         timer = Timer()
         start = time.perf_counter()
         batch = self.local_prompts(step)
         fault_point("rollout", step)
         batch, metrics = run_graph(self.graph, self.ctx, batch, timer=_with_faults(timer, step))
         seconds = time.perf_counter() - start
+        self.record_prompts(step, batch, carried)
         # the batch is in the actor layout: each DP shard is held by the TP x PP x CP ranks of one model-parallel
         # group; count tokens per GPU
         tokens = float(batch["attention_mask"].sum()) / self.shape.layout.model_parallel_size
@@ -269,6 +292,27 @@ class Trainer:
         metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds,
                         "training/global_step": float(step)})
         return dist.mean_over_ranks(metrics)
+
+    # ---- the prompt ledger (dagrl/trainer/ledger.py) ---------------------------------------------
+    def record_prompts(self, step: int, batch: Batch, carried: list[str]) -> None:
+        """The step's ledger lines from every rank's view (collective): the prompts trained on (actor layout),
+        those drawn or carried in (rollout layout), those still in flight and why nodes dropped the others. The
+        ranks of a model-parallel or rollout-TP group hold the same prompts: the sets dedupe them."""
+        in_flight = self.ctx.pool.ledger_uids() if self.ctx.pool is not None else []
+        mine = (list(dict.fromkeys(batch.get("ledger_uid", []))), [*carried, *self.drawn], in_flight,
+                self.ctx.dropped)
+        parts = dist.all_gather_objects(mine)
+        reasons = {uid: reason for *_, dropped in parts for uid, reason in dropped.items()}
+        self.write_ledger(step_records(step, (u for part in parts for u in part[0]),
+                                       (u for part in parts for u in part[1]),
+                                       (u for part in parts for u in part[2]), reasons))
+
+    def gathered(self, uids: list[str]) -> list[str]:
+        return [uid for part in dist.all_gather_objects(uids) for uid in part]
+
+    def write_ledger(self, records: list[dict]) -> None:
+        if self.ledger is not None:
+            self.ledger.append(records)
 
 
 def _with_faults(timer: Timer, step: int) -> Callable[[str], contextlib.AbstractContextManager]:

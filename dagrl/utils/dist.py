@@ -72,6 +72,15 @@ def all_to_all_bytes(payloads: list[bytes]) -> list[bytes]:
     return [data[start:start + size] for start, size in zip(starts, recv_sizes)]
 
 
+def all_gather_objects(obj: object) -> list:
+    """Every rank's `obj` (picklable), in rank order; [obj] in a world of one."""
+    if not is_initialized() or dist.get_world_size() == 1:
+        return [obj]
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     """Average every metric over all ranks (every rank must pass the same keys)."""
     if not is_initialized() or dist.get_world_size() == 1 or not metrics:

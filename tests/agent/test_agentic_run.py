@@ -96,3 +96,22 @@ def test_a_multi_turn_run_trains_and_resumes_exactly(args, tmp_path):
     assert max(expected[s]["multi_turn/num_turns/max"] for s in range(1, 5)) >= 3
     assert all(expected[s]["multi_turn/tokens/observation/mean"] > 0 for s in range(1, 5))
     assert "val-core/dagrl/arithmetic/acc/mean@1" in expected[4]
+
+
+def test_multi_turn_on_two_ranks_shards_prompts_and_validates_each_once(args, tmp_path):
+    import json
+
+    from tests.trainer.test_end_to_end import _free_port
+
+    out = tmp_path / "dp2"
+    code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                   "--master-port", str(_free_port()), "-m", "dagrl.main_dag",
+                                   *args(out, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2,
+                                                 "trainer.save_freq": -1, "trainer.test_freq": 2,
+                                                 "trainer.validation_data_dir": str(out / "val")})])
+    assert code == 0, stderr[-3000:]
+    records = metrics_by_step(out)
+    assert all(records[s]["multi_turn/tokens/observation/mean"] > 0 for s in (1, 2))
+    assert "val-aux/multi_turn/interaction/first_score" in records[2]
+    dumped = [json.loads(line) for line in (out / "val" / "2.jsonl").read_text().splitlines()]
+    assert sorted(r["index"] for r in dumped) == list(range(8))  # both ranks' shards, each prompt once
