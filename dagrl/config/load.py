@@ -26,6 +26,17 @@ FREEFORM_MAPS = (
 )
 
 
+# verl's keys that dagrl names or shapes differently: an override of one gets the dagrl key in its error line
+VERL_KEYS = {
+    "async_training.staleness_threshold": "dagrl bounds staleness in whole weight versions: set "
+                                          "async_training.max_staleness=K (an integer >= 0)",
+    "async_training.require_batches": "dagrl trains on data.train_batch_size groups a step; groups kept in flight "
+                                      "are async_training.oversample_ratio x that",
+    "async_training.partial_rollout_resume": "partial rollouts always resume from the checkpoint's pool "
+                                             "(async_training.partial_rollout=true)",
+}
+
+
 def config_groups() -> set[str]:
     return {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
 
@@ -84,6 +95,8 @@ def check_overrides(overrides: list[str], base: dict[str, Any]) -> None:
             continue
         if exists:
             continue
+        if key in VERL_KEYS:
+            raise ConfigError(key, f"'{key}' is verl's; {VERL_KEYS[key]}")
         hint = closest_key(key, base)
         plus = " ('+' adds keys only under: " + ", ".join(FREEFORM_MAPS) + ")" if adding else ""
         fix = f"; did you mean '{hint}'?" if hint else ""

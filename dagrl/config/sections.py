@@ -340,6 +340,13 @@ def check_async_training(cfg: Cfg) -> None:
     staleness = options.max_staleness
     require(isinstance(staleness, int) and not isinstance(staleness, bool) and staleness >= 0,
             "async_training.max_staleness", f"async_training.max_staleness={staleness!r} must be an integer >= 0")
+    trigger, key = options.trigger_parameter_sync_step, "async_training.trigger_parameter_sync_step"
+    require(isinstance(trigger, int) and not isinstance(trigger, bool) and trigger >= 1, key,
+            f"{key}={trigger!r} must be an integer >= 1")
+    require(staleness >= trigger - 1, key, f"{key}={trigger} with async_training.max_staleness={staleness} would "
+            f"deadlock (samples wait longer than K versions between pushes): set max_staleness >= {trigger - 1}")
+    require(trigger == 1, key, f"{key}={trigger}: a colocated run syncs the rollout's weights every step; pushes "
+            f"every N steps need separate rollout and training pools, not built yet: set it to 1")
     require(not (options.partial_rollout and cfg.algorithm.filter_groups.enable), "async_training.partial_rollout",
             "async_training.partial_rollout=true with algorithm.filter_groups.enable=true (dynamic sampling) is not "
             "supported yet: turn one of them off")
