@@ -9,7 +9,7 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 
 # ChatML, the template family of SmolLM2 and Qwen: enough structure to test templating and generation prompts.
@@ -93,6 +93,22 @@ def run_in_session(command: list[str], env: dict | None = None, timeout: float =
         code = proc.wait(timeout=timeout)
         err.seek(0)
         return code, err.read()
+
+
+def straight_and_resumed(args: Callable[[Path], list[str]], root: Path, fault: str = "actor_update:3"
+                         ) -> tuple[Path, Path]:
+    """Two `dagrl.main_dag` runs of `args(dir)`: one uninterrupted (root/straight), one killed by the fault point
+    `fault` and relaunched to the end (root/resumed); both must finish."""
+    import sys
+
+    straight, resumed = root / "straight", root / "resumed"
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(straight)])
+    assert code == 0, stderr[-3000:]
+    code, _ = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {"DAGRL_FAULT": fault})
+    assert code == -9
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)])
+    assert code == 0, stderr[-3000:]
+    return straight, resumed
 
 
 def metrics_by_step(root: Path) -> dict[int, dict]:

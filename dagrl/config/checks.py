@@ -5,9 +5,11 @@ Every failure is a ConfigError: one line naming the key (or file) and the fix.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 from dagrl.config.errors import ConfigError
@@ -44,6 +46,59 @@ def require(condition: bool, key: str, message: str) -> None:
         raise ConfigError(key, message)
 
 
+_INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
+
+
+@functools.lru_cache(maxsize=None)
+def interpolated_defaults() -> dict[str, str]:
+    """Keys whose default in conf/<group>/default.yaml is exactly `${other.key}` -> that other key (e.g.
+    critic.megatron.seed -> actor_rollout_ref.actor.megatron.seed)."""
+    import yaml
+
+    from dagrl.config.load import CONF_DIR
+
+    found: dict[str, str] = {}
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict):
+            for name, value in node.items():
+                walk(value, f"{prefix}.{name}" if prefix else str(name))
+        elif isinstance(node, str) and _INTERPOLATION.match(node):
+            found[prefix] = _INTERPOLATION.match(node).group(1)
+
+    for path in sorted(Path(CONF_DIR).glob("*/default.yaml")):
+        try:
+            walk(yaml.safe_load(path.read_text()) or {}, path.parent.name)
+        except (OSError, yaml.YAMLError):  # conf/ is composed before pre-flight: a broken file failed there
+            continue
+    return found
+
+
+def source_key(cfg: Cfg, key: str) -> str:
+    """The key the user set for `key`: `key` itself, or, when its default interpolates another key and the two
+    hold the same value, that key (followed through chains: critic.forward_micro_batch_size_per_gpu ->
+    critic.ppo_micro_batch_size_per_gpu -> actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)."""
+    sources = interpolated_defaults()
+    seen = {key}
+    while key in sources and sources[key] not in seen:
+        try:
+            same = get(cfg, sources[key]) == get(cfg, key)
+        except (KeyError, AttributeError, TypeError):
+            break
+        if not same:
+            break
+        key = sources[key]
+        seen.add(key)
+    return key
+
+
+def named(cfg: Cfg, key: str) -> tuple[str, str]:
+    """(the key an error is filed under, how the message names it): a value that came through an interpolation
+    is filed under the key the user set and named as `derived (from source)`."""
+    source = source_key(cfg, key)
+    return (key, key) if source == key else (source, f"{key} (from {source})")
+
+
 def alias(cfg: Cfg, canonical: str, alias: str):
     value, alias_value = get(cfg, canonical), get(cfg, alias)
     require(alias_value is None or alias_value == value, alias,
@@ -54,8 +109,9 @@ def alias(cfg: Cfg, canonical: str, alias: str):
 
 def positive_int(cfg: Cfg, dotted: str) -> int:
     value = get(cfg, dotted)
-    require(isinstance(value, int) and not isinstance(value, bool) and value > 0, dotted,
-            f"{dotted}={value!r} must be a positive integer")
+    key, name = named(cfg, dotted)
+    require(isinstance(value, int) and not isinstance(value, bool) and value > 0, key,
+            f"{name}={value!r} must be a positive integer")
     return value
 
 
@@ -66,9 +122,10 @@ def divides(numerator: int, denominator: int, key: str, what: str) -> None:
 
 def non_negative(cfg: Cfg, dotted: str, upper: float | None = None) -> float:
     value = get(cfg, dotted)
+    key, name = named(cfg, dotted)
     require(isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-            and (upper is None or value <= upper), dotted,
-            f"{dotted}={value!r} must be a number >= 0" + (f" and <= {upper}" if upper is not None else ""))
+            and (upper is None or value <= upper), key,
+            f"{name}={value!r} must be a number >= 0" + (f" and <= {upper}" if upper is not None else ""))
     return value
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, non_negative, positive_int,
+from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, named, non_negative, positive_int,
                                  read_hf_config, require)
 from dagrl.config.tree import Cfg
 from dagrl.placement import WorldLayout
@@ -58,7 +58,8 @@ def check_run_length_and_sampling(cfg: Cfg) -> None:
 def check_choices(cfg: Cfg) -> None:
     for key, allowed in CHOICES.items():
         value = get(cfg, key)
-        require(value in allowed, key, f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
+        filed, name = named(cfg, key)
+        require(value in allowed, filed, f"{name}={value!r} is not one of: {', '.join(map(str, allowed))}")
 
 
 def check_loggers(cfg: Cfg, check_installed: bool = True) -> None:
@@ -108,11 +109,13 @@ def check_dynamic_batching(cfg: Cfg, sequence_length: int) -> None:
     """Every token budget that is switched on holds at least one whole sequence (prompt + response)."""
     for switch, budgets in DYNAMIC_BATCHING:
         on = get(cfg, switch)
-        require(isinstance(on, bool), switch, f"{switch}={on!r} must be true or false")
+        filed, name = named(cfg, switch)
+        require(isinstance(on, bool), filed, f"{name}={on!r} must be true or false")
         for key in budgets:
             value = get(cfg, key)
+            filed, name = named(cfg, key)
             require(not on or (isinstance(value, int) and not isinstance(value, bool) and value >= sequence_length),
-                    key, f"{key}={value!r} must be an integer >= max_prompt_length + max_response_length = "
+                    filed, f"{name}={value!r} must be an integer >= max_prompt_length + max_response_length = "
                          f"{sequence_length} while {switch}=true (a micro-batch holds at least one whole sequence)")
 
 
@@ -120,7 +123,8 @@ def check_remove_padding(cfg: Cfg) -> None:
     """The packing switches; context parallelism splits packed sequences, so it needs them on."""
     keys = ("actor_rollout_ref.model.use_remove_padding", "critic.model.use_remove_padding")
     for key in keys:
-        require(isinstance(get(cfg, key), bool), key, f"{key}={get(cfg, key)!r} must be true or false")
+        filed, name = named(cfg, key)
+        require(isinstance(get(cfg, key), bool), filed, f"{name}={get(cfg, key)!r} must be true or false")
     cp = positive_int(cfg, "actor_rollout_ref.actor.megatron.context_parallel_size")
     for key in keys[:1] + (keys[1:] if "critic" in graph_roles(cfg) else ()):
         require(cp == 1 or get(cfg, key), key,
@@ -280,9 +284,11 @@ def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
     for key in ("shuffle", "model.enable_gradient_checkpointing", "megatron.param_offload", "megatron.grad_offload",
                 "megatron.optimizer_offload"):
         value = get(cfg, f"critic.{key}")
-        require(isinstance(value, bool), f"critic.{key}", f"critic.{key}={value!r} must be true or false")
-    require(isinstance(critic.megatron.seed, int), "critic.megatron.seed",
-            f"critic.megatron.seed={critic.megatron.seed!r} must be an integer")
+        filed, name = named(cfg, f"critic.{key}")
+        require(isinstance(value, bool), filed, f"{name}={value!r} must be true or false")
+    seed = critic.megatron.seed
+    filed, name = named(cfg, "critic.megatron.seed")
+    require(isinstance(seed, int) and not isinstance(seed, bool), filed, f"{name}={seed!r} must be an integer")
     require(non_negative(cfg, "critic.cliprange_value") > 0, "critic.cliprange_value",
             "critic.cliprange_value must be > 0")
     grad_clip = alias(cfg, "critic.grad_clip", "critic.optim.clip_grad")
@@ -366,7 +372,9 @@ def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
 
 
 def check_paths(cfg: Cfg) -> int:
-    from dagrl.data.dataset import check_data_files
+    """The data files (footers), the custom reward function, and that every row can be scored (the data_source
+    and reward_model columns only are read: a run whose rows all score 0 would train nothing)."""
+    from dagrl.data.dataset import check_data_files, check_reward_inputs
 
     train_files = cfg.data.train_files
     require(bool(train_files), "data.train_files", "data.train_files is not set: point it at a parquet file")
@@ -375,10 +383,20 @@ def check_paths(cfg: Cfg) -> int:
     if cfg.data.val_files:
         with as_config_error("data.val_files"):
             check_data_files(as_list(cfg.data.val_files), cfg.data.prompt_key)
-    if cfg.custom_reward_function.path:
+    custom = cfg.custom_reward_function
+    if custom.path:
         from dagrl.reward.custom import load_custom_reward_fn
         with as_config_error("custom_reward_function.path"):
-            load_custom_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
+            load_custom_reward_fn(custom.path, custom.name, custom.reward_kwargs.to_dict())
+        known = None  # the user's function decides what it scores
+    else:
+        from dagrl.reward.scorers import SCORER_BY_DATA_SOURCE
+        known = tuple(SCORER_BY_DATA_SOURCE)
+    with as_config_error("data.train_files"):
+        check_reward_inputs(as_list(train_files), known)
+    if cfg.data.val_files:
+        with as_config_error("data.val_files"):
+            check_reward_inputs(as_list(cfg.data.val_files), known)
     return rows
 
 

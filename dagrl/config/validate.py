@@ -9,7 +9,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from dagrl.config import checkpoints, sections
+from dagrl.config import checkpoints, schema, sections
 from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, check_finite_numbers,  # noqa: F401
                                  check_tokenizer_files,
                                  divides, get, layout_from_config, positive_int, read_hf_config, require)
@@ -43,10 +43,21 @@ class RunShape:
 def world_size_from_env(cfg: Cfg) -> int:
     expected = placement(cfg).world_size
     actual = int(os.environ.get("WORLD_SIZE", "1"))
-    require(expected == actual, "trainer.n_gpus_per_node",
-            f"trainer.nnodes x trainer.n_gpus_per_node = {expected} but this launch has {actual} process(es): "
-            f"start one process per slot (torchrun --nproc-per-node {cfg.trainer.n_gpus_per_node}) or set "
-            f"trainer.n_gpus_per_node={actual}")
+    nnodes, per_node = cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node
+    if nnodes == 1:
+        require(expected == actual, "trainer.n_gpus_per_node",
+                f"trainer.nnodes x trainer.n_gpus_per_node = {expected} but this launch has {actual} process(es): "
+                f"start one process per slot (torchrun --nproc-per-node {per_node}) or set "
+                f"trainer.n_gpus_per_node={actual}")
+        return actual
+    # trainer.nnodes was set: name it, and suggest only values that change something
+    fixes = [f"trainer.nnodes={actual // per_node}"] if actual % per_node == 0 else []
+    if actual % nnodes == 0 and actual // nnodes != per_node:
+        fixes.append(f"trainer.n_gpus_per_node={actual // nnodes}")
+    require(expected == actual, "trainer.nnodes",
+            f"trainer.nnodes={nnodes} x trainer.n_gpus_per_node={per_node} = {expected} but this launch has {actual} "
+            f"process(es): start one process per slot (torchrun --nnodes {nnodes} --nproc-per-node {per_node} on "
+            f"each node)" + (f" or set {' or '.join(fixes)}" if fixes else ""))
     return actual
 
 
@@ -60,12 +71,27 @@ def planned_world_size(cfg: Cfg) -> int:
     return placement(cfg).world_size
 
 
+def check_position_limit(total: int, hf_config: dict) -> None:
+    """A prompt + response longer than the model's positions (max_position_embeddings, x a rope scaling factor)."""
+    limit = hf_config.get("max_position_embeddings")
+    scaling = hf_config.get("rope_scaling") or {}
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if isinstance(limit, int) and isinstance(factor, (int, float)) and factor > 1:
+        limit = int(limit * factor)
+    require(not isinstance(limit, int) or total <= limit, "data.max_response_length",
+            f"data.max_prompt_length + data.max_response_length = {total} is longer than the model's "
+            f"max_position_embeddings={limit} (config.json of actor_rollout_ref.model.path): lower "
+            f"data.max_prompt_length or data.max_response_length")
+
+
 def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     """Validate everything checkable before models are built; raise ConfigError on the first problem.
 
     `world_size` given: planning a launch from elsewhere (python3 -m dagrl.plan), so the checks of this process's
     own environment (its WORLD_SIZE, vLLM / wandb / mlflow installed) are skipped."""
     check_finite_numbers(cfg)
+    schema.check_schema(cfg.snapshot())  # every key's type and range (dagrl/config/schema.py), before any rule
+    schema.check_sampling(cfg.snapshot())
     sections.check_choices(cfg)
     sections.check_algorithm(cfg)
     planning = world_size is not None
@@ -104,6 +130,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     response_length = alias(cfg, "data.max_response_length", "actor_rollout_ref.rollout.response_length")
     positive_int(cfg, "data.max_prompt_length")
     positive_int(cfg, "data.max_response_length")
+    check_position_limit(prompt_length + response_length, hf_config)
     sections.check_dynamic_batching(cfg, prompt_length + response_length)
     grad_clip = alias(cfg, "actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.clip_grad")
     sections.check_optim(cfg, "actor_rollout_ref.actor.optim")

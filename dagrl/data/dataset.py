@@ -97,6 +97,77 @@ def check_data_files(files: Sequence[str], prompt_key: str = "prompt") -> int:
     return total
 
 
+def _column_batches(path: str, column: str):
+    """Record batches of one column (or nested field, `a.b`) of a data file: only its pages are read."""
+    parquet = _open_parquet(path)
+    try:
+        yield from parquet.iter_batches(batch_size=65536, columns=[column])
+    except (pa.ArrowException, OSError) as error:
+        raise _corrupt(path, error) from error
+
+
+def data_sources(path: str) -> dict[Any, int]:
+    """The distinct `data_source` values of a data file, each with the first row that has it (the data_source
+    column only is read)."""
+    import pyarrow.compute as pc
+
+    first: dict[Any, int] = {}
+    offset = 0
+    for batch in _column_batches(os.path.expanduser(path), "data_source"):
+        column = batch.column(0)
+        if pa.types.is_dictionary(column.type):  # a categorical column written by pandas
+            column = column.dictionary_decode()
+        for value in pc.unique(column).to_pylist():
+            if value not in first:
+                found = pc.index(column, pa.scalar(value, column.type)).as_py() if value is not None else \
+                    int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                first[value] = offset + int(found)
+        offset += batch.num_rows
+    return first
+
+
+def first_row_without_ground_truth(path: str) -> int | None:
+    """The first row of a data file whose reward_model has no ground_truth (missing or null), or None; reads the
+    reward_model.ground_truth field only. -1: reward_model has no ground_truth field at all."""
+    path = os.path.expanduser(path)
+    field_type = _open_parquet(path).schema_arrow.field("reward_model").type
+    if not pa.types.is_struct(field_type):
+        return None  # not the verl schema's struct: the reward manager's own error names it when scored
+    if field_type.get_field_index("ground_truth") < 0:
+        return -1
+    offset = 0
+    for batch in _column_batches(path, "reward_model.ground_truth"):  # that leaf's pages only
+        column = batch.column(0)
+        missing = column.is_null().to_numpy(zero_copy_only=False) | \
+            column.field("ground_truth").is_null().to_numpy(zero_copy_only=False)
+        if missing.any():
+            return offset + int(np.flatnonzero(missing)[0])
+        offset += batch.num_rows
+    return None
+
+
+def check_reward_inputs(files: Sequence[str], known_sources: Sequence[str] | None) -> None:
+    """Every row can be scored: its reward_model has a ground_truth, and (built-in scorers, `known_sources` given)
+    its data_source has a scorer. Raises a one-line ValueError naming the file, the row and the fix."""
+    for path in [files] if isinstance(files, str) else files:
+        if known_sources is not None:
+            for source, row in data_sources(path).items():
+                if source not in known_sources:
+                    raise ValueError(
+                        f"data file {path!r} has data_source {source!r} (first at row {row}) and no built-in reward "
+                        f"scorer takes it (built-in: {', '.join(sorted(known_sources))}): set "
+                        f"custom_reward_function.path (and .name) to a file defining compute_score(data_source, "
+                        f"solution_str, ground_truth, extra_info), or fix the file's data_source")
+        row = first_row_without_ground_truth(path)
+        if row == -1:
+            raise ValueError(f"data file {path!r} has no reward_model.ground_truth: every row needs the answer its "
+                             f"reward is scored against; regenerate it with examples/data_preprocess/*.py")
+        if row is not None and known_sources is not None:
+            raise ValueError(f"data file {path!r} has a row without reward_model.ground_truth (first: row {row}): "
+                             f"the built-in scorers score against it; fill it in or drop such rows, or set "
+                             f"custom_reward_function.path to a scorer that needs none")
+
+
 def _corrupt(path: str, error: BaseException) -> ValueError:
     return ValueError(f"data file {path!r} is corrupt: its rows cannot be read ({_first_line(error)}); regenerate it")
 
@@ -177,7 +248,7 @@ class PromptDataset:
                  filter_overlong_prompts: bool = False, prompt_key: str = "prompt", cache_dir: str | None = None,
                  rank: int = 0, world_size: int = 1,
                  all_gather: Callable[[np.ndarray], list[np.ndarray]] | None = None,
-                 tools: list[dict] | None = None) -> None:
+                 tools: list[dict] | None = None, check_overlong: bool = False) -> None:
         if isinstance(files, str):
             files = [files]
         if truncation not in TRUNCATION_MODES:
@@ -217,6 +288,8 @@ class PromptDataset:
             if world_size > 1 and all_gather is None:
                 raise ValueError("filter_overlong_prompts over several ranks needs all_gather")
             self._drop_overlong_rows(rank, world_size, all_gather)
+        elif check_overlong and truncation == "error":
+            self._refuse_overlong_rows(rank, world_size, all_gather)
 
     # ---- public API ------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -310,6 +383,27 @@ class PromptDataset:
         return (f"prompt at {self._where(position)} is {length} tokens, longer than "
                 f"data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length, set "
                 f"data.truncation=left|right|middle, or set data.filter_overlong_prompts=True")
+
+    def _refuse_overlong_rows(self, rank: int, world_size: int,
+                              all_gather: Callable[[np.ndarray], list[np.ndarray]] | None) -> None:
+        """data.truncation=error without filtering: a prompt that does not fit would stop the run when its row is
+        first drawn, possibly epochs in; find it now (`check_overlong`). Each rank scans its contiguous share, as
+        `_drop_overlong_rows` does, and every rank raises the same ConfigError naming the first such row."""
+        if all_gather is None:  # no collective: this process scans every row
+            rank, world_size = 0, 1
+        share = np.array_split(np.arange(len(self)), world_size)[rank]
+        found = np.array([-1, 0], dtype=np.int64)  # (position, length) of this share's first overlong prompt
+        for start in range(0, len(share), _SCAN_CHUNK_ROWS):
+            chunk = share[start:start + _SCAN_CHUNK_ROWS]
+            lengths = self.prompt_lengths(chunk)
+            over = np.flatnonzero(lengths > self.max_prompt_length)
+            if over.size:
+                found = np.array([chunk[over[0]], lengths[over[0]]], dtype=np.int64)
+                break
+        if world_size > 1:  # shares are in rank order: the first rank that found one has the first row
+            found = next((part for part in all_gather(found) if part[0] >= 0), found)
+        if found[0] >= 0:
+            raise ConfigError("data.max_prompt_length", self._overlong_message(int(found[0]), int(found[1])))
 
     def _drop_overlong_rows(self, rank: int, world_size: int,
                             all_gather: Callable[[np.ndarray], list[np.ndarray]] | None) -> None:

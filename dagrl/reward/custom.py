@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import logging
 import os
 import sys
@@ -19,11 +20,11 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
-def load_custom_reward_fn(path: str, name: str = "compute_score") -> Callable:
+def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs: dict | None = None) -> Callable:
     """The function `name` defined in the Python file `path`.
 
     It is called as `fn(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` and returns a
-    float or a dict with a "score" key.
+    float or a dict with a "score" key; a function whose signature cannot take that call is refused here.
     """
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
@@ -53,5 +54,26 @@ def load_custom_reward_fn(path: str, name: str = "compute_score") -> Callable:
     if not callable(function):
         raise ValueError(f"{name!r} in custom reward file {path!r} is a {type(function).__name__}, not a function; "
                          f"fix custom_reward_function.name")
+    check_reward_signature(function, path, name, reward_kwargs)
     logger.info("using custom reward function %s from %s", name, path)
     return function
+
+
+def check_reward_signature(function: Callable, path: str, name: str, reward_kwargs: dict | None = None) -> None:
+    """The trainer calls `function(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`
+    (dagrl/reward/manager.py): a function that cannot take that call would fail on every response. Raises a
+    one-line ValueError naming the function, its file and its signature."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin or C function without a signature: its calls will tell
+        return
+    kwargs = dict(reward_kwargs or {})
+    try:
+        signature.bind("data_source", "solution_str", "ground_truth", {}, **kwargs)
+    except TypeError as error:
+        call = ", ".join(["data_source", "solution_str", "ground_truth", "extra_info",
+                          *(f"{key}=..." for key in kwargs)])
+        extra = " (the keys of custom_reward_function.reward_kwargs)" if kwargs else ""
+        raise ValueError(f"custom reward function {name}{signature} in {os.path.abspath(os.path.expanduser(path))!r} "
+                         f"cannot take the trainer's call {name}({call}){extra}: {error}; define it as "
+                         f"def {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs)") from None

@@ -164,7 +164,7 @@ def build_reward_fn(cfg: Cfg, shape: RunShape):
     compute_score = None
     if custom.path:
         from dagrl.reward.custom import load_custom_reward_fn
-        compute_score = load_custom_reward_fn(custom.path, custom.name)
+        compute_score = load_custom_reward_fn(custom.path, custom.name, custom.reward_kwargs.to_dict())
     reward = cfg.reward_model
     return RewardManager(kind=reward.reward_manager, compute_score=compute_score,
                          reward_kwargs=custom.reward_kwargs.to_dict(), timeout_s=reward.timeout_s,
@@ -173,7 +173,8 @@ def build_reward_fn(cfg: Cfg, shape: RunShape):
 
 
 def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape, tools: list[dict] | None = None):
-    """The prompts of `files`, memory-mapped on every rank; the overlong-prompt scan is split over all ranks.
+    """The prompts of `files`, memory-mapped on every rank; the overlong-prompt scan (filter_overlong_prompts, or
+    with data.truncation=error the check that no prompt is too long) is split over all ranks.
     `tools`: the schemas every prompt offers (multi-turn)."""
     from dagrl.data.dataset import PromptDataset
     from dagrl.utils import dist
@@ -189,4 +190,4 @@ def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape, tools: list[dict]
                          max_prompt_length=shape.prompt_length, truncation=data.truncation,
                          filter_overlong_prompts=data.filter_overlong_prompts, prompt_key=data.prompt_key,
                          cache_dir=cache_dir, rank=dist.rank(), world_size=dist.world_size(), all_gather=all_gather,
-                         tools=tools)
+                         tools=tools, check_overlong=True)

@@ -16,6 +16,7 @@ python3 -m dagrl.main_dag \
     data.train_batch_size=16 \
     data.max_prompt_length=64 \
     data.max_response_length=12 \
+    data.filter_overlong_prompts=True \
     data.seed="$SEED" \
     actor_rollout_ref.model.path="$MODEL_PATH" \
     actor_rollout_ref.model.trainable_top_layers=4 \

@@ -18,6 +18,7 @@ TRAINING_CMD=(-m dagrl.main_dag
     data.train_batch_size=32
     data.max_prompt_length=64
     data.max_response_length=12
+    data.filter_overlong_prompts=True
     data.seed="$SEED"
     actor_rollout_ref.model.path="$MODEL_PATH"
     actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1

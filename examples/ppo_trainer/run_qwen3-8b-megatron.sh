@@ -74,6 +74,7 @@ TRAINING_CMD=(
     data.train_batch_size=$TRAIN_BATCH_SIZE
     data.max_prompt_length=$MAX_PROMPT_LENGTH
     data.max_response_length=$MAX_RESPONSE_LENGTH
+    data.filter_overlong_prompts=True
     actor_rollout_ref.model.path=$MODEL_PATH
     actor_rollout_ref.model.enable_gradient_checkpointing=True
     actor_rollout_ref.actor.strategy=megatron

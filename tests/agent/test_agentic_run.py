@@ -15,7 +15,7 @@ from dagrl.data.dataset import PromptDataset
 from dagrl.engine.rollout.hf import HFRollout
 from dagrl.engine.rollout.interface import SamplingSpec
 from tests.conftest import cpu_run_overrides, make_arithmetic_rows
-from tests.helpers import metrics_by_step, run_in_session, write_parquet
+from tests.helpers import metrics_by_step, run_in_session, straight_and_resumed, write_parquet
 from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture: responses end early)
 
 
@@ -83,14 +83,7 @@ def args(long_tail_model, retry_data):  # noqa: F811
 
 
 def test_a_multi_turn_run_trains_and_resumes_exactly(args, tmp_path):
-    straight = tmp_path / "straight"
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(straight)])
-    assert code == 0, stderr[-3000:]
-    resumed = tmp_path / "resumed"
-    code, _ = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {"DAGRL_FAULT": "actor_update:3"})
-    assert code == -9
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)])
-    assert code == 0, stderr[-3000:]
+    straight, resumed = straight_and_resumed(args, tmp_path)
     expected, actual = metrics_by_step(straight), metrics_by_step(resumed)
     assert actual == expected
     assert max(expected[s]["multi_turn/num_turns/max"] for s in range(1, 5)) >= 3

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 PREFLIGHT, RUNTIME = "pre-flight", "first step"
+STARTUP = "start-up"  # once the tokenizer has read the prompts, before any model is built
 MODEL_KEY = "actor_rollout_ref.model.path"
 MEGATRON = "actor_rollout_ref.actor.megatron"
 
@@ -114,6 +115,43 @@ INTERACTION_NOT_ONE = """interaction:
     class_name: collections.OrderedDict
 """
 LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=true"
+
+
+def rows_changed(change: Callable[[list[dict]], None], name: str = "bad.parquet") -> Callable[[Path, Paths], None]:
+    """{ws}/<name>: the valid training rows, changed in place by `change` (a careless edit of the data)."""
+    def make(ws: Path, paths: Paths) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(paths.train).to_pylist()
+        change(rows)
+        pq.write_table(pa.Table.from_pylist(rows), ws / name)
+    return make
+
+
+def _set(index: int | None, key: str, value) -> Callable[[list[dict]], None]:
+    """Sets `key` (dotted: reward_model.ground_truth) of row `index` (None: every row)."""
+    def change(rows: list[dict]) -> None:
+        for row in rows if index is None else [rows[index]]:
+            *parents, last = key.split(".")
+            target = row
+            for part in parents:
+                target = target[part]
+            target[last] = value
+    return change
+
+
+def _rename_ground_truth(rows: list[dict]) -> None:
+    for row in rows:
+        row["reward_model"] = {"style": "rule", "answer": row["reward_model"]["ground_truth"]}
+
+
+LONG_QUESTION = [{"role": "user", "content": "What is 3 + 4? Show every step of your working. " * 4}]
+REWARD_TWO_ARGS = "def compute_score(solution_str, ground_truth):\n    return float(solution_str == ground_truth)\n"
+REWARD_NO_EXTRA_INFO = ("def compute_score(data_source, solution_str, ground_truth):\n"
+                        "    return float(solution_str == ground_truth)\n")
+REWARD_NO_KWARGS = ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return 0.0\n")
 
 
 def world(n: int) -> tuple[str, ...]:
@@ -330,6 +368,59 @@ CASES: tuple[Case, ...] = (
          ("trigger_parameter_sync_step=3", "deadlock", "max_staleness >= 2")),
     Case("sync_step_colocated", "`trigger_parameter_sync_step=2` on a colocated run",
          ("async_training.trigger_parameter_sync_step=2",), ("trigger_parameter_sync_step=2", "set it to 1")),
+    # ---- types and ranges (schema) ----
+    Case("bool_shuffle_no", "`data.shuffle=no` (a string to Hydra, truthy: it would still shuffle)", ("data.shuffle=no",),
+         ("data.shuffle='no'", "must be true or false")),
+    Case("bool_kl_loss_maybe", "`actor_rollout_ref.actor.use_kl_loss=maybe`",
+         ("actor_rollout_ref.actor.use_kl_loss=maybe",), ("actor_rollout_ref.actor.use_kl_loss='maybe'", "true or false")),
+    Case("bool_as_integer", "`actor_rollout_ref.rollout.do_sample=1`", ("actor_rollout_ref.rollout.do_sample=1",),
+         ("actor_rollout_ref.rollout.do_sample=1", "must be true or false")),
+    Case("int_as_fraction", "`actor_rollout_ref.rollout.n=2.5`", ("actor_rollout_ref.rollout.n=2.5",),
+         ("actor_rollout_ref.rollout.n=2.5", "positive integer")),
+    Case("null_batch_size", "`data.train_batch_size=null`", ("data.train_batch_size=null",),
+         ("data.train_batch_size=null", "positive integer")),
+    Case("number_as_word", "`actor_rollout_ref.actor.clip_ratio=high`", ("actor_rollout_ref.actor.clip_ratio=high",),
+         ("actor_rollout_ref.actor.clip_ratio='high'", "a number >= 0")),
+    Case("string_as_number", "`trainer.experiment_name=2024` (Hydra reads an integer)",
+         ("trainer.experiment_name=2024",), ("trainer.experiment_name=2024", "must be a string")),
+    Case("choice_as_bool", "`data.truncation=true`", ("data.truncation=true",),
+         ("data.truncation=true", "is not one of: error, left, right, middle")),
+    Case("logger_as_number", "`trainer.logger=3`", ("trainer.logger=3",),
+         ("trainer.logger=3", "a string or a list of strings")),
+    Case("betas_as_scalar", "`actor_rollout_ref.actor.optim.betas=0.9` (two are needed)",
+         ("actor_rollout_ref.actor.optim.betas=0.9",), ("actor_rollout_ref.actor.optim.betas=0.9", "two numbers in [0, 1)")),
+    Case("graph_nodes_as_string", "`dag.nodes=rollout`", ("dag.nodes=rollout",), ("dag.nodes='rollout'", "a list")),
+    Case("top_p_above_one", "`actor_rollout_ref.rollout.top_p=5` (a percentage?)", ("actor_rollout_ref.rollout.top_p=5",),
+         ("actor_rollout_ref.rollout.top_p=5", "must be in (0, 1]")),
+    Case("top_p_zero", "`actor_rollout_ref.rollout.top_p=0`", ("actor_rollout_ref.rollout.top_p=0",),
+         ("actor_rollout_ref.rollout.top_p=0", "must be in (0, 1]")),
+    Case("top_k_zero", "`actor_rollout_ref.rollout.top_k=0` (off is -1)", ("actor_rollout_ref.rollout.top_k=0",),
+         ("actor_rollout_ref.rollout.top_k=0", "-1 (off) or an integer >= 1")),
+    Case("negative_clip_ratio", "`actor_rollout_ref.actor.clip_ratio=-0.1`", ("actor_rollout_ref.actor.clip_ratio=-0.1",),
+         ("actor_rollout_ref.actor.clip_ratio=-0.1", "must be >= 0")),
+    Case("negative_entropy_coeff", "`actor_rollout_ref.actor.entropy_coeff=-0.01`",
+         ("actor_rollout_ref.actor.entropy_coeff=-0.01",), ("actor_rollout_ref.actor.entropy_coeff=-0.01", ">= 0")),
+    Case("negative_kl_loss_coef", "`actor_rollout_ref.actor.kl_loss_coef=-1`", ("actor_rollout_ref.actor.kl_loss_coef=-1",),
+         ("actor_rollout_ref.actor.kl_loss_coef=-1", ">= 0")),
+    Case("gamma_above_one", "`algorithm.gamma=1.5`", ("algorithm.gamma=1.5",), ("algorithm.gamma=1.5", "in [0, 1]")),
+    Case("warmup_ratio_above_one", "`actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=10` (steps, not a ratio)",
+         ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=10",), ("lr_warmup_steps_ratio=10", "in [0, 1]")),
+    Case("gpu_memory_as_percent", "`actor_rollout_ref.rollout.gpu_memory_utilization=90`",
+         ("actor_rollout_ref.rollout.gpu_memory_utilization=90",), ("gpu_memory_utilization=90", "in (0, 1)")),
+    Case("negative_seed", "`data.seed=-1`", ("data.seed=-1",), ("data.seed=-1", "an integer >= 0")),
+    Case("zero_nodes", "`trainer.nnodes=0`", ("trainer.nnodes=0",), ("trainer.nnodes=0", "positive integer")),
+    Case("zero_tool_timeout", "`actor_rollout_ref.rollout.multi_turn.tool_timeout_s=0`",
+         ("actor_rollout_ref.rollout.multi_turn.tool_timeout_s=0",), ("tool_timeout_s=0", "must be > 0")),
+    Case("negative_overlong_penalty", "`reward_model.overlong_buffer.penalty_factor=-1`",
+         ("reward_model.overlong_buffer.penalty_factor=-1",), ("reward_model.overlong_buffer.penalty_factor=-1", ">= 0")),
+    Case("val_sampling_at_zero_temperature", "`val_kwargs.do_sample=true` with val_kwargs.temperature=0 (the default)",
+         ("actor_rollout_ref.rollout.val_kwargs.do_sample=true",),
+         ("val_kwargs.temperature=0", "do_sample=true", "do_sample=false")),
+    Case("length_beyond_positions", "prompt + response (38) longer than the model's max_position_embeddings=32",
+         (f"{MODEL_KEY}={{ws}}/model",), ("= 38", "max_position_embeddings=32", "data.max_prompt_length"),
+         make=model_copy(patch={"max_position_embeddings": 32})),
+    Case("checkpoint_dir_empty", "`trainer.default_local_dir=''` (checkpoints into the current directory)",
+         ("trainer.default_local_dir=''",), ("trainer.default_local_dir=''", "must be a directory path")),
     # ---- off-policy correction ----
     Case("off_policy_unknown", "`actor_rollout_ref.actor.policy_loss.off_policy=areal`",
          ("actor_rollout_ref.actor.policy_loss.off_policy=areal",),
@@ -368,10 +459,66 @@ CASES: tuple[Case, ...] = (
     Case("multi_turn_with_partial_rollout", "multi-turn rollouts with partial rollout (not carried yet)",
          (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path=" + str(TOOL_CONFIG),
           "async_training.partial_rollout=true"), ("async_training.partial_rollout", "multi_turn.enable")),
+    # ---- runs that train nothing, wrong key ----
+    Case("data_source_without_scorer", "training rows whose data_source (`my_org/arith`) has no built-in scorer, "
+         "and no custom_reward_function.path", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "'my_org/arith'", "custom_reward_function.path", "built-in: "),
+         make=rows_changed(_set(None, "data_source", "my_org/arith"))),
+    Case("data_source_typo_in_one_row", "one training row with data_source `openai/GSM8K` (a typo of a built-in "
+         "name)", ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "'openai/GSM8K'", "row 17"),
+         make=rows_changed(_set(17, "data_source", "openai/GSM8K"))),
+    Case("val_data_source_without_scorer", "validation rows whose data_source has no built-in scorer",
+         ("data.val_files={ws}/val.parquet",), ("<tmp>/val.parquet", "'my_org/arith'", "custom_reward_function.path"),
+         make=rows_changed(_set(None, "data_source", "my_org/arith"), name="val.parquet")),
+    Case("data_source_null", "a training row whose data_source is null", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "data_source None", "row 0"), make=rows_changed(_set(0, "data_source", None))),
+    Case("ground_truth_null", "a training row whose reward_model.ground_truth is null",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "reward_model.ground_truth", "row 3"),
+         make=rows_changed(_set(3, "reward_model.ground_truth", None))),
+    Case("ground_truth_renamed", "a data file whose reward_model has `answer` instead of `ground_truth`",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "no reward_model.ground_truth", "regenerate"),
+         make=rows_changed(_rename_ground_truth)),
+    Case("val_ground_truth_null", "a validation row whose reward_model.ground_truth is null",
+         ("data.val_files={ws}/val.parquet",), ("<tmp>/val.parquet", "reward_model.ground_truth", "row 5"),
+         make=rows_changed(_set(5, "reward_model.ground_truth", None), name="val.parquet")),
+    Case("reward_signature_two_args", "a custom compute_score(solution_str, ground_truth) (cannot take the "
+         "trainer's 4 arguments)", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py", "compute_score(solution_str, ground_truth)", "cannot take the trainer's call",
+          "extra_info=None, **kwargs"), make=text_file("reward.py", REWARD_TWO_ARGS)),
+    Case("reward_signature_no_extra_info", "a custom compute_score(data_source, solution_str, ground_truth) "
+         "without extra_info", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py", "too many positional arguments", "extra_info=None"),
+         make=text_file("reward.py", REWARD_NO_EXTRA_INFO)),
+    Case("reward_signature_rejects_kwargs", "`+custom_reward_function.reward_kwargs.scale=2` to a compute_score "
+         "without **kwargs", ("custom_reward_function.path={ws}/reward.py",
+                              "+custom_reward_function.reward_kwargs.scale=2"),
+         ("<tmp>/reward.py", "'scale'", "custom_reward_function.reward_kwargs"),
+         make=text_file("reward.py", REWARD_NO_KWARGS)),
+    Case("prompt_too_long", "a prompt longer than data.max_prompt_length=8 with data.truncation=error (found before "
+         "the first step, not when its row is drawn)", ("data.max_prompt_length=8",),
+         ("data.max_prompt_length=8", "row 0", "data.truncation=left|right|middle", "filter_overlong_prompts=True"),
+         found=STARTUP),
+    Case("prompt_too_long_in_last_row", "only the last training row is longer than data.max_prompt_length "
+         "(truncation=error: it would stop the run when drawn, maybe epochs in)",
+         ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "row 31", "data.max_prompt_length=32", "filter_overlong_prompts=True"),
+         make=rows_changed(_set(31, "prompt", LONG_QUESTION)), found=STARTUP),
+    Case("val_prompt_too_long", "a validation prompt longer than data.max_prompt_length (truncation=error)",
+         ("data.val_files={ws}/val.parquet",), ("<tmp>/val.parquet", "row 2", "data.max_prompt_length=32"),
+         make=rows_changed(_set(2, "prompt", LONG_QUESTION), name="val.parquet"), found=STARTUP),
+    Case("actor_seed_not_int", "`actor_rollout_ref.actor.megatron.seed=abc` (the critic's seed interpolates it)",
+         (f"{MEGATRON}.seed=abc",), (f"{MEGATRON}.seed='abc'", "must be an integer")),
+    Case("actor_shuffle_not_bool", "`actor_rollout_ref.actor.shuffle=maybe` (critic.shuffle interpolates it)",
+         ("actor_rollout_ref.actor.shuffle=maybe",), ("actor_rollout_ref.actor.shuffle='maybe'", "true or false")),
+    Case("gradient_checkpointing_not_bool", "`actor_rollout_ref.model.enable_gradient_checkpointing=yes`",
+         ("actor_rollout_ref.model.enable_gradient_checkpointing=yes",),
+         ("actor_rollout_ref.model.enable_gradient_checkpointing='yes'", "true or false")),
+    Case("nnodes_without_processes", "`trainer.nnodes=2` on a one-process launch", ("trainer.nnodes=2",),
+         ("trainer.nnodes=2", "torchrun --nnodes 2", "set trainer.nnodes=1")),
+    Case("nnodes_two_on_one_node", "`trainer.nnodes=2 trainer.n_gpus_per_node=2` on a 2-process (one node) launch",
+         ("trainer.nnodes=2", *world(2)), ("trainer.nnodes=2 x trainer.n_gpus_per_node=2 = 4", "2 process(es)",
+                                           "set trainer.nnodes=1 or trainer.n_gpus_per_node=1"), env=WORLD),
     # ---- found only when a step runs (slow suite) ----
-    Case("prompt_too_long", "a prompt longer than data.max_prompt_length=8 with data.truncation=error",
-         ("data.max_prompt_length=8",), ("data.max_prompt_length=8", "data.truncation=left|right|middle"),
-         found=RUNTIME),
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
          ("ZeroDivisionError", "reward_model.on_error=zero", "custom_reward_function"),

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import cpu_run_overrides
 from tests.helpers import run_in_session
-from tests.reliability.corpus import CASES, PREFLIGHT, RUNTIME, Case, Paths
+from tests.reliability.corpus import CASES, PREFLIGHT, RUNTIME, STARTUP, Case, Paths
 
 PROBE_DIR = Path(__file__).with_name("probe")  # its sitecustomize records imports and CPU time at exit
 DOCS = Path(__file__).parents[2] / "docs" / "bad_inputs.md"
@@ -153,6 +153,22 @@ def test_bad_input_is_refused_in_preflight(case, paths, tiny_model, tiny_data):
     assert not {"megatron", "vllm"} & set(probe["imported"]), f"{case.id} imported {probe['imported']}"
     assert probe["cpu_s"] < PREFLIGHT_CPU_S, f"{case.id} took {probe['cpu_s']:.1f} CPU s"
     assert digest(paths.ckpt) == before  # nothing written: no checkpoint, no partial removed, no metrics
+    print(f"{case.id}: {probe['cpu_s']:.2f} CPU s, {wall:.2f} s wall, imported {probe['imported']}")
+    check_table_row(case, code, line)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.found == STARTUP], ids=lambda c: c.id)
+def test_bad_input_found_at_start_up_stops_before_any_model(case, paths, tiny_model, tiny_data):
+    """Found once the tokenizer reads the prompts (the length scan of data.truncation=error): one line, exit 2,
+    neither megatron nor vllm imported, no checkpoint touched."""
+    before = digest(paths.ckpt, checkpoints_only=True)
+    run_dir = paths.ws / "run"  # a fresh run: pre-flight reads the checkpoint it would resume from (stand-ins here)
+    code, stderr, probe, wall = run_case(case, paths, cpu_run_overrides(tiny_model, tiny_data, run_dir))
+    line = error_line(case, code, stderr, paths)
+    assert probe, "the import probe did not report (did the process exit normally?)"
+    assert not {"megatron", "vllm"} & set(probe["imported"]), f"{case.id} imported {probe['imported']}"
+    assert "resumed from" not in stderr  # before any model or checkpoint is loaded
+    assert digest(paths.ckpt, checkpoints_only=True) == before and not list(run_dir.glob("*global_step_*"))
     print(f"{case.id}: {probe['cpu_s']:.2f} CPU s, {wall:.2f} s wall, imported {probe['imported']}")
     check_table_row(case, code, line)
 

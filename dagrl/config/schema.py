@@ -1,0 +1,266 @@
+"""The typed schema of every key in conf/, checked once at the start of pre-flight.
+
+Types come from the default config itself (conf/<group>/default.yaml and the default graph, interpolations
+resolved, so `${...}` keys are typed by what they resolve to): a bool default makes a true/false key, an int an
+integer key, a float a number key (an integer is accepted too), a str a string key, a list a list, a map a map.
+TYPES says what a default cannot: keys whose default is null, keys taking a path or a list of paths, the free-form
+maps. RANGES gives every numeric key (and a few lists) its allowed values; tests/config/test_schema.py proves that
+every leaf key has a type and every numeric key a range. A failure is one line: the key, the value, the expectation:
+`data.shuffle='no' must be true or false`, `actor_rollout_ref.rollout.top_p=5 must be a number in (0, 1]`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Callable
+
+from dagrl.config.errors import ConfigError
+
+MISSING = object()
+
+
+@dataclass(frozen=True)
+class Range:
+    ok: Callable[[Any], bool]
+    text: str            # appended to the type's noun ("an integer" + " >= 0"); a leading "=" replaces the noun
+    hint: str = ""       # why, or what the special values mean: appended in parentheses
+
+
+def hinted(bound: Range, hint: str) -> Range:
+    return Range(bound.ok, bound.text, hint)
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+POSITIVE_INT = Range(lambda v: v >= 1, ">= 1")
+NON_NEGATIVE_INT = Range(lambda v: v >= 0, ">= 0")
+ANY_INT = Range(lambda v: True, "")
+NON_NEGATIVE = Range(lambda v: _finite(v) and v >= 0, ">= 0")
+POSITIVE = Range(lambda v: _finite(v) and v > 0, "> 0")
+ABOVE_ONE = Range(lambda v: _finite(v) and v > 1, "> 1")
+UNIT = Range(lambda v: _finite(v) and 0 <= v <= 1, "in [0, 1]")
+OPEN_UNIT = Range(lambda v: _finite(v) and 0 < v < 1, "in (0, 1)")
+TOP_P = Range(lambda v: _finite(v) and 0 < v <= 1, "in (0, 1]")
+TOP_K = Range(lambda v: v == -1 or v >= 1, "=-1 (off) or an integer >= 1")
+TIS_CAP = Range(lambda v: _finite(v) and (v <= 0 or v >= 1), "=-1 (off) or a cap >= 1")
+BETAS = Range(lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                            for b in v), "=two numbers in [0, 1)")
+
+# What a default cannot tell: T? = null allowed; "paths" = a path or a list of paths.
+TYPES: dict[str, str] = {
+    "data.train_files": "paths?", "data.val_files": "paths?", "data.cache_dir": "str?",
+    "actor_rollout_ref.model.path": "str?", "actor_rollout_ref.model.trainable_top_layers": "int?",
+    "actor_rollout_ref.actor.clip_ratio_low": "float?", "actor_rollout_ref.actor.clip_ratio_high": "float?",
+    "actor_rollout_ref.actor.loss_scale_factor": "float?", "actor_rollout_ref.actor.tis_imp_ratio_cap": "float",
+    "actor_rollout_ref.actor.mis_ratio_low": "float?", "actor_rollout_ref.actor.mis_ratio_high": "float?",
+    "actor_rollout_ref.actor.policy_loss.behav_imp_weight_cap": "float?",
+    "actor_rollout_ref.actor.optim.clip_grad": "float?", "critic.optim.clip_grad": "float?",
+    "actor_rollout_ref.actor.grad_clip": "float?", "critic.grad_clip": "float?",
+    "actor_rollout_ref.actor.checkpoint.save_contents": "paths",
+    "actor_rollout_ref.actor.checkpoint.load_contents": "paths",
+    "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size": "int?",
+    "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size": "int?",
+    "actor_rollout_ref.actor.megatron.dist_checkpointing_path": "str?",
+    "actor_rollout_ref.rollout.prompt_length": "int?", "actor_rollout_ref.rollout.response_length": "int?",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "int?", "actor_rollout_ref.rollout.max_model_len": "int?",
+    "actor_rollout_ref.rollout.multi_turn.tool_timeout_s": "float",
+    "actor_rollout_ref.rollout.multi_turn.tool_config_path": "str?",
+    "actor_rollout_ref.rollout.multi_turn.interaction_config_path": "str?",
+    "critic.model.path": "str?", "custom_reward_function.path": "str?",
+    "trainer.logger": "paths", "trainer.tensorboard_dir": "str?", "trainer.ray_address": "str?",
+    "trainer.total_training_steps": "int?", "trainer.resume_from_path": "str?",
+    "trainer.max_actor_ckpt_to_keep": "int?",
+    "trainer.validation_data_dir": "str?", "dag.custom_pipeline_fn": "str?",
+    "algorithm.kl_ctrl.horizon": "int",
+}
+
+MIS_BAND = "null for no bound; the band of kept sequence ratios must hold 1, an on-policy sequence's ratio"
+
+# key or fnmatch pattern -> range; the first match wins (exact keys are looked up first)
+RANGES: dict[str, Range] = {
+    "actor_rollout_ref.rollout.temperature": hinted(POSITIVE, "log-probs are divided by it; for greedy validation "
+                                                    "set actor_rollout_ref.rollout.val_kwargs.do_sample=false"),
+    "actor_rollout_ref.rollout.val_kwargs.temperature": NON_NEGATIVE,  # greedy = 0
+    "*.top_p": TOP_P, "*.top_k": TOP_K,
+    "*.clip_ratio": NON_NEGATIVE, "*.clip_ratio_low": NON_NEGATIVE, "*.clip_ratio_high": NON_NEGATIVE,
+    "*.clip_ratio_c": hinted(ABOVE_ONE, "dual clip"), "critic.cliprange_value": POSITIVE,
+    "*.loss_scale_factor": POSITIVE, "*.entropy_coeff": NON_NEGATIVE, "*.kl_loss_coef": NON_NEGATIVE,
+    "*.tis_imp_ratio_cap": TIS_CAP,
+    "*.mis_ratio_low": hinted(OPEN_UNIT, MIS_BAND), "*.mis_ratio_high": hinted(ABOVE_ONE, MIS_BAND),
+    "*.behav_imp_weight_cap": hinted(ABOVE_ONE, "AReaL masks tokens whose pi_prox/pi_behav exceeds it, e.g. 5; "
+                                                "null for no cap"),
+    "*.grad_clip": POSITIVE, "*.clip_grad": POSITIVE,
+    "*.optim.lr": NON_NEGATIVE, "*.optim.min_lr": NON_NEGATIVE, "*.optim.weight_decay": NON_NEGATIVE,
+    "*.optim.betas": BETAS, "*.optim.lr_warmup_steps": ANY_INT,  # < 0: use lr_warmup_steps_ratio
+    "*.optim.lr_warmup_steps_ratio": UNIT,
+    "*.seed": NON_NEGATIVE_INT, "*_size": POSITIVE_INT, "*_size_per_gpu": POSITIVE_INT,
+    "*_len_per_gpu": POSITIVE_INT, "*.ppo_epochs": POSITIVE_INT,
+    "data.max_prompt_length": POSITIVE_INT, "data.max_response_length": POSITIVE_INT,
+    "actor_rollout_ref.model.trainable_top_layers": POSITIVE_INT,
+    "actor_rollout_ref.rollout.n": POSITIVE_INT, "actor_rollout_ref.rollout.val_kwargs.n": POSITIVE_INT,
+    "actor_rollout_ref.rollout.prompt_length": POSITIVE_INT, "actor_rollout_ref.rollout.response_length": POSITIVE_INT,
+    "actor_rollout_ref.rollout.gpu_memory_utilization": OPEN_UNIT,
+    "actor_rollout_ref.rollout.max_model_len": POSITIVE_INT, "actor_rollout_ref.rollout.max_num_batched_tokens":
+        POSITIVE_INT, "actor_rollout_ref.rollout.max_num_seqs": POSITIVE_INT,
+    "actor_rollout_ref.rollout.update_weights_bucket_megabytes": POSITIVE_INT,
+    "actor_rollout_ref.rollout.multi_turn.max_*": POSITIVE_INT, "*.tool_timeout_s": POSITIVE,
+    "reward_model.timeout_s": POSITIVE, "reward_model.overlong_buffer.len": NON_NEGATIVE_INT,
+    "reward_model.overlong_buffer.penalty_factor": NON_NEGATIVE,
+    "algorithm.gamma": UNIT, "algorithm.lam": UNIT, "algorithm.kl_ctrl.kl_coef": NON_NEGATIVE,
+    "algorithm.kl_ctrl.target_kl": NON_NEGATIVE, "algorithm.kl_ctrl.horizon": POSITIVE_INT,
+    "algorithm.filter_groups.max_num_gen_batches": ANY_INT,  # <= 0: no limit
+    "async_training.oversample_ratio": Range(lambda v: _finite(v) and v >= 1, ">= 1"),
+    "async_training.max_staleness": NON_NEGATIVE_INT, "async_training.trigger_parameter_sync_step": POSITIVE_INT,
+    "trainer.nnodes": POSITIVE_INT, "trainer.n_gpus_per_node": POSITIVE_INT, "trainer.total_epochs": POSITIVE_INT,
+    "trainer.total_training_steps": hinted(POSITIVE_INT, "null: trainer.total_epochs decides"),
+    "trainer.critic_warmup": NON_NEGATIVE_INT,
+    "trainer.test_freq": ANY_INT, "trainer.save_freq": ANY_INT,  # <= 0: never
+    "trainer.max_actor_ckpt_to_keep": ANY_INT,  # null or <= 0: keep all
+    "trainer.max_consecutive_skips": hinted(NON_NEGATIVE_INT, "0 = never stop"),
+}
+
+NOUNS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
+         "paths": "a string or a list of strings", "list": "a list", "dict": "a map (key: value)"}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    for kind, types in (("int", int), ("float", float), ("str", str), ("list", list), ("dict", dict)):
+        if isinstance(value, types):
+            return kind
+    return "str?"  # null
+
+
+@functools.lru_cache(maxsize=1)
+def default_config() -> dict[str, Any]:
+    """conf/ with every group at its default option, resolved (as compose() without overrides, minus Hydra)."""
+    from omegaconf import OmegaConf
+
+    from dagrl.config.load import CONF_DIR
+    defaults = [entry for entry in OmegaConf.load(CONF_DIR / "dagrl.yaml").defaults if not isinstance(entry, str)]
+    options = {group: option for entry in defaults for group, option in entry.items() if " " not in group}
+    tree = {group: OmegaConf.load(CONF_DIR / group / f"{option}.yaml") for group, option in options.items()}
+    return OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
+
+
+@functools.lru_cache(maxsize=1)
+def followers() -> dict[str, list[str]]:
+    """{key: the keys whose default is exactly `${key}`} (critic.shuffle follows actor_rollout_ref.actor.shuffle)."""
+    from omegaconf import OmegaConf
+
+    from dagrl.config.load import CONF_DIR
+    from dagrl.config.tree import leaves
+    found: dict[str, list[str]] = {}
+    for group in sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and (p / "default.yaml").is_file()):
+        raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / "default.yaml"), resolve=False)
+        for key, value in leaves(raw, group).items():
+            if isinstance(value, str) and value.startswith("${") and value.endswith("}") and value.count("$") == 1:
+                found.setdefault(value[2:-1], []).append(key)
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, str]:
+    """{dotted key: type} of every leaf of the default config ("T?" = T or null); free-form maps are "dict"."""
+    from dagrl.config.load import FREEFORM_MAPS
+    from dagrl.config.tree import leaves
+
+    found = {key: TYPES.get(key, _kind(value)) for key, value in leaves(default_config()).items()}
+    found.update({key: "dict" for key in FREEFORM_MAPS})
+    return found
+
+
+def range_of(key: str) -> Range | None:
+    if key in RANGES:
+        return RANGES[key]
+    return next((r for pattern, r in RANGES.items() if "*" in pattern and fnmatchcase(key, pattern)), None)
+
+
+def expected(kind: str, bound: Range | None) -> str:
+    nullable, kind = kind.endswith("?"), kind.rstrip("?")
+    noun = NOUNS[kind]
+    if bound is not None and bound.text:
+        if bound.text.startswith("="):
+            noun = bound.text[1:]
+        elif kind == "int" and bound.text == ">= 1":
+            noun = "a positive integer"
+        else:
+            noun = f"{noun} {bound.text}"
+    return f"null or {noun}" if nullable else noun
+
+
+def type_ok(kind: str, value: Any) -> bool:
+    if value is None:
+        return kind.endswith("?")
+    kind = kind.rstrip("?")
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "float":
+        return isinstance(value, (int, float))
+    if kind == "paths":
+        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    return isinstance(value, {"int": int, "str": str, "list": list, "dict": dict}[kind])
+
+
+def _lookup(tree: dict[str, Any], key: str) -> Any:
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def show(value: Any) -> str:
+    """A value as it is written on the command line: null, true/false, 'text', 0.5."""
+    if value is None:
+        return "null"
+    return ("true" if value else "false") if isinstance(value, bool) else repr(value)
+
+
+def check_value(key: str, kind: str, value: Any, config: dict[str, Any] | None = None) -> None:
+    """Raise ConfigError unless `value` has the key's type and lies in its range (null passes a nullable key)."""
+    from dagrl.config.sections import CHOICES
+
+    if key in CHOICES and value is not None:
+        allowed = CHOICES[key]
+        if isinstance(value, bool) or value not in allowed:
+            raise ConfigError(key, f"{key}={show(value)} is not one of: {', '.join(map(str, allowed))}")
+    bound = range_of(key) if kind.rstrip("?") in ("int", "float", "list") else None
+    if not type_ok(kind, value):
+        raise ConfigError(key, f"{key}={show(value)} must be {expected(kind, bound)}{_followed(key, value, config)}")
+    if value is not None and bound is not None and not bound.ok(value):
+        # a number of the right type out of range: "must be > 0", "must be in (0, 1]"; integers keep their noun
+        text = expected(kind, bound) if kind.startswith("int") else bound.text.removeprefix("=")
+        hint = f" ({bound.hint})" if bound.hint else ""
+        raise ConfigError(key, f"{key}={show(value)} must be {text}{hint}{_followed(key, value, config)}")
+
+
+def _followed(key: str, value: Any, config: dict[str, Any] | None) -> str:
+    """Interpolated keys that follow the key named (and have its value): say so (the fix also sets them)."""
+    keys = [k for k in followers().get(key, []) if config is None or _lookup(config, k) == value]
+    return f" ({', '.join(keys)} take{'s' if len(keys) == 1 else ''} the value from {key})" if keys else ""
+
+
+def check_schema(config: dict[str, Any]) -> None:
+    """Every key of the schema, in conf/'s order: the first wrong type or out-of-range value raises ConfigError."""
+    for key, kind in schema().items():
+        value = _lookup(config, key)
+        if value is not MISSING:  # a key another group option lacks is not checked
+            check_value(key, kind, value, config)
+
+
+def check_sampling(config: dict[str, Any]) -> None:
+    """Validation that samples at temperature 0 contradicts itself (vLLM and HF both refuse or divide by zero)."""
+    val = config["actor_rollout_ref"]["rollout"]["val_kwargs"]
+    key = "actor_rollout_ref.rollout.val_kwargs.temperature"
+    if val["do_sample"] and val["temperature"] == 0:
+        raise ConfigError(key, f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
+                               f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false")
