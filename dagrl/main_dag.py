@@ -47,16 +47,35 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
     try:
         shape = preflight(cfg)
         from dagrl.trainer.loop import Trainer
-        from dagrl.utils.dist import init_process_group
 
-        init_process_group()
-        Trainer(cfg, shape).fit()
+        if shape.two_pools:
+            run_pool(cfg, shape)
+        else:
+            from dagrl.utils.dist import init_process_group
+
+            init_process_group()
+            Trainer(cfg, shape).fit()
     except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
         return (2 if isinstance(error, ConfigError) else 1), str(error)
     finally:
         record_config_reads()
     return 0, ""
+
+
+def run_pool(cfg, shape) -> None:
+    """This process's part of a run with separate rollout and training pools (trainer/pools.py)."""
+    from dagrl.placement.bridge import init_pools
+    from dagrl.trainer.loop import Trainer
+    from dagrl.trainer.rollout_pool import serve
+
+    bridge = init_pools(shape.placement)
+    try:
+        trainer = Trainer(cfg, shape, bridge)
+        trainer.fit() if shape.pool == "train" else serve(trainer, bridge)
+    except BaseException as error:  # the other pool stops too, with this message, instead of waiting for us
+        bridge.fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        raise
 
 
 def run(cfg_data: dict) -> None:

@@ -115,7 +115,8 @@ RANGES: dict[str, Range] = {
     "algorithm.filter_groups.max_num_gen_batches": ANY_INT,  # <= 0: no limit
     "async_training.oversample_ratio": Range(lambda v: _finite(v) and v >= 1, ">= 1"),
     "async_training.max_staleness": NON_NEGATIVE_INT, "async_training.trigger_parameter_sync_step": POSITIVE_INT,
-    "trainer.nnodes": POSITIVE_INT, "trainer.n_gpus_per_node": POSITIVE_INT, "trainer.total_epochs": POSITIVE_INT,
+    "trainer.nnodes": POSITIVE_INT, "trainer.n_gpus_per_node": POSITIVE_INT,
+    "rollout.nnodes": POSITIVE_INT, "rollout.n_gpus_per_node": POSITIVE_INT, "trainer.total_epochs": POSITIVE_INT,
     "trainer.total_training_steps": hinted(POSITIVE_INT, "null: trainer.total_epochs decides"),
     "trainer.critic_warmup": NON_NEGATIVE_INT,
     "trainer.test_freq": ANY_INT, "trainer.save_freq": ANY_INT,  # <= 0: never

@@ -1,5 +1,6 @@
 """The pre-flight rules of each config section (choices, batches, rollout engine, algorithm, critic, DAPO
-filter, async training, graph, data files, launcher; checkpoints in config/checkpoints.py); `validate.preflight`
+filter, graph, data files, launcher; checkpoints in config/checkpoints.py,
+asynchronous training and off-policy correction in config/async_checks.py); `validate.preflight`
 runs them in order."""
 from __future__ import annotations
 
@@ -74,8 +75,9 @@ def check_loggers(cfg: Cfg, check_installed: bool = True) -> None:
                     f"pip install 'dagrl[{name}]' (or drop {name} from trainer.logger)")
 
 
-def check_batches(cfg: Cfg, world: WorldLayout) -> None:
-    rollout_dp, actor_dp = world.rollout_dp, world.dp
+def check_batches(cfg: Cfg, world: WorldLayout, rollout_dp: int | None = None) -> None:
+    """Batch sizes against the actor's DP and the rollout's DP (`rollout_dp`: a separate pool's, else the world's)."""
+    rollout_dp, actor_dp = rollout_dp or world.rollout_dp, world.dp
     n = positive_int(cfg, "actor_rollout_ref.rollout.n")
     train = positive_int(cfg, "data.train_batch_size")
     mini = positive_int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
@@ -201,6 +203,7 @@ def check_algorithm(cfg: Cfg) -> None:
             "actor_rollout_ref.actor.tis_imp_ratio_cap",
             "actor_rollout_ref.actor.tis_imp_ratio_cap needs the rollout's log-probs: set "
             "actor_rollout_ref.rollout.calculate_log_probs=true")
+    from dagrl.config.async_checks import check_off_policy
     check_off_policy(cfg)
     kl = algorithm.kl_ctrl
     require(kl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef", f"algorithm.kl_ctrl.kl_coef={kl.kl_coef} must be >= 0")
@@ -209,38 +212,6 @@ def check_algorithm(cfg: Cfg) -> None:
                 f"algorithm.kl_ctrl.target_kl={kl.target_kl} must be > 0 with kl_ctrl.type=adaptive")
         require(kl.horizon > 0, "algorithm.kl_ctrl.horizon",
                 f"algorithm.kl_ctrl.horizon={kl.horizon} must be > 0 with kl_ctrl.type=adaptive")
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_off_policy(cfg: Cfg) -> None:
-    """Decoupled PPO and sequence masking (dagrl/algo/off_policy.py); the off_policy name is in CHOICES."""
-    actor = cfg.actor_rollout_ref.actor
-    behaviour = cfg.actor_rollout_ref.rollout.calculate_log_probs is True or cfg.async_training.partial_rollout is True
-    fix = "set actor_rollout_ref.rollout.calculate_log_probs=true"
-    key = "actor_rollout_ref.actor.policy_loss.behav_imp_weight_cap"
-    cap = actor.policy_loss.behav_imp_weight_cap
-    require(cap is None or (_number(cap) and cap > 1), key,
-            f"{key}={cap!r} must be a number > 1 (AReaL masks tokens whose pi_prox/pi_behav exceeds it), e.g. 5, "
-            f"or null for no cap")
-    if actor.policy_loss.off_policy == "decoupled":
-        key = "actor_rollout_ref.actor.policy_loss.off_policy"
-        require(behaviour, key, f"{key}=decoupled weights tokens by pi_prox/pi_behav and needs the rollout's "
-                                f"log-probs: {fix}")
-        require(actor.tis_imp_ratio_cap <= 0, "actor_rollout_ref.actor.tis_imp_ratio_cap",
-                f"actor_rollout_ref.actor.tis_imp_ratio_cap with {key}=decoupled would weight each token by "
-                f"pi_old/pi_rollout twice: set actor_rollout_ref.actor.tis_imp_ratio_cap=-1 (behav_imp_weight_cap "
-                f"bounds decoupled's weight)")
-    for side, bound, valid in (("low", actor.mis_ratio_low, "a number in (0, 1)"),
-                               ("high", actor.mis_ratio_high, "a number > 1")):
-        key = f"actor_rollout_ref.actor.mis_ratio_{side}"
-        ok = _number(bound) and (0 < bound < 1 if side == "low" else bound > 1)
-        require(bound is None or ok, key, f"{key}={bound!r} must be null (no bound) or {valid}: the band of kept "
-                                          f"sequence ratios must hold 1, an on-policy sequence's ratio")
-        require(bound is None or behaviour, key, f"{key} masks sequences by pi_old/pi_rollout and needs the "
-                                                 f"rollout's log-probs: {fix}")
 
 
 def graph_roles(cfg: Cfg) -> set[str]:
@@ -330,32 +301,6 @@ def check_filter_groups(cfg: Cfg) -> None:
             "algorithm.filter_groups.metric",
             "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: the KL penalty is "
             "applied after the reference log-probs, long after dynamic sampling; filter on seq_reward instead")
-
-
-def check_async_training(cfg: Cfg) -> None:
-    """async_training.*: partial rollout's keys, and the settings it cannot run with yet."""
-    options = cfg.async_training
-    require(isinstance(options.partial_rollout, bool), "async_training.partial_rollout",
-            f"async_training.partial_rollout={options.partial_rollout!r} must be true or false")
-    ratio = options.oversample_ratio
-    require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio >= 1,
-            "async_training.oversample_ratio", f"async_training.oversample_ratio={ratio!r} must be a number >= 1")
-    require(options.partial_rollout or ratio == 1, "async_training.oversample_ratio",
-            f"async_training.oversample_ratio={ratio} oversamples only with async_training.partial_rollout=true: "
-            f"set that too, or drop oversample_ratio")
-    staleness = options.max_staleness
-    require(isinstance(staleness, int) and not isinstance(staleness, bool) and staleness >= 0,
-            "async_training.max_staleness", f"async_training.max_staleness={staleness!r} must be an integer >= 0")
-    trigger, key = options.trigger_parameter_sync_step, "async_training.trigger_parameter_sync_step"
-    require(isinstance(trigger, int) and not isinstance(trigger, bool) and trigger >= 1, key,
-            f"{key}={trigger!r} must be an integer >= 1")
-    require(staleness >= trigger - 1, key, f"{key}={trigger} with async_training.max_staleness={staleness} would "
-            f"deadlock (samples wait longer than K versions between pushes): set max_staleness >= {trigger - 1}")
-    require(trigger == 1, key, f"{key}={trigger}: a colocated run syncs the rollout's weights every step; pushes "
-            f"every N steps need separate rollout and training pools, not built yet: set it to 1")
-    require(not (options.partial_rollout and cfg.algorithm.filter_groups.enable), "async_training.partial_rollout",
-            "async_training.partial_rollout=true with algorithm.filter_groups.enable=true (dynamic sampling) is not "
-            "supported yet: turn one of them off")
 
 
 def check_graph_nodes(cfg: Cfg, world_size: int) -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
+import dataclasses
 from dataclasses import dataclass, field
 
-from dagrl.config import checkpoints, schema, sections
+from dagrl.config import async_checks, checkpoints, schema, sections
 from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, check_finite_numbers,  # noqa: F401
                                  check_tokenizer_files,
                                  divides, get, layout_from_config, positive_int, read_hf_config, require)
@@ -33,17 +34,43 @@ class RunShape:
     max_model_len: int = 0  # the rollout's longest sequence (vLLM's max_model_len)
     critic_grad_clip: float | None = None  # critic.grad_clip (or its alias critic.optim.clip_grad)
     parallel: ParallelLayout = field(default_factory=ParallelLayout)  # the actor's Megatron sizes
+    pool: str = "colocated"  # this process's pool: colocated, or rollout / train (world_size is the pool's size)
+    placement: Placement | None = None
 
     @property
     def layout(self) -> WorldLayout:
-        """Both layouts of the run (actor and rollout): the one source of DP sizes and rank coordinates."""
+        """This pool's layouts (actor and rollout): the one source of DP sizes and rank coordinates. The training
+        pool of two receives every step's whole batch on each rank (as if one rollout-TP group spanned the pool);
+        the rollout pool holds no actor, so its actor layout is a single rank's."""
+        if self.pool == "train":
+            return WorldLayout(self.world_size, self.parallel, rollout_tp=self.world_size)
+        if self.pool == "rollout":
+            return WorldLayout(self.world_size, ParallelLayout(), self.rollout_tp)
         return WorldLayout(self.world_size, self.parallel, self.rollout_tp)
+
+    @property
+    def two_pools(self) -> bool:
+        return self.pool != "colocated"
+
+    def in_pool(self, name: str) -> "RunShape":
+        """The shape a process of pool `name` ("rollout" or "train") of the same run sees."""
+        if self.placement is None or self.placement.is_colocated:
+            return self
+        return dataclasses.replace(self, pool=name, world_size=self.placement.pool(name).size)
 
 
 def world_size_from_env(cfg: Cfg) -> int:
-    expected = placement(cfg).world_size
-    actual = int(os.environ.get("WORLD_SIZE", "1"))
+    place = placement(cfg)
+    expected, actual = place.world_size, int(os.environ.get("WORLD_SIZE", "1"))
     nnodes, per_node = cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node
+    if not place.is_colocated:
+        rollout, train = place.pool("rollout"), place.pool("train")
+        require(expected == actual, "rollout.n_gpus_per_node",
+                f"separate pools (actor_rollout_ref.hybrid_engine=false) of rollout.nnodes x rollout.n_gpus_per_node "
+                f"= {rollout.size} and trainer.nnodes x trainer.n_gpus_per_node = {train.size} processes need "
+                f"{expected} but this launch has {actual}: start torchrun --nproc-per-node {expected}, or change "
+                f"rollout.n_gpus_per_node / trainer.n_gpus_per_node to add up to {actual}")
+        return actual
     if nnodes == 1:
         require(expected == actual, "trainer.n_gpus_per_node",
                 f"trainer.nnodes x trainer.n_gpus_per_node = {expected} but this launch has {actual} process(es): "
@@ -62,8 +89,12 @@ def world_size_from_env(cfg: Cfg) -> int:
 
 
 def placement(cfg: Cfg) -> Placement:
-    """The run's pools from trainer.nnodes x trainer.n_gpus_per_node (colocated: one pool trains and generates)."""
-    return Placement.colocated(positive_int(cfg, "trainer.nnodes"), positive_int(cfg, "trainer.n_gpus_per_node"))
+    """The run's pools: trainer.nnodes x trainer.n_gpus_per_node processes that train and generate (colocated), or
+    with actor_rollout_ref.hybrid_engine=false a rollout pool of rollout.nnodes x rollout.n_gpus_per_node first."""
+    train = positive_int(cfg, "trainer.nnodes"), positive_int(cfg, "trainer.n_gpus_per_node")
+    if cfg.actor_rollout_ref.hybrid_engine:
+        return Placement.colocated(*train)
+    return Placement.split(positive_int(cfg, "rollout.nnodes"), positive_int(cfg, "rollout.n_gpus_per_node"), *train)
 
 
 def planned_world_size(cfg: Cfg) -> int:
@@ -97,6 +128,9 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     planning = world_size is not None
     sections.check_loggers(cfg, check_installed=not planning)
     world_size = world_size if planning else world_size_from_env(cfg)
+    place = placement(cfg)
+    launch_size, world_size = world_size, place.pool("train").size  # the actor's checks below see its own pool
+    rollout_world = place.pool("rollout").size
     hf_config = read_hf_config(cfg.actor_rollout_ref.model.path)
     if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
         check_tokenizer_files(cfg.actor_rollout_ref.model.path)
@@ -121,10 +155,11 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     require(rollout.name != "hf" or rollout_tp == 1, "actor_rollout_ref.rollout.tensor_model_parallel_size",
             f"the hf rollout runs one full model per rank: set actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
             f"(now {rollout_tp}) or use rollout.name=vllm")
-    divides(world_size, rollout_tp, "actor_rollout_ref.rollout.tensor_model_parallel_size", "world size by rollout TP")
+    divides(rollout_world, rollout_tp, "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            "world size by rollout TP" if place.is_colocated else "the rollout pool's processes by rollout TP")
     with as_config_error("actor_rollout_ref.actor.megatron"):
-        world = WorldLayout(world_size, parallel, rollout_tp)
-    sections.check_batches(cfg, world)
+        world = WorldLayout(world_size, parallel, rollout_tp if place.is_colocated else 1)
+    sections.check_batches(cfg, world, rollout_dp=rollout_world // rollout_tp)
 
     prompt_length = alias(cfg, "data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length")
     response_length = alias(cfg, "data.max_response_length", "actor_rollout_ref.rollout.response_length")
@@ -153,10 +188,11 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     require(buffer.penalty_factor >= 0, "reward_model.overlong_buffer.penalty_factor",
             "reward_model.overlong_buffer.penalty_factor must be >= 0")
     sections.check_filter_groups(cfg)
-    sections.check_async_training(cfg)
+    async_checks.check_async_training(cfg)
     from dagrl.agent.setup import check_multi_turn
     check_multi_turn(cfg)
-    sections.check_graph_nodes(cfg, world_size)
+    sections.check_graph_nodes(cfg, launch_size)
+    async_checks.check_pools(cfg, place)
     sections.check_launcher(cfg)
     skips = cfg.trainer.max_consecutive_skips
     require(isinstance(skips, int) and skips >= 0, "trainer.max_consecutive_skips",
@@ -172,8 +208,12 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     checkpoints.check_actor_checkpoint(cfg)
     from dagrl.trainer.checkpoint import check_resume
     check_resume(cfg, has_critic="critic" in graph_roles(cfg))
-    return RunShape(world_size=world_size, rollout_tp=rollout_tp, prompt_length=prompt_length,
-                    response_length=response_length, grad_clip=grad_clip, train_rows=train_rows, hf_config=hf_config,
-                    max_model_len=max_model_len, critic_grad_clip=critic_grad_clip, parallel=parallel)
+    shape = RunShape(world_size=world_size, rollout_tp=rollout_tp, prompt_length=prompt_length,
+                     response_length=response_length, grad_clip=grad_clip, train_rows=train_rows, hf_config=hf_config,
+                     max_model_len=max_model_len, critic_grad_clip=critic_grad_clip, parallel=parallel, placement=place)
+    if place.is_colocated:
+        return shape
+    from dagrl.placement.bridge import global_rank  # this process's pool; a plan describes the training pool
+    return shape.in_pool("train" if planning else place.pool_of(global_rank()).name)
 
 

@@ -35,6 +35,9 @@ class StepContext:
     draw_prompts: Callable[[int, int], Any] | None = None
     # async_training.partial_rollout: this rank's groups carried between steps (nodes/partial_rollout.py)
     pool: Any | None = None
+    # the weight version the update that trains this step's batch starts from: the staleness bound counts from it.
+    # None: the actor's current version (colocated); the rollout pool of two sets step - 1 (trainer/pools.py)
+    update_base: int | None = None
     # actor_rollout_ref.rollout.multi_turn: the loop every rollout (and validation) runs (dagrl/agent/loop.py)
     agent: Any | None = None
     # ledger uid (column `ledger_uid`, "<epoch>:<dataset index>") -> why a node dropped that prompt this step

@@ -112,12 +112,13 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
         pool.add(extra, extra["position"], sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step,
                                                          rollout_dp_rank(ctx), f"train{round_index}"), sampling.n)
         round_index += 1
-    # the update of this step starts from version ctx.versions.actor: older tokens than K versions behind restart
-    restarted = pool.restart_stale(ctx.versions.actor - ctx.cfg.async_training.max_staleness)
+    # the update of this step starts from version `base`: tokens more than K versions behind it restart
+    base = ctx.versions.actor if ctx.update_base is None else ctx.update_base
+    restarted = pool.restart_stale(base - ctx.cfg.async_training.max_staleness)
     with rollout_session(ctx) as metrics:
         groups = pool.run(ctx.rollout, sampling, share)
     out = pool.batch(groups, sampling.response_length, ctx.rollout.eos_token_ids, ctx.rollout.pad_token_id)
     metrics.update(response_metrics(out, sampling.response_length))
-    metrics.update(staleness_metrics(out, ctx.versions.actor))
+    metrics.update(staleness_metrics(out, base))
     metrics.update({"async/buffer_groups": float(len(pool.groups)), "async/restarted_groups": float(restarted)})
     return out, metrics

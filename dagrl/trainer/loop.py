@@ -10,7 +10,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
 import torch
 
 from dagrl.agent.setup import build_agent_loop
@@ -21,15 +20,12 @@ from dagrl.config.validate import RunShape
 from dagrl.dag.graph import graph_from_config, run_graph
 from dagrl.data.batch import Batch
 from dagrl.data.sampler import EpochSampler, rank_share
-from dagrl.engine.rollout.interface import SamplingSpec
-from dagrl.placement import WorldLayout
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
-from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
 from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_target
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
-from dagrl.trainer.tracking import Tracker, dump_generations, mlflow_tracking_uri, tensorboard_dir
+from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
 from dagrl.utils import dist
 from dagrl.utils.faults import fault_point
 
@@ -54,12 +50,23 @@ class Timer:
 
 
 class Trainer:
-    def __init__(self, cfg: Cfg, shape: RunShape) -> None:
+    """One process's part of a run: colocated, every part; with separate pools (shape.pool "rollout" or "train",
+    trainer/pools.py) the rollout side or the training side of the same graph, engines and checkpoints."""
+
+    def __init__(self, cfg: Cfg, shape: RunShape, bridge=None) -> None:
         self.cfg, self.shape = cfg, shape
         self.rank, self.world = dist.rank(), dist.world_size()
         trainer = cfg.trainer
         self.graph = graph_from_config(cfg.dag)
-        check_layout_node(self.graph, self.world)
+        check_layout_node(self.graph, shape.placement.world_size if shape.placement else self.world)
+        self.feed = None  # the training pool's link to the rollout pool
+        if shape.two_pools:
+            from dagrl.trainer.pools import Feed, split_graph
+            self.graph = split_graph(self.graph)[0 if shape.pool == "rollout" else 1]
+            if shape.pool == "train":
+                self.feed = Feed(bridge, leader=self.rank == 0)
+        self.message: dict | None = None  # training pool: the rollout pool's message of the current step
+        self.rollout_resume: dict | None = None  # training pool: the checkpoint's rollout state, for the rollout pool
         self.tokenizer = build.load_tokenizer(cfg.actor_rollout_ref.model.path)
         agent = build_agent_loop(cfg, self.tokenizer)  # before any model: a template it cannot use stops here
         tools = agent.schemas if agent is not None else None
@@ -74,15 +81,21 @@ class Trainer:
                                              dist.barrier)
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = KLController(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-        actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
-        critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(local_rank))
+        actor = reference = critic = rollout = None
+        if shape.pool != "rollout":
+            actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
+            critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
+        if shape.pool != "train":
+            local_rank = int(os.environ.get("DAGRL_DEVICE", os.environ.get("LOCAL_RANK", "0")))
+            rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(local_rank))
+        if shape.pool == "rollout":  # the rollout's own GPUs: weights come from the training pool, nothing to offload
+            from dagrl.trainer.pools import WeightInbox
+            actor, rollout.colocated = WeightInbox(), False
         self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
                                draw_prompts=self.local_prompts, agent=agent)
-        if cfg.async_training.partial_rollout:
+        if cfg.async_training.partial_rollout and shape.pool != "train":
             from dagrl.nodes.partial_rollout import PartialPool
             self.ctx.pool = PartialPool()
         self.consecutive_skips = 0
@@ -112,7 +125,11 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.ctx.pool is not None:
-            self.load_pool(path)
+            self.restore_pool(self.pool_file(path, self.rollout_dp_rank))
+        if self.feed is not None:  # the rollout pool continues from the checkpoint's rollout state
+            shards = self.shape.placement.pool("rollout").size // self.shape.rollout_tp
+            pools = [self.pool_file(path, shard) for shard in range(shards)] if (path / POOL_DIR).is_dir() else None
+            self.rollout_resume = {"sampler": state["sampler"], "pools": pools}
         self.ledger_resume = (state.get("prompt_ledger"), path.parent / LEDGER_FILE)
         if self.ledger_resume[0] is None:
             logger.warning("%s predates the prompt ledger: its steps have no lines in %s", path, LEDGER_FILE)
@@ -136,10 +153,9 @@ class Trainer:
                 self.save_hf_model(directory / "actor")
             if self.ctx.critic is not None:
                 self.ctx.critic.save_checkpoint(str(directory / "critic"))
-            if self.ctx.pool is not None and self.shape.layout.is_rollout_tp_leader(self.rank):
+            for shard, pool in self.pool_states().items():
                 (directory / POOL_DIR).mkdir(exist_ok=True)
-                (directory / POOL_DIR / f"dp{self.rollout_dp_rank}.json").write_text(
-                    json.dumps(self.ctx.pool.state_dict()))
+                (directory / POOL_DIR / f"dp{shard}.json").write_text(json.dumps(pool))
             fault_point("between_shards", step)
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
@@ -150,25 +166,45 @@ class Trainer:
 
         self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
 
-    def load_pool(self, path: Path) -> None:
-        """This rank's partial-rollout pool as the checkpoint at `path` saved it (an empty pool if the run that
-        saved it had partial rollout off)."""
-        from dagrl.nodes.rollout import train_sampling
+    def pool_states(self) -> dict[int, list]:
+        """The partial-rollout pools this rank saves, by rollout shard: its own (colocated), or every shard's as
+        the rollout pool sent them with the step's batch (the training pool's rank 0)."""
+        if self.feed is not None:
+            pools = self.message["pools"] if self.message is not None and self.rank == 0 else None
+            return dict(enumerate(pools)) if pools is not None else {}
+        if self.ctx.pool is not None and self.shape.layout.is_rollout_tp_leader(self.rank):
+            return {self.rollout_dp_rank: self.ctx.pool.state_dict()}
+        return {}
 
-        saved = path / POOL_DIR / f"dp{self.rollout_dp_rank}.json"
+    def pool_file(self, path: Path, shard: int) -> list | None:
+        """Rollout shard `shard`'s partial-rollout pool in the checkpoint at `path` (None: saved without one)."""
+        saved = path / POOL_DIR / f"dp{shard}.json"
         if not saved.is_file():
             if (path / POOL_DIR).is_dir():
-                raise RunError(f"{path} holds no partial-rollout pool for rollout shard {self.rollout_dp_rank}: it "
-                               f"was saved with another rollout layout; resume it with the same trainer.n_gpus_per_node"
-                               f" and rollout tensor_model_parallel_size")
+                raise RunError(f"{path} holds no partial-rollout pool for rollout shard {shard}: it was saved with "
+                               f"another rollout layout; resume it with the same number of rollout processes and "
+                               f"rollout tensor_model_parallel_size")
+            return None
+        return json.loads(saved.read_text())
+
+    def restore_pool(self, state: list | None) -> None:
+        """This rank's partial-rollout pool from its saved state (an empty pool for None)."""
+        from dagrl.nodes.rollout import train_sampling
+
+        if state is None:
             return
-        state = json.loads(saved.read_text())
         rows = self.train_data.rows([group["position"] for group in state])
         rows["uid"] = [group["uid"] for group in state]
         rows["position"] = [group["position"] for group in state]
         # pools saved before the prompt ledger: the epoch of the draw is unknown
         rows["ledger_uid"] = [group.get("ledger_uid", f"?:{group['position']}") for group in state]
         self.ctx.pool.load_state_dict(state, rows, train_sampling(self.ctx))
+
+    def restore_rollout_state(self, state: dict) -> None:
+        """The rollout pool: the sampler and this shard's partial-rollout pool the training pool resumed with."""
+        self.sampler.load_state_dict(state["sampler"])
+        if self.ctx.pool is not None and state["pools"] is not None:
+            self.restore_pool(state["pools"][self.rollout_dp_rank])
 
     def save_hf_model(self, actor_dir: Path) -> None:
         """actor/huggingface (verl's layout): the actor's weights as an HF model directory, with config and
@@ -181,36 +217,10 @@ class Trainer:
 
     # ---- validation -----------------------------------------------------------------------------
     def validate(self, step: int) -> dict[str, float]:
-        cfg = self.cfg.actor_rollout_ref.rollout
-        val = cfg.val_kwargs
-        sampling = SamplingSpec(n=val.n, temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
-                                do_sample=val.do_sample, response_length=self.shape.response_length)
-        rollout_dp = self.shape.layout.rollout_dp
-        positions = np.array_split(np.arange(len(self.val_data)), rollout_dp)[self.rollout_dp_rank]
-        chunk = max(self.cfg.data.train_batch_size * cfg.n // rollout_dp, 1)
-        records: list[dict] = []
-        turn_metrics: dict[str, list[tuple[float, int]]] = defaultdict(list)  # multi-turn, with row counts
-        with rollout_session(self.ctx):
-            for start in range(0, len(positions), chunk):
-                prompts = self.val_data.rows(positions[start:start + chunk])
-                seed = sampling_seed(cfg.seed, step, self.rollout_dp_rank, f"val{start}")
-                batch, sampled = sample(self.ctx, prompts, sampling, seed)
-                for key, value in sampled.items():
-                    turn_metrics[key].append((value, len(batch)))
-                scores, _ = self.ctx.reward_fn(batch, self.tokenizer)
-                texts = self.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
-                for row in range(len(batch)):
-                    records.append({"data_source": batch["data_source"][row], "index": int(batch["index"][row]),
-                                    "score": float(scores[row].sum()), "response": texts[row]})
-        records = _gather_records(records, self.shape.layout)
-        if self.cfg.trainer.validation_data_dir and self.rank == 0:
-            dump_generations(self.cfg.trainer.validation_data_dir, step, records)
-        metrics = val_metrics(records, sampling.n)
-        if turn_metrics:
-            means = {f"val-aux/{key}": sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
-                     for key, pairs in turn_metrics.items()}
-            metrics.update(dist.mean_over_ranks(means))
-        return metrics
+        if self.feed is not None:  # validation runs in the rollout pool
+            return self.feed.val(step)
+        from dagrl.trainer.validation import validate
+        return validate(self, step)
 
     # ---- the loop -------------------------------------------------------------------------------
     def local_prompts(self, step: int, round_index: int = 0) -> Batch:
@@ -227,36 +237,51 @@ class Trainer:
         return batch
 
     def fit(self) -> None:
+        from dagrl.trainer.pools import Schedule
+
         start_step = self.resume()
         if start_step >= self.total_steps:
             logger.info("this run already finished: checkpoint at step %d of %d in %s; nothing to do",
                         start_step, self.total_steps, self.cfg.trainer.default_local_dir)
+            if self.feed is not None:
+                self.feed.start(start_step, None)  # the rollout pool has nothing to do either
+                self.feed.close()
             return
         trainer = self.cfg.trainer
+        schedule = Schedule.of(self.cfg, start_step, self.total_steps)
         tracker = Tracker(trainer.project_name, trainer.experiment_name, self.loggers, self.tensorboard_dir,
                           self.jsonl_path, self.total_steps, start_step, enabled=self.rank == 0,
                           config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir))
+        bucket_bytes = int(self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
         try:
             if self.rank == 0:  # cut what steps after the checkpoint (or an end of run) wrote: they run again
                 ledger = Path(os.path.expanduser(trainer.default_local_dir)) / LEDGER_FILE
                 self.ledger = PromptLedger(ledger, *self.ledger_resume)
-            if self.cfg.trainer.val_before_train and self.val_data is not None:
+            if self.feed is not None:
+                self.feed.start(start_step, self.rollout_resume)
+                self.feed.push(self.ctx.actor, start_step, bucket_bytes)
+            if schedule.validated(start_step):
                 tracker.log(self.validate(start_step), start_step)
             for step in range(start_step + 1, self.total_steps + 1):
                 metrics = self.train_step(step)
-                test_freq, save_freq = self.cfg.trainer.test_freq, self.cfg.trainer.save_freq
+                if self.feed is not None and schedule.pushed(step):
+                    self.feed.push(self.ctx.actor, step, bucket_bytes)
+                    metrics.update(self.feed.metrics)
                 last = step == self.total_steps
-                if self.val_data is not None and test_freq > 0 and (step % test_freq == 0 or last):
+                if schedule.validated(step):
                     start = time.perf_counter()
                     metrics.update(self.validate(step))
                     metrics["timing_s/testing"] = time.perf_counter() - start
                 tracker.log(metrics, step)
                 self.check_skips(metrics, step)
+                save_freq = trainer.save_freq
                 if save_freq > 0 and (step % save_freq == 0 or last):
                     self.save(step)
-                if last and self.ctx.pool is not None:  # after the checkpoint's ledger length: a resume drops them
-                    self.write_ledger(in_flight_records(step, self.gathered(self.ctx.pool.ledger_uids())))
+                if last:  # after the checkpoint's ledger length: a resume drops them
+                    self.write_ledger(in_flight_records(step, self.in_flight_uids()))
                 tracker.advance()
+            if self.feed is not None:
+                self.feed.close()
         finally:
             tracker.close()
             if self.ledger is not None:
@@ -280,7 +305,13 @@ class Trainer:
         carried = self.ctx.pool.ledger_uids() if self.ctx.pool is not None else []
         timer = Timer()
         start = time.perf_counter()
-        batch = self.local_prompts(step)
+        if self.feed is None:
+            batch = self.local_prompts(step)
+        else:  # the rollout pool generated and scored this step's batch
+            from dagrl.trainer.pools import batch_of
+            self.message, waited = self.feed.take(step)
+            self.sampler.load_state_dict(self.message["sampler"])  # what this step's checkpoint resumes from
+            batch = batch_of(self.message)
         fault_point("rollout", step)
         batch, metrics = run_graph(self.graph, self.ctx, batch, timer=_with_faults(timer, step))
         seconds = time.perf_counter() - start
@@ -291,24 +322,37 @@ class Trainer:
         metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
         metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds,
                         "training/global_step": float(step)})
-        return dist.mean_over_ranks(metrics)
+        if self.feed is None:
+            return dist.mean_over_ranks(metrics)
+        metrics["timing_s/trainer_wait"] = waited
+        return {**self.message["metrics"], **dist.mean_over_ranks(metrics)}
 
     # ---- the prompt ledger (dagrl/trainer/ledger.py) ---------------------------------------------
     def record_prompts(self, step: int, batch: Batch, carried: list[str]) -> None:
         """The step's ledger lines from every rank's view (collective): the prompts trained on (actor layout),
         those drawn or carried in (rollout layout), those still in flight and why nodes dropped the others. The
-        ranks of a model-parallel or rollout-TP group hold the same prompts: the sets dedupe them."""
-        in_flight = self.ctx.pool.ledger_uids() if self.ctx.pool is not None else []
-        mine = (list(dict.fromkeys(batch.get("ledger_uid", []))), [*carried, *self.drawn], in_flight,
-                self.ctx.dropped)
-        parts = dist.all_gather_objects(mine)
+        ranks of a model-parallel or rollout-TP group hold the same prompts: the sets dedupe them. With separate
+        pools the rollout pool's view came with the batch."""
+        trained = list(dict.fromkeys(batch.get("ledger_uid", [])))
+        if self.feed is not None:
+            message = self.message
+            parts = [(uids, [], [], {}) for uids in dist.all_gather_objects(trained)]
+            parts.append(([], [*message["carried"], *message["drawn"]], message["in_flight"], message["dropped"]))
+        else:
+            in_flight = self.ctx.pool.ledger_uids() if self.ctx.pool is not None else []
+            parts = dist.all_gather_objects((trained, [*carried, *self.drawn], in_flight, self.ctx.dropped))
         reasons = {uid: reason for *_, dropped in parts for uid, reason in dropped.items()}
         self.write_ledger(step_records(step, (u for part in parts for u in part[0]),
                                        (u for part in parts for u in part[1]),
                                        (u for part in parts for u in part[2]), reasons))
 
-    def gathered(self, uids: list[str]) -> list[str]:
-        return [uid for part in dist.all_gather_objects(uids) for uid in part]
+    def in_flight_uids(self) -> list[str]:
+        """Prompts still in a partial-rollout pool after the last step (collective when colocated)."""
+        if self.feed is not None:
+            return list(self.message["in_flight"]) if self.message is not None else []
+        if self.ctx.pool is None:
+            return []
+        return [uid for part in dist.all_gather_objects(self.ctx.pool.ledger_uids()) for uid in part]
 
     def write_ledger(self, records: list[dict]) -> None:
         if self.ledger is not None:
@@ -323,23 +367,3 @@ def _with_faults(timer: Timer, step: int) -> Callable[[str], contextlib.Abstract
             yield
 
     return timed
-
-
-def _gather_records(records: list[dict], layout: WorldLayout) -> list[dict]:
-    """Every rank's validation records, one copy per rollout-TP group."""
-    if dist.world_size() == 1:
-        return records
-    gathered: list[list[dict]] = [None] * dist.world_size()  # type: ignore[list-item]
-    torch.distributed.all_gather_object(gathered, records)
-    return [record for rank, part in enumerate(gathered) if layout.is_rollout_tp_leader(rank) for record in part]
-
-
-def val_metrics(records: list[dict], n: int) -> dict[str, float]:
-    """val-core/<data_source>/acc/mean@n: mean over prompts of the mean score of their n responses."""
-    by_source: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for record in records:
-        by_source[record["data_source"]][record["index"]].append(record["score"])
-    metrics = {}
-    for source, prompts in by_source.items():
-        metrics[f"val-core/{source}/acc/mean@{n}"] = float(np.mean([np.mean(s) for s in prompts.values()]))
-    return metrics

@@ -81,6 +81,15 @@ def all_gather_objects(obj: object) -> list:
     return gathered
 
 
+def broadcast_object(obj: object, src: int = 0) -> object:
+    """Rank `src`'s `obj` (picklable) on every rank."""
+    if not is_initialized() or dist.get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     """Average every metric over all ranks (every rank must pass the same keys)."""
     if not is_initialized() or dist.get_world_size() == 1 or not metrics:

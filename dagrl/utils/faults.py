@@ -5,6 +5,8 @@ DAGRL_FAULT=<phase>[:<step>][@<rank>]  SIGKILL this process when it reaches <pha
                                on global rank <rank> only when given (a single worker dying in a multi-rank job).
 DAGRL_FAULT_TRACE=<file>       append "<unix time> <phase> <step>" to <file> at every such point, so a harness that
                                kills the run at a random moment can tell which phase it hit.
+DAGRL_DELAY=<phase>:<seconds>  sleep that long at every such point of <phase> (a slow trainer or rollout, so that a test
+                               of the asynchronous pools sees the other pool run ahead to its bound).
 DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engine must skip and count them).
 DAGRL_INJECT_NAN_WEIGHTS=<s>,... write NaN into an actor weight after the update of those steps, as a finite
                                gradient with an absurd LR would (such a state must never be checkpointed).
@@ -23,12 +25,15 @@ def fault_point(phase: str, step: int) -> None:
     if trace:  # one short append per point: the kernel keeps it even if the process is killed right after
         with open(trace, "a", encoding="utf-8") as out:
             out.write(f"{time.time():.3f} {phase} {step}\n")
+    delay = os.environ.get("DAGRL_DELAY", "")
+    if delay and delay.rpartition(":")[0] == phase:
+        time.sleep(float(delay.rpartition(":")[2]))
     spec = os.environ.get("DAGRL_FAULT", "")
     if not spec:
         return
     spec, _, at_rank = spec.partition("@")
     name, _, at_step = spec.partition(":")
-    if at_rank and int(at_rank) != int(os.environ.get("RANK", "0")):
+    if at_rank and int(at_rank) != int(os.environ.get("DAGRL_GLOBAL_RANK", os.environ.get("RANK", "0"))):
         return
     if name == phase and (not at_step or int(at_step) == step):
         logger.warning("DAGRL_FAULT: killing this process at %s (step %d)", phase, step)

@@ -1,0 +1,194 @@
+"""Two pools in one launch: each pool's own default process group, and the bridge between the pools.
+
+torchrun (or Ray) starts rollout + train processes. Every one of them joins the launch's store, then initialises a
+default process group over its own pool only, under pool-local RANK / WORLD_SIZE / LOCAL_RANK (vLLM's external
+launcher and Megatron's `initialize_model_parallel` both span the whole default group: a shared world would hang
+one of them). The bridge is a second gloo group over every process of the launch, never a default one, plus the
+launch's store as its control plane:
+
+- a message is pickled, sent point to point on a channel's gloo tag (gloo keeps each (pair, tag) in order), and then
+  announced by bumping a counter in the store; a receiver first waits for the announcement while watching for a
+  failure, then receives. So no process ever blocks inside gloo on a peer that has died or stopped on an error;
+- sends are asynchronous: the sender keeps the buffers alive until the receiver acknowledges them in the store;
+- a process that stops on an error records it (`fail`) and every waiting peer raises it (`PoolStopped`).
+Weights travel the same way (host tensors; the export leader sends each bucket to every rollout rank).
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import pickle
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dagrl.config.errors import RunError
+from dagrl.placement.pools import Placement, Pool
+
+logger = logging.getLogger(__name__)
+
+CHANNELS = {"start": 1, "data": 2, "val": 3, "weights": 4}
+FAILED_KEY = "dagrl/failed"
+GLOBAL_RANK = "DAGRL_GLOBAL_RANK"
+
+
+class PoolStopped(RunError):
+    """The other pool stopped on an error (its one-line message is ours)."""
+
+
+def global_rank() -> int:
+    """This process's rank in the whole launch (RANK before `init_pools` made it pool-local)."""
+    return int(os.environ.get(GLOBAL_RANK, os.environ.get("RANK", "0")))
+
+
+@dataclass
+class Bridge:
+    store: Any                     # the launch's store (the control plane)
+    group: Any                     # gloo group of every process of the launch
+    placement: Placement
+    rank: int                      # global rank
+    poll_s: float = 0.005
+    pending: list = field(default_factory=list)   # (work, buffer) of sends not yet known delivered
+    received: dict = field(default_factory=dict)  # (channel, src) -> messages received so far
+
+    @property
+    def pool(self) -> Pool:
+        return self.placement.pool_of(self.rank)
+
+    @property
+    def train_leader(self) -> int:
+        return self.placement.pool("train").first_rank
+
+    @property
+    def rollout_ranks(self) -> range:
+        return self.placement.pool("rollout").ranks
+
+    @property
+    def rollout_leader(self) -> int:
+        return self.placement.pool("rollout").first_rank
+
+    def _key(self, channel: str, src: int, dst: int) -> str:
+        return f"dagrl/chan/{channel}/{src}->{dst}"
+
+    # ---- messages -----------------------------------------------------------------------------------------
+    def send(self, dst: int, channel: str, obj: Any) -> int:
+        """Post `obj` to global rank `dst` on `channel` without waiting; the bytes sent."""
+        payload = torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)
+        self.send_tensors(dst, channel, [payload])
+        return payload.numel()
+
+    def send_tensors(self, dst: int, channel: str, tensors: list[torch.Tensor]) -> None:
+        """Post host tensors whose sizes the receiver learns from a header, then announce them."""
+        tag = CHANNELS[channel] * 2
+        sizes = torch.tensor([t.numel() * t.element_size() for t in tensors], dtype=torch.int64)
+        count = torch.tensor([len(tensors)], dtype=torch.int64)
+        buffers = [(count, 0), (sizes, 0), *((_bytes(t), 1) for t in tensors)]
+        works = [self.group.send([buffer], dst, tag + offset) for buffer, offset in buffers]
+        key = self._key(channel, self.rank, dst)
+        sequence = self.store.add(key, 1)
+        self.pending.append((key, sequence, works, buffers))
+        self._reap()
+
+    def recv(self, src: int, channel: str) -> Any:
+        """The next object `src` sent on `channel` (waits for it; raises PoolStopped if a process failed)."""
+        (payload,) = self.recv_tensors(src, channel)
+        return pickle.loads(payload.numpy().tobytes())
+
+    def recv_tensors(self, src: int, channel: str) -> list[torch.Tensor]:
+        """The next tensors (as bytes) `src` sent on `channel`."""
+        self.wait_for(src, channel)
+        tag = CHANNELS[channel] * 2
+        count = torch.empty(1, dtype=torch.int64)
+        self.group.recv([count], src, tag).wait()
+        sizes = torch.empty(int(count[0]), dtype=torch.int64)
+        self.group.recv([sizes], src, tag).wait()
+        out = []
+        for size in sizes.tolist():
+            buffer = torch.empty(size, dtype=torch.uint8)
+            self.group.recv([buffer], src, tag + 1).wait()
+            out.append(buffer)
+        self.received[(channel, src)] = self.received.get((channel, src), 0) + 1
+        self.store.add(self._key(channel, src, self.rank) + "/acked", 1)
+        return out
+
+    def available(self, src: int, channel: str) -> int:
+        """Messages `src` has announced on `channel` that this process has not received yet."""
+        return self.store.add(self._key(channel, src, self.rank), 0) - self.received.get((channel, src), 0)
+
+    def wait_for(self, src: int, channel: str) -> float:
+        """Wait until `src` announced a message on `channel`; the seconds waited."""
+        start = time.perf_counter()
+        while self.available(src, channel) <= 0:
+            self.check_failed()
+            time.sleep(self.poll_s)
+        return time.perf_counter() - start
+
+    def _delivered(self, key: str, sequence: int) -> bool:
+        return self.store.add(key + "/acked", 0) >= sequence
+
+    def _reap(self) -> None:
+        """Release the buffers of messages the receiver acknowledged (gloo's send work does not report completion
+        before `wait`, so the receiver's acknowledgement in the store says when waiting cannot block)."""
+        keep = []
+        for key, sequence, works, buffers in self.pending:
+            if self._delivered(key, sequence):
+                for work in works:
+                    work.wait()
+            else:
+                keep.append((key, sequence, works, buffers))
+        self.pending = keep
+
+    def flush(self) -> float:
+        """Wait until every message this process sent has been received; the seconds waited."""
+        start = time.perf_counter()
+        for key, sequence, works, _ in self.pending:
+            while not self._delivered(key, sequence):
+                self.check_failed()
+                time.sleep(self.poll_s)
+            for work in works:
+                work.wait()
+        self.pending = []
+        return time.perf_counter() - start
+
+    # ---- failures ----------------------------------------------------------------------------------------------
+    def fail(self, message: str) -> None:
+        """Tell every process of the launch that this one stopped (the first failure wins)."""
+        if not self.store.check([FAILED_KEY]):
+            self.store.set(FAILED_KEY, f"the {self.pool.name} pool (rank {self.rank}) stopped: {message}")
+
+    def check_failed(self) -> None:
+        if self.store.check([FAILED_KEY]):
+            raise PoolStopped(self.store.get(FAILED_KEY).decode())
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    flat = tensor.detach().contiguous().view(-1)
+    return flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
+
+
+def init_pools(placement: Placement, timeout_s: float = 1800.0) -> Bridge:
+    """Join the launch's store, initialise this process's pool as the default process group (pool-local RANK,
+    WORLD_SIZE, LOCAL_RANK in the environment from here on) and the bridge over every process."""
+    rank = global_rank()
+    os.environ[GLOBAL_RANK] = str(rank)
+    store, _, world = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=timeout_s)))
+    if world != placement.world_size:
+        raise RuntimeError(f"launch of {world} processes, placement of {placement.world_size}")
+    pool = placement.pool_of(rank)
+    device = int(os.environ.get("LOCAL_RANK", "0"))  # the node's device of this process, not its pool's index
+    os.environ.update({**pool.local_env(rank), "DAGRL_DEVICE": str(device)})
+    backend = "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(device % torch.cuda.device_count())
+        backend = "nccl"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"dagrl/pool/{pool.name}", store),
+                            rank=rank - pool.first_rank, world_size=pool.size, timeout=timeout)
+    group = dist.ProcessGroupGloo(dist.PrefixStore("dagrl/bridge", store), rank, world, timeout)
+    logger.info("%s pool rank %d of %d (launch rank %d of %d)", pool.name, rank - pool.first_rank, pool.size,
+                rank, world)
+    return Bridge(store, group, placement, rank)

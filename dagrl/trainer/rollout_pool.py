@@ -1,0 +1,124 @@
+"""The rollout pool's loop: receive weights, validate, generate and score batch after batch, send each to the
+training pool (the schedule is in trainer/pools.py). Every rank of the pool runs it in lockstep: the nodes it runs
+hold collectives over the pool (dynamic sampling's counts, the metric means, validation's records)."""
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+
+import torch
+
+from dagrl.dag.graph import run_graph
+from dagrl.data.batch import Batch
+from dagrl.placement.bridge import Bridge
+from dagrl.trainer.pools import Schedule, unpack_bucket
+from dagrl.utils import dist
+
+logger = logging.getLogger(__name__)
+
+
+class Receiver:
+    """Takes the training pool's weight pushes in order, and validates the versions the schedule says."""
+
+    def __init__(self, trainer, bridge: Bridge, schedule: Schedule) -> None:
+        self.trainer, self.bridge, self.schedule = trainer, bridge, schedule
+        self.version = -1
+        self.validation_s = 0.0
+
+    def receive(self) -> None:
+        """The next push (waits for it): into the inbox, which the rollout node loads before it generates."""
+        meta, *flats = self.bridge.recv_tensors(self.bridge.train_leader, "weights")
+        header = pickle.loads(meta.numpy().tobytes())
+        version = header["version"]
+        self.trainer.ctx.actor.put(version, [unpack_bucket(entries, flat) for entries, flat in zip(header["buckets"],
+                                                                                                    flats)])
+        self.trainer.ctx.versions.actor = self.version = version
+        if self.schedule.validated(version):
+            start = time.perf_counter()
+            metrics = self.trainer.validate(version)
+            self.validation_s += time.perf_counter() - start
+            if dist.rank() == 0:
+                self.bridge.send(self.bridge.train_leader, "val", {"step": version, "metrics": metrics})
+
+    def take(self, required: int) -> float:
+        """Every push already announced (the pool agrees on how many), then wait for `required` if still older;
+        the seconds spent waiting (validation excluded)."""
+        start, validation = time.perf_counter(), self.validation_s
+        announced = self.bridge.available(self.bridge.train_leader, "weights") if dist.rank() == 0 else None
+        for _ in range(dist.broadcast_object(announced)):
+            self.receive()
+        while self.version < required:
+            self.receive()
+        return time.perf_counter() - start - (self.validation_s - validation)
+
+    def finish(self) -> None:
+        """The pushes after the last batch (validation of the final steps); each must be received."""
+        schedule = self.schedule
+        last = max(v for v in range(schedule.start, schedule.total + 1) if schedule.pushed(v))
+        while self.version < last:
+            self.receive()
+
+
+def serve(trainer, bridge: Bridge) -> None:
+    """Run the rollout pool until the training pool's last step has its batch (and its validation)."""
+    cfg = trainer.cfg
+    start = bridge.recv(bridge.train_leader, "start")
+    if start["step"] >= trainer.total_steps:  # the run had finished
+        return
+    if start["state"] is not None:
+        trainer.restore_rollout_state(start["state"])
+    schedule = Schedule.of(cfg, start["step"], trainer.total_steps)
+    staleness = cfg.async_training.max_staleness
+    receiver = Receiver(trainer, bridge, schedule)
+    receiver.receive()  # the weights the training pool starts from
+    logger.info("rollout pool: batches %d..%d, staleness bound %d", start["step"] + 1, trainer.total_steps, staleness)
+    for step in range(start["step"] + 1, trainer.total_steps + 1):
+        # step's update starts from version step - 1: its samples may be at most K versions older
+        pause = receiver.take(step - 1 - staleness)
+        message = generate(trainer, step, pause)
+        if dist.rank() == 0:
+            bridge.send(bridge.train_leader, "data", message)
+    receiver.finish()
+    bridge.flush()
+
+
+def generate(trainer, step: int, pause: float) -> dict | None:
+    """Batch `step`: the rollout-side nodes on this rank's prompts; on the pool's rank 0, the message with every
+    shard, the pool's mean metrics, the prompt-ledger view and the rollout state after this batch."""
+    from dagrl.trainer.loop import Timer
+
+    ctx = trainer.ctx
+    ctx.step, ctx.update_base = step, step - 1
+    ctx.dropped, trainer.drawn = {}, []
+    carried = ctx.pool.ledger_uids() if ctx.pool is not None else []
+    timer = Timer()
+    start = time.perf_counter()
+    batch, metrics = run_graph(trainer.graph, ctx, trainer.local_prompts(step), timer=timer)
+    seconds = time.perf_counter() - start
+    if "token_versions" not in batch and len(batch):  # sampled at once: every token by the version loaded
+        mask = batch["response_mask"].bool()
+        batch["token_versions"] = torch.where(mask, ctx.versions.rollout, -1)
+    generated = float(batch["response_mask"].sum()) if len(batch) else 0.0
+    metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
+    metrics.update({"timing_s/rollout_pause": pause, "timing_s/rollout_batch": seconds,
+                    "perf/rollout_throughput": generated / max(timer.seconds.get("gen", seconds), 1e-9)})
+    metrics = dist.mean_over_ranks(metrics)
+    layout = trainer.shape.layout
+    leads = layout.is_rollout_tp_leader(ctx.rank)
+    in_flight = ctx.pool.ledger_uids() if ctx.pool is not None else []
+    part = (batch.to("cpu") if leads else None, ctx.pool.state_dict() if leads and ctx.pool is not None else None,
+            trainer.drawn, carried, in_flight, ctx.dropped)
+    parts = [p for rank, p in enumerate(dist.all_gather_objects(part)) if layout.is_rollout_tp_leader(rank)]
+    if dist.rank() != 0:
+        return None
+    from dagrl.nodes.partial_rollout import staleness_metrics
+
+    whole = Batch.concat([p[0] for p in parts])
+    metrics.update(staleness_metrics(whole, step - 1))  # over every trajectory of the step, not a mean of ranks'
+    unique = lambda index: list(dict.fromkeys(uid for p in parts for uid in p[index]))  # noqa: E731
+    return {"step": step, "shards": [p[0] for p in parts], "metrics": metrics,
+            "sampler": trainer.sampler.state_dict(),
+            "pools": [p[1] for p in parts] if ctx.pool is not None else None,
+            "drawn": unique(2), "carried": unique(3), "in_flight": unique(4),
+            "dropped": {uid: reason for p in parts for uid, reason in p[5].items()}}

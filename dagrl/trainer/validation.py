@@ -1,0 +1,68 @@
+"""Validation: sample the validation set with the rollout's current weights and score it (val-core/<source>/acc/mean@n)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from dagrl.engine.rollout.interface import SamplingSpec
+from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
+from dagrl.placement import WorldLayout
+from dagrl.trainer.tracking import dump_generations
+from dagrl.utils import dist
+
+
+def validate(trainer, step: int) -> dict[str, float]:
+    """val-core/* (and val-aux/* of multi-turn runs) of the rollout's current weights on the validation set, labelled
+    `step`; collective over the rollout's ranks."""
+    cfg = trainer.cfg.actor_rollout_ref.rollout
+    val = cfg.val_kwargs
+    sampling = SamplingSpec(n=val.n, temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
+                            do_sample=val.do_sample, response_length=trainer.shape.response_length)
+    rollout_dp = trainer.shape.layout.rollout_dp
+    positions = np.array_split(np.arange(len(trainer.val_data)), rollout_dp)[trainer.rollout_dp_rank]
+    chunk = max(trainer.cfg.data.train_batch_size * cfg.n // rollout_dp, 1)
+    records: list[dict] = []
+    turn_metrics: dict[str, list[tuple[float, int]]] = defaultdict(list)  # multi-turn, with row counts
+    with rollout_session(trainer.ctx):
+        for start in range(0, len(positions), chunk):
+            prompts = trainer.val_data.rows(positions[start:start + chunk])
+            seed = sampling_seed(cfg.seed, step, trainer.rollout_dp_rank, f"val{start}")
+            batch, sampled = sample(trainer.ctx, prompts, sampling, seed)
+            for key, value in sampled.items():
+                turn_metrics[key].append((value, len(batch)))
+            scores, _ = trainer.ctx.reward_fn(batch, trainer.tokenizer)
+            texts = trainer.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
+            for row in range(len(batch)):
+                records.append({"data_source": batch["data_source"][row], "index": int(batch["index"][row]),
+                                "score": float(scores[row].sum()), "response": texts[row]})
+    records = _gather_records(records, trainer.shape.layout)
+    if trainer.cfg.trainer.validation_data_dir and trainer.rank == 0:
+        dump_generations(trainer.cfg.trainer.validation_data_dir, step, records)
+    metrics = val_metrics(records, sampling.n)
+    if turn_metrics:
+        means = {f"val-aux/{key}": sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+                 for key, pairs in turn_metrics.items()}
+        metrics.update(dist.mean_over_ranks(means))
+    return metrics
+
+
+def _gather_records(records: list[dict], layout: WorldLayout) -> list[dict]:
+    """Every rank's validation records, one copy per rollout-TP group."""
+    if dist.world_size() == 1:
+        return records
+    gathered: list[list[dict]] = [None] * dist.world_size()  # type: ignore[list-item]
+    torch.distributed.all_gather_object(gathered, records)
+    return [record for rank, part in enumerate(gathered) if layout.is_rollout_tp_leader(rank) for record in part]
+
+
+def val_metrics(records: list[dict], n: int) -> dict[str, float]:
+    """val-core/<data_source>/acc/mean@n: mean over prompts of the mean score of their n responses."""
+    by_source: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        by_source[record["data_source"]][record["index"]].append(record["score"])
+    metrics = {}
+    for source, prompts in by_source.items():
+        metrics[f"val-core/{source}/acc/mean@{n}"] = float(np.mean([np.mean(s) for s in prompts.values()]))
+    return metrics
