@@ -92,9 +92,8 @@ def placement(cfg: Cfg) -> Placement:
     """The run's pools: trainer.nnodes x trainer.n_gpus_per_node processes that train and generate (colocated), or
     with actor_rollout_ref.hybrid_engine=false a rollout pool of rollout.nnodes x rollout.n_gpus_per_node first."""
     train = positive_int(cfg, "trainer.nnodes"), positive_int(cfg, "trainer.n_gpus_per_node")
-    if cfg.actor_rollout_ref.hybrid_engine:
-        return Placement.colocated(*train)
-    return Placement.split(positive_int(cfg, "rollout.nnodes"), positive_int(cfg, "rollout.n_gpus_per_node"), *train)
+    rollout = positive_int(cfg, "rollout.nnodes"), positive_int(cfg, "rollout.n_gpus_per_node")  # checked either way
+    return Placement.colocated(*train) if cfg.actor_rollout_ref.hybrid_engine else Placement.split(*rollout, *train)
 
 
 def planned_world_size(cfg: Cfg) -> int:

@@ -1,0 +1,188 @@
+"""Separate rollout and training pools (actor_rollout_ref.hybrid_engine=false) on CPU with the hf rollout: K=0 is the
+colocated run exactly (1+1 and 2+2 processes); the staleness bound holds on every trained trajectory and is reached
+when training is the slow side; partial rollout carries prefixes across pushes; kill -9 of the training pool and a
+relaunch train every prompt exactly once (K=0: bit-exact); a pool that stops on an error stops the other."""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from dagrl.dag.graph import build_graph
+from dagrl.placement import Placement
+from dagrl.trainer.ledger import LEDGER_FILE
+from dagrl.trainer.pools import Schedule, pack_buckets, split_graph, unpack_bucket
+from tests.conftest import cpu_run_overrides
+from tests.helpers import metrics_by_step, session_process
+from tests.trainer.test_end_to_end import REWARD, _free_port
+from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture)
+
+ENV = {"OMP_NUM_THREADS": "1"}
+SLOW_TRAINER = {"DAGRL_DELAY": "actor_update:1.5"}  # the rollout pool runs ahead until the bound stops it
+
+
+def command(args: list[str], processes: int) -> list[str]:
+    if processes == 1:
+        return [sys.executable, "-m", "dagrl.main_dag", *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
+            str(_free_port()), "-m", "dagrl.main_dag", *args]
+
+
+def launch(*runs: tuple[list[str], int, dict]) -> list[tuple[int, str]]:
+    """Each (args, processes, env) at the same time; (exit code, stderr) of each."""
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(session_process(command(args, processes), {**ENV, **env}))
+                   for args, processes, env in runs]
+        results = []
+        for proc, err in started:
+            code = proc.wait(timeout=600)
+            err.seek(0)
+            results.append((code, err.read()))
+    return results
+
+
+def ok(result: tuple[int, str]) -> None:
+    code, stderr = result
+    assert code == 0, stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def args(tiny_model, tiny_data):
+    def make(out: Path, pools: tuple[int, int] | None = (1, 1), **extra) -> list[str]:
+        split = {} if pools is None else {"actor_rollout_ref.hybrid_engine": False,
+                                          "rollout.n_gpus_per_node": pools[0], "trainer.n_gpus_per_node": pools[1]}
+        return cpu_run_overrides(tiny_model, tiny_data, out, **{
+            "trainer.total_training_steps": 4, "trainer.save_freq": 2, "trainer.test_freq": 2,
+            "trainer.val_before_train": False, "async_training.max_staleness": 0,
+            "custom_reward_function.path": str(REWARD), **split, **extra})  # rewards that vary: updates that move
+    return make
+
+
+def without_async(records: dict[int, dict]) -> dict[int, dict]:
+    return {step: {k: v for k, v in record.items() if not k.startswith("async/")} for step, record in records.items()}
+
+
+def uids(root: Path) -> Counter:
+    return Counter(json.loads(line)["uid"] for line in (root / LEDGER_FILE).read_text().splitlines())
+
+
+# ---- the schedule and the wire format ----------------------------------------------------------------------------
+def test_the_schedule_pushes_every_trigger_steps_and_at_every_validation():
+    schedule = Schedule(start=2, total=9, trigger=3, test_freq=4, validates=True, val_before_train=True)
+    assert [v for v in range(2, 10) if schedule.pushed(v)] == [2, 3, 4, 6, 8, 9]
+    assert [v for v in range(2, 10) if schedule.validated(v)] == [2, 4, 8, 9]
+    quiet = Schedule(start=0, total=5, trigger=1, test_freq=2, validates=False, val_before_train=True)
+    assert not any(quiet.validated(v) for v in range(6)) and all(quiet.pushed(v) for v in range(6))
+
+
+def test_weight_buckets_cross_the_wire_bit_exact():
+    bucket = [("a", torch.randn(3, 4, dtype=torch.bfloat16)), ("b", torch.arange(5, dtype=torch.float32)),
+              ("c", torch.randn(2, 1, 3))]
+    header, flats = pack_buckets(iter([bucket, bucket[:1]]))
+    assert [f.dtype for f in flats] == [torch.uint8] * 2
+    for entries, flat, original in zip(header, flats, [bucket, bucket[:1]]):
+        restored = unpack_bucket(entries, flat.clone())
+        assert [name for name, _ in restored] == [name for name, _ in original]
+        assert all(t.dtype == o.dtype and torch.equal(t, o) for (_, t), (_, o) in zip(restored, original))
+
+
+def test_the_graph_is_cut_at_the_layout_node():
+    from dagrl.config.load import compose
+
+    nodes = compose(["dag=dapo"])["dag"]["nodes"]
+    rollout, train = split_graph(build_graph(nodes))
+    assert [n.id for n in rollout.nodes] == ["rollout", "score", "dynamic_sampling"]
+    assert [n.id for n in train.nodes][0] == "to_actor_layout" and train.nodes[-1].id == "actor_update"
+
+
+def test_placement_splits_the_launch_rollout_first():
+    placement = Placement.split(1, 2, 1, 2)
+    assert [placement.pool_of(r).name for r in range(4)] == ["rollout", "rollout", "train", "train"]
+    assert placement.pool_of(3).local_env(3)["RANK"] == "1"
+
+
+# ---- runs ----------------------------------------------------------------------------------------------------------
+def test_k0_in_two_pools_is_the_colocated_run_and_resumes_bit_exact(args, tmp_path):
+    colocated, straight, resumed = tmp_path / "colocated", tmp_path / "straight", tmp_path / "resumed"
+    kill = {"DAGRL_FAULT": "actor_update:3@1"}  # the training process (launch rank 1) dies inside step 3
+    results = launch((args(colocated, pools=None), 1, {}), (args(straight), 2, {}), (args(resumed), 2, kill))
+    ok(results[0])
+    ok(results[1])
+    assert results[2][0] != 0  # torchrun reports the killed worker (and stopped the rollout pool)
+    assert sorted(p.name for p in resumed.glob("global_step_*")) == ["global_step_2"]
+    ok(launch((args(resumed), 2, {}))[0])
+    expected = metrics_by_step(colocated)
+    assert without_async(metrics_by_step(straight)) == expected  # every loss, score and validation metric
+    assert metrics_by_step(resumed) == metrics_by_step(straight)
+    assert expected[4]["actor/grad_norm"] > 0 and "val-core/dagrl/arithmetic/acc/mean@1" in expected[4]
+    records = metrics_by_step(straight)
+    assert all(records[s]["async/staleness_max"] == 0 for s in range(1, 5))
+    assert records[2]["async/push_gb"] > 0
+    ledger = (colocated / LEDGER_FILE).read_bytes()
+    assert (straight / LEDGER_FILE).read_bytes() == ledger == (resumed / LEDGER_FILE).read_bytes()
+
+
+def test_two_by_two_pools_at_k0_match_two_colocated_ranks(args, tmp_path):
+    colocated, pools = tmp_path / "colocated", tmp_path / "pools"
+    results = launch((args(colocated, pools=None, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2}
+                           ), 2, {}),
+                     (args(pools, pools=(2, 2), **{"trainer.total_training_steps": 2}), 4, {}))
+    for result in results:
+        ok(result)
+    assert without_async(metrics_by_step(pools)) == metrics_by_step(colocated)
+    assert (pools / LEDGER_FILE).read_bytes() == (colocated / LEDGER_FILE).read_bytes()
+
+
+def run_killed_and_straight(make, tmp_path: Path, env: dict, kill: str) -> tuple[Path, Path]:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    results = launch((make(straight), 2, env), (make(resumed), 2, {**env, "DAGRL_FAULT": kill}))
+    ok(results[0])
+    assert results[1][0] != 0
+    ok(launch((make(resumed), 2, env))[0])
+    for root in (straight, resumed):
+        assert max(uids(root).values()) == 1  # every prompt once, across the kill for `resumed`
+        trained = [line for line in (root / LEDGER_FILE).read_text().splitlines() if '"trained@' in line]
+        assert len(trained) == 6 * 4
+    return straight, resumed
+
+
+def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kill_9(args, tmp_path):
+    """K=1: batch b waits for version b-2, so from the third step every batch is exactly one version stale."""
+    make = lambda out: args(out, **{"async_training.max_staleness": 1, "trainer.total_training_steps": 6,  # noqa
+                                    "trainer.save_freq": 3, "trainer.test_freq": -1})
+    straight, resumed = run_killed_and_straight(make, tmp_path, SLOW_TRAINER, kill="actor_update:5@1")
+    staleness = [metrics_by_step(root)[s]["async/staleness_max"] for root in (straight, resumed) for s in range(1, 7)]
+    # the resumed run restarts the rollout pool from the step-3 checkpoint with version 3: batch 4 is fresh
+    assert staleness == [0, 1, 1, 1, 1, 1] + [0, 1, 1, 0, 1, 1]
+
+
+def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill_9(args, long_tail_model,
+                                                                                     tmp_path):
+    """K=3, a slow rollout pool (the usual case): the training pool pushes while the rollout pool generates, so
+    carried prefixes continue under newer weights. The rollout pool is the one killed."""
+    make = lambda out: args(out, **{  # noqa: E731
+        "actor_rollout_ref.model.path": str(long_tail_model), "async_training.max_staleness": 3,
+        "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
+        "data.max_response_length": 16, "trainer.total_training_steps": 6, "trainer.save_freq": 3,
+        "trainer.test_freq": -1})
+    straight, resumed = run_killed_and_straight(make, tmp_path, {"DAGRL_DELAY": "score:1.0"}, kill="score:5@0")
+    for root in (straight, resumed):
+        records = metrics_by_step(root)
+        assert all(records[s]["async/staleness_max"] <= 3 for s in range(1, 7))
+    assert max(metrics_by_step(straight)[s]["async/partial_fraction"] for s in range(2, 7)) > 0
+
+
+def test_a_pool_that_stops_on_an_error_stops_the_other_with_its_message(args, tmp_path):
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    raise ValueError('scorer broke')\n")
+    out = tmp_path / "broken"
+    (code, stderr), = launch((args(out, **{"custom_reward_function.path": str(reward),
+                                           "reward_model.on_error": "raise"}), 2, {}))
+    assert code != 0
+    assert "scorer broke" in stderr and "the rollout pool (rank 0) stopped" in stderr
