@@ -68,8 +68,9 @@ def world_size_from_env(cfg: Cfg) -> int:
         require(expected == actual, "rollout.n_gpus_per_node",
                 f"separate pools (actor_rollout_ref.hybrid_engine=false) of rollout.nnodes x rollout.n_gpus_per_node "
                 f"= {rollout.size} and trainer.nnodes x trainer.n_gpus_per_node = {train.size} processes need "
-                f"{expected} but this launch has {actual}: start torchrun --nproc-per-node {expected}, or change "
-                f"rollout.n_gpus_per_node / trainer.n_gpus_per_node to add up to {actual}")
+                f"{expected} but this launch has {actual}: start torchrun --nproc-per-node {expected}"
+                + (f", or change rollout.n_gpus_per_node / trainer.n_gpus_per_node to add up to {actual}"
+                   if actual >= 2 else ""))
         return actual
     if nnodes == 1:
         require(expected == actual, "trainer.n_gpus_per_node",
