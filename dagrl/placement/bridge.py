@@ -11,7 +11,8 @@ launch's store as its control plane:
   failure, then receives. So no process ever blocks inside gloo on a peer that has died or stopped on an error;
 - sends are asynchronous: the sender keeps the buffers alive until the receiver acknowledges them in the store;
 - a process that stops on an error records it (`fail`) and every waiting peer raises it (`PoolStopped`).
-Weights travel the same way (host tensors; the export leader sends each bucket to every rollout rank).
+Weights travel the same way (host tensors; the export leader sends each bucket to every rollout rank), or as CUDA IPC
+handles to a rollout rank on the trainer's own GPU (`shares_device`), which the receiver acknowledges once loaded.
 """
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ class Bridge:
         self.send_tensors(dst, channel, [payload])
         return payload.numel()
 
-    def send_tensors(self, dst: int, channel: str, tensors: list[torch.Tensor]) -> None:
-        """Post host tensors whose sizes the receiver learns from a header, then announce them."""
+    def send_tensors(self, dst: int, channel: str, tensors: list[torch.Tensor], keep: tuple = ()) -> None:
+        """Post host tensors whose sizes the receiver learns from a header, then announce them. `keep`: objects to
+        hold until the receiver acknowledges (the GPU memory behind CUDA IPC handles in the message)."""
         tag = CHANNELS[channel] * 2
         sizes = torch.tensor([t.numel() * t.element_size() for t in tensors], dtype=torch.int64)
         count = torch.tensor([len(tensors)], dtype=torch.int64)
@@ -90,7 +92,7 @@ class Bridge:
         works = [self.group.send([buffer], dst, tag + offset) for buffer, offset in buffers]
         key = self._key(channel, self.rank, dst)
         sequence = self.store.add(key, 1)
-        self.pending.append((key, sequence, works, buffers))
+        self.pending.append((key, sequence, works, (buffers, keep)))
         self._reap()
 
     def recv(self, src: int, channel: str) -> Any:
@@ -98,8 +100,9 @@ class Bridge:
         (payload,) = self.recv_tensors(src, channel)
         return pickle.loads(payload.numpy().tobytes())
 
-    def recv_tensors(self, src: int, channel: str) -> list[torch.Tensor]:
-        """The next tensors (as bytes) `src` sent on `channel`."""
+    def recv_tensors(self, src: int, channel: str, ack: bool = True) -> list[torch.Tensor]:
+        """The next tensors (as bytes) `src` sent on `channel`. `ack=False`: the sender keeps its buffers until
+        `ack` is called (a CUDA IPC message's memory must outlive the receiver's use of it)."""
         self.wait_for(src, channel)
         tag = CHANNELS[channel] * 2
         count = torch.empty(1, dtype=torch.int64)
@@ -112,8 +115,18 @@ class Bridge:
             self.group.recv([buffer], src, tag + 1).wait()
             out.append(buffer)
         self.received[(channel, src)] = self.received.get((channel, src), 0) + 1
-        self.store.add(self._key(channel, src, self.rank) + "/acked", 1)
+        if ack:
+            self.ack(src, channel)
         return out
+
+    def ack(self, src: int, channel: str) -> None:
+        """Tell `src` the message received last on `channel` is done with: its buffers may go."""
+        self.store.add(self._key(channel, src, self.rank) + "/acked", 1)
+
+    def shares_device(self, rank: int) -> bool:
+        """Whether global `rank` runs on this process's GPU (same host, same device): CUDA IPC can carry tensors."""
+        mine, theirs = (self.store.get(f"dagrl/device/{r}").decode() for r in (self.rank, rank))
+        return mine == theirs and mine != "cpu"
 
     def available(self, src: int, channel: str) -> int:
         """Messages `src` has announced on `channel` that this process has not received yet."""
@@ -189,6 +202,11 @@ def init_pools(placement: Placement, timeout_s: float = 1800.0) -> Bridge:
     dist.init_process_group(backend, store=dist.PrefixStore(f"dagrl/pool/{pool.name}", store),
                             rank=rank - pool.first_rank, world_size=pool.size, timeout=timeout)
     group = dist.ProcessGroupGloo(dist.PrefixStore("dagrl/bridge", store), rank, world, timeout)
+    where = "cpu"
+    if backend == "nccl":
+        import socket
+        where = f"{socket.gethostname()}/{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
+    store.set(f"dagrl/device/{rank}", where)
     logger.info("%s pool rank %d of %d (launch rank %d of %d)", pool.name, rank - pool.first_rank, pool.size,
                 rank, world)
     return Bridge(store, group, placement, rank)

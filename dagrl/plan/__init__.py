@@ -3,21 +3,33 @@
 Composes the config exactly as dagrl.main_dag does and runs the same pre-flight checks (with the world size
 taken from trainer.nnodes x trainer.n_gpus_per_node, since nothing is launched), then prints which ranks form
 each parallel group, how a step's batch is cut into mini- and micro-batches, and a per-GPU memory estimate.
+With separate pools (actor_rollout_ref.hybrid_engine=false) it shows both: the training pool's groups in global
+launch ranks and its memory without a rollout engine, and the rollout pool's TP/DP groups and engine memory.
 A bad config prints the trainer's one-line error and exits with code 2. Imports neither torch nor megatron.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
-from dagrl.placement import WorldLayout
-from dagrl.plan.memory import CriticSettings, RunSettings, StageMemory, estimate, recompute_from_config
+from dagrl.placement import Placement, Pool, WorldLayout
+from dagrl.plan.memory import (CriticSettings, RunSettings, StageMemory, estimate, recompute_from_config,
+                               rollout_pool_memory)
 from dagrl.plan.model import ModelShape
 from dagrl.placement.groups import ParallelGroups, megatron_groups
 from dagrl.plan.schedule import Schedule, needs_reference, step_schedule
 
 H200_GIB = 141.0
+
+
+@dataclass
+class RolloutPool:
+    """The rollout pool of a two-pool run: its ranks, rollout TP/DP, groups (global ranks) and engine memory."""
+    pool: Pool
+    layout: WorldLayout
+    groups: ParallelGroups
+    memory: StageMemory
 
 
 @dataclass
@@ -31,6 +43,18 @@ class Plan:
     run: RunSettings
     memory: list[StageMemory]
     rollout_name: str
+    placement: Placement | None = None        # set for two pools: then `groups` are the training pool's, in
+    rollout_pool: RolloutPool | None = None   # global ranks, and `memory` holds no rollout engine
+
+    @property
+    def two_pools(self) -> bool:
+        return self.rollout_pool is not None
+
+
+def offset_groups(groups: ParallelGroups, first_rank: int) -> ParallelGroups:
+    """A pool's groups (pool-local ranks 0..N-1) as global launch ranks."""
+    return replace(groups, **{f.name: [[first_rank + r for r in group] for group in getattr(groups, f.name)]
+                              for f in fields(groups)})
 
 
 def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overrides: dict) -> CriticSettings:
@@ -48,7 +72,9 @@ def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overr
 
 
 def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Plan:
-    """The plan of a config that passed pre-flight (`shape` is what preflight returned)."""
+    """The plan of a config that passed pre-flight (`shape` is what preflight returned; with two pools, that of
+    either pool)."""
+    shape = shape.in_pool("train")  # colocated: itself
     megatron = cfg.actor_rollout_ref.actor.megatron
     rollout = cfg.actor_rollout_ref.rollout
     model = ModelShape.from_hf(shape.hf_config)
@@ -72,6 +98,18 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Pl
         gpu_memory_utilization=float(rollout.gpu_memory_utilization),
         free_cache_engine=bool(rollout.free_cache_engine), gpu_memory_gib=gpu_memory_gib,
         critic=critic_settings(cfg, schedule, model, overrides) if schedule.critic else None)
+    if not shape.two_pools:
+        return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model,
+                    layout=layout, groups=groups, schedule=schedule, run=run, memory=estimate(model, layout, run),
+                    rollout_name=rollout.name)
+    place = shape.placement
+    rollout_pool, train_pool = place.pool("rollout"), place.pool("train")
+    rollout_layout = shape.in_pool("rollout").layout
+    train_run = replace(run, rollout=None)  # the training GPUs hold no rollout engine
     return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model, layout=layout,
-                groups=groups, schedule=schedule, run=run, memory=estimate(model, layout, run),
-                rollout_name=rollout.name)
+                groups=offset_groups(groups, train_pool.first_rank), schedule=schedule, run=train_run,
+                memory=estimate(model, layout, train_run), rollout_name=rollout.name, placement=place,
+                rollout_pool=RolloutPool(
+                    pool=rollout_pool, layout=rollout_layout,
+                    groups=offset_groups(megatron_groups(rollout_layout), rollout_pool.first_rank),
+                    memory=rollout_pool_memory(model, rollout_layout, run)))

@@ -26,6 +26,9 @@ Logits (last stage): rows x positions x vocab / TP, positions = the response onl
 Log-prob passes keep no activations: one layer's working set (the training per-layer figure) plus the logits.
 Rollout: vLLM takes gpu_memory_utilization x GPU memory while awake; with free_cache_engine it sleeps (weights
 and KV cache released) during training. The hf rollout keeps a full model copy per rank.
+Separate pools (actor_rollout_ref.hybrid_engine=false): a training GPU holds no rollout engine (no rollout phase);
+a rollout GPU holds the engine alone: vLLM's weights in the rollout dtype / rollout TP plus the KV cache it sizes
+to fill gpu_memory_utilization x GPU memory, or the hf rollout's full model copy.
 Offload (param/grad/optimizer_offload, and the reference's own ref.megatron.param_offload) moves that state to
 the host outside the phases that use it.
 Critic (graphs with a critic node, dag=ppo): the actor's decoder with a value head (h + 1) instead of the LM head,
@@ -106,12 +109,22 @@ class RunSettings:
     old_log_prob_micro_batch: int | None = None
     ref_log_prob_micro_batch: int | None = None
     reference: bool = False
-    rollout: str = "vllm"                # vllm | hf
+    rollout: str | None = "vllm"         # vllm | hf | None: the engine runs in a separate rollout pool
     rollout_bf16: bool = True
     gpu_memory_utilization: float = 0.5
     free_cache_engine: bool = True
     gpu_memory_gib: float = 141.0
     critic: CriticSettings | None = None
+
+
+def rollout_weight_bytes(shape: ModelShape, run: RunSettings, tp: int = 1) -> float:
+    """The rollout engine's weights on one GPU: the rollout dtype, split over rollout TP (the hf rollout: TP 1)."""
+    return shape.total_params() * (2 if run.rollout_bf16 else 4) / tp
+
+
+def vllm_bytes(run: RunSettings) -> float:
+    """What vLLM takes while awake: gpu_memory_utilization of the GPU (its weights, KV cache and working memory)."""
+    return run.gpu_memory_utilization * run.gpu_memory_gib * GIB
 
 
 def layer_activation_elements(shape: ModelShape, layout: WorldLayout, recompute: Recompute) -> float:
@@ -207,8 +220,8 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
         if rows:
             logits = logits_bytes(shape, layout, run, rows, entropy, False) if last else 0.0
             forward = max(forward, rows * per_row + logits)
-    hf_rollout = shape.total_params() * (2 if run.rollout_bf16 else 4) if run.rollout == "hf" else 0.0
-    vllm = run.gpu_memory_utilization * run.gpu_memory_gib * GIB if run.rollout == "vllm" else 0.0
+    hf_rollout = rollout_weight_bytes(shape, run) if run.rollout == "hf" else 0.0
+    vllm = vllm_bytes(run) if run.rollout == "vllm" else 0.0
     vllm_asleep = 0.0 if run.free_cache_engine else vllm
 
     critic = run.critic
@@ -231,8 +244,8 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
     # a log-prob or values pass onloads the one model it runs: at most the larger of the offloaded weights
     onloaded = max(weights if run.param_offload else 0.0, reference if run.ref_param_offload else 0.0,
                    critic_weights if critic and critic.param_offload else 0.0)
-    phases = {
-        "rollout": idle + vllm + overhead,
+    phases = {} if run.rollout is None else {"rollout": idle + vllm + overhead}  # None: the rollout pool generates
+    phases |= {
         "log-prob": idle + onloaded + forward + vllm_asleep + overhead,
         "update": (weights + grads + optimizer + (0 if run.ref_param_offload else reference) + critic_idle + hf_rollout
                    + train + train_logits + vllm_asleep + overhead),
@@ -251,3 +264,18 @@ def estimate(shape: ModelShape, layout: WorldLayout, run: RunSettings) -> list[S
     flight, no embedding), so the worst GPU is one of these."""
     stages = [0] if layout.pp == 1 else [0, layout.pp - 1]
     return [stage_memory(shape, layout, run, stage) for stage in stages]
+
+
+def rollout_pool_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings) -> StageMemory:
+    """One GPU of a separate rollout pool: the engine alone (no actor state, reference, gradients or optimizer).
+    vLLM: its weights (rollout dtype, / rollout TP) and a KV cache filling the rest of gpu_memory_utilization x GPU
+    (parts["kv cache"] < 0: the weights alone exceed that share); hf: one full model copy."""
+    if run.rollout == "vllm":
+        weights = rollout_weight_bytes(shape, run, layout.rollout_tp)
+        cache = vllm_bytes(run) - weights
+    else:
+        weights, cache = rollout_weight_bytes(shape, run), 0.0
+    overhead = RUNTIME_OVERHEAD_GIB * GIB
+    parts = {"rollout weights": weights, "kv cache": cache, "overhead": overhead}
+    return StageMemory(stage=0, parts={k: v / GIB for k, v in parts.items()},
+                       phases={"rollout": (weights + max(cache, 0.0) + overhead) / GIB})

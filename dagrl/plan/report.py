@@ -1,7 +1,8 @@
 """The plan as text: layout, batch schedule, memory table."""
 from __future__ import annotations
 
-from dagrl.plan import Plan
+from dagrl.placement import Pool
+from dagrl.plan import Plan, RolloutPool
 from dagrl.plan.model import stage_layers
 from dagrl.placement.groups import format_groups
 
@@ -21,6 +22,13 @@ _PARTS = (  # (key in StageMemory.parts, label); rows that are zero everywhere a
 )
 
 
+_ROLLOUT_PARTS = (  # a GPU of the rollout pool (two pools): the engine alone
+    ("rollout weights", "rollout weights"),
+    ("kv cache", "KV cache + working memory (to the share)"),
+    ("overhead", "CUDA context, NCCL, allocator (assumed)"),
+)
+
+
 def _billions(count: int) -> str:
     return f"{count / 1e9:.2f}B" if count >= 1e8 else f"{count / 1e6:.2f}M"
 
@@ -34,12 +42,22 @@ def model_line(plan: Plan) -> str:
     return text
 
 
-def layout_section(plan: Plan, limit: int) -> list[str]:
+def _ranks(pool: Pool) -> str:
+    last = pool.first_rank + pool.size - 1
+    return f"rank {last}" if pool.size == 1 else f"ranks {pool.first_rank}-{last}"
+
+
+def placement_line(plan: Plan) -> str:
+    """`pools: rollout ranks 0-1 (1 node x 2), train ranks 2-5 (1 node x 4)`."""
+    return "pools: " + ", ".join(f"{pool.name} {_ranks(pool)} ({pool.size // pool.per_node} node"
+                                 f"{'s' if pool.size // pool.per_node > 1 else ''} x {pool.per_node})"
+                                 for pool in plan.placement.pools) \
+        + f" (actor_rollout_ref.hybrid_engine=false: {plan.placement.world_size} ranks in all)"
+
+
+def _actor_lines(plan: Plan, limit: int) -> list[str]:
     lo, m = plan.layout, plan.model
-    world = lo.world_size
-    lines = [f"Parallel layout: {plan.nnodes} node(s) x {plan.gpus_per_node} GPU(s) = {world} ranks, "
-             f"Megatron-Core order tp-cp-ep-dp-pp (ranks of a TP group are neighbours)",
-             f"  actor/reference: TP={lo.tp} PP={lo.pp}" + (f" (VPP={lo.vpp})" if lo.vpp > 1 else "")
+    lines = [f"  actor/reference: TP={lo.tp} PP={lo.pp}" + (f" (VPP={lo.vpp})" if lo.vpp > 1 else "")
              + f" CP={lo.cp} DP={lo.dp}" + (f" EP={lo.ep} expert-TP={lo.etp} expert-DP={lo.expert_dp}" if m.moe else "")
              + f", sequence parallel {'on' if lo.sequence_parallel else 'off'}"]
     for name, groups in plan.groups.rows(m.moe):
@@ -49,19 +67,48 @@ def layout_section(plan: Plan, limit: int) -> list[str]:
                                                          for chunk in stage_layers(m, lo.pp, s, lo.vpp))
                            for s in range(lo.pp))
         lines.append(f"  pipeline stages   {stages} (embedding on 0, output layer on {lo.pp - 1})")
-    lines.append(f"  rollout ({plan.rollout_name}): TP={lo.rollout_tp} DP={lo.rollout_dp}")
-    lines.append(f"  {'rollout TP groups':<17} {format_groups(plan.groups.rollout_tp, limit)}")
-    lines.append(f"  {'rollout DP groups':<17} {format_groups(plan.groups.rollout_dp, limit)}")
     return lines
+
+
+def _rollout_lines(plan: Plan, layout, groups, limit: int) -> list[str]:
+    return [f"  rollout ({plan.rollout_name}): TP={layout.rollout_tp} DP={layout.rollout_dp}",
+            f"  {'rollout TP groups':<17} {format_groups(groups.rollout_tp, limit)}",
+            f"  {'rollout DP groups':<17} {format_groups(groups.rollout_dp, limit)}"]
+
+
+def layout_section(plan: Plan, limit: int) -> list[str]:
+    if plan.two_pools:
+        return pools_section(plan, limit)
+    world = plan.layout.world_size
+    return ([f"Parallel layout: {plan.nnodes} node(s) x {plan.gpus_per_node} GPU(s) = {world} ranks, "
+             f"Megatron-Core order tp-cp-ep-dp-pp (ranks of a TP group are neighbours)"]
+            + _actor_lines(plan, limit) + _rollout_lines(plan, plan.layout, plan.groups, limit))
+
+
+def pools_section(plan: Plan, limit: int) -> list[str]:
+    """Two pools: the training pool's Megatron groups and the rollout pool's groups, both in global launch ranks."""
+    train, rollout = plan.placement.pool("train"), plan.rollout_pool
+    return ([placement_line(plan), "",
+             f"Training pool ({_ranks(train)}): {plan.nnodes} node(s) x {plan.gpus_per_node} GPU(s) = {train.size} "
+             f"ranks, Megatron-Core order tp-cp-ep-dp-pp over the pool (ranks of a TP group are neighbours); every "
+             f"rank receives each step's whole batch from the rollout pool"]
+            + _actor_lines(plan, limit)
+            + ["", f"Rollout pool ({_ranks(rollout.pool)}): {rollout.pool.size // rollout.pool.per_node} node(s) x "
+                   f"{rollout.pool.per_node} GPU(s) = {rollout.pool.size} ranks, no actor (weights pushed after "
+                   f"each training step)"]
+            + _rollout_lines(plan, rollout.layout, rollout.groups, limit))
 
 
 def schedule_section(plan: Plan) -> list[str]:
     s = plan.schedule
+    rollout_dp = plan.rollout_pool.layout.rollout_dp if plan.two_pools else s.layout.rollout_dp
+    per_rank = s.prompts // rollout_dp
     lines = [f"Batch schedule per training step ({s.total_steps} steps: {s.steps_per_epoch} per epoch)",
              f"  {s.prompts} prompts x n={s.n} = {s.responses} responses",
-             f"  rollout: {s.layout.rollout_dp} DP rank(s) x {s.prompts_per_rollout_rank} prompts "
-             f"({s.prompts_per_rollout_rank * s.n} responses) each",
-             f"  actor:   {s.layout.dp} DP rank(s) x {s.responses_per_actor_rank} responses each",
+             f"  rollout: {rollout_dp} DP rank(s) x {per_rank} prompts ({per_rank * s.n} responses) each"
+             + (" (rollout pool)" if plan.two_pools else ""),
+             f"  actor:   {s.layout.dp} DP rank(s) x {s.responses_per_actor_rank} responses each"
+             + (" (training pool)" if plan.two_pools else ""),
              f"  update:  {s.mini_batches} mini-batch(es) x ppo_epochs {s.ppo_epochs} = {s.optimizer_steps} "
              f"optimizer step(s) per training step",
              f"           per rank and mini-batch: {s.mini_batch_rows_per_rank} responses = "
@@ -91,7 +138,7 @@ def memory_section(plan: Plan) -> list[str]:
     offloaded = [name for name, on in (("params", run.param_offload), ("grads", run.grad_offload),
                                        ("optimizer", run.optimizer_offload),
                                        ("reference params", run.reference and run.ref_param_offload)) if on]
-    lines = [f"Memory estimate per GPU (GiB; {dtype} weights, "
+    lines = [f"Memory estimate per GPU{' of the training pool' if plan.two_pools else ''} (GiB; {dtype} weights, "
              + ("distributed" if run.distributed_optimizer else "replicated") + " optimizer, recompute "
              + run.recompute.describe() + f", micro-batch {run.micro_batch} x {run.sequence_length} tokens"
              + (f", offload: {', '.join(offloaded)}" if offloaded else "") + ")",
@@ -105,19 +152,48 @@ def memory_section(plan: Plan) -> list[str]:
         lines.append(f"    {phase:<40}" + "".join(f"{stage.phases[phase]:>11.1f}" for stage in stages))
     peak_stage = max(stages, key=lambda stage: stage.peak)
     phase = max(peak_stage.phases, key=peak_stage.phases.get)
-    peak, size = peak_stage.peak, run.gpu_memory_gib
     where = f"stage {peak_stage.stage}, {phase}" if len(stages) > 1 else phase
+    lines.append(_peak_line(peak_stage.peak, where, run.gpu_memory_gib,
+                            "add ranks (TP/PP/EP, or DP with the distributed optimizer), offload, recompute, a smaller "
+                            "micro-batch" + ("" if plan.two_pools else ", or a lower rollout.gpu_memory_utilization")))
+    return lines
+
+
+def _peak_line(peak: float, where: str, size: float, fixes: str) -> str:
     if peak > size:
-        lines.append(f"  WARNING: estimated peak {peak:.1f} GiB ({where}) exceeds the {size:.0f} GiB GPU: "
-                     f"add ranks (TP/PP/EP, or DP with the distributed optimizer), offload, recompute, a smaller "
-                     f"micro-batch, or a lower rollout.gpu_memory_utilization")
-    else:
-        lines.append(f"  peak {peak:.1f} GiB ({where}) of {size:.0f} GiB: fits ({100 * peak / size:.0f}%)")
+        return f"  WARNING: estimated peak {peak:.1f} GiB ({where}) exceeds the {size:.0f} GiB GPU: {fixes}"
+    return f"  peak {peak:.1f} GiB ({where}) of {size:.0f} GiB: fits ({100 * peak / size:.0f}%)"
+
+
+def rollout_memory_section(plan: Plan) -> list[str]:
+    """Two pools: one rollout GPU holds the engine alone."""
+    pool: RolloutPool = plan.rollout_pool
+    run, mem = plan.run, pool.memory
+    dtype = "bf16" if run.rollout_bf16 else "fp32"
+    vllm = plan.rollout_name == "vllm"
+    lines = [f"Memory estimate per GPU of the rollout pool (GiB; {plan.rollout_name}, {dtype} weights"
+             + (f" / rollout TP {pool.layout.rollout_tp}, gpu_memory_utilization {run.gpu_memory_utilization}"
+                f" = {run.gpu_memory_utilization * run.gpu_memory_gib:.1f} GiB" if vllm
+                else ", a full model copy per rank") + "; no actor, gradients or optimizer)",
+             f"  {'':<42}{'per GPU':>11}"]
+    for key, label in _ROLLOUT_PARTS:
+        value = mem.parts[key]
+        if key == "rollout weights":
+            label = f"{plan.rollout_name} weights ({dtype}" + (f", 1/{pool.layout.rollout_tp} each)"
+                                                              if vllm and pool.layout.rollout_tp > 1 else ")")
+        if value > 0:
+            lines.append(f"  {label:<42}{value:>11.1f}")
+    if vllm and mem.parts["kv cache"] <= 0:
+        lines.append(f"  WARNING: vLLM's weights ({mem.parts['rollout weights']:.1f} GiB per GPU) leave no room for a "
+                     f"KV cache in its {run.gpu_memory_utilization * run.gpu_memory_gib:.1f} GiB share: raise "
+                     f"actor_rollout_ref.rollout.gpu_memory_utilization or the rollout TP")
+    lines.append(_peak_line(mem.peak, "rollout", run.gpu_memory_gib,
+                            "lower actor_rollout_ref.rollout.gpu_memory_utilization or raise the rollout TP"))
     return lines
 
 
 def render(plan: Plan, group_limit: int = 8) -> str:
     sections = [[f"dagrl plan for {model_line(plan)}"], layout_section(plan, group_limit), schedule_section(plan),
-                memory_section(plan)]
+                memory_section(plan)] + ([rollout_memory_section(plan)] if plan.two_pools else [])
     return "\n\n".join("\n".join(section) for section in sections) + "\n"
 

@@ -131,7 +131,8 @@ def vllm_spec(cfg: Cfg, shape: RunShape):
         dtype={"fp32": "float32", "bf16": "bfloat16"}.get(rollout.dtype, rollout.dtype), seed=rollout.seed,
         gpu_memory_utilization=rollout.gpu_memory_utilization, max_model_len=shape.max_model_len,
         max_num_batched_tokens=rollout.max_num_batched_tokens, max_num_seqs=rollout.max_num_seqs,
-        enforce_eager=rollout.enforce_eager, free_cache_engine=rollout.free_cache_engine,
+        # a rollout pool of its own never sleeps: no actor wants its memory back
+        enforce_eager=rollout.enforce_eager, free_cache_engine=rollout.free_cache_engine and shape.pool != "rollout",
         enable_chunked_prefill=rollout.enable_chunked_prefill, enable_prefix_caching=rollout.enable_prefix_caching,
         load_format=rollout.load_format, calculate_log_probs=rollout.calculate_log_probs,
         fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head,

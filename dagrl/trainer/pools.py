@@ -74,12 +74,17 @@ class Schedule:
 
 # ---- weights on the wire ------------------------------------------------------------------------------------------
 def pack_buckets(buckets: Iterator[WeightBucket]) -> tuple[list, list[torch.Tensor]]:
-    """Each bucket as one host byte tensor, and the header that restores its (name, tensor) list."""
+    """Each bucket as one byte tensor on the device its tensors are on, and the header that restores its
+    (name, tensor) list."""
     header, flats = [], []
     for bucket in buckets:
         header.append([(name, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for name, t in bucket])
-        flats.append(torch.cat([t.detach().to("cpu").contiguous().view(-1).view(torch.uint8) for _, t in bucket]))
+        flats.append(torch.cat([t.detach().contiguous().view(-1).view(torch.uint8) for _, t in bucket]))
     return header, flats
+
+
+def _pickled(obj) -> torch.Tensor:
+    return torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
 
 
 def unpack_bucket(entries: list, flat: torch.Tensor) -> WeightBucket:
@@ -124,15 +129,25 @@ class Feed:
                 self.bridge.send(rank, "start", {"step": start_step, "state": rollout_state})
 
     def push(self, actor, version: int, bucket_bytes: int) -> None:
-        """Export the actor's weights (collective over the training pool) and send them as `version`."""
+        """Export the actor's weights (collective over the training pool) and send them as `version`: as CUDA IPC
+        handles to a rollout rank on this GPU (nothing copied), as host bytes over gloo to the others."""
         start = time.perf_counter()
+        if not self.leader:
+            for _ in actor.export_weights(bucket_bytes):
+                pass
+            return
         header, flats = pack_buckets(actor.export_weights(bucket_bytes))
-        waited = 0.0
-        if self.leader:
-            waited = self.bridge.flush()  # the previous push (and any batch acknowledgement) first
-            meta = torch.frombuffer(bytearray(pickle.dumps({"version": version, "buckets": header})), dtype=torch.uint8)
-            for rank in self.bridge.rollout_ranks:
-                self.bridge.send_tensors(rank, "weights", [meta, *flats])
+        waited = self.bridge.flush()  # the previous push first: at most one in transit
+        host = None
+        for rank in self.bridge.rollout_ranks:
+            message = {"version": version, "buckets": header}
+            if flats and flats[0].is_cuda and self.bridge.shares_device(rank):
+                from torch.multiprocessing.reductions import reduce_tensor
+                message["ipc"] = [reduce_tensor(flat) for flat in flats]
+                self.bridge.send_tensors(rank, "weights", [_pickled(message)], keep=tuple(flats))
+            else:
+                host = host if host is not None else [flat.cpu() for flat in flats]
+                self.bridge.send_tensors(rank, "weights", [_pickled(message), *host])
         self.push_seconds, self.push_bytes = time.perf_counter() - start, sum(f.numel() for f in flats)
         self.metrics = {"timing_s/weight_push": self.push_seconds, "timing_s/weight_push_wait": waited,
                         "async/push_gb": self.push_bytes / 1e9}
@@ -140,7 +155,12 @@ class Feed:
     def take(self, step: int) -> tuple[dict, float]:
         """Batch `step` from the rollout pool on every training rank, and the seconds this rank waited for it."""
         start = time.perf_counter()
-        message = self.bridge.recv(self.bridge.rollout_leader, "data") if self.leader else None
+        message = None
+        if self.leader:
+            message = self.bridge.recv(self.bridge.rollout_leader, "data")
+            # batches the rollout pool finished beyond this one: the buffer, at most K + 1 batches with this one
+            message["metrics"]["async/buffered_batches"] = float(self.bridge.available(self.bridge.rollout_leader,
+                                                                                       "data"))
         message = dist.broadcast_object(message)
         if message["step"] != step:
             raise RuntimeError(f"the rollout pool sent batch {message['step']} for step {step}")

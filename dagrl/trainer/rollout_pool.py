@@ -25,21 +25,31 @@ class Receiver:
         self.trainer, self.bridge, self.schedule = trainer, bridge, schedule
         self.version = -1
         self.validation_s = 0.0
+        self.sync_metrics: dict[str, float] = {}  # of the last load, reported with the next batch
 
     def receive(self) -> None:
-        """The next push (waits for it): into the inbox, which the rollout node loads before it generates."""
-        meta, *flats = self.bridge.recv_tensors(self.bridge.train_leader, "weights")
+        """The next push (waits for it), loaded into the rollout at once: between batches nothing is in flight.
+        Acknowledged only then, so CUDA IPC memory stays valid while it is read."""
+        from dagrl.nodes.rollout import sync_weights
+
+        leader = self.bridge.train_leader
+        meta, *flats = self.bridge.recv_tensors(leader, "weights", ack=False)
         header = pickle.loads(meta.numpy().tobytes())
+        if "ipc" in header:  # handles to the trainer's GPU memory
+            flats = [rebuild(*args) for rebuild, args in header["ipc"]]
         version = header["version"]
-        self.trainer.ctx.actor.put(version, [unpack_bucket(entries, flat) for entries, flat in zip(header["buckets"],
-                                                                                                    flats)])
-        self.trainer.ctx.versions.actor = self.version = version
+        ctx = self.trainer.ctx
+        ctx.actor.put(version, [unpack_bucket(entries, flat) for entries, flat in zip(header["buckets"], flats)])
+        ctx.versions.actor = self.version = version
+        self.sync_metrics = sync_weights(ctx)
+        del flats
+        self.bridge.ack(leader, "weights")
         if self.schedule.validated(version):
             start = time.perf_counter()
             metrics = self.trainer.validate(version)
             self.validation_s += time.perf_counter() - start
             if dist.rank() == 0:
-                self.bridge.send(self.bridge.train_leader, "val", {"step": version, "metrics": metrics})
+                self.bridge.send(leader, "val", {"step": version, "metrics": metrics})
 
     def take(self, required: int) -> float:
         """Every push already announced (the pool agrees on how many), then wait for `required` if still older;
@@ -76,14 +86,15 @@ def serve(trainer, bridge: Bridge) -> None:
     for step in range(start["step"] + 1, trainer.total_steps + 1):
         # step's update starts from version step - 1: its samples may be at most K versions older
         pause = receiver.take(step - 1 - staleness)
-        message = generate(trainer, step, pause)
+        message = generate(trainer, step, {"timing_s/rollout_pause": pause, **receiver.sync_metrics})
+        receiver.sync_metrics = {}
         if dist.rank() == 0:
             bridge.send(bridge.train_leader, "data", message)
     receiver.finish()
     bridge.flush()
 
 
-def generate(trainer, step: int, pause: float) -> dict | None:
+def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
     """Batch `step`: the rollout-side nodes on this rank's prompts; on the pool's rank 0, the message with every
     shard, the pool's mean metrics, the prompt-ledger view and the rollout state after this batch."""
     from dagrl.trainer.loop import Timer, _with_faults
@@ -101,7 +112,7 @@ def generate(trainer, step: int, pause: float) -> dict | None:
         batch["token_versions"] = torch.where(mask, ctx.versions.rollout, -1)
     generated = float(batch["response_mask"].sum()) if len(batch) else 0.0
     metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
-    metrics.update({"timing_s/rollout_pause": pause, "timing_s/rollout_batch": seconds,
+    metrics.update({**extra, "timing_s/rollout_batch": seconds,
                     "perf/rollout_throughput": generated / max(timer.seconds.get("gen", seconds), 1e-9)})
     metrics = dist.mean_over_ranks(metrics)
     layout = trainer.shape.layout

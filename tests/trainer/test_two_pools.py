@@ -159,6 +159,8 @@ def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kil
     staleness = [metrics_by_step(root)[s]["async/staleness_max"] for root in (straight, resumed) for s in range(1, 7)]
     # the resumed run restarts the rollout pool from the step-3 checkpoint with version 3: batch 4 is fresh
     assert staleness == [0, 1, 1, 1, 1, 1] + [0, 1, 1, 0, 1, 1]
+    buffered = [metrics_by_step(straight)[s]["async/buffered_batches"] for s in range(1, 7)]
+    assert max(buffered) == 1  # the admission bound: K + 1 batches generated ahead of the trainer, this one included
 
 
 def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill_9(args, long_tail_model,
