@@ -94,7 +94,7 @@ def pools_section(plan: Plan, limit: int) -> list[str]:
              f"rank receives each step's whole batch from the rollout pool"]
             + _actor_lines(plan, limit)
             + ["", f"Rollout pool ({_ranks(rollout.pool)}): {rollout.pool.size // rollout.pool.per_node} node(s) x "
-                   f"{rollout.pool.per_node} GPU(s) = {rollout.pool.size} ranks, no actor (weights pushed after "
+                   f"{rollout.pool.per_node} GPU(s) = {rollout.pool.size} rank(s), no actor (weights pushed after "
                    f"each training step)"]
             + _rollout_lines(plan, rollout.layout, rollout.groups, limit))
 

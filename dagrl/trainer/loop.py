@@ -86,8 +86,8 @@ class Trainer:
             actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
             critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
         if shape.pool != "train":
-            local_rank = int(os.environ.get("DAGRL_DEVICE", os.environ.get("LOCAL_RANK", "0")))
-            rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(local_rank))
+            device = torch.cuda.current_device() if torch.cuda.is_available() else 0  # set by the process group
+            rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(device))
         if shape.pool == "rollout":  # the rollout's own GPUs: weights come from the training pool, nothing to offload
             from dagrl.trainer.pools import WeightInbox
             actor, rollout.colocated = WeightInbox(), False

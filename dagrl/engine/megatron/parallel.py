@@ -17,9 +17,10 @@ logger = logging.getLogger(__name__)
 
 
 def local_device() -> torch.device:
-    """The device this rank computes on: its GPU (LOCAL_RANK) or the CPU."""
+    """The device this rank computes on: its GPU (the current device, which the process group's set-up chose from the
+    node-local rank; a pool's LOCAL_RANK counts within the pool) or the CPU."""
     if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
@@ -36,7 +37,7 @@ def init_distributed() -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         if torch.cuda.is_available():
-            torch.cuda.set_device(local_device())
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
     else:
         address = f"tcp://127.0.0.1:{_free_port()}"
