@@ -345,3 +345,88 @@ def test_memory_estimate_is_within_20_percent_of_the_measured_h200_peak(case, tm
     planned = make_plan(cfg, preflight(cfg, world_size=2)).memory[0].phases["update"]
     measured = MEASURED_UPDATE_PEAK_GIB[case]
     assert abs(planned - measured) <= 0.2 * measured, (case, planned, measured)
+
+
+# ---- two pools (actor_rollout_ref.hybrid_engine=false) -------------------------------------------------
+def two_pool_overrides(model: Path, prompts: str, tmp_path: Path, rollout_gpus: int = 2, train_gpus: int = 4,
+                       tp: int = 2) -> list[str]:
+    return [f"actor_rollout_ref.model.path={model}", f"data.train_files={prompts}", "data.train_batch_size=32",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}",
+            "actor_rollout_ref.hybrid_engine=false", f"rollout.n_gpus_per_node={rollout_gpus}",
+            f"trainer.n_gpus_per_node={train_gpus}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+
+
+def test_two_pool_plan_shows_both_pools_in_global_ranks(tmp_path, prompts):
+    overrides = two_pool_overrides(config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b"), prompts, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for expected in (
+            "pools: rollout ranks 0-1 (1 node x 2), train ranks 2-5 (1 node x 4)",
+            "Training pool (ranks 2-5): 1 node(s) x 4 GPU(s) = 4 ranks", "TP=2 PP=1 CP=1 DP=2",
+            "TP groups         [2,3] [4,5]", "DP groups         [2,4] [3,5]",
+            "Rollout pool (ranks 0-1): 1 node(s) x 2 GPU(s) = 2 rank(s)", "rollout (vllm): TP=2 DP=1",
+            "rollout TP groups [0,1]", "rollout: 1 DP rank(s) x 32 prompts (128 responses) each (rollout pool)",
+            "actor:   2 DP rank(s) x 64 responses each (training pool)",
+            "Memory estimate per GPU of the training pool", "Memory estimate per GPU of the rollout pool",
+            "vllm weights (bf16, 1/2 each)", "KV cache + working memory"):
+        assert expected in proc.stdout, expected
+    training = proc.stdout.split("Memory estimate per GPU of the training pool")[1].split("rollout pool")[0]
+    assert "vLLM weights + KV cache" not in training and "    rollout " not in training  # no engine there
+    # a pool of one rank is named as such
+    one = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides, "rollout.n_gpus_per_node=1",
+                          "actor_rollout_ref.rollout.tensor_model_parallel_size=1"], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert "pools: rollout rank 0 (1 node x 1), train ranks 1-4 (1 node x 4)" in one.stdout
+    assert "TP groups         [1,2] [3,4]" in one.stdout
+
+
+def test_two_pool_memory_splits_actor_and_engine(tmp_path, prompts):
+    from dagrl.config.validate import planned_world_size, preflight
+    from dagrl.plan import make_plan
+    from dagrl.plan.memory import GIB
+
+    overrides = two_pool_overrides(config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b"), prompts, tmp_path)
+    cfg = Cfg(compose(overrides))
+    shape = preflight(cfg, world_size=planned_world_size(cfg))
+    assert shape.pool == "train"
+    plan = make_plan(cfg, shape)
+    assert plan.two_pools and plan.groups.tp[0] == [2, 3] and plan.groups.dp == [[2, 4], [3, 5]]
+    assert plan.rollout_pool.groups.rollout_tp == [[0, 1]] and plan.rollout_pool.layout.rollout_dp == 1
+    assert make_plan(cfg, shape.in_pool("rollout")).groups == plan.groups  # either pool's shape plans the run
+
+    colocated_cfg = Cfg(compose(overrides + ["actor_rollout_ref.hybrid_engine=true"]))  # the same 4-rank layout
+    colocated = make_plan(colocated_cfg, preflight(colocated_cfg, world_size=4))
+    assert colocated.layout.model == plan.layout.model and colocated.groups.tp == [[0, 1], [2, 3]]
+    train, together = plan.memory[0], colocated.memory[0]
+    assert train.parts["vllm"] == 0 and "rollout" not in train.phases
+    assert train.phases["update"] == pytest.approx(together.phases["update"])  # vLLM sleeps there (free_cache_engine)
+    assert train.peak < together.peak  # the rollout phase's vLLM share is gone
+    assert together.peak == pytest.approx(together.phases["rollout"])
+
+    engine = plan.rollout_pool.memory
+    assert engine.peak > 0 and "optimizer" not in engine.parts and "gradients" not in engine.parts
+    assert engine.parts["rollout weights"] == pytest.approx(plan.model.total_params() * 2 / 2 / GIB)  # bf16, / TP 2
+    assert engine.peak == pytest.approx(0.5 * 141 + 2.0)  # gpu_memory_utilization x GPU + the assumed overhead
+    assert engine.peak < together.peak
+
+    hf_cfg = Cfg(compose(overrides + ["actor_rollout_ref.rollout.name=hf",
+                                      "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]))
+    hf = make_plan(hf_cfg, preflight(hf_cfg, world_size=6)).rollout_pool.memory
+    assert hf.parts["rollout weights"] == pytest.approx(plan.model.total_params() * 2 / GIB) and hf.parts["kv cache"] == 0
+
+
+@pytest.mark.parametrize("change,key", [
+    (dict(train_gpus=3), "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"),  # TP2 on 3 training ranks
+    (dict(rollout_gpus=3), "actor_rollout_ref.rollout.tensor_model_parallel_size"),  # rollout TP2 on 3 ranks
+])
+def test_a_pool_that_cannot_hold_its_layout_exits_2(tmp_path, prompts, change, key):
+    overrides = two_pool_overrides(config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b"), prompts, tmp_path, **change)
+    proc = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dagrl: error:") and key in lines[0] and "3 is not divisible by 2" \
+        in lines[0], proc.stderr
