@@ -46,14 +46,19 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
     cfg = Cfg(cfg_data)
     try:
         shape = preflight(cfg)
+        from dagrl.placement.bridge import global_rank
         from dagrl.trainer.loop import Trainer
+        from dagrl.utils import watchdog
 
+        trainer = cfg.trainer
+        watchdog.install(trainer.hang_timeout_s, trainer.hang_startup_timeout_s, trainer.default_local_dir,
+                         global_rank())
         if shape.two_pools:
             run_pool(cfg, shape)
         else:
             from dagrl.utils.dist import init_process_group
 
-            init_process_group()
+            init_process_group(timeout_s=cfg.actor_rollout_ref.nccl_timeout)
             Trainer(cfg, shape).fit()
     except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
@@ -69,7 +74,7 @@ def run_pool(cfg, shape) -> None:
     from dagrl.trainer.loop import Trainer
     from dagrl.trainer.rollout_pool import serve
 
-    bridge = init_pools(shape.placement)
+    bridge = init_pools(shape.placement, timeout_s=cfg.actor_rollout_ref.nccl_timeout)
     try:
         trainer = Trainer(cfg, shape, bridge)
         trainer.fit() if shape.pool == "train" else serve(trainer, bridge)

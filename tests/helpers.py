@@ -95,6 +95,19 @@ def run_in_session(command: list[str], env: dict | None = None, timeout: float =
         return code, err.read()
 
 
+def run_concurrently(runs: list[tuple[list[str], dict]], timeout: float = 600) -> list[tuple[int, str]]:
+    """Each (command, env) started at once, each in its own session (see session_process); (exit code, stderr) of
+    each, in order."""
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(session_process(command, env)) for command, env in runs]
+        results = []
+        for proc, err in started:
+            code = proc.wait(timeout=timeout)
+            err.seek(0)
+            results.append((code, err.read()))
+    return results
+
+
 def straight_and_resumed(args: Callable[[Path], list[str]], root: Path, fault: str = "actor_update:3"
                          ) -> tuple[Path, Path]:
     """Two `dagrl.main_dag` runs of `args(dir)`: one uninterrupted (root/straight), one killed by the fault point

@@ -1,10 +1,9 @@
-"""Pre-flight rules of asynchronous training: async_training.*, the separate pools (actor_rollout_ref.hybrid_engine,
-rollout.*) and the off-policy correction the actor applies to stale samples."""
+"""Pre-flight rules of asynchronous training (async_training.*) and of the off-policy correction the actor applies to
+stale samples. The pools' sizes are checked where the world size is (config/validate.py)."""
 from __future__ import annotations
 
 from dagrl.config.checks import require
 from dagrl.config.tree import Cfg
-from dagrl.placement import Placement
 
 
 def _number(value) -> bool:
@@ -64,15 +63,3 @@ def check_off_policy(cfg: Cfg) -> None:
                                           f"sequence ratios must hold 1, an on-policy sequence's ratio")
         require(bound is None or behaviour, key, f"{key} masks sequences by pi_old/pi_rollout and needs the "
                                                  f"rollout's log-probs: {fix}")
-
-
-
-
-def check_pools(cfg: Cfg, place: Placement) -> None:
-    """Separate rollout and training pools (actor_rollout_ref.hybrid_engine=false): what they cannot run with yet."""
-    if place.is_colocated:
-        return
-    key = "actor_rollout_ref.hybrid_engine"
-    require(cfg.trainer.launcher == "local", key, f"{key}=false runs under torchrun only so far "
-            f"(trainer.launcher={cfg.trainer.launcher}): use trainer.launcher=local with torchrun --nproc-per-node "
-            f"{place.world_size}")

@@ -75,7 +75,8 @@ TYPES: dict[str, str] = {
     "trainer.total_training_steps": "int?", "trainer.resume_from_path": "str?",
     "trainer.max_actor_ckpt_to_keep": "int?",
     "trainer.validation_data_dir": "str?", "dag.custom_pipeline_fn": "str?",
-    "algorithm.kl_ctrl.horizon": "int",
+    "algorithm.kl_ctrl.horizon": "int", "trainer.hang_timeout_s": "float", "trainer.hang_startup_timeout_s": "float",
+    "trainer.preemption_grace_s": "float", "actor_rollout_ref.nccl_timeout": "float",
 }
 
 MIS_BAND = "null for no bound; the band of kept sequence ratios must hold 1, an on-policy sequence's ratio"
@@ -116,7 +117,9 @@ RANGES: dict[str, Range] = {
     "async_training.oversample_ratio": Range(lambda v: _finite(v) and v >= 1, ">= 1"),
     "async_training.max_staleness": NON_NEGATIVE_INT, "async_training.trigger_parameter_sync_step": POSITIVE_INT,
     "trainer.nnodes": POSITIVE_INT, "trainer.n_gpus_per_node": POSITIVE_INT,
-    "rollout.nnodes": POSITIVE_INT, "rollout.n_gpus_per_node": POSITIVE_INT, "trainer.total_epochs": POSITIVE_INT,
+    "rollout.nnodes": POSITIVE_INT, "trainer.hang_timeout_s": NON_NEGATIVE,
+    "trainer.hang_startup_timeout_s": POSITIVE, "trainer.preemption_grace_s": NON_NEGATIVE,
+    "trainer.max_restarts": NON_NEGATIVE_INT, "actor_rollout_ref.nccl_timeout": POSITIVE, "rollout.n_gpus_per_node": POSITIVE_INT, "trainer.total_epochs": POSITIVE_INT,
     "trainer.total_training_steps": hinted(POSITIVE_INT, "null: trainer.total_epochs decides"),
     "trainer.critic_warmup": NON_NEGATIVE_INT,
     "trainer.test_freq": ANY_INT, "trainer.save_freq": ANY_INT,  # <= 0: never

@@ -192,7 +192,6 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     from dagrl.agent.setup import check_multi_turn
     check_multi_turn(cfg)
     sections.check_graph_nodes(cfg, launch_size)
-    async_checks.check_pools(cfg, place)
     sections.check_launcher(cfg)
     skips = cfg.trainer.max_consecutive_skips
     require(isinstance(skips, int) and skips >= 0, "trainer.max_consecutive_skips",

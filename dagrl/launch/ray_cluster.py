@@ -2,9 +2,10 @@
 
 The driver (the `python3 -m dagrl.main_dag` process) has already validated the config. It joins a Ray cluster
 (`trainer.ray_address`; "auto" when trainer.nnodes > 1, else a local one it starts), reserves one placement group
-per node with `trainer.n_gpus_per_node` bundles (STRICT_PACK, so a node's ranks share a machine), starts one
-worker actor per bundle and gives each the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR/PORT). Workers then rendezvous through torch.distributed (NCCL on GPU, gloo on CPU) and run exactly
+per node with `trainer.n_gpus_per_node` bundles (STRICT_PACK, so a node's ranks share a machine) — with separate
+pools (actor_rollout_ref.hybrid_engine=false) the rollout pool's nodes first, each pool its own placement groups —
+starts one worker actor per bundle and gives each the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR/PORT; launch-wide ranks with separate pools, which split them themselves: placement/bridge.py). Workers then rendezvous through torch.distributed (NCCL on GPU, gloo on CPU) and run exactly
 what a torchrun rank runs. The driver only watches: the first worker to fail or die ends the job — every other
 worker is killed (so nobody waits on a dead gloo/NCCL peer) and the driver exits non-zero naming that rank.
 """
@@ -14,8 +15,6 @@ import logging
 import os
 import time
 from typing import Any
-
-from dagrl.placement import Placement
 
 logger = logging.getLogger(__name__)
 
@@ -90,40 +89,73 @@ def _placement_groups(nnodes: int, per_node: int, on_gpu: bool) -> list:
 
 
 def launch(cfg_data: dict) -> int:
-    """Run the job on Ray workers; returns the process exit code (0 when every rank finished)."""
+    """Run the job on Ray workers; returns the process exit code (0 when every rank finished). After a failure
+    (a worker that died, hung or stopped on an error) the workers are relaunched up to trainer.max_restarts times,
+    each attempt resuming from the newest complete checkpoint (trainer.resume_mode=auto)."""
     import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from dagrl.config.tree import Cfg
+    from dagrl.config.validate import placement as placement_of
 
     trainer = cfg_data["trainer"]
-    nnodes, per_node = int(trainer["nnodes"]), int(trainer["n_gpus_per_node"])
-    placement = Placement.colocated(nnodes, per_node)
-    world = placement.world_size
+    placement = placement_of(Cfg(cfg_data))
+    # a pool spanning machines needs a cluster to join; pools of one node each may share a local one (set
+    # trainer.ray_address=auto to spread them over a cluster)
+    nnodes = max(pool.size // pool.per_node for pool in placement.pools)
     import torch
     on_gpu = torch.cuda.is_available()
-    _connect(trainer.get("ray_address"), nnodes, world, on_gpu)
+    _connect(trainer.get("ray_address"), nnodes, placement.world_size, on_gpu)
+    restarts = int(trainer.get("max_restarts", 0))
     try:
-        groups = _placement_groups(nnodes, per_node, on_gpu)
-        worker_cls = _worker_class()
-        workers = []
-        for node, group in enumerate(groups):
-            for slot in range(per_node):
-                strategy = PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=slot)
-                workers.append(worker_cls.options(num_cpus=1, num_gpus=1 if on_gpu else 0,
-                                                  scheduling_strategy=strategy).remote())
+        for attempt in range(restarts + 1):
+            try:
+                return _attempt(cfg_data, placement, on_gpu, attempt)
+            except WorkerFailed as failure:
+                if attempt == restarts:
+                    raise
+                logger.warning("restart %d of %d (trainer.max_restarts) after %s", attempt + 1, restarts, failure)
+        return 0
+    finally:
+        ray.shutdown()
+
+
+def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
+    """One launch of every worker, watched to the end; the placement groups are released after it."""
+    import ray
+    from ray.util.placement_group import remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    world = placement.world_size
+    worker_cls = _worker_class()
+    workers, groups = [], []
+    try:
+        for pool in placement.pools:  # in rank order: the rollout pool first
+            for group in _placement_groups(pool.size // pool.per_node, pool.per_node, on_gpu):
+                groups.append(group)
+                for slot in range(pool.per_node):
+                    strategy = PlacementGroupSchedulingStrategy(placement_group=group,
+                                                                placement_group_bundle_index=slot)
+                    workers.append(worker_cls.options(num_cpus=1, num_gpus=1 if on_gpu else 0,
+                                                      scheduling_strategy=strategy).remote())
         master_addr, master_port = ray.get(workers[0].address.remote())
         pids = ray.get([worker.pid.remote() for worker in workers])
-        logger.info("ray: %d worker(s) on %d node(s), pids %s; rendezvous at %s:%d", world, nnodes, pids,
-                    master_addr, master_port)
+        logger.info("ray: %d worker(s), pids %s; rendezvous at %s:%d%s", world, pids, master_addr, master_port,
+                    f" (restart {attempt})" if attempt else "")
         runs = {}
         for rank, worker in enumerate(workers):
             env = {**placement.pool_of(rank).local_env(rank), "MASTER_ADDR": master_addr,
-                   "MASTER_PORT": str(master_port), "DAGRL_LAUNCHER": "ray"}
+                   "MASTER_PORT": str(master_port), "DAGRL_LAUNCHER": "ray", "DAGRL_RESTARTS": str(attempt)}
+            if not placement.is_colocated:  # the launch's ranks: each worker finds its pool (init_pools)
+                env.update({"RANK": str(rank), "WORLD_SIZE": str(world)})
             if on_gpu:  # Ray gives each GPU worker only its own device (CUDA_VISIBLE_DEVICES): device 0 there
                 env["LOCAL_RANK"] = "0"
             runs[worker.train.remote(cfg_data, env)] = rank
         return _watch(runs, workers)
     finally:
-        ray.shutdown()
+        for worker in workers:
+            ray.kill(worker, no_restart=True)
+        for group in groups:
+            remove_placement_group(group)
 
 
 def _watch(runs: dict, workers: list) -> int:

@@ -29,16 +29,22 @@ import torch.distributed as dist
 
 from dagrl.config.errors import RunError
 from dagrl.placement.pools import Placement, Pool
+from dagrl.utils.watchdog import beat
 
 logger = logging.getLogger(__name__)
 
 CHANNELS = {"start": 1, "data": 2, "val": 3, "weights": 4}
 FAILED_KEY = "dagrl/failed"
+STOPPED_KEY = "dagrl/stopped"
 GLOBAL_RANK = "DAGRL_GLOBAL_RANK"
 
 
 class PoolStopped(RunError):
     """The other pool stopped on an error (its one-line message is ours)."""
+
+
+class PoolDone(Exception):
+    """The training pool stopped early on purpose (preemption): the rollout pool ends too, without an error."""
 
 
 def global_rank() -> int:
@@ -136,6 +142,7 @@ class Bridge:
         """Wait until `src` announced a message on `channel`; the seconds waited."""
         start = time.perf_counter()
         while self.available(src, channel) <= 0:
+            beat(f"waiting for {channel}")  # within the staleness bound, waiting is progress
             self.check_failed()
             time.sleep(self.poll_s)
         return time.perf_counter() - start
@@ -160,6 +167,7 @@ class Bridge:
         start = time.perf_counter()
         for key, sequence, works, _ in self.pending:
             while not self._delivered(key, sequence):
+                beat("waiting for delivery")
                 self.check_failed()
                 time.sleep(self.poll_s)
             for work in works:
@@ -173,9 +181,15 @@ class Bridge:
         if not self.store.check([FAILED_KEY]):
             self.store.set(FAILED_KEY, f"the {self.pool.name} pool (rank {self.rank}) stopped: {message}")
 
+    def stop(self) -> None:
+        """Tell the rollout pool to end now (the run stopped early on purpose)."""
+        self.store.set(STOPPED_KEY, "1")
+
     def check_failed(self) -> None:
         if self.store.check([FAILED_KEY]):
             raise PoolStopped(self.store.get(FAILED_KEY).decode())
+        if self.store.check([STOPPED_KEY]):
+            raise PoolDone()
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -188,7 +202,9 @@ def init_pools(placement: Placement, timeout_s: float = 1800.0) -> Bridge:
     WORLD_SIZE, LOCAL_RANK in the environment from here on) and the bridge over every process."""
     rank = global_rank()
     os.environ[GLOBAL_RANK] = str(rank)
-    store, _, world = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=timeout_s)))
+    from dagrl.utils.dist import launch_store
+
+    store, _, world = launch_store(datetime.timedelta(seconds=timeout_s))
     if world != placement.world_size:
         raise RuntimeError(f"launch of {world} processes, placement of {placement.world_size}")
     pool = placement.pool_of(rank)

@@ -27,7 +27,9 @@ from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_targ
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
 from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
 from dagrl.utils import dist
+from dagrl.utils import watchdog
 from dagrl.utils.faults import fault_point
+from dagrl.utils.preemption import StopRequest, restart_count
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,7 @@ class Trainer:
             from dagrl.nodes.partial_rollout import PartialPool
             self.ctx.pool = PartialPool()
         self.consecutive_skips = 0
+        self.stop = StopRequest()  # SIGTERM/SIGUSR1: stop after the current step with a checkpoint
         self.ledger: PromptLedger | None = None  # rank 0's, opened by fit
         self.ledger_resume: tuple[dict | None, Path | None] = (None, None)  # (its length, its file) at the checkpoint
         self.drawn: list[str] = []  # ledger uids this rank drew in the current step
@@ -260,10 +263,14 @@ class Trainer:
             if self.feed is not None:
                 self.feed.start(start_step, self.rollout_resume)
                 self.feed.push(self.ctx.actor, start_step, bucket_bytes)
+            watchdog.started()
             if schedule.validated(start_step):
                 tracker.log(self.validate(start_step), start_step)
+            restarts, stop = restart_count(), None
             for step in range(start_step + 1, self.total_steps + 1):
                 metrics = self.train_step(step)
+                if restarts:
+                    metrics["training/restarts"] = float(restarts)
                 if self.feed is not None and schedule.pushed(step):
                     self.feed.push(self.ctx.actor, step, bucket_bytes)
                     metrics.update(self.feed.metrics)
@@ -275,17 +282,31 @@ class Trainer:
                 tracker.log(metrics, step)
                 self.check_skips(metrics, step)
                 save_freq = trainer.save_freq
-                if save_freq > 0 and (step % save_freq == 0 or last):
+                saved = save_freq > 0 and (step % save_freq == 0 or last)
+                if saved:
                     self.save(step)
                 if last:  # after the checkpoint's ledger length: a resume drops them
                     self.write_ledger(in_flight_records(step, self.in_flight_uids()))
                 tracker.advance()
+                stop = None if last else self.stop.agreed(self.feed.bridge.store if self.feed else None)
+                if stop:
+                    self.stop_after(step, stop, saved)
+                    break
             if self.feed is not None:
-                self.feed.close()
+                self.feed.close(stopped=stop is not None)
         finally:
             tracker.close()
             if self.ledger is not None:
                 self.ledger.close()
+
+    def stop_after(self, step: int, signal_name: str, saved: bool) -> None:
+        """Preemption: checkpoint `step` (unless just saved) so that the requeued run resumes from it."""
+        if not saved:
+            self.save(step)
+        seconds, grace = self.stop.seconds_since(), self.cfg.trainer.preemption_grace_s
+        logger.warning("stopped on %s after step %d of %d: checkpoint global_step_%d written %.1f s after the signal "
+                       "(trainer.preemption_grace_s=%g%s); relaunch to resume", signal_name, step, self.total_steps,
+                       step, seconds, grace, "" if seconds <= grace else ": NOT within it, raise the grace")
 
     def check_skips(self, metrics: dict[str, float], step: int) -> None:
         """Stop (before saving) after trainer.max_consecutive_skips steps whose updates were all skipped."""

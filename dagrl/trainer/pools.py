@@ -175,9 +175,13 @@ class Feed:
             raise RuntimeError(f"the rollout pool validated version {message['step']}, expected {step}")
         return message["metrics"]
 
-    def close(self) -> None:
+    def close(self, stopped: bool = False) -> None:
+        """The end: wait until the rollout pool has what was sent, or (`stopped`: preempted) tell it to stop."""
         if self.leader:
-            self.bridge.flush()
+            if stopped:
+                self.bridge.stop()
+            else:
+                self.bridge.flush()
 
 
 def batch_of(message: dict) -> Batch:

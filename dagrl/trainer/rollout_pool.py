@@ -13,7 +13,8 @@ from dagrl.dag.graph import run_graph
 from dagrl.data.batch import Batch
 from dagrl.placement.bridge import Bridge
 from dagrl.trainer.pools import Schedule, unpack_bucket
-from dagrl.utils import dist
+from dagrl.utils import dist, watchdog
+from dagrl.utils.preemption import StopRequest
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,17 @@ class Receiver:
 
 
 def serve(trainer, bridge: Bridge) -> None:
-    """Run the rollout pool until the training pool's last step has its batch (and its validation)."""
+    """Run the rollout pool until the training pool's last step has its batch (and its validation), or the
+    training pool stopped early (preemption)."""
+    from dagrl.placement.bridge import PoolDone
+
+    try:
+        _serve(trainer, bridge)
+    except PoolDone:
+        logger.info("rollout pool: the training pool stopped early; stopping too")
+
+
+def _serve(trainer, bridge: Bridge) -> None:
     cfg = trainer.cfg
     start = bridge.recv(bridge.train_leader, "start")
     if start["step"] >= trainer.total_steps:  # the run had finished
@@ -82,9 +93,12 @@ def serve(trainer, bridge: Bridge) -> None:
     staleness = cfg.async_training.max_staleness
     receiver = Receiver(trainer, bridge, schedule)
     receiver.receive()  # the weights the training pool starts from
+    watchdog.started()
+    stop = StopRequest()  # a stop signal here reaches the training pool through the store; it decides when
     logger.info("rollout pool: batches %d..%d, staleness bound %d", start["step"] + 1, trainer.total_steps, staleness)
     for step in range(start["step"] + 1, trainer.total_steps + 1):
         # step's update starts from version step - 1: its samples may be at most K versions older
+        stop.announce(bridge.store)
         pause = receiver.take(step - 1 - staleness)
         message = generate(trainer, step, {"timing_s/rollout_pause": pause, **receiver.sync_metrics})
         receiver.sync_metrics = {}

@@ -11,6 +11,7 @@ from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
 from dagrl.placement import WorldLayout
 from dagrl.trainer.tracking import dump_generations
 from dagrl.utils import dist
+from dagrl.utils.watchdog import beat
 
 
 def validate(trainer, step: int) -> dict[str, float]:
@@ -27,6 +28,7 @@ def validate(trainer, step: int) -> dict[str, float]:
     turn_metrics: dict[str, list[tuple[float, int]]] = defaultdict(list)  # multi-turn, with row counts
     with rollout_session(trainer.ctx):
         for start in range(0, len(positions), chunk):
+            beat("validation", step)
             prompts = trainer.val_data.rows(positions[start:start + chunk])
             seed = sampling_seed(cfg.seed, step, trainer.rollout_dp_rank, f"val{start}")
             batch, sampled = sample(trainer.ctx, prompts, sampling, seed)

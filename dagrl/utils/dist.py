@@ -101,8 +101,9 @@ def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, values.cpu().tolist()))
 
 
-def init_process_group() -> None:
-    """gloo on CPU, nccl on GPU; torchrun's env when present, else a world of one on a free local port."""
+def init_process_group(timeout_s: float | None = None) -> None:
+    """gloo on CPU, nccl on GPU; torchrun's env when present, else a world of one on a free local port. A collective
+    waits `timeout_s` for its peers before it fails (None: PyTorch's default)."""
     if is_initialized():
         return
     import os
@@ -114,8 +115,25 @@ def init_process_group() -> None:
             port = probe.getsockname()[1]
         os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                            "MASTER_PORT": str(port)})
-    if torch.cuda.is_available():
+    import datetime
+
+    timeout = datetime.timedelta(seconds=timeout_s) if timeout_s is not None else None
+    store, rank_, world = launch_store(timeout)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl")
-    else:
-        dist.init_process_group("gloo")
+    dist.init_process_group(backend, store=store, rank=rank_, world_size=world,
+                            **({"timeout": timeout} if timeout is not None else {}))
+
+
+def launch_store(timeout=None) -> tuple[object, int, int]:
+    """(store, rank, world size) of the launch from torchrun's (or Ray's) environment. Keys live under the launcher's
+    restart count: torchrun --max-restarts keeps one agent store across restarts, where the process groups of a
+    restarted attempt would read the dead attempt's addresses."""
+    import datetime
+    import os
+
+    kwargs = {"timeout": timeout or datetime.timedelta(minutes=30)}
+    store, rank_, world = next(dist.rendezvous("env://", **kwargs))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"dagrl/attempt{attempt}", store), rank_, world

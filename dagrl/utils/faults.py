@@ -5,6 +5,9 @@ DAGRL_FAULT=<phase>[:<step>][@<rank>]  SIGKILL this process when it reaches <pha
                                on global rank <rank> only when given (a single worker dying in a multi-rank job).
 DAGRL_FAULT_TRACE=<file>       append "<unix time> <phase> <step>" to <file> at every such point, so a harness that
                                kills the run at a random moment can tell which phase it hit.
+DAGRL_HANG=<phase>[:<step>][@<rank>]   sleep forever there instead (a hung rank, for the watchdog); with
+DAGRL_HANG_ONCE=<file>         only where <file> does not exist yet (it is created), so a restarted run goes on.
+DAGRL_SIGNAL=<phase>[:<step>][@<rank>] send this process SIGTERM there (a scheduler's preemption notice).
 DAGRL_DELAY=<phase>:<seconds>  sleep that long at every such point of <phase> (a slow trainer or rollout, so that a test
                                of the asynchronous pools sees the other pool run ahead to its bound).
 DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engine must skip and count them).
@@ -15,12 +18,25 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 
 logger = logging.getLogger(__name__)
 
 
+def _matches(spec: str, phase: str, step: int) -> bool:
+    spec, _, at_rank = spec.partition("@")
+    name, _, at_step = spec.partition(":")
+    if at_rank and int(at_rank) != int(os.environ.get("DAGRL_GLOBAL_RANK", os.environ.get("RANK", "0"))):
+        return False
+    return name == phase and (not at_step or int(at_step) == step)
+
+
 def fault_point(phase: str, step: int) -> None:
+    """A named point of the run: progress for the hang watchdog, and where the test faults above fire."""
+    from dagrl.utils.watchdog import beat
+
+    beat(phase, step)
     trace = os.environ.get("DAGRL_FAULT_TRACE", "")
     if trace:  # one short append per point: the kernel keeps it even if the process is killed right after
         with open(trace, "a", encoding="utf-8") as out:
@@ -28,14 +44,19 @@ def fault_point(phase: str, step: int) -> None:
     delay = os.environ.get("DAGRL_DELAY", "")
     if delay and delay.rpartition(":")[0] == phase:
         time.sleep(float(delay.rpartition(":")[2]))
+    hang, once = os.environ.get("DAGRL_HANG", ""), os.environ.get("DAGRL_HANG_ONCE", "")
+    if hang and _matches(hang, phase, step) and not (once and os.path.exists(once)):
+        if once:
+            open(once, "w").close()
+        logger.warning("DAGRL_HANG: this process hangs at %s (step %d)", phase, step)
+        while True:
+            time.sleep(3600)
+    notice = os.environ.get("DAGRL_SIGNAL", "")
+    if notice and _matches(notice, phase, step):
+        logger.warning("DAGRL_SIGNAL: SIGTERM to this process at %s (step %d)", phase, step)
+        os.kill(os.getpid(), signal.SIGTERM)
     spec = os.environ.get("DAGRL_FAULT", "")
-    if not spec:
-        return
-    spec, _, at_rank = spec.partition("@")
-    name, _, at_step = spec.partition(":")
-    if at_rank and int(at_rank) != int(os.environ.get("DAGRL_GLOBAL_RANK", os.environ.get("RANK", "0"))):
-        return
-    if name == phase and (not at_step or int(at_step) == step):
+    if spec and _matches(spec, phase, step):
         logger.warning("DAGRL_FAULT: killing this process at %s (step %d)", phase, step)
         os.kill(os.getpid(), 9)
 

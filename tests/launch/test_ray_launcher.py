@@ -42,6 +42,23 @@ def test_worker_death_stops_the_job_naming_the_rank_and_a_relaunch_resumes(tiny_
     assert metrics[3]["training/global_step"] == 3.0
 
 
+def test_separate_pools_on_ray_workers_train_and_match_torchrun(tiny_model, tiny_data, tmp_path):
+    """actor_rollout_ref.hybrid_engine=false under Ray: one placement group per pool, the rollout pool's worker first;
+    at K=0 the run equals the same pools under torchrun."""
+    from tests.trainer.test_end_to_end import _free_port
+
+    pools = {"actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1, "trainer.n_gpus_per_node": 1,
+             "async_training.max_staleness": 0, "trainer.total_training_steps": 2}
+    code, stderr = run_in_session(ray_args(tiny_model, tiny_data, tmp_path / "ray", **pools), timeout=300)
+    assert code == 0, stderr[-3000:]
+    args = ray_args(tiny_model, tiny_data, tmp_path / "torchrun", **pools, **{"trainer.launcher": "local"})[3:]
+    code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                   "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args], timeout=300)
+    assert code == 0, stderr[-3000:]
+    assert metrics_by_step(tmp_path / "ray") == metrics_by_step(tmp_path / "torchrun")
+    assert metrics_by_step(tmp_path / "ray")[2]["actor/grad_norm"] > 0
+
+
 def test_bad_config_fails_in_the_driver_before_any_worker(tiny_model, tiny_data, tmp_path):
     args = ray_args(tiny_model, tiny_data, tmp_path / "run", **{"data.train_batch_size": 3})
     started = time.perf_counter()

@@ -370,9 +370,6 @@ CASES: tuple[Case, ...] = (
          ("async_training.trigger_parameter_sync_step=2",), ("trigger_parameter_sync_step=2", "set it to 1")),
     Case("pools_one_process", "separate pools (`actor_rollout_ref.hybrid_engine=false`) launched as one process",
          ("actor_rollout_ref.hybrid_engine=false",), ("rollout.n_gpus_per_node", "need 2", "--nproc-per-node 2")),
-    Case("pools_under_ray", "separate pools with `trainer.launcher=ray`",
-         ("actor_rollout_ref.hybrid_engine=false", "trainer.launcher=ray"),
-         ("actor_rollout_ref.hybrid_engine=false", "torchrun")),
     # ---- types and ranges (schema) ----
     Case("bool_shuffle_no", "`data.shuffle=no` (a string to Hydra, truthy: it would still shuffle)", ("data.shuffle=no",),
          ("data.shuffle='no'", "must be true or false")),

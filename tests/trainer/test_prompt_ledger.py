@@ -4,7 +4,6 @@ across kill -9 and an auto-resume, synchronous and with colocated partial rollou
 go two at a time (the tiny model's runs are mostly start-up)."""
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from collections import Counter
@@ -15,7 +14,7 @@ import torch
 
 from dagrl.data.batch import Batch
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
-from tests.helpers import metrics_by_step, session_process
+from tests.helpers import metrics_by_step, run_concurrently
 from tests.trainer.test_dapo import dapo_args, first_round, make_ctx  # noqa: F401  (dapo_args: a fixture)
 from tests.trainer.test_partial_rollout import args, long_tail_model  # noqa: F401  (fixtures)
 
@@ -25,15 +24,8 @@ ENV = {"OMP_NUM_THREADS": "1"}  # two runs share the CPU cores
 
 def launch(*runs: tuple[list[str], dict]) -> list[tuple[int, str]]:
     """Run `python -m dagrl.main_dag <args>` for each (args, env) at the same time; (exit code, stderr) of each."""
-    with contextlib.ExitStack() as stack:
-        started = [stack.enter_context(session_process([sys.executable, "-m", "dagrl.main_dag", *arguments],
-                                                       {**ENV, **env})) for arguments, env in runs]
-        results = []
-        for proc, err in started:
-            code = proc.wait(timeout=600)
-            err.seek(0)
-            results.append((code, err.read()))
-    return results
+    return run_concurrently([([sys.executable, "-m", "dagrl.main_dag", *arguments], {**ENV, **env})
+                             for arguments, env in runs])
 
 
 def straight_and_resumed(make, tmp_path: Path, kill: str = KILL, **extra) -> tuple[Path, Path, int]:

@@ -4,7 +4,6 @@ when training is the slow side; partial rollout carries prefixes across pushes; 
 relaunch train every prompt exactly once (K=0: bit-exact); a pool that stops on an error stops the other."""
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from collections import Counter
@@ -18,7 +17,7 @@ from dagrl.placement import Placement
 from dagrl.trainer.ledger import LEDGER_FILE
 from dagrl.trainer.pools import Schedule, pack_buckets, split_graph, unpack_bucket
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, session_process
+from tests.helpers import metrics_by_step, run_concurrently
 from tests.trainer.test_end_to_end import REWARD, _free_port
 from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture)
 
@@ -35,15 +34,7 @@ def command(args: list[str], processes: int) -> list[str]:
 
 def launch(*runs: tuple[list[str], int, dict]) -> list[tuple[int, str]]:
     """Each (args, processes, env) at the same time; (exit code, stderr) of each."""
-    with contextlib.ExitStack() as stack:
-        started = [stack.enter_context(session_process(command(args, processes), {**ENV, **env}))
-                   for args, processes, env in runs]
-        results = []
-        for proc, err in started:
-            code = proc.wait(timeout=600)
-            err.seek(0)
-            results.append((code, err.read()))
-    return results
+    return run_concurrently([(command(args, processes), {**ENV, **env}) for args, processes, env in runs])
 
 
 def ok(result: tuple[int, str]) -> None:

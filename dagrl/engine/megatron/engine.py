@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from dagrl.data.batch import Batch
 from dagrl.engine.base import MegatronEngineSpec
+from dagrl.utils.watchdog import beat
 from dagrl.engine.megatron import checkpoint, compat
 from dagrl.engine.megatron.offload import HostOffload
 from dagrl.engine.megatron import packing
@@ -251,6 +252,7 @@ class MegatronEngine:
     def _forward_step(self, head: Any, data_iterator: Iterator[MicroBatch],
                       model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
         micro = next(data_iterator)
+        beat("micro-batch")  # progress for the hang watchdog
         self._micro = micro  # read by forward hooks during this forward
         output = model(micro.tokens, micro.position_ids, micro.attention_mask,
                        packed_seq_params=micro.packed_seq_params)

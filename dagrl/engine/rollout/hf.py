@@ -11,6 +11,7 @@ from typing import Iterator
 
 import torch
 
+from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.hf_decode import DecodeLoop
 from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket
@@ -49,6 +50,7 @@ class HFRollout:
         self.requests.submit(requests)
 
     def advance(self) -> list[Completion]:
+        beat("decode")  # progress for the hang watchdog
         return self.requests.advance(self.version)
 
     def abort(self, ids: list[str] | None = None) -> list[Completion]:

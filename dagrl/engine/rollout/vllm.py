@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
@@ -229,6 +230,7 @@ class VLLMRollout:
         self._cache_filled = True
 
     def advance(self) -> list[Completion]:
+        beat("decode")  # progress for the hang watchdog
         finished = []
         for output in self.llm.llm_engine.step():
             progress = self._progress.get(output.request_id)

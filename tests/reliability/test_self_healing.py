@@ -1,0 +1,128 @@
+"""Runs that heal themselves (CPU, gloo): a hung rank is found within trainer.hang_timeout_s + 10 s with every rank's
+stacks written and the run ends naming it; a launcher's restart (torchrun --max-restarts, trainer.max_restarts under
+Ray) resumes and finishes with the metrics of an uninterrupted run; SIGTERM stops the run after the current step
+with a checkpoint and exit code 0, and the relaunch finishes exactly as an uninterrupted run (colocated, and with
+separate pools where the rollout pool got the signal)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cpu_run_overrides
+from tests.helpers import metrics_by_step, run_in_session, session_process
+from tests.trainer.test_end_to_end import REWARD, _free_port
+
+HANG_TIMEOUT = 8
+
+
+def overrides(model, data, out: Path, **extra) -> list[str]:
+    return cpu_run_overrides(model, data, out, **{
+        "custom_reward_function.path": str(REWARD), "trainer.total_training_steps": 4, "trainer.save_freq": 1,
+        "trainer.test_freq": -1, "trainer.val_before_train": False, "trainer.hang_timeout_s": HANG_TIMEOUT, **extra})
+
+
+def torchrun(args: list[str], processes: int = 2, restarts: int = 0) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
+            str(_free_port()), "--max-restarts", str(restarts), "-m", "dagrl.main_dag", *args]
+
+
+def steps_only(records: dict[int, dict]) -> dict[int, dict]:
+    return {step: {k: v for k, v in record.items() if k != "training/restarts"} for step, record in records.items()}
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_model, tiny_data, tmp_path_factory) -> dict[int, dict]:
+    """The uninterrupted run's metrics (DP2 under torchrun)."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    code, stderr = run_in_session(torchrun(overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2})))
+    assert code == 0, stderr[-3000:]
+    return metrics_by_step(out)
+
+
+def test_a_hung_rank_is_found_with_every_ranks_stacks_and_ends_the_run(tiny_model, tiny_data, tmp_path):
+    out, trace = tmp_path / "run", tmp_path / "faults.trace"
+    args = overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2})
+    code, stderr = run_in_session(torchrun(args), {"DAGRL_HANG": "actor_update:2@1", "DAGRL_FAULT_TRACE": str(trace)},
+                                  timeout=300)
+    ended = time.time()
+    assert code != 0
+    hung_at = max(float(line.split()[0]) for line in trace.read_text().splitlines()
+                  if line.split()[1:] == ["actor_update", "2"])
+    assert ended - hung_at < HANG_TIMEOUT + 10, f"the hang ended the run {ended - hung_at:.0f} s after it began"
+    assert "dagrl: error: rank 1 hung: no progress for" in stderr and "in phase actor_update of step 2" in stderr
+    stacks = {rank: (out / "hang" / f"rank{rank}.txt").read_text() for rank in (0, 1)}
+    assert stacks[1].startswith("rank 1: no progress") and "fault_point" in stacks[1]  # where it sleeps
+    assert "Thread" in stacks[0] and "rank 0: no progress" in stacks[0]  # the peer waiting in a collective
+    assert not (out / "global_step_2").exists() and (out / "global_step_1").is_dir()
+
+
+def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path,
+                                                                               straight):
+    out = tmp_path / "run"
+    args = overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2})
+    env = {"DAGRL_HANG": "actor_update:3@0", "DAGRL_HANG_ONCE": str(tmp_path / "hung_once")}
+    code, stderr = run_in_session(torchrun(args, restarts=1), env, timeout=400)
+    assert code == 0, stderr[-3000:]
+    assert (out / "hang" / "rank0.txt").is_file() and "resumed from" in stderr
+    records = metrics_by_step(out)
+    assert steps_only(records) == straight
+    assert records[4]["training/restarts"] == 1.0
+
+
+def test_ray_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path, straight):
+    pytest.importorskip("ray")
+    out = tmp_path / "run"
+    args = overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2, "trainer.launcher": "ray",
+                                                     "trainer.max_restarts": 1})
+    env = {"DAGRL_HANG": "old_log_prob:2@1", "DAGRL_HANG_ONCE": str(tmp_path / "hung_once")}
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], env, timeout=400)
+    assert code == 0, stderr[-3000:]
+    assert "restart 1 of 1 (trainer.max_restarts) after rank" in stderr
+    assert steps_only(metrics_by_step(out)) == straight
+
+
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exact(tiny_model, tiny_data, tmp_path):
+    straight_out, out, trace = tmp_path / "straight", tmp_path / "run", tmp_path / "faults.trace"
+    make = lambda root: [sys.executable, "-m", "dagrl.main_dag", *overrides(  # noqa: E731
+        tiny_model, tiny_data, root, **{"trainer.save_freq": -1, "trainer.total_training_steps": 5})]
+    with session_process(make(out), {"DAGRL_FAULT_TRACE": str(trace)}) as (proc, err):
+        while not (trace.exists() and " old_log_prob 2" in trace.read_text()):  # somewhere inside step 2
+            assert proc.poll() is None
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        err.seek(0)
+        stderr = err.read()
+    assert code == 0, stderr[-3000:]
+    assert "stopped on SIGTERM after step 2 of 5: checkpoint global_step_2 written" in stderr
+    assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2"]  # save_freq=-1: only this one
+    code, stderr = run_in_session(make(out))
+    assert code == 0 and "(step 2)" in stderr, stderr[-3000:]
+    code, stderr = run_in_session(make(straight_out))
+    assert code == 0, stderr[-3000:]
+    assert metrics_by_step(out) == metrics_by_step(straight_out)
+    ledger = [json.loads(line)["uid"] for line in (out / "prompt_ledger.jsonl").read_text().splitlines()]
+    assert len(ledger) == len(set(ledger)) == 5 * 4
+
+
+def test_a_stop_signal_in_the_rollout_pool_stops_both_pools_at_a_step_boundary(tiny_model, tiny_data, tmp_path):
+    pools = {"actor_rollout_ref.hybrid_engine": False, "async_training.max_staleness": 0,
+             "trainer.save_freq": -1}
+    straight_out, out = tmp_path / "straight", tmp_path / "run"
+    code, stderr = run_in_session(torchrun(overrides(tiny_model, tiny_data, out, **pools)),
+                                  {"DAGRL_SIGNAL": "score:2@0"})  # the rollout pool's process
+    assert code == 0, stderr[-3000:]
+    assert "stopped on SIGTERM after step" in stderr and "the training pool stopped early" in stderr
+    saved = sorted(p.name for p in out.glob("global_step_*"))
+    assert len(saved) == 1 and saved[0] in ("global_step_1", "global_step_2", "global_step_3")
+    code, stderr = run_in_session(torchrun(overrides(tiny_model, tiny_data, out, **pools)))
+    assert code == 0, stderr[-3000:]
+    code, stderr = run_in_session(torchrun(overrides(tiny_model, tiny_data, straight_out, **pools)))
+    assert code == 0, stderr[-3000:]
+    assert metrics_by_step(out) == metrics_by_step(straight_out)
