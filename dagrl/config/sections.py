@@ -352,6 +352,9 @@ def check_launcher(cfg: Cfg) -> None:
             f"trainer.ray_address={address!r} must be null, \"auto\" or host:port of a Ray head")
     require(address is None or trainer.launcher == "ray", "trainer.ray_address",
             f"trainer.ray_address is set but trainer.launcher={trainer.launcher}: set trainer.launcher=ray")
+    require(trainer.max_restarts == 0 or trainer.launcher == "ray", "trainer.max_restarts",
+            f"trainer.max_restarts={trainer.max_restarts} restarts Ray workers (trainer.launcher=ray); under torchrun "
+            f"use torchrun --max-restarts={trainer.max_restarts} and leave trainer.max_restarts=0")
     if trainer.launcher == "ray":
         import importlib.util
         require(importlib.util.find_spec("ray") is not None, "trainer.launcher",

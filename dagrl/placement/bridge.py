@@ -223,6 +223,9 @@ def init_pools(placement: Placement, timeout_s: float = 1800.0) -> Bridge:
         import socket
         where = f"{socket.gethostname()}/{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
     store.set(f"dagrl/device/{rank}", where)
+    from dagrl.utils import watchdog
+
+    watchdog.attach(store)
     logger.info("%s pool rank %d of %d (launch rank %d of %d)", pool.name, rank - pool.first_rank, pool.size,
                 rank, world)
     return Bridge(store, group, placement, rank)

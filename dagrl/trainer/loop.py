@@ -102,6 +102,7 @@ class Trainer:
             self.ctx.pool = PartialPool()
         self.consecutive_skips = 0
         self.stop = StopRequest()  # SIGTERM/SIGUSR1: stop after the current step with a checkpoint
+        self.preemption_grace_s = trainer.preemption_grace_s
         self.ledger: PromptLedger | None = None  # rank 0's, opened by fit
         self.ledger_resume: tuple[dict | None, Path | None] = (None, None)  # (its length, its file) at the checkpoint
         self.drawn: list[str] = []  # ledger uids this rank drew in the current step
@@ -151,10 +152,12 @@ class Trainer:
                                f"{latest[1] if latest else 'none'} (kept unchanged)")
 
         def write(directory: Path) -> None:
+            watchdog.beat("checkpoint: actor", step)
             self.ctx.actor.save_checkpoint(str(directory / "actor"))
             if "hf_model" in self.cfg.actor_rollout_ref.actor.checkpoint.save_contents:
                 self.save_hf_model(directory / "actor")
             if self.ctx.critic is not None:
+                watchdog.beat("checkpoint: critic", step)
                 self.ctx.critic.save_checkpoint(str(directory / "critic"))
             for shard, pool in self.pool_states().items():
                 (directory / POOL_DIR).mkdir(exist_ok=True)
@@ -303,7 +306,7 @@ class Trainer:
         """Preemption: checkpoint `step` (unless just saved) so that the requeued run resumes from it."""
         if not saved:
             self.save(step)
-        seconds, grace = self.stop.seconds_since(), self.cfg.trainer.preemption_grace_s
+        seconds, grace = self.stop.seconds_since(), self.preemption_grace_s
         logger.warning("stopped on %s after step %d of %d: checkpoint global_step_%d written %.1f s after the signal "
                        "(trainer.preemption_grace_s=%g%s); relaunch to resume", signal_name, step, self.total_steps,
                        step, seconds, grace, "" if seconds <= grace else ": NOT within it, raise the grace")

@@ -124,6 +124,9 @@ def init_process_group(timeout_s: float | None = None) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, store=store, rank=rank_, world_size=world,
                             **({"timeout": timeout} if timeout is not None else {}))
+    from dagrl.utils import watchdog
+
+    watchdog.attach(store)
 
 
 def launch_store(timeout=None) -> tuple[object, int, int]:

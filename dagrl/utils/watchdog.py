@@ -8,7 +8,9 @@ engines, loading weights) has its own allowance, `trainer.hang_startup_timeout_s
 every thread's Python stack (faulthandler) and its phase and step to `<default_local_dir>/hang/rank<R>.txt`, dumps
 PyTorch's NCCL flight recorder beside it on GPU (`rank<R>.nccl_trace.pkl`; the recorder is switched on through
 TORCH_NCCL_TRACE_BUFFER_SIZE before the process group starts), prints one line naming the rank, step and phase, and
-exits with code 3. A peer stuck in a collective with it stops making progress too and writes its own stacks.
+exits with code 3. It first marks the hang in the launch's store (`attach`): every other rank's watchdog sees the
+mark within a second and writes its own stacks beside (where it was when a peer hung) before exiting too, so a peer
+that a dead rank's broken connection would otherwise end with a bare error leaves its stacks as well.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 HANG_EXIT_CODE = 3
+HANG_KEY = "dagrl/hang"
+PEER_GRACE_S = 3.0  # how long the hung rank waits for its peers to write their stacks before it exits
 TRACE_BUFFER_VAR = "TORCH_NCCL_TRACE_BUFFER_SIZE"
 _current: "Watchdog | None" = None
 
@@ -38,6 +42,12 @@ def started() -> None:
     if _current is not None:
         _current.startup = False
         _current.beat("started")
+
+
+def attach(store) -> None:
+    """The launch's store: where a hang is announced to every rank (after the process group started)."""
+    if _current is not None:
+        _current.store = store
 
 
 def install(timeout_s: float, startup_s: float, directory: str, rank: int) -> "Watchdog | None":
@@ -56,6 +66,7 @@ class Watchdog:
         self.timeout_s, self.startup_s, self.directory, self.rank = timeout_s, startup_s, directory, rank
         self.phase, self.step, self.startup = "start-up", 0, True
         self.last = time.monotonic()
+        self.store = None
         threading.Thread(target=self._watch, name="dagrl-watchdog", daemon=True).start()
 
     def beat(self, phase: str, step: int | None = None) -> None:
@@ -70,21 +81,38 @@ class Watchdog:
             idle = time.monotonic() - self.last
             if idle > (self.startup_s if self.startup else self.timeout_s):
                 self.fire(idle)
+            if self.store is not None and self.store.check([HANG_KEY]):  # a peer hung: say where this rank is
+                peer = self.store.get(HANG_KEY).decode()
+                self.dump(f"rank {self.rank}: stopped because {peer}; here for {idle:.0f} s in {self.where}")
+                os._exit(HANG_EXIT_CODE)
+
+    @property
+    def where(self) -> str:
+        return f"phase {self.phase}" + ("" if self.startup else f" of step {self.step}")
 
     def fire(self, idle: float) -> None:
-        """Write the stacks and the NCCL trace, say where this rank is stuck, exit."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"rank{self.rank}.txt"
-        where = f"phase {self.phase}" + ("" if self.startup else f" of step {self.step}")
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(f"rank {self.rank}: no progress for {idle:.0f} s in {where} (pid {os.getpid()})\n\n")
-            out.flush()
-            faulthandler.dump_traceback(out, all_threads=True)
-        trace = self.dump_nccl_trace()
+        """Tell the peers, write the stacks and the NCCL trace, say where this rank is stuck, exit."""
+        where = self.where
+        if self.store is not None:
+            self.store.set(HANG_KEY, f"rank {self.rank} hung in {where}")
+        path, trace = self.dump(f"rank {self.rank}: no progress for {idle:.0f} s in {where} (pid {os.getpid()})")
         print(f"dagrl: error: rank {self.rank} hung: no progress for {idle:.0f} s in {where} "
               f"(trainer.hang_timeout_s={self.timeout_s:g}); every thread's stack is in {path}"
-              + (f", the NCCL flight recorder's trace in {trace}" if trace else ""), file=sys.stderr, flush=True)
+              + (f", the NCCL flight recorder's trace in {trace}" if trace else "")
+              + (" (the other ranks' beside it)" if self.store is not None else ""), file=sys.stderr, flush=True)
+        if self.store is not None:
+            time.sleep(PEER_GRACE_S)  # the peers write theirs before this rank's exit breaks their connections
         os._exit(HANG_EXIT_CODE)
+
+    def dump(self, header: str) -> tuple[Path, Path | None]:
+        """rank<R>.txt: `header` and every thread's stack; the NCCL trace beside it on GPU."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"rank{self.rank}.txt"
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(header + "\n\n")
+            out.flush()
+            faulthandler.dump_traceback(out, all_threads=True)
+        return path, self.dump_nccl_trace()
 
     def dump_nccl_trace(self) -> Path | None:
         """PyTorch's NCCL flight recorder (GPU runs); None where there is none (CPU, gloo)."""

@@ -368,6 +368,8 @@ CASES: tuple[Case, ...] = (
          ("trigger_parameter_sync_step=3", "deadlock", "max_staleness >= 2")),
     Case("sync_step_colocated", "`trigger_parameter_sync_step=2` on a colocated run",
          ("async_training.trigger_parameter_sync_step=2",), ("trigger_parameter_sync_step=2", "set it to 1")),
+    Case("max_restarts_under_torchrun", "`trainer.max_restarts=2` without the Ray launcher",
+         ("trainer.max_restarts=2",), ("trainer.max_restarts=2", "--max-restarts=2")),
     Case("pools_one_process", "separate pools (`actor_rollout_ref.hybrid_engine=false`) launched as one process",
          ("actor_rollout_ref.hybrid_engine=false",), ("rollout.n_gpus_per_node", "need 2", "--nproc-per-node 2")),
     # ---- types and ranges (schema) ----

@@ -45,21 +45,42 @@ def straight(tiny_model, tiny_data, tmp_path_factory) -> dict[int, dict]:
     return metrics_by_step(out)
 
 
-def test_a_hung_rank_is_found_with_every_ranks_stacks_and_ends_the_run(tiny_model, tiny_data, tmp_path):
+@pytest.mark.parametrize("phase", ["actor_update", pytest.param("rollout", marks=pytest.mark.slow),
+                                   pytest.param("old_log_prob", marks=pytest.mark.slow),
+                                   pytest.param("before_shards", marks=pytest.mark.slow)])
+def test_a_hung_rank_is_found_with_every_ranks_stacks_and_ends_the_run(tiny_model, tiny_data, tmp_path, phase):
+    """One rank sleeps forever at the start of step 2's `phase` (before_shards: rank 0, which runs the checkpoint's
+    phases, inside the checkpoint of step 2; otherwise rank 1)."""
+    hung, peer = (0, 1) if phase == "before_shards" else (1, 0)
     out, trace = tmp_path / "run", tmp_path / "faults.trace"
     args = overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2})
-    code, stderr = run_in_session(torchrun(args), {"DAGRL_HANG": "actor_update:2@1", "DAGRL_FAULT_TRACE": str(trace)},
+    code, stderr = run_in_session(torchrun(args), {"DAGRL_HANG": f"{phase}:2@{hung}", "DAGRL_FAULT_TRACE": str(trace)},
                                   timeout=300)
     ended = time.time()
     assert code != 0
     hung_at = max(float(line.split()[0]) for line in trace.read_text().splitlines()
-                  if line.split()[1:] == ["actor_update", "2"])
+                  if line.split()[1:] == [phase, "2"])
     assert ended - hung_at < HANG_TIMEOUT + 10, f"the hang ended the run {ended - hung_at:.0f} s after it began"
-    assert "dagrl: error: rank 1 hung: no progress for" in stderr and "in phase actor_update of step 2" in stderr
+    assert f"dagrl: error: rank {hung} hung: no progress for" in stderr and f"in phase {phase} of step 2" in stderr
     stacks = {rank: (out / "hang" / f"rank{rank}.txt").read_text() for rank in (0, 1)}
-    assert stacks[1].startswith("rank 1: no progress") and "fault_point" in stacks[1]  # where it sleeps
-    assert "Thread" in stacks[0] and "rank 0: no progress" in stacks[0]  # the peer waiting in a collective
+    assert stacks[hung].startswith(f"rank {hung}: no progress") and "fault_point" in stacks[hung]  # where it sleeps
+    # the peer, waiting for it in a collective: told through the store, it writes where it was before exiting
+    assert stacks[peer].startswith((f"rank {peer}: stopped because rank {hung} hung", f"rank {peer}: no progress"))
+    assert "Thread" in stacks[peer]
     assert not (out / "global_step_2").exists() and (out / "global_step_1").is_dir()
+
+
+def test_sigusr1_is_a_stop_signal_too_and_a_world_of_one_agrees_on_it():
+    from dagrl.utils.preemption import StopRequest
+
+    stop = StopRequest()
+    try:
+        assert stop.agreed() is None
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.signal == "SIGUSR1" and stop.agreed() == "SIGUSR1" and stop.seconds_since() >= 0
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path,

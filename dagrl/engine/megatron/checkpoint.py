@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 import torch
 
+from dagrl.utils.watchdog import beat
 from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.engine.megatron import compat
 
@@ -366,6 +367,7 @@ def write_hf_model(buckets: Iterable[WeightBucket], directory: str | Path, sourc
         directory.mkdir(parents=True, exist_ok=True)
         shards = _SafetensorsShards(directory, shard_bytes)
     for bucket in buckets:
+        beat("checkpoint: hf_model")  # progress for the hang watchdog, bucket by bucket
         if shards is not None:
             for name, tensor in bucket:
                 shards.add(name, tensor)
