@@ -64,6 +64,9 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
         return (2 if isinstance(error, ConfigError) else 1), str(error)
     finally:
+        from dagrl.utils import watchdog
+
+        watchdog.stop()
         record_config_reads()
     return 0, ""
 

@@ -131,5 +131,5 @@ def metrics_by_step(root: Path) -> dict[int, dict]:
     for line in (root / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
         records.setdefault(record["step"], {}).update(
-            {k: v for k, v in record.items() if not k.startswith(("timing_s", "perf/"))})
+            {k: v for k, v in record.items() if not k.startswith(("timing_s", "perf/")) and k != "time"})
     return records

@@ -297,6 +297,10 @@ class Trainer:
                     break
             if self.feed is not None:
                 self.feed.close(stopped=stop is not None)
+            if self.rank == 0:
+                latest = self.checkpoints.latest()
+                where = f"{trainer.default_local_dir} (newest: {latest[1].name})" if latest else "none written"
+                logger.info("%s", tracker.summary(self.total_steps, where, self.jsonl_path, self.tensorboard_dir))
         finally:
             tracker.close()
             if self.ledger is not None:

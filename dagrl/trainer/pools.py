@@ -56,11 +56,14 @@ class Schedule:
     val_before_train: bool
 
     def validated(self, version: int) -> bool:
+        """Whether the weights after step `version` are validated: every test_freq steps and after the last, and
+        before training (val_before_train) unless a resumed run's start step was validated already."""
         if not self.validates:
             return False
+        periodic = self.test_freq > 0 and (version % self.test_freq == 0 or version == self.total)
         if version == self.start:
-            return self.val_before_train
-        return self.test_freq > 0 and (version % self.test_freq == 0 or version == self.total)
+            return self.val_before_train and not (self.start > 0 and periodic)
+        return periodic
 
     def pushed(self, version: int) -> bool:
         return version == self.start or version % self.trigger == 0 or self.validated(version)

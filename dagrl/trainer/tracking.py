@@ -8,6 +8,7 @@ the whole config is recorded with it, and every metric is logged at its global s
 from __future__ import annotations
 
 import json
+import time
 import logging
 import os
 import re
@@ -93,6 +94,8 @@ class Tracker:
         """`config` is called only when a sink records the run's config (wandb, mlflow)."""
         self.enabled = enabled
         self.backends = backends
+        self.started, self.steps = time.time(), []  # for the end-of-run summary
+        self.validation: dict[str, list[tuple[int, float]]] = {}  # val-core/* key -> (step, value) as logged
         self.writer = None
         self.jsonl = None
         self.progress = None
@@ -120,6 +123,11 @@ class Tracker:
     def log(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:
             return
+        if "training/global_step" in metrics:
+            self.steps.append(step)
+        for key, value in metrics.items():
+            if key.startswith("val-core/"):
+                self.validation.setdefault(key, []).append((step, value))
         if "console" in self.backends:
             shown = {k: v for k, v in sorted(metrics.items()) if k.startswith(_CONSOLE_PREFIXES)}
             text = " - ".join(f"{k}:{v:.4g}" for k, v in shown.items())
@@ -129,10 +137,28 @@ class Tracker:
                 self.writer.add_scalar(key, value, step)
             self.writer.flush()
         if self.jsonl is not None:
-            self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
+            self.jsonl.write(json.dumps({"step": step, "time": round(time.time(), 3), **metrics}) + "\n")
             self.jsonl.flush()
         for sink in self.remote:
             sink.log(metrics, step)
+
+    def summary(self, total_steps: int, checkpoints: str, jsonl_path: str | None, tensorboard_dir: str | None) -> str:
+        """How the run went, in a few lines: steps and wall time, each validation score's first/last/best, where
+        its checkpoints and metrics are."""
+        seconds = time.time() - self.started
+        lines = [f"run summary: steps {self.steps[0]}..{self.steps[-1]} of {total_steps} in {seconds:.0f} s "
+                 f"({seconds / len(self.steps):.1f} s a step)" if self.steps else
+                 f"run summary: no step trained ({seconds:.0f} s)"]
+        for key, points in sorted(self.validation.items()):
+            best = max(points, key=lambda point: point[1])
+            lines.append(f"  {key}: first {points[0][1]:.4g} (step {points[0][0]}), last {points[-1][1]:.4g} "
+                         f"(step {points[-1][0]}), best {best[1]:.4g} (step {best[0]})")
+        lines.append(f"  checkpoints: {checkpoints}")
+        if self.jsonl is not None:
+            lines.append(f"  metrics: {jsonl_path}")
+        if self.writer is not None:
+            lines.append(f"  curves: tensorboard --logdir {tensorboard_dir}")
+        return "\n".join(lines)
 
     def advance(self) -> None:
         if self.progress is not None:

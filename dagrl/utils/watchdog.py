@@ -7,7 +7,7 @@ within the staleness bound. A daemon thread checks the time since the last beat 
 engines, loading weights) has its own allowance, `trainer.hang_startup_timeout_s`. When it fires, the rank writes
 every thread's Python stack (faulthandler) and its phase and step to `<default_local_dir>/hang/rank<R>.txt`, dumps
 PyTorch's NCCL flight recorder beside it on GPU (`rank<R>.nccl_trace.pkl`; the recorder is switched on through
-TORCH_NCCL_TRACE_BUFFER_SIZE before the process group starts), prints one line naming the rank, step and phase, and
+TORCH_FR_BUFFER_SIZE before the process group starts), prints one line naming the rank, step and phase, and
 exits with code 3. It first marks the hang in the launch's store (`attach`): every other rank's watchdog sees the
 mark within a second and writes its own stacks beside (where it was when a peer hung) before exiting too, so a peer
 that a dead rank's broken connection would otherwise end with a bare error leaves its stacks as well.
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 HANG_EXIT_CODE = 3
 HANG_KEY = "dagrl/hang"
 PEER_GRACE_S = 3.0  # how long the hung rank waits for its peers to write their stacks before it exits
-TRACE_BUFFER_VAR = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+TRACE_BUFFER_VAR = "TORCH_FR_BUFFER_SIZE"  # the NCCL flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE before torch 2.11)
 _current: "Watchdog | None" = None
 
 
@@ -50,6 +50,16 @@ def attach(store) -> None:
         _current.store = store
 
 
+def stop() -> None:
+    """The run is over: the watchdog thread ends (joined, so it is not inside a store call while the interpreter
+    shuts down: that aborts the process, "terminate called without an active exception")."""
+    global _current
+    watchdog, _current = _current, None
+    if watchdog is not None:
+        watchdog.running = False
+        watchdog.thread.join(timeout=5)
+
+
 def install(timeout_s: float, startup_s: float, directory: str, rank: int) -> "Watchdog | None":
     """Watch this process (timeout 0: no watchdog). Call before the process group starts, so that the NCCL flight
     recorder is on."""
@@ -67,7 +77,9 @@ class Watchdog:
         self.phase, self.step, self.startup = "start-up", 0, True
         self.last = time.monotonic()
         self.store = None
-        threading.Thread(target=self._watch, name="dagrl-watchdog", daemon=True).start()
+        self.running = True
+        self.thread = threading.Thread(target=self._watch, name="dagrl-watchdog", daemon=True)
+        self.thread.start()
 
     def beat(self, phase: str, step: int | None = None) -> None:
         self.last = time.monotonic()
@@ -78,6 +90,8 @@ class Watchdog:
     def _watch(self) -> None:
         while True:
             time.sleep(min(1.0, self.timeout_s / 10))
+            if not self.running:
+                return
             idle = time.monotonic() - self.last
             if idle > (self.startup_s if self.startup else self.timeout_s):
                 self.fire(idle)

@@ -108,28 +108,40 @@ def test_ray_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_m
     assert steps_only(metrics_by_step(out)) == straight
 
 
-def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exact(tiny_model, tiny_data, tmp_path):
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exact(tiny_model, tiny_data, tmp_path,
+                                                                                  seed):
+    """SIGTERM at a seeded random moment: a random point of a random early step (read from the fault trace) plus a
+    random delay (a tiny step takes ~0.1 s); the run stops after the step it was in or a later one, before the end."""
+    import random
+
+    rng = random.Random(seed)
+    step, phase = rng.randint(1, 3), rng.choice(["rollout", "old_log_prob", "actor_update"])
+    delay, total = rng.random() * 0.2, 8
     straight_out, out, trace = tmp_path / "straight", tmp_path / "run", tmp_path / "faults.trace"
     make = lambda root: [sys.executable, "-m", "dagrl.main_dag", *overrides(  # noqa: E731
-        tiny_model, tiny_data, root, **{"trainer.save_freq": -1, "trainer.total_training_steps": 5})]
+        tiny_model, tiny_data, root, **{"trainer.save_freq": -1, "trainer.total_training_steps": total})]
     with session_process(make(out), {"DAGRL_FAULT_TRACE": str(trace)}) as (proc, err):
-        while not (trace.exists() and " old_log_prob 2" in trace.read_text()):  # somewhere inside step 2
+        while not (trace.exists() and f" {phase} {step}" in trace.read_text()):
             assert proc.poll() is None
-            time.sleep(0.05)
+            time.sleep(0.02)
+        time.sleep(delay)
         os.kill(proc.pid, signal.SIGTERM)
         code = proc.wait(timeout=120)
         err.seek(0)
         stderr = err.read()
     assert code == 0, stderr[-3000:]
-    assert "stopped on SIGTERM after step 2 of 5: checkpoint global_step_2 written" in stderr
-    assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2"]  # save_freq=-1: only this one
+    saved = [p.name for p in out.glob("global_step_*")]  # save_freq=-1: only the preemption's checkpoint
+    assert len(saved) == 1 and step <= int(saved[0].rpartition("_")[2]) < total, saved
+    stopped = int(saved[0].rpartition("_")[2])
+    assert f"stopped on SIGTERM after step {stopped} of {total}: checkpoint global_step_{stopped} written" in stderr
     code, stderr = run_in_session(make(out))
-    assert code == 0 and "(step 2)" in stderr, stderr[-3000:]
+    assert code == 0 and f"(step {stopped})" in stderr, stderr[-3000:]
     code, stderr = run_in_session(make(straight_out))
     assert code == 0, stderr[-3000:]
     assert metrics_by_step(out) == metrics_by_step(straight_out)
     ledger = [json.loads(line)["uid"] for line in (out / "prompt_ledger.jsonl").read_text().splitlines()]
-    assert len(ledger) == len(set(ledger)) == 5 * 4
+    assert len(ledger) == len(set(ledger)) == total * 4
 
 
 def test_a_stop_signal_in_the_rollout_pool_stops_both_pools_at_a_step_boundary(tiny_model, tiny_data, tmp_path):

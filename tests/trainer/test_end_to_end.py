@@ -52,7 +52,13 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     resumed = tmp_path / "resumed"
     train(run_args(resumed), env={"DAGRL_FAULT": "actor_update:4"}, expect_kill=True)  # dies inside step 4
     assert sorted(p.name for p in resumed.glob("global_step_*")) == ["global_step_2"]
-    train(run_args(resumed))
+    summary = train(run_args(resumed))
+    # the run ends with how it went; the resumed start step (validated before the kill) is validated once
+    assert "run summary: steps 3..4 of 4 in" in summary and "checkpoints: " in summary and "(newest: global_step_4)" in summary
+    assert "val-core/dagrl/arithmetic/acc/mean@1: first" in summary and "metrics: " in summary
+    rows = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if any(k.startswith("val-core/") for k in r)] == [0, 2, 4]
+    assert all(isinstance(r["time"], float) for r in rows)  # wall clock of every row: curves against time
 
     expected, actual = metrics_by_step(straight), metrics_by_step(resumed)
     assert sorted(expected) == [0, 1, 2, 3, 4]

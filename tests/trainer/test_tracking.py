@@ -196,3 +196,20 @@ def test_a_run_logs_the_same_metrics_to_jsonl_wandb_and_mlflow(tiny_model, tiny_
     assert run.data.params["data.train_batch_size"] == "4"
     expected = {step: {mlflow_name(k): v for k, v in m.items()} for step, m in expected.items()}
     assert {step: {k: v for k, v in m.items() if k in expected[step]} for step, m in history.items()} == expected
+
+
+def test_the_run_summary_says_how_it_went_and_jsonl_rows_carry_the_wall_clock(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    tracker = Tracker("p", "e", ["jsonl"], None, str(path), 3, 0, True)
+    tracker.log({"val-core/src/acc/mean@1": 0.2}, 0)
+    for step, acc in ((1, None), (2, 0.6), (3, 0.5)):
+        tracker.log({"training/global_step": float(step), **({} if acc is None else {"val-core/src/acc/mean@1": acc})},
+                    step)
+    summary = tracker.summary(3, "/ckpt (newest: global_step_3)", str(path), None)
+    tracker.close()
+    lines = summary.splitlines()
+    assert lines[0].startswith("run summary: steps 1..3 of 3 in ")
+    assert lines[1] == "  val-core/src/acc/mean@1: first 0.2 (step 0), last 0.5 (step 3), best 0.6 (step 2)"
+    assert lines[2:] == ["  checkpoints: /ckpt (newest: global_step_3)", f"  metrics: {path}"]  # no tensorboard
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and all(abs(r["time"] - time.time()) < 60 for r in rows)
