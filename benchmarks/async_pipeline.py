@@ -36,7 +36,7 @@ def run(name: str, args: argparse.Namespace, extra: list[str], pools: list[str] 
         "data.val_files=null", f"data.train_batch_size={args.batch}", "data.max_prompt_length=128",
         f"data.max_response_length={args.response_length}", f"actor_rollout_ref.rollout.n={args.n}",
         f"actor_rollout_ref.rollout.name={args.rollout}", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={min(16, args.batch * args.n)}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={max(1, min(16, args.batch * args.n // args.nproc))}",
         "actor_rollout_ref.actor.optim.lr=1e-6",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={4 * (128 + args.response_length)}",
