@@ -82,11 +82,10 @@ class Bridge:
         return f"dagrl/chan/{channel}/{src}->{dst}"
 
     # ---- messages -----------------------------------------------------------------------------------------
-    def send(self, dst: int, channel: str, obj: Any) -> int:
-        """Post `obj` to global rank `dst` on `channel` without waiting; the bytes sent."""
+    def send(self, dst: int, channel: str, obj: Any) -> None:
+        """Post `obj` to global rank `dst` on `channel` without waiting."""
         payload = torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)
         self.send_tensors(dst, channel, [payload])
-        return payload.numel()
 
     def send_tensors(self, dst: int, channel: str, tensors: list[torch.Tensor], keep: tuple = ()) -> None:
         """Post host tensors whose sizes the receiver learns from a header, then announce them. `keep`: objects to

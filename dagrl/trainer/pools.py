@@ -104,11 +104,10 @@ class WeightInbox:
     """The rollout pool's stand-in for the actor: `export_weights` yields the last version received (once)."""
 
     def __init__(self) -> None:
-        self.version = -1
         self.buckets: list[WeightBucket] = []
 
-    def put(self, version: int, buckets: list[WeightBucket]) -> None:
-        self.version, self.buckets = version, buckets
+    def put(self, buckets: list[WeightBucket]) -> None:
+        self.buckets = buckets
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         buckets, self.buckets = self.buckets, []  # the rollout holds its own copy from here on
@@ -121,8 +120,6 @@ class Feed:
     """What the training pool gets from the rollout pool and sends back (every training rank holds one)."""
     bridge: Bridge
     leader: bool                         # the training pool's rank 0: the one that talks to the rollout pool
-    push_seconds: float = 0.0            # of the last push
-    push_bytes: int = 0
     metrics: dict = field(default_factory=dict)
 
     def start(self, start_step: int, rollout_state: dict | None) -> None:
@@ -151,9 +148,8 @@ class Feed:
             else:
                 host = host if host is not None else [flat.cpu() for flat in flats]
                 self.bridge.send_tensors(rank, "weights", [_pickled(message), *host])
-        self.push_seconds, self.push_bytes = time.perf_counter() - start, sum(f.numel() for f in flats)
-        self.metrics = {"timing_s/weight_push": self.push_seconds, "timing_s/weight_push_wait": waited,
-                        "async/push_gb": self.push_bytes / 1e9}
+        self.metrics = {"timing_s/weight_push": time.perf_counter() - start, "timing_s/weight_push_wait": waited,
+                        "async/push_gb": sum(flat.numel() for flat in flats) / 1e9}
 
     def take(self, step: int) -> tuple[dict, float]:
         """Batch `step` from the rollout pool on every training rank, and the seconds this rank waited for it."""

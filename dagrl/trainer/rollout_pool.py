@@ -40,7 +40,7 @@ class Receiver:
             flats = [rebuild(*args) for rebuild, args in header["ipc"]]
         version = header["version"]
         ctx = self.trainer.ctx
-        ctx.actor.put(version, [unpack_bucket(entries, flat) for entries, flat in zip(header["buckets"], flats)])
+        ctx.actor.put([unpack_bucket(entries, flat) for entries, flat in zip(header["buckets"], flats)])
         ctx.versions.actor = self.version = version
         self.sync_metrics = sync_weights(ctx)
         del flats
