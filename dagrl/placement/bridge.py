@@ -11,8 +11,10 @@ launch's store as its control plane:
   failure, then receives. So no process ever blocks inside gloo on a peer that has died or stopped on an error;
 - sends are asynchronous: the sender keeps the buffers alive until the receiver acknowledges them in the store;
 - a process that stops on an error records it (`fail`) and every waiting peer raises it (`PoolStopped`).
-Weights travel the same way (host tensors; the export leader sends each bucket to every rollout rank), or as CUDA IPC
-handles to a rollout rank on the trainer's own GPU (`shares_device`), which the receiver acknowledges once loaded.
+Weights: the training pool's rank 0 announces each push on the bridge (a header: names, shapes, bucket sizes), then
+broadcasts the buckets over a third group, of itself and the rollout ranks on other GPUs (`weights_group`: NCCL
+device to device on GPUs, gloo on CPU), or hands CUDA IPC handles to a rollout rank on its own GPU (`_shares_device`;
+NCCL cannot put one GPU in a group twice). Receivers acknowledge once loaded, so the buffers live until then.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import datetime
 import logging
 import os
 import pickle
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +39,7 @@ logger = logging.getLogger(__name__)
 CHANNELS = {"start": 1, "data": 2, "val": 3, "weights": 4}
 FAILED_KEY = "dagrl/failed"
 STOPPED_KEY = "dagrl/stopped"
+READY_KEY = "dagrl/weights/ready"  # receivers that joined a weight broadcast, over all pushes
 GLOBAL_RANK = "DAGRL_GLOBAL_RANK"
 
 
@@ -61,6 +65,11 @@ class Bridge:
     poll_s: float = 0.005
     pending: list = field(default_factory=list)   # (work, buffer) of sends not yet known delivered
     received: dict = field(default_factory=dict)  # (channel, src) -> messages received so far
+    weights_group: Any = None       # the training pool's rank 0 and the rollout ranks on other devices (or None)
+    weights_ranks: tuple = ()       # their global ranks, the sender first
+    broadcasts: int = 0             # pushes broadcast so far (the sender)
+    sender: Any = None              # the thread of the broadcast in progress (the sender)
+    broadcast_error: BaseException | None = None
 
     @property
     def pool(self) -> Pool:
@@ -128,10 +137,47 @@ class Bridge:
         """Tell `src` the message received last on `channel` is done with: its buffers may go."""
         self.store.add(self._key(channel, src, self.rank) + "/acked", 1)
 
-    def shares_device(self, rank: int) -> bool:
-        """Whether global `rank` runs on this process's GPU (same host, same device): CUDA IPC can carry tensors."""
-        mine, theirs = (self.store.get(f"dagrl/device/{r}").decode() for r in (self.rank, rank))
-        return mine == theirs and mine != "cpu"
+    def _broadcast(self, flats: list[torch.Tensor]) -> None:
+        for flat in flats:
+            options = dist.BroadcastOptions()
+            options.rootRank, options.rootTensor = 0, 0
+            self.weights_group.broadcast([flat], options).wait()
+
+    def broadcast_weights(self, flats: list[torch.Tensor]) -> None:
+        """The sender: broadcast `flats` over the weights group once every receiver has said it is ready, from a
+        thread, so the trainer goes on meanwhile and no collective waits a whole batch for its peers (NCCL's
+        timeout). `flush` joins it. The header announcing these buckets was sent before."""
+        self.join_weights()
+        self.broadcasts += 1
+        expected = self.broadcasts * (len(self.weights_ranks) - 1)
+
+        def post() -> None:
+            try:
+                if flats[0].is_cuda:
+                    torch.cuda.set_device(flats[0].device)  # the current device is per thread
+                while self.store.add(READY_KEY, 0) < expected:
+                    time.sleep(self.poll_s)
+                self._broadcast(flats)
+            except BaseException as error:  # raised again in the main thread by join_weights
+                self.broadcast_error = error
+
+        self.sender = threading.Thread(target=post, name="dagrl-weights", daemon=True)
+        self.sender.start()
+
+    def join_weights(self) -> None:
+        """Wait for the last broadcast to be sent (its receivers acknowledged it, or failed: see `flush`)."""
+        if self.sender is not None:
+            self.sender.join()
+            self.sender = None
+        if self.broadcast_error is not None:
+            raise RuntimeError(f"weight broadcast failed: {self.broadcast_error}") from self.broadcast_error
+
+    def receive_weights(self, sizes: list[int], device: torch.device) -> list[torch.Tensor]:
+        """A receiver: the buckets of the push whose header it just read, `sizes` bytes each, on `device`."""
+        flats = [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
+        self.store.add(READY_KEY, 1)
+        self._broadcast(flats)
+        return flats
 
     def available(self, src: int, channel: str) -> int:
         """Messages `src` has announced on `channel` that this process has not received yet."""
@@ -172,6 +218,7 @@ class Bridge:
             for work in works:
                 work.wait()
         self.pending = []
+        self.join_weights()  # every receiver acknowledged: the broadcast has ended
         return time.perf_counter() - start
 
     # ---- failures ----------------------------------------------------------------------------------------------
@@ -189,6 +236,28 @@ class Bridge:
             raise PoolStopped(self.store.get(FAILED_KEY).decode())
         if self.store.check([STOPPED_KEY]):
             raise PoolDone()
+
+
+def _shares_device(store, rank: int, other: int) -> bool:
+    """Whether two global ranks run on one GPU (same host, same device): CUDA IPC can carry tensors."""
+    mine, theirs = (store.get(f"dagrl/device/{r}").decode() for r in (rank, other))
+    return mine == theirs and mine != "cpu"
+
+
+def _weights_group(store, placement: Placement, rank: int, backend: str, timeout: datetime.timedelta):
+    """The group the weights are broadcast over: the training pool's rank 0 and every rollout rank not on its GPU
+    (those take CUDA IPC handles). Every process knows every device first, so all agree on who is in it."""
+    store.wait([f"dagrl/device/{r}" for r in range(placement.world_size)], timeout)
+    sender = placement.pool("train").first_rank
+    ranks = (sender, *(r for r in placement.pool("rollout").ranks if not _shares_device(store, sender, r)))
+    if rank not in ranks or len(ranks) < 2:
+        return None, ranks
+    prefix = dist.PrefixStore("dagrl/weights", store)
+    if backend == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(prefix, ranks.index(rank), len(ranks), options), ranks
+    return dist.ProcessGroupGloo(prefix, ranks.index(rank), len(ranks), timeout), ranks
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -222,9 +291,10 @@ def init_pools(placement: Placement, timeout_s: float = 1800.0) -> Bridge:
         import socket
         where = f"{socket.gethostname()}/{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
     store.set(f"dagrl/device/{rank}", where)
+    weights_group, weights_ranks = _weights_group(store, placement, rank, backend, timeout)
     from dagrl.utils import watchdog
 
     watchdog.attach(store)
     logger.info("%s pool rank %d of %d (launch rank %d of %d)", pool.name, rank - pool.first_rank, pool.size,
                 rank, world)
-    return Bridge(store, group, placement, rank)
+    return Bridge(store, group, placement, rank, weights_group=weights_group, weights_ranks=weights_ranks)

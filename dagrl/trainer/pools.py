@@ -130,7 +130,8 @@ class Feed:
 
     def push(self, actor, version: int, bucket_bytes: int) -> None:
         """Export the actor's weights (collective over the training pool) and send them as `version`: as CUDA IPC
-        handles to a rollout rank on this GPU (nothing copied), as host bytes over gloo to the others."""
+        handles to a rollout rank on this GPU (nothing copied), broadcast over the weights group to the others
+        (NCCL between GPUs), each announced by a header on the bridge."""
         start = time.perf_counter()
         if not self.leader:
             for _ in actor.export_weights(bucket_bytes):
@@ -138,16 +139,17 @@ class Feed:
             return
         header, flats = pack_buckets(actor.export_weights(bucket_bytes))
         waited = self.bridge.flush()  # the previous push first: at most one in transit
-        host = None
+        sizes = [flat.numel() for flat in flats]
         for rank in self.bridge.rollout_ranks:
             message = {"version": version, "buckets": header}
-            if flats and flats[0].is_cuda and self.bridge.shares_device(rank):
+            if rank in self.bridge.weights_ranks:
+                message["sizes"] = sizes  # the buckets follow over the weights group
+            else:
                 from torch.multiprocessing.reductions import reduce_tensor
                 message["ipc"] = [reduce_tensor(flat) for flat in flats]
-                self.bridge.send_tensors(rank, "weights", [_pickled(message)], keep=tuple(flats))
-            else:
-                host = host if host is not None else [flat.cpu() for flat in flats]
-                self.bridge.send_tensors(rank, "weights", [_pickled(message), *host])
+            self.bridge.send_tensors(rank, "weights", [_pickled(message)], keep=tuple(flats))
+        if self.bridge.weights_group is not None:
+            self.bridge.broadcast_weights(flats)
         self.metrics = {"timing_s/weight_push": time.perf_counter() - start, "timing_s/weight_push_wait": waited,
                         "async/push_gb": sum(flat.numel() for flat in flats) / 1e9}
 

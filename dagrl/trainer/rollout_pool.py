@@ -34,10 +34,13 @@ class Receiver:
         from dagrl.nodes.rollout import sync_weights
 
         leader = self.bridge.train_leader
-        meta, *flats = self.bridge.recv_tensors(leader, "weights", ack=False)
+        (meta,) = self.bridge.recv_tensors(leader, "weights", ack=False)
         header = pickle.loads(meta.numpy().tobytes())
         if "ipc" in header:  # handles to the trainer's GPU memory
             flats = [rebuild(*args) for rebuild, args in header["ipc"]]
+        else:  # broadcast over the weights group, straight onto this rank's device
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+            flats = self.bridge.receive_weights(header["sizes"], device)
         version = header["version"]
         ctx = self.trainer.ctx
         ctx.actor.put([unpack_bucket(entries, flat) for entries, flat in zip(header["buckets"], flats)])
