@@ -2,21 +2,25 @@
 
 usage: python3 benchmarks/async_pipeline.py --model DIR --data DIR [--steps 8] [--response-length 1024]
            [--batch 32] [--n 8] [--oversample 2.0] [--staleness 1] [--rollout vllm] [--nproc 1]
-           [--pools 0,1,2] [--rollout-procs 1] [--out DIR] [-- extra dotted overrides for every run]
+           [--runs plain,partial,pools0,pools1,pools1p] [--rollout-procs 1] [--long-tail MEAN,MAX] [--report]
+           [--out DIR] [-- extra dotted overrides for every run]
 
-Runs `dagrl.main_dag` on `--nproc` processes: the baseline (colocated, async_training.partial_rollout=false), then
-colocated partial rollout with `--oversample` and `--staleness`, then for each K in `--pools` separate pools
-(actor_rollout_ref.hybrid_engine=false: `--rollout-procs` rollout processes, the rest train) with max_staleness=K,
-and prints one table: mean step and generation seconds, trained response tokens per second, the generation share
-of the step, response lengths, the async/* metrics and each pool's idle share (rollout: waiting for weights;
-trainer: waiting for a batch), over every step (partial rollout fills its pool in step 1 and trains on it later;
-what its pool still holds at the end is not counted). Beside each two-pool run: the step time the discrete-event
-model (benchmarks/async_model.py) predicts from the rates the baseline measured (lengths fixed at the measured
-mean, one sequence's speed set so that a batch generates in the measured time), so the model is checked where it
-can be.
-The workload's long tail is the model's
-own: with a response limit well above the typical answer, a few samples ramble to the limit while the rest stop
-early, and a plain step waits for the longest.
+Runs `dagrl.main_dag` on `--nproc` processes, once per name in `--runs`: `plain` (colocated, the baseline),
+`partial` (colocated partial rollout with `--oversample` and `--staleness`), `poolsK` (separate pools,
+actor_rollout_ref.hybrid_engine=false: `--rollout-procs` rollout processes, the rest train, max_staleness=K) and
+`poolsKp` (the same with partial rollout). `--report` runs nothing and prints the table of the runs already in
+`--out` (so each run can be its own command on a machine that limits a command's time). One table: mean step and
+generation seconds, trained response tokens per second (in all and per process), the generation share of the step,
+response lengths, the async/* metrics, each pool's idle share (rollout: waiting for weights; trainer: waiting for a
+batch) and the weight push, over every step (partial rollout fills its pool in step 1 and trains on it later; what
+its pool still holds at the end is not counted). Beside each other run: the step time the discrete-event model
+(benchmarks/async_model.py) predicts from the rates `plain` measured (training tokens/s; one sequence's speed from
+the longest response and the generation time; the full-batch decode rate fitted so that the model's colocated step
+is the measured one), with the responses' lengths at the measured mean, or drawn per prompt from the long-tailed
+distribution of `--long-tail` (the one benchmarks/long_tail_data.py gave the data), so the model is checked where
+it can be.
+Without per-prompt limits the workload's long tail is the model's own: with a response limit well above the
+typical answer, a few samples ramble to the limit while the rest stop early, and a plain step waits for the longest.
 """
 from __future__ import annotations
 
@@ -29,7 +33,22 @@ import time
 from pathlib import Path
 
 
-def run(name: str, args: argparse.Namespace, extra: list[str], pools: list[str] = ()) -> tuple[list[dict], float]:
+def overrides_of(name: str, args: argparse.Namespace) -> list[str]:
+    """The dotted overrides that make run `name` (plain, partial, poolsK, poolsKp) what it is."""
+    partial = ["async_training.partial_rollout=true", f"async_training.oversample_ratio={args.oversample}"]
+    if name == "plain":
+        return []
+    if name == "partial":
+        return [*partial, f"async_training.max_staleness={args.staleness}"]
+    if name.startswith("pools") and name[5:].rstrip("p").isdigit():
+        return ["actor_rollout_ref.hybrid_engine=false", f"rollout.n_gpus_per_node={args.rollout_procs}",
+                f"trainer.n_gpus_per_node={args.nproc - args.rollout_procs}",
+                f"async_training.max_staleness={int(name[5:].rstrip('p'))}", *(partial[:1] if name.endswith("p") else [])]
+    raise SystemExit(f"--runs: unknown run {name!r}; use plain, partial, poolsK or poolsKp (K an integer)")
+
+
+def run(name: str, args: argparse.Namespace, extra: list[str]) -> float:
+    """Run `name` into --out/name; its wall seconds."""
     out = Path(args.out) / name
     overrides = [
         f"actor_rollout_ref.model.path={args.model}", f"data.train_files={args.data}/train.parquet",
@@ -44,18 +63,25 @@ def run(name: str, args: argparse.Namespace, extra: list[str], pools: list[str] 
         "trainer.val_before_train=false", "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={out}",
         f"trainer.n_gpus_per_node={args.nproc}", "trainer.resume_mode=disable",
     ]
-    if name == "partial":
-        overrides += ["async_training.partial_rollout=true", f"async_training.oversample_ratio={args.oversample}",
-                      f"async_training.max_staleness={args.staleness}"]
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc), "-m",
-               "dagrl.main_dag", *overrides, *pools, *extra]
+               "dagrl.main_dag", *overrides, *overrides_of(name, args), *extra]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    with open(Path(args.out) / f"{name}.log", "w") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - start
     if done.returncode:
-        raise SystemExit(f"{name} run failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [row for row in rows if row.get("step", 0) >= 1], wall
+        tail = (Path(args.out) / f"{name}.log").read_text()[-4000:]
+        raise SystemExit(f"{name} run failed ({done.returncode}):\n{tail}")
+    (out / "wall_s").write_text(f"{wall:.1f}")
+    return wall
+
+
+def rows_of(name: str, args: argparse.Namespace) -> list[dict] | None:
+    path = Path(args.out) / name / "metrics.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row for row in rows if row.get("step", 0) >= 1]
 
 
 def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
@@ -70,24 +96,43 @@ def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
             "partial": mean("async/partial_fraction"), "prompt": mean("prompt_length/mean"),
             "roll_idle": sum(row.get("timing_s/rollout_pause", 0.0) for row in steady) / seconds,
             "train_idle": sum(row.get("timing_s/trainer_wait", 0.0) for row in steady) / seconds,
-            "push_s": mean("timing_s/weight_push")}
+            "push_s": mean("timing_s/weight_push"), "push_gb": mean("async/push_gb"),
+            "tok_per_gpu_s": tokens / seconds / args.nproc}
 
 
-def predicted_step(base: dict[str, float], args: argparse.Namespace, staleness: int) -> float:
-    """The model's step time of two pools (--rollout-procs + the rest) from the baseline's measured rates."""
+def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str) -> float:
+    """The model's step time of run `name` from the rates `plain` measured (see the module docstring)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import numpy as np
-    from async_model import Rates, Workload, two_pools
+    from async_model import Rates, Workload, colocated, long_tail_lengths, two_pools
 
     responses = args.batch * args.n
     train_s = max(base["step_s"] - base["gen_s"], 1e-6)
-    rates = Rates(decode_tok_s=1e12, seq_tok_s=base["resp_mean"] / base["gen_s"], prefill_tok_s=1e12,
-                  train_tok_s=(base["prompt"] + base["resp_mean"]) * responses / (train_s * args.nproc),
-                  push_s=base.get("push_s", 0.0))
-    lengths = lambda rng, count: np.full(count, base["resp_mean"])  # noqa: E731
+    if args.long_tail:
+        mean, longest = (float(v) for v in args.long_tail.split(","))
+        lengths = lambda rng, count: np.repeat(long_tail_lengths(rng, count // args.n, mean, int(longest)),  # noqa
+                                               args.n)
+    else:
+        lengths = lambda rng, count: np.full(count, base["resp_mean"])  # noqa: E731
     work = Workload(batch=args.batch, n=args.n, prompt_len=int(base["prompt"]), lengths=lengths)
-    return two_pools(work, rates, args.rollout_procs, args.nproc - args.rollout_procs, staleness,
-                     steps=args.steps).step_s
+
+    def rates(decode: float) -> Rates:
+        return Rates(decode_tok_s=decode, seq_tok_s=base["resp_max"] / base["gen_s"], prefill_tok_s=1e12,
+                     train_tok_s=(base["prompt"] + base["resp_mean"]) * responses / (train_s * args.nproc),
+                     push_s=base.get("push_s", 0.0))
+
+    lo, hi = base["resp_max"] / base["gen_s"], 1e9  # fit the decode rate: the model's plain step = the measured
+    for _ in range(40):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if colocated(work, rates(mid), args.nproc, steps=args.steps).step_s > base["step_s"] \
+            else (lo, mid)
+    fitted = rates(hi)
+    partial = name.endswith("p") or name == "partial"
+    if name == "partial":
+        return colocated(work, fitted, args.nproc, args.steps, partial=True, oversample=args.oversample).step_s
+    staleness = int(name[5:].rstrip("p"))
+    return two_pools(work, fitted, args.rollout_procs, args.nproc - args.rollout_procs, staleness, steps=args.steps,
+                     partial=partial, oversample=args.oversample).step_s
 
 
 def main() -> None:
@@ -102,37 +147,45 @@ def main() -> None:
     parser.add_argument("--staleness", type=int, default=1)
     parser.add_argument("--rollout", default="vllm")
     parser.add_argument("--nproc", type=int, default=1)
-    parser.add_argument("--pools", default="", help="max_staleness values of two-pool runs, e.g. 0,1,2 (none: skip)")
+    parser.add_argument("--runs", default="plain,partial", help="comma list of plain, partial, poolsK, poolsKp")
     parser.add_argument("--rollout-procs", type=int, default=1, help="processes of the rollout pool")
+    parser.add_argument("--long-tail", default="", help="MEAN,MAX of the data's per-prompt limits, for the model")
+    parser.add_argument("--report", action="store_true", help="run nothing: the table of the runs in --out")
     parser.add_argument("--out", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "dagrl_async_bench"))
     args, extra = parser.parse_known_args()
     extra = [arg for arg in extra if arg != "--"]
-    results, predicted = {}, {}
-    runs = [("plain", []), ("partial", [])]
-    for staleness in [int(k) for k in args.pools.split(",") if k != ""]:
-        runs.append((f"pools K={staleness}", [
-            "actor_rollout_ref.hybrid_engine=false", f"rollout.n_gpus_per_node={args.rollout_procs}",
-            f"trainer.n_gpus_per_node={args.nproc - args.rollout_procs}", f"async_training.max_staleness={staleness}"]))
-    for name, pools in runs:
-        rows, wall = run(name.replace(" ", "_").replace("=", ""), args, extra, pools)
-        results[name] = summary(rows, args)
-        results[name]["wall_s"] = wall
-        if pools:
-            predicted[name] = predicted_step({**results["plain"], "push_s": results[name]["push_s"]}, args,
-                                             int(name.rpartition("=")[2]))
-    columns = ["step_s", "gen_s", "gen_share", "tok_per_s", "resp_mean", "resp_max", "clip", "stale", "partial",
-               "roll_idle", "train_idle", "wall_s"]
+    names = [name for name in args.runs.split(",") if name]
+    for name in names:
+        overrides_of(name, args)  # every name is known before the first run starts
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        for name in names:
+            run(name, args, extra)
+    results = {}
+    for name in names:
+        rows = rows_of(name, args)
+        if rows:
+            results[name] = summary(rows, args)
+            wall = Path(args.out) / name / "wall_s"
+            results[name]["wall_s"] = float(wall.read_text()) if wall.exists() else float("nan")
+    predicted = {name: predicted_step({**results["plain"], "push_s": values["push_s"]}, args, name)
+                 for name, values in results.items() if name != "plain" and "plain" in results}
+    columns = ["step_s", "gen_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
+               "partial", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
     print(f"steps 1..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
           f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
-          f"partial: oversample {args.oversample}, max_staleness {args.staleness}")
+          f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}"
+          + (f"; per-prompt limits long-tailed, mean {args.long_tail.replace(',', ', max ')}" if args.long_tail else ""))
     print("| run | " + " | ".join(columns) + " | model step_s |")
     print("|---" * (len(columns) + 2) + "|")
     for name, values in results.items():
         model = f"{predicted[name]:.3f}" if name in predicted else "-"
         print(f"| {name} | " + " | ".join(f"{values[c]:.3f}" for c in columns) + f" | {model} |")
     for name in results:
-        if name != "plain":
-            print(f"trained tokens/s, {name} / plain: {results[name]['tok_per_s'] / results['plain']['tok_per_s']:.3f}x")
+        if name != "plain" and "plain" in results:
+            measured = results["plain"]["step_s"] / results[name]["step_s"]
+            print(f"{name} / plain: trained tokens/s {results[name]['tok_per_s'] / results['plain']['tok_per_s']:.3f}x,"
+                  f" step time {measured:.3f}x (model {results['plain']['step_s'] / predicted[name]:.3f}x)")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import torch
 
 from dagrl.agent.prompting import SegmentRenderer, ToolCall, parse_calls, truncate, with_tools
 from dagrl.agent.registry import maybe_await
+from dagrl.config.errors import ConfigError
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec
 from dagrl.engine.rollout.sequences import assemble
@@ -87,6 +88,11 @@ class AgentLoop:
     def generate(self, engine: Any, prompts: Batch, sampling: SamplingSpec, seed: int, response_length: int
                  ) -> tuple[Batch, dict[str, float]]:
         """n trajectories per prompt, rows grouped by prompt (as `generate` orders them)."""
+        if sampling.response_lengths is not None:  # every trajectory's budget is `response_length` for now
+            raise ConfigError("extra_info.max_response_length",
+                              "extra_info.max_response_length (per-prompt response limits) is not supported with "
+                              "actor_rollout_ref.rollout.multi_turn.enable=true yet; drop the key from the data or "
+                              "turn multi_turn off")
         self.eos_token_ids = set(engine.eos_token_ids)
         trajectories = self._start(prompts, sampling.n, seed)
         by_id: dict[str, Trajectory] = {}

@@ -73,7 +73,7 @@ def _generate_round(ctx: StepContext, round_index: int) -> tuple[Batch, dict[str
     seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx),
                          f"train/round{round_index}")
     with rollout_session(ctx):
-        batch = ctx.rollout.generate(prompts, train_sampling(ctx), seed=seed)
+        batch = ctx.rollout.generate(prompts, train_sampling(ctx, prompts), seed=seed)
     return score(ctx, batch)
 
 

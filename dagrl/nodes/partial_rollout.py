@@ -33,6 +33,7 @@ class Group:
     position: int                          # dataset row: re-read on resume
     prompt_ids: tuple[int, ...]
     seed: int
+    limit: int                             # its response limit (extra_info.max_response_length): re-derived on resume
     samples: list[Completion | None] = field(default_factory=list)
 
     @property
@@ -51,7 +52,8 @@ class Group:
 
     def fresh_request(self, sample: int, sampling: SamplingSpec) -> Request:
         """Sample `sample` from its prompt (its id and seed are fixed by the group, so a resume rebuilds it)."""
-        return Request(f"{self.uid}/{sample}", self.prompt_ids, sampling, seed=self.seed + sample)
+        return Request(f"{self.uid}/{sample}", self.prompt_ids, sampling.with_limit(self.limit),
+                       seed=self.seed + sample)
 
 
 class PartialPool:
@@ -61,11 +63,13 @@ class PartialPool:
         self.groups: list[Group] = []
         self.rows: dict[str, Batch] = {}      # uid -> the prompt's row (dataset columns), for the trained batch
 
-    def add(self, prompts: Batch, positions: list[int], seed: int, n: int) -> None:
+    def add(self, prompts: Batch, positions: list[int], seed: int, sampling: SamplingSpec) -> None:
+        """`sampling`: the prompts' own (their n samples each, their rows' response limits)."""
         ids, mask = prompts["input_ids"], prompts["attention_mask"].bool()
         for row, (uid, position) in enumerate(zip(prompts["uid"], positions)):
             self.groups.append(Group(uid, int(position), tuple(ids[row][mask[row]].tolist()),
-                                     seed=(seed + 7919 * row) & 0x7FFFFFFF, samples=[None] * n))
+                                     seed=(seed + 7919 * row) & 0x7FFFFFFF, limit=sampling.limit(row),
+                                     samples=[None] * sampling.n))
             self.rows[uid] = prompts.select([row])
 
     def restart_stale(self, oldest_allowed: int) -> int:
@@ -108,12 +112,13 @@ class PartialPool:
         responses = torch.full((len(samples), response_length), pad, dtype=torch.long)
         log_probs = torch.zeros(responses.shape, dtype=torch.float32)
         versions = torch.full(responses.shape, -1, dtype=torch.long)
+        lengths = torch.tensor([len(s.token_ids) for s in samples], dtype=torch.long)
         for row, sample in enumerate(samples):
             length = len(sample.token_ids)
             responses[row, :length] = torch.tensor(sample.token_ids, dtype=torch.long)
             log_probs[row, :length] = torch.tensor(sample.log_probs, dtype=torch.float32)
             versions[row, :length] = torch.tensor(sample.versions, dtype=torch.long)
-        batch = join_prompt_and_response(prompts, responses, response_length, eos, pad)
+        batch = join_prompt_and_response(prompts, responses, response_length, eos, pad, lengths)
         batch["rollout_log_probs"] = log_probs * batch["response_mask"]
         batch["token_versions"] = torch.where(batch["response_mask"].bool(), versions, -1)
         return batch
@@ -139,11 +144,13 @@ class PartialPool:
         return states
 
     def load_state_dict(self, state: list[dict], rows: Batch, sampling: SamplingSpec) -> None:
-        """`rows`: the dataset rows at the groups' positions, in order (with their uid and ledger_uid columns set)."""
+        """`rows`: the dataset rows at the groups' positions, in order (with their uid and ledger_uid columns set);
+        `sampling`: theirs, with the rows' response limits."""
         self.groups, self.rows = [], {}
         ids, mask = rows["input_ids"], rows["attention_mask"].bool()
         for row, saved in enumerate(state):
-            group = Group(saved["uid"], saved["position"], tuple(ids[row][mask[row]].tolist()), saved["seed"])
+            group = Group(saved["uid"], saved["position"], tuple(ids[row][mask[row]].tolist()), saved["seed"],
+                          sampling.limit(row))
             for sample, done in enumerate(saved["samples"]):
                 group.samples.append(None if done is None else Completion(
                     group.fresh_request(sample, sampling), tuple(done["tokens"]), tuple(done["log_probs"]),

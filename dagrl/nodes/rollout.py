@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 import zlib
 from typing import Iterator
 
+import torch
+
+from dagrl.config.errors import ConfigError
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.nodes.context import StepContext
@@ -59,27 +63,56 @@ def rollout_dp_rank(ctx: StepContext) -> int:
     return ctx.shape.layout.rollout_dp_rank(ctx.rank)
 
 
-def train_sampling(ctx: StepContext) -> SamplingSpec:
+def train_sampling(ctx: StepContext, prompts: Batch | None = None) -> SamplingSpec:
+    """The training rollout's sampling; for `prompts`, with their rows' own response limits (response_limits)."""
     rollout = ctx.cfg.actor_rollout_ref.rollout
+    length = ctx.shape.response_length
     return SamplingSpec(n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                        do_sample=rollout.do_sample, response_length=ctx.shape.response_length)
+                        do_sample=rollout.do_sample, response_length=length,
+                        response_lengths=None if prompts is None else response_limits(prompts, length))
+
+
+def response_limits(prompts: Batch, response_length: int) -> tuple[int, ...] | None:
+    """Each prompt row's response limit: its `extra_info.max_response_length` (a long-tailed workload's lengths),
+    capped at `response_length`, which rows without one get; None when no row has one."""
+    extra = prompts.get("extra_info")
+    infos = [] if extra is None else [info or {} for info in extra]
+    if all(info.get("max_response_length") is None for info in infos):  # parquet structs fill absent keys: None
+        return None
+    limits = []
+    for row, info in enumerate(infos):
+        value = info.get("max_response_length")
+        if value is None:
+            limits.append(response_length)
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer() \
+                or value < 1:
+            index = prompts["index"][row] if "index" in prompts else row
+            raise ConfigError("extra_info.max_response_length",
+                              f"extra_info.max_response_length={value!r} of prompt row {index} is not a positive "
+                              f"integer; set it to a token count >= 1 (capped at data.max_response_length) or drop "
+                              f"the key from the row")
+        limits.append(min(int(value), response_length))
+    return tuple(limits)
 
 
 def response_metrics(batch: Batch, response_length: int) -> dict[str, float]:
     lengths = batch["response_mask"].sum(-1).float()
     prompt_lengths = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
+    limits = response_limits(batch, response_length)  # a row at its own limit is clipped too
+    limit = response_length if limits is None else torch.tensor(limits, dtype=torch.float32)
     return {
         "response_length/mean": lengths.mean().item(),
         "response_length/max": lengths.max().item(),
         "response_length/min": lengths.min().item(),
-        "response_length/clip_ratio": (lengths >= response_length).float().mean().item(),
+        "response_length/clip_ratio": (lengths >= limit).float().mean().item(),
         "prompt_length/mean": prompt_lengths.mean().item(),
         "prompt_length/max": prompt_lengths.max().item(),
     }
 
 
 def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
-    sampling = train_sampling(ctx)
+    sampling = train_sampling(ctx, batch)
     seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx), "train")
     if ctx.pool is not None:
         return generate_partial(ctx, batch, sampling, seed)
@@ -105,12 +138,13 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
     from dagrl.nodes.partial_rollout import pool_target, staleness_metrics
 
     pool, share = ctx.pool, len(batch)
-    pool.add(batch, batch["position"], seed, sampling.n)
+    pool.add(batch, batch["position"], seed, sampling)
     round_index = 1
     while len(pool.groups) < pool_target(ctx, share):  # the first step fills the pool beyond one batch
         extra = ctx.draw_prompts(ctx.step, round_index)
         pool.add(extra, extra["position"], sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step,
-                                                         rollout_dp_rank(ctx), f"train{round_index}"), sampling.n)
+                                                         rollout_dp_rank(ctx), f"train{round_index}"),
+                 train_sampling(ctx, extra))
         round_index += 1
     # the update of this step starts from version `base`: tokens more than K versions behind it restart
     base = ctx.versions.actor if ctx.update_base is None else ctx.update_base

@@ -204,7 +204,7 @@ class Trainer:
         rows["position"] = [group["position"] for group in state]
         # pools saved before the prompt ledger: the epoch of the draw is unknown
         rows["ledger_uid"] = [group.get("ledger_uid", f"?:{group['position']}") for group in state]
-        self.ctx.pool.load_state_dict(state, rows, train_sampling(self.ctx))
+        self.ctx.pool.load_state_dict(state, rows, train_sampling(self.ctx, rows))  # the rows' response limits
 
     def restore_rollout_state(self, state: dict) -> None:
         """The rollout pool: the sampler and this shard's partial-rollout pool the training pool resumed with."""

@@ -91,14 +91,24 @@ def broadcast_object(obj: object, src: int = 0) -> object:
 
 
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Average every metric over all ranks (every rank must pass the same keys)."""
+    """Average every metric over all ranks (every rank must pass the same keys), except that `.../max` is the
+    maximum and `.../min` the minimum over ranks: a mean of the ranks' longest responses is nobody's longest."""
     if not is_initialized() or dist.get_world_size() == 1 or not metrics:
         return metrics
     keys = sorted(metrics)
     values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=_reduce_device())
+    sign = torch.tensor([-1.0 if k.endswith("/min") else 1.0 for k in keys], dtype=torch.float64,
+                        device=values.device)
+    extreme = values * sign
     dist.all_reduce(values)
+    dist.all_reduce(extreme, op=dist.ReduceOp.MAX)
     values /= dist.get_world_size()
+    values = torch.where(sign < 0, -extreme, torch.where(_ends(keys, "/max", values.device), extreme, values))
     return dict(zip(keys, values.cpu().tolist()))
+
+
+def _ends(keys: list[str], suffix: str, device) -> torch.Tensor:
+    return torch.tensor([k.endswith(suffix) for k in keys], device=device)
 
 
 def init_process_group(timeout_s: float | None = None) -> None:

@@ -41,3 +41,23 @@ def test_statistics_over_dp_shards_equal_the_whole_batch(tmp_path, world_size, m
     # a shard whitened on its own would differ: the statistics really are global
     alone = dist_worker.statistics(dist_worker.shard(dist_worker.full_batch(), 0, 2), _whole)
     assert not torch.allclose(alone["rpp"], whole["rpp"][:4], atol=1e-3)
+
+
+def _reduce_worker(rank: int, port: int, out: str) -> None:
+    import os
+
+    from dagrl.utils import dist
+
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+    dist.init_process_group()
+    metrics = {"response_length/mean": 10.0 * (rank + 1), "response_length/max": [7.0, 30.0][rank],
+               "response_length/min": [2.0, 5.0][rank], "timing_s/gen": 1.0 + rank}
+    torch.save(dist.mean_over_ranks(metrics), f"{out}/rank{rank}.pt")
+
+
+def test_metric_means_over_ranks_keep_the_max_and_min_of_every_rank(tmp_path):
+    mp.spawn(_reduce_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        assert torch.load(tmp_path / f"rank{rank}.pt") == {"response_length/mean": 15.0, "response_length/max": 30.0,
+                                                           "response_length/min": 2.0, "timing_s/gen": 1.5}

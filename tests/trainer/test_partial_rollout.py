@@ -18,7 +18,7 @@ from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_in_session
 
 EOS, PAD, N = 2, 0, 2
-SAMPLING = SamplingSpec(response_length=8)
+SAMPLING = SamplingSpec(n=N, response_length=8)
 
 
 class ScriptedEngine:
@@ -75,7 +75,7 @@ def test_every_prompt_is_trained_once_within_the_staleness_bound(staleness):
         version = step - 1  # the weights this step's update starts from
         engine.version = version
         batch = prompts(step, share if step > 1 else 3 * share)  # oversample 3x on the first step
-        pool.add(batch, batch["position"], seed=step, n=N)
+        pool.add(batch, batch["position"], seed=step, sampling=SAMPLING)
         added |= set(batch["uid"])
         pool.restart_stale(version - staleness)
         carried_prefixes += sum(s is not None and s.finish_reason == "abort" for g in pool.groups for s in g.samples)
@@ -98,7 +98,7 @@ def test_every_prompt_is_trained_once_within_the_staleness_bound(staleness):
 def test_the_pool_round_trips_through_its_checkpoint_state():
     engine, pool = ScriptedEngine(), PartialPool()
     batch = prompts(1, 6)
-    pool.add(batch, batch["position"], seed=1, n=N)
+    pool.add(batch, batch["position"], seed=1, sampling=SAMPLING)
     pool.run(engine, SAMPLING, 2)
     state = json.loads(json.dumps(pool.state_dict()))
     rows = Batch.concat([pool.rows[g.uid] for g in pool.groups])

@@ -65,8 +65,12 @@ class HFRollout:
         from transformers import DynamicCache, GenerationConfig
 
         greedy = not sampling.do_sample or sampling.temperature == 0
+        # per-row limits: generate to the longest, then cut each row at its own (its first tokens do not depend
+        # on how long the batch runs)
+        limits = None if sampling.response_lengths is None else torch.tensor(
+            sampling.response_lengths).repeat_interleave(sampling.n)
         config = GenerationConfig(
-            max_new_tokens=sampling.response_length, do_sample=not greedy,
+            max_new_tokens=sampling.response_length if limits is None else int(limits.max()), do_sample=not greedy,
             temperature=None if greedy else sampling.temperature,
             top_p=None if greedy else sampling.top_p,
             top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
@@ -93,7 +97,7 @@ class HFRollout:
         responses = output[:, input_ids.shape[1]:].cpu()
         batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
         return join_prompt_and_response(batch, responses, sampling.response_length, self.eos_token_ids,
-                                        self.pad_token_id)
+                                        self.pad_token_id, limits)
 
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Copy every bucket in; a name or shape the model does not have fails with that name."""

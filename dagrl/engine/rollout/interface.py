@@ -34,10 +34,26 @@ class SamplingSpec:
     top_k: int = -1
     do_sample: bool = True
     response_length: int = 64
+    # per prompt row of this call, each <= response_length (the data's extra_info.max_response_length, for
+    # long-tailed workloads); None: every row gets response_length
+    response_lengths: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.response_lengths is not None and not all(0 < n <= self.response_length
+                                                         for n in self.response_lengths):
+            raise ValueError(f"response_lengths must lie in 1..response_length={self.response_length}")
 
     @property
     def greedy(self) -> bool:
         return not self.do_sample or self.temperature == 0
+
+    def limit(self, row: int) -> int:
+        """The response limit of prompt row `row`."""
+        return self.response_length if self.response_lengths is None else self.response_lengths[row]
+
+    def with_limit(self, limit: int) -> SamplingSpec:
+        """The spec of one request whose prompt row's limit is `limit` (a request carries a single limit)."""
+        return dataclasses.replace(self, response_length=limit, response_lengths=None)
 
 
 @dataclass(frozen=True)

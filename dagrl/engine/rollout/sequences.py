@@ -14,14 +14,19 @@ def response_mask_from_tokens(responses: torch.Tensor, eos_token_ids: list[int])
 
 
 def join_prompt_and_response(prompts: Batch, responses: torch.Tensor, response_length: int,
-                             eos_token_ids: list[int], pad_token_id: int) -> Batch:
-    """A batch with `responses` right-padded to `response_length` and the full sequence columns."""
+                             eos_token_ids: list[int], pad_token_id: int, limits: torch.Tensor | None = None
+                             ) -> Batch:
+    """A batch with `responses` right-padded to `response_length` and the full sequence columns. `limits` [B]: where
+    each row ends at the latest (its own limit, SamplingSpec.response_lengths, or its length): its tokens past it
+    become padding, out of the mask even where the pad token is an eos, as for a row that stopped there for length."""
     rows, generated = responses.shape
     if generated < response_length:
         pad = torch.full((rows, response_length - generated), pad_token_id, dtype=responses.dtype)
         responses = torch.cat([responses, pad], dim=1)
     responses = responses[:, :response_length]
     response_mask = response_mask_from_tokens(responses, eos_token_ids)
+    if limits is not None:
+        response_mask = response_mask * (torch.arange(response_length)[None, :] < limits[:, None])
     responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
     return assemble(prompts, responses, response_mask, response_mask)
 

@@ -62,7 +62,7 @@ def _params(sampling: SamplingSpec, n: int, max_tokens: int, seed: int, eos_toke
 
 def request_params(sampling: SamplingSpec, rows: int, seed: int, eos_token_ids: Sequence[int],
                    with_log_probs: bool) -> list[RequestParams]:
-    return [_params(sampling, sampling.n, sampling.response_length, request_seed(seed, row), eos_token_ids,
+    return [_params(sampling, sampling.n, sampling.limit(row), request_seed(seed, row), eos_token_ids,
                     with_log_probs) for row in range(rows)]
 
 
@@ -108,29 +108,31 @@ def unpack_outputs(prompts: Batch, outputs: Sequence[Any], sampling: SamplingSpe
     flat_tokens: list[int] = []
     flat_log_probs: list[float] = []
     lengths: list[int] = []
-    for output in outputs:
+    for row, output in enumerate(outputs):
         completions = sorted(output.outputs, key=lambda c: c.index)
         if len(completions) != sampling.n:
             raise RuntimeError(f"vLLM returned {len(completions)} completions for a prompt, expected n={sampling.n}")
+        limit = sampling.limit(row)
         for completion in completions:
-            tokens = list(completion.token_ids)[:length]
+            tokens = list(completion.token_ids)[:limit]
             # a stop token vLLM matched but left out of token_ids still ends the response, as eos does in HF
             stop = completion.stop_reason
-            if isinstance(stop, int) and (not tokens or tokens[-1] != stop) and len(tokens) < length:
+            if isinstance(stop, int) and (not tokens or tokens[-1] != stop) and len(tokens) < limit:
                 tokens.append(stop)
             flat_tokens.extend(tokens)
             lengths.append(len(tokens))
             if with_log_probs:
                 values = _sampled_log_probs(completion)[:len(tokens)]
                 flat_log_probs.extend(values + [0.0] * (len(tokens) - len(values)))
-    filled = torch.arange(length)[None, :] < torch.tensor(lengths, dtype=torch.long)[:, None]
+    counts = torch.tensor(lengths, dtype=torch.long)
+    filled = torch.arange(length)[None, :] < counts[:, None]
     responses = torch.full((len(prompts) * sampling.n, length), pad_token_id, dtype=torch.long)
     responses[filled] = torch.from_numpy(np.array(flat_tokens, dtype=np.int64))  # 3x torch.tensor(list)'s speed
     log_probs = torch.zeros(responses.shape, dtype=torch.float32)
     if with_log_probs:
         log_probs[filled] = torch.from_numpy(np.array(flat_log_probs, dtype=np.float32))
     expanded = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
-    batch = join_prompt_and_response(expanded, responses, length, list(eos_token_ids), pad_token_id)
+    batch = join_prompt_and_response(expanded, responses, length, list(eos_token_ids), pad_token_id, counts)
     if with_log_probs:
         batch["rollout_log_probs"] = log_probs * batch["response_mask"]
     return batch
