@@ -93,6 +93,24 @@ def test_log_probs_equal_fixed_micro_batches_in_row_order_and_within_budget(mode
         assert micro.tokens.shape[1] == max(int((row != 0).sum()) for row in micro.tokens[: micro.rows])
 
 
+def test_the_vocabulary_projection_sees_real_response_tokens_only(model_dir):
+    """One long response among short ones: the output layer (and the float32 log-prob math after it) gets each
+    micro-batch's real response tokens, not rows x the longest response (what made an 8k-token tail run out of
+    memory), and the log-probs are those of the padded layout."""
+    batch = uneven_batch()
+    batch["response_mask"][1:, 2:] = 0  # every row but the first stops after 2 tokens
+    actor = engine(model_dir)
+    want, want_entropy = actor.compute_log_prob(batch, micro_batch_size=1, temperature=0.9, with_entropy=True)
+    widths = []
+    for module in actor.modules:
+        module.output_layer.register_forward_hook(lambda m, args, out: widths.append(args[0].shape[:2]))
+    got, entropy = actor.compute_log_prob(batch, micro_batch_size=7, temperature=0.9, with_entropy=True)
+    assert widths == [(int(batch["response_mask"].sum()), 1)]  # 8 + 6 x 2 tokens, not 7 rows x 8
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(entropy, want_entropy, rtol=1e-5, atol=1e-6)
+    assert (got[1:, 2:] == 0).all() and (got[1:, :2] != 0).all()
+
+
 def test_train_step_equals_fixed_micro_batches(model_dir):
     batch = uneven_batch()
     fixed = engine(model_dir, ADAM).train_step(batch, sum_loss, micro_batch_size=3, temperature=1.0)

@@ -30,27 +30,32 @@ class MegatronActorEngine(MegatronEngine):
                     module.output_layer.register_forward_pre_hook(self._response_positions_only, with_kwargs=True)
 
     def _response_positions_only(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """Output-layer pre-hook: keep the hidden states that predict response tokens ([S, b, h] -> [R, rows, h]).
-        The vocabulary projection then costs R/S of the full one. Not used under sequence parallelism, where
-        each TP rank holds only a slice of the sequence here."""
+        """Output-layer pre-hook: keep the hidden states that predict real response tokens ([S, b, h] -> [N, 1, h],
+        `MicroBatch.kept` order). The vocabulary projection then costs N/S of the full one. Not used under sequence
+        parallelism, where each TP rank holds only a slice of the sequence here."""
         micro = self._micro
+        rows, cols = micro.kept()
         # (contiguous: an indexing result takes its index's strides, and a strided matmul rounds differently)
-        hidden = args[0][micro.logit_pos.t(), micro.logit_row.unsqueeze(0)].contiguous()
+        hidden = args[0][micro.logit_pos[rows, cols], micro.logit_row[rows]].unsqueeze(1).contiguous()
         return (hidden, *args[1:]), kwargs
 
     def _response_log_probs(self, micro: MicroBatch, logits: torch.Tensor, temperature: float,
                             with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[rows, R] log-probs (and entropies) of the micro-batch's responses, 0 off the response mask."""
-        if self._select_logits:  # the hook already kept the response positions, in order
-            response_logits = logits / temperature
+        """[rows, R] log-probs (and entropies) of the micro-batch's responses, 0 off the response mask. Computed on
+        the real response tokens only (`MicroBatch.kept`), then placed in the padded layout."""
+        rows, cols = micro.kept()
+        if self._select_logits:  # the hook already kept those positions, in order: [1, N, V]
+            response_logits = logits.reshape(-1, logits.shape[-1]) / temperature
         else:
-            response_logits = logits[micro.logit_row.unsqueeze(1), micro.logit_pos] / temperature
-        log_probs, entropy = vocab_parallel_log_probs(response_logits, micro.targets, self.hf_config.vocab_size,
-                                                      with_entropy)
-        mask = micro.response_mask.to(log_probs.dtype)
-        log_probs = self._context_parallel_rows(micro, log_probs * mask)
-        entropy = self._context_parallel_rows(micro, entropy * mask) if entropy is not None else None
-        return log_probs, entropy
+            response_logits = logits[micro.logit_row[rows], micro.logit_pos[rows, cols]] / temperature
+        flat, flat_entropy = vocab_parallel_log_probs(response_logits, micro.targets[rows, cols],
+                                                      self.hf_config.vocab_size, with_entropy)
+
+        def padded(values: torch.Tensor) -> torch.Tensor:
+            return self._context_parallel_rows(micro, values.new_zeros(micro.targets.shape).index_put((rows, cols),
+                                                                                                       values))
+
+        return padded(flat), (padded(flat_entropy) if flat_entropy is not None else None)
 
     def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float, with_entropy: bool,
                          max_token_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -37,10 +37,20 @@ class MicroBatch:
     attention_mask: torch.Tensor | None = None  # packed without TE: [1, 1, S, S] bool, True = masked
     packed_seq_params: Any = None               # packed with TE: THD description of the row
     held: torch.Tensor | None = None            # context parallel: [rows, R] bool, this rank holds that logit
+    _kept: tuple | None = None
 
     @property
     def rows(self) -> int:
         return len(self.index)
+
+    def kept(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, response position) of each response token whose logit this rank computes: real tokens only, so the
+        vocabulary projection and the log-prob math scale with the micro-batch's token budget, not with rows x its
+        longest response (one 8k response among short ones made that 14 GB of float32 logits)."""
+        if self._kept is None:
+            keep = self.response_mask.bool()
+            self._kept = (keep if self.held is None else keep & self.held).nonzero(as_tuple=True)
+        return self._kept
 
 
 @dataclass
