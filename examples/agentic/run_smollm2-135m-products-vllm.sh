@@ -4,6 +4,7 @@
 # Megatron actor. Data: python3 examples/data_preprocess/products.py --local_dir ~/data/products
 # Tools: examples/agentic/tool_config.yaml. Extra dotted overrides given to this script are appended.
 set -euo pipefail
+. "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODEL_PATH=${MODEL_PATH:-$HOME/models/SmolLM2-135M-Instruct}

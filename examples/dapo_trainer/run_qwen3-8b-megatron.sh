@@ -4,6 +4,7 @@
 # scoring), clip-higher (0.2 / 0.28), overlong reward shaping, token-mean loss, no KL term.
 # Rollout TP2 gives rollout DP 4 while the actor has DP 1: batches move between the layouts (dagrl/data/layout.py).
 set -euo pipefail
+. "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 # ===================================================================================
 # === USER CONFIGURATION SECTION ===
 # ===================================================================================

@@ -6,6 +6,7 @@
 # distributed optimizer shards the expert state over expert-DP and the offload can be dropped).
 # DAGRL_DRY_RUN=1 prints the composed config; DAGRL_PLAN=1 prints the layout, batch schedule and memory estimate.
 set -euo pipefail
+. "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 # ===================================================================================
 # === USER CONFIGURATION SECTION ===
 # ===================================================================================

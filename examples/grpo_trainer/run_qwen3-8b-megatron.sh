@@ -3,6 +3,7 @@
 # The siiRL guide's script with its keys unchanged (module dagrl.main_dag). Fixes over the original: the data
 # paths match what examples/data_preprocess/deepscaler.py writes (~/data/deepscaler), and the command runs.
 set -euo pipefail
+. "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 # ===================================================================================
 # === USER CONFIGURATION SECTION ===
 # ===================================================================================

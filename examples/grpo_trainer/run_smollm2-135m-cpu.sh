@@ -3,6 +3,7 @@
 # Needs: python3 scripts/smollm2_to_hf.py (model) and python3 examples/data_preprocess/arithmetic.py (data).
 # Extra dotted overrides given to this script are appended (e.g. trainer.total_epochs=1).
 set -euo pipefail
+. "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 
 MODEL_PATH=${MODEL_PATH:-$HOME/models/SmolLM2-135M-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/arithmetic}

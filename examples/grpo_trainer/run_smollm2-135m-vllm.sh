@@ -4,6 +4,7 @@
 # colocated with the actor in the same processes. Data: examples/data_preprocess/arithmetic.py.
 # Extra dotted overrides given to this script are appended.
 set -euo pipefail
+. "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 
 MODEL_PATH=${MODEL_PATH:-$HOME/models/SmolLM2-135M-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/arithmetic}

