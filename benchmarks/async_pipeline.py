@@ -168,8 +168,9 @@ def main() -> None:
             results[name] = summary(rows, args)
             wall = Path(args.out) / name / "wall_s"
             results[name]["wall_s"] = float(wall.read_text()) if wall.exists() else float("nan")
-    predicted = {name: predicted_step({**results["plain"], "push_s": values["push_s"]}, args, name)
-                 for name, values in results.items() if name != "plain" and "plain" in results}
+    # every other named run gets the model's step, measured or not yet (then its row shows the prediction only)
+    predicted = {name: predicted_step({**results["plain"], "push_s": results.get(name, {}).get("push_s", 0.0)},
+                                      args, name) for name in names if name != "plain" and "plain" in results}
     columns = ["step_s", "gen_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
                "partial", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
     print(f"steps 1..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
@@ -178,9 +179,10 @@ def main() -> None:
           + (f"; per-prompt limits long-tailed, mean {args.long_tail.replace(',', ', max ')}" if args.long_tail else ""))
     print("| run | " + " | ".join(columns) + " | model step_s |")
     print("|---" * (len(columns) + 2) + "|")
-    for name, values in results.items():
+    for name in names:
         model = f"{predicted[name]:.3f}" if name in predicted else "-"
-        print(f"| {name} | " + " | ".join(f"{values[c]:.3f}" for c in columns) + f" | {model} |")
+        cells = [f"{results[name][c]:.3f}" if name in results else "-" for c in columns]
+        print(f"| {name} | " + " | ".join(cells) + f" | {model} |")
     for name in results:
         if name != "plain" and "plain" in results:
             measured = results["plain"]["step_s"] / results[name]["step_s"]
