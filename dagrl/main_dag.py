@@ -1,7 +1,8 @@
 """`python3 -m dagrl.main_dag key=value ...`: compose conf/, check it, train.
 
-Unknown keys fail before Hydra composes (naming the closest valid key); every other configuration problem
-is found by the pre-flight checks before any model is built. Both exit with code 2 and one line.
+A bad override fails before Hydra composes (an unknown key naming the closest valid one, see config/load.py);
+every other configuration problem is found by the pre-flight checks before any model is built. Both exit with
+code 2 and one line.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from dagrl.config.errors import ConfigError, RunError
-from dagrl.config.load import CONF_DIR, CONFIG_NAME, check_overrides, to_plain
+from dagrl.config.load import CONF_DIR, CONFIG_NAME, compose, to_plain
 
 logger = logging.getLogger("dagrl")
 
@@ -125,18 +126,23 @@ def hydra_main(cfg: DictConfig) -> None:
     run(to_plain(cfg))
 
 
-def early_override_check(argv: list[str]) -> None:
-    """Reject unknown keys with a suggestion before Hydra's own, less helpful, error."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+# Hydra's flags that take the next argument as their value (--cfg job); every other argument is an override.
+VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir",
+               "-cd", "--experimental-rerun"}
+# Left to Hydra: help and info compose nothing, and a multirun expands its sweeps itself.
+HYDRA_ONLY_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version", "--multirun", "-m"}
 
-    # key=value and ~key are overrides; anything else is a Hydra flag or a flag's value (--cfg job)
-    overrides = [arg for arg in argv if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
-    if not overrides or any(arg in ("--help", "-h", "--hydra-help", "--info") for arg in argv):
-        return
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        base = OmegaConf.to_container(compose(CONFIG_NAME), resolve=False)
-    check_overrides(overrides, base)
+
+def early_override_check(argv: list[str]) -> None:
+    """Compose the config as Hydra will, so that a bad override fails in one line (ConfigError) instead of in
+    Hydra's multi-line message or traceback: an unknown key names the closest valid one."""
+    overrides, flag_value = [], False
+    for arg in argv:
+        if not flag_value and not arg.startswith("-"):
+            overrides.append(arg)
+        flag_value = arg in VALUE_FLAGS
+    if overrides and not HYDRA_ONLY_FLAGS & {arg.split("=", 1)[0] for arg in argv}:
+        compose(overrides)
 
 
 def main() -> None:

@@ -2,13 +2,16 @@
 
 Hydra in struct mode already rejects unknown keys, but its message does not say which key was meant, and a
 `+key` would be appended silently anywhere. `check_overrides` runs first: an unknown key fails naming the
-closest valid one; `+key` is allowed only under the free-form maps users extend.
+closest valid one; `+key` is allowed only under the free-form maps users extend. Whatever else Hydra would refuse
+(no '=', `~` on a key the code reads, `+` on an existing key, a group option that does not exist, `a,b` read as a
+sweep, a `${...}` naming no key) fails in one line naming the override and the fix, not in Hydra's many.
 """
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
 
@@ -41,12 +44,26 @@ def config_groups() -> set[str]:
     return {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
 
 
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
 def _lookup(tree: Any, dotted: str) -> tuple[bool, Any]:
-    node = tree
+    """(exists, value) of a dotted key; a digit part indexes a list, as Hydra's `dag.nodes.1.fn=...` does.
+    An index past a list's end raises IndexError naming the list and its length."""
+    node, path = tree, []
     for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if isinstance(node, list) and part.isdigit():
+            if int(part) >= len(node):
+                where = ".".join(path)
+                raise IndexError(f"{where} has {len(node)} items (indices 0..{len(node) - 1}): use one of them, or "
+                                 f"set the whole list: {where}=[...]")
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
             return False, None
-        node = node[part]
+        path.append(part)
     return True, node
 
 
@@ -71,28 +88,76 @@ def closest_key(key: str, tree: dict[str, Any]) -> str | None:
     return match[0] if match else None
 
 
-def check_overrides(overrides: list[str], base: dict[str, Any]) -> None:
-    """Raise ConfigError for an override that names no key of `base` (the composed default config)."""
+def _sweep_fix(key: str, value: str, default: Any) -> str:
+    """Hydra reads `key=a,b` as a sweep (one run per value); a verl user meant a list, or a string with commas."""
+    if isinstance(default, list):
+        return f"a list needs brackets: {key}='[{value}]'"
+    return f"a value with commas needs quotes: \"{key}='{value}'\" (unquoted, Hydra reads it as a sweep)"
+
+
+def _required(key: str, section: bool) -> str:
+    what = f"its keys instead ({key}.<key>=...)" if section else f"a value instead ({key}=...)"
+    return f"{key} is required and cannot be deleted: set {what}"
+
+
+def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], dict[str, Any]]) -> dict[str, Any]:
+    """Raise ConfigError for an override Hydra would refuse (with a multi-line message) or misread; return the
+    config the key overrides apply to: `compose_base(group choices)`, composed once the choices are checked."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType
     from hydra.errors import OverrideParseException
 
-    groups = config_groups()
+    for arg in overrides:
+        if "=" not in arg and not arg.startswith("~"):
+            example = f"{arg}=<value>" if re.fullmatch(r"[\w.+]+", arg) else "key=value"
+            raise ConfigError(arg, f"override '{arg}' has no '=': write {example}")
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as err:
         raise ConfigError("overrides", f"cannot parse the command line: {str(err).splitlines()[0]}") from None
+    groups = config_groups()
+    choices, changes = [], []
     for override in parsed:
-        key = override.key_or_group
-        if key.startswith("hydra.") or key == "hydra" or (key in groups and "." not in key):
+        key, text = override.key_or_group, override.input_line
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             continue
-        exists, _ = _lookup(base, key)
+        if key not in groups:
+            changes.append(override)
+            continue
+        options = group_options(key)
+        if override.is_delete():
+            raise ConfigError(key, f"override '{text}': {_required(key, True)}")
+        if override.type == OverrideType.ADD:
+            raise ConfigError(key, f"override '{text}': {key} is already chosen: drop the '+': {text[1:]}")
+        value = text.split("=", 1)[1]
+        if override.is_sweep_override() or value not in options:
+            fix = (f"choose one of {', '.join(options)}" if len(options) > 1 else
+                   f"it has only {options[0]}.yaml; set its keys instead ({key}.<key>=...)")
+            raise ConfigError(key, f"override '{text}': conf/{key}/ has no '{value}': {fix}")
+        choices.append(text)
+    base = compose_base(choices)
+    for override in changes:
+        key, text = override.key_or_group, override.input_line
+        try:
+            exists, default = _lookup(base, key)
+        except IndexError as err:
+            raise ConfigError(key, f"override '{text}': {err}") from None
+        if exists and override.type == OverrideType.ADD:
+            raise ConfigError(key, f"override '{text}': {key} already exists: drop the '+': {text[1:]}")
+        deleting = override.is_delete()
         adding = override.type in (OverrideType.ADD, OverrideType.FORCE_ADD)
         freeform = next((m for m in FREEFORM_MAPS if key.startswith(m + ".")), None)
+        if override.is_sweep_override() and (exists or freeform):
+            raise ConfigError(key, f"override '{text}': {_sweep_fix(key, text.split('=', 1)[1], default)}")
         if freeform:
+            if not exists and deleting:
+                name = key[len(freeform) + 1:]
+                raise ConfigError(key, f"override '{text}': {freeform} has no key '{name}' to delete")
             if not exists and not adding:
                 raise ConfigError(key, f"'{key}' adds a key to the free-form map {freeform}: write it as +{key}=...")
             continue
+        if exists and deleting:  # every key outside the free-form maps is read by the code
+            raise ConfigError(key, f"override '{text}': {_required(key, isinstance(default, dict))}")
         if exists:
             continue
         if key in VERL_KEYS:
@@ -101,20 +166,43 @@ def check_overrides(overrides: list[str], base: dict[str, Any]) -> None:
         plus = " ('+' adds keys only under: " + ", ".join(FREEFORM_MAPS) + ")" if adding else ""
         fix = f"; did you mean '{hint}'?" if hint else ""
         raise ConfigError(key, f"unknown config key '{key}'{fix}{plus}")
+    return base
+
+
+def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]) -> ConfigError:
+    """What Hydra or OmegaConf refused after check_overrides passed (a `${...}` naming no key, ...), in one line
+    naming the override it came from."""
+    from omegaconf.errors import InterpolationKeyError
+
+    key = getattr(err, "full_key", None) or "overrides"
+    text = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == key), None)
+    where = f"override '{text}'" if text else f"config key '{key}'" if key != "overrides" else "the overrides"
+    missing = re.search(r"key '([^']+)'", str(err)) if isinstance(err, InterpolationKeyError) else None
+    if missing:
+        hint = closest_key(missing[1], base)
+        fix = f"did you mean ${{{hint}}}?" if hint else "point it at an existing one, e.g. ${trainer.experiment_name}"
+        return ConfigError(key, f"{where}: the interpolation ${{{missing[1]}}} names no config key; {fix}")
+    reasons = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
+    return ConfigError(key, f"{where}: the config does not compose: {': '.join(reasons)}")
 
 
 def compose(overrides: list[str] | None = None) -> dict[str, Any]:
-    """The resolved config as plain data, exactly as `python3 -m dagrl.main_dag <overrides>` would see it."""
+    """The resolved config as plain data, exactly as `python3 -m dagrl.main_dag <overrides>` would see it; a bad
+    override raises ConfigError (one line) instead of Hydra's error."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     overrides = list(overrides or [])
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        base = OmegaConf.to_container(hydra_compose(CONFIG_NAME), resolve=False)
-        check_overrides(overrides, base)
-        cfg = hydra_compose(CONFIG_NAME, overrides=overrides)
-    return to_plain(cfg)
+        base = check_overrides(overrides, lambda choices: OmegaConf.to_container(
+            hydra_compose(CONFIG_NAME, overrides=choices), resolve=False))
+        try:
+            return to_plain(hydra_compose(CONFIG_NAME, overrides=overrides))
+        except (HydraException, OmegaConfBaseException) as err:
+            raise composition_error(err, overrides, base) from None
 
 
 def to_plain(cfg: Any) -> dict[str, Any]:

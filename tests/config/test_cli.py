@@ -84,3 +84,15 @@ def test_preflight_errors_exit_2_fast(tiny_model, tiny_data, tmp_path, extra, me
 def test_aliases_with_equal_values_are_accepted():
     cfg = compose(["data.max_prompt_length=64", "actor_rollout_ref.rollout.prompt_length=64"])
     assert cfg["actor_rollout_ref"]["rollout"]["prompt_length"] == 64
+
+
+def test_list_index_overrides_reach_the_config_and_an_index_past_the_end_fails():
+    # Hydra sets list items by index; the index is checked against the chosen group's list (ppo: 10 nodes, grpo: 8)
+    cfg = compose(["trainer.logger.1=jsonl", "dag=ppo", "dag.nodes.9.fn=tests.dag_test_nodes:noop"])
+    assert cfg["trainer"]["logger"] == ["console", "jsonl"]
+    assert cfg["dag"]["nodes"][9]["fn"] == "tests.dag_test_nodes:noop"
+    proc, _ = run_cli("--cfg", "job", "dag.nodes.1.fn=x:y")
+    assert proc.returncode == 0 and "fn: x:y" in proc.stdout, proc.stderr
+    proc, _ = run_cli("trainer.logger.2=jsonl")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "trainer.logger has 2 items (indices 0..1)" in error_line(proc)

@@ -28,10 +28,10 @@ PREFLIGHT_CPU_S = 5.0
 
 
 def merged(base: list[str], extra: list[str]) -> list[str]:
-    """`base` overrides with `extra` replacing the same keys (Hydra would reject a key given twice)."""
-    by_key = dict(arg.split("=", 1) for arg in base)
-    by_key.update(arg.split("=", 1) for arg in extra)
-    return [f"{key}={value}" for key, value in by_key.items()]
+    """`base` overrides with `extra` replacing the same keys (Hydra would reject a key given twice); an `extra`
+    without `=` (a case's bad input) is kept as written."""
+    by_key = {arg.split("=", 1)[0]: arg for arg in [*base, *extra]}
+    return list(by_key.values())
 
 
 def write_checkpoints(root: Path) -> None:
