@@ -72,6 +72,7 @@ class Rates:
     prefill_tok_s: float = 200_000.0  # per GPU
     train_tok_s: float = 8_000.0  # per GPU: update forward+backward plus log-prob passes, as one rate
     push_s: float = 0.5  # seconds per weight push
+    switch_s: float = 0.0  # colocated only: seconds a step spends offloading, waking and putting the engine to sleep
 
 
 @dataclass
@@ -192,7 +193,7 @@ def colocated(w: Workload, rates: Rates, gpus: int, steps: int = 16, partial: bo
             idle.append(0.0)
         batch, buffer = buffer[:B], buffer[B:]
         train = tokens[batch].sum() / (gpus * rates.train_tok_s)
-        step_s.append(gen + train + rates.push_s)
+        step_s.append(gen + train + rates.push_s + rates.switch_s)
         step_tok.append(tokens[batch].sum())
         act = pool.active()
         carry = (pool.gid[act], pool.rem[act], pool.prefix[act])

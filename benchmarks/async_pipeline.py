@@ -14,8 +14,9 @@ generation seconds, trained response tokens per second (in all and per process),
 response lengths, the async/* metrics, each pool's idle share (rollout: waiting for weights; trainer: waiting for a
 batch) and the weight push, over every step (partial rollout fills its pool in step 1 and trains on it later; what
 its pool still holds at the end is not counted). Beside each other run: the step time the discrete-event model
-(benchmarks/async_model.py) predicts from the rates `plain` measured (training tokens/s; one sequence's speed from
-the longest response and the generation time; the full-batch decode rate fitted so that the model's colocated step
+(benchmarks/async_model.py) predicts from the rates `plain` measured (training tokens/s; the colocated
+choreography's seconds, `timing_s/rollout_switch`, which two pools do not pay; one sequence's speed from the longest
+response and the generation time without them; the full-batch decode rate fitted so that the model's colocated step
 is the measured one), with the responses' lengths at the measured mean, or drawn per prompt from the long-tailed
 distribution of `--long-tail` (the one benchmarks/long_tail_data.py gave the data), so the model is checked where
 it can be.
@@ -97,6 +98,7 @@ def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
             "roll_idle": sum(row.get("timing_s/rollout_pause", 0.0) for row in steady) / seconds,
             "train_idle": sum(row.get("timing_s/trainer_wait", 0.0) for row in steady) / seconds,
             "push_s": mean("timing_s/weight_push"), "push_gb": mean("async/push_gb"),
+            "switch_s": mean("timing_s/rollout_switch"),
             "tok_per_gpu_s": tokens / seconds / args.nproc}
 
 
@@ -116,12 +118,14 @@ def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str) 
         lengths = lambda rng, count: np.full(count, base["resp_mean"])  # noqa: E731
     work = Workload(batch=args.batch, n=args.n, prompt_len=int(base["prompt"]), lengths=lengths)
 
-    def rates(decode: float) -> Rates:
-        return Rates(decode_tok_s=decode, seq_tok_s=base["resp_max"] / base["gen_s"], prefill_tok_s=1e12,
-                     train_tok_s=(base["prompt"] + base["resp_mean"]) * responses / (train_s * args.nproc),
-                     push_s=base.get("push_s", 0.0))
+    decoding_s = max(base["gen_s"] - base["switch_s"], 1e-6)  # generation without the colocated choreography
 
-    lo, hi = base["resp_max"] / base["gen_s"], 1e9  # fit the decode rate: the model's plain step = the measured
+    def rates(decode: float) -> Rates:
+        return Rates(decode_tok_s=decode, seq_tok_s=base["resp_max"] / decoding_s, prefill_tok_s=1e12,
+                     train_tok_s=(base["prompt"] + base["resp_mean"]) * responses / (train_s * args.nproc),
+                     push_s=base.get("push_s", 0.0), switch_s=base["switch_s"])
+
+    lo, hi = base["resp_max"] / decoding_s, 1e9  # fit the decode rate: the model's plain step = the measured
     for _ in range(40):
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if colocated(work, rates(mid), args.nproc, steps=args.steps).step_s > base["step_s"] \

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import time
 import zlib
 from typing import Iterator
 
@@ -31,8 +32,11 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
     Optimizer state and grads leave the device first (training does not need them until the update), the
     rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
     reference's and critic's) parameters leave too, and only then does the rollout take its KV cache. After generating, the
-    rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics.
+    rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics, and
+    `timing_s/rollout_switch`: the seconds of this choreography (offloads, wake-ups, weight sync, sleep), which a
+    rollout pool of its own never pays.
     """
+    start = time.perf_counter()
     colocated = ctx.rollout.colocated
     trainable = [engine for engine in (ctx.actor, ctx.critic) if engine is not None]
     if colocated:
@@ -46,10 +50,13 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
             if engine is not None:
                 engine.offload_params()
     ctx.rollout.wake_cache()
+    switch = time.perf_counter() - start
     try:
         yield metrics
     finally:
+        start = time.perf_counter()
         ctx.rollout.sleep()
+        metrics["timing_s/rollout_switch"] = switch + time.perf_counter() - start
 
 
 def sampling_seed(base_seed: int, step: int, rollout_dp_rank: int, purpose: str) -> int:
