@@ -40,6 +40,9 @@ class StepContext:
     update_base: int | None = None
     # actor_rollout_ref.rollout.multi_turn: the loop every rollout (and validation) runs (dagrl/agent/loop.py)
     agent: Any | None = None
+    # the rollout pool of two with partial rollout: takes weight pushes between scheduling steps, mid-batch
+    # (trainer/rollout_pool.py Receiver: poll, load)
+    weight_updates: Any | None = None
     # ledger uid (column `ledger_uid`, "<epoch>:<dataset index>") -> why a node dropped that prompt this step
     # (dynamic sampling: zero_variance, surplus); the trainer resets it every step and writes it to the prompt ledger
     dropped: dict[str, str] = field(default_factory=dict)

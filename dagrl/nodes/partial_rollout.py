@@ -61,6 +61,7 @@ class PartialPool:
 
     def __init__(self) -> None:
         self.groups: list[Group] = []
+        self.reloads = 0                      # weight loads in the last run (mid-batch)
         self.rows: dict[str, Batch] = {}      # uid -> the prompt's row (dataset columns), for the trained batch
 
     def add(self, prompts: Batch, positions: list[int], seed: int, sampling: SamplingSpec) -> None:
@@ -82,24 +83,50 @@ class PartialPool:
                 restarted += 1
         return restarted
 
-    def run(self, engine: Any, sampling: SamplingSpec, wanted: int) -> list[Group]:
-        """Advance `engine` until `wanted` groups have finished; those groups, oldest first. The rest stay."""
-        by_id = {}
-        requests = []
-        for index, group in enumerate(self.groups):
-            for sample, done in enumerate(group.samples):
-                if done is None or done.finish_reason == "abort":
-                    request = group.request(sample, sampling)
-                    requests.append(request)
-                    by_id[request.id] = (index, sample)
-        engine.submit(requests)
-        while sum(g.finished for g in self.groups) < wanted and engine.in_flight():
-            for completion in engine.advance():
+    def run(self, engine: Any, sampling: SamplingSpec, wanted: int, updates: Any = None) -> list[Group]:
+        """Advance `engine` until `wanted` groups have finished; those groups, oldest first. The rest stay.
+
+        `updates` (the rollout pool of two): after every scheduling step `updates.poll(done)` tells whether every
+        rank of the pool is done and whether new weights wait; then every request in flight is aborted, the weights
+        are loaded (`updates.load()`) and the partial responses go on under them, so a long response does not hold
+        old weights to the end of the batch (AReaL's interruptible rollout). Ranks that are done keep generating
+        the carried groups until all are."""
+        by_id: dict[str, tuple[int, int]] = {}
+
+        def record(completions) -> None:
+            for completion in completions:
                 index, sample = by_id[completion.id]
                 self.groups[index].samples[sample] = completion
-        for completion in engine.abort():
-            index, sample = by_id[completion.id]
-            self.groups[index].samples[sample] = completion
+
+        def submit() -> None:
+            requests = []
+            for index, group in enumerate(self.groups):
+                for sample, done in enumerate(group.samples):
+                    if done is None or done.finish_reason == "abort":
+                        request = group.request(sample, sampling)
+                        requests.append(request)
+                        by_id[request.id] = (index, sample)
+            engine.submit(requests)
+
+        submit()
+        self.reloads = 0
+        while True:
+            done = sum(g.finished for g in self.groups) >= wanted or not engine.in_flight()
+            if updates is None:
+                if done:
+                    break
+            else:
+                everyone, waiting = updates.poll(done)
+                if waiting:
+                    record(engine.abort())
+                    updates.load()
+                    self.reloads += 1
+                    submit()
+                if everyone:
+                    break
+            if engine.in_flight():
+                record(engine.advance())
+        record(engine.abort())
         done = [g for g in self.groups if g.finished][:wanted]
         taken = {g.uid for g in done}
         self.groups = [g for g in self.groups if g.uid not in taken]

@@ -157,9 +157,11 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
     base = ctx.versions.actor if ctx.update_base is None else ctx.update_base
     restarted = pool.restart_stale(base - ctx.cfg.async_training.max_staleness)
     with rollout_session(ctx) as metrics:
-        groups = pool.run(ctx.rollout, sampling, share)
+        groups = pool.run(ctx.rollout, sampling, share, ctx.weight_updates)
     out = pool.batch(groups, sampling.response_length, ctx.rollout.eos_token_ids, ctx.rollout.pad_token_id)
     metrics.update(response_metrics(out, sampling.response_length))
     metrics.update(staleness_metrics(out, base))
     metrics.update({"async/buffer_groups": float(len(pool.groups)), "async/restarted_groups": float(restarted)})
+    if ctx.weight_updates is not None:
+        metrics["async/mid_batch_loads"] = float(pool.reloads)
     return out, metrics

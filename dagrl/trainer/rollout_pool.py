@@ -14,6 +14,7 @@ from dagrl.data.batch import Batch
 from dagrl.placement.bridge import Bridge
 from dagrl.trainer.pools import Schedule, unpack_bucket
 from dagrl.utils import dist, watchdog
+from dagrl.utils.faults import fault_point
 from dagrl.utils.preemption import StopRequest
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,23 @@ class Receiver:
             self.validation_s += time.perf_counter() - start
             if dist.rank() == 0:
                 self.bridge.send(leader, "val", {"step": version, "metrics": metrics})
+
+    def poll(self, done: bool) -> tuple[bool, bool]:
+        """Partial rollout, between two scheduling steps: (every rank of the pool is done, a push waits that can be
+        loaded now), agreed in one small collective so every rank takes it at the same step (the weights come by
+        a collective). A push whose version is validated waits for the batch's end: validation needs the engine."""
+        fault_point("rollout_poll", self.version)  # DAGRL_DELAY=rollout_poll:s: a slow decode, for the tests
+        waiting = False
+        if dist.rank() == 0 and self.bridge.available(self.bridge.train_leader, "weights") > 0:
+            pushed = self.schedule.pushed
+            waiting = not self.schedule.validated(next(v for v in range(self.version + 1, self.schedule.total + 1)
+                                                       if pushed(v)))
+        flags = dist.global_max(torch.tensor([float(not done), float(waiting)]))
+        return bool(flags[0] == 0), bool(flags[1])
+
+    def load(self) -> None:
+        """The push `poll` found, loaded now (every request was aborted first)."""
+        self.receive()
 
     def take(self, required: int) -> float:
         """Every push already announced (the pool agrees on how many), then wait for `required` if still older;
@@ -96,6 +114,8 @@ def _serve(trainer, bridge: Bridge) -> None:
     staleness = cfg.async_training.max_staleness
     receiver = Receiver(trainer, bridge, schedule)
     receiver.receive()  # the weights the training pool starts from
+    if cfg.async_training.partial_rollout:  # newer weights reach the requests in flight, not only the next batch
+        trainer.ctx.weight_updates = receiver
     watchdog.started()
     stop = StopRequest()  # a stop signal here reaches the training pool through the store; it decides when
     logger.info("rollout pool: batches %d..%d, staleness bound %d", start["step"] + 1, trainer.total_steps, staleness)

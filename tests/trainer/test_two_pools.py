@@ -170,6 +170,27 @@ def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill
     assert max(metrics_by_step(straight)[s]["async/partial_fraction"] for s in range(2, 7)) > 0
 
 
+@pytest.mark.parametrize("pools", [(1, 1), (2, 1)])
+def test_partial_rollout_in_two_pools_loads_pushes_mid_batch_and_trains_each_prompt_once(args, long_tail_model,
+                                                                                          tmp_path, pools):
+    """A slow decode: pushes arrive while the rollout pool generates a batch; it aborts what is in flight, loads
+    them and goes on, so responses carry tokens of several versions, all within the staleness bound. Two rollout
+    ranks agree at every scheduling step on when to load (the weights come by a collective)."""
+    out = tmp_path / "run"
+    ok(launch((args(out, pools=pools, **{
+        "actor_rollout_ref.model.path": str(long_tail_model), "async_training.max_staleness": 1,
+        "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
+        "data.max_response_length": 16, "trainer.total_training_steps": 5, "trainer.save_freq": -1,
+        "trainer.test_freq": -1}), sum(pools), {"DAGRL_DELAY": "rollout_poll:0.1"}))[0])
+    records = metrics_by_step(out)
+    assert sum(records[s]["async/mid_batch_loads"] for s in range(1, 6)) >= 2
+    assert max(records[s]["async/partial_fraction"] for s in range(2, 6)) > 0  # tokens of two versions in a row
+    assert all(records[s]["async/staleness_max"] <= 1 for s in range(1, 6))
+    trained = [json.loads(line)["uid"] for line in (out / LEDGER_FILE).read_text().splitlines()
+               if '"trained@' in line]
+    assert len(trained) == len(set(trained)) == 5 * 4
+
+
 def test_a_pool_that_stops_on_an_error_stops_the_other_with_its_message(args, tmp_path):
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
