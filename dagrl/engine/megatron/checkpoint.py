@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 import torch
 
+from dagrl.utils.lifetime import children_die_with_us
 from dagrl.utils.watchdog import beat
 from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.engine.megatron import compat
@@ -220,7 +221,9 @@ def save(engine: "MegatronEngine", path: str) -> None:
     state["dagrl"] = {"contents": parts, "model_path": os.path.abspath(engine.spec.model_path),
                       "param_dtype": _DTYPE_NAMES[engine.spec.param_dtype], "role": engine.role,
                       "layer_spec": layer_spec_name(engine.modules)}
-    dist_checkpointing.save(state, path, sharded_strategy=compat.save_strategy())
+    compat.keep_write_results_in_process()
+    with children_die_with_us():  # megatron forks a writer per file; a kill -9 of the trainer must take them along
+        dist_checkpointing.save(state, path, sharded_strategy=compat.save_strategy())
     logger.info("saved Megatron checkpoint (%s) to %s", ", ".join(parts), path)
 
 

@@ -58,6 +58,20 @@ def save_strategy() -> Any:
     return TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1)
 
 
+def keep_write_results_in_process() -> None:
+    """Before a save: megatron's FileSystemWriterAsync passes its write results through a queue of a multiprocessing
+    Manager it spawns at the first save and keeps for good: a server process that re-imports the trainer's main
+    module (torch, ~300 MB, the log file open as its stderr) and the resource tracker the spawn starts. Neither
+    watches its parent, so a trainer killed with SIGKILL left both running forever (issue 21). dagrl saves
+    synchronously (save_strategy, no async_sharded_save): the results never leave this process, so a plain queue
+    does, and no helper process is started."""
+    import queue
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+    if getattr(filesystem_async, "_results_queue", False) is None:  # not yet created (absent in other versions)
+        filesystem_async._results_queue = queue.Queue()
+
+
 def init_optimizer_state(optimizer: Any) -> None:
     """Create the optimizer state now rather than at the first step, so that it can be offloaded and
     checkpointed before any step (the distributed optimizer reads Adam's 'step' when building a state dict)."""
