@@ -108,3 +108,21 @@ def test_multi_turn_on_two_ranks_shards_prompts_and_validates_each_once(args, tm
     assert "val-aux/multi_turn/interaction/first_score" in records[2]
     dumped = [json.loads(line) for line in (out / "val" / "2.jsonl").read_text().splitlines()]
     assert sorted(r["index"] for r in dumped) == list(range(8))  # both ranks' shards, each prompt once
+
+
+def test_multi_turn_in_two_pools_at_k0_is_the_colocated_run(args, tmp_path):
+    """The multi-turn loop runs in the rollout pool as it does colocated: at K=0 the same metrics, step for step,
+    validation (in the rollout pool) included."""
+    from tests.trainer.test_two_pools import launch, ok, without_async
+
+    colocated, pools = tmp_path / "colocated", tmp_path / "pools"
+    make = lambda out, **extra: args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": -1,  # noqa
+                                             "trainer.test_freq": 2, **extra})
+    for result in launch((make(colocated), 1, {}),
+                         (make(pools, **{"actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1,
+                                         "trainer.n_gpus_per_node": 1, "async_training.max_staleness": 0}), 2, {})):
+        ok(result)
+    expected = metrics_by_step(colocated)
+    assert without_async(metrics_by_step(pools)) == expected
+    assert expected[2]["multi_turn/tokens/observation/mean"] > 0
+    assert "val-core/dagrl/arithmetic/acc/mean@1" in expected[2]
