@@ -35,7 +35,7 @@ Critic (graphs with a critic node, dag=ppo): the actor's decoder with a value he
 with its own state, offload flags and micro-batches; its update is a phase of its own.
 Runtime overhead (CUDA context, NCCL communicators, allocator slack) is an assumed constant.
 Checked against dagrl's measured actor-update peaks on 2xH200 (benchmarks/actor_mfu.py): -2 % for Qwen3-8B at
-TP2+SP and -9 % for Qwen3-1.7B at DP2 (README "Plan a run").
+TP2+SP and -9 % for Qwen3-1.7B at DP2 (docs/plan.md).
 """
 from __future__ import annotations
 

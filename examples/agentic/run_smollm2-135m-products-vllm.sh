@@ -54,7 +54,7 @@ TRAINING_CMD=(-m dagrl.main_dag
 
 # DAGRL_DRY_RUN=1 prints the composed config; DAGRL_PLAN=1 the layout, schedule and memory estimate.
 if [ "${DAGRL_DRY_RUN:-0}" = 1 ]; then
-    exec python3 "${TRAINING_CMD[@]}" --cfg job "$@"
+    exec python3 "${TRAINING_CMD[@]}" "$@" --cfg job  # flags after every override: argparse takes no positionals after them
 fi
 if [ "${DAGRL_PLAN:-0}" = 1 ]; then
     exec python3 -m dagrl.plan "${TRAINING_CMD[@]:2}" "$@"

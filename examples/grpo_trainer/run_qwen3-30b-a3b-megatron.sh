@@ -113,7 +113,7 @@ TRAINING_CMD=(
 )
 # One process per GPU on every node; run this script on each node with PET_NODE_RANK set.
 if [ "${DAGRL_DRY_RUN:-0}" = 1 ]; then
-    exec python3 "${TRAINING_CMD[@]}" --cfg job "$@"
+    exec python3 "${TRAINING_CMD[@]}" "$@" --cfg job  # flags after every override: argparse takes no positionals after them
 fi
 if [ "${DAGRL_PLAN:-0}" = 1 ]; then
     exec python3 -m dagrl.plan "${TRAINING_CMD[@]:2}" "$@"

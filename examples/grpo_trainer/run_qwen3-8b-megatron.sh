@@ -99,7 +99,7 @@ TRAINING_CMD=(
 # DAGRL_DRY_RUN=1 prints the composed config instead of training; DAGRL_PLAN=1 prints the layout, batch schedule
 # and per-GPU memory estimate (python3 -m dagrl.plan).
 if [ "${DAGRL_DRY_RUN:-0}" = 1 ]; then
-    exec python3 "${TRAINING_CMD[@]}" --cfg job "$@"
+    exec python3 "${TRAINING_CMD[@]}" "$@" --cfg job  # flags after every override: argparse takes no positionals after them
 fi
 if [ "${DAGRL_PLAN:-0}" = 1 ]; then
     exec python3 -m dagrl.plan "${TRAINING_CMD[@]:2}" "$@"

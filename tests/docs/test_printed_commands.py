@@ -34,9 +34,12 @@ def shell_has_no_dagrl(tmp_path):
 
 
 def test_run_script_dry_run_finds_the_venv(shell_has_no_dagrl, tmp_path):
-    proc = fresh_shell("DAGRL_DRY_RUN=1 bash examples/grpo_trainer/run_smollm2-135m-vllm.sh", tmp_path)
+    # with an override appended, as the README's GPU command does: it reaches the printed config
+    proc = fresh_shell("DAGRL_DRY_RUN=1 bash examples/grpo_trainer/run_smollm2-135m-vllm.sh"
+                       " actor_rollout_ref.model.fp32_lm_head=True", tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "actor_rollout_ref:" in proc.stdout and "name: vllm" in proc.stdout
+    assert "fp32_lm_head: true" in proc.stdout
 
 
 def test_plan_of_the_seed_script_after_the_readmes_activate(shell_has_no_dagrl, tmp_path):
