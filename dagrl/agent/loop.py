@@ -15,7 +15,6 @@ samples the same trajectories again (and a resumed run continues exactly).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import logging
 import uuid
@@ -27,7 +26,6 @@ import torch
 
 from dagrl.agent.prompting import SegmentRenderer, ToolCall, parse_calls, truncate, with_tools
 from dagrl.agent.registry import maybe_await
-from dagrl.config.errors import ConfigError
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec
 from dagrl.engine.rollout.sequences import assemble
@@ -43,6 +41,7 @@ class Trajectory:
     seed: int
     prompt_ids: tuple[int, ...]
     messages: list[dict]
+    limit: int                                           # tokens after the prompt, at most (the row's own limit)
     tools_kwargs: dict
     interaction: Any = None
     interaction_kwargs: dict = field(default_factory=dict)
@@ -63,11 +62,11 @@ class Trajectory:
     last_text: str = ""
     last_eos: str = ""                                   # the text of the token that ended the last turn
 
-    def request(self, sampling: SamplingSpec, response_length: int) -> Request:
+    def request(self, sampling: SamplingSpec) -> Request:
         turn = self.assistant_turns
         seed = zlib.crc32(f"{self.seed}/{turn}".encode()) & 0x7FFFFFFF
         return Request(f"{self.row}/{self.sample}/{turn}", self.prompt_ids + tuple(self.ids),
-                       dataclasses.replace(sampling, response_length=response_length - len(self.ids)), seed)
+                       sampling.with_limit(self.limit - len(self.ids)), seed)
 
 
 class AgentLoop:
@@ -87,27 +86,23 @@ class AgentLoop:
     # ---- one rollout --------------------------------------------------------------------------------
     def generate(self, engine: Any, prompts: Batch, sampling: SamplingSpec, seed: int, response_length: int
                  ) -> tuple[Batch, dict[str, float]]:
-        """n trajectories per prompt, rows grouped by prompt (as `generate` orders them)."""
-        if sampling.response_lengths is not None:  # every trajectory's budget is `response_length` for now
-            raise ConfigError("extra_info.max_response_length",
-                              "extra_info.max_response_length (per-prompt response limits) is not supported with "
-                              "actor_rollout_ref.rollout.multi_turn.enable=true yet; drop the key from the data or "
-                              "turn multi_turn off")
+        """n trajectories per prompt, rows grouped by prompt (as `generate` orders them). A row's budget over all its
+        turns is its own response limit (`sampling.limit(row)`), `response_length` at most."""
         self.eos_token_ids = set(engine.eos_token_ids)
-        trajectories = self._start(prompts, sampling.n, seed)
+        trajectories = self._start(prompts, sampling, seed)
         by_id: dict[str, Trajectory] = {}
 
         def submit(batch: list[Trajectory]) -> None:
-            requests = [t.request(sampling, response_length) for t in batch]
+            requests = [t.request(sampling) for t in batch]
             by_id.update((request.id, t) for request, t in zip(requests, batch))
             engine.submit(requests)
 
         submit(trajectories)
         while engine.in_flight():
-            acting = [t for c in engine.advance() if (t := self._take_turn(by_id.pop(c.id), c, response_length))]
+            acting = [t for c in engine.advance() if (t := self._take_turn(by_id.pop(c.id), c))]
             if acting:
                 observations = self._run([self._act(t) for t in acting])
-                submit([t for t, new in zip(acting, observations) if self._observe(t, new, response_length)])
+                submit([t for t, new in zip(acting, observations) if self._observe(t, new)])
         self._run([self._finish(t) for t in trajectories])
         return self._batch(prompts, trajectories, sampling.n, response_length), self._metrics(trajectories)
 
@@ -117,7 +112,7 @@ class AgentLoop:
             return list(await asyncio.gather(*coroutines))
         return self.events.run_until_complete(together())
 
-    def _start(self, prompts: Batch, n: int, seed: int) -> list[Trajectory]:
+    def _start(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> list[Trajectory]:
         ids, mask = prompts["input_ids"], prompts["attention_mask"].bool()
         extra = prompts.get("extra_info")
         extra = [{}] * len(prompts) if extra is None else extra
@@ -131,17 +126,18 @@ class AgentLoop:
                 raise ValueError(f"extra_info.interaction_kwargs.name={kwargs.get('name')!r} of prompt row "
                                  f"{prompts['index'][row]} is not in the interaction config "
                                  f"(has {sorted(self.interactions)})")
-            for sample in range(n):
+            for sample in range(sampling.n):
                 trajectories.append(Trajectory(
                     row, sample, (seed + 7919 * row + sample) & 0x7FFFFFFF, tuple(ids[row][mask[row]].tolist()),
-                    [dict(m) for m in chat], dict(info.get("tools_kwargs") or {}), interaction, kwargs))
+                    [dict(m) for m in chat], sampling.limit(row), dict(info.get("tools_kwargs") or {}),
+                    interaction, kwargs))
         for t in trajectories:
             if t.interaction is not None:
                 t.interaction_id = str(uuid.uuid4())
                 self._run([maybe_await(t.interaction.start_interaction(t.interaction_id, **t.interaction_kwargs))])
         return trajectories
 
-    def _take_turn(self, t: Trajectory, completion: Completion, response_length: int) -> Trajectory | None:
+    def _take_turn(self, t: Trajectory, completion: Completion) -> Trajectory | None:
         """Record a finished assistant turn; the trajectory when it goes on to act (tools or interaction)."""
         tokens = list(completion.token_ids)
         t.ids += tokens
@@ -153,7 +149,7 @@ class AgentLoop:
         t.last_eos = self.tokenizer.decode(tokens[-1:]) if eos else ""
         t.messages.append({"role": "assistant", "content": t.last_text})
         cfg = self.config
-        if not eos or len(t.ids) >= response_length:
+        if not eos or len(t.ids) >= t.limit:
             t.truncated = True
             return None
         if t.assistant_turns >= cfg.max_assistant_turns:
@@ -205,13 +201,13 @@ class AgentLoop:
             logger.debug("tool %s raised on %s", call.name, call.arguments, exc_info=True)
             return f"error: {call.name} raised {type(error).__name__}: {error}"
 
-    def _observe(self, t: Trajectory, new: list[dict], response_length: int) -> bool:
+    def _observe(self, t: Trajectory, new: list[dict]) -> bool:
         """Append the observations' tokens; whether the trajectory goes on to another turn."""
         if not new:
             return False
         segment = self.renderer.segment(t.messages, new, t.last_eos)
         t.messages += new
-        room = response_length - len(t.ids)
+        room = t.limit - len(t.ids)
         t.ids += segment[:room]
         t.mask += [0] * len(segment[:room])
         t.log_probs += [0.0] * len(segment[:room])

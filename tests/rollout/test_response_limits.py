@@ -152,13 +152,17 @@ def test_partial_rollout_groups_keep_their_limits_across_abort_continue_and_resu
         assert ((out["token_versions"] >= 0) == out["response_mask"].bool()).all()
 
 
-def test_multi_turn_refuses_per_row_limits(setup):
+def test_multi_turn_trajectories_stop_at_their_rows_limit(setup):
+    """The multi-turn loop counts every token after the prompt against the row's own limit."""
     from dagrl.agent.loop import AgentLoop
 
     tokenizer, data, rollout = setup
-    loop = AgentLoop(SimpleNamespace(), tokenizer, {}, {}, template_renders_tools=False)
-    with pytest.raises(ConfigError, match="not supported with actor_rollout_ref.rollout.multi_turn.enable=true"):
-        loop.generate(rollout, data.rows([0]), SamplingSpec(response_length=R, response_lengths=(2,)), 0, R)
+    config = SimpleNamespace(max_assistant_turns=3, max_user_turns=0, max_parallel_calls=1)
+    loop = AgentLoop(config, tokenizer, {}, {}, template_renders_tools=False)
+    batch, metrics = loop.generate(rollout, data.rows([0, 1]), SamplingSpec(n=2, response_length=R,
+                                                                            response_lengths=(2, 5)), 0, R)
+    assert batch["response_mask"].sum(-1).tolist() == [2, 2, 5, 5]
+    assert all(info["truncated"] for info in batch["extra_info"])  # the model never ends a turn: the budget does
 
 
 def test_a_partial_rollout_run_keeps_the_row_limits_across_a_kill_and_resume(args, tiny_model, tiny_data, tmp_path):
