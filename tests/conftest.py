@@ -1,12 +1,45 @@
 """Shared fixtures: a tiny chat model directory (random Llama + a trained BPE tokenizer) and arithmetic data."""
 from __future__ import annotations
 
+import multiprocessing.util
+import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from tests.helpers import make_row, make_tiny_tokenizer, write_parquet
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_tmpdir(tmp_path_factory) -> Iterator[Path]:
+    """One temporary directory for the whole session, removed at its end: TMPDIR/TEMP/TMP point at it for this
+    process and every process the tests start (they inherit os.environ), so what libraries leave in the temp
+    directory (multiprocessing's pymp-*, torchelastic_*, Ray's ray/, wandb's tmp*wandb-media, ...), also from the
+    processes a test kills, goes with it. Not under pytest's basetemp (kept as it is, for failed tests' files): that
+    is 0700 and the sandbox's dropped uid must reach its scratch directory (dagrl.agent.sandbox); the short path also
+    keeps Ray's socket paths under the AF_UNIX limit."""
+    tmp_path_factory.getbasetemp()  # pytest's own directory stays where it was, under its retention policy
+    multiprocessing.util.get_temp_dir()  # this process's, cached: multiprocessing removes it at exit, after us
+    root = Path(tempfile.mkdtemp(prefix="dagrl-tests-"))
+    root.chmod(0o1777)  # like /tmp: sticky, reachable by the sandbox's uid
+    names = ("TMPDIR", "TEMP", "TMP")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update({name: str(root) for name in names})
+    tempfile.tempdir = None  # gettempdir() caches its first answer: make it read TMPDIR again
+    try:
+        yield root
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        tempfile.tempdir = None
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def make_arithmetic_rows(count: int, split: str, seed: int) -> list[dict]:
