@@ -1,8 +1,8 @@
 """`python3 -m dagrl.main_dag key=value ...`: compose conf/, check it, train.
 
 A bad override fails before Hydra composes (an unknown key naming the closest valid one, see config/load.py);
-every other configuration problem is found by the pre-flight checks before any model is built. Both exit with
-code 2 and one line.
+every other configuration problem is found by the pre-flight checks before any model is built (one line per
+independent problem). Both exit with code 2.
 """
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ def setup_logging() -> None:
 
 
 def fail(message: str, code: int) -> None:
-    """One line on stderr, no traceback; exit 2 for bad input, 1 for a stopped or failed run."""
-    print(f"dagrl: error: {message}", file=sys.stderr)
+    """One line on stderr (one per problem when pre-flight found several), no traceback; exit 2 for bad input, 1
+    for a stopped or failed run."""
+    for line in message.splitlines() or [message]:
+        print(f"dagrl: error: {line}", file=sys.stderr)
     sys.exit(code)
 
 

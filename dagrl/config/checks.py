@@ -30,15 +30,66 @@ def get(cfg: Cfg, dotted: str):
 FLOAT32_MAX = 3.4028234663852886e38
 
 
-def check_finite_numbers(cfg: Cfg) -> None:
+def check_finite_numbers(cfg: Cfg, problems: "Problems | None" = None) -> None:
     """No NaN, inf or float32 overflow anywhere in the config (lr=inf trains NaN weights, lr=1e39 cannot reach the
-    fp32 optimizer, a nan coefficient poisons every loss)."""
+    fp32 optimizer, a nan coefficient poisons every loss). With `problems`, every such key is reported."""
     from dagrl.config.tree import leaves
 
-    for key, value in leaves(cfg.snapshot()).items():
+    config = leaves(cfg.snapshot())
+    for key, value in config.items():
         values = value if isinstance(value, list) else [value]
-        require(not any(isinstance(v, float) and not abs(v) <= FLOAT32_MAX for v in values), key,
-                f"{key}={value} is not a finite float32 number: set a finite value")
+        finite = not any(isinstance(v, float) and not abs(v) <= FLOAT32_MAX for v in values)
+        message = f"{key}={value} is not a finite float32 number: set a finite value"
+        source = interpolated_defaults().get(key)
+        if problems is not None and source in config and repr(config[source]) == repr(value):
+            continue  # it takes the value of `source`, checked itself
+        if problems is None:
+            require(finite, key, message)
+        else:
+            problems.run(require, finite, key, message)
+
+
+SKIPPED = type("Skipped", (), {"__repr__": lambda self: "SKIPPED"})()  # what a check that did not pass returns
+
+
+class Problems:
+    """Pre-flight's findings, so that one run reports every independent problem (one line each, in check order).
+
+    `run(check, *args)` runs one group of related checks (it stops at its own first problem) and returns its value,
+    or SKIPPED when it failed or could not run: a check given a SKIPPED value (it needs what an earlier one failed
+    to produce) is not run, and one that read a config key already reported is dropped, as it would only repeat
+    that problem or trip over the bad value."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+        self.keys: set[str] = set()
+
+    def run(self, check, *args, **kwargs):
+        from dagrl.config.tree import recording
+
+        if any(arg is SKIPPED for arg in [*args, *kwargs.values()]):
+            return SKIPPED
+        with recording() as reads:
+            try:
+                result = check(*args, **kwargs)
+            except ConfigError as error:
+                if error.key not in self.keys and not reads & self.keys:
+                    self.errors.append(error)
+                    self.keys.add(error.key)
+                return SKIPPED
+            except Exception:  # noqa: BLE001 - a bad value already reported broke this check: skip it
+                if reads & self.keys:
+                    return SKIPPED
+                raise
+        return SKIPPED if reads & self.keys else result
+
+    def raise_if_any(self) -> None:
+        from dagrl.config.errors import ConfigErrors
+
+        if len(self.errors) > 1:
+            raise ConfigErrors(self.errors)
+        if self.errors:
+            raise self.errors[0]
 
 
 def require(condition: bool, key: str, message: str) -> None:

@@ -253,12 +253,35 @@ def _followed(key: str, value: Any, config: dict[str, Any] | None) -> str:
     return f" ({', '.join(keys)} take{'s' if len(keys) == 1 else ''} the value from {key})" if keys else ""
 
 
-def check_schema(config: dict[str, Any]) -> None:
-    """Every key of the schema, in conf/'s order: the first wrong type or out-of-range value raises ConfigError."""
+def check_schema(config: dict[str, Any], problems=None) -> None:
+    """Every key of the schema, in conf/'s order: the first wrong type or out-of-range value raises ConfigError;
+    with `problems` (checks.Problems), every such key not reported yet is."""
+    from dagrl.config.checks import interpolated_defaults
+
     for key, kind in schema().items():
         value = _lookup(config, key)
-        if value is not MISSING:  # a key another group option lacks is not checked
+        if value is MISSING:  # a key another group option lacks is not checked
+            continue
+        if problems is None:
             check_value(key, kind, value, config)
+        elif key not in problems.keys and not _fails(interpolated_defaults().get(key), value, config):
+            problems.run(check_value, key, kind, value, config)  # (a key that takes a bad value is named with it)
+
+
+def _fails(key: str | None, value: Any, config: dict[str, Any]) -> bool:
+    """`key` holds `value` and that fails its check."""
+    if key not in schema() or _lookup(config, key) != value:
+        return False
+    try:
+        check_value(key, schema()[key], value, config)
+    except ConfigError:
+        return True
+    return False
+
+
+def default_value(key: str) -> Any:
+    """`key`'s value in conf/'s defaults (MISSING where the default config has no such key)."""
+    return _lookup(default_config(), key)
 
 
 def check_sampling(config: dict[str, Any]) -> None:

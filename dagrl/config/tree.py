@@ -5,10 +5,29 @@ The trainer converts the composed Hydra config into a `Cfg` once. Every attribut
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any, Iterator
 
 READ_KEYS: set[str] = set()
+_RECORDERS: list[set[str]] = []  # the open `recording()` blocks
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set[str]]:
+    """The keys read inside the block (they still go to READ_KEYS): what a pre-flight check depended on."""
+    reads: set[str] = set()
+    _RECORDERS.append(reads)
+    try:
+        yield reads
+    finally:
+        _RECORDERS.remove(reads)
+
+
+def _record(key: str) -> None:
+    READ_KEYS.add(key)
+    for reads in _RECORDERS:
+        reads.add(key)
 
 
 def _join(path: str, name: str) -> str:
@@ -26,7 +45,7 @@ class Cfg:
 
     def _wrap(self, name: str, value: Any) -> Any:
         full = _join(self._path, name)
-        READ_KEYS.add(full)
+        _record(full)
         return Cfg(value, full) if isinstance(value, dict) else value
 
     def __getattr__(self, name: str) -> Any:
@@ -68,7 +87,7 @@ class Cfg:
 
 def mark_subtree_read(data: Any, path: str) -> None:
     if path:
-        READ_KEYS.add(path)
+        _record(path)
     if isinstance(data, dict):
         for key, value in data.items():
             mark_subtree_read(value, _join(path, key))

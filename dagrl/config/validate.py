@@ -1,7 +1,7 @@
 """Pre-flight: every rule that can be checked before a model is built, in one place.
 
 Used by the trainer and by `python3 -m dagrl.plan`. Imports neither megatron nor vllm, so a bad config fails in
-about a second with one line (exit code 2) naming the key or file and the fix.
+about a second (exit code 2) with one line per independent problem, each naming the key or file and the fix.
 """
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from dagrl.config import async_checks, checkpoints, schema, sections
-from dagrl.config.checks import (SUPPORTED_MODEL_TYPES, alias, as_config_error, check_finite_numbers,  # noqa: F401
-                                 check_tokenizer_files,
-                                 divides, get, layout_from_config, positive_int, read_hf_config, require)
+from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
+                                 check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
+                                 positive_int, read_hf_config, require)
+from dagrl.config.errors import ConfigError
 from dagrl.config.sections import CHOICES, LOGGERS, graph_roles  # noqa: F401  (re-exported)
 from dagrl.config.tree import Cfg
 from dagrl.placement import ParallelLayout, Placement, WorldLayout
@@ -115,61 +116,58 @@ def check_position_limit(total: int, hf_config: dict) -> None:
             f"data.max_prompt_length or data.max_response_length")
 
 
-def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
-    """Validate everything checkable before models are built; raise ConfigError on the first problem.
+MODEL_PARALLEL_KEYS = tuple(f"actor_rollout_ref.actor.megatron.{name}_size" for name in
+                            ("tensor_model_parallel", "pipeline_model_parallel", "context_parallel"))
 
-    `world_size` given: planning a launch from elsewhere (python3 -m dagrl.plan), so the checks of this process's
-    own environment (its WORLD_SIZE, vLLM / wandb / mlflow installed) are skipped."""
-    check_finite_numbers(cfg)
-    schema.check_schema(cfg.snapshot())  # every key's type and range (dagrl/config/schema.py), before any rule
-    schema.check_sampling(cfg.snapshot())
-    sections.check_choices(cfg)
-    sections.check_algorithm(cfg)
-    planning = world_size is not None
-    sections.check_loggers(cfg, check_installed=not planning)
-    world_size = world_size if planning else world_size_from_env(cfg)
-    place = placement(cfg)
-    launch_size, world_size = world_size, place.pool("train").size  # the actor's checks below see its own pool
-    rollout_world = place.pool("rollout").size
-    hf_config = read_hf_config(cfg.actor_rollout_ref.model.path)
-    if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
-        check_tokenizer_files(cfg.actor_rollout_ref.model.path)
-    sections.check_run_length_and_sampling(cfg)
-    megatron = cfg.actor_rollout_ref.actor.megatron
-    layout_tp = positive_int(cfg, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size")
-    layout_pp = positive_int(cfg, "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size")
-    layout_cp = positive_int(cfg, "actor_rollout_ref.actor.megatron.context_parallel_size")
+
+def check_model_parallel(cfg: Cfg, world_size: int, hf_config: dict) -> ParallelLayout:
+    """The actor's Megatron layout against the world and the model; a world the TP x PP x CP product does not
+    divide names the size(s) the user changed from conf/'s defaults (else the largest)."""
+    sizes = {key: positive_int(cfg, key) for key in MODEL_PARALLEL_KEYS}
     sections.check_remove_padding(cfg)
-    model_parallel = layout_tp * layout_pp * layout_cp
-    divides(world_size, model_parallel, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
-            "world size by TP x PP x CP")
+    product = sizes[MODEL_PARALLEL_KEYS[0]] * sizes[MODEL_PARALLEL_KEYS[1]] * sizes[MODEL_PARALLEL_KEYS[2]]
+    if world_size % product:
+        changed = [key for key, size in sizes.items() if size > 1 and size != schema.default_value(key)]
+        keys = changed or [max(sizes, key=sizes.get)]
+        raise ConfigError(keys[0], f"world size by TP x PP x CP ({' x '.join(map(str, sizes.values()))}): "
+                                   f"{world_size} is not divisible by {product}; change {' or '.join(keys)}")
     from types import SimpleNamespace
     from dagrl.engine.megatron.preflight import check_layout
-    parallel = layout_from_config(megatron)
+    parallel = layout_from_config(cfg.actor_rollout_ref.actor.megatron)
     with as_config_error("actor_rollout_ref.actor.megatron"):
         check_layout(SimpleNamespace(_name_or_path=cfg.actor_rollout_ref.model.path, **hf_config), parallel,
                      world_size)
+    return parallel
 
+
+def check_rollout_tp(cfg: Cfg, parallel: ParallelLayout, place: Placement) -> int:
     rollout = cfg.actor_rollout_ref.rollout
-    rollout_tp = rollout.tensor_model_parallel_size or layout_tp
+    rollout_tp = rollout.tensor_model_parallel_size or parallel.tensor_model_parallel_size
     require(rollout.name != "hf" or rollout_tp == 1, "actor_rollout_ref.rollout.tensor_model_parallel_size",
             f"the hf rollout runs one full model per rank: set actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
             f"(now {rollout_tp}) or use rollout.name=vllm")
-    divides(rollout_world, rollout_tp, "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    divides(place.pool("rollout").size, rollout_tp, "actor_rollout_ref.rollout.tensor_model_parallel_size",
             "world size by rollout TP" if place.is_colocated else "the rollout pool's processes by rollout TP")
-    with as_config_error("actor_rollout_ref.actor.megatron"):
-        world = WorldLayout(world_size, parallel, rollout_tp if place.is_colocated else 1)
-    sections.check_batches(cfg, world, rollout_dp=rollout_world // rollout_tp)
+    return rollout_tp
 
+
+def world_layout(parallel: ParallelLayout, rollout_tp: int, place: Placement) -> WorldLayout:
+    with as_config_error("actor_rollout_ref.actor.megatron"):
+        return WorldLayout(place.pool("train").size, parallel, rollout_tp if place.is_colocated else 1)
+
+
+def check_lengths(cfg: Cfg) -> tuple[int, int]:
     prompt_length = alias(cfg, "data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length")
     response_length = alias(cfg, "data.max_response_length", "actor_rollout_ref.rollout.response_length")
     positive_int(cfg, "data.max_prompt_length")
     positive_int(cfg, "data.max_response_length")
-    check_position_limit(prompt_length + response_length, hf_config)
-    sections.check_dynamic_batching(cfg, prompt_length + response_length)
+    return prompt_length, response_length
+
+
+def check_actor(cfg: Cfg, hf_config: dict):
+    """The actor's own keys; returns its grad clip."""
     grad_clip = alias(cfg, "actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.clip_grad")
     sections.check_optim(cfg, "actor_rollout_ref.actor.optim")
-    critic_grad_clip = sections.check_critic(cfg, hf_config, world)
     require(grad_clip is None or grad_clip > 0, "actor_rollout_ref.actor.grad_clip",
             f"actor_rollout_ref.actor.grad_clip={grad_clip} must be positive")
     actor = cfg.actor_rollout_ref.actor
@@ -179,34 +177,85 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     layers = hf_config.get("num_hidden_layers", 0)
     require(top is None or (isinstance(top, int) and 0 < top <= layers), "actor_rollout_ref.model.trainable_top_layers",
             f"actor_rollout_ref.model.trainable_top_layers={top} must be null or in 1..{layers}")
-    require(top is None or not megatron.use_distributed_optimizer, "actor_rollout_ref.model.trainable_top_layers",
+    require(top is None or not actor.megatron.use_distributed_optimizer, "actor_rollout_ref.model.trainable_top_layers",
             "actor_rollout_ref.model.trainable_top_layers is not supported with "
             "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true yet: set one of them off")
+    return grad_clip
+
+
+def check_overlong_buffer(cfg: Cfg, response_length: int) -> None:
     buffer = cfg.reward_model.overlong_buffer
     require(not buffer.enable or 0 < buffer.len < response_length, "reward_model.overlong_buffer.len",
             f"reward_model.overlong_buffer.len={buffer.len} must be in 1..{response_length - 1} when enabled")
     require(buffer.penalty_factor >= 0, "reward_model.overlong_buffer.penalty_factor",
             "reward_model.overlong_buffer.penalty_factor must be >= 0")
-    sections.check_filter_groups(cfg)
-    async_checks.check_async_training(cfg)
-    from dagrl.agent.setup import check_multi_turn
-    check_multi_turn(cfg)
-    sections.check_graph_nodes(cfg, launch_size)
-    sections.check_launcher(cfg)
+
+
+def check_trainer_limits(cfg: Cfg) -> None:
     skips = cfg.trainer.max_consecutive_skips
     require(isinstance(skips, int) and skips >= 0, "trainer.max_consecutive_skips",
             f"trainer.max_consecutive_skips={skips!r} must be an integer >= 0 (0 = never stop)")
     require(cfg.reward_model.timeout_s > 0, "reward_model.timeout_s", "reward_model.timeout_s must be > 0")
 
-    max_model_len = sections.check_rollout_engine(cfg, prompt_length + response_length, check_installed=not planning)
 
+def check_data(cfg: Cfg) -> int:
     train_rows = sections.check_paths(cfg)
     require(train_rows >= cfg.data.train_batch_size, "data.train_batch_size",
             f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows")
-    checkpoints.check_checkpoint_dir(cfg)
-    checkpoints.check_actor_checkpoint(cfg)
-    from dagrl.trainer.checkpoint import check_resume
-    check_resume(cfg, has_critic="critic" in graph_roles(cfg))
+    return train_rows
+
+
+def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
+    """Validate everything checkable before models are built; raise ConfigError naming every independent problem
+    (ConfigErrors, one line each, when there are several; see checks.Problems for what is skipped).
+
+    `world_size` given: planning a launch from elsewhere (python3 -m dagrl.plan), so the checks of this process's
+    own environment (its WORLD_SIZE, vLLM / wandb / mlflow installed) are skipped."""
+    problems = Problems()
+    check = problems.run
+    check_finite_numbers(cfg, problems)
+    schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema.py)
+    check(schema.check_sampling, cfg.snapshot())
+    check(sections.check_choices, cfg)
+    check(sections.check_algorithm, cfg)
+    planning = world_size is not None
+    check(sections.check_loggers, cfg, check_installed=not planning)
+    launch_size = world_size if planning else check(world_size_from_env, cfg)
+    place = check(lambda _: placement(cfg), launch_size)  # the actor's checks below see its own pool
+    world_size = SKIPPED if place is SKIPPED else place.pool("train").size
+    hf_config = check(lambda: read_hf_config(cfg.actor_rollout_ref.model.path))
+    if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
+        check(lambda _: check_tokenizer_files(cfg.actor_rollout_ref.model.path), hf_config)
+    check(sections.check_run_length_and_sampling, cfg)
+    parallel = check(check_model_parallel, cfg, world_size, hf_config)
+    rollout_tp = check(check_rollout_tp, cfg, parallel, place)
+    world = check(world_layout, parallel, rollout_tp, place)
+    check(lambda world, place: sections.check_batches(cfg, world, rollout_dp=place.pool("rollout").size // rollout_tp),
+          world, place)
+    lengths = check(check_lengths, cfg)
+    sequence_length = SKIPPED if lengths is SKIPPED else sum(lengths)
+    check(check_position_limit, sequence_length, hf_config)
+    check(sections.check_dynamic_batching, cfg, sequence_length)
+    critic_grad_clip = check(sections.check_critic, cfg, hf_config, world)
+    grad_clip = check(check_actor, cfg, hf_config)
+    check(check_overlong_buffer, cfg, SKIPPED if lengths is SKIPPED else lengths[1])
+    check(sections.check_filter_groups, cfg)
+    check(async_checks.check_async_training, cfg)
+    from dagrl.agent.setup import check_multi_turn
+    check(check_multi_turn, cfg)
+    check(sections.check_graph_nodes, cfg, launch_size)
+    check(sections.check_launcher, cfg)
+    check(check_trainer_limits, cfg)
+    max_model_len = check(sections.check_rollout_engine, cfg, sequence_length, check_installed=not planning)
+    train_rows = check(check_data, cfg)
+    check(checkpoints.check_checkpoint_dir, cfg)
+    check(checkpoints.check_actor_checkpoint, cfg)
+    if not problems.errors:  # the resume compares its checkpoint with this config: only with a config that passed
+        from dagrl.trainer.checkpoint import check_resume
+        check(lambda: check_resume(cfg, has_critic="critic" in graph_roles(cfg)))
+    problems.raise_if_any()
+
+    prompt_length, response_length = lengths
     shape = RunShape(world_size=world_size, rollout_tp=rollout_tp, prompt_length=prompt_length,
                      response_length=response_length, grad_clip=grad_clip, train_rows=train_rows, hf_config=hf_config,
                      max_model_len=max_model_len, critic_grad_clip=critic_grad_clip, parallel=parallel, placement=place)
@@ -214,5 +263,3 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         return shape
     from dagrl.placement.bridge import global_rank  # this process's pool; a plan describes the training pool
     return shape.in_pool("train" if planning else place.pool_of(global_rank()).name)
-
-

@@ -113,8 +113,15 @@ def hold_out_test(splits: dict[str, list[dict]], test_size: int | None, seed: in
     rows = splits["train"]
     if test_size is None:
         test_size = min(500, max(1, len(rows) // 10))
-    if not 0 < test_size < len(rows):
-        fail(f"--test_size {test_size} must be between 1 and {len(rows) - 1} (the source has {len(rows)} rows)")
+    plural = "row" if len(rows) == 1 else "rows"
+    if len(rows) < 2:
+        fail(f"the source has {len(rows)} {plural} and no test split: holding out --test_size {test_size} leaves no "
+             f"training rows; give a source with at least 2 rows (or a test.* file next to train.*)")
+    if test_size >= len(rows):
+        fail(f"the source has {len(rows)} {plural}: --test_size {test_size} leaves no training rows; lower "
+             f"--test_size to at most {len(rows) - 1} or give more rows")
+    if test_size < 1:
+        fail(f"--test_size {test_size} must be at least 1 (rows held out for test; the source has {len(rows)} rows)")
     order = np.random.default_rng(seed).permutation(len(rows))
     logger.info("no test split in the source: holding out %d of %d rows (seed %d)", test_size, len(rows), seed)
     return {"train": [rows[i] for i in sorted(order[test_size:])], "test": [rows[i] for i in sorted(order[:test_size])]}

@@ -199,8 +199,8 @@ def _preflight_error(*overrides: str) -> ConfigError:
 ])
 def test_preflight_refuses_bad_off_policy_settings(overrides, key, fix):
     error = _preflight_error(*overrides)
-    assert error.key == key and key in str(error) and fix in str(error)
-    assert "\n" not in str(error)
+    first = str(error).splitlines()[0]  # further lines: this config names no model or data either
+    assert error.key == key and key in first and fix in first
 
 
 @pytest.mark.parametrize("overrides", [

@@ -140,6 +140,22 @@ def test_arithmetic_rejects_a_test_split_larger_than_the_problem_set(tmp_path):
     assert result.returncode == 2 and "--test_size" in result.stderr
 
 
+def test_one_row_source_says_no_training_rows_would_be_left(tmp_path):
+    """The held-out split (common.hold_out_test, shared by every preprocessor) explains a source too small to split,
+    instead of "--test_size 1 must be between 1 and 0"."""
+    source = write_jsonl(tmp_path / "one.jsonl", GSM8K_ROWS[:1])
+    result = run_script("gsm8k.py", "--source_dir", source, "--local_dir", str(tmp_path / "out"))
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "the source has 1 row " in errors[0] and "leaves no training rows" in errors[0], errors[0]
+    assert "between 1 and 0" not in errors[0]
+    source = write_jsonl(tmp_path / "three.jsonl", GSM8K_ROWS[:3])
+    result = run_script("gsm8k.py", "--source_dir", source, "--local_dir", str(tmp_path / "out"), "--test_size", "3")
+    assert result.returncode == 2, result.stderr
+    assert "the source has 3 rows: --test_size 3 leaves no training rows; lower --test_size to at most 2" \
+        in result.stderr
+
+
 @pytest.mark.parametrize("script", ["gsm8k.py", "math_dataset.py", "deepscaler.py"])
 def test_missing_source_is_exit_code_2(tmp_path, script):
     result = run_script(script, "--source_dir", str(tmp_path / "nothing.jsonl"), "--local_dir", str(tmp_path / "o"))

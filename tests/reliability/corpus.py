@@ -33,6 +33,7 @@ class Case:
     what: str                              # the bad input, in words (docs/bad_inputs.md)
     overrides: tuple[str, ...] = ()
     expect: tuple[str, ...] = ()           # the error line contains each: the key or file, and the fix
+    also: tuple[tuple[str, ...], ...] = ()  # several independent mistakes: each further error line, in order
     make: Callable[[Path, Paths], None] | None = None
     env: dict[str, str] = field(default_factory=dict)
     code: int = 2
@@ -264,6 +265,9 @@ CASES: tuple[Case, ...] = (
          ("virtual_pipeline_model_parallel_size=2", "pipeline_model_parallel_size>1")),
     Case("world_not_divisible_by_tp", "TP=2 on a 1-process launch", (f"{MEGATRON}.tensor_model_parallel_size=2",),
          (f"{MEGATRON}.tensor_model_parallel_size", "not divisible by 2")),
+    Case("world_not_divisible_by_pp", "PP=3 on a 1-process launch (the message names the key that was set)",
+         (f"{MEGATRON}.pipeline_model_parallel_size=3",),
+         ("(1 x 3 x 1): 1 is not divisible by 3", f"change {MEGATRON}.pipeline_model_parallel_size")),
     Case("world_size_mismatch", "trainer.n_gpus_per_node=2 but one process started", world(2),
          ("trainer.n_gpus_per_node", "torchrun --nproc-per-node 2")),
     Case("batch_not_divisible_by_dp", "train_batch_size=3 over 2 data-parallel ranks",
@@ -540,6 +544,17 @@ CASES: tuple[Case, ...] = (
     Case("nnodes_two_on_one_node", "`trainer.nnodes=2 trainer.n_gpus_per_node=2` on a 2-process (one node) launch",
          ("trainer.nnodes=2", *world(2)), ("trainer.nnodes=2 x trainer.n_gpus_per_node=2 = 4", "2 process(es)",
                                            "set trainer.nnodes=1 or trainer.n_gpus_per_node=1"), env=WORLD),
+    # ---- several independent mistakes: one line each, in check order ----
+    Case("two_mistakes_type_and_data", "`trainer.total_epochs=two` and a data.train_files that names no file",
+         ("trainer.total_epochs=two", "data.train_files={ws}/missing.parquet"),
+         ("trainer.total_epochs='two'", "positive integer"),
+         also=(("<tmp>/missing.parquet", "does not exist", "data.train_files"),)),
+    Case("three_mistakes_layout_and_values", "`temperature=0`, TP=2 on a 1-process launch and `reward_model.timeout_s=0`",
+         ("actor_rollout_ref.rollout.temperature=0", f"{MEGATRON}.tensor_model_parallel_size=2",
+          "reward_model.timeout_s=0"),
+         ("actor_rollout_ref.rollout.temperature=0", "> 0"),
+         also=(("reward_model.timeout_s=0", "> 0"),
+               ("1 is not divisible by 2", f"change {MEGATRON}.tensor_model_parallel_size"))),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),

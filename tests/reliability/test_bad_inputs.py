@@ -97,23 +97,30 @@ def run_case(case: Case, paths: Paths, base: list[str]) -> tuple[int, str, dict,
     return code, stderr, json.loads(probe.read_text()) if probe.exists() else {}, wall
 
 
-def error_line(case: Case, code: int, stderr: str, paths: Paths) -> str:
-    """The single `dagrl: error:` line, checked, with this machine's paths replaced by placeholders."""
+def error_lines(case: Case, code: int, stderr: str, paths: Paths) -> list[str]:
+    """The `dagrl: error:` lines (one, or one per mistake of a case with several), checked, with this machine's
+    paths replaced by placeholders."""
     assert code == case.code, f"{case.id}: exit code {code}, expected {case.code}\n{stderr[-3000:]}"
     assert "Traceback" not in stderr, f"{case.id}: a traceback on stderr\n{stderr[-3000:]}"
     errors = [line for line in stderr.splitlines() if line.startswith("dagrl: error:")]
-    assert len(errors) == 1, f"{case.id}: {len(errors)} error lines\n{stderr[-3000:]}"
-    line = errors[0]
-    for path, placeholder in ((paths.ws, "<tmp>"), (paths.model, "<model>"), (Path(paths.train).parent, "<data>")):
-        line = line.replace(str(path), placeholder)
-    missing = [text for text in case.expect if text not in line]
-    assert not missing, f"{case.id}: the error line lacks {missing}: {line}"
-    return line
+    expected = (case.expect, *case.also)
+    assert len(errors) == len(expected), f"{case.id}: {len(errors)} error lines, expected {len(expected)}\n" \
+                                         f"{stderr[-3000:]}"
+    lines = []
+    for line, expect in zip(errors, expected):
+        for path, placeholder in ((paths.ws, "<tmp>"), (paths.model, "<model>"),
+                                  (Path(paths.train).parent, "<data>")):
+            line = line.replace(str(path), placeholder)
+        missing = [text for text in expect if text not in line]
+        assert not missing, f"{case.id}: the error line lacks {missing}: {line}"
+        lines.append(line)
+    return lines
 
 
-def check_table_row(case: Case, code: int, line: str) -> None:
-    """The case's row in docs/bad_inputs.md says what the run said; DAGRL_UPDATE_DOCS=1 writes it instead."""
-    message = line.removeprefix("dagrl: error: ").replace("|", "\\|")
+def check_table_row(case: Case, code: int, lines: list[str]) -> None:
+    """The case's row in docs/bad_inputs.md says what the run said (several lines joined by <br>);
+    DAGRL_UPDATE_DOCS=1 writes it instead."""
+    message = "<br>".join(line.removeprefix("dagrl: error: ").replace("|", "\\|") for line in lines)
     row = f"| {case.id} | {case.what.replace('|', chr(92) + '|')} | {case.found} | {code} | {message} |"
     text = DOCS.read_text()
     if os.environ.get("DAGRL_UPDATE_DOCS"):
@@ -147,14 +154,14 @@ def test_bad_input_is_refused_in_preflight(case, paths, tiny_model, tiny_data):
         pytest.skip("needs a read-only /proc/sys")
     before = digest(paths.ckpt)
     code, stderr, probe, wall = run_case(case, paths, cpu_run_overrides(tiny_model, tiny_data, paths.ckpt))
-    line = error_line(case, code, stderr, paths)
-    assert len(stderr.strip().splitlines()) == 1, f"{case.id}: more than the error line on stderr\n{stderr}"
+    lines = error_lines(case, code, stderr, paths)
+    assert len(stderr.strip().splitlines()) == len(lines), f"{case.id}: more than the error lines on stderr\n{stderr}"
     assert probe, "the import probe did not report (did the process exit normally?)"
     assert not {"megatron", "vllm"} & set(probe["imported"]), f"{case.id} imported {probe['imported']}"
     assert probe["cpu_s"] < PREFLIGHT_CPU_S, f"{case.id} took {probe['cpu_s']:.1f} CPU s"
     assert digest(paths.ckpt) == before  # nothing written: no checkpoint, no partial removed, no metrics
     print(f"{case.id}: {probe['cpu_s']:.2f} CPU s, {wall:.2f} s wall, imported {probe['imported']}")
-    check_table_row(case, code, line)
+    check_table_row(case, code, lines)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.found == STARTUP], ids=lambda c: c.id)
@@ -164,13 +171,13 @@ def test_bad_input_found_at_start_up_stops_before_any_model(case, paths, tiny_mo
     before = digest(paths.ckpt, checkpoints_only=True)
     run_dir = paths.ws / "run"  # a fresh run: pre-flight reads the checkpoint it would resume from (stand-ins here)
     code, stderr, probe, wall = run_case(case, paths, cpu_run_overrides(tiny_model, tiny_data, run_dir))
-    line = error_line(case, code, stderr, paths)
+    lines = error_lines(case, code, stderr, paths)
     assert probe, "the import probe did not report (did the process exit normally?)"
     assert not {"megatron", "vllm"} & set(probe["imported"]), f"{case.id} imported {probe['imported']}"
     assert "resumed from" not in stderr  # before any model or checkpoint is loaded
     assert digest(paths.ckpt, checkpoints_only=True) == before and not list(run_dir.glob("*global_step_*"))
     print(f"{case.id}: {probe['cpu_s']:.2f} CPU s, {wall:.2f} s wall, imported {probe['imported']}")
-    check_table_row(case, code, line)
+    check_table_row(case, code, lines)
 
 
 @pytest.mark.slow
@@ -181,8 +188,8 @@ def test_bad_input_found_at_run_time_stops_the_run_with_one_line(case, paths, tr
     shutil.copytree(trained_checkpoint, paths.ckpt)
     before = digest(paths.ckpt, checkpoints_only=True)
     code, stderr, probe, wall = run_case(case, paths, runtime_base(tiny_model, tiny_data, paths.ckpt, steps=2))
-    line = error_line(case, code, stderr, paths)
+    lines = error_lines(case, code, stderr, paths)
     assert "resumed from" in stderr  # it failed in the step after the checkpoint, which stays as it was
     assert digest(paths.ckpt, checkpoints_only=True) == before
     print(f"{case.id}: {probe.get('cpu_s', 0):.2f} CPU s, {wall:.2f} s wall")
-    check_table_row(case, code, line)
+    check_table_row(case, code, lines)
