@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from dagrl.config import async_checks, checkpoints, schema, sections
 from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
+                                 as_list,
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
                                  positive_int, read_hf_config, require)
 from dagrl.config.errors import ConfigError
@@ -30,7 +31,7 @@ class RunShape:
     prompt_length: int
     response_length: int
     grad_clip: float
-    train_rows: int
+    train_rows: int | None          # None: a plan made without the data files (the step count is unknown)
     hf_config: dict
     max_model_len: int = 0  # the rollout's longest sequence (vLLM's max_model_len)
     critic_grad_clip: float | None = None  # critic.grad_clip (or its alias critic.optim.clip_grad)
@@ -247,7 +248,10 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(sections.check_launcher, cfg)
     check(check_trainer_limits, cfg)
     max_model_len = check(sections.check_rollout_engine, cfg, sequence_length, check_installed=not planning)
-    train_rows = check(check_data, cfg)
+    if planning and not any(os.path.exists(path) for path in as_list(cfg.data.train_files)):
+        train_rows = None  # a layout needs the model's config, not the data: the plan says what it cannot count
+    else:
+        train_rows = check(check_data, cfg)
     check(checkpoints.check_checkpoint_dir, cfg)
     check(checkpoints.check_actor_checkpoint, cfg)
     if not problems.errors:  # the resume compares its checkpoint with this config: only with a config that passed

@@ -103,7 +103,13 @@ def schedule_section(plan: Plan) -> list[str]:
     s = plan.schedule
     rollout_dp = plan.rollout_pool.layout.rollout_dp if plan.two_pools else s.layout.rollout_dp
     per_rank = s.prompts // rollout_dp
-    lines = [f"Batch schedule per training step ({s.total_steps} steps: {s.steps_per_epoch} per epoch)",
+    if s.steps_per_epoch is not None:
+        length = f"{s.total_steps} steps: {s.steps_per_epoch} per epoch"
+    else:  # planned without the data files
+        length = ("data files not found: steps per epoch unknown, "
+                  + (f"{s.total_steps} steps (trainer.total_training_steps)" if s.total_steps else
+                     "set trainer.total_training_steps for a step count"))
+    lines = [f"Batch schedule per training step ({length})",
              f"  {s.prompts} prompts x n={s.n} = {s.responses} responses",
              f"  rollout: {rollout_dp} DP rank(s) x {per_rank} prompts ({per_rank * s.n} responses) each"
              + (" (rollout pool)" if plan.two_pools else ""),

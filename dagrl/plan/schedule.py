@@ -45,8 +45,8 @@ class Schedule:
     micro_batch: int
     old_log_prob_micro_batch: int | None  # None: skipped (one optimizer step per batch: update's own log-probs)
     ref_log_prob_micro_batch: int | None  # None: no reference model (no KL term)
-    steps_per_epoch: int
-    total_steps: int
+    steps_per_epoch: int | None     # None: planned without the data files
+    total_steps: int | None         # None: that, and no trainer.total_training_steps
     critic: CriticSchedule | None = None  # None: the graph has no critic node
 
     @property
@@ -97,9 +97,9 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
     actor = cfg.actor_rollout_ref.actor
     n = cfg.actor_rollout_ref.rollout.n
     prompts = cfg.data.train_batch_size
-    steps_per_epoch = shape.train_rows // prompts
-    by_epochs = steps_per_epoch * cfg.trainer.total_epochs
     limit = cfg.trainer.total_training_steps
+    steps_per_epoch = None if shape.train_rows is None else shape.train_rows // prompts
+    by_epochs = None if steps_per_epoch is None else steps_per_epoch * cfg.trainer.total_epochs
     return Schedule(
         prompts=prompts, n=n, layout=shape.layout,
         mini_batches=prompts // actor.ppo_mini_batch_size, ppo_epochs=actor.ppo_epochs,
@@ -109,5 +109,6 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
         else cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu,
         ref_log_prob_micro_batch=cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
         if needs_reference(cfg) else None,
-        steps_per_epoch=steps_per_epoch, total_steps=min(limit, by_epochs) if limit else by_epochs,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=(min(limit, by_epochs) if by_epochs is not None else limit) if limit else by_epochs,
         critic=critic_schedule(cfg, shape) if "critic" in graph_roles(cfg) else None)

@@ -203,6 +203,24 @@ def test_plan_of_the_seed_script(tmp_path, prompts):
     assert small.returncode == 0 and "WARNING: estimated peak" in small.stdout and "fits" not in small.stdout
 
 
+def test_a_plan_needs_no_data_files_and_says_what_it_cannot_count(tmp_path):
+    """A layout needs the model's config.json only: without the data the plan runs and says the step count is
+    unknown (or takes trainer.total_training_steps); a training run with the same command still refuses."""
+    model, missing = config_dir(tmp_path / "qwen3-8b", "qwen3", "8b"), str(tmp_path / "nowhere" / "train.parquet")
+    proc = run_plan_via_script("run_qwen3-8b-megatron.sh", model, missing, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "(data files not found: steps per epoch unknown, set trainer.total_training_steps" in proc.stdout
+    assert "TP=2 PP=4 CP=1 DP=1" in proc.stdout and "fits" in proc.stdout
+    counted = run_plan_via_script("run_qwen3-8b-megatron.sh", model, missing, tmp_path,
+                                  "trainer.total_training_steps=30")
+    assert "steps per epoch unknown, 30 steps (trainer.total_training_steps)" in counted.stdout
+    env = {**ENV, "PYTHONPATH": str(ROOT)}
+    train = subprocess.run([sys.executable, "-m", "dagrl.main_dag", f"actor_rollout_ref.model.path={model}",
+                            f"data.train_files={missing}"], capture_output=True, text=True, env=env, timeout=120,
+                           cwd=tmp_path)
+    assert train.returncode == 2 and "does not exist" in train.stderr
+
+
 def test_plan_of_the_moe_script(tmp_path, prompts):
     model = config_dir(tmp_path / "qwen3-30b-a3b", "qwen3_moe", "30b-a3b")
     proc = run_plan_via_script("run_qwen3-30b-a3b-megatron.sh", model, prompts, tmp_path)
