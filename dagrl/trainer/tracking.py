@@ -8,6 +8,7 @@ the whole config is recorded with it, and every metric is logged at its global s
 from __future__ import annotations
 
 import json
+import sys
 import time
 import logging
 import os
@@ -116,9 +117,10 @@ class Tracker:
         if "mlflow" in backends:
             uri = mlflow_uri or mlflow_tracking_uri(".")
             self.remote.append(_MlflowSink(project_name, experiment_name, run_config, uri))
-        from tqdm import tqdm
-        self.progress = tqdm(total=total_steps, initial=start_step, desc=f"{project_name}/{experiment_name}",
-                             unit="step", dynamic_ncols=True)
+        if sys.stderr.isatty():  # a bar on a terminal only: in a log file its carriage returns make 1,000-char lines
+            from tqdm import tqdm
+            self.progress = tqdm(total=total_steps, initial=start_step, desc=f"{project_name}/{experiment_name}",
+                                 unit="step", dynamic_ncols=True)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:
