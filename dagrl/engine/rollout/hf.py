@@ -13,7 +13,7 @@ import torch
 
 from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
-from dagrl.engine.rollout.hf_decode import DecodeLoop
+from dagrl.engine.rollout.hf_decode import DecodeLoop, cache_kwarg
 from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.sequences import join_prompt_and_response
 
@@ -86,14 +86,14 @@ class HFRollout:
             cache = DynamicCache()
             positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
             self.model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                       position_ids=positions[:, :-1], past_key_values=cache, use_cache=True)
+                       position_ids=positions[:, :-1], use_cache=True, **{cache_kwarg(self.model): cache})
             cache.batch_repeat_interleave(sampling.n)
             input_ids = input_ids.repeat_interleave(sampling.n, dim=0)
             attention_mask = attention_mask.repeat_interleave(sampling.n, dim=0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                         past_key_values=cache, generation_config=config)
+                                         generation_config=config, **{cache_kwarg(self.model): cache})
         responses = output[:, input_ids.shape[1]:].cpu()
         batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
         return join_prompt_and_response(batch, responses, sampling.response_length, self.eos_token_ids,

@@ -8,9 +8,23 @@ request, so what it samples does not depend on which other requests share its ba
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, finish_reason
+
+
+def cache_kwarg(model) -> str:
+    """The name this transformers version gives the KV-cache argument: `cache` from 5.2x on (`past_key_values`
+    still works there but warns until 6.0), `past_key_values` before."""
+    return _cache_kwarg(type(model))
+
+
+@functools.cache
+def _cache_kwarg(model_class: type) -> str:  # once per class: it is asked at every decode step
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def filter_logits(logits: torch.Tensor, sampling: SamplingSpec) -> torch.Tensor:
@@ -113,7 +127,7 @@ class DecodeLoop:
         self.cache = DynamicCache()
         positions = (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids.to(self.device), attention_mask=self.attention_mask, position_ids=positions,
-                         past_key_values=self.cache, use_cache=True)
+                         use_cache=True, **{cache_kwarg(self.model): self.cache})
         return out.logits[:, -1, :].float()
 
     def _decode(self) -> torch.Tensor:
@@ -122,7 +136,7 @@ class DecodeLoop:
         self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)
         positions = self.attention_mask.sum(-1, keepdim=True) - 1
         out = self.model(input_ids=self.next_ids, attention_mask=self.attention_mask, position_ids=positions,
-                         past_key_values=self.cache, use_cache=True)
+                         use_cache=True, **{cache_kwarg(self.model): self.cache})
         return out.logits[:, -1, :].float()
 
     def _sample(self, logits: torch.Tensor) -> tuple[list[int], list[float]]:
