@@ -96,11 +96,13 @@ def run(cfg_data: dict) -> None:
         from dagrl.config.validate import planned_world_size, preflight
 
         cfg = Cfg(cfg_data)
+        from dagrl.launch.ray_cluster import WorkerFailed, check_ray_address, launch
+
         try:  # every input check before a single worker starts
             preflight(cfg, world_size=planned_world_size(cfg))
+            check_ray_address(cfg.trainer.ray_address)  # a bounded wait, not ray.init's minutes of retries
         except ConfigError as error:
             fail(str(error), 2)
-        from dagrl.launch.ray_cluster import WorkerFailed, launch
 
         try:
             launch(cfg_data)

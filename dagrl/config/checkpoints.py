@@ -9,6 +9,29 @@ from dagrl.config.checks import as_list, get, require
 from dagrl.config.tree import Cfg
 
 
+def check_writable_dir(key: str, configured: str, what: str) -> Path:
+    """The directory `configured` (config key `key`) exists and can be written, or can be created: its nearest
+    existing parent is a writable directory. Returns it, user-expanded."""
+    root = Path(os.path.expanduser(configured))
+    existing = next((p for p in [root, *root.parents] if p.exists()), None)
+    require(existing is None or existing.is_dir(), key,
+            f"{what} {root} cannot be created: {existing} is not a directory; fix {key}")
+    require(existing is not None and os.access(existing, os.W_OK), key,
+            f"{what} {root} is not writable (nearest existing parent: {existing}): fix {key}")
+    return root
+
+
+def check_output_dirs(cfg: Cfg) -> None:
+    """Where the run writes besides its checkpoints (metrics.jsonl goes into trainer.default_local_dir, checked
+    above): TensorBoard events and validation dumps, found now rather than at the first log or validation."""
+    trainer = cfg.trainer
+    if "tensorboard" in as_list(trainer.logger) and (trainer.tensorboard_dir or os.environ.get("TENSORBOARD_DIR")):
+        where = "tensorboard directory" if trainer.tensorboard_dir else "tensorboard directory ($TENSORBOARD_DIR)"
+        check_writable_dir("trainer.tensorboard_dir", trainer.tensorboard_dir or os.environ["TENSORBOARD_DIR"], where)
+    if trainer.validation_data_dir:
+        check_writable_dir("trainer.validation_data_dir", trainer.validation_data_dir, "validation data directory")
+
+
 def check_checkpoint_dir(cfg: Cfg) -> None:
     """The checkpoint root can be written, and nothing in it that dagrl did not write (or that is newer than the
     checkpoint a resume starts from) could be deleted or overwritten by this run."""
@@ -16,14 +39,7 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
     require(isinstance(configured, str) and configured.strip() != "", "trainer.default_local_dir",
             f"trainer.default_local_dir={configured!r} must be a directory path (an empty one would write "
             f"checkpoints into the current directory)")
-    root = Path(os.path.expanduser(configured))
-    existing = next((p for p in [root, *root.parents] if p.exists()), None)
-    require(existing is None or existing.is_dir(), "trainer.default_local_dir",
-            f"checkpoint directory {root} cannot be created: {existing} is not a directory; fix "
-            f"trainer.default_local_dir")
-    require(existing is not None and os.access(existing, os.W_OK), "trainer.default_local_dir",
-            f"checkpoint directory {root} is not writable (nearest existing parent: {existing}): "
-            f"fix trainer.default_local_dir")
+    root = check_writable_dir("trainer.default_local_dir", configured, "checkpoint directory")
     from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, foreign_entries
     foreign = foreign_entries(root)
     require(not foreign, "trainer.default_local_dir",

@@ -10,7 +10,7 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 
-from dagrl.config import async_checks, checkpoints, schema, sections
+from dagrl.config import async_checks, checkpoints, model_files, schema, sections
 from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
                                  as_list,
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
@@ -226,7 +226,11 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     world_size = SKIPPED if place is SKIPPED else place.pool("train").size
     hf_config = check(lambda: read_hf_config(cfg.actor_rollout_ref.model.path))
     if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
-        check(lambda _: check_tokenizer_files(cfg.actor_rollout_ref.model.path), hf_config)
+        model_path = cfg.actor_rollout_ref.model.path
+        check(lambda _: check_tokenizer_files(model_path), hf_config)
+        check(model_files.check_vocab, model_path, hf_config)
+        if not cfg.actor_rollout_ref.actor.megatron.use_dist_checkpointing:  # else the weights come from there
+            check(lambda _: model_files.check_weight_files(model_path), hf_config)
     check(sections.check_run_length_and_sampling, cfg)
     parallel = check(check_model_parallel, cfg, world_size, hf_config)
     rollout_tp = check(check_rollout_tp, cfg, parallel, place)
@@ -253,6 +257,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     else:
         train_rows = check(check_data, cfg)
     check(checkpoints.check_checkpoint_dir, cfg)
+    check(checkpoints.check_output_dirs, cfg)
     check(checkpoints.check_actor_checkpoint, cfg)
     if not problems.errors:  # the resume compares its checkpoint with this config: only with a config that passed
         from dagrl.trainer.checkpoint import check_resume

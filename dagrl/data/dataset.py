@@ -10,7 +10,8 @@ cannot fetch single rows without decoding whole row groups). `PromptDataset.rows
 requested rows into Python objects and tokenizes only them. `filter_overlong_prompts` needs every prompt's
 length: each of the `world_size` ranks tokenizes its own contiguous share and the keep-masks are all-gathered.
 
-This module imports torch lazily (inside `rows`), so `check_data_files` can run in pre-flight without it.
+The pre-flight checks of the files (check_data_files, check_reward_inputs) live in dagrl/data/checks.py; this
+module imports torch lazily (inside `rows`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dagrl.config.errors import ConfigError
+from dagrl.data.checks import check_schema, corrupt, first_line, open_parquet, required_columns
 
 if TYPE_CHECKING:
     from dagrl.data.batch import Batch
@@ -41,137 +43,6 @@ OPTIONAL_COLUMNS = ("ability", "extra_info")
 _SCAN_CHUNK_ROWS = 1024
 
 
-def required_columns(prompt_key: str) -> tuple[str, ...]:
-    """Columns every data file must have: the prompt, and what the reward needs to score it."""
-    return (prompt_key, "data_source", "reward_model")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-def _open_parquet(path: str) -> pq.ParquetFile:
-    """Opens one data file, turning every way it can be unusable into a one-line ValueError."""
-    if not os.path.exists(path):
-        raise ValueError(f"data file {path!r} does not exist; fix data.train_files / data.val_files "
-                         f"(preprocess with examples/data_preprocess/*.py)")
-    if os.path.isdir(path):
-        raise ValueError(f"data file {path!r} is a directory; data.train_files / data.val_files take "
-                         f"parquet files (e.g. {os.path.join(path, 'train.parquet')!r})")
-    try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as error:
-        raise ValueError(f"data file {path!r} is not a readable parquet file ({_first_line(error)}); "
-                         f"regenerate it with examples/data_preprocess/*.py") from error
-
-
-def _check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -> None:
-    if num_rows == 0:
-        raise ValueError(f"data file {path!r} has no rows; regenerate it or remove it from data.train_files / "
-                         f"data.val_files")
-    for column in required_columns(prompt_key):
-        if column not in schema.names:
-            fix = "set data.prompt_key to the prompt column" if column == prompt_key else \
-                "regenerate it with examples/data_preprocess/*.py"
-            raise ValueError(f"data file {path!r} lacks the required column {column!r} (it has "
-                             f"{schema.names}); {fix}")
-
-
-def check_data_files(files: Sequence[str], prompt_key: str = "prompt") -> int:
-    """Validates data files from their parquet footer only (no rows read); returns the total row count.
-
-    Raises a one-line ValueError naming the file for a missing, unreadable, empty or incomplete file.
-    """
-    if isinstance(files, str):
-        files = [files]
-    if not files:
-        raise ValueError("no data files given; set data.train_files / data.val_files")
-    total = 0
-    for path in files:
-        path = os.path.expanduser(path)
-        parquet = _open_parquet(path)
-        num_rows = parquet.metadata.num_rows
-        _check_schema(path, parquet.schema_arrow, num_rows, prompt_key)
-        total += num_rows
-    return total
-
-
-def _column_batches(path: str, column: str):
-    """Record batches of one column (or nested field, `a.b`) of a data file: only its pages are read."""
-    parquet = _open_parquet(path)
-    try:
-        yield from parquet.iter_batches(batch_size=65536, columns=[column])
-    except (pa.ArrowException, OSError) as error:
-        raise _corrupt(path, error) from error
-
-
-def data_sources(path: str) -> dict[Any, int]:
-    """The distinct `data_source` values of a data file, each with the first row that has it (the data_source
-    column only is read)."""
-    import pyarrow.compute as pc
-
-    first: dict[Any, int] = {}
-    offset = 0
-    for batch in _column_batches(os.path.expanduser(path), "data_source"):
-        column = batch.column(0)
-        if pa.types.is_dictionary(column.type):  # a categorical column written by pandas
-            column = column.dictionary_decode()
-        for value in pc.unique(column).to_pylist():
-            if value not in first:
-                found = pc.index(column, pa.scalar(value, column.type)).as_py() if value is not None else \
-                    int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-                first[value] = offset + int(found)
-        offset += batch.num_rows
-    return first
-
-
-def first_row_without_ground_truth(path: str) -> int | None:
-    """The first row of a data file whose reward_model has no ground_truth (missing or null), or None; reads the
-    reward_model.ground_truth field only. -1: reward_model has no ground_truth field at all."""
-    path = os.path.expanduser(path)
-    field_type = _open_parquet(path).schema_arrow.field("reward_model").type
-    if not pa.types.is_struct(field_type):
-        return None  # not the verl schema's struct: the reward manager's own error names it when scored
-    if field_type.get_field_index("ground_truth") < 0:
-        return -1
-    offset = 0
-    for batch in _column_batches(path, "reward_model.ground_truth"):  # that leaf's pages only
-        column = batch.column(0)
-        missing = column.is_null().to_numpy(zero_copy_only=False) | \
-            column.field("ground_truth").is_null().to_numpy(zero_copy_only=False)
-        if missing.any():
-            return offset + int(np.flatnonzero(missing)[0])
-        offset += batch.num_rows
-    return None
-
-
-def check_reward_inputs(files: Sequence[str], known_sources: Sequence[str] | None) -> None:
-    """Every row can be scored: its reward_model has a ground_truth, and (built-in scorers, `known_sources` given)
-    its data_source has a scorer. Raises a one-line ValueError naming the file, the row and the fix."""
-    for path in [files] if isinstance(files, str) else files:
-        if known_sources is not None:
-            for source, row in data_sources(path).items():
-                if source not in known_sources:
-                    raise ValueError(
-                        f"data file {path!r} has data_source {source!r} (first at row {row}) and no built-in reward "
-                        f"scorer takes it (built-in: {', '.join(sorted(known_sources))}): set "
-                        f"custom_reward_function.path (and .name) to a file defining compute_score(data_source, "
-                        f"solution_str, ground_truth, extra_info), or fix the file's data_source")
-        row = first_row_without_ground_truth(path)
-        if row == -1:
-            raise ValueError(f"data file {path!r} has no reward_model.ground_truth: every row needs the answer its "
-                             f"reward is scored against; regenerate it with examples/data_preprocess/*.py")
-        if row is not None and known_sources is not None:
-            raise ValueError(f"data file {path!r} has a row without reward_model.ground_truth (first: row {row}): "
-                             f"the built-in scorers score against it; fill it in or drop such rows, or set "
-                             f"custom_reward_function.path to a scorer that needs none")
-
-
-def _corrupt(path: str, error: BaseException) -> ValueError:
-    return ValueError(f"data file {path!r} is corrupt: its rows cannot be read ({_first_line(error)}); regenerate it")
-
-
 def _read_columns(path: str, parquet: pq.ParquetFile, columns: list[str], cache_dir: str | None) -> pa.Table:
     """The file's `columns`: memory-mapped from an Arrow copy in `cache_dir` (made on first use), or read into
     memory when `cache_dir` is None."""
@@ -180,7 +51,7 @@ def _read_columns(path: str, parquet: pq.ParquetFile, columns: list[str], cache_
     try:
         return parquet.read(columns=columns)
     except (pa.ArrowException, OSError) as error:
-        raise _corrupt(path, error) from error
+        raise corrupt(path, error) from error
 
 
 def _arrow_copy(path: str, parquet: pq.ParquetFile, columns: list[str], cache_dir: str) -> Path:
@@ -203,7 +74,7 @@ def _arrow_copy(path: str, parquet: pq.ParquetFile, columns: list[str], cache_di
                             parquet.metadata.num_rows, path, target)
     except OSError as error:
         raise ConfigError("data.cache_dir", f"cannot write the Arrow copy of {path!r} to {str(directory)!r} "
-                          f"({_first_line(error)}); set data.cache_dir to a writable directory") from error
+                          f"({first_line(error)}); set data.cache_dir to a writable directory") from error
     finally:
         if partial.is_file():  # left only by a failed copy
             partial.unlink()
@@ -220,7 +91,7 @@ def _write_arrow(path: str, parquet: pq.ParquetFile, columns: list[str], destina
             try:
                 batch = next(batches, None)
             except (pa.ArrowException, OSError) as error:
-                raise _corrupt(path, error) from error
+                raise corrupt(path, error) from error
             if batch is None:
                 return
             writer.write_batch(batch)
@@ -277,13 +148,15 @@ class PromptDataset:
             raise ValueError("no data files given; set data.train_files / data.val_files")
         self._tables: list[pa.Table] = []
         for path in self.files:
-            parquet = _open_parquet(path)
-            _check_schema(path, parquet.schema_arrow, parquet.metadata.num_rows, prompt_key)
+            parquet = open_parquet(path)
+            check_schema(path, parquet.schema_arrow, parquet.metadata.num_rows, prompt_key)
             wanted = [c for c in (*required_columns(prompt_key), *OPTIONAL_COLUMNS) if c in parquet.schema_arrow.names]
             self._tables.append(_read_columns(path, parquet, wanted, cache_dir))
         # Dataset position -> (file number, row in that file); filtering removes positions.
         self._file_of = np.concatenate([np.full(t.num_rows, i, dtype=np.int64) for i, t in enumerate(self._tables)])
         self._row_of = np.concatenate([np.arange(t.num_rows, dtype=np.int64) for t in self._tables])
+        if check_overlong:  # the trainer's start-up checks (a dataset built elsewhere tokenizes nothing up front)
+            self._check_template()
         if filter_overlong_prompts:
             if world_size > 1 and all_gather is None:
                 raise ValueError("filter_overlong_prompts over several ranks needs all_gather")
@@ -379,6 +252,19 @@ class PromptDataset:
         # The chat template already holds any BOS the model wants: no special tokens added on top.
         return list(self.tokenizer(texts, add_special_tokens=False)["input_ids"])
 
+    def _check_template(self) -> None:
+        """The chat template renders the first prompt: one that raises (a raise_exception() for a role order it
+        does not take, a jinja error) stops here, before any model is built, not at the first step."""
+        chat = self._chat(self._records(np.zeros(1, dtype=np.int64), columns=[self.prompt_key])[0], 0)
+        try:
+            self._tokenize([chat])
+        except Exception as error:  # noqa: BLE001 - jinja2's TemplateError, a KeyError or TypeError in the template
+            name = getattr(self.tokenizer, "name_or_path", "")
+            raise ConfigError("actor_rollout_ref.model.path", f"the chat template of {name!r} fails on the prompt at "
+                              f"{self._where(0)} ({type(error).__name__}: {first_line(error)}); fix the template "
+                              f"(chat_template.jinja or tokenizer_config.json of actor_rollout_ref.model.path) or "
+                              f"the prompts") from error
+
     def _overlong_message(self, position: int, length: int) -> str:
         return (f"prompt at {self._where(position)} is {length} tokens, longer than "
                 f"data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length, set "
@@ -417,9 +303,10 @@ class PromptDataset:
         if world_size > 1:
             keep = np.concatenate(all_gather(keep))
         dropped = int((~keep).sum())
-        if dropped == len(self):
-            raise ValueError(f"every prompt in {self.files} is longer than data.max_prompt_length="
-                             f"{self.max_prompt_length}; raise data.max_prompt_length")
+        if dropped == len(self):  # a run with no prompts: found now, not when the sampler has nothing to draw
+            raise ConfigError("data.max_prompt_length", f"every prompt of {', '.join(map(repr, self.files))} is longer "
+                              f"than data.max_prompt_length={self.max_prompt_length}, so "
+                              f"data.filter_overlong_prompts=True left none; raise data.max_prompt_length")
         self._file_of, self._row_of = self._file_of[keep], self._row_of[keep]
         logger.info("filter_overlong_prompts: dropped %d of %d prompts longer than %d tokens (%s)",
                     dropped, dropped + len(self), self.max_prompt_length, ", ".join(self.files))

@@ -13,12 +13,38 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 PLACEMENT_TIMEOUT_S = 120.0
+
+
+RAY_CONNECT_TIMEOUT_S = 5.0  # a Ray head answers a TCP connect in milliseconds; ray.init retries one for minutes
+
+
+def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """trainer.ray_address as host:port or ray://host:port: something accepts a TCP connection there within
+    `timeout_s` (ray.init would wait minutes on an unreachable head). null and "auto" are left to Ray."""
+    from dagrl.config.errors import ConfigError
+
+    if not isinstance(address, str) or address in ("auto", "local"):
+        return
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        return  # not host:port: Ray's own error names it
+    host = host.strip("[]")  # [::1]:6379
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as error:
+        reason = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error) or "unreachable")
+        raise ConfigError("trainer.ray_address",
+                          f"trainer.ray_address={address}: no Ray head reachable at {host}:{port} within "
+                          f"{timeout_s:g} s ({reason}); start one there (ray start --head --port={port}), fix "
+                          f"trainer.ray_address, or set it to null for a local cluster") from None
 
 
 class WorkerFailed(RuntimeError):

@@ -10,7 +10,8 @@ import pytest
 
 from dagrl.agent.interaction import load_interactions
 from dagrl.agent.prompting import parse_calls
-from dagrl.data.dataset import PromptDataset, check_data_files
+from dagrl.data.checks import check_data_files
+from dagrl.data.dataset import PromptDataset
 from dagrl.reward.scorers import default_compute_score
 from tests.data.test_preprocess import GSM8K_INSTRUCTION, GSM8K_ROWS, ROOT, read_split, run_script, write_jsonl
 

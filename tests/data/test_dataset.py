@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from dagrl.data.dataset import PromptDataset, check_data_files
+from dagrl.data.checks import check_data_files
+from dagrl.data.dataset import PromptDataset
 from tests.helpers import make_row, write_parquet
 
 QUESTIONS = ["What is 1 + 2?", "Natalia sold clips to 48 of her friends in April, and then she sold half as many.",
@@ -167,7 +168,7 @@ def test_out_of_range_index(tokenizer, data_file):
 
 
 def test_check_data_files_does_not_import_torch(data_file):
-    code = ("import sys; from dagrl.data.dataset import check_data_files; "
+    code = ("import sys; from dagrl.data.checks import check_data_files; "
             f"n = check_data_files([{data_file!r}], 'prompt'); assert n == 3, n; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -318,7 +319,8 @@ def test_corrupt_rows_behind_a_valid_footer_name_the_file(tokenizer, tmp_path, c
     data = bytearray(path.read_bytes())
     data[8:len(data) // 2] = b"\xff" * (len(data) // 2 - 8)  # the column chunks; the footer stays readable
     path.write_bytes(bytes(data))
-    assert check_data_files([str(path)]) == 200  # pre-flight reads the footer only
+    with pytest.raises(ValueError, match="is corrupt: its rows cannot be read"):  # the first prompts' pages
+        check_data_files([str(path)])
     cache = tmp_path / "cache"
     with pytest.raises(ValueError) as caught:
         PromptDataset([str(path)], tokenizer, 64, "error", False, cache_dir=str(cache) if cached else None)
@@ -345,7 +347,8 @@ def _scan_worker(rank: int, port: int, path: str, tokenizer_dir: str, width: int
                             "cache_dir": None}, "trainer": {"default_local_dir": out_dir}})
         dataset = build_dataset(cfg, path, recorder, SimpleNamespace(prompt_length=width))
         kept = [e["index"] for e in dataset.rows(np.arange(len(dataset)))["extra_info"]]
-        torch.save({"scanned": recorder.templated[:15], "kept": kept}, os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save({"first": recorder.templated[0], "scanned": recorder.templated[1:16], "kept": kept},
+                   os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -363,6 +366,7 @@ def test_trainer_datasets_share_the_scan_over_gloo_ranks(tokenizer, tmp_path):
     mp.spawn(_scan_worker, args=(port, path, tokenizer.name_or_path, width, str(tmp_path)), nprocs=2)
     results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
     questions = [f"What is {i} + 1?" + " more" * (10 * (i % 3)) for i in range(30)]
+    assert [r["first"] for r in results] == [questions[0]] * 2  # the start-up check of the chat template
     assert [r["scanned"] for r in results] == [questions[:15], questions[15:]]  # the scan: half each
     assert results[0]["kept"] == results[1]["kept"] == [i for i in range(30) if i % 3 != 2]
     assert len(list((tmp_path / "data_cache").glob("*.arrow"))) == 1  # default: under trainer.default_local_dir

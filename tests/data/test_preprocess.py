@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dagrl.data.dataset import PromptDataset, check_data_files
+from dagrl.data.checks import check_data_files
+from dagrl.data.dataset import PromptDataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "examples", "data_preprocess")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dagrl.config.errors import ConfigError
-from dagrl.data.dataset import (PromptDataset, check_reward_inputs, data_sources,
-                                first_row_without_ground_truth)
+from dagrl.data.checks import check_reward_inputs, data_sources, first_row_without_ground_truth
+from dagrl.data.dataset import PromptDataset
 from dagrl.reward.custom import check_reward_signature, load_custom_reward_fn
 from dagrl.reward.scorers import SCORER_BY_DATA_SOURCE
 from tests.data.test_dataset import RecordingTokenizer, template_ids
@@ -142,7 +142,8 @@ def test_the_scan_is_split_over_ranks_and_every_rank_names_the_same_row(tokenize
     with pytest.raises(ConfigError, match="row 1 .* 99 tokens"):  # rank 1 scans rows 4..7: rank 0's find wins
         PromptDataset([path], recorder, width, "error", False, rank=1, world_size=2, all_gather=gather_for(1),
                       check_overlong=True)
-    assert len(recorder.templated) == 4 and results[1][0] == -1
+    # row 0 (every rank's check of the chat template), then its own share only
+    assert len(recorder.templated) == 5 and recorder.templated[0] == "What is 0 + 1?" and results[1][0] == -1
     with pytest.raises(ConfigError, match="row 1 "):
         PromptDataset([path], tokenizer, width, "error", False, rank=0, world_size=2, all_gather=gather_for(0),
                       check_overlong=True)

@@ -91,6 +91,44 @@ def step_dir(name: str, complete: bool) -> Callable[[Path, Paths], None]:
     return make
 
 
+def fifo(name: str = "bad.parquet") -> Callable[[Path, Paths], None]:
+    """{ws}/<name>: a named pipe (opening it for reading waits for a writer forever)."""
+    def make(ws: Path, paths: Paths) -> None:
+        import os
+        os.mkfifo(ws / name)
+    return make
+
+
+def model_weights(kind: str) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny model with its weights cut to half their bytes ("truncated"), or split under an index
+    that names a second shard the directory lacks ("missing_shard")."""
+    def make(ws: Path, paths: Paths) -> None:
+        model_copy()(ws, paths)
+        weights = ws / "model" / "model.safetensors"
+        if kind == "truncated":
+            with open(weights, "r+b") as handle:
+                handle.truncate(weights.stat().st_size // 2)
+            return
+        header = json.loads(weights.read_bytes()[8:8 + int.from_bytes(weights.read_bytes()[:8], "little")])
+        names = sorted(name for name in header if name != "__metadata__")
+        weights.rename(ws / "model" / "model-00001-of-00002.safetensors")
+        weight_map = {name: f"model-0000{1 + i % 2}-of-00002.safetensors" for i, name in enumerate(names)}
+        index = {"metadata": {}, "weight_map": weight_map}
+        (ws / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
+    return make
+
+
+def chat_template(text: str) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny model with chat_template.jinja replaced."""
+    def make(ws: Path, paths: Paths) -> None:
+        model_copy()(ws, paths)
+        (ws / "model" / "chat_template.jinja").write_text(text)
+    return make
+
+
+TEMPLATE_RAISES = "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+
+
 REWARD_RAISES = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1 / 0\n"
 REWARD_HANGS = ("import time\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                 "    time.sleep(600)\n    return 0.0\n")
@@ -544,6 +582,48 @@ CASES: tuple[Case, ...] = (
     Case("nnodes_two_on_one_node", "`trainer.nnodes=2 trainer.n_gpus_per_node=2` on a 2-process (one node) launch",
          ("trainer.nnodes=2", *world(2)), ("trainer.nnodes=2 x trainer.n_gpus_per_node=2 = 4", "2 process(es)",
                                            "set trainer.nnodes=1 or trainer.n_gpus_per_node=1"), env=WORLD),
+    # ---- found before the first step, not when a row is drawn or a save attempted (issue 25 item 9) ----
+    Case("tensorboard_dir_not_writable", "`trainer.tensorboard_dir` under a regular file (with the tensorboard "
+         "logger)", ("trainer.logger=[console,tensorboard]", "trainer.tensorboard_dir={ws}/a_file/tb"),
+         ("trainer.tensorboard_dir", "<tmp>/a_file", "not a directory"), make=text_file("a_file", "")),
+    Case("validation_data_dir_not_writable", "`trainer.validation_data_dir` under a regular file",
+         ("trainer.validation_data_dir={ws}/a_file/generations",),
+         ("trainer.validation_data_dir", "<tmp>/a_file", "not a directory"), make=text_file("a_file", "")),
+    Case("save_freq_as_word", "`trainer.save_freq=often`", ("trainer.save_freq=often",),
+         ("trainer.save_freq='often'", "integer")),
+    Case("test_freq_as_fraction", "`trainer.test_freq=2.5`", ("trainer.test_freq=2.5",),
+         ("trainer.test_freq=2.5", "integer")),
+    Case("prompt_plain_string", "the prompt column holds plain strings, not chat lists",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "row 0", "plain string", "'content'"),
+         make=rows_changed(_set(None, "prompt", "What is 3 + 4?"))),
+    Case("prompt_sharegpt", "the prompt column holds ShareGPT `{from, value}` messages",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "row 0", "ShareGPT", "{role, content}"),
+         make=rows_changed(_set(None, "prompt", [{"from": "human", "value": "What is 3 + 4?"}]))),
+    Case("prompt_empty_list", "a validation row whose prompt is an empty list", ("data.val_files={ws}/val.parquet",),
+         ("<tmp>/val.parquet", "row 1", "empty list", "fix the file"),
+         make=rows_changed(_set(1, "prompt", []), name="val.parquet")),
+    Case("vocab_smaller_than_tokenizer", "config.json vocab_size=256 while the tokenizer has ids up to 399",
+         (f"{MODEL_KEY}={{ws}}/model",), ("token ids up to 399", "vocab_size=256", MODEL_KEY),
+         make=model_copy(patch={"vocab_size": 256})),
+    Case("weights_shard_missing", "model.safetensors.index.json names a shard the directory lacks",
+         (f"{MODEL_KEY}={{ws}}/model",), ("model.safetensors.index.json", "model-00002-of-00002.safetensors",
+                                           "re-download"), make=model_weights("missing_shard")),
+    Case("weights_truncated", "a safetensors file cut to half its size (an interrupted download)",
+         (f"{MODEL_KEY}={{ws}}/model",), ("<tmp>/model/model.safetensors", "truncated", "re-download"),
+         make=model_weights("truncated")),
+    Case("chat_template_raises", "a chat template that raises on the first prompt", (f"{MODEL_KEY}={{ws}}/model",),
+         (MODEL_KEY, "chat template", "row 0", "roles must alternate"), make=chat_template(TEMPLATE_RAISES),
+         found=STARTUP),
+    Case("every_prompt_filtered", "`data.filter_overlong_prompts=true` with a max_prompt_length no prompt fits",
+         ("data.filter_overlong_prompts=true", "data.max_prompt_length=4"),
+         ("data.max_prompt_length=4", "filter_overlong_prompts=True left none"), found=STARTUP),
+    # ---- inputs that would wait forever (issue 25 item 10) ----
+    Case("data_file_is_fifo", "data.train_files names a FIFO (reading it would wait for a writer forever)",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "FIFO", "not a regular file"),
+         make=fifo()),
+    Case("ray_address_unreachable", "`trainer.ray_address` where no Ray head listens (ray.init retries for "
+         "minutes)", ("trainer.launcher=ray", "trainer.ray_address=127.0.0.1:1", "trainer.default_local_dir={ws}/run"),
+         ("trainer.ray_address=127.0.0.1:1", "no Ray head reachable", "within 5 s")),
     # ---- several independent mistakes: one line each, in check order ----
     Case("two_mistakes_type_and_data", "`trainer.total_epochs=two` and a data.train_files that names no file",
          ("trainer.total_epochs=two", "data.train_files={ws}/missing.parquet"),

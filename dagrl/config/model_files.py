@@ -1,0 +1,121 @@
+"""Pre-flight of the model directory's files beyond config.json: the tokenizer's ids against the embedding
+(config.json vocab_size), and the safetensors weights (every shard the index names is there, no shard is cut short).
+
+Cheap by design: JSON files and the safetensors headers only (the first 8 bytes give the header's length, the
+header the end of the last tensor); no tensor data is read and transformers is not imported. A problem is filed
+under the file (ConfigError's key), not under actor_rollout_ref.model.path: the checks that read that key from
+config.json (the layout, the critic) still run and report their own problems.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from dagrl.config.checks import require
+from dagrl.config.errors import ConfigError
+
+KEY = "actor_rollout_ref.model.path"
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a broken tokenizer file is the tokenizer check's (or transformers') to name
+
+
+def highest_token_id(model_dir: Path) -> tuple[int, str] | None:
+    """The largest id the tokenizer files of `model_dir` can produce, and the file that holds it (None: no ids
+    readable without loading the tokenizer, e.g. a sentencepiece tokenizer.model only)."""
+    found: list[tuple[int, str]] = []
+    tokenizer = _json(model_dir / "tokenizer.json")
+    if isinstance(tokenizer, dict):
+        vocab = (tokenizer.get("model") or {}).get("vocab")
+        if isinstance(vocab, dict) and vocab:
+            found.append((max(v for v in vocab.values() if isinstance(v, int)), "tokenizer.json"))
+        elif isinstance(vocab, list) and vocab:  # Unigram: ids are positions
+            found.append((len(vocab) - 1, "tokenizer.json"))
+        added = [t.get("id") for t in tokenizer.get("added_tokens") or [] if isinstance(t, dict)]
+        found += [(i, "tokenizer.json added_tokens") for i in added if isinstance(i, int)]
+    else:
+        vocab = _json(model_dir / "vocab.json")
+        if isinstance(vocab, dict) and vocab:
+            found.append((max(v for v in vocab.values() if isinstance(v, int)), "vocab.json"))
+    settings = _json(model_dir / "tokenizer_config.json")
+    decoder = settings.get("added_tokens_decoder") if isinstance(settings, dict) else None
+    if isinstance(decoder, dict):
+        found += [(int(i), "tokenizer_config.json added_tokens_decoder") for i in decoder if str(i).isdigit()]
+    added = _json(model_dir / "added_tokens.json")
+    if isinstance(added, dict):
+        found += [(i, "added_tokens.json") for i in added.values() if isinstance(i, int)]
+    return max(found) if found else None
+
+
+def check_vocab(model_path: str, hf_config: dict) -> None:
+    """Every token id the tokenizer produces has a row in the embedding (config.json vocab_size): a larger id would
+    index past it in the first forward pass (on GPU, a device-side assert far from the cause)."""
+    vocab_size = hf_config.get("vocab_size")
+    model_dir = Path(os.path.expanduser(model_path))
+    highest = highest_token_id(model_dir)
+    if not isinstance(vocab_size, int) or highest is None:
+        return
+    token_id, source = highest
+    require(token_id < vocab_size, str(model_dir / source.split()[0]),
+            f"the tokenizer in {model_dir} has token ids up to {token_id} ({source}) but config.json vocab_size="
+            f"{vocab_size} (embedding rows 0..{vocab_size - 1}): the tokenizer and the weights are of different "
+            f"models; copy the model's own tokenizer files into the directory {KEY} names")
+
+
+def _truncated(shard: Path) -> str | None:
+    """Why the safetensors file `shard` is unusable (cut short, or no header), or None; reads its header only."""
+    size = shard.stat().st_size
+    with open(shard, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than a safetensors header"
+        length = int.from_bytes(head, "little")
+        if length > MAX_HEADER_BYTES:
+            return f"its header length {length} is not a safetensors header's"
+        if 8 + length > size:
+            return f"{size} bytes, shorter than its own {length}-byte header"
+        try:
+            header = json.loads(handle.read(length))
+        except ValueError:
+            return "its header is not valid JSON"
+    ends = [entry["data_offsets"][1] for name, entry in header.items()
+            if name != "__metadata__" and isinstance(entry, dict) and len(entry.get("data_offsets") or ()) == 2]
+    needed = 8 + length + max(ends, default=0)
+    return f"{size} bytes, but its header places tensors up to byte {needed}" if size < needed else None
+
+
+def check_weight_files(model_path: str) -> None:
+    """The HF weights the actor (and critic) import: safetensors files, every shard that
+    model.safetensors.index.json names present, none truncated (an interrupted download or copy)."""
+    model_dir = Path(os.path.expanduser(model_path))
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        content = _json(index)
+        weight_map = content.get("weight_map") if isinstance(content, dict) else None
+        require(isinstance(weight_map, dict) and weight_map, str(index),
+                f"{index} has no weight_map: it is not a safetensors index; re-download the model {KEY} names")
+        shards = sorted(set(map(str, weight_map.values())))
+        missing = [name for name in shards if not (model_dir / name).is_file()]
+        require(not missing, str(index),
+                f"{index} names {len(missing)} shard(s) missing from {model_dir} (first: "
+                f"{missing[0] if missing else ''}): the download is incomplete; re-download the model {KEY} names")
+    else:
+        shards = sorted(path.name for path in model_dir.glob("*.safetensors"))
+        require(bool(shards), str(model_dir / "model.safetensors"),
+                f"{model_dir} has no *.safetensors weights (dagrl imports the HF weights from safetensors): re-save "
+                f"the model with save_pretrained(safe_serialization=True), or point {KEY} at a complete model")
+    for name in shards:
+        shard = model_dir / name
+        try:
+            problem = _truncated(shard)
+        except OSError as error:
+            raise ConfigError(str(shard), f"weight file {shard} cannot be read ({error}); fix the model {KEY} "
+                                          f"names") from None
+        require(problem is None, str(shard), f"weight file {shard} is truncated ({problem}): an interrupted download "
+                                             f"or copy; re-download the model {KEY} names")

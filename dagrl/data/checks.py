@@ -1,0 +1,199 @@
+"""Pre-flight checks of the data files: each file's footer (rows, columns), its first rows' prompts, and the columns
+the reward reads. Every failure is a one-line ValueError naming the file and the fix (pre-flight files it under
+data.train_files or data.val_files). Reads parquet footers and single columns only; imports neither torch nor
+transformers.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Rows whose prompts pre-flight checks for the chat shape (the first of each file: a file written with the wrong
+# shape has it in every row; a full scan is the startup length check's job).
+PROMPT_ROWS_CHECKED = 16
+PREPROCESS = "examples/data_preprocess/*.py"
+
+
+def required_columns(prompt_key: str) -> tuple[str, ...]:
+    """Columns every data file must have: the prompt, and what the reward needs to score it."""
+    return (prompt_key, "data_source", "reward_model")
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """Opens one data file, turning every way it can be unusable into a one-line ValueError. A FIFO, socket or
+    device is refused from its stat, before anything opens it (opening a FIFO waits for a writer forever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ValueError(f"data file {path!r} does not exist; fix data.train_files / data.val_files "
+                         f"(preprocess with {PREPROCESS})") from None
+    except OSError as error:
+        raise ValueError(f"data file {path!r} cannot be read ({first_line(error)}); fix data.train_files / "
+                         f"data.val_files") from None
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"data file {path!r} is a directory; data.train_files / data.val_files take "
+                         f"parquet files (e.g. {os.path.join(path, 'train.parquet')!r})")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+        raise ValueError(f"data file {path!r} is {kind}, not a regular file (parquet is read by seeking to its "
+                         f"footer); write the data to a .parquet file and point data.train_files / data.val_files "
+                         f"at it")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"data file {path!r} is not a readable parquet file ({first_line(error)}); "
+                         f"regenerate it with {PREPROCESS}") from error
+
+
+def check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -> None:
+    if num_rows == 0:
+        raise ValueError(f"data file {path!r} has no rows; regenerate it or remove it from data.train_files / "
+                         f"data.val_files")
+    for column in required_columns(prompt_key):
+        if column not in schema.names:
+            fix = "set data.prompt_key to the prompt column" if column == prompt_key else \
+                f"regenerate it with {PREPROCESS}"
+            raise ValueError(f"data file {path!r} lacks the required column {column!r} (it has "
+                             f"{schema.names}); {fix}")
+
+
+def prompt_shape_problem(prompt: Any) -> str | None:
+    """What is wrong with one row's prompt for a chat template (None: a non-empty list of {role, content})."""
+    if isinstance(prompt, str):
+        return "holds a plain string, not a chat list: wrap it as [{'role': 'user', 'content': <text>}]"
+    if prompt is None:
+        return "is null"
+    if not isinstance(prompt, list):
+        return f"holds a {type(prompt).__name__}, not a chat list of {{role, content}} messages"
+    if not prompt:
+        return "is an empty list (no message to prompt with)"
+    for message in prompt:
+        if isinstance(message, dict) and message.get("from") is not None and message.get("value") is not None \
+                and message.get("role") is None:
+            return ("holds ShareGPT messages ({from, value}): convert them to {role, content} (from human -> role "
+                    "user, gpt -> assistant, system -> system)")
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
+            keys = sorted(message) if isinstance(message, dict) else type(message).__name__
+            return f"holds a message without role and content ({keys}), not a chat list of {{role, content}}"
+    return None
+
+
+def check_prompt_shapes(path: str, parquet: pq.ParquetFile, prompt_key: str,
+                        rows: int = PROMPT_ROWS_CHECKED) -> None:
+    """The first `rows` prompts of a data file are chat lists of {role, content} (only their pages are read)."""
+    try:
+        batch = next(parquet.iter_batches(batch_size=rows, columns=[prompt_key]), None)
+    except (pa.ArrowException, OSError) as error:
+        raise corrupt(path, error) from error
+    for row, prompt in enumerate(batch.column(0).to_pylist() if batch is not None else []):
+        problem = prompt_shape_problem(prompt)
+        if problem:
+            raise ValueError(f"data file {path!r} row {row}: column {prompt_key!r} {problem}; fix the file (see "
+                             f"{PREPROCESS}) or set data.prompt_key to the column that holds the chat")
+
+
+def check_data_files(files: Sequence[str], prompt_key: str = "prompt") -> int:
+    """Validates data files from their parquet footer and first prompts; returns the total row count.
+
+    Raises a one-line ValueError naming the file for a missing, unreadable, empty or incomplete file, or one whose
+    prompts are not chat lists.
+    """
+    if isinstance(files, str):
+        files = [files]
+    if not files:
+        raise ValueError("no data files given; set data.train_files / data.val_files")
+    total = 0
+    for path in files:
+        path = os.path.expanduser(path)
+        parquet = open_parquet(path)
+        num_rows = parquet.metadata.num_rows
+        check_schema(path, parquet.schema_arrow, num_rows, prompt_key)
+        check_prompt_shapes(path, parquet, prompt_key)
+        total += num_rows
+    return total
+
+
+def corrupt(path: str, error: BaseException) -> ValueError:
+    return ValueError(f"data file {path!r} is corrupt: its rows cannot be read ({first_line(error)}); regenerate it")
+
+
+def _column_batches(path: str, column: str):
+    """Record batches of one column (or nested field, `a.b`) of a data file: only its pages are read."""
+    parquet = open_parquet(path)
+    try:
+        yield from parquet.iter_batches(batch_size=65536, columns=[column])
+    except (pa.ArrowException, OSError) as error:
+        raise corrupt(path, error) from error
+
+
+def data_sources(path: str) -> dict[Any, int]:
+    """The distinct `data_source` values of a data file, each with the first row that has it (the data_source
+    column only is read)."""
+    import pyarrow.compute as pc
+
+    first: dict[Any, int] = {}
+    offset = 0
+    for batch in _column_batches(os.path.expanduser(path), "data_source"):
+        column = batch.column(0)
+        if pa.types.is_dictionary(column.type):  # a categorical column written by pandas
+            column = column.dictionary_decode()
+        for value in pc.unique(column).to_pylist():
+            if value not in first:
+                found = pc.index(column, pa.scalar(value, column.type)).as_py() if value is not None else \
+                    int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                first[value] = offset + int(found)
+        offset += batch.num_rows
+    return first
+
+
+def first_row_without_ground_truth(path: str) -> int | None:
+    """The first row of a data file whose reward_model has no ground_truth (missing or null), or None; reads the
+    reward_model.ground_truth field only. -1: reward_model has no ground_truth field at all."""
+    path = os.path.expanduser(path)
+    field_type = open_parquet(path).schema_arrow.field("reward_model").type
+    if not pa.types.is_struct(field_type):
+        return None  # not the verl schema's struct: the reward manager's own error names it when scored
+    if field_type.get_field_index("ground_truth") < 0:
+        return -1
+    offset = 0
+    for batch in _column_batches(path, "reward_model.ground_truth"):  # that leaf's pages only
+        column = batch.column(0)
+        missing = column.is_null().to_numpy(zero_copy_only=False) | \
+            column.field("ground_truth").is_null().to_numpy(zero_copy_only=False)
+        if missing.any():
+            return offset + int(np.flatnonzero(missing)[0])
+        offset += batch.num_rows
+    return None
+
+
+def check_reward_inputs(files: Sequence[str], known_sources: Sequence[str] | None) -> None:
+    """Every row can be scored: its reward_model has a ground_truth, and (built-in scorers, `known_sources` given)
+    its data_source has a scorer. Raises a one-line ValueError naming the file, the row and the fix."""
+    for path in [files] if isinstance(files, str) else files:
+        if known_sources is not None:
+            for source, row in data_sources(path).items():
+                if source not in known_sources:
+                    raise ValueError(
+                        f"data file {path!r} has data_source {source!r} (first at row {row}) and no built-in reward "
+                        f"scorer takes it (built-in: {', '.join(sorted(known_sources))}): set "
+                        f"custom_reward_function.path (and .name) to a file defining compute_score(data_source, "
+                        f"solution_str, ground_truth, extra_info), or fix the file's data_source")
+        row = first_row_without_ground_truth(path)
+        if row == -1:
+            raise ValueError(f"data file {path!r} has no reward_model.ground_truth: every row needs the answer its "
+                             f"reward is scored against; regenerate it with {PREPROCESS}")
+        if row is not None and known_sources is not None:
+            raise ValueError(f"data file {path!r} has a row without reward_model.ground_truth (first: row {row}): "
+                             f"the built-in scorers score against it; fill it in or drop such rows, or set "
+                             f"custom_reward_function.path to a scorer that needs none")
