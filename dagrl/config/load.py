@@ -37,7 +37,37 @@ VERL_KEYS = {
                                       "are async_training.oversample_ratio x that",
     "async_training.partial_rollout_resume": "partial rollouts always resume from the checkpoint's pool "
                                              "(async_training.partial_rollout=true)",
+    "actor_rollout_ref.actor.megatron.dtype": "dagrl's key is actor_rollout_ref.actor.megatron.param_dtype "
+                                              "(float32 | bfloat16; dagrl's default is float32, verl's bfloat16)",
+    "actor_rollout_ref.actor.ppo_micro_batch_size": "that global size is deprecated in verl: set "
+                                                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": "set actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size":
+        "set actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": "set actor_rollout_ref.actor.optim.lr_decay_style "
+                                                       "(constant | linear | cosine)",
+    "actor_rollout_ref.rollout.mode": "dagrl's rollout runs inside the training processes; for asynchronous "
+                                      "rollout see async_training.* (docs/async.md); drop the key",
+    "actor_rollout_ref.model.use_fused_kernels": "dagrl has no fused-kernel option; drop the key",
+    "actor_rollout_ref.actor.use_torch_compile": "dagrl's Megatron engine does not use torch.compile; drop the key",
+    "reward_model.enable": "model-based reward models are not supported yet (built-in rule scorers and "
+                           "custom_reward_function only); drop the key",
+    "data.val_batch_size": "validation goes through the whole validation set in chunks sized from "
+                           "data.train_batch_size x rollout.n; drop the key",
+    "trainer.device": "dagrl runs on CUDA when torch sees a GPU, else on CPU; drop the key",
+    "trainer.default_hdfs_dir": "dagrl writes checkpoints to trainer.default_local_dir only; drop the key",
+    "trainer.max_critic_ckpt_to_keep": "one dagrl checkpoint holds the actor and the critic: "
+                                       "trainer.max_actor_ckpt_to_keep=N keeps N of them",
 }
+# the reference and the critic reuse the actor's parallel layout and dtype (one set of process groups)
+VERL_KEYS.update({
+    f"{role}.megatron.{key}": f"the {name} reuses the actor's layout and dtype: set "
+                              f"actor_rollout_ref.actor.megatron.{'param_dtype' if key == 'dtype' else key} instead"
+    for role, name in (("actor_rollout_ref.ref", "reference"), ("critic", "critic"))
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+                "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+                "sequence_parallel", "use_distributed_optimizer", "param_dtype", "dtype")
+})
 
 
 def config_groups() -> set[str]:

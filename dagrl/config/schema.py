@@ -74,7 +74,9 @@ TYPES: dict[str, str] = {
     "trainer.logger": "paths", "trainer.tensorboard_dir": "str?", "trainer.ray_address": "str?",
     "trainer.total_training_steps": "int?", "trainer.resume_from_path": "str?",
     "trainer.max_actor_ckpt_to_keep": "int?",
-    "trainer.validation_data_dir": "str?", "dag.custom_pipeline_fn": "str?",
+    "trainer.validation_data_dir": "str?", "trainer.rollout_data_dir": "str?", "dag.custom_pipeline_fn": "str?",
+    "actor_rollout_ref.actor.optim.warmup_style": "str?", "critic.optim.warmup_style": "str?",
+    "actor_rollout_ref.actor.optim.min_lr_ratio": "float?", "critic.optim.min_lr_ratio": "float?",
     "algorithm.kl_ctrl.horizon": "int", "trainer.hang_timeout_s": "float", "trainer.hang_startup_timeout_s": "float",
     "trainer.preemption_grace_s": "float", "actor_rollout_ref.nccl_timeout": "float",
 }
@@ -97,7 +99,7 @@ RANGES: dict[str, Range] = {
     "*.grad_clip": POSITIVE, "*.clip_grad": POSITIVE,
     "*.optim.lr": NON_NEGATIVE, "*.optim.min_lr": NON_NEGATIVE, "*.optim.weight_decay": NON_NEGATIVE,
     "*.optim.betas": BETAS, "*.optim.lr_warmup_steps": ANY_INT,  # < 0: use lr_warmup_steps_ratio
-    "*.optim.lr_warmup_steps_ratio": UNIT,
+    "*.optim.lr_warmup_steps_ratio": UNIT, "*.optim.min_lr_ratio": hinted(UNIT, "min_lr = min_lr_ratio x lr"),
     "*.seed": NON_NEGATIVE_INT, "*_size": POSITIVE_INT, "*_size_per_gpu": POSITIVE_INT,
     "*_len_per_gpu": POSITIVE_INT, "*.ppo_epochs": POSITIVE_INT,
     "data.max_prompt_length": POSITIVE_INT, "data.max_response_length": POSITIVE_INT,
@@ -125,6 +127,7 @@ RANGES: dict[str, Range] = {
     "trainer.test_freq": ANY_INT, "trainer.save_freq": ANY_INT,  # <= 0: never
     "trainer.max_actor_ckpt_to_keep": ANY_INT,  # null or <= 0: keep all
     "trainer.max_consecutive_skips": hinted(NON_NEGATIVE_INT, "0 = never stop"),
+    "trainer.log_val_generations": hinted(NON_NEGATIVE_INT, "0 = off"),
 }
 
 NOUNS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",

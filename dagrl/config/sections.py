@@ -4,6 +4,7 @@ asynchronous training and off-policy correction in config/async_checks.py); `val
 runs them in order."""
 from __future__ import annotations
 
+import math
 import os
 
 from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, named, non_negative, positive_int,
@@ -49,6 +50,11 @@ def check_run_length_and_sampling(cfg: Cfg) -> None:
     require(steps is None or (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0),
             "trainer.total_training_steps",
             f"trainer.total_training_steps={steps!r} must be null (total_epochs decides) or a positive integer")
+    trainer = cfg.trainer
+    require(not trainer.val_only or cfg.data.val_files, "trainer.val_only",
+            "trainer.val_only=true validates and exits, but data.val_files is null: set data.val_files")
+    require(not trainer.val_only or cfg.actor_rollout_ref.hybrid_engine, "trainer.val_only",
+            "trainer.val_only=true is supported on colocated runs only: set actor_rollout_ref.hybrid_engine=true")
     temperature = cfg.actor_rollout_ref.rollout.temperature
     require(isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0,
             "actor_rollout_ref.rollout.temperature",
@@ -232,9 +238,26 @@ def check_optim(cfg: Cfg, prefix: str) -> None:
     warmup = get(cfg, f"{prefix}.lr_warmup_steps")
     require(warmup is None or (isinstance(warmup, int) and not isinstance(warmup, bool)), f"{prefix}.lr_warmup_steps",
             f"{prefix}.lr_warmup_steps={warmup!r} must be an integer (< 0: use lr_warmup_steps_ratio)")
+    check_verl_schedule(cfg, prefix)
     betas = get(cfg, f"{prefix}.betas")
     require(len(betas) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas), f"{prefix}.betas",
             f"{prefix}.betas={list(betas)!r} must be two numbers in [0, 1)")
+
+
+def check_verl_schedule(cfg: Cfg, prefix: str) -> None:
+    """verl's FSDP schedule keys (warmup_style, min_lr_ratio): each stands in for a dagrl key (lr_decay_style,
+    min_lr) and must not contradict it when both are set."""
+    style, decay = get(cfg, f"{prefix}.warmup_style"), get(cfg, f"{prefix}.lr_decay_style")
+    require(style in (None, "constant", "cosine"), f"{prefix}.warmup_style",
+            f"{prefix}.warmup_style={style!r} is not one of: constant, cosine (verl's values; for linear decay set "
+            f"{prefix}.lr_decay_style=linear)")
+    require(style is None or decay in ("constant", style), f"{prefix}.warmup_style",
+            f"{prefix}.warmup_style={style} conflicts with {prefix}.lr_decay_style={decay}: set only "
+            f"{prefix}.lr_decay_style (dagrl's key), or give both the same value")
+    ratio, min_lr, lr = get(cfg, f"{prefix}.min_lr_ratio"), get(cfg, f"{prefix}.min_lr"), get(cfg, f"{prefix}.lr")
+    require(ratio is None or min_lr == 0 or math.isclose(min_lr, ratio * lr), f"{prefix}.min_lr_ratio",
+            f"{prefix}.min_lr_ratio={ratio} (min_lr {ratio * lr if ratio is not None else 0:g}) conflicts with "
+            f"{prefix}.min_lr={min_lr}: set only {prefix}.min_lr (dagrl's key), or min_lr_ratio alone")
 
 
 def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
@@ -319,7 +342,7 @@ def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
 def check_paths(cfg: Cfg) -> int:
     """The data files (footers), the custom reward function, and that every row can be scored (the data_source
     and reward_model columns only are read: a run whose rows all score 0 would train nothing)."""
-    from dagrl.data.dataset import check_data_files, check_reward_inputs
+    from dagrl.data.checks import check_data_files, check_reward_inputs
 
     train_files = cfg.data.train_files
     require(bool(train_files), "data.train_files", "data.train_files is not set: point it at a parquet file")

@@ -50,10 +50,14 @@ def optim_spec(cfg: Cfg, shape: RunShape, total_training_steps: int, role: str =
     warmup = optim.lr_warmup_steps
     if warmup is None or warmup < 0:
         warmup = int(optim.lr_warmup_steps_ratio * total)
+    # verl's FSDP names, checked against dagrl's in pre-flight: warmup_style replaces lr_decay_style, min_lr_ratio
+    # gives min_lr as a fraction of lr
+    style = optim.warmup_style or optim.lr_decay_style
+    min_lr = optim.min_lr_ratio * optim.lr if optim.min_lr_ratio is not None else optim.min_lr
     return OptimSpec(lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
                      clip_grad=shape.critic_grad_clip if role == "critic" else shape.grad_clip,
-                     lr_warmup_steps=warmup, lr_decay_style=optim.lr_decay_style,
-                     min_lr=optim.min_lr, total_training_steps=max(total, 1))
+                     lr_warmup_steps=warmup, lr_decay_style=style,
+                     min_lr=min_lr, total_training_steps=max(total, 1))
 
 
 def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> MegatronEngineSpec:

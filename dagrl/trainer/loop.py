@@ -26,6 +26,7 @@ from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_target
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
 from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
+from dagrl.trainer.validation import dump_rollouts, validate_only
 from dagrl.utils import dist
 from dagrl.utils import watchdog
 from dagrl.utils.faults import fault_point
@@ -246,6 +247,8 @@ class Trainer:
         from dagrl.trainer.pools import Schedule
 
         start_step = self.resume()
+        if self.cfg.trainer.val_only:
+            return validate_only(self, start_step)
         if start_step >= self.total_steps:
             logger.info("this run already finished: checkpoint at step %d of %d in %s; nothing to do",
                         start_step, self.total_steps, self.cfg.trainer.default_local_dir)
@@ -343,6 +346,8 @@ class Trainer:
         fault_point("rollout", step)
         batch, metrics = run_graph(self.graph, self.ctx, batch, timer=_with_faults(timer, step))
         seconds = time.perf_counter() - start
+        if self.cfg.trainer.rollout_data_dir:
+            dump_rollouts(self, step, batch)
         self.record_prompts(step, batch, carried)
         # the batch is in the actor layout: each DP shard is held by the TP x PP x CP ranks of one model-parallel
         # group; count tokens per GPU

@@ -198,3 +198,22 @@ def dump_generations(directory: str, step: int, rows: list[dict[str, Any]]) -> N
     with open(path / f"{step}.jsonl", "w", encoding="utf-8") as out:
         for row in rows:
             out.write(json.dumps(row, default=str) + "\n")
+
+
+def generation_records(batch, scores, tokenizer) -> list[dict[str, Any]]:
+    """One record per response of `batch`: its prompt and response text (special tokens dropped, as verl's dumps),
+    score (summed over tokens), data_source and dataset index."""
+    prompts = tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
+    responses = tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
+    totals = scores.sum(-1).tolist()
+    return [{"data_source": batch["data_source"][row], "index": int(batch["index"][row]), "score": float(totals[row]),
+             "prompt": prompts[row], "response": responses[row]} for row in range(len(batch))]
+
+
+def log_generations(records: list[dict[str, Any]], count: int, step: int) -> None:
+    """trainer.log_val_generations: the first `count` records (by data_source and index, so every validation shows
+    the same prompts), one console line each."""
+    for record in sorted(records, key=lambda r: (str(r["data_source"]), r["index"]))[:count]:
+        logger.info("val generation (step %d) [%s #%d] score=%g\n  prompt: %s\n  response: %s", step,
+                    record["data_source"], record["index"], record["score"], record["prompt"].strip(),
+                    record["response"].strip())

@@ -1,6 +1,7 @@
 """Validation: sample the validation set with the rollout's current weights and score it (val-core/<source>/acc/mean@n)."""
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
 import numpy as np
@@ -9,9 +10,13 @@ import torch
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
 from dagrl.placement import WorldLayout
-from dagrl.trainer.tracking import dump_generations
+from dagrl.trainer.tracking import (Tracker, dump_generations, generation_records, log_generations,
+                                    mlflow_tracking_uri)
 from dagrl.utils import dist
+from dagrl.utils import watchdog
 from dagrl.utils.watchdog import beat
+
+logger = logging.getLogger(__name__)
 
 
 def validate(trainer, step: int) -> dict[str, float]:
@@ -35,13 +40,12 @@ def validate(trainer, step: int) -> dict[str, float]:
             for key, value in sampled.items():
                 turn_metrics[key].append((value, len(batch)))
             scores, _ = trainer.ctx.reward_fn(batch, trainer.tokenizer)
-            texts = trainer.tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
-            for row in range(len(batch)):
-                records.append({"data_source": batch["data_source"][row], "index": int(batch["index"][row]),
-                                "score": float(scores[row].sum()), "response": texts[row]})
+            records.extend(generation_records(batch, scores, trainer.tokenizer))
     records = _gather_records(records, trainer.shape.layout)
     if trainer.cfg.trainer.validation_data_dir and trainer.rank == 0:
         dump_generations(trainer.cfg.trainer.validation_data_dir, step, records)
+    if trainer.cfg.trainer.log_val_generations > 0 and trainer.rank == 0:
+        log_generations(records, trainer.cfg.trainer.log_val_generations, step)
     metrics = val_metrics(records, sampling.n)
     if turn_metrics:
         means = {f"val-aux/{key}": sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
@@ -68,3 +72,32 @@ def val_metrics(records: list[dict], n: int) -> dict[str, float]:
     for source, prompts in by_source.items():
         metrics[f"val-core/{source}/acc/mean@{n}"] = float(np.mean([np.mean(s) for s in prompts.values()]))
     return metrics
+
+
+def validate_only(trainer, step: int) -> None:
+    """trainer.val_only: validate the weights the run starts from (step 0: model.path; else the checkpoint
+    resumed), log the metrics at that step and exit: no training step, no checkpoint."""
+    config = trainer.cfg.trainer
+    tracker = Tracker(config.project_name, config.experiment_name, trainer.loggers, trainer.tensorboard_dir,
+                      trainer.jsonl_path, trainer.total_steps, step, enabled=trainer.rank == 0,
+                      config=trainer.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(config.default_local_dir))
+    try:
+        watchdog.started()
+        metrics = trainer.validate(step)
+        tracker.log(metrics, step)
+    finally:
+        tracker.close()
+    if trainer.rank == 0:
+        logger.info("trainer.val_only: validated the weights of step %d (%s) and stopped without training",
+                    step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))
+
+
+def dump_rollouts(trainer, step: int, batch) -> None:
+    """trainer.rollout_data_dir: the step's trained responses as <dir>/<step>.jsonl (collective). The batch is in
+    the actor layout, where the ranks of one model-parallel group hold the same rows: one copy per DP rank."""
+    records = generation_records(batch, batch["token_level_scores"], trainer.tokenizer)
+    gathered = dist.all_gather_objects((trainer.shape.layout.dp_rank(trainer.rank), records))
+    if trainer.rank == 0:
+        shards = dict(reversed(gathered))  # the first rank of each DP rank
+        dump_generations(trainer.cfg.trainer.rollout_data_dir, step,
+                         [{"step": step, **record} for dp_rank in sorted(shards) for record in shards[dp_rank]])

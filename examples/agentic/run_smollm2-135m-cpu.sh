@@ -3,6 +3,7 @@
 # the default) or the tool-free control, small-number addition with a "wrong, try again" interaction
 # (TASK=addition_retry). Data: python3 examples/data_preprocess/$TASK.py --local_dir ~/data/$TASK
 # Tools and interactions: examples/agentic/*.yaml. Extra dotted overrides given to this script are appended.
+# Written for dagrl, not derived from the siiRL seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh).
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 

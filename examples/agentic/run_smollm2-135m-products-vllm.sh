@@ -3,6 +3,7 @@
 # cannot do in its head), over up to 3 assistant turns (call -> result -> answer). vLLM rollout colocated with the
 # Megatron actor. Data: python3 examples/data_preprocess/products.py --local_dir ~/data/products
 # Tools: examples/agentic/tool_config.yaml. Extra dotted overrides given to this script are appended.
+# Written for dagrl, not derived from the siiRL seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh).
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # DAPO on Qwen3-8B with the Megatron actor (TP2 x PP4, SP, distributed optimizer) and vLLM rollout, 8 GPUs/node.
-# The GRPO script (examples/grpo_trainer/run_qwen3-8b-megatron.sh) plus DAPO: dag=dapo (dynamic sampling after
-# scoring), clip-higher (0.2 / 0.28), overlong reward shaping, token-mean loss, no KL term.
+# The seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh) with these changes only:
+#  - dag=dapo (dynamic sampling after scoring); ALG=dapo names the run (algorithm.adv_estimator stays grpo);
+#  - algorithm.filter_groups: enable=True, metric=acc, max_num_gen_batches=10, on_limit=raise;
+#  - clip-higher: actor clip_ratio_low=0.2, clip_ratio_high=0.28;
+#  - reward_model.reward_manager=dapo with overlong_buffer enable=True, len=512, penalty_factor=1.0;
+#  - stated explicitly, equal to the defaults: algorithm.use_kl_in_reward=False, actor use_kl_loss=False,
+#    entropy_coeff=0, loss_agg_mode=token-mean, trainer.balance_batch=True.
 # Rollout TP2 gives rollout DP 4 while the actor has DP 1: batches move between the layouts (dagrl/data/layout.py).
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # GRPO on Qwen3-30B-A3B (MoE: 128 experts, top-8) with the Megatron actor and vLLM rollout, 8 GPUs/node.
-# Layout: TP4 + sequence parallel for attention, EP8 x expert-TP1 for the experts (16 experts per GPU), PP1;
-# alltoall token dispatcher, grouped GEMM, selective recompute of the norms and the expert activation; actor
-# parameters, gradients and optimizer state go to the host while vLLM generates (one node; on two or more, the
-# distributed optimizer shards the expert state over expert-DP and the offload can be dropped).
+# The seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh) with these changes only:
+#  - model Qwen3-30B-A3B; layout TP2 x PP4 -> TP4 x PP1 (+ SP) for attention, EP8 x expert-TP1 for the experts
+#    (16 experts per GPU); rollout TP follows (4);
+#  - TRAIN_BATCH_SIZE_PER_NODE 128 -> 64, PPO_MICRO_BATCH_SIZE_PER_GPU 8 -> 4, new
+#    rollout.log_prob_micro_batch_size_per_gpu=8, ROLLOUT_GPU_MEMORY_UTILIZATION 0.45 -> 0.5, MAX_CKPT_KEEP 5 -> 3;
+#  - model.enable_gradient_checkpointing dropped for selective recompute of the norms and the expert activation,
+#    plus the alltoall token dispatcher and grouped GEMM (override_transformer_config);
+#  - actor param/grad/optimizer offload on (ACTOR_OFFLOAD=True): the state goes to the host while vLLM generates
+#    (one node; on two or more, the distributed optimizer shards the expert state over expert-DP and the offload
+#    can be dropped).
 # DAGRL_DRY_RUN=1 prints the composed config; DAGRL_PLAN=1 prints the layout, batch schedule and memory estimate.
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # GRPO on Qwen3-8B with the Megatron actor (TP2 x PP4, SP, distributed optimizer) and vLLM rollout, 8 GPUs/node.
-# The siiRL guide's script with its keys unchanged (module dagrl.main_dag). Fixes over the original: the data
-# paths match what examples/data_preprocess/deepscaler.py writes (~/data/deepscaler), and the command runs.
+# The seed script: siiRL's Megatron-backend guide script (run_qwen3-8b-megatron.sh). Every change from it:
+#  - module siirl.main_dag -> dagrl.main_dag, started by torchrun on every node (no Ray cluster: the `\$VAR` escapes
+#    siiRL's eval needed are dropped); MASTER_PORT added for torchrun;
+#  - data paths $HOME/data/datasets/$DATASET -> $HOME/data/$DATASET (where examples/data_preprocess/deepscaler.py
+#    writes); TRAIN_DATA_PATH, TEST_DATA_PATH, MODEL_PATH and BASE_*_PATH can be set from the environment;
+#  - SIIRL_LOG_VERBOSITY -> DAGRL_LOG_LEVEL, SIIRL_LOGGING_FILENAME dropped, project/experiment names dagrl_*;
+#  - one key added: data.filter_overlong_prompts=True (otherwise a prompt over max_prompt_length stops the run);
+#  - DAGRL_DRY_RUN=1 / DAGRL_PLAN=1 switches, and the repo's .venv when python3 lacks dagrl.
+# Every other key and value is the guide's.
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 # ===================================================================================

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GRPO on a CPU box: SmolLM2-135M-Instruct learns small-number addition (the quickstart).
+# Written for dagrl, not derived from the siiRL seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh).
 # Needs: python3 scripts/smollm2_to_hf.py (model) and python3 examples/data_preprocess/arithmetic.py (data).
 # Extra dotted overrides given to this script are appended (e.g. trainer.total_epochs=1).
 set -euo pipefail

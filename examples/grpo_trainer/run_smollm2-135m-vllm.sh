@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GRPO on GPUs with the vLLM rollout: SmolLM2-135M-Instruct learns small-number addition.
+# Written for dagrl, not derived from the siiRL seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh).
 # Megatron actor TP=1 (SmolLM2's 3 KV heads allow no TP=2) x DP=NGPUS; one vLLM engine per GPU (rollout TP=1),
 # colocated with the actor in the same processes. Data: examples/data_preprocess/arithmetic.py.
 # Extra dotted overrides given to this script are appended.

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # PPO (GAE with a critic) on Qwen3-8B with Megatron actor and critic (TP2 x PP4, SP, distributed optimizer) and
-# vLLM rollout, 8 GPUs/node. The GRPO script's layout and keys, plus dag=ppo, algorithm.adv_estimator=gae and
-# verl's critic.* keys. The critic starts from the same HF model (its LM head becomes a value head) and reuses the
-# actor's parallel layout; its parameters, gradients and optimizer state stay on the host outside its own phases,
-# so the actor and vLLM have the GPU memory they had under GRPO.
+# vLLM rollout, 8 GPUs/node. The seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh) with these changes only:
+#  - dag=ppo, algorithm.adv_estimator=gae (ALG=ppo names the run), gamma=1.0, lam=1.0;
+#  - batches: TRAIN_BATCH_SIZE_PER_NODE 128 -> 512, PPO_MINI_BATCH_SIZE_PER_NODE 16 -> 128, ROLLOUT_N 8 -> 1;
+#  - critic.* (verl's keys): model.path=$CRITIC_MODEL_PATH (default: the actor's model; its LM head becomes a value
+#    head), enable_gradient_checkpointing=True, optim.lr=1e-5, optim.lr_warmup_steps_ratio=0.0, the actor's mini-
+#    and micro-batch sizes, cliprange_value=0.5, grad_clip=1.0, and param/grad/optimizer offload, so the critic
+#    stays on the host outside its own phases and the actor and vLLM keep the GPU memory they had under GRPO;
+#  - trainer.critic_warmup=0; stated explicitly, equal to the defaults: algorithm.use_kl_in_reward=False,
+#    actor use_kl_loss=False, actor lr 1e-6 (now $ACTOR_LR).
+# The critic reuses the actor's parallel layout (TP2 x PP4, SP, distributed optimizer).
 # DAGRL_DRY_RUN=1 prints the composed config; DAGRL_PLAN=1 prints the layout, batch schedule and memory estimate.
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
