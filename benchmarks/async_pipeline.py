@@ -99,11 +99,18 @@ def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
             "train_idle": sum(row.get("timing_s/trainer_wait", 0.0) for row in steady) / seconds,
             "push_s": mean("timing_s/weight_push"), "push_gb": mean("async/push_gb"),
             "switch_s": mean("timing_s/rollout_switch"),
+            # the training side's own seconds a step: colocated, what is not generation; two pools, what is not
+            # waiting for a batch (steps from 2: step 1 of two pools includes start-up work)
+            "train_s": sum(row["timing_s/step"] - row.get("timing_s/trainer_wait", row["timing_s/gen"])
+                           for row in rows[1:] or rows) / len(rows[1:] or rows),
             "tok_per_gpu_s": tokens / seconds / args.nproc}
 
 
-def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str) -> float:
-    """The model's step time of run `name` from the rates `plain` measured (see the module docstring)."""
+def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str,
+                   pool_train_s: float | None = None) -> float:
+    """The model's step time of run `name` from the rates `plain` measured (see the module docstring). With
+    `pool_train_s`, the training pool's seconds a step as run `name` measured them: training then runs at that pool's
+    own rate instead of plain's rate scaled by GPU count (a small model's training does not scale: fixed costs)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import numpy as np
     from async_model import Rates, Workload, colocated, long_tail_lengths, two_pools
@@ -132,6 +139,9 @@ def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str) 
             else (lo, mid)
     fitted = rates(hi)
     partial = name.endswith("p") or name == "partial"
+    if pool_train_s is not None and name.startswith("pools"):
+        pool_tokens = (base["prompt"] + base["resp_mean"]) * responses
+        fitted.train_tok_s = pool_tokens / (pool_train_s * (args.nproc - args.rollout_procs))
     if name == "partial":
         return colocated(work, fitted, args.nproc, args.steps, partial=True, oversample=args.oversample).step_s
     staleness = int(name[5:].rstrip("p"))
@@ -173,25 +183,33 @@ def main() -> None:
             wall = Path(args.out) / name / "wall_s"
             results[name]["wall_s"] = float(wall.read_text()) if wall.exists() else float("nan")
     # every other named run gets the model's step, measured or not yet (then its row shows the prediction only)
-    predicted = {name: predicted_step({**results["plain"], "push_s": results.get(name, {}).get("push_s", 0.0)},
-                                      args, name) for name in names if name != "plain" and "plain" in results}
-    columns = ["step_s", "gen_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
+    predicted, own = {}, {}
+    for name in names:
+        if name != "plain" and "plain" in results:
+            base = {**results["plain"], "push_s": results.get(name, {}).get("push_s", 0.0)}
+            predicted[name] = predicted_step(base, args, name)
+            if name.startswith("pools") and name in results:
+                own[name] = predicted_step(base, args, name, pool_train_s=results[name]["train_s"])
+    columns = ["step_s", "gen_s", "train_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
                "partial", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
     print(f"steps 1..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
           f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
           f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}"
           + (f"; per-prompt limits long-tailed, mean {args.long_tail.replace(',', ', max ')}" if args.long_tail else ""))
-    print("| run | " + " | ".join(columns) + " | model step_s |")
-    print("|---" * (len(columns) + 2) + "|")
+    print("model step_s: from plain's rates, training scaled by GPU count; model' step_s: the same with the training "
+          "pool's own measured seconds a step (train_s)")
+    print("| run | " + " | ".join(columns) + " | model step_s | model' step_s |")
+    print("|---" * (len(columns) + 3) + "|")
+    fmt = lambda table, name: f"{table[name]:.3f}" if name in table else "-"  # noqa: E731
     for name in names:
-        model = f"{predicted[name]:.3f}" if name in predicted else "-"
         cells = [f"{results[name][c]:.3f}" if name in results else "-" for c in columns]
-        print(f"| {name} | " + " | ".join(cells) + f" | {model} |")
+        print(f"| {name} | " + " | ".join(cells) + f" | {fmt(predicted, name)} | {fmt(own, name)} |")
     for name in results:
         if name != "plain" and "plain" in results:
             measured = results["plain"]["step_s"] / results[name]["step_s"]
+            model_own = f", model' {results['plain']['step_s'] / own[name]:.3f}x" if name in own else ""
             print(f"{name} / plain: trained tokens/s {results[name]['tok_per_s'] / results['plain']['tok_per_s']:.3f}x,"
-                  f" step time {measured:.3f}x (model {results['plain']['step_s'] / predicted[name]:.3f}x)")
+                  f" step time {measured:.3f}x (model {results['plain']['step_s'] / predicted[name]:.3f}x{model_own})")
 
 
 if __name__ == "__main__":
