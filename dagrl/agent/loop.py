@@ -5,18 +5,24 @@ response budget that is left. When an engine finishes a turn, the turn's text is
 the calls of every trajectory that finished in that engine step run concurrently (`max_parallel_calls` per turn,
 `tool_timeout_s` per call), or the sample's interaction answers (verl's interaction: feedback, a score, whether to
 stop). The observations' token segment is appended (never sampled: `response_mask` 0) and the trajectory is
-re-submitted; the others keep decoding. Trajectories leave when a turn has no call and no interaction continues
+re-submitted; the others keep decoding. Calls run on the tools' own event loop in a thread, so the engine goes on
+decoding while they work: a trajectory's observations join at the engine step `tool_overlap_steps` after its
+turn ended (the engine waits there for calls not yet done; 0: it waits for each step's calls at once). Trajectories leave when a turn has no call and no interaction continues
 it, when `max_assistant_turns` / `max_user_turns` are used up, or when the response budget
 (`data.max_response_length`, counted over every token after the prompt) runs out (`truncated`).
 
-Observations are computed in a fixed order after each engine step, so with deterministic tools a seeded run
-samples the same trajectories again (and a resumed run continues exactly).
+Observations join at engine steps fixed by when their turn ended, never by how long the calls took, so with
+deterministic tools a seeded run samples the same trajectories again (and a resumed run continues exactly), for
+any `tool_overlap_steps`.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
+import threading
+import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -81,7 +87,8 @@ class AgentLoop:
         _, template_kwargs = with_tools([], self.schemas, template_renders_tools)
         self.renderer = SegmentRenderer(tokenizer, template_kwargs)
         self.eos_token_ids: set[int] = set()
-        self.events = asyncio.new_event_loop()
+        self.events = asyncio.new_event_loop()  # the tools' loop (tools may keep state bound to it), in a thread
+        self._thread: threading.Thread | None = None
 
     # ---- one rollout --------------------------------------------------------------------------------
     def generate(self, engine: Any, prompts: Batch, sampling: SamplingSpec, seed: int, response_length: int
@@ -98,19 +105,37 @@ class AgentLoop:
             engine.submit(requests)
 
         submit(trajectories)
-        while engine.in_flight():
-            acting = [t for c in engine.advance() if (t := self._take_turn(by_id.pop(c.id), c))]
-            if acting:
-                observations = self._run([self._act(t) for t in acting])
-                submit([t for t, new in zip(acting, observations) if self._observe(t, new)])
+        lag, step, tool_wait = self.config.tool_overlap_steps, 0, 0.0
+        waiting: list[tuple[int, Trajectory, concurrent.futures.Future]] = []  # (due step, ...), in order
+        while engine.in_flight() or waiting:
+            if engine.in_flight():
+                finished = engine.advance()
+                step += 1
+                for t in (t for c in finished if (t := self._take_turn(by_id.pop(c.id), c))):
+                    waiting.append((step + lag, t, self._spawn(self._act(t))))
+            else:  # nothing left to decode: the next observations are due now
+                step = max(step, min(due for due, *_ in waiting))
+            due = [w for w in waiting if w[0] <= step]
+            if due:
+                waiting = [w for w in waiting if w[0] > step]
+                start = time.perf_counter()
+                observations = [future.result() for *_, future in due]
+                tool_wait += time.perf_counter() - start
+                submit([t for (_, t, _), new in zip(due, observations) if self._observe(t, new)])
         self._run([self._finish(t) for t in trajectories])
-        return self._batch(prompts, trajectories, sampling.n, response_length), self._metrics(trajectories)
+        metrics = {**self._metrics(trajectories), "timing_s/tool_wait": tool_wait}
+        return self._batch(prompts, trajectories, sampling.n, response_length), metrics
+
+    def _spawn(self, coroutine) -> concurrent.futures.Future:
+        """Start `coroutine` on the tools' event loop (its thread is started on first use)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.events.run_forever, name="dagrl-tools", daemon=True)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coroutine, self.events)
 
     def _run(self, coroutines: list) -> list:
-        """Run `coroutines` concurrently on the loop's own event loop (tools may keep state bound to it)."""
-        async def together() -> list:
-            return list(await asyncio.gather(*coroutines))
-        return self.events.run_until_complete(together())
+        """Run `coroutines` concurrently on the tools' event loop; their results, in order."""
+        return [future.result() for future in [self._spawn(c) for c in coroutines]]
 
     def _start(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> list[Trajectory]:
         ids, mask = prompts["input_ids"], prompts["attention_mask"].bool()

@@ -111,6 +111,7 @@ RANGES: dict[str, Range] = {
         POSITIVE_INT, "actor_rollout_ref.rollout.max_num_seqs": POSITIVE_INT,
     "actor_rollout_ref.rollout.update_weights_bucket_megabytes": POSITIVE_INT,
     "actor_rollout_ref.rollout.multi_turn.max_*": POSITIVE_INT, "*.tool_timeout_s": POSITIVE,
+    "actor_rollout_ref.rollout.multi_turn.tool_overlap_steps": NON_NEGATIVE_INT,
     "reward_model.timeout_s": POSITIVE, "reward_model.overlong_buffer.len": NON_NEGATIVE_INT,
     "reward_model.overlong_buffer.penalty_factor": NON_NEGATIVE,
     "algorithm.gamma": UNIT, "algorithm.lam": UNIT, "algorithm.kl_ctrl.kl_coef": NON_NEGATIVE,

@@ -38,7 +38,8 @@ def validate(trainer, step: int) -> dict[str, float]:
             seed = sampling_seed(cfg.seed, step, trainer.rollout_dp_rank, f"val{start}")
             batch, sampled = sample(trainer.ctx, prompts, sampling, seed)
             for key, value in sampled.items():
-                turn_metrics[key].append((value, len(batch)))
+                if not key.startswith("timing_s/"):  # validation's own time is timing_s/testing
+                    turn_metrics[key].append((value, len(batch)))
             scores, _ = trainer.ctx.reward_fn(batch, trainer.tokenizer)
             records.extend(generation_records(batch, scores, trainer.tokenizer))
     records = _gather_records(records, trainer.shape.layout)

@@ -46,7 +46,8 @@ def test_hf_turns_carry_the_log_probs_a_full_forward_gives(long_tail_model, retr
     eos = [tokenizer.eos_token_id, GenerationConfig.from_pretrained(long_tail_model).eos_token_id]  # as runs use
     rollout = HFRollout(str(long_tail_model), eos, tokenizer.pad_token_id, torch.device("cpu"))
     options = SimpleNamespace(max_assistant_turns=4, max_user_turns=3, max_parallel_calls=1,
-                              max_tool_response_length=64, tool_response_truncate_side="middle", tool_timeout_s=5)
+                              max_tool_response_length=64, tool_response_truncate_side="middle", tool_timeout_s=5,
+                              tool_overlap_steps=0)
     loop = AgentLoop(options, tokenizer, {}, {"try_again": TryAgainInteraction({"name": "try_again"})},
                      template_renders_tools=False)
     batch, metrics = loop.generate(rollout, data.rows([0, 1, 2, 3]), SamplingSpec(n=2, temperature=1.0,

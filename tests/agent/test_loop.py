@@ -4,6 +4,7 @@ scoring on the last assistant turn. The real engines drive the same loop in test
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from types import SimpleNamespace
 
@@ -82,7 +83,7 @@ class ScriptedEngine:
 
 def config(**overrides) -> SimpleNamespace:
     options = dict(max_assistant_turns=5, max_user_turns=5, max_parallel_calls=2, max_tool_response_length=256,
-                   tool_response_truncate_side="middle", tool_timeout_s=5.0)
+                   tool_response_truncate_side="middle", tool_timeout_s=5.0, tool_overlap_steps=0)
     return SimpleNamespace(**{**options, **overrides})
 
 
@@ -267,3 +268,52 @@ def test_tools_go_into_the_system_message_when_the_template_ignores_them():
         chat[0]["content"] and chat[0]["content"].endswith(hermes_tools_prompt([CALC]))
     chat, kwargs = with_tools([{"role": "user", "content": "q"}], [CALC], template_renders_tools=True)
     assert kwargs == {"tools": [CALC]} and len(chat) == 1
+
+
+class SlowEngine(ScriptedEngine):
+    """The scripted engine taking `step_s` per engine step, like a real decode."""
+
+    def __init__(self, tokenizer, script, step_s: float) -> None:
+        super().__init__(tokenizer, script)
+        self.step_s, self.order = step_s, []
+
+    def advance(self) -> list[Completion]:
+        time.sleep(self.step_s)
+        done = super().advance()
+        self.order += [c.id for c in done]
+        return done
+
+
+class JitteryTool(AddTool):
+    """Each call takes a random 0..2 x `delay`."""
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        await asyncio.sleep(random.uniform(0, 2 * self.delay))
+        return str(parameters["a"] + parameters["b"]), 0.0, {}
+
+
+def run_overlapped(tokenizer, lag: int, tool_s: float, tool_class=AddTool):
+    script = {(row, turn): CALL if turn < 2 else "The answer is 5" for row in range(4) for turn in range(3)}
+    loop = AgentLoop(config(tool_overlap_steps=lag), tokenizer, {"calc": tool_class(delay=tool_s)}, {},
+                     template_renders_tools=False)
+    engine = SlowEngine(tokenizer, script, step_s=0.02)
+    start = time.perf_counter()
+    batch, metrics = loop.generate(engine, prompts(tokenizer, ["q"] * 4), SamplingSpec(n=2, response_length=300),
+                                   seed=0, response_length=300)
+    return batch, metrics, engine.order, time.perf_counter() - start
+
+
+def test_tool_calls_overlap_decoding_and_the_schedule_does_not_depend_on_their_timing(tokenizer):
+    """8 trajectories x 2 calls of 0.3 s: waiting at once (lag 0) costs the engine a wait per finished turn; with
+    the calls' answers due 40 engine steps later, the engine decodes the others meanwhile. The order in which
+    turns finish is fixed by the lag, not by how long a call took (calls of random length change nothing)."""
+    base, base_metrics, _, base_s = run_overlapped(tokenizer, 0, 0.3)
+    batch, metrics, order, wall = run_overlapped(tokenizer, 40, 0.3)
+    for lag in (2, 40):
+        orders = [run_overlapped(tokenizer, lag, 0.05, JitteryTool)[2] for _ in range(2)]
+        assert orders[0] == orders[1]
+    assert torch.equal(batch["input_ids"], base["input_ids"])  # the scripted engine answers the same either way
+    assert metrics["multi_turn/tool_calls/mean"] == base_metrics["multi_turn/tool_calls/mean"] == 2
+    assert base_metrics["timing_s/tool_wait"] > 16 * 0.3 * 0.9  # 16 calls, one engine step ending each
+    assert metrics["timing_s/tool_wait"] < 0.5 * base_metrics["timing_s/tool_wait"]
+    assert wall < 0.6 * base_s
