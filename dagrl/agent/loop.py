@@ -39,6 +39,16 @@ from dagrl.engine.rollout.sequences import assemble
 logger = logging.getLogger(__name__)
 
 
+async def _contained(coroutine) -> Any:
+    """`coroutine`, with a SystemExit or KeyboardInterrupt from user code (a tool, an interaction) turned into an
+    error the waiting thread re-raises: escaping, they would stop the tools' event loop and leave it waiting."""
+    try:
+        return await coroutine
+    except (SystemExit, KeyboardInterrupt) as error:
+        raise RuntimeError(f"a tool or interaction raised {type(error).__name__}({error}) in the multi-turn loop") \
+            from error
+
+
 @dataclass
 class Trajectory:
     """One sample's conversation and its tokens after the prompt."""
@@ -131,7 +141,7 @@ class AgentLoop:
         if self._thread is None:
             self._thread = threading.Thread(target=self.events.run_forever, name="dagrl-tools", daemon=True)
             self._thread.start()
-        return asyncio.run_coroutine_threadsafe(coroutine, self.events)
+        return asyncio.run_coroutine_threadsafe(_contained(coroutine), self.events)
 
     def _run(self, coroutines: list) -> list:
         """Run `coroutines` concurrently on the tools' event loop; their results, in order."""

@@ -317,3 +317,24 @@ def test_tool_calls_overlap_decoding_and_the_schedule_does_not_depend_on_their_t
     assert base_metrics["timing_s/tool_wait"] > 16 * 0.3 * 0.9  # 16 calls, one engine step ending each
     assert metrics["timing_s/tool_wait"] < 0.5 * base_metrics["timing_s/tool_wait"]
     assert wall < 0.6 * base_s
+
+
+class ExitingInteraction:
+    """An interaction whose reply calls sys.exit(0)."""
+
+    def start_interaction(self, instance_id, **kwargs):
+        return instance_id
+
+    def generate_response(self, instance_id, messages, **kwargs):
+        raise SystemExit(0)
+
+    def finalize_interaction(self, instance_id, **kwargs):
+        return None
+
+
+def test_sys_exit_in_an_interaction_is_an_error_not_a_hang_or_exit_0(tokenizer):
+    loop = AgentLoop(config(), tokenizer, {}, {"bye": ExitingInteraction()}, template_renders_tools=False)
+    engine = ScriptedEngine(tokenizer, {(0, 0): "The answer is 4"})
+    batch = prompts(tokenizer, ["q"], extra=[{"interaction_kwargs": {"name": "bye"}}])
+    with pytest.raises(RuntimeError, match=r"raised SystemExit\(0\)"):
+        loop.generate(engine, batch, SamplingSpec(response_length=50), seed=0, response_length=50)
