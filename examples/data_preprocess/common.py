@@ -101,7 +101,8 @@ def read_hub_source(name: str, config: str | None = None) -> dict[str, list[dict
     try:
         import datasets
     except ImportError:
-        fail("the `datasets` package is not installed: `pip install datasets`, or pass --source_dir FILE")
+        fail(f"reading {name} from the hub needs the `datasets` package: pip install -e \".[datasets]\" "
+             "(or pip install datasets), or pass --source_dir FILE")
     loaded = datasets.load_dataset(name, config) if config else datasets.load_dataset(name)
     return {split: loaded[split].to_list() for split in loaded}
 
