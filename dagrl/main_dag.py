@@ -66,12 +66,28 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
     except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
         return (2 if isinstance(error, ConfigError) else 1), str(error)
+    except SystemExit as error:  # dagrl never exits from here: user code did, and sys.exit(0) would read as success
+        logger.debug("stopping", exc_info=error)
+        return 1, exit_message(error)
     finally:
         from dagrl.utils import watchdog
 
         watchdog.stop()
         record_config_reads()
     return 0, ""
+
+
+def exit_message(error: SystemExit) -> str:
+    """One line naming where user code (a node, pipeline, tool or interaction function) called sys.exit: the
+    innermost frame of the traceback, since sys.exit itself is C code."""
+    frame, line = None, 0
+    tb = error.__traceback__
+    while tb is not None:
+        frame, line, tb = tb.tb_frame, tb.tb_lineno, tb.tb_next
+    where = f" at {frame.f_code.co_filename}:{line} (in {frame.f_code.co_name})" if frame is not None else ""
+    code = "" if error.code is None else repr(error.code)
+    return (f"sys.exit({code}) was called{where} during the run, which did not finish; a node, pipeline, tool or "
+            f"interaction function must return or raise an exception, never exit the trainer: remove that call")
 
 
 def run_pool(cfg, shape) -> None:

@@ -14,13 +14,16 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
-from dagrl.agent.registry import construct, import_class, load_entries
+from dagrl.agent.registry import check_calls, construct, import_class, load_entries
 from dagrl.config.errors import ConfigError
 from dagrl.reward.scorers.last_number import last_integer
 
 INTERACTION_KEY = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
 # What the turn loop (dagrl.agent.loop) calls on every trajectory with an interaction; calculate_score is optional.
 LOOP_METHODS = ("start_interaction", "generate_response", "finalize_interaction")
+# method -> the positional arguments the turn loop (dagrl/agent/loop.py) passes it
+LOOP_CALLS = {"start_interaction": ("instance_id",), "generate_response": ("instance_id", "messages"),
+              "finalize_interaction": ("instance_id",)}
 
 
 class BaseInteraction:
@@ -128,5 +131,7 @@ def load_interactions(path: str, key: str = INTERACTION_KEY) -> dict[str, BaseIn
                                    f"method (subclass dagrl.agent.interaction.BaseInteraction)")
         # verl passes the entry's name inside config (self.name comes from it) and calls with config=
         interactions[name] = construct(cls, key, where, entry["class_name"], config={**config, "name": name})
+        check_calls(interactions[name], key, where, entry["class_name"], LOOP_CALLS,
+                    "dagrl.agent.interaction.BaseInteraction")
         where_of[name] = where
     return interactions

@@ -62,6 +62,27 @@ def construct(cls: type, key: str, where: str, class_name: str, **kwargs: Any) -
                                f"{type(error).__name__}: {lines[0] if lines else ''}") from None
 
 
+def check_calls(obj: Any, key: str, where: str, class_name: str, calls: dict[str, tuple[str, ...]],
+                base: str) -> None:
+    """Every method the turn loop calls exists and takes the positional arguments it passes (`calls`: method ->
+    argument names; keyword arguments come from each row and cannot be checked here): a wrong arity would fail on
+    every call of every trajectory, deep in a rollout. `base` names the class to subclass."""
+    for method, args in calls.items():
+        function = getattr(obj, method, None)
+        if not callable(function):
+            raise ConfigError(key, f"{key}: {where}: class {class_name!r} has no {method} method (subclass {base})")
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):  # a builtin or C method without a signature: its calls will tell
+            continue
+        try:
+            signature.bind(*args)
+        except TypeError as error:
+            raise ConfigError(key, f"{key}: {where}: {class_name}.{method}{signature} cannot take the turn loop's "
+                                   f"call {method}({', '.join(args)}) ({error}); define it as "
+                                   f"{method}(self, {', '.join(args)}, **kwargs), as {base} does") from None
+
+
 async def maybe_await(value: Any) -> Any:
     """verl's tool and interaction methods are coroutines; plain methods are accepted too."""
     if inspect.isawaitable(value):

@@ -21,11 +21,24 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-from dagrl.agent.registry import construct, import_class, load_entries, maybe_await
+from dagrl.agent.registry import check_calls, construct, import_class, load_entries, maybe_await
 from dagrl.config.errors import ConfigError
 
 TOOL_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI accepts as a function name
+# method -> the positional arguments the turn loop (dagrl/agent/loop.py) passes it
+TOOL_CALLS = {"create": ("instance_id",), "execute": ("instance_id", "parameters"), "calc_reward": ("instance_id",),
+              "release": ("instance_id",)}
+
+
+class ToolExited(RuntimeError):
+    """A tool method called sys.exit. Turned into an exception, so the turn loop treats it as any tool failure (an
+    error observation the model sees, counted in the metrics) instead of a SystemExit ending the trainer."""
+
+
+def _exited(tool: Any, method: str, error: SystemExit) -> ToolExited:
+    code = "" if error.code is None else repr(error.code)
+    return ToolExited(f"{type(tool).__name__}.{method} called sys.exit({code})")
 
 
 @dataclass
@@ -102,7 +115,10 @@ def response_text(response: Any) -> str:
 
 async def create_instance(tool: Any, instance_id: str | None, create_kwargs: dict | None) -> str:
     """The instance id from `tool.create`, plain or coroutine, returning an id (older verl) or (id, response)."""
-    created = await maybe_await(tool.create(instance_id, **(create_kwargs or {})))
+    try:
+        created = await maybe_await(tool.create(instance_id, **(create_kwargs or {})))
+    except SystemExit as error:  # a BaseException: the loop's `except Exception` would let it end the trainer
+        raise _exited(tool, "create", error) from None
     if isinstance(created, tuple):
         created = created[0]
     if created is None:  # a create() that only sets state up: the id is ours to choose
@@ -114,7 +130,10 @@ async def execute_call(tool: Any, instance_id: str, parameters: dict[str, Any],
                        execute_kwargs: dict | None) -> tuple[str, float, dict]:
     """(text, step reward, metrics) from `tool.execute`, plain or coroutine, returning a bare response or the
     (response, reward, metrics) triple with any response shape response_text takes."""
-    result = await maybe_await(tool.execute(instance_id, parameters, **(execute_kwargs or {})))
+    try:
+        result = await maybe_await(tool.execute(instance_id, parameters, **(execute_kwargs or {})))
+    except SystemExit as error:  # a BaseException: the loop's `except Exception` would let it end the trainer
+        raise _exited(tool, "execute", error) from None
     response, reward, metrics = result if isinstance(result, tuple) and len(result) == 3 else (result, 0.0, {})
     return response_text(response), float(reward or 0.0), dict(metrics or {})
 
@@ -189,5 +208,6 @@ def load_tools(path: str, key: str = TOOL_KEY) -> dict[str, BaseTool]:
             raise ConfigError(key, f"{key}: {where}: duplicate tool name {name!r} (also {where_of[name]}); "
                                    f"the model calls tools by name, so names must be unique")
         tools[name] = construct(cls, key, where, entry["class_name"], config=config, tool_schema=schema)
+        check_calls(tools[name], key, where, entry["class_name"], TOOL_CALLS, "dagrl.agent.tools.BaseTool")
         where_of[name] = where
     return tools

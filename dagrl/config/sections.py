@@ -222,10 +222,11 @@ def check_algorithm(cfg: Cfg) -> None:
 
 def graph_roles(cfg: Cfg) -> set[str]:
     """The roles of the graph's nodes (dag.nodes, or what dag.custom_pipeline_fn returns)."""
-    from dagrl.dag.graph import import_function
+    from dagrl.dag.graph import pipeline_nodes
     dag = cfg.dag
-    nodes = import_function(dag.custom_pipeline_fn, "dag.custom_pipeline_fn")() if dag.custom_pipeline_fn \
-        else dag.nodes
+    nodes = pipeline_nodes(dag.custom_pipeline_fn) if dag.custom_pipeline_fn else dag.nodes
+    if not isinstance(nodes, (list, tuple)):  # not a graph: dag.graph.preflight_graph says so, in one line
+        return set()
     return {node.get("role") for node in nodes if isinstance(node, dict)}
 
 
@@ -327,7 +328,7 @@ def check_filter_groups(cfg: Cfg) -> None:
 
 
 def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
-    """What dag.nodes shows without importing them (the trainer checks a custom_pipeline_fn's graph when built)."""
+    """What dag.nodes shows without importing them (dag.graph.preflight_graph checks the graph itself)."""
     if cfg.dag.custom_pipeline_fn:
         return
     fns = [str(node.get("fn", "")) for node in cfg.dag.nodes]

@@ -249,6 +249,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     from dagrl.agent.setup import check_multi_turn
     check(check_multi_turn, cfg)
     check(sections.check_graph_nodes, cfg, launch_size)
+    from dagrl.dag.graph import preflight_graph  # user node functions' signatures, the pipeline factory's dry call
+    check(preflight_graph, cfg.dag)
     check(sections.check_launcher, cfg)
     check(check_trainer_limits, cfg)
     max_model_len = check(sections.check_rollout_engine, cfg, sequence_length, check_installed=not planning)

@@ -2,13 +2,17 @@
 
 A node is a plain function `(ctx, batch) -> (batch, metrics)`. The graph checks everything it can before the
 first step: duplicate ids, unknown deps, cycles, unknown roles, missing required roles, functions that do not
-import. Each problem is one line naming the node.
+import or cannot take `(ctx, batch)`, a custom_pipeline_fn that raises, exits or returns no list. Each problem is
+one line naming the node. Pre-flight (`preflight_graph`) runs the same checks without importing dagrl's own node
+modules (they import torch), so a user's graph or node function fails in a second.
 """
 from __future__ import annotations
 
 import dataclasses
 import graphlib
 import importlib
+import importlib.util
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -54,8 +58,46 @@ def import_function(spec: str, key: str) -> Callable[..., Any]:
     return function
 
 
-def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes") -> Graph:
-    """Validate node dicts and order them; `source` names where they came from in error messages."""
+def check_node_signature(fn: Callable[..., Any], key: str, spec: str) -> None:
+    """run_graph calls `fn(ctx, batch)`: a function that cannot take that call would fail at the first step."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C function without a signature: its call will tell
+        return
+    try:
+        signature.bind("ctx", "batch")
+    except TypeError as error:
+        raise ConfigError(key, f"{key}={spec}: {getattr(fn, '__name__', 'fn')}{signature} cannot take the trainer's "
+                               f"call fn(ctx, batch) ({error}); define it as def fn(ctx, batch) returning "
+                               f"(batch, metrics)") from None
+
+
+def _builtin_stub(ctx: Any, batch: Any) -> Any:
+    raise AssertionError("pre-flight's stand-in for a dagrl node function is never run")
+
+
+def lazy_import(spec: str, key: str) -> Callable[..., Any]:
+    """import_function for a user's function; dagrl's own (`dagrl.` modules, which import torch and are tested)
+    only checked to exist as modules, with a stand-in that is never called (pre-flight)."""
+    module_name, sep, function_name = spec.partition(":")
+    if not spec.startswith("dagrl.") or not sep or not function_name:  # the user's, or a malformed spec
+        return import_function(spec, key)
+    try:
+        found = importlib.util.find_spec(module_name) is not None
+    except ImportError:  # a parent package that does not exist
+        found = False
+    if not found:
+        raise ConfigError(key, f"{key}={spec!r}: cannot import module {module_name!r} (no such dagrl module)")
+    return _builtin_stub
+
+
+def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
+                load: Callable[[str, str], Callable[..., Any]] = import_function) -> Graph:
+    """Validate node dicts and order them; `source` names where they came from in error messages, `load` turns a
+    'module:function' into the function."""
+    if not isinstance(node_specs, (list, tuple)):
+        raise ConfigError(source, f"{source} must be a list of node dicts (id, role, fn, deps), got "
+                                  f"{type(node_specs).__name__}")
     if not node_specs:
         raise ConfigError(source, f"{source} is empty: a graph needs at least rollout, advantage and actor nodes")
     by_id: dict[str, Node] = {}
@@ -75,7 +117,9 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes") -> 
             raise ConfigError(source, f"{source}: node {node_id!r} has role {role!r}; valid roles: {', '.join(ROLES)}")
         if "fn" not in spec:
             raise ConfigError(source, f"{source}: node {node_id!r} has no fn (module:function)")
-        fn = spec["fn"] if callable(spec["fn"]) else import_function(spec["fn"], f"{source}[{node_id}].fn")
+        key = f"{source}[{node_id}].fn"
+        fn = spec["fn"] if callable(spec["fn"]) else load(str(spec["fn"]), key)
+        check_node_signature(fn, key, getattr(fn, "__qualname__", None) if callable(spec["fn"]) else spec["fn"])
         by_id[node_id] = Node(id=node_id, role=role, fn=fn, deps=tuple(spec.get("deps") or ()),
                               config=dict(spec.get("config") or {}))
     for node in by_id.values():
@@ -96,12 +140,49 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes") -> 
     return Graph(nodes=tuple(by_id[node_id] for node_id in order))
 
 
-def graph_from_config(dag_cfg: Any) -> Graph:
+def pipeline_nodes(spec: str) -> Any:
+    """The node dicts `dag.custom_pipeline_fn` returns: called with no arguments. One that needs arguments,
+    raises or exits is named in one line (a SystemExit from it would otherwise end the trainer, with exit 0 for a
+    bare sys.exit())."""
+    key = "dag.custom_pipeline_fn"
+    factory = import_function(spec, key)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind()
+        except TypeError as error:
+            raise ConfigError(key, f"{key}={spec!r}: {factory.__name__}{signature} cannot be called with no "
+                                   f"arguments ({error}); the trainer calls it as {factory.__name__}() and expects a "
+                                   f"list of node dicts") from None
+    try:
+        nodes = factory()
+    except SystemExit as error:
+        raise ConfigError(key, f"{key}={spec!r} called sys.exit({'' if error.code is None else repr(error.code)}); "
+                               f"it must return a list of node dicts (id, role, fn, deps), not exit") from None
+    except Exception as error:
+        text = str(error).strip().splitlines()
+        raise ConfigError(key, f"{key}={spec!r} raised {type(error).__name__}: {text[0] if text else ''}; fix the "
+                               f"function (it returns a list of node dicts: id, role, fn, deps)") from None
+    if not isinstance(nodes, (list, tuple)):
+        raise ConfigError(key, f"{key}={spec!r} returned {type(nodes).__name__}, not a list of node dicts (id, role, "
+                               f"fn, deps): return the list")
+    return nodes
+
+
+def graph_from_config(dag_cfg: Any, load: Callable[[str, str], Callable[..., Any]] = import_function) -> Graph:
     """The graph named by the `dag` config group, or built by dag.custom_pipeline_fn."""
     if dag_cfg.custom_pipeline_fn:
-        factory = import_function(dag_cfg.custom_pipeline_fn, "dag.custom_pipeline_fn")
-        return build_graph(factory(), source="dag.custom_pipeline_fn")
-    return build_graph(dag_cfg.to_dict()["nodes"] if hasattr(dag_cfg, "to_dict") else dag_cfg["nodes"])
+        return build_graph(pipeline_nodes(dag_cfg.custom_pipeline_fn), source="dag.custom_pipeline_fn", load=load)
+    return build_graph(dag_cfg.to_dict()["nodes"] if hasattr(dag_cfg, "to_dict") else dag_cfg["nodes"], load=load)
+
+
+def preflight_graph(dag_cfg: Any) -> None:
+    """The graph's checks before any model: user node functions imported and their signatures checked, the
+    pipeline factory dry-called, dagrl's own node modules left unimported (see lazy_import)."""
+    graph_from_config(dag_cfg, load=lazy_import)
 
 
 def run_graph(graph: Graph, ctx: Any, batch: Any, timer: Callable[[str], Any]) -> tuple[Any, dict[str, float]]:

@@ -180,7 +180,7 @@ class PromptDataset:
                              f"{int(positions.min())}..{int(positions.max())}")
         records = self._records(positions)
         chats = [self._chat(record, p) for record, p in zip(records, positions)]
-        token_ids = self._tokenize(chats)
+        token_ids = self._tokenize(chats, positions)
         width = self.max_prompt_length
         input_ids = torch.full((len(records), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(records), width), dtype=torch.long)
@@ -209,7 +209,7 @@ class PromptDataset:
         """Untruncated token counts of the chat-templated prompts at `indices`."""
         positions = np.asarray(indices, dtype=np.int64).reshape(-1)
         records = self._records(positions, columns=[self.prompt_key])
-        ids = self._tokenize([self._chat(record, p) for record, p in zip(records, positions)])
+        ids = self._tokenize([self._chat(record, p) for record, p in zip(records, positions)], positions)
         return np.array([len(x) for x in ids], dtype=np.int64)
 
     # ---- internals -------------------------------------------------------------------------------
@@ -238,32 +238,36 @@ class PromptDataset:
                              f"{{role, content}}, got {type(chat).__name__}; fix data.prompt_key or the file")
         return chat
 
-    def _tokenize(self, chats: list[list[dict]]) -> list[list[int]]:
+    def _tokenize(self, chats: list[list[dict]], positions: Sequence[int] | np.ndarray) -> list[list[int]]:
+        """Token ids of the chat-templated prompts at dataset `positions`."""
         if not chats:
             return []
+        offered = [({}, chat) for chat in chats]
         if self.tools:
             from dagrl.agent.prompting import with_tools
-            offered = [with_tools(chat, self.tools, self.template_renders_tools) for chat in chats]
-            texts = [self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False, **kwargs)
-                     for chat, kwargs in offered]
-        else:
-            texts = [self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-                     for chat in chats]
+            offered = [(kwargs, chat) for chat, kwargs in
+                       (with_tools(chat, self.tools, self.template_renders_tools) for chat in chats)]
+        texts = [self._render(chat, int(position), kwargs) for (kwargs, chat), position in zip(offered, positions)]
         # The chat template already holds any BOS the model wants: no special tokens added on top.
         return list(self.tokenizer(texts, add_special_tokens=False)["input_ids"])
 
-    def _check_template(self) -> None:
-        """The chat template renders the first prompt: one that raises (a raise_exception() for a role order it
-        does not take, a jinja error) stops here, before any model is built, not at the first step."""
-        chat = self._chat(self._records(np.zeros(1, dtype=np.int64), columns=[self.prompt_key])[0], 0)
+    def _render(self, chat: list[dict], position: int, kwargs: dict) -> str:
+        """One prompt through the chat template. A template may raise on one row only (a raise_exception() for a
+        role order that row has, a jinja error on its content), found by the start-up scan of every row or, with
+        data.truncation other than error, when the row is drawn: either way one line naming the row and file."""
         try:
-            self._tokenize([chat])
+            return self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False, **kwargs)
         except Exception as error:  # noqa: BLE001 - jinja2's TemplateError, a KeyError or TypeError in the template
             name = getattr(self.tokenizer, "name_or_path", "")
             raise ConfigError("actor_rollout_ref.model.path", f"the chat template of {name!r} fails on the prompt at "
-                              f"{self._where(0)} ({type(error).__name__}: {first_line(error)}); fix the template "
-                              f"(chat_template.jinja or tokenizer_config.json of actor_rollout_ref.model.path) or "
-                              f"the prompts") from error
+                              f"{self._where(position)} ({type(error).__name__}: {first_line(error)}); fix the "
+                              f"template (chat_template.jinja or tokenizer_config.json of "
+                              f"actor_rollout_ref.model.path) or that prompt") from error
+
+    def _check_template(self) -> None:
+        """The chat template renders the first prompt: one that raises stops here, before any model is built,
+        not at the first step (the overlong-prompt scan renders the others)."""
+        self._tokenize([self._chat(self._records(np.zeros(1, dtype=np.int64), columns=[self.prompt_key])[0], 0)], [0])
 
     def _overlong_message(self, position: int, length: int) -> str:
         return (f"prompt at {self._where(position)} is {length} tokens, longer than "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from dagrl.algo.kl import kl_penalty
+from dagrl.config.errors import RunError
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import data_parallel_sums
@@ -11,6 +12,7 @@ from dagrl.utils.dist import data_parallel_sums
 
 def score(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     scores, metrics, rows = ctx.reward_fn.score_batch(batch, ctx.tokenizer)
+    stop_if_every_score_failed(ctx, metrics.get("reward/errors", 0.0), len(batch))
     batch["token_level_scores"] = scores
     for key, values in rows.items():  # per-response `score` and `acc` (what dynamic sampling may filter on)
         batch[key] = values.to(scores.device)
@@ -21,6 +23,16 @@ def score(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
         "critic/score/min": sequence_scores.min().item(),
     })
     return batch, metrics
+
+
+def stop_if_every_score_failed(ctx: StepContext, errors: float, size: int) -> None:
+    """reward_model.on_error=zero keeps a run going past occasional scorer failures; a step where every response
+    failed (a scorer that always raises or returns the wrong type) has no signal at all, and training on zeros
+    would look like a run that succeeded. Summed over ranks (every rank of this pool scores its shard), so all
+    of them stop together rather than one waiting for the others in a collective."""
+    totals = data_parallel_sums(torch.tensor([errors, float(size)], dtype=torch.float64), model_parallel_size=1)
+    if totals[1] > 0 and totals[0] >= totals[1]:
+        raise RunError(ctx.reward_fn.all_failed_message(int(round(float(totals[1]))), ctx.step))
 
 
 def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:

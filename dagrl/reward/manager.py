@@ -4,7 +4,10 @@ last valid response token (`token_level_scores`).
 Failures are never silent. A scorer that raises, returns something that is not a number, or runs past
 `timeout_s` is counted in `reward/errors` (timeouts also in `reward/timeouts`); then either the sample scores 0
 and one warning names the first failure (`on_error="zero"`), or the run stops with a RunError naming the
-sample (`on_error="raise"`).
+scorer and the sample (`on_error="raise"`). A scorer that calls sys.exit stops the run under either policy: it
+asked the process to end, and a SystemExit escaping here would end the trainer with the scorer's exit code (0
+for a bare sys.exit()), as if the run had finished. A step whose every response failed is the reward node's to
+stop (dagrl/nodes/reward.py: it sums failures over ranks): zeros there would train on nothing.
 
 Timeouts. In the main thread a per-sample real-time timer (`signal.setitimer` + SIGALRM) interrupts the scorer:
 this stops pure-Python loops and sleeps at once. Its limits: a scorer blocked inside one long C call (a huge regex
@@ -16,9 +19,11 @@ pure-Python code but not a thread blocked in C (it is then left running and a wa
 from __future__ import annotations
 
 import ctypes
+import inspect
 import logging
 import math
 import numbers
+import os
 import signal
 import threading
 import time
@@ -41,9 +46,31 @@ class ScorerTimeout(BaseException):
     """Raised inside a scorer that ran too long. A BaseException, so a scorer's `except Exception` cannot eat it."""
 
 
+class BadScore(ValueError):
+    """A scorer's return value that is not a score (a str, None, a dict without 'score', NaN)."""
+
+
 def _describe(error: BaseException) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def scorer_name(function: Callable | None) -> str:
+    """How messages name the scorer: the user's function and its file, or the built-in rule scorers."""
+    if function is None:
+        return "the built-in reward scorer"
+    name = getattr(function, "__qualname__", None) or getattr(function, "__name__", None) or repr(function)
+    try:
+        where = inspect.getsourcefile(function) or inspect.getfile(function)
+    except TypeError:  # a builtin, a callable object: its module is the best name left
+        where = getattr(function, "__module__", None)
+    return f"reward function {name} in {os.path.abspath(where)!r}" if where and os.path.sep in where else \
+        f"reward function {name}" + (f" of module {where}" if where else "")
 
 
 class _MainThreadTimer:
@@ -124,6 +151,7 @@ class RewardManager:
             raise ValueError(f"reward on_error={on_error!r} is not one of {ON_ERROR}")
         if timeout_s is not None and timeout_s < 0:
             raise ValueError(f"reward timeout_s must be >= 0 (0 or None: no timeout), got {timeout_s}")
+        self.scorer = scorer_name(compute_score)
         if compute_score is None:
             from dagrl.reward.scorers import default_compute_score
             compute_score = default_compute_score
@@ -134,6 +162,8 @@ class RewardManager:
         self.on_error = on_error
         self.max_response_length = max_response_length
         self.overlong_buffer = self._check_overlong_buffer(overlong_buffer) if kind == "dapo" else None
+        # the last score_batch's first failure ("on sample i (...) raised ..."), None when every sample scored
+        self.first_failure: str | None = None
 
     @staticmethod
     def _check_overlong_buffer(config: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -185,17 +215,25 @@ class RewardManager:
                     scores[i] = self._score_of(result, extra_values)
                     if isinstance(result, dict) and isinstance(result.get("acc"), numbers.Real):
                         acc[i] = float(result["acc"])
+                except SystemExit as error:  # a BaseException: `except Exception` would let it end the trainer
+                    code = "" if error.code is None else _show(error.code)
+                    raise RunError(f"{self.scorer} called sys.exit({code}) on sample {i} (data_source "
+                                   f"{data_source!r}); a reward function returns a "
+                                   f"score and never exits the trainer: remove the sys.exit()/exit() call (raise "
+                                   f"an exception to fail one sample)") from error
                 except (Exception, ScorerTimeout) as error:
                     timeouts += isinstance(error, ScorerTimeout)
                     if self.on_error == "raise":
-                        raise RunError(self._failure_message(i, data_source, error) + self._fix(error)) from error
+                        raise RunError(f"{self.scorer} {self._failure_message(i, data_source, error)}"
+                                       + self._fix(error)) from error
                     failures.append((i, error))
         metrics: dict[str, float] = {"reward/errors": float(len(failures)), "reward/timeouts": float(timeouts)}
+        self.first_failure = None
         if failures:
             index, error = failures[0]
-            logger.warning("%d of %d responses failed scoring (%d timed out) and score 0; first: %s",
-                           len(failures), size, timeouts,
-                           self._failure_message(index, batch["data_source"][index], error))
+            self.first_failure = self._failure_message(index, batch["data_source"][index], error)
+            logger.warning("%d of %d responses failed scoring (%d timed out) and score 0; first: %s %s",
+                           len(failures), size, timeouts, self.scorer, self.first_failure)
         for key, values in extra_values.items():
             metrics[f"reward/{key}/mean"] = float(sum(values) / len(values))
         rows = {"score": scores.clone(), "acc": torch.where(acc.isnan(), scores, acc)}
@@ -217,18 +255,24 @@ class RewardManager:
         """The float score of one scorer result; numeric extra keys of a dict result become metrics."""
         if isinstance(result, dict):
             if "score" not in result:
-                raise TypeError(f"reward function returned a dict without a 'score' key (keys {sorted(result)})")
+                raise BadScore(f"returned a dict without a 'score' key (keys {sorted(map(str, result))})")
             for key, value in result.items():
                 if key != "score" and isinstance(value, numbers.Real):
                     extra_values[key].append(float(value))
             result = result["score"]
         if not isinstance(result, numbers.Real):
-            raise TypeError(f"reward function returned {type(result).__name__}, expected a float or a dict with "
-                            f"a 'score' key")
+            raise BadScore(f"returned {_show(result)} (a {type(result).__name__}), not a float or a dict with a "
+                           f"'score' key")
         score = float(result)
         if not math.isfinite(score):
-            raise ValueError(f"reward function returned a non-finite score {score}")
+            raise BadScore(f"returned a non-finite score {score}")
         return score
+
+    def all_failed_message(self, total: int, step: int) -> str:
+        """The RunError of a step whose every response failed scoring under on_error=zero (nodes/reward.py)."""
+        return (f"{self.scorer} failed on all {total} responses of step {step}, first {self.first_failure}; "
+                f"reward_model.on_error=zero scores occasional failures 0, but a step with no score trains "
+                f"nothing: fix the scorer (custom_reward_function.path/name)")
 
     @staticmethod
     def _fix(error: BaseException) -> str:
@@ -240,9 +284,11 @@ class RewardManager:
     def _failure_message(self, index: int, data_source: str, error: BaseException) -> str:
         if isinstance(error, ScorerTimeout):
             what = f"timed out after {self.timeout_s} s (the reward timeout)"
+        elif isinstance(error, BadScore):
+            what = str(error)
         else:
             what = f"raised {_describe(error)}"
-        return f"reward for sample {index} (data_source {data_source!r}) {what}"
+        return f"on sample {index} (data_source {data_source!r}) {what}"
 
     def _overlong_penalties(self, lengths: torch.Tensor, width: int) -> torch.Tensor:
         """DAPO's soft overlong punishment: 0 up to (max length - buffer), then linear down to -penalty_factor

@@ -223,3 +223,29 @@ def test_base_tool_defaults_follow_verl():
     assert result[0].text == "Updated the tool state." and tool.name == "base" and tool.config == {}
     with pytest.raises(ValueError, match="needs a tool_schema"):
         BaseTool(config={}, tool_schema=None)
+
+
+class ExitingTool(BaseTool):
+    default_schema = {"type": "function", "function": {"name": "quit", "parameters": {"type": "object",
+                                                                                        "properties": {}}}}
+
+    async def create(self, instance_id=None, **kwargs):
+        if kwargs.get("exit"):
+            raise SystemExit(3)
+        return instance_id or "id", ToolResponse()
+
+    def execute(self, instance_id, parameters, **kwargs):
+        raise SystemExit(0)
+
+
+def test_a_tool_that_calls_sys_exit_is_a_tool_error_not_the_end_of_the_trainer():
+    """SystemExit is a BaseException the turn loop's `except Exception` would miss (ending the trainer, exit 0):
+    the helpers turn it into ToolExited, an Exception, which the loop shows the model as any tool failure."""
+    from dagrl.agent.tools import ToolExited
+
+    tool = ExitingTool(config={}, tool_schema=None)
+    with pytest.raises(ToolExited, match=r"ExitingTool.execute called sys.exit\(0\)"):
+        asyncio.run(execute_call(tool, "id", {}, None))
+    with pytest.raises(ToolExited, match=r"ExitingTool.create called sys.exit\(3\)"):
+        asyncio.run(create_instance(tool, None, {"exit": True}))
+    assert issubclass(ToolExited, Exception)

@@ -77,3 +77,30 @@ def test_run_graph_passes_node_config_and_collects_metrics():
     batch, metrics = run_graph(graph, Ctx(node_config={}), [], timer)
     assert batch == ["gen", "update"] and metrics == {"a": 1.0, "b": 2.0}
     assert seen == [{"k": 1}] and timed == ["gen", "adv", "upd"]
+
+
+def batch_only(batch):
+    return batch, {}
+
+
+def test_a_node_function_that_cannot_take_ctx_and_batch_is_refused_before_the_first_step():
+    with pytest.raises(ConfigError, match=r"dag.nodes\[a\].fn=batch_only: batch_only\(batch\) cannot take the "
+                                          r"trainer's call fn\(ctx, batch\)"):
+        build_graph([spec("a", "rollout", fn=batch_only), spec("b", "advantage"), spec("c", "actor")])
+
+
+def test_preflight_checks_user_nodes_and_dry_calls_the_pipeline_without_importing_dagrl_nodes(monkeypatch):
+    """preflight_graph imports the user's functions only: dagrl's own node modules import torch."""
+    import importlib
+
+    from dagrl.dag.graph import preflight_graph
+
+    imported = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name) or real(name, *a))
+    preflight_graph(Cfg(compose([])).dag)
+    assert not [name for name in imported if name.startswith("dagrl.nodes")]
+    with pytest.raises(ConfigError, match=r"node_without_ctx\(batch\) cannot take"):
+        preflight_graph(Cfg(compose(["dag.nodes.1.fn=tests.reliability.user_code:node_without_ctx"])).dag)
+    with pytest.raises(ConfigError, match=r"pipeline_that_exits' called sys.exit\(0\)"):
+        preflight_graph(Cfg(compose(["dag.custom_pipeline_fn=tests.reliability.user_code:pipeline_that_exits"])).dag)

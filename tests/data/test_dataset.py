@@ -370,3 +370,27 @@ def test_trainer_datasets_share_the_scan_over_gloo_ranks(tokenizer, tmp_path):
     assert [r["scanned"] for r in results] == [questions[:15], questions[15:]]  # the scan: half each
     assert results[0]["kept"] == results[1]["kept"] == [i for i in range(30) if i % 3 != 2]
     assert len(list((tmp_path / "data_cache").glob("*.arrow"))) == 1  # default: under trainer.default_local_dir
+
+
+def test_a_chat_template_that_raises_on_a_later_row_names_that_row(tokenizer, tmp_path):
+    """Row 0 renders (the start-up check of the template); the scan of every row, or the draw of that row with
+    truncation on, names the row and the file in one line instead of a jinja traceback mid-run."""
+    from dagrl.config.errors import ConfigError
+
+    path = arithmetic_file(str(tmp_path / "train.parquet"), 6)
+    table = pq.read_table(path).to_pylist()
+    table[4]["prompt"] = [{"role": "user", "content": "a forbidden question"}]
+    pq.write_table(pa.Table.from_pylist(table), path)
+    original = tokenizer.chat_template
+    tokenizer.chat_template = ("{% for m in messages %}{% if 'forbidden' in m['content'] %}{{ raise_exception('no "
+                               "forbidden words') }}{% endif %}{{ m['content'] }}{% endfor %}")
+    try:
+        with pytest.raises(ConfigError, match=rf"fails on the prompt at row 4 of '{path}' \(TemplateError: no "
+                                              rf"forbidden words\)"):
+            PromptDataset(path, tokenizer, 64, check_overlong=True)
+        dataset = PromptDataset(path, tokenizer, 64, truncation="left", check_overlong=True)
+        dataset.rows([0, 1, 2])
+        with pytest.raises(ConfigError, match=r"row 4 of .*fix the template"):
+            dataset.rows([3, 4])
+    finally:
+        tokenizer.chat_template = original

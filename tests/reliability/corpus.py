@@ -154,6 +154,26 @@ INTERACTION_NOT_ONE = """interaction:
     class_name: collections.OrderedDict
 """
 LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=true"
+USER_CODE = "tests.reliability.user_code"  # functions and classes that do not fit the trainer's calls
+TOOL_WRONG_ARITY = f"""tools:
+  - class_name: {USER_CODE}.ToolWithoutParameters
+    tool_schema: {{type: function, function: {{name: calc, parameters: {{type: object, properties: {{}}}}}}}}
+"""
+INTERACTION_WRONG_ARITY = f"""interaction:
+  - name: judge
+    class_name: {USER_CODE}.InteractionWithoutMessages
+"""
+# raises only on a prompt with the word "forbidden" (the corpus puts one in row 20): the row-0 check passes
+TEMPLATE_RAISES_ON_A_WORD = ("{% for m in messages %}{% if 'forbidden' in m['content'] %}"
+                             "{{ raise_exception('this template refuses the word forbidden') }}{% endif %}"
+                             "<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+REWARD_EXITS = ("import sys\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                "    sys.exit(0)\n")
+REWARD_RETURNS_NONE = ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                       "    score = float(solution_str == ground_truth)  # forgot the return\n")
+REWARD_DICT_WITHOUT_SCORE = ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                             "    return {'reward': 1.0, 'acc': 1.0}\n")
 
 
 def rows_changed(change: Callable[[list[dict]], None], name: str = "bad.parquet") -> Callable[[Path, Paths], None]:
@@ -191,6 +211,14 @@ REWARD_NO_EXTRA_INFO = ("def compute_score(data_source, solution_str, ground_tru
                         "    return float(solution_str == ground_truth)\n")
 REWARD_NO_KWARGS = ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                     "    return 0.0\n")
+
+
+def template_and_rows(template: str, change: Callable[[list[dict]], None]) -> Callable[[Path, Paths], None]:
+    """{ws}/model with chat_template.jinja replaced, and {ws}/bad.parquet: the training rows changed by `change`."""
+    def make(ws: Path, paths: Paths) -> None:
+        chat_template(template)(ws, paths)
+        rows_changed(change)(ws, paths)
+    return make
 
 
 def world(n: int) -> tuple[str, ...]:
@@ -354,6 +382,34 @@ CASES: tuple[Case, ...] = (
     # ---- the graph ----
     Case("pipeline_fn_missing", "`dag.custom_pipeline_fn=no_such_pkg.graphs:build`",
          ("dag.custom_pipeline_fn=no_such_pkg.graphs:build",), ("dag.custom_pipeline_fn", "cannot import module")),
+    # ---- user code that does not fit the trainer's call (issue 25 item 8) ----
+    Case("node_fn_wrong_signature", "a node function `def node(batch)` in dag.nodes (the trainer calls fn(ctx, "
+         "batch))", (f"dag.nodes.1.fn={USER_CODE}:node_without_ctx",),
+         ("dag.nodes[score].fn", "node_without_ctx(batch)", "fn(ctx, batch)", "def fn(ctx, batch)")),
+    Case("pipeline_fn_needs_arguments", "a custom_pipeline_fn that takes an argument (the trainer calls it with "
+         "none)", (f"dag.custom_pipeline_fn={USER_CODE}:pipeline_with_args",),
+         ("dag.custom_pipeline_fn", "pipeline_with_args(model_size)", "no arguments", "list of node dicts")),
+    Case("pipeline_fn_exits", "a custom_pipeline_fn that calls `sys.exit(0)` (would end the run with exit 0)",
+         (f"dag.custom_pipeline_fn={USER_CODE}:pipeline_that_exits",),
+         ("dag.custom_pipeline_fn", "pipeline_that_exits", "sys.exit(0)", "not exit")),
+    Case("pipeline_fn_returns_none", "a custom_pipeline_fn that forgets its `return`",
+         (f"dag.custom_pipeline_fn={USER_CODE}:pipeline_returning_none",),
+         ("dag.custom_pipeline_fn", "pipeline_returning_none", "returned NoneType", "return the list")),
+    Case("tool_execute_wrong_arity", "a tool class whose `execute(self, instance_id)` lacks the parameters "
+         "argument", (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
+         ("tools.yaml", "tools[0]", "ToolWithoutParameters.execute(instance_id)", "execute(instance_id, parameters)",
+          "**kwargs"), make=text_file("tools.yaml", TOOL_WRONG_ARITY)),
+    Case("interaction_wrong_arity", "an interaction class whose `generate_response(self, instance_id)` lacks "
+         "the messages argument",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.interaction_config_path={ws}/interactions.yaml"),
+         ("interactions.yaml", "interaction[0]", "generate_response(instance_id, messages)", "BaseInteraction"),
+         make=text_file("interactions.yaml", INTERACTION_WRONG_ARITY)),
+    Case("chat_template_raises_on_a_later_row", "a chat template that raises only on training row 20 (row 0 "
+         "renders)", (f"{MODEL_KEY}={{ws}}/model", "data.train_files={ws}/bad.parquet"),
+         ("chat template", "row 20 of '<tmp>/bad.parquet'", "refuses the word forbidden", "fix the template"),
+         make=template_and_rows(TEMPLATE_RAISES_ON_A_WORD,
+                                _set(20, "prompt", [{"role": "user", "content": "A forbidden sum: 3 + 4?"}])),
+         found=STARTUP),
     # ---- checkpoints ----
     Case("checkpoint_dir_not_writable", "trainer.default_local_dir on a read-only file system (/proc/sys)",
          ("trainer.default_local_dir=/proc/sys/dagrl_checkpoints",),
@@ -648,4 +704,16 @@ CASES: tuple[Case, ...] = (
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
          ("non-finite score nan", "reward_model.on_error=zero"),
          make=text_file("reward.py", REWARD_NAN), code=1, found=RUNTIME),
+    Case("reward_exits", "the reward function calls `sys.exit(0)` (reward_model.on_error=zero: an exit is never "
+         "scored 0)", ("custom_reward_function.path={ws}/reward.py",),
+         ("compute_score in '<tmp>/reward.py'", "sys.exit(0)", "sample 0", "remove the sys.exit"),
+         make=text_file("reward.py", REWARD_EXITS), code=1, found=RUNTIME),
+    Case("reward_fails_on_every_sample", "the reward function returns None for every response "
+         "(reward_model.on_error=zero)", ("custom_reward_function.path={ws}/reward.py",),
+         ("compute_score in '<tmp>/reward.py'", "failed on all", "of step 2", "returned None (a NoneType)",
+          "fix the scorer"), make=text_file("reward.py", REWARD_RETURNS_NONE), code=1, found=RUNTIME),
+    Case("reward_dict_without_score", "the reward function returns a dict without a `score` key "
+         "(reward_model.on_error=raise)", ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
+         ("compute_score in '<tmp>/reward.py'", "sample 0", "without a 'score' key", "['acc', 'reward']"),
+         make=text_file("reward.py", REWARD_DICT_WITHOUT_SCORE), code=1, found=RUNTIME),
 )

@@ -191,3 +191,72 @@ def test_dapo_uses_the_configured_max_response_length(tokenizer):
     scores, _ = manager(batch, tokenizer)
     # expected length = max - buffer = length - 3, so 3 tokens over: -3 / 4 * 2
     assert scores.sum().item() == pytest.approx(-1.5)
+
+
+def exiting_scorer(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "bye":
+        raise SystemExit(0)  # what sys.exit(0) raises
+    return 1.0
+
+
+@pytest.mark.parametrize("on_error", ["zero", "raise"])
+@pytest.mark.parametrize("in_main_thread", [True, False])
+def test_a_scorer_that_calls_sys_exit_stops_the_run_under_either_policy(tokenizer, on_error, in_main_thread):
+    """A SystemExit escaping the manager would end the trainer with the scorer's code (0: a "finished" run)."""
+    from dagrl.config.errors import RunError
+
+    batch = make_batch(tokenizer, ["1", "bye"], ["1", "1"])
+    manager = RewardManager("naive", exiting_scorer, {}, 5.0, on_error, None)
+    outcome: dict = {}
+
+    def score() -> None:
+        try:
+            manager(batch, tokenizer)
+        except BaseException as error:  # noqa: BLE001 - the test inspects whatever escapes
+            outcome["error"] = error
+
+    if in_main_thread:
+        score()
+    else:
+        worker = threading.Thread(target=score)
+        worker.start()
+        worker.join()
+    error = outcome.get("error")
+    assert isinstance(error, RunError), error
+    assert "exiting_scorer" in str(error) and "test_manager.py" in str(error)
+    assert "sys.exit(0) on sample 1" in str(error) and "remove the sys.exit" in str(error)
+
+
+@pytest.mark.parametrize("returned, said", [
+    ("seven", "returned 'seven' (a str), not a float or a dict with a 'score' key"),
+    (None, "returned None (a NoneType)"),
+    ({"reward": 1.0}, "returned a dict without a 'score' key (keys ['reward'])"),
+])
+def test_a_wrong_return_type_names_the_function_the_sample_and_the_value(tokenizer, returned, said):
+    def typed_scorer(data_source, solution_str, ground_truth, extra_info):
+        return returned if solution_str == "odd" else 1.0
+
+    batch = make_batch(tokenizer, ["1", "odd"], ["1", "1"])
+    with pytest.raises(RuntimeError) as caught:
+        RewardManager("naive", typed_scorer, {}, 5.0, "raise", None)(batch, tokenizer)
+    message = str(caught.value)
+    assert "reward function " in message and "typed_scorer in " in message and "on sample 1" in message
+    assert said in message and "\n" not in message
+
+
+def test_a_step_where_every_score_failed_stops_the_run_with_on_error_zero(tokenizer):
+    """Occasional failures score 0 and the run goes on; a step with none scored stops with one line."""
+    from types import SimpleNamespace
+
+    from dagrl.config.errors import RunError
+    from dagrl.nodes.reward import score
+
+    ctx = SimpleNamespace(reward_fn=RewardManager("naive", flaky_scorer, {}, 5.0, "zero", None), tokenizer=tokenizer,
+                          step=3)
+    _, metrics = score(ctx, make_batch(tokenizer, ["1", "boom", "text", "2"], ["1", "1", "1", "2"]))
+    assert metrics["reward/errors"] == 2.0
+    with pytest.raises(RunError) as caught:
+        score(ctx, make_batch(tokenizer, ["boom", "text", "boom"], ["1", "1", "1"]))
+    message = str(caught.value)
+    assert "flaky_scorer in " in message and "failed on all 3 responses of step 3" in message
+    assert "first on sample 0 (data_source 'dagrl/arithmetic') raised KeyError" in message and "\n" not in message

@@ -1,0 +1,27 @@
+"""A sys.exit from user code during a run (a node, tool, interaction) never ends the trainer with its exit code:
+sys.exit(0) would read as a run that finished. train_process turns it into exit 1 and one line naming where."""
+from __future__ import annotations
+
+import sys
+
+import dagrl.config.validate as validate
+from dagrl.main_dag import exit_message, train_process
+
+
+def user_node(ctx, batch):
+    sys.exit(0)
+
+
+def test_a_sys_exit_during_the_run_is_exit_1_with_one_line_naming_the_call(monkeypatch):
+    monkeypatch.setattr(validate, "preflight", lambda cfg: user_node(None, None))
+    code, message = train_process({"trainer": {}})
+    assert code == 1
+    assert f"sys.exit(0) was called at {__file__}:" in message and "(in user_node)" in message
+    assert "remove that call" in message and "\n" not in message
+
+
+def test_the_message_says_what_was_passed_to_sys_exit():
+    try:
+        sys.exit("bye")
+    except SystemExit as error:
+        assert exit_message(error).startswith("sys.exit('bye') was called at ")
