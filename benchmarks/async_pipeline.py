@@ -44,7 +44,7 @@ def overrides_of(name: str, args: argparse.Namespace) -> list[str]:
     if name.startswith("pools") and name[5:].rstrip("p").isdigit():
         return ["actor_rollout_ref.hybrid_engine=false", f"rollout.n_gpus_per_node={args.rollout_procs}",
                 f"trainer.n_gpus_per_node={args.nproc - args.rollout_procs}",
-                f"async_training.max_staleness={int(name[5:].rstrip('p'))}", *(partial[:1] if name.endswith("p") else [])]
+                f"async_training.max_staleness={int(name[5:].rstrip('p'))}", *(partial if name.endswith("p") else [])]
     raise SystemExit(f"--runs: unknown run {name!r}; use plain, partial, poolsK or poolsKp (K an integer)")
 
 
@@ -82,7 +82,7 @@ def rows_of(name: str, args: argparse.Namespace) -> list[dict] | None:
     if not path.exists():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [row for row in rows if row.get("step", 0) >= 1]
+    return [row for row in rows if row.get("step", 0) >= args.first_step]
 
 
 def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
@@ -165,6 +165,8 @@ def main() -> None:
     parser.add_argument("--rollout-procs", type=int, default=1, help="processes of the rollout pool")
     parser.add_argument("--long-tail", default="", help="MEAN,MAX of the data's per-prompt limits, for the model")
     parser.add_argument("--report", action="store_true", help="run nothing: the table of the runs in --out")
+    parser.add_argument("--first-step", type=int, default=1,
+                        help="count steps from this one (2: leave out step 1's one-time costs, e.g. the first wake-up)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "dagrl_async_bench"))
     args, extra = parser.parse_known_args()
     extra = [arg for arg in extra if arg != "--"]
@@ -192,7 +194,7 @@ def main() -> None:
                 own[name] = predicted_step(base, args, name, pool_train_s=results[name]["train_s"])
     columns = ["step_s", "gen_s", "train_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
                "partial", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
-    print(f"steps 1..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
+    print(f"steps {args.first_step}..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
           f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
           f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}"
           + (f"; per-prompt limits long-tailed, mean {args.long_tail.replace(',', ', max ')}" if args.long_tail else ""))
