@@ -17,7 +17,10 @@ delays that GPU's decode; training time is tokens (prompt + response) / (train r
 push stalls the rollout GPUs for `push_s` (colocated: once per step); the trainer never waits for a push. Version v
 is usable by the rollout pool at train_end(v) + push_s. Non-partial rollout loads new weights only between
 batches; partial rollout interrupts at every push, re-prefills what is in flight and goes on, admitting whole
-groups as slots free up (in steps of 10 % of its slots); the staleness bound applies at admission.
+groups as slots free up (in steps of 10 % of its slots); the staleness bound applies at admission. With partial
+rollout and `staleness` given, a group whose first token is more than K versions older than the weights the update
+of its batch starts from restarts from its prompt when that batch begins, as dagrl does (its tokens so far are
+generation spent twice).
 """
 from __future__ import annotations
 
@@ -104,14 +107,16 @@ class _Pool:
 
     def __init__(self, gpus: int, slots: int, rates: Rates, prompt_len: int):
         self.rates, self.prompt_len, shape = rates, prompt_len, (gpus, max(1, slots))
-        self.rem, self.prefix = np.zeros(shape), np.zeros(shape)
+        self.rem, self.prefix, self.full = np.zeros(shape), np.zeros(shape), np.zeros(shape)
         self.gid, self.fresh = np.full(shape, -1), np.zeros(shape, bool)
 
     def active(self) -> np.ndarray:
         return self.gid >= 0
 
-    def place(self, gids: np.ndarray, lengths: np.ndarray, prefix: np.ndarray | None = None) -> None:
-        """Fill free slots, least-loaded GPU first (round-robin over an empty pool)."""
+    def place(self, gids: np.ndarray, lengths: np.ndarray, prefix: np.ndarray | None = None,
+              full: np.ndarray | None = None) -> None:
+        """Fill free slots, least-loaded GPU first (round-robin over an empty pool). `lengths`: tokens left to
+        generate; `full`: each sequence's whole length (what a restart generates again), `lengths` by default."""
         free = ~self.active()
         key = np.where(free, (~free).sum(1, keepdims=True) + np.cumsum(free, 1), np.iinfo(np.int64).max)
         flat = np.argsort(key, axis=None, kind="stable")[: len(gids)]
@@ -119,6 +124,12 @@ class _Pool:
         rows, cols = np.unravel_index(flat, key.shape)
         self.gid[rows, cols], self.rem[rows, cols], self.fresh[rows, cols] = gids, lengths, True
         self.prefix[rows, cols] = 0.0 if prefix is None else prefix
+        self.full[rows, cols] = lengths if full is None else full
+
+    def restart(self, stale: np.ndarray) -> int:
+        """Sequences of the slots in `stale` start again from their prompt; how many groups restart."""
+        self.rem[stale], self.prefix[stale], self.fresh[stale] = self.full[stale], 0.0, True
+        return len(np.unique(self.gid[stale]))
 
     def plan(self) -> np.ndarray:
         """Finish time of every slot from now (inf where empty)."""
@@ -162,25 +173,33 @@ def _groups_done(pool: _Pool, done: np.ndarray, n_groups: int) -> tuple[np.ndarr
 
 
 def colocated(w: Workload, rates: Rates, gpus: int, steps: int = 16, partial: bool = False,
-              oversample: float = 1.0) -> Result:
+              oversample: float = 1.0, staleness: int | None = None) -> Result:
     """Every GPU generates, then every GPU trains. Partial: keep ceil(oversample x B) groups in flight, stop at B
-    complete groups, carry the rest (prefix kept, re-prefilled next step)."""
+    complete groups, carry the rest (prefix kept, re-prefilled next step); with `staleness` K, a carried group
+    first sampled more than K versions before this step's weights restarts from its prompt."""
     rng, B, n = np.random.default_rng(w.seed), w.batch, w.n
     target = math.ceil((oversample if partial else 1.0) * B)
     tokens = np.zeros((steps + 2) * target * 2)
     left = np.zeros(len(tokens), int)
-    carry = (np.empty(0, int), np.empty(0), np.empty(0))  # gid, remaining, prefix
+    carry = (np.empty(0, int), np.empty(0), np.empty(0), np.empty(0))  # gid, remaining, prefix, full length
+    born = np.zeros(len(tokens), int)  # each group's first version (the weights of step i are version i)
     buffer, made, step_s, step_tok, idle = [], 0, [], [], []
-    for _ in range(steps):
+    for i in range(steps):
+        if staleness is not None and len(carry[0]):
+            stale = born[carry[0]] < i - staleness
+            carry = (carry[0], np.where(stale, carry[3], carry[1]), np.where(stale, 0.0, carry[2]), carry[3])
+            born[carry[0][stale]] = i
         new = target - len(np.unique(carry[0])) - len(buffer)
         lengths = w.lengths(rng, max(new, 0) * n)
         gids = np.repeat(np.arange(made, made + max(new, 0)), n)
         np.add.at(tokens, gids, lengths + w.prompt_len)
         np.add.at(left, gids, 1)
+        born[gids] = i
         made += max(new, 0)
         all_gid = np.concatenate([carry[0], gids])
         pool = _Pool(gpus, math.ceil(len(all_gid) / gpus), rates, w.prompt_len)
-        pool.place(all_gid, np.concatenate([carry[1], lengths]), np.concatenate([carry[2], np.zeros(len(gids))]))
+        pool.place(all_gid, np.concatenate([carry[1], lengths]), np.concatenate([carry[2], np.zeros(len(gids))]),
+                   np.concatenate([carry[3], lengths]))
         done, gen = pool.plan(), 0.0
         if len(buffer) < B:
             order, times = _groups_done(pool, done, len(tokens))
@@ -196,7 +215,7 @@ def colocated(w: Workload, rates: Rates, gpus: int, steps: int = 16, partial: bo
         step_s.append(gen + train + rates.push_s + rates.switch_s)
         step_tok.append(tokens[batch].sum())
         act = pool.active()
-        carry = (pool.gid[act], pool.rem[act], pool.prefix[act])
+        carry = (pool.gid[act], pool.rem[act], pool.prefix[act], pool.full[act])
     warm = max(1, steps // 4)
     window = sum(step_s[warm:])
     rollout_idle = sum(idle[warm:]) / (gpus * window)
@@ -204,9 +223,10 @@ def colocated(w: Workload, rates: Rates, gpus: int, steps: int = 16, partial: bo
 
 
 def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: int, steps: int = 16,
-              partial: bool = False, oversample: float = 1.0) -> Result:
+              partial: bool = False, oversample: float = 1.0, restarts: bool = False) -> Result:
     """Rollout pool and training pool meet at a buffer; batch b is admitted once version >= b-1-K is loaded;
-    training step s starts when batch s is complete and step s-1 is done."""
+    training step s starts when batch s is complete and step s-1 is done. `restarts` (partial): when batch b+1
+    begins, a group in flight whose first token is older than version b-K starts again from its prompt."""
     rng, B, n, Gr = np.random.default_rng(w.seed), w.batch, w.n, rollout_gpus
     extra = round((oversample - 1.0) * B) if partial else 0
     # partial: enough slots to saturate decode, no more than the staleness bound can fill; else one batch
@@ -217,6 +237,7 @@ def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: 
     tokens, left = np.zeros(bound), np.zeros(bound, int)
     t, v, admitted = 0.0, 0, 0
     train_end, train_span, done_g, idle = [0.0], [], [], []  # idle: (starts per GPU, end)
+    born, begun = np.zeros(bound, int), 1  # each group's first version; batches begun
 
     def admit(groups: int) -> None:
         nonlocal admitted
@@ -224,6 +245,7 @@ def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: 
         gids = np.repeat(np.arange(admitted, admitted + groups), n)
         np.add.at(tokens, gids, lengths + w.prompt_len)
         np.add.at(left, gids, 1)
+        born[gids] = v
         pool.place(gids, lengths)
         admitted += groups
 
@@ -267,6 +289,12 @@ def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: 
         done_g += [(t + tm, g) for g, tm in zip(order, times) if left[g] == 0 and tm <= seg]
         idle.append((t + busy, t + seg))
         t += seg
+        while partial and restarts and len(done_g) >= begun * B:  # batch begun + 1 begins: its update starts
+            stale = pool.active() & (born[np.maximum(pool.gid, 0)] < begun - K)  # from version `begun`
+            if stale.any():
+                pool.restart(stale)
+                born[np.unique(pool.gid[stale])] = v
+            begun += 1
         while len(train_end) <= steps and len(done_g) >= len(train_end) * B:
             s = len(train_end)
             batch = [g for _, g in done_g[(s - 1) * B: s * B]]

@@ -107,10 +107,11 @@ def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
 
 
 def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str,
-                   pool_train_s: float | None = None) -> float:
+                   pool_train_s: float | None = None) -> tuple[float, float]:
     """The model's step time of run `name` from the rates `plain` measured (see the module docstring). With
     `pool_train_s`, the training pool's seconds a step as run `name` measured them: training then runs at that pool's
-    own rate instead of plain's rate scaled by GPU count (a small model's training does not scale: fixed costs)."""
+    own rate instead of plain's rate scaled by GPU count (a small model's training does not scale: fixed costs).
+    Returns the model's step seconds, and its trained tokens/s over the model's plain run's."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import numpy as np
     from async_model import Rates, Workload, colocated, long_tail_lengths, two_pools
@@ -138,15 +139,18 @@ def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str,
         lo, hi = (mid, hi) if colocated(work, rates(mid), args.nproc, steps=args.steps).step_s > base["step_s"] \
             else (lo, mid)
     fitted = rates(hi)
+    plain = colocated(work, fitted, args.nproc, steps=args.steps).tokens_per_gpu_s
     partial = name.endswith("p") or name == "partial"
     if pool_train_s is not None and name.startswith("pools"):
         pool_tokens = (base["prompt"] + base["resp_mean"]) * responses
         fitted.train_tok_s = pool_tokens / (pool_train_s * (args.nproc - args.rollout_procs))
     if name == "partial":
-        return colocated(work, fitted, args.nproc, args.steps, partial=True, oversample=args.oversample).step_s
-    staleness = int(name[5:].rstrip("p"))
-    return two_pools(work, fitted, args.rollout_procs, args.nproc - args.rollout_procs, staleness, steps=args.steps,
-                     partial=partial, oversample=args.oversample).step_s
+        result = colocated(work, fitted, args.nproc, args.steps, partial=True, oversample=args.oversample,
+                           staleness=args.staleness)
+    else:
+        result = two_pools(work, fitted, args.rollout_procs, args.nproc - args.rollout_procs, int(name[5:].rstrip("p")),
+                           steps=args.steps, partial=partial, oversample=args.oversample, restarts=True)
+    return result.step_s, result.tokens_per_gpu_s / plain
 
 
 def main() -> None:
@@ -202,16 +206,17 @@ def main() -> None:
           "pool's own measured seconds a step (train_s)")
     print("| run | " + " | ".join(columns) + " | model step_s | model' step_s |")
     print("|---" * (len(columns) + 3) + "|")
-    fmt = lambda table, name: f"{table[name]:.3f}" if name in table else "-"  # noqa: E731
+    fmt = lambda table, name: f"{table[name][0]:.3f}" if name in table else "-"  # noqa: E731
     for name in names:
         cells = [f"{results[name][c]:.3f}" if name in results else "-" for c in columns]
         print(f"| {name} | " + " | ".join(cells) + f" | {fmt(predicted, name)} | {fmt(own, name)} |")
     for name in results:
         if name != "plain" and "plain" in results:
             measured = results["plain"]["step_s"] / results[name]["step_s"]
-            model_own = f", model' {results['plain']['step_s'] / own[name]:.3f}x" if name in own else ""
-            print(f"{name} / plain: trained tokens/s {results[name]['tok_per_s'] / results['plain']['tok_per_s']:.3f}x,"
-                  f" step time {measured:.3f}x (model {results['plain']['step_s'] / predicted[name]:.3f}x{model_own})")
+            tokens = results[name]['tok_per_s'] / results['plain']['tok_per_s']
+            model_own = f", model' {own[name][1]:.3f}x" if name in own else ""
+            print(f"{name} / plain: trained tokens/s {tokens:.3f}x (model {predicted[name][1]:.3f}x{model_own}), step "
+                  f"time {measured:.3f}x (model {results['plain']['step_s'] / predicted[name][0]:.3f}x)")
 
 
 if __name__ == "__main__":

@@ -96,3 +96,19 @@ def test_rates_json_loads_known_keys_and_rejects_unknown(tmp_path):
                            str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "train_tokens_per_s" in done.stderr
+
+
+def test_staleness_restarts_cost_partial_rollout_time_and_vanish_at_large_k():
+    """A long response outliving K versions starts again: generation spent twice. K=0 restarts every carried group
+    (slower than without restarts); a K beyond the run's length restarts none (the same result as without)."""
+    w = Workload(batch=32, n=4, seed=1)
+    rates = Rates(seq_tok_s=40.0)  # an 8k response takes ~200 s: several steps
+    free = colocated(w, rates, 8, 8, partial=True, oversample=2.0)
+    assert colocated(w, rates, 8, 8, partial=True, oversample=2.0, staleness=99) == free
+    assert colocated(w, rates, 8, 8, partial=True, oversample=2.0, staleness=0).tokens_per_gpu_s \
+        < 0.95 * free.tokens_per_gpu_s
+    free = two_pools(w, rates, 4, 4, 1, 8, partial=True, oversample=2.0)
+    assert two_pools(w, rates, 4, 4, 99, 8, partial=True, oversample=2.0, restarts=True).step_s \
+        <= two_pools(w, rates, 4, 4, 99, 8, partial=True, oversample=2.0).step_s + 1e-9
+    assert two_pools(w, rates, 4, 4, 1, 8, partial=True, oversample=2.0, restarts=True).tokens_per_gpu_s \
+        < 0.95 * free.tokens_per_gpu_s
