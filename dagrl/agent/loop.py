@@ -26,7 +26,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -65,6 +65,9 @@ class Trajectory:
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)       # 1: sampled by the model
     log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)   # the weight version of each sampled token, -1 elsewhere
+    done: bool = False
+    pending: Completion | None = None                    # the turn in progress when it was aborted (partial rollout)
     assistant_turns: int = 0
     user_turns: int = 0
     tool_calls: int = 0
@@ -78,7 +81,14 @@ class Trajectory:
     last_text: str = ""
     last_eos: str = ""                                   # the text of the token that ended the last turn
 
+    @property
+    def finish_reason(self) -> str:
+        """As a Completion's: "abort" while the trajectory goes on (partial rollout carries it)."""
+        return "stop" if self.done else "abort"
+
     def request(self, sampling: SamplingSpec) -> Request:
+        if self.pending is not None:  # the aborted turn goes on from what it had sampled
+            return self.pending.continuation()
         turn = self.assistant_turns
         seed = zlib.crc32(f"{self.seed}/{turn}".encode()) & 0x7FFFFFFF
         return Request(f"{self.row}/{self.sample}/{turn}", self.prompt_ids + tuple(self.ids),
@@ -99,6 +109,7 @@ class AgentLoop:
         self.eos_token_ids: set[int] = set()
         self.events = asyncio.new_event_loop()  # the tools' loop (tools may keep state bound to it), in a thread
         self._thread: threading.Thread | None = None
+        self.tool_wait = 0.0  # seconds the engine stood waiting for calls, since the last rollout began
 
     # ---- one rollout --------------------------------------------------------------------------------
     def generate(self, engine: Any, prompts: Batch, sampling: SamplingSpec, seed: int, response_length: int
@@ -107,6 +118,18 @@ class AgentLoop:
         turns is its own response limit (`sampling.limit(row)`), `response_length` at most."""
         self.eos_token_ids = set(engine.eos_token_ids)
         trajectories = self._start(prompts, sampling, seed)
+        self.tool_wait = 0.0
+        self.drive(engine, trajectories, sampling)
+        self._run([self._finish(t) for t in trajectories])
+        metrics = {**self._metrics(trajectories), "timing_s/tool_wait": self.tool_wait}
+        return self._batch(prompts, trajectories, sampling.n, response_length), metrics
+
+    def drive(self, engine: Any, trajectories: list[Trajectory], sampling: SamplingSpec,
+              enough: Callable[[], bool] | None = None, updates: Any = None) -> int:
+        """Advance every trajectory not done until all are, or until `enough()` (partial rollout: what is in
+        flight is then aborted, its turn kept in `pending`, and the calls under way answer first, so every
+        trajectory stops ready for its next request). `updates`: the rollout pool's weight pushes, loaded between
+        engine steps as in PartialPool.run. Returns the number of such loads."""
         by_id: dict[str, Trajectory] = {}
 
         def submit(batch: list[Trajectory]) -> None:
@@ -114,27 +137,51 @@ class AgentLoop:
             by_id.update((request.id, t) for request, t in zip(requests, batch))
             engine.submit(requests)
 
-        submit(trajectories)
-        lag, step, tool_wait = self.config.tool_overlap_steps, 0, 0.0
+        def hold(aborted: list[Completion]) -> list[Trajectory]:
+            held = [by_id.pop(c.id) for c in aborted]
+            for t, c in zip(held, aborted):
+                t.pending = c
+            return held
+
+        submit([t for t in trajectories if not t.done])
+        lag, step, loads = self.config.tool_overlap_steps, 0, 0
         waiting: list[tuple[int, Trajectory, concurrent.futures.Future]] = []  # (due step, ...), in order
-        while engine.in_flight() or waiting:
+        while True:
+            stop = (enough is not None and enough()) or not (engine.in_flight() or waiting)
+            if updates is None:
+                if stop:
+                    break
+            else:
+                everyone, pushed = updates.poll(stop)
+                if pushed:
+                    held = hold(engine.abort())
+                    updates.load()
+                    loads += 1
+                    submit(held)
+                if everyone:
+                    break
             if engine.in_flight():
                 finished = engine.advance()
                 step += 1
                 for t in (t for c in finished if (t := self._take_turn(by_id.pop(c.id), c))):
                     waiting.append((step + lag, t, self._spawn(self._act(t))))
-            else:  # nothing left to decode: the next observations are due now
+            elif waiting:  # nothing left to decode: the next observations are due now
                 step = max(step, min(due for due, *_ in waiting))
             due = [w for w in waiting if w[0] <= step]
             if due:
                 waiting = [w for w in waiting if w[0] > step]
-                start = time.perf_counter()
-                observations = [future.result() for *_, future in due]
-                tool_wait += time.perf_counter() - start
-                submit([t for (_, t, _), new in zip(due, observations) if self._observe(t, new)])
-        self._run([self._finish(t) for t in trajectories])
-        metrics = {**self._metrics(trajectories), "timing_s/tool_wait": tool_wait}
-        return self._batch(prompts, trajectories, sampling.n, response_length), metrics
+                submit([t for t, new in zip((t for _, t, _ in due), self._answers(due)) if self._observe(t, new)])
+        if engine.in_flight():
+            hold(engine.abort())
+        for t, new in zip((t for _, t, _ in waiting), self._answers(waiting)):
+            self._observe(t, new)  # the next request continues after the observation
+        return loads
+
+    def _answers(self, due: list) -> list[list[dict]]:
+        start = time.perf_counter()
+        answers = [future.result() for *_, future in due]
+        self.tool_wait += time.perf_counter() - start
+        return answers
 
     def _spawn(self, coroutine) -> concurrent.futures.Future:
         """Start `coroutine` on the tools' event loop (its thread is started on first use)."""
@@ -173,11 +220,19 @@ class AgentLoop:
         return trajectories
 
     def _take_turn(self, t: Trajectory, completion: Completion) -> Trajectory | None:
-        """Record a finished assistant turn; the trajectory when it goes on to act (tools or interaction)."""
+        """Record a finished assistant turn; the trajectory when it goes on to act (tools or interaction), else
+        it is done."""
+        acting = self._record_turn(t, completion)
+        t.done = acting is None
+        return acting
+
+    def _record_turn(self, t: Trajectory, completion: Completion) -> Trajectory | None:
         tokens = list(completion.token_ids)
+        t.pending = None
         t.ids += tokens
         t.mask += [1] * len(tokens)
         t.log_probs += list(completion.log_probs)
+        t.versions += list(completion.versions)
         t.assistant_turns += 1
         eos = bool(tokens) and tokens[-1] in self.eos_token_ids
         t.last_text = self.tokenizer.decode(tokens[:-1] if eos else tokens, skip_special_tokens=True)
@@ -239,6 +294,7 @@ class AgentLoop:
     def _observe(self, t: Trajectory, new: list[dict]) -> bool:
         """Append the observations' tokens; whether the trajectory goes on to another turn."""
         if not new:
+            t.done = True
             return False
         segment = self.renderer.segment(t.messages, new, t.last_eos)
         t.messages += new
@@ -246,8 +302,9 @@ class AgentLoop:
         t.ids += segment[:room]
         t.mask += [0] * len(segment[:room])
         t.log_probs += [0.0] * len(segment[:room])
+        t.versions += [-1] * len(segment[:room])
         if len(segment) >= room:  # no token left for the model to answer
-            t.truncated = True
+            t.truncated = t.done = True
             return False
         return True
 
