@@ -3,6 +3,7 @@ starts from, and what the actor saves and loads."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from dagrl.config.checks import as_list, get, require
@@ -12,6 +13,10 @@ from dagrl.config.tree import Cfg
 def check_writable_dir(key: str, configured: str, what: str) -> Path:
     """The directory `configured` (config key `key`) exists and can be written, or can be created: its nearest
     existing parent is a writable directory. Returns it, user-expanded."""
+    variable = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", configured)
+    require(variable is None, key,
+            f"{key}={configured} holds ${variable[1] if variable else ''}, a shell variable that was not expanded (single "
+            f"quotes, or a config file): write the path out, or use ${{oc.env:{variable[1] if variable else ''}}}")
     root = Path(os.path.expanduser(configured))
     existing = next((p for p in [root, *root.parents] if p.exists()), None)
     require(existing is None or existing.is_dir(), key,

@@ -199,6 +199,11 @@ def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.p
     """The config.json of the HF model directory that config key `key` names."""
     require(bool(model_path), key, f"{key} is not set: point it at a local HF model directory")
     path = Path(os.path.expanduser(model_path))
+    if path.is_file():
+        kind = "a GGUF file (llama.cpp's format)" if path.suffix.lower() == ".gguf" else f"a file ({path.name})"
+        raise ConfigError(key, f"{key}={path} is {kind}, not a model directory: point {key} at the HF model "
+                               f"directory (config.json, *.safetensors, tokenizer files)"
+                               + (f", e.g. {path.parent}" if path.name == "config.json" else ""))
     require(path.is_dir(), key, f"model directory {path} does not exist: fix {key}")
     config_file = path / "config.json"
     require(config_file.is_file(), key, f"{config_file} is missing: {key} must be an HF model directory")
@@ -207,7 +212,11 @@ def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.p
     except json.JSONDecodeError as err:
         raise ConfigError(key, f"{config_file} is not valid JSON ({err}): fix or re-download the model that {key} "
                                f"names") from None
+    require(isinstance(hf_config, dict), key, f"{config_file} holds a JSON {type(hf_config).__name__}, not an HF "
+                                              f"model config (a JSON object): fix or re-download the model {key} names")
     model_type = hf_config.get("model_type")
+    require(model_type is not None, key, f"{config_file} has no model_type: it is not an HF model config; fix or "
+                                         f"re-download the model {key} names")
     require(model_type in SUPPORTED_MODEL_TYPES, key,
             f"model type {model_type!r} in {config_file} is not supported; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}")

@@ -118,9 +118,38 @@ def closest_key(key: str, tree: dict[str, Any]) -> str | None:
     return match[0] if match else None
 
 
+def _parse_error(parser: Any, overrides: list[str], err: Exception) -> ConfigError:
+    """Hydra's grammar refused the command line: name the override it refused (each is parsed alone to find it) and
+    the likely fix (a trailing comma, a character Hydra reserves such as `~` or `$`: quote the value)."""
+    from hydra.errors import OverrideParseException
+
+    reason = str(err).splitlines()[0]
+    for arg in overrides:
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as own:
+            reason = re.sub(r" expecting \{.*\}", "", str(own).splitlines()[0])  # not the grammar's token list
+            key, _, value = arg.partition("=")
+            if value.endswith(",") and value.strip(","):
+                fix = f"drop the trailing comma: {key}={value.rstrip(',')}"
+            elif value.startswith("~"):
+                fix = (f"the shell did not expand '~' (it does only at the start of a word): write the full path, "
+                       f"e.g. {key}=$HOME{value[1:]}")
+            elif value[:1] in "[{":
+                fix = "close the bracket (a list is written [a,b], a map {a: 1})"
+            elif "'" not in value:
+                fix = f"quote the value: \"{key}='{value}'\""
+            else:
+                fix = f"write {key}=<value> with a valid value"
+            return ConfigError(key.lstrip("+~"), f"cannot parse the command line: override '{arg}': {reason}; {fix}")
+    return ConfigError("overrides", f"cannot parse the command line: {reason}")
+
+
 def _sweep_fix(key: str, value: str, default: Any) -> str:
     """Hydra reads `key=a,b` as a sweep (one run per value); a verl user meant a list, or a string with commas."""
-    if isinstance(default, list):
+    from dagrl.config.schema import schema
+
+    if isinstance(default, list) or schema().get(key, "").startswith("paths"):  # a path, or a list of paths
         return f"a list needs brackets: {key}='[{value}]'"
     return f"a value with commas needs quotes: \"{key}='{value}'\" (unquoted, Hydra reads it as a sweep)"
 
@@ -141,10 +170,11 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         if "=" not in arg and not arg.startswith("~"):
             example = f"{arg}=<value>" if re.fullmatch(r"[\w.+]+", arg) else "key=value"
             raise ConfigError(arg, f"override '{arg}' has no '=': write {example}")
+    parser = OverridesParser.create()
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        parsed = parser.parse_overrides(overrides)
     except OverrideParseException as err:
-        raise ConfigError("overrides", f"cannot parse the command line: {str(err).splitlines()[0]}") from None
+        raise _parse_error(parser, overrides, err) from None
     groups = config_groups()
     choices, changes = [], []
     for override in parsed:
@@ -212,6 +242,10 @@ def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]
         hint = closest_key(missing[1], base)
         fix = f"did you mean ${{{hint}}}?" if hint else "point it at an existing one, e.g. ${trainer.experiment_name}"
         return ConfigError(key, f"{where}: the interpolation ${{{missing[1]}}} names no config key; {fix}")
+    env = re.search(r"Environment variable '([^']+)' not found", str(err))
+    if env:
+        return ConfigError(key, f"{where}: the environment variable {env[1]} is not set: export {env[1]}=... "
+                                f"before the run, or give a default: ${{oc.env:{env[1]},<default>}}")
     reasons = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
     return ConfigError(key, f"{where}: the config does not compose: {': '.join(reasons)}")
 

@@ -97,7 +97,8 @@ RANGES: dict[str, Range] = {
     "*.behav_imp_weight_cap": hinted(ABOVE_ONE, "AReaL masks tokens whose pi_prox/pi_behav exceeds it, e.g. 5; "
                                                 "null for no cap"),
     "*.grad_clip": POSITIVE, "*.clip_grad": POSITIVE,
-    "*.optim.lr": NON_NEGATIVE, "*.optim.min_lr": NON_NEGATIVE, "*.optim.weight_decay": NON_NEGATIVE,
+    "*.optim.lr": Range(lambda v: _finite(v) and 0 <= v <= 1, ">= 0 and <= 1", "a peak learning rate, e.g. 1e-6"),
+    "*.optim.min_lr": NON_NEGATIVE, "*.optim.weight_decay": NON_NEGATIVE,
     "*.optim.betas": BETAS, "*.optim.lr_warmup_steps": ANY_INT,  # < 0: use lr_warmup_steps_ratio
     "*.optim.lr_warmup_steps_ratio": UNIT, "*.optim.min_lr_ratio": hinted(UNIT, "min_lr = min_lr_ratio x lr"),
     "*.seed": NON_NEGATIVE_INT, "*_size": POSITIVE_INT, "*_size_per_gpu": POSITIVE_INT,

@@ -174,6 +174,13 @@ def check_actor(cfg: Cfg, hf_config: dict):
     actor = cfg.actor_rollout_ref.actor
     require(actor.clip_ratio_c > 1.0, "actor_rollout_ref.actor.clip_ratio_c",
             f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual clip)")
+    # the ratio is clipped to [1 - low, 1 + high]: a low >= 1 (a percentage? 20 for 0.2) clips nothing below;
+    # CISPO alone means that (no lower bound on its detached weight)
+    low_key = "actor_rollout_ref.actor.clip_ratio" + ("" if actor.clip_ratio_low is None else "_low")
+    low = actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low
+    require(actor.policy_loss.loss_mode == "cispo" or not isinstance(low, (int, float)) or low < 1, low_key,
+            f"{low_key}={low} puts the PPO clip's lower bound 1 - {low} at or below 0, so it clips nothing: set it "
+            f"in [0, 1), e.g. 0.2 (a fraction, not a percentage)")
     top = cfg.actor_rollout_ref.model.trainable_top_layers
     layers = hf_config.get("num_hidden_layers", 0)
     require(top is None or (isinstance(top, int) and 0 < top <= layers), "actor_rollout_ref.model.trainable_top_layers",

@@ -52,6 +52,13 @@ def open_parquet(path: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as error:
+        suffix = os.path.splitext(path)[1].lower()
+        if suffix in (".json", ".jsonl", ".csv"):  # not parquet by name: say how to convert it
+            reader = "read_csv" if suffix == ".csv" else "read_json"
+            lines = ", lines=True" if suffix == ".jsonl" else ""
+            raise ValueError(f"data file {path!r} is a {suffix[1:]} file, but data.train_files / data.val_files take "
+                             f"parquet files only: convert it (pandas.{reader}({path!r}{lines}).to_parquet(...)) or "
+                             f"regenerate it with {PREPROCESS}") from error
         raise ValueError(f"data file {path!r} is not a readable parquet file ({first_line(error)}); "
                          f"regenerate it with {PREPROCESS}") from error
 
@@ -162,8 +169,10 @@ def first_row_without_ground_truth(path: str) -> int | None:
     reward_model.ground_truth field only. -1: reward_model has no ground_truth field at all."""
     path = os.path.expanduser(path)
     field_type = open_parquet(path).schema_arrow.field("reward_model").type
-    if not pa.types.is_struct(field_type):
-        return None  # not the verl schema's struct: the reward manager's own error names it when scored
+    if not pa.types.is_struct(field_type):  # the reward manager reads reward_model["ground_truth"] of every row
+        raise ValueError(f"data file {path!r} has a reward_model column of {field_type}, not a struct "
+                         f"{{style, ground_truth}}: every row's reward is scored against reward_model.ground_truth; "
+                         f"regenerate it with {PREPROCESS}")
     if field_type.get_field_index("ground_truth") < 0:
         return -1
     offset = 0

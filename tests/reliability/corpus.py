@@ -221,6 +221,30 @@ def template_and_rows(template: str, change: Callable[[list[dict]], None]) -> Ca
     return make
 
 
+def tokenizer_only(ws: Path, paths: Paths) -> None:
+    """{ws}/tok: the tiny model's tokenizer files alone (no config.json, no weights)."""
+    (ws / "tok").mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(paths.model / name, ws / "tok" / name)
+
+
+def bin_weights_only(ws: Path, paths: Paths) -> None:
+    """{ws}/model: the tiny model with pytorch_model.bin instead of model.safetensors."""
+    model_copy(remove=("model.safetensors",))(ws, paths)
+    (ws / "model" / "pytorch_model.bin").write_bytes(b"PK" + bytes(range(256)))
+
+
+def json_rows(name: str) -> Callable[[Path, Paths], None]:
+    """{ws}/<name>: the valid training rows as JSON (a list, or one object a line for .jsonl), not parquet."""
+    def make(ws: Path, paths: Paths) -> None:
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(paths.train).to_pylist()
+        text = "".join(json.dumps(row) + "\n" for row in rows) if name.endswith(".jsonl") else json.dumps(rows)
+        (ws / name).write_text(text)
+    return make
+
+
 def world(n: int) -> tuple[str, ...]:
     return (f"trainer.n_gpus_per_node={n}",)
 
@@ -576,9 +600,6 @@ CASES: tuple[Case, ...] = (
     Case("multi_turn_truncate_side", "`multi_turn.tool_response_truncate_side=top`",
          ("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=top",),
          ("tool_response_truncate_side", "left, middle, right")),
-    Case("multi_turn_with_partial_rollout", "multi-turn rollouts with partial rollout (not carried yet)",
-         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path=" + str(TOOL_CONFIG),
-          "async_training.partial_rollout=true"), ("async_training.partial_rollout", "multi_turn.enable")),
     # ---- runs that train nothing, wrong key ----
     Case("data_source_without_scorer", "training rows whose data_source (`my_org/arith`) has no built-in scorer, "
          "and no custom_reward_function.path", ("data.train_files={ws}/bad.parquet",),
@@ -691,6 +712,100 @@ CASES: tuple[Case, ...] = (
          ("actor_rollout_ref.rollout.temperature=0", "> 0"),
          also=(("reward_model.timeout_s=0", "> 0"),
                ("1 is not divisible by 2", f"change {MEGATRON}.tensor_model_parallel_size"))),
+    # ---- unseen inputs (issue 25's measure): what a hurried user, often coming from verl, types ----
+    Case("lr_trailing_comma", "`actor_rollout_ref.actor.optim.lr=1e-6,` (a trailing comma)",
+         ("actor_rollout_ref.actor.optim.lr=1e-6,",),
+         ("override 'actor_rollout_ref.actor.optim.lr=1e-6,'", "drop the trailing comma")),
+    Case("path_with_unexpanded_tilde", "`data.train_files=~/data/train.parquet` (the shell expands `~` only at the "
+         "start of a word)", ("data.train_files=~/data/train.parquet",),
+         ("override 'data.train_files=~/data/train.parquet'", "write the full path")),
+    Case("path_list_without_brackets", "`data.train_files=a.parquet,b.parquet` (verl's list syntax for files)",
+         ("data.train_files={train},{train}",), ("a list needs brackets", "data.train_files='[")),
+    Case("env_variable_unset", "`actor_rollout_ref.model.path=${oc.env:MODEL_DIR}` with MODEL_DIR not exported",
+         (f"{MODEL_KEY}=${{{{oc.env:DAGRL_UNSET_MODEL_DIR}}}}",),
+         ("DAGRL_UNSET_MODEL_DIR is not set", "export DAGRL_UNSET_MODEL_DIR=")),
+    Case("shell_variable_in_path", "`trainer.default_local_dir=$CKPT/run` that the shell did not expand (single "
+         "quotes)", ("trainer.default_local_dir=$DAGRL_CKPT/run",),
+         ("trainer.default_local_dir", "$DAGRL_CKPT", "not expanded", "${oc.env:DAGRL_CKPT}")),
+    Case("lr_above_one", "`actor_rollout_ref.actor.optim.lr=1e6` (the exponent's minus forgotten)",
+         ("actor_rollout_ref.actor.optim.lr=1e6",), ("actor_rollout_ref.actor.optim.lr", "<= 1")),
+    Case("lr_quoted", "`actor_rollout_ref.actor.optim.lr=\"1e-6\"` (quoted: a string to Hydra)",
+         ('actor_rollout_ref.actor.optim.lr="1e-6"',), ("actor_rollout_ref.actor.optim.lr='1e-6'", "a number")),
+    Case("clip_ratio_as_percent", "`actor_rollout_ref.actor.clip_ratio=20` (a percentage: the lower clip bound "
+         "1 - 20 clips nothing)", ("actor_rollout_ref.actor.clip_ratio=20",),
+         ("actor_rollout_ref.actor.clip_ratio=20", "[0, 1)")),
+    Case("clip_ratio_low_above_one", "`actor_rollout_ref.actor.clip_ratio_low=1.2`",
+         ("actor_rollout_ref.actor.clip_ratio_low=1.2",), ("actor_rollout_ref.actor.clip_ratio_low=1.2", "[0, 1)")),
+    Case("response_length_zero", "`data.max_response_length=0`", ("data.max_response_length=0",),
+         ("data.max_response_length=0", "positive integer")),
+    Case("rollout_n_zero", "`actor_rollout_ref.rollout.n=0`", ("actor_rollout_ref.rollout.n=0",),
+         ("actor_rollout_ref.rollout.n=0", "positive integer")),
+    Case("temperature_negative", "`actor_rollout_ref.rollout.temperature=-1`",
+         ("actor_rollout_ref.rollout.temperature=-1",), ("actor_rollout_ref.rollout.temperature=-1", "> 0")),
+    Case("bool_as_yes", "`actor_rollout_ref.rollout.do_sample=yes`", ("actor_rollout_ref.rollout.do_sample=yes",),
+         ("actor_rollout_ref.rollout.do_sample='yes'", "true or false")),
+    Case("steps_in_scientific_notation", "`trainer.total_training_steps=1e3` (a float to Hydra)",
+         ("trainer.total_training_steps=1e3",), ("trainer.total_training_steps=1000.0", "positive integer")),
+    Case("micro_larger_than_mini", "`ppo_micro_batch_size_per_gpu=8` with 4 responses per mini-batch",
+         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",),
+         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "4 is not divisible by 8")),
+    Case("mini_larger_than_batch", "`ppo_mini_batch_size=8` with train_batch_size=4",
+         ("actor_rollout_ref.actor.ppo_mini_batch_size=8",),
+         ("actor_rollout_ref.actor.ppo_mini_batch_size", "4 is not divisible by 8")),
+    Case("pp_more_than_layers", "PP=4 (4 processes) for a model with 2 layers",
+         (*world(4), f"{MEGATRON}.pipeline_model_parallel_size=4"),
+         (f"{MEGATRON}.pipeline_model_parallel_size=4", "num_hidden_layers=2"), env={"WORLD_SIZE": "4"}),
+    Case("expert_parallel_on_dense_model", "`expert_model_parallel_size=2` for a model without experts",
+         (*world(2), f"{MEGATRON}.expert_model_parallel_size=2"),
+         (f"{MEGATRON}.expert_model_parallel_size=2", "no experts"), env=WORLD),
+    Case("rollout_tp_with_hf", "`actor_rollout_ref.rollout.tensor_model_parallel_size=2` with the hf rollout",
+         ("actor_rollout_ref.rollout.tensor_model_parallel_size=2",),
+         ("actor_rollout_ref.rollout.tensor_model_parallel_size=1", "rollout.name=vllm")),
+    Case("gae_without_critic", "`algorithm.adv_estimator=gae` on the GRPO graph (no critic)",
+         ("algorithm.adv_estimator=gae",), ("algorithm.adv_estimator=gae", "dag=ppo")),
+    Case("choice_with_underscore", "`actor_rollout_ref.actor.loss_agg_mode=token_mean`",
+         ("actor_rollout_ref.actor.loss_agg_mode=token_mean",),
+         ("actor_rollout_ref.actor.loss_agg_mode='token_mean'", "token-mean")),
+    Case("model_path_gguf_file", "actor_rollout_ref.model.path names a GGUF file", (f"{MODEL_KEY}={{ws}}/model.gguf",),
+         (MODEL_KEY, "GGUF file", "HF model directory"), make=text_file("model.gguf", "GGUF")),
+    Case("model_path_config_file", "actor_rollout_ref.model.path names the model's config.json",
+         (f"{MODEL_KEY}={{model}}/config.json",), (MODEL_KEY, "is a file (config.json)", "e.g. <model>")),
+    Case("model_path_tokenizer_only", "actor_rollout_ref.model.path names a tokenizer-only directory",
+         (f"{MODEL_KEY}={{ws}}/tok",), ("<tmp>/tok/config.json", "is missing", MODEL_KEY), make=tokenizer_only),
+    Case("model_path_hub_id", "`actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct` (a hub id, not downloaded)",
+         (f"{MODEL_KEY}=Qwen/Qwen2.5-0.5B-Instruct",), ("Qwen/Qwen2.5-0.5B-Instruct", "does not exist", MODEL_KEY)),
+    Case("model_config_is_list", "config.json holds a JSON list", (f"{MODEL_KEY}={{ws}}/model",),
+         ("config.json holds a JSON list", MODEL_KEY), make=model_copy(config_text="[]")),
+    Case("model_config_without_type", "config.json without model_type", (f"{MODEL_KEY}={{ws}}/model",),
+         ("config.json has no model_type", MODEL_KEY), make=model_copy(patch={"model_type": None})),
+    Case("model_bin_weights_only", "a model directory with pytorch_model.bin and no safetensors",
+         (f"{MODEL_KEY}={{ws}}/model",), ("no *.safetensors weights", "safe_serialization=True"),
+         make=bin_weights_only),
+    Case("train_file_json", "data.train_files names a JSON file", ("data.train_files={ws}/train.json",),
+         ("<tmp>/train.json", "parquet files only", "read_json"), make=json_rows("train.json")),
+    Case("train_files_mixing_parquet_and_jsonl", "`data.train_files=[train.parquet,train.jsonl]`",
+         ("data.train_files=[{train},{ws}/train.jsonl]",), ("<tmp>/train.jsonl", "lines=True"),
+         make=json_rows("train.jsonl")),
+    Case("train_file_zero_bytes", "data.train_files names an empty (0-byte) file", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "0 bytes"), make=text_file("bad.parquet", "")),
+    Case("reward_model_not_a_struct", "a data file whose reward_model column holds plain strings (the answer)",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "not a struct", "ground_truth"),
+         make=rows_changed(_set(None, "reward_model", "7"))),
+    Case("val_files_directory", "data.val_files names a directory", ("data.val_files={ws}/val",),
+         ("<tmp>/val", "is a directory"), make=lambda ws, paths: (ws / "val").mkdir()),
+    Case("reward_path_directory", "custom_reward_function.path names a directory", ("custom_reward_function.path={ws}",),
+         ("custom_reward_function.path=<tmp>", "is a directory", ".py file")),
+    Case("reward_file_syntax_error", "the reward file has a syntax error", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py", "SyntaxError"),
+         make=text_file("reward.py", "def compute_score(data_source, solution_str, ground_truth)\n    return 0\n")),
+    Case("reward_not_callable", "`compute_score = 1.0` in the reward file", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py", "is a float, not a function"), make=text_file("reward.py", "compute_score = 1.0\n")),
+    Case("checkpoint_dir_is_a_file", "trainer.default_local_dir names an existing file",
+         ("trainer.default_local_dir={ws}/a_file",), ("<tmp>/a_file is not a directory", "trainer.default_local_dir"),
+         make=text_file("a_file", "x")),
+    Case("resume_path_is_the_root", "resume_from_path names trainer.default_local_dir, not a global_step_N in it",
+         ("trainer.resume_mode=resume_path", "trainer.resume_from_path={ckpt}"),
+         ("trainer.resume_from_path", "global_step_N")),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
