@@ -86,12 +86,18 @@ class Trajectory:
         """As a Completion's: "abort" while the trajectory goes on (partial rollout carries it)."""
         return "stop" if self.done else "abort"
 
+    key: str = ""                                        # the request ids' prefix (the row's index when empty)
+
     def request(self, sampling: SamplingSpec) -> Request:
         if self.pending is not None:  # the aborted turn goes on from what it had sampled
             return self.pending.continuation()
+        return self.turn_request(sampling)
+
+    def turn_request(self, sampling: SamplingSpec) -> Request:
+        """The request of the next turn from its start."""
         turn = self.assistant_turns
         seed = zlib.crc32(f"{self.seed}/{turn}".encode()) & 0x7FFFFFFF
-        return Request(f"{self.row}/{self.sample}/{turn}", self.prompt_ids + tuple(self.ids),
+        return Request(f"{self.key or self.row}/{self.sample}/{turn}", self.prompt_ids + tuple(self.ids),
                        sampling.with_limit(self.limit - len(self.ids)), seed)
 
 

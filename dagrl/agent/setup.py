@@ -36,9 +36,6 @@ def check_multi_turn(cfg: Cfg) -> None:
     require(any(paths), f"{KEY}.tool_config_path",
             f"{KEY}.enable=true needs {KEY}.tool_config_path (tools) or {KEY}.interaction_config_path "
             f"(feedback turns); set one, or set {KEY}.enable=false")
-    require(not cfg.async_training.partial_rollout, "async_training.partial_rollout",
-            f"async_training.partial_rollout=true does not carry multi-turn trajectories yet: set one of it and "
-            f"{KEY}.enable to false")
     load(cfg)
 
 

@@ -41,7 +41,7 @@ class Group:
         return all(s is not None and s.finish_reason != "abort" for s in self.samples)
 
     def oldest_version(self) -> int | None:
-        versions = [v for s in self.samples if s is not None for v in s.versions]
+        versions = [v for s in self.samples if s is not None for v in s.versions if v >= 0]  # -1: not sampled
         return min(versions) if versions else None
 
     def request(self, sample: int, sampling: SamplingSpec) -> Request:
@@ -59,7 +59,9 @@ class Group:
 class PartialPool:
     """A rank's groups in flight between steps (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, agent: Any = None) -> None:
+        self.agent = agent                    # the multi-turn loop: samples are its trajectories (dagrl/agent/partial.py)
+        self.dropped: list = []               # trajectories restarted for staleness, their tools not yet released
         self.groups: list[Group] = []
         self.reloads = 0                      # weight loads in the last run (mid-batch)
         self.rows: dict[str, Batch] = {}      # uid -> the prompt's row (dataset columns), for the trained batch
@@ -79,6 +81,8 @@ class PartialPool:
         for group in self.groups:
             oldest = group.oldest_version()
             if oldest is not None and oldest < oldest_allowed:
+                if self.agent is not None:
+                    self.dropped += [s for s in group.samples if s is not None]
                 group.samples = [None] * len(group.samples)
                 restarted += 1
         return restarted
@@ -91,6 +95,9 @@ class PartialPool:
         are loaded (`updates.load()`) and the partial responses go on under them, so a long response does not hold
         old weights to the end of the batch (AReaL's interruptible rollout). Ranks that are done keep generating
         the carried groups until all are."""
+        if self.agent is not None:
+            from dagrl.agent.partial import run_groups
+            return run_groups(self.agent, self, engine, sampling, wanted, updates)
         by_id: dict[str, tuple[int, int]] = {}
 
         def record(completions) -> None:
@@ -165,10 +172,16 @@ class PartialPool:
         for g in self.groups:
             ledger_uid = self.ledger_uid(g.uid)
             states.append({"uid": g.uid, "position": g.position, "seed": g.seed, "samples": [
-                None if s is None else {"tokens": list(s.token_ids), "log_probs": list(s.log_probs),
-                                        "versions": list(s.versions), "finish": s.finish_reason} for s in g.samples],
+                None if s is None else self._sample_state(s) for s in g.samples],
                 **({"ledger_uid": ledger_uid} if ledger_uid is not None else {})})
         return states
+
+    def _sample_state(self, s: Any) -> dict:
+        if self.agent is not None:
+            from dagrl.agent.partial import state
+            return state(s)
+        return {"tokens": list(s.token_ids), "log_probs": list(s.log_probs), "versions": list(s.versions),
+                "finish": s.finish_reason}
 
     def load_state_dict(self, state: list[dict], rows: Batch, sampling: SamplingSpec) -> None:
         """`rows`: the dataset rows at the groups' positions, in order (with their uid and ledger_uid columns set);
@@ -179,6 +192,10 @@ class PartialPool:
             group = Group(saved["uid"], saved["position"], tuple(ids[row][mask[row]].tolist()), saved["seed"],
                           sampling.limit(row))
             for sample, done in enumerate(saved["samples"]):
+                if done is not None and "turns" in done:  # a multi-turn trajectory
+                    from dagrl.agent.partial import restore
+                    group.samples.append(restore(self.agent, done, group, rows.select([row]), sampling, sample))
+                    continue
                 group.samples.append(None if done is None else Completion(
                     group.fresh_request(sample, sampling), tuple(done["tokens"]), tuple(done["log_probs"]),
                     tuple(done["versions"]), done["finish"]))

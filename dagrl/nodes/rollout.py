@@ -158,7 +158,12 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
     restarted = pool.restart_stale(base - ctx.cfg.async_training.max_staleness)
     with rollout_session(ctx) as metrics:
         groups = pool.run(ctx.rollout, sampling, share, ctx.weight_updates)
-    out = pool.batch(groups, sampling.response_length, ctx.rollout.eos_token_ids, ctx.rollout.pad_token_id)
+    if pool.agent is not None:  # multi-turn trajectories
+        from dagrl.agent.partial import batch_of
+        out, turns = batch_of(pool.agent, pool, groups, sampling.response_length)
+        metrics.update(turns)
+    else:
+        out = pool.batch(groups, sampling.response_length, ctx.rollout.eos_token_ids, ctx.rollout.pad_token_id)
     metrics.update(response_metrics(out, sampling.response_length))
     metrics.update(staleness_metrics(out, base))
     metrics.update({"async/buffer_groups": float(len(pool.groups)), "async/restarted_groups": float(restarted)})

@@ -100,7 +100,7 @@ class Trainer:
                                draw_prompts=self.local_prompts, agent=agent)
         if cfg.async_training.partial_rollout and shape.pool != "train":
             from dagrl.nodes.partial_rollout import PartialPool
-            self.ctx.pool = PartialPool()
+            self.ctx.pool = PartialPool(agent)
         self.consecutive_skips = 0
         self.stop = StopRequest()  # SIGTERM/SIGUSR1: stop after the current step with a checkpoint
         self.preemption_grace_s = trainer.preemption_grace_s

@@ -157,7 +157,7 @@ def test_multi_turn_trajectories_stop_at_their_rows_limit(setup):
     from dagrl.agent.loop import AgentLoop
 
     tokenizer, data, rollout = setup
-    config = SimpleNamespace(max_assistant_turns=3, max_user_turns=0, max_parallel_calls=1)
+    config = SimpleNamespace(max_assistant_turns=3, max_user_turns=0, max_parallel_calls=1, tool_overlap_steps=0)
     loop = AgentLoop(config, tokenizer, {}, {}, template_renders_tools=False)
     batch, metrics = loop.generate(rollout, data.rows([0, 1]), SamplingSpec(n=2, response_length=R,
                                                                             response_lengths=(2, 5)), 0, R)
