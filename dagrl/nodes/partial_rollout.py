@@ -41,7 +41,9 @@ class Group:
         return all(s is not None and s.finish_reason != "abort" for s in self.samples)
 
     def oldest_version(self) -> int | None:
-        versions = [v for s in self.samples if s is not None for v in s.versions if v >= 0]  # -1: not sampled
+        # -1: not sampled (a tool's tokens); a multi-turn trajectory's aborted turn counts too
+        versions = [v for s in self.samples if s is not None
+                    for v in (*s.versions, *getattr(getattr(s, "pending", None), "versions", ())) if v >= 0]
         return min(versions) if versions else None
 
     def request(self, sample: int, sampling: SamplingSpec) -> Request:

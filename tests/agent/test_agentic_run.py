@@ -149,3 +149,22 @@ def test_multi_turn_partial_rollout_carries_trajectories_and_resumes_exactly(arg
     turns = [s["turns"] for group in saved for s in group["samples"] if s is not None]
     assert turns and any(not t["done"] for t in turns) and any(len(t["messages"]) > 2 for t in turns)
     assert "val-core/dagrl/arithmetic/acc/mean@1" in expected[4]
+
+
+def test_multi_turn_partial_rollout_in_two_pools_loads_pushes_mid_batch(args, tmp_path):
+    """The rollout pool carries multi-turn trajectories under partial rollout and takes weight pushes between
+    engine steps (a slow decode makes them arrive mid-batch); every sampled token stays within K=1."""
+    from tests.trainer.test_two_pools import launch, ok
+
+    out = tmp_path / "pools"
+    run = args(out, **{"trainer.total_training_steps": 4, "trainer.save_freq": -1, "trainer.test_freq": -1,
+                       "actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1,
+                       "trainer.n_gpus_per_node": 1, "async_training.max_staleness": 1,
+                       "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0})
+    for result in launch((run, 2, {"DAGRL_DELAY": "rollout_poll:0.05"})):
+        ok(result)
+    metrics = metrics_by_step(out)
+    steps = range(1, 5)
+    assert max(metrics[s]["async/staleness_max"] for s in steps) <= 1
+    assert sum(metrics[s]["async/mid_batch_loads"] for s in steps) > 0
+    assert all(metrics[s]["multi_turn/num_turns/mean"] > 1 for s in steps)
