@@ -29,6 +29,9 @@ def setup_logging() -> None:
     logging.getLogger("megatron").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     if level != "DEBUG":  # "Apex/TransformerEngine not installed" fallbacks are expected on CPU
         warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
+        # what Megatron's checkpoint loading calls in torch.distributed.checkpoint (on every resume): not the user's
+        warnings.filterwarnings("ignore", "`load_state_dict` is deprecated", FutureWarning, r"megatron\.core\.")
+        warnings.filterwarnings("ignore", "Please use DTensor instead", FutureWarning, r"torch\.distributed\.")
 
 
 def fail(message: str, code: int) -> None:

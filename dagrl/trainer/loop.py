@@ -260,7 +260,8 @@ class Trainer:
         schedule = Schedule.of(self.cfg, start_step, self.total_steps)
         tracker = Tracker(trainer.project_name, trainer.experiment_name, self.loggers, self.tensorboard_dir,
                           self.jsonl_path, self.total_steps, start_step, enabled=self.rank == 0,
-                          config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir))
+                          config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir),
+                          keep_through=start_step if start_step > 0 else -1)
         bucket_bytes = int(self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
         try:
             if self.rank == 0:  # cut what steps after the checkpoint (or an end of run) wrote: they run again

@@ -13,6 +13,7 @@ import time
 import logging
 import os
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -88,11 +89,29 @@ class _MlflowSink:
         self.client.set_terminated(self.run_id)
 
 
+def _trim_rows(path: Path, keep_through: int) -> None:
+    """Drop `path`'s rows of steps after `keep_through`, atomically (a kill leaves the old file or the new)."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if json.loads(line).get("step", -1) <= keep_through] if lines else []
+    if len(kept) == len(lines):
+        return
+    logger.info("%s: dropped the rows of %d steps after step %d: they run again", path, len(lines) - len(kept),
+                keep_through)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class Tracker:
     def __init__(self, project_name: str, experiment_name: str, backends: list[str], tensorboard_dir: str | None,
                  jsonl_path: str | None, total_steps: int, start_step: int, enabled: bool,
-                 config: Callable[[], dict[str, Any]] | None = None, mlflow_uri: str | None = None) -> None:
-        """`config` is called only when a sink records the run's config (wandb, mlflow)."""
+                 config: Callable[[], dict[str, Any]] | None = None, mlflow_uri: str | None = None,
+                 keep_through: int | None = None) -> None:
+        """`config` is called only when a sink records the run's config (wandb, mlflow). `keep_through`: the
+        jsonl file loses its rows of later steps first (they run again: a resume from that step, or -1 for a run
+        that starts over without a checkpoint), so every step appears once."""
         self.enabled = enabled
         self.backends = backends
         self.started, self.steps = time.time(), []  # for the end-of-run summary
@@ -110,6 +129,8 @@ class Tracker:
             logger.info("tensorboard events in %s", tensorboard_dir)
         if "jsonl" in backends:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
+            if keep_through is not None:
+                _trim_rows(Path(jsonl_path), keep_through)
             self.jsonl = open(jsonl_path, "a", encoding="utf-8")
         run_config = config() if config is not None and set(OPTIONAL_LOGGERS) & set(backends) else {}
         if "wandb" in backends:
@@ -133,7 +154,7 @@ class Tracker:
         if "console" in self.backends:
             shown = {k: v for k, v in sorted(metrics.items()) if k.startswith(_CONSOLE_PREFIXES)}
             text = " - ".join(f"{k}:{v:.4g}" for k, v in shown.items())
-            (self.progress.write if self.progress else print)(f"step:{step} - {text}")
+            (self.progress.write if self.progress else partial(print, flush=True))(f"step:{step} - {text}")
         if self.writer is not None:
             for key, value in metrics.items():
                 self.writer.add_scalar(key, value, step)

@@ -179,3 +179,16 @@ def test_nodes_pass_the_token_budget_only_when_switched_on():
     # verl's defaults: the log-prob passes follow the actor's switch and budget
     assert token_budget(rollout, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu") == 4096
     assert token_budget(cfg.critic, "use_dynamic_bsz", "forward_max_token_len_per_gpu") is None
+
+
+def test_the_output_layers_gradient_comes_back_with_plain_strides():
+    """The GPT model transposes the output layer's [N, 1, V] logits; the gradient comes back as a transpose of
+    [1, N, V], which made torch.matmul copy the vocabulary weight once per row in the layer's backward (the CPU
+    quickstart ran out of 24 GB). The actor's output-layer hook hands it on with plain strides."""
+    from dagrl.engine.megatron.actor import _restride_output_grad
+
+    logits = torch.randn(5, 1, 7, requires_grad=True)
+    for hook, plain in ((lambda m, a, out: out, False), (_restride_output_grad, True)):
+        logits.grad = None
+        (hook(None, (), logits).transpose(0, 1) * torch.randn(1, 5, 7)).sum().backward()
+        assert (logits.grad.stride() == (7, 7, 1)) == plain, logits.grad.stride()

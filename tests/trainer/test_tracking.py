@@ -213,3 +213,17 @@ def test_the_run_summary_says_how_it_went_and_jsonl_rows_carry_the_wall_clock(tm
     assert lines[2:] == ["  checkpoints: /ckpt (newest: global_step_3)", f"  metrics: {path}"]  # no tensorboard
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3] and all(abs(r["time"] - time.time()) < 60 for r in rows)
+
+
+@pytest.mark.parametrize("keep_through,left", [(3, [0, 1, 2, 3]), (-1, []), (None, [0, 1, 2, 3, 4, 5])])
+def test_a_run_that_starts_again_drops_the_rows_it_will_write_again(tmp_path, keep_through, left):
+    """A relaunch without a checkpoint (-1) or from the step-3 checkpoint runs the later steps again: their old rows
+    go first, so every step is in metrics.jsonl once; validate_only (None) appends."""
+    from dagrl.trainer.tracking import Tracker
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": step, "x": 1.0}) + "\n" for step in range(6)))
+    tracker = Tracker("p", "e", ["jsonl"], None, str(path), 10, 0, enabled=True, keep_through=keep_through)
+    tracker.close()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == left
+    assert not path.with_suffix(".jsonl.tmp").exists()

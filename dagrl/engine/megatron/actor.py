@@ -14,6 +14,28 @@ from dagrl.engine.megatron.logprob import vocab_parallel_log_probs
 from dagrl.engine.megatron.sequences import MicroBatch
 
 
+class _Restride(torch.autograd.Function):
+    """Identity whose backward hands on the gradient with plain strides. With the response-positions pre-hook the
+    output layer returns [N, 1, V], which the GPT model transposes; its gradient comes back as the transpose of
+    [1, N, V] (strides (V, N*V, 1)), which torch.matmul in the layer's backward does not fold: it copied the weight
+    once per row (21 GB and 165 s a step for the CPU quickstart's frozen SmolLM2 head)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.reshape(-1).view(grad.shape) if grad.is_contiguous() else grad.contiguous()
+
+
+def _restride_output_grad(module, args, output):
+    """Output-layer forward hook: the output passed through _Restride."""
+    if isinstance(output, tuple):
+        return (_Restride.apply(output[0]), *output[1:])
+    return _Restride.apply(output)
+
+
 class MegatronActorEngine(MegatronEngine):
     """The actor (or, with `spec.optim=None`, the frozen reference): log-probs of responses, training on them,
     and the HF weight export that rollouts load."""
@@ -28,6 +50,7 @@ class MegatronActorEngine(MegatronEngine):
             for module in self.modules:
                 if getattr(module, "post_process", False):
                     module.output_layer.register_forward_pre_hook(self._response_positions_only, with_kwargs=True)
+                    module.output_layer.register_forward_hook(_restride_output_grad)
 
     def _response_positions_only(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Output-layer pre-hook: keep the hidden states that predict real response tokens ([S, b, h] -> [N, 1, h],
