@@ -30,6 +30,9 @@ def check_multi_turn(cfg: Cfg) -> None:
     timeout = options.tool_timeout_s
     require(isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0,
             f"{KEY}.tool_timeout_s", f"{KEY}.tool_timeout_s={timeout!r} must be a positive number of seconds")
+    lag = options.tool_overlap_steps
+    require(isinstance(lag, int) and not isinstance(lag, bool) and lag >= 0, f"{KEY}.tool_overlap_steps",
+            f"{KEY}.tool_overlap_steps={lag!r} must be an integer >= 0 (engine steps)")
     paths = (options.tool_config_path, options.interaction_config_path)
     if not options.enable:
         return
