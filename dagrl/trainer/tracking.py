@@ -89,6 +89,10 @@ class _MlflowSink:
         self.client.set_terminated(self.run_id)
 
 
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
+
+
 def _trim_rows(path: Path, keep_through: int) -> None:
     """Drop `path`'s rows of steps after `keep_through`, atomically (a kill leaves the old file or the new)."""
     if not path.is_file():
@@ -131,6 +135,10 @@ class Tracker:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
             if keep_through is not None:
                 _trim_rows(Path(jsonl_path), keep_through)
+                for row in _rows(Path(jsonl_path)):  # a resumed run's summary covers the steps before it too
+                    for key, value in row.items():
+                        if key.startswith("val-core/"):
+                            self.validation.setdefault(key, []).append((row["step"], value))
             self.jsonl = open(jsonl_path, "a", encoding="utf-8")
         run_config = config() if config is not None and set(OPTIONAL_LOGGERS) & set(backends) else {}
         if "wandb" in backends:

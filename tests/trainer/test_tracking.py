@@ -227,3 +227,17 @@ def test_a_run_that_starts_again_drops_the_rows_it_will_write_again(tmp_path, ke
     tracker.close()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == left
     assert not path.with_suffix(".jsonl.tmp").exists()
+
+
+def test_a_resumed_runs_summary_counts_the_validations_before_it(tmp_path):
+    from dagrl.trainer.tracking import Tracker
+
+    path = tmp_path / "metrics.jsonl"
+    key = "val-core/d/acc/mean@1"
+    path.write_text("".join(json.dumps({"step": s, key: v}) + "\n" for s, v in ((0, 0.1), (2, 0.5), (4, 0.3))))
+    tracker = Tracker("p", "e", ["jsonl"], None, str(path), 6, 2, enabled=True, keep_through=2)
+    tracker.log({"training/global_step": 3}, 3)
+    tracker.log({key: 0.4}, 4)
+    text = tracker.summary(6, "ckpts", str(path), None)
+    tracker.close()
+    assert f"{key}: first 0.1 (step 0), last 0.4 (step 4), best 0.5 (step 2)" in text
