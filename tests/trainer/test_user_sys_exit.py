@@ -25,3 +25,19 @@ def test_the_message_says_what_was_passed_to_sys_exit():
         sys.exit("bye")
     except SystemExit as error:
         assert exit_message(error).startswith("sys.exit('bye') was called at ")
+
+
+def test_the_call_site_is_the_users_when_a_library_replaced_sys_exit(monkeypatch):
+    """wandb replaces sys.exit with a Python hook once a run was initialised (CI's test extra installs it): the
+    line still names the user's call, not the hook."""
+    original = sys.exit
+
+    def hook(code=None):  # as wandb's exit_hooks.exit does
+        original(code)
+
+    monkeypatch.setattr(sys, "exit", hook)
+    try:
+        user_node(None, None)
+    except SystemExit as error:
+        message = exit_message(error)
+    assert f"at {__file__}:" in message and "(in user_node)" in message, message
