@@ -25,6 +25,8 @@ def setup_logging() -> None:
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    if not sys.stderr.isatty():  # no "Loading weights" bars (transformers, the hub) in log files: 1,000-char lines
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
     # Megatron logs every config object at INFO; keep its warnings only unless debugging.
     logging.getLogger("megatron").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     if level != "DEBUG":  # "Apex/TransformerEngine not installed" fallbacks are expected on CPU

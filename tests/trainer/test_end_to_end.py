@@ -57,6 +57,7 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert "run summary: steps 3..4 of 4 in" in summary and "checkpoints: " in summary and "(newest: global_step_4)" in summary
     assert "val-core/dagrl/arithmetic/acc/mean@1: first" in summary and "metrics: " in summary
     assert "step/s]" not in summary and "s/step]" not in summary  # no progress bar outside a terminal (a log file)
+    assert "Loading weights" not in summary and "it/s]" not in summary  # transformers' bars neither
     rows = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if any(k.startswith("val-core/") for k in r)] == [0, 2, 4]
     assert all(isinstance(r["time"], float) for r in rows)  # wall clock of every row: curves against time
