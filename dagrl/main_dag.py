@@ -84,15 +84,15 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
 
 def exit_message(error: SystemExit) -> str:
     """One line naming where user code (a node, pipeline, tool or interaction function) called sys.exit: the
-    innermost frame of the traceback (sys.exit itself is C code), skipping a Python function that replaced
-    sys.exit (wandb's exit hook does, once imported: Megatron imports it)."""
-    frame, line = None, 0
-    tb = error.__traceback__
-    replaced = getattr(sys.exit, "__code__", None)
+    innermost frame of the traceback (sys.exit itself is C code), or, where a library replaced sys.exit with a
+    Python function (wandb's exit hook does once a run started; Megatron imports wandb), that function's caller."""
+    calls, tb = [], error.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code is not replaced:
-            frame, line = tb.tb_frame, tb.tb_lineno
+        calls.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
+    replaced = getattr(sys.exit, "__code__", None)
+    hooked = next((i for i, (f, _) in enumerate(calls) if f.f_code is replaced), None)
+    frame, line = calls[hooked - 1] if hooked else calls[-1] if calls else (None, 0)
     where = f" at {frame.f_code.co_filename}:{line} (in {frame.f_code.co_name})" if frame is not None else ""
     code = "" if error.code is None else repr(error.code)
     return (f"sys.exit({code}) was called{where} during the run, which did not finish; a node, pipeline, tool or "

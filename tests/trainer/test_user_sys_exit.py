@@ -41,3 +41,17 @@ def test_the_call_site_is_the_users_when_a_library_replaced_sys_exit(monkeypatch
     except SystemExit as error:
         message = exit_message(error)
     assert f"at {__file__}:" in message and "(in user_node)" in message, message
+
+
+def test_the_call_site_is_the_users_under_two_hooks(monkeypatch):
+    """A bound-method hook (wandb's ExitHooks.exit) installed first, then a function hook over it."""
+    class Hooks:
+        def __init__(self):
+            self.original = sys.exit
+
+        def exit(self, code=None):
+            self.original(code)
+
+    monkeypatch.setattr(sys, "exit", Hooks().exit)
+    test_a_sys_exit_during_the_run_is_exit_1_with_one_line_naming_the_call(monkeypatch)
+    test_the_call_site_is_the_users_when_a_library_replaced_sys_exit(monkeypatch)
