@@ -89,23 +89,21 @@ class _MlflowSink:
         self.client.set_terminated(self.run_id)
 
 
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
-
-
-def _trim_rows(path: Path, keep_through: int) -> None:
-    """Drop `path`'s rows of steps after `keep_through`, atomically (a kill leaves the old file or the new)."""
+def _trim_rows(path: Path, keep_through: int) -> list[dict]:
+    """Drop `path`'s rows of steps after `keep_through`, atomically (a kill leaves the old file or the new); the
+    rows kept, parsed (read once)."""
     if not path.is_file():
-        return
+        return []
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [line for line in lines if json.loads(line).get("step", -1) <= keep_through] if lines else []
-    if len(kept) == len(lines):
-        return
-    logger.info("%s: dropped the rows of %d steps after step %d: they run again", path, len(lines) - len(kept),
-                keep_through)
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    os.replace(tmp, path)
+    rows = [json.loads(line) for line in lines]
+    kept = [(line, row) for line, row in zip(lines, rows) if row.get("step", -1) <= keep_through]
+    if len(kept) < len(lines):
+        logger.info("%s: dropped the rows of %d steps after step %d: they run again", path, len(lines) - len(kept),
+                    keep_through)
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line for line, _ in kept), encoding="utf-8")
+        os.replace(tmp, path)
+    return [row for _, row in kept]
 
 
 class Tracker:
@@ -134,8 +132,7 @@ class Tracker:
         if "jsonl" in backends:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
             if keep_through is not None:
-                _trim_rows(Path(jsonl_path), keep_through)
-                for row in _rows(Path(jsonl_path)):  # a resumed run's summary covers the steps before it too
+                for row in _trim_rows(Path(jsonl_path), keep_through):  # the summary covers earlier steps too
                     for key, value in row.items():
                         if key.startswith("val-core/"):
                             self.validation.setdefault(key, []).append((row["step"], value))
