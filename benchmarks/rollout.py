@@ -3,8 +3,10 @@
 usage (GPU machine, vLLM installed): torchrun --nproc-per-node 1 benchmarks/rollout.py [--size 1.7b] [--prompts 256]
 A random Qwen3-shaped model (config only; vLLM loads dummy weights) keeps the machine offline. Both paths use the
 one engine dagrl builds, so the comparison isolates what dagrl adds: request building from a left-padded batch,
-per-request seeds, and unpacking into the padded training layout. Median of --repeats interleaved runs after a
-warm-up; prints a table.
+per-request seeds, and unpacking into the padded training layout. The baseline is vLLM without per-request seeds;
+bare with them and dagrl with one seed per call measure the seeds' cost alone. Median of --repeats interleaved
+runs (each from an empty prefix cache) after a warm-up; prints a table, and whether each dagrl path sampled the
+same tokens in every repeat.
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ def random_prompts(rows: int, length: int, vocab: int) -> Batch:
         mask[row, :cut] = 0
     return Batch({"input_ids": ids * mask, "attention_mask": mask,
                   "position_ids": (mask.cumsum(1) - 1).clamp(min=0)})
+
+
+BARE = "bare vllm.LLM.generate, no seeds"
 
 
 def timed(fn) -> tuple[float, object]:
@@ -78,35 +83,54 @@ def main() -> None:
     prompts = random_prompts(args.prompts, args.prompt_length, vocab)
     sampling = SamplingSpec(n=args.n, temperature=1.0, response_length=args.response_length)
     requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
-    params = [SamplingParams(**p.as_kwargs()) for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
+    seeded = [SamplingParams(**p.as_kwargs()) for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
+    unseeded = [SamplingParams(**{**p.as_kwargs(), "seed": None})
+                for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
 
-    def bare() -> int:
+    def bare(params):
         outputs = rollout.llm.generate(requests, params, use_tqdm=False)
-        return sum(len(c.token_ids) for o in outputs for c in o.outputs)
+        return torch.tensor([len(c.token_ids) for o in outputs for c in o.outputs]), outputs
 
-    def dagrl() -> int:
-        return int(rollout.generate(prompts, sampling, seed=0)["response_mask"].sum())
+    def dagrl(per_request_seeds: bool):
+        rollout.spec.per_request_seeds = per_request_seeds
+        batch = rollout.generate(prompts, sampling, seed=0)
+        return batch["response_mask"].sum(1), batch["responses"]
 
-    bare()  # warm-up (CUDA graphs, allocator)
-    dagrl()
-    times: dict[str, list[float]] = {"bare vllm.LLM.generate": [], "dagrl VLLMRollout.generate": []}
+    paths = {  # every call starts from an empty prefix cache, as a training step's does (a weight sync clears it)
+        BARE: lambda: bare(unseeded),
+        "bare vllm.LLM.generate, per-request seeds": lambda: bare(seeded),
+        "dagrl VLLMRollout.generate, per-request seeds": lambda: dagrl(True),
+        "dagrl VLLMRollout.generate, one seed per call": lambda: dagrl(False),
+    }
+    for fn in paths.values():  # warm-up (CUDA graphs, allocator)
+        rollout.llm.reset_prefix_cache()
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in paths}
     tokens: dict[str, int] = {}
-    for _ in range(args.repeats):  # interleaved, so drift (clocks, cache state) hits both paths alike
-        for name, fn in (("bare vllm.LLM.generate", bare), ("dagrl VLLMRollout.generate", dagrl)):
-            seconds, count = timed(fn)
+    repeated: dict[str, bool] = {}  # the same samples in every repeat (dagrl's resume guarantee)
+    first: dict[str, torch.Tensor] = {}
+    names = list(paths)
+    for repeat in range(args.repeats):  # interleaved, each repeat in a rotated order: drift hits every path alike
+        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+            rollout.llm.reset_prefix_cache()
+            seconds, (lengths, samples) = timed(paths[name])
             times[name].append(seconds)
-            tokens[name] = count
+            tokens[name] = int(lengths.sum())
+            if name.startswith("dagrl"):
+                first.setdefault(name, samples)
+                repeated[name] = repeated.get(name, True) and torch.equal(first[name], samples)
     if args.profile:  # dagrl's request building and unpacking, apart from vLLM's generate
-        print(cpu_profile(dagrl, "cumulative", r"dagrl/(engine|data)", 12))
+        print(cpu_profile(lambda: dagrl(True), "cumulative", r"dagrl/(engine|data)", 12))
     rows = {name: (statistics.median(values), tokens[name], tokens[name] / statistics.median(values))
             for name, values in times.items()}
-    base = rows["bare vllm.LLM.generate"][2]
+    base = rows[BARE][2]
     print(f"\nQwen3-{args.size} shape, {args.prompts} prompts x n={args.n}, prompt <= {args.prompt_length}, "
-          f"response {args.response_length}, 1 GPU, bf16, CUDA graphs")
-    print("| path | median s | generated tokens | tokens/s | vs bare |\n|---|---|---|---|---|")
-    for name, (seconds, tokens, rate) in rows.items():
-        print(f"| {name} | {seconds:.2f} | {tokens} | {rate:,.0f} | {rate / base:.3f} |")
-
+          f"response {args.response_length}, 1 GPU, bf16, CUDA graphs; median of {args.repeats} rotated repeats")
+    print("| path | median s | min s | max s | generated tokens | tokens/s | vs bare | same samples every repeat |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, (seconds, count, rate) in rows.items():
+        print(f"| {name} | {seconds:.2f} | {min(times[name]):.2f} | {max(times[name]):.2f} | {count} | {rate:,.0f} | "
+              f"{rate / base:.3f} | {repeated.get(name, '-')} |")
 
 if __name__ == "__main__":
     main()

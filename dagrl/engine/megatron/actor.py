@@ -68,11 +68,11 @@ class MegatronActorEngine(MegatronEngine):
         the real response tokens only (`MicroBatch.kept`), then placed in the padded layout."""
         rows, cols = micro.kept()
         if self._select_logits:  # the hook already kept those positions, in order: [1, N, V]
-            response_logits = logits.reshape(-1, logits.shape[-1]) / temperature
+            response_logits = logits.reshape(-1, logits.shape[-1])
         else:
-            response_logits = logits[micro.logit_row[rows], micro.logit_pos[rows, cols]] / temperature
+            response_logits = logits[micro.logit_row[rows], micro.logit_pos[rows, cols]]
         flat, flat_entropy = vocab_parallel_log_probs(response_logits, micro.targets[rows, cols],
-                                                      self.hf_config.vocab_size, with_entropy)
+                                                      self.hf_config.vocab_size, with_entropy, temperature)
 
         def padded(values: torch.Tensor) -> torch.Tensor:
             return self._context_parallel_rows(micro, values.new_zeros(micro.targets.shape).index_put((rows, cols),

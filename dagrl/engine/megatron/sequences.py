@@ -46,11 +46,20 @@ class MicroBatch:
     def kept(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(row, response position) of each response token whose logit this rank computes: real tokens only, so the
         vocabulary projection and the log-prob math scale with the micro-batch's token budget, not with rows x its
-        longest response (one 8k response among short ones made that 14 GB of float32 logits)."""
+        longest response (one 8k response among short ones made that 14 GB of float32 logits). Found on the host
+        when the micro-batch is built: a nonzero() on the device would stall the CPU at every forward."""
         if self._kept is None:
-            keep = self.response_mask.bool()
-            self._kept = (keep if self.held is None else keep & self.held).nonzero(as_tuple=True)
+            self._kept = kept_positions(self.response_mask.cpu(), None if self.held is None else self.held.cpu(),
+                                        self.response_mask.device)
         return self._kept
+
+
+def kept_positions(response_mask: torch.Tensor, held: torch.Tensor | None,
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`MicroBatch.kept` of host tensors, on `device`."""
+    keep = response_mask.bool() if held is None else response_mask.bool() & held
+    rows, cols = keep.nonzero(as_tuple=True)
+    return rows.to(device), cols.to(device)
 
 
 @dataclass
@@ -86,11 +95,13 @@ class RowLayout:
         return torch.minimum(wanted, self.lengths[rows, None] - 1)
 
 
-def _outputs(batch: Batch, index: list[int], device: torch.device) -> dict[str, Any]:
+def _outputs(batch: Batch, index: list[int], device: torch.device, held: torch.Tensor | None = None) -> dict[str, Any]:
+    """The MicroBatch fields every layout shares; `held` (CPU) under context parallelism."""
     rows = torch.as_tensor(index, dtype=torch.long)
-    return dict(targets=batch["responses"].cpu()[rows].long().to(device),
-                response_mask=batch["response_mask"].cpu()[rows].to(device),
-                index=rows, batch=batch.select(index).to(device))
+    response_mask = batch["response_mask"].cpu()[rows]
+    return dict(targets=batch["responses"].cpu()[rows].long().to(device), response_mask=response_mask.to(device),
+                index=rows, batch=batch.select(index).to(device), _kept=kept_positions(response_mask, held, device),
+                held=None if held is None else held.to(device))
 
 
 def padded_micro_batch(batch: Batch, layout: RowLayout, index: list[int], rows: int, seq_len: int,
@@ -140,14 +151,13 @@ def packed_micro_batch(batch: Batch, layout: RowLayout, index: list[int], total:
         local = packing.context_parallel_positions(segments, spec.cp_size, spec.cp_rank)
         tokens, positions = tokens[local], positions[local]
         logit_pos, held = packing.context_parallel_index(logit_pos, segments, spec.cp_size, spec.cp_rank)
-        held = held.to(device)
     return MicroBatch(
         tokens=tokens.unsqueeze(0).to(device), position_ids=positions.unsqueeze(0).to(device),
         logit_row=torch.zeros(len(index), dtype=torch.long, device=device), logit_pos=logit_pos.to(device),
-        seq_length=total, held=held,
+        seq_length=total,
         attention_mask=None if spec.thd else packing.block_causal_mask(segments).to(device),
         packed_seq_params=packing.thd_packed_seq_params(segments, device) if spec.thd else None,
-        **_outputs(batch, index, device))
+        **_outputs(batch, index, device, held))
 
 
 def packed_total(layout: RowLayout, index: list[int], spec: PackSpec) -> int:
