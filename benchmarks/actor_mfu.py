@@ -14,7 +14,10 @@ In one process, in this order:
      token stream: each row is `--prompt` prompt tokens followed by `seq - prompt` response tokens.
 Both build the same random Qwen3-shaped model (TransformerConfig from dagrl's HF-config mapping, so the two
 differ only in the step), use `--mbs` x `--micro-batches` rows per DP rank per step, and are timed as the
-median of `--steps` steps after `--warmup`. FLOPs use one formula (full attention, LM head on every position);
+median of `--steps` steps after `--warmup`. With `--rounds R > 1` both models stay resident and the two steps
+alternate in R rounds of `--steps` each (rotated order), so that drift of the host (a 1.7B step is partly
+launch-bound: its kernels fill ~0.8 of it on an H200) hits both alike; peak memory is then reported above what was
+resident before the step. FLOPs use one formula (full attention, LM head on every position);
 MFU = achieved FLOP/s per GPU / the same-run matmul peak (and / 989 TFLOP/s, the H100/H200 dense bf16 datasheet).
 """
 from __future__ import annotations
@@ -79,8 +82,9 @@ def token_rows(rows: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
 
 
 def profile_step(step, name: str, out_dir: str) -> None:
-    """One step under the torch profiler: the kernels by device time (rank 0 writes `out_dir/<name>_kernels.txt`)
-    and how busy the GPU was (the sum of kernel times over the step's wall time; concurrent streams can exceed 1)."""
+    """One step under the torch profiler: the ops by device time and by host time (rank 0 writes
+    `out_dir/<name>_kernels.txt`), how busy the GPU was (the sum of kernel times over the step's wall time;
+    concurrent streams can exceed 1) and the host's own time."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -93,21 +97,23 @@ def profile_step(step, name: str, out_dir: str) -> None:
     wall = time.perf_counter() - start
     averages = prof.key_averages()
     busy = sum(e.self_device_time_total for e in averages if e.device_type == DeviceType.CUDA) / 1e6  # kernels only
+    host = sum(e.self_cpu_time_total for e in averages if e.device_type == DeviceType.CPU) / 1e6
     if dist.get_rank() == 0:
-        table = averages.table(sort_by="self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total",
-                               row_limit=40, max_name_column_width=90)
+        tables = [averages.table(sort_by=key, row_limit=40, max_name_column_width=90)
+                  for key in (["self_device_time_total"] if torch.cuda.is_available() else []) + ["self_cpu_time_total"]]
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        Path(out_dir, f"{name}_kernels.txt").write_text(table)
+        Path(out_dir, f"{name}_kernels.txt").write_text("\n\n".join(tables))
         print(f"{name}: profiled step {wall:.3f} s (with profiler overhead), kernels {busy:.3f} s "
-              f"({busy / wall:.2f} of the wall)\n" + "\n".join(table.splitlines()[:18]), flush=True)
+              f"({busy / wall:.2f} of the wall), host ops {host:.3f} s\n" + "\n".join(tables[0].splitlines()[:18]),
+              flush=True)
 
 
-def median_step(step, warmup: int, steps: int) -> tuple[float, float]:
-    """(median seconds of `steps` calls after `warmup` calls, peak GiB allocated during them)."""
-    for _ in range(warmup):
-        step()
+def timed_steps(step, steps: int, above_resident: bool) -> tuple[list[float], float]:
+    """(seconds of each of `steps` calls, peak GiB allocated during them; with `above_resident`, less what was
+    allocated before them)."""
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+    resident = torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
     times = []
     for _ in range(steps):
         sync()
@@ -115,8 +121,23 @@ def median_step(step, warmup: int, steps: int) -> tuple[float, float]:
         step()
         sync()
         times.append(time.perf_counter() - start)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
-    return statistics.median(times), peak
+    peak = torch.cuda.max_memory_allocated() - (resident if above_resident else 0) if torch.cuda.is_available() else 0
+    return times, peak / 2**30
+
+
+def rounds_of(steps: dict, warmup: int, per_round: int, rounds: int) -> dict[str, tuple[list[float], float]]:
+    """Each step `warmup` times, then `rounds` rounds of `per_round` timed calls of each, the order rotated every
+    round: {name: (all times, peak GiB: above the resident when there are several steps)}."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    out: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in steps}
+    names = list(steps)
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            times, peak = timed_steps(steps[name], per_round, above_resident=len(steps) > 1)
+            out[name] = (out[name][0] + times, max(out[name][1], peak))
+    return out
 
 
 # ---- bare Megatron-Core ------------------------------------------------------------------------
@@ -204,7 +225,9 @@ def main() -> None:
     parser.add_argument("--mbs", type=int, default=1)
     parser.add_argument("--micro-batches", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps of each path per round")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="> 1: both models resident, their steps alternating in this many rounds")
     parser.add_argument("--only", choices=["bare", "dagrl"], default=None)
     parser.add_argument("--json", default=None, help="also write the results here (rank 0)")
     parser.add_argument("--profile", default=None, help="also profile one step of each; kernel tables go here")
@@ -234,25 +257,38 @@ def main() -> None:
     flops_per_step = train_flops_per_token(hf, args.seq) * rows * args.seq  # per DP rank = per model replica
     gpus_per_replica = dist.get_world_size() // dp_size
     results = {"size": args.size, "layout": f"TP{args.tp}{'+SP' if args.sp else ''} DP{dp_size}",
-               "seq": args.seq, "rows_per_dp_rank": rows, "matmul_tflops": peak, "dagrl_overrides": overrides}
+               "rounds": args.rounds, "seq": args.seq, "rows_per_dp_rank": rows, "matmul_tflops": peak,
+               "dagrl_overrides": overrides}
 
-    def record(name: str, seconds: float, peak_gib: float) -> None:
+    def record(name: str, times: list[float], peak_gib: float) -> None:
+        seconds = statistics.median(times)
         tflops = flops_per_step / gpus_per_replica / seconds / 1e12
-        results[name] = {"step_s": seconds, "tokens_per_s_per_gpu": rows * args.seq / gpus_per_replica / seconds,
+        results[name] = {"step_s": seconds, "steps_s": times,
+                         "tokens_per_s_per_gpu": rows * args.seq / gpus_per_replica / seconds,
                          "tflops_per_gpu": tflops, "mfu": tflops / peak, "mfu_datasheet": tflops / DATASHEET_TFLOPS,
                          "peak_gib": peak_gib}
 
+    def measure(steps: dict) -> None:
+        if not steps:
+            return
+        for name, (times, peak_gib) in rounds_of(steps, args.warmup, args.steps, args.rounds).items():
+            record(name, times, peak_gib)
+        if args.profile:
+            for name, step in steps.items():
+                profile_step(step, name, args.profile)
+
+    steps, releases = {}, []
     if args.only in (None, "bare"):
         tf_config = transformer_config(hf, layout, torch.bfloat16, on_gpu=device.type == "cuda")
-        step, release = bare_step_fn(hf, tf_config, tokens, args.mbs, device)
-        record("bare", *median_step(step, args.warmup, args.steps))
-        if args.profile:
-            profile_step(step, "bare", args.profile)
-        release()
-        del step, release, tf_config
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        steps["bare"], release = bare_step_fn(hf, tf_config, tokens, args.mbs, device)
+        releases.append(release)
+        if args.rounds == 1:  # one at a time: bare is measured and freed before dagrl's model is built
+            measure({"bare": steps.pop("bare")})
+            release()
+            releases.clear()
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     if args.only in (None, "dagrl"):
         engine = random_actor(MegatronEngineSpec(
             model_path=model_dir, layout=layout, param_dtype=torch.bfloat16, use_distributed_optimizer=True,
@@ -262,9 +298,10 @@ def main() -> None:
 
         def update() -> None:
             engine.train_step(batch, loss_fn, args.mbs, 1.0, with_entropy=args.entropy)
-        record("dagrl", *median_step(update, args.warmup, args.steps))
-        if args.profile:
-            profile_step(update, "dagrl", args.profile)
+        steps["dagrl"] = update
+    measure(steps)
+    for release in releases:
+        release()
     if "bare" in results and "dagrl" in results:
         results["dagrl_over_bare"] = results["bare"]["step_s"] / results["dagrl"]["step_s"]
     if dist.get_rank() == 0:
@@ -278,13 +315,17 @@ def main() -> None:
 def print_table(results: dict) -> None:
     print(f"\nQwen3-{results['size']} shape, {results['layout']}, seq {results['seq']}, "
           f"{results['rows_per_dp_rank']} rows per DP rank; bf16 matmul peak {results['matmul_tflops']:.0f} TFLOP/s"
-          + (f"; dagrl with {results['dagrl_overrides']}" if results["dagrl_overrides"] else ""))
-    print("| step | s/step | tokens/s/GPU | TFLOP/s/GPU | MFU (same-run peak) | MFU (989 datasheet) | peak GiB |")
-    print("|---|---|---|---|---|---|---|")
+          + (f"; dagrl with {results['dagrl_overrides']}" if results["dagrl_overrides"] else "")
+          + (f"; {results['rounds']} alternating rounds" if results["rounds"] > 1 else ""))
+    peak = "peak GiB above the resident" if results["rounds"] > 1 else "peak GiB"
+    print(f"| step | s/step (median) | min-max s | tokens/s/GPU | TFLOP/s/GPU | MFU (same-run peak) | "
+          f"MFU (989 datasheet) | {peak} |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in ("bare", "dagrl"):
         if name in results:
             r = results[name]
-            print(f"| {name} | {r['step_s']:.3f} | {r['tokens_per_s_per_gpu']:.0f} | {r['tflops_per_gpu']:.0f} | "
+            print(f"| {name} | {r['step_s']:.3f} | {min(r['steps_s']):.3f}-{max(r['steps_s']):.3f} | "
+                  f"{r['tokens_per_s_per_gpu']:.0f} | {r['tflops_per_gpu']:.0f} | "
                   f"{r['mfu']:.3f} | {r['mfu_datasheet']:.3f} | {r['peak_gib']:.1f} |")
     if "dagrl_over_bare" in results:
         print(f"dagrl / bare speed: {results['dagrl_over_bare']:.3f}")
