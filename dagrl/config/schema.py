@@ -47,6 +47,13 @@ OPEN_UNIT = Range(lambda v: _finite(v) and 0 < v < 1, "in (0, 1)")
 TOP_P = Range(lambda v: _finite(v) and 0 < v <= 1, "in (0, 1]")
 TOP_K = Range(lambda v: v == -1 or v >= 1, "=-1 (off) or an integer >= 1")
 TIS_CAP = Range(lambda v: _finite(v) and (v <= 0 or v >= 1), "=-1 (off) or a cap >= 1")
+
+
+def _ints_from(low: int) -> Callable[[Any], bool]:
+    """A non-empty list of integers >= low."""
+    return lambda v: len(v) > 0 and all(isinstance(i, int) and not isinstance(i, bool) and i >= low for i in v)
+
+
 BETAS = Range(lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
                                             for b in v), "=two numbers in [0, 1)")
 
@@ -79,6 +86,7 @@ TYPES: dict[str, str] = {
     "actor_rollout_ref.actor.optim.min_lr_ratio": "float?", "critic.optim.min_lr_ratio": "float?",
     "algorithm.kl_ctrl.horizon": "int", "trainer.hang_timeout_s": "float", "trainer.hang_startup_timeout_s": "float",
     "trainer.preemption_grace_s": "float", "actor_rollout_ref.nccl_timeout": "float",
+    "global_profiler.tool": "str?", "global_profiler.steps": "list?",
 }
 
 MIS_BAND = "null for no bound; the band of kept sequence ratios must hold 1, an on-policy sequence's ratio"
@@ -130,6 +138,8 @@ RANGES: dict[str, Range] = {
     "trainer.max_actor_ckpt_to_keep": ANY_INT,  # null or <= 0: keep all
     "trainer.max_consecutive_skips": hinted(NON_NEGATIVE_INT, "0 = never stop"),
     "trainer.log_val_generations": hinted(NON_NEGATIVE_INT, "0 = off"),
+    "global_profiler.steps": Range(_ints_from(1), "=a non-empty list of positive integers (global steps), e.g. [2,3]"),
+    "global_profiler.ranks": Range(_ints_from(0), "=a non-empty list of integers >= 0 (global ranks), e.g. [0]"),
 }
 
 NOUNS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",

@@ -10,7 +10,7 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 
-from dagrl.config import async_checks, checkpoints, model_files, schema, sections
+from dagrl.config import async_checks, checkpoints, model_files, profiler_checks, schema, sections
 from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
                                  as_list,
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
@@ -260,6 +260,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(preflight_graph, cfg.dag)
     check(sections.check_launcher, cfg)
     check(check_trainer_limits, cfg)
+    check(profiler_checks.check_global_profiler, cfg, launch_size)
     max_model_len = check(sections.check_rollout_engine, cfg, sequence_length, check_installed=not planning)
     if planning and not any(os.path.exists(path) for path in as_list(cfg.data.train_files)):
         train_rows = None  # a layout needs the model's config, not the data: the plan says what it cannot count

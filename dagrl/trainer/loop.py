@@ -25,6 +25,7 @@ from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_target
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
+from dagrl.trainer.profiler import StepProfiler, node_range
 from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
 from dagrl.trainer.validation import dump_rollouts, validate_only
 from dagrl.utils import dist
@@ -110,6 +111,7 @@ class Trainer:
         self.loggers = [trainer.logger] if isinstance(trainer.logger, str) else list(trainer.logger)
         self.tensorboard_dir = tensorboard_dir(trainer.tensorboard_dir, trainer.default_local_dir)
         self.jsonl_path = os.path.join(os.path.expanduser(trainer.default_local_dir), "metrics.jsonl")
+        self.profiler = StepProfiler(cfg.global_profiler)  # global_profiler.*: trainer/profiler.py
 
     @property
     def rollout_dp_rank(self) -> int:
@@ -275,7 +277,7 @@ class Trainer:
                 tracker.log(self.validate(start_step), start_step)
             restarts, stop = restart_count(), None
             for step in range(start_step + 1, self.total_steps + 1):
-                metrics = self.train_step(step)
+                metrics = self.profiler.run(step, self.train_step)
                 if restarts:
                     metrics["training/restarts"] = float(restarts)
                 if self.feed is not None and schedule.pushed(step):
@@ -397,7 +399,7 @@ def _with_faults(timer: Timer, step: int) -> Callable[[str], contextlib.Abstract
     @contextlib.contextmanager
     def timed(name: str) -> Iterator[None]:
         fault_point(name, step)
-        with timer(name):
+        with timer(name), node_range(name):
             yield
 
     return timed

@@ -123,7 +123,8 @@ def _serve(trainer, bridge: Bridge) -> None:
         # step's update starts from version step - 1: its samples may be at most K versions older
         stop.announce(bridge.store)
         pause = receiver.take(step - 1 - staleness)
-        message = generate(trainer, step, {"timing_s/rollout_pause": pause, **receiver.sync_metrics})
+        extra = {"timing_s/rollout_pause": pause, **receiver.sync_metrics}
+        message = trainer.profiler.run(step, lambda step: generate(trainer, step, extra))  # global_profiler.*
         receiver.sync_metrics = {}
         if dist.rank() == 0:
             bridge.send(bridge.train_leader, "data", message)

@@ -24,8 +24,8 @@ from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
-from dagrl.engine.rollout.vllm_io import (prompt_token_ids, record_progress, request_params, request_seed,
-                                          single_request_params, unpack_outputs)
+from dagrl.engine.rollout.vllm_io import (prompt_token_ids, record_progress, request_params, single_request_params,
+                                          unpack_outputs)
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
 logger = logging.getLogger(__name__)
@@ -48,10 +48,6 @@ class VLLMRolloutSpec:
     load_format: str = "dummy"
     calculate_log_probs: bool = False
     fp32_lm_head: bool = False  # logits in fp32 (vLLM's hf_overrides.head_dtype), as the actor computes them
-    # True: each request its own sampler seed (vLLM then draws each request's noise with its own kernel, one launch
-    # per request and decode step). False: the batch level reseeds the process's CUDA generator once per call,
-    # which reproduces a call as long as vLLM schedules it alike (from an empty prefix cache, as after a sync).
-    per_request_seeds: bool = True
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -209,17 +205,11 @@ class VLLMRollout:
         if self.weights_discarded:
             raise RuntimeError("vLLM has no current weights: sync the actor's weights before generating")
         with_log_probs = self.spec.calculate_log_probs
-        per_request = self.spec.per_request_seeds
-        params = [SamplingParams(**{**p.as_kwargs(), **({} if per_request else {"seed": None})})
+        params = [SamplingParams(**p.as_kwargs())
                   for p in request_params(sampling, len(prompts), seed, self.eos_token_ids, with_log_probs)]
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
         self._cache_filled = True
-        if per_request:
-            outputs = self.llm.generate(requests, params, use_tqdm=False)
-        else:
-            with _ProcessRngGuard():
-                torch.cuda.manual_seed(request_seed(seed, -1))
-                outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
         return unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)
 
     # ---- request level (see interface.py): vLLM's engine API, one step per advance --------------------------

@@ -1,0 +1,30 @@
+"""Pre-flight of global_profiler.* (verl's names; dagrl/trainer/profiler.py runs it). The types and ranges of its
+keys are the schema's (dagrl/config/schema.py); these are the rules between them."""
+from __future__ import annotations
+
+from dagrl.config.checkpoints import check_writable_dir
+from dagrl.config.checks import require
+from dagrl.config.tree import Cfg
+
+TOOLS = ("torch",)
+
+
+def check_global_profiler(cfg: Cfg, world_size: int) -> None:
+    """A supported tool with the steps it profiles, ranks inside the launch of `world_size` processes, and a
+    save_path that can be written (with_trace is a bool: the schema's check)."""
+    options = cfg.global_profiler
+    tool, steps, ranks, save_path = options.tool, options.steps, options.ranks, options.save_path
+    require(tool is None or tool in TOOLS, "global_profiler.tool",
+            f"global_profiler.tool: {tool!r} is not supported; use torch or null")
+    if tool is None:
+        require(steps is None, "global_profiler.steps",
+                f"global_profiler.steps={steps} set but global_profiler.tool is null: set global_profiler.tool=torch "
+                f"(or drop the steps)")
+        return
+    require(steps is not None, "global_profiler.steps", f"global_profiler.tool={tool} needs the steps to profile: set "
+                                                        f"global_profiler.steps=[N,...] (global steps, from 1)")
+    outside = sorted({rank for rank in ranks if rank >= world_size})
+    require(not outside, "global_profiler.ranks",
+            f"global_profiler.ranks={ranks}: rank(s) {', '.join(map(str, outside))} not in this launch of {world_size} "
+            f"process(es) (global ranks 0..{world_size - 1}): drop them")
+    check_writable_dir("global_profiler.save_path", save_path, "profile directory")
