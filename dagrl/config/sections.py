@@ -1,16 +1,20 @@
 """The pre-flight rules of each config section (choices, batches, rollout engine, algorithm, critic, DAPO
-filter, graph, data files, launcher; checkpoints in config/checkpoints.py,
+filter, graph, data files, launcher; checkpoints in config/checkpoints.py, loggers in config/loggers.py,
 asynchronous training and off-policy correction in config/async_checks.py); `validate.preflight`
 runs them in order."""
 from __future__ import annotations
 
+import logging
 import math
 import os
 
 from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, named, non_negative, positive_int,
                                  read_hf_config, require)
+from dagrl.config.derived import needs_reference, skips_old_log_prob
 from dagrl.config.tree import Cfg
 from dagrl.placement import WorldLayout
+
+logger = logging.getLogger(__name__)
 
 CHOICES = {
     "actor_rollout_ref.actor.strategy": ("megatron",),
@@ -40,10 +44,6 @@ CHOICES.update({  # the critic's keys accept what the actor's do
     "critic.loss_agg_mode": CHOICES["actor_rollout_ref.actor.loss_agg_mode"],
     "critic.optim.lr_decay_style": CHOICES["actor_rollout_ref.actor.optim.lr_decay_style"],
 })
-LOGGERS = ("console", "tensorboard", "jsonl", "wandb", "mlflow")
-OPTIONAL_LOGGERS = ("wandb", "mlflow")  # optional packages, each with a pip extra of its own name
-
-
 def check_run_length_and_sampling(cfg: Cfg) -> None:
     positive_int(cfg, "trainer.total_epochs")
     steps = cfg.trainer.total_training_steps
@@ -69,45 +69,6 @@ def check_choices(cfg: Cfg) -> None:
         require(value in allowed, filed, f"{name}={value!r} is not one of: {', '.join(map(str, allowed))}")
 
 
-def check_loggers(cfg: Cfg, check_installed: bool = True) -> None:
-    loggers = cfg.trainer.logger
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
-    for name in loggers:
-        require(name in LOGGERS, "trainer.logger", f"trainer.logger has {name!r}; valid: {', '.join(LOGGERS)}")
-        if name in OPTIONAL_LOGGERS and check_installed:
-            import importlib.util
-            require(importlib.util.find_spec(name) is not None, "trainer.logger",
-                    f"trainer.logger has {name!r} but the {name} package is not installed: "
-                    f"pip install 'dagrl[{name}]' (or drop {name} from trainer.logger)")
-        if name == "wandb" and check_installed:
-            require(wandb_credentials(), "trainer.logger",
-                    "trainer.logger has 'wandb' but no W&B credentials were found (WANDB_API_KEY, or the ~/.netrc "
-                    "that `wandb login` writes): wandb.init would fail after the models are built; run `wandb login`, "
-                    "set WANDB_API_KEY, or WANDB_MODE=offline (or drop wandb from trainer.logger)")
-
-
-def wandb_credentials() -> bool:
-    """What wandb.init reads to log in, from the environment and files alone (wandb is not imported): an API key
-    or identity token in the environment, an offline/disabled mode, a .netrc (wandb login), or an api_key in
-    wandb's settings file. Any of them present counts: wandb itself judges whether it is valid."""
-    env = os.environ
-    if env.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or \
-            env.get("WANDB_DISABLED", "").lower() in ("true", "1", "yes") or \
-            env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
-        return True
-    home = os.path.expanduser("~")
-    netrc = [env["NETRC"]] if env.get("NETRC") else [os.path.join(home, ".netrc"), os.path.join(home, "_netrc")]
-    if any(os.path.isfile(path) for path in netrc):
-        return True
-    config_dir = env.get("WANDB_CONFIG_DIR") or os.path.join(env.get("XDG_CONFIG_HOME") or
-                                                             os.path.join(home, ".config"), "wandb")
-    try:
-        with open(os.path.join(config_dir, "settings"), encoding="utf-8") as handle:
-            return "api_key" in handle.read()
-    except OSError:
-        return False
-
-
 def check_batches(cfg: Cfg, world: WorldLayout, rollout_dp: int | None = None) -> None:
     """Batch sizes against the actor's DP and the rollout's DP (`rollout_dp`: a separate pool's, else the world's)."""
     rollout_dp, actor_dp = rollout_dp or world.rollout_dp, world.dp
@@ -115,8 +76,8 @@ def check_batches(cfg: Cfg, world: WorldLayout, rollout_dp: int | None = None) -
     train = positive_int(cfg, "data.train_batch_size")
     mini = positive_int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
     micro = positive_int(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
-    positive_int(cfg, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
-    positive_int(cfg, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu")
+    forward_only = {prefix: positive_int(cfg, f"{prefix}.log_prob_micro_batch_size_per_gpu")
+                    for prefix in ("actor_rollout_ref.rollout", "actor_rollout_ref.ref")}
     positive_int(cfg, "actor_rollout_ref.actor.ppo_epochs")
     positive_int(cfg, "actor_rollout_ref.rollout.val_kwargs.n")
     divides(train, rollout_dp, "data.train_batch_size", f"data.train_batch_size over {rollout_dp} rollout-DP ranks")
@@ -128,6 +89,22 @@ def check_batches(cfg: Cfg, world: WorldLayout, rollout_dp: int | None = None) -
             f"ppo_mini_batch_size x rollout.n over {actor_dp} actor-DP ranks")
     divides(mini * n // actor_dp, micro, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
             "responses per mini-batch per rank by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    if not cfg.actor_rollout_ref.actor.use_dynamic_bsz:
+        hint_forward_micro_batches(cfg, forward_only, micro)
+
+
+def hint_forward_micro_batches(cfg: Cfg, forward_only: dict[str, int], train_micro: int) -> None:
+    """A forward-only pass (old or reference log-probs) in smaller micro-batches than the update runs more of
+    them, each paying the model's fixed per-forward cost (Megatron's layers are launch-bound on small models:
+    SmolLM2 on one H100 spent more on 16 old-log-prob forwards than on 4 forward+backward updates). It keeps no
+    activations for a backward, so it can take micro-batches at least as large."""
+    for prefix, size in forward_only.items():
+        used = needs_reference(cfg) if prefix.endswith(".ref") else not skips_old_log_prob(cfg)
+        if used and size < train_micro and not get(cfg, f"{prefix}.log_prob_use_dynamic_bsz"):
+            logger.warning("%s.log_prob_micro_batch_size_per_gpu=%d is below actor.ppo_micro_batch_size_per_gpu=%d: "
+                           "the forward-only pass runs %.0fx as many micro-batches as the update; set it to %d or "
+                           "more (it keeps no activations for a backward)", prefix, size, train_micro,
+                           train_micro / size, train_micro)
 
 
 # verl's dynamic batch size: each switch and the token budgets it turns on.

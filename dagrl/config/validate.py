@@ -16,7 +16,8 @@ from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
                                  positive_int, read_hf_config, require)
 from dagrl.config.errors import ConfigError
-from dagrl.config.sections import CHOICES, LOGGERS, graph_roles  # noqa: F401  (re-exported)
+from dagrl.config.loggers import LOGGERS, check_loggers  # noqa: F401  (LOGGERS re-exported)
+from dagrl.config.sections import CHOICES, graph_roles  # noqa: F401  (re-exported)
 from dagrl.config.tree import Cfg
 from dagrl.placement import ParallelLayout, Placement, WorldLayout
 
@@ -227,7 +228,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(sections.check_choices, cfg)
     check(sections.check_algorithm, cfg)
     planning = world_size is not None
-    check(sections.check_loggers, cfg, check_installed=not planning)
+    check(check_loggers, cfg, check_installed=not planning)
     launch_size = world_size if planning else check(world_size_from_env, cfg)
     place = check(lambda _: placement(cfg), launch_size)  # the actor's checks below see its own pool
     world_size = SKIPPED if place is SKIPPED else place.pool("train").size

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from dagrl.config.sections import OPTIONAL_LOGGERS
+from dagrl.config.loggers import OPTIONAL_LOGGERS
 
 logger = logging.getLogger(__name__)
 

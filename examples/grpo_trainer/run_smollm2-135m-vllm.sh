@@ -29,6 +29,7 @@ TRAINING_CMD=(-m dagrl.main_dag
     actor_rollout_ref.actor.optim.lr=1e-5
     actor_rollout_ref.actor.ppo_mini_batch_size=32
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64
     actor_rollout_ref.actor.grad_clip=1.0
     actor_rollout_ref.rollout.name=vllm
     actor_rollout_ref.rollout.tensor_model_parallel_size=1
