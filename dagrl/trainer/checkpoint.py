@@ -98,6 +98,16 @@ def resume_target(trainer: Cfg) -> Path | None:
     return found[-1][1] if found else None
 
 
+def finished_step(trainer: Cfg, total_steps: int) -> int | None:
+    """The step of the checkpoint `trainer.resume_mode` resumes from when the run has nothing left to do (it is at
+    or past `total_steps`), else None: read from its marker, so a finished run says so before building a model."""
+    path = resume_target(trainer)
+    if path is None:
+        return None
+    step = int(json.loads((path / MARKER).read_text())["global_step"])
+    return step if step >= total_steps else None
+
+
 def check_resume(cfg: Cfg, has_critic: bool) -> None:
     """Pre-flight of the checkpoint the run will resume from, so that a mismatch stops it in one line before any
     model is built (the engines would find it only when loading, minutes later): its actor part holds every part
@@ -180,6 +190,8 @@ class CheckpointManager:
             tracker_tmp = self.root / f".{TRACKER}.tmp"
             tracker_tmp.write_text(str(step))
             os.replace(tracker_tmp, self.root / TRACKER)
+            logger.info("saved the checkpoint of step %d to %s (%s)", step, final,
+                        ", ".join(sorted(p.name for p in final.iterdir() if p.name not in (MARKER, PARTIAL_MARKER))))
             self._prune()
         self.barrier()
         return final

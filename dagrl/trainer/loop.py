@@ -23,8 +23,9 @@ from dagrl.data.sampler import EpochSampler, rank_share
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.trainer import build
-from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, resume_target
+from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, finished_step, resume_target
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
+from dagrl.trainer.pool_state import read_pool, read_pools, restore_pool, write_pools
 from dagrl.trainer.profiler import StepProfiler, node_range
 from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
 from dagrl.trainer.validation import dump_rollouts, validate_only
@@ -35,7 +36,6 @@ from dagrl.utils.preemption import StopRequest, restart_count
 
 logger = logging.getLogger(__name__)
 
-POOL_DIR = "rollout_pool"  # a checkpoint's partial-rollout pools, one JSON file per rollout shard
 
 # verl's timing names for the built-in nodes; other nodes are timed under their own id.
 _TIMING_NAMES = {"rollout": "gen", "score": "reward", "ref_log_prob": "ref", "advantage": "adv",
@@ -86,10 +86,13 @@ class Trainer:
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = KLController(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         actor = reference = critic = rollout = None
-        if shape.pool != "rollout":
+        # a colocated run that already finished builds no model or engine: fit says so and returns
+        self.finished_at = None if trainer.val_only or shape.two_pools else finished_step(trainer, self.total_steps)
+        build_engines = self.finished_at is None
+        if build_engines and shape.pool != "rollout":
             actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
             critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
-        if shape.pool != "train":
+        if build_engines and shape.pool != "train":
             device = torch.cuda.current_device() if torch.cuda.is_available() else 0  # set by the process group
             rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(device))
         if shape.pool == "rollout":  # the rollout's own GPUs: weights come from the training pool, nothing to offload
@@ -132,11 +135,10 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.ctx.pool is not None:
-            self.restore_pool(self.pool_file(path, self.rollout_dp_rank))
+            restore_pool(self.ctx, self.train_data, read_pool(path, self.rollout_dp_rank))
         if self.feed is not None:  # the rollout pool continues from the checkpoint's rollout state
             shards = self.shape.placement.pool("rollout").size // self.shape.rollout_tp
-            pools = [self.pool_file(path, shard) for shard in range(shards)] if (path / POOL_DIR).is_dir() else None
-            self.rollout_resume = {"sampler": state["sampler"], "pools": pools}
+            self.rollout_resume = {"sampler": state["sampler"], "pools": read_pools(path, shards)}
         self.ledger_resume = (state.get("prompt_ledger"), path.parent / LEDGER_FILE)
         if self.ledger_resume[0] is None:
             logger.warning("%s predates the prompt ledger: its steps have no lines in %s", path, LEDGER_FILE)
@@ -162,9 +164,7 @@ class Trainer:
             if self.ctx.critic is not None:
                 watchdog.beat("checkpoint: critic", step)
                 self.ctx.critic.save_checkpoint(str(directory / "critic"))
-            for shard, pool in self.pool_states().items():
-                (directory / POOL_DIR).mkdir(exist_ok=True)
-                (directory / POOL_DIR / f"dp{shard}.json").write_text(json.dumps(pool))
+            write_pools(directory, self.pool_states())
             fault_point("between_shards", step)
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
@@ -185,35 +185,11 @@ class Trainer:
             return {self.rollout_dp_rank: self.ctx.pool.state_dict()}
         return {}
 
-    def pool_file(self, path: Path, shard: int) -> list | None:
-        """Rollout shard `shard`'s partial-rollout pool in the checkpoint at `path` (None: saved without one)."""
-        saved = path / POOL_DIR / f"dp{shard}.json"
-        if not saved.is_file():
-            if (path / POOL_DIR).is_dir():
-                raise RunError(f"{path} holds no partial-rollout pool for rollout shard {shard}: it was saved with "
-                               f"another rollout layout; resume it with the same number of rollout processes and "
-                               f"rollout tensor_model_parallel_size")
-            return None
-        return json.loads(saved.read_text())
-
-    def restore_pool(self, state: list | None) -> None:
-        """This rank's partial-rollout pool from its saved state (an empty pool for None)."""
-        from dagrl.nodes.rollout import train_sampling
-
-        if state is None:
-            return
-        rows = self.train_data.rows([group["position"] for group in state])
-        rows["uid"] = [group["uid"] for group in state]
-        rows["position"] = [group["position"] for group in state]
-        # pools saved before the prompt ledger: the epoch of the draw is unknown
-        rows["ledger_uid"] = [group.get("ledger_uid", f"?:{group['position']}") for group in state]
-        self.ctx.pool.load_state_dict(state, rows, train_sampling(self.ctx, rows))  # the rows' response limits
-
     def restore_rollout_state(self, state: dict) -> None:
         """The rollout pool: the sampler and this shard's partial-rollout pool the training pool resumed with."""
         self.sampler.load_state_dict(state["sampler"])
         if self.ctx.pool is not None and state["pools"] is not None:
-            self.restore_pool(state["pools"][self.rollout_dp_rank])
+            restore_pool(self.ctx, self.train_data, state["pools"][self.rollout_dp_rank])
 
     def save_hf_model(self, actor_dir: Path) -> None:
         """actor/huggingface (verl's layout): the actor's weights as an HF model directory, with config and
@@ -248,7 +224,7 @@ class Trainer:
     def fit(self) -> None:
         from dagrl.trainer.pools import Schedule
 
-        start_step = self.resume()
+        start_step = self.finished_at if self.finished_at is not None else self.resume()
         if self.cfg.trainer.val_only:
             return validate_only(self, start_step)
         if start_step >= self.total_steps:

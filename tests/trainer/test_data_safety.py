@@ -4,6 +4,7 @@ a resume changes (applied) or cannot change (refused)."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -79,6 +80,15 @@ def test_a_save_never_replaces_an_existing_directory_and_clears_only_its_own_par
                                                      "latest_checkpointed_iteration.txt"]
 
 
+def test_a_save_is_logged_once_under_its_published_name(tmp_path, caplog):
+    root = tmp_path / "ckpt"
+    manager = CheckpointManager(str(root), keep=None, rank=0, barrier=lambda: None)
+    with caplog.at_level(logging.INFO):
+        manager.save(3, lambda d: ((d / "actor").mkdir(), (d / "config.json").write_text("{}")))
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == [f"saved the checkpoint of step 3 to {root / 'global_step_3'} (actor, config.json)"]
+
+
 def test_non_finite_config_numbers_are_refused_in_preflight(args, tmp_path):
     for key, value in (("actor_rollout_ref.actor.optim.lr", "inf"), ("actor_rollout_ref.actor.entropy_coeff", "nan"),
                        ("actor_rollout_ref.rollout.temperature", "-inf"),
@@ -117,6 +127,17 @@ def test_resuming_from_an_older_checkpoint_never_overwrites_a_newer_one(args, tw
     assert code == 0, stderr[-3000:]
     assert sorted(p.name for p in branch.glob("global_step_*")) == ["global_step_2", "global_step_3"]
     assert digest(out, checkpoints_only=True) == before
+
+
+def test_a_finished_run_says_so_without_building_a_model(args, two_steps, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(two_steps, out)
+    before = digest(out)
+    code, stderr = launch(args(out))
+    assert code == 0, stderr[-3000:]
+    assert "this run already finished: checkpoint at step 2 of 2" in stderr
+    assert "resumed from" not in stderr  # the checkpoint (and so the model before it) was never loaded
+    assert digest(out) == before
 
 
 def test_a_resume_applies_a_new_lr_and_refuses_a_new_batch_size_saying_so(args, two_steps, tmp_path):

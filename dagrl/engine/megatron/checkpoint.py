@@ -224,7 +224,8 @@ def save(engine: "MegatronEngine", path: str) -> None:
     compat.keep_write_results_in_process()
     with children_die_with_us():  # megatron forks a writer per file; a kill -9 of the trainer must take them along
         dist_checkpointing.save(state, path, sharded_strategy=compat.save_strategy())
-    logger.info("saved Megatron checkpoint (%s) to %s", ", ".join(parts), path)
+    # debug: `path` is the save's temporary directory; the trainer names the published one
+    logger.debug("saved Megatron checkpoint (%s) to %s", ", ".join(parts), path)
 
 
 def saved_contents(path: str) -> list[str]:
@@ -380,4 +381,4 @@ def write_hf_model(buckets: Iterable[WeightBucket], directory: str | Path, sourc
     for name in HF_SIDE_FILES:
         if (Path(source_dir) / name).is_file():
             shutil.copyfile(Path(source_dir) / name, directory / name)
-    logger.info("wrote HF model (%.1f MB of weights) to %s", shards.total_bytes / 2**20, directory)
+    logger.debug("wrote HF model (%.1f MB of weights) to %s", shards.total_bytes / 2**20, directory)
