@@ -14,6 +14,7 @@ import torch
 
 from dagrl.agent.setup import build_agent_loop
 from dagrl.algo.kl import KLController
+from dagrl.config.derived import needs_reference
 from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
@@ -61,6 +62,8 @@ class Trainer:
         self.cfg, self.shape = cfg, shape
         self.rank, self.world = dist.rank(), dist.world_size()
         trainer = cfg.trainer
+        started = time.perf_counter()
+        say = logger.info if self.rank == 0 else logger.debug  # start-up progress: minutes pass before step 1
         self.graph = graph_from_config(cfg.dag)
         check_layout_node(self.graph, shape.placement.world_size if shape.placement else self.world)
         self.feed = None  # the training pool's link to the rollout pool
@@ -81,6 +84,8 @@ class Trainer:
                                     shuffle=cfg.data.shuffle)
         by_epochs = self.sampler.steps_per_epoch * trainer.total_epochs
         self.total_steps = min(trainer.total_training_steps, by_epochs) if trainer.total_training_steps else by_epochs
+        say("data: %d training prompts, %d steps of %d; %s validation prompts", len(self.train_data),
+            self.total_steps, cfg.data.train_batch_size, len(self.val_data) if self.val_data is not None else "no")
         self.checkpoints = CheckpointManager(trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, self.rank,
                                              dist.barrier)
         kl = cfg.algorithm.kl_ctrl
@@ -90,9 +95,12 @@ class Trainer:
         self.finished_at = None if trainer.val_only or shape.two_pools else finished_step(trainer, self.total_steps)
         build_engines = self.finished_at is None
         if build_engines and shape.pool != "rollout":
+            say("building the actor%s from %s", " and the reference" if needs_reference(cfg) else "",
+                cfg.actor_rollout_ref.model.path)
             actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
             critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
         if build_engines and shape.pool != "train":
+            say("starting the %s rollout engine", cfg.actor_rollout_ref.rollout.name)
             device = torch.cuda.current_device() if torch.cuda.is_available() else 0  # set by the process group
             rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(device))
         if shape.pool == "rollout":  # the rollout's own GPUs: weights come from the training pool, nothing to offload
@@ -115,6 +123,7 @@ class Trainer:
         self.tensorboard_dir = tensorboard_dir(trainer.tensorboard_dir, trainer.default_local_dir)
         self.jsonl_path = os.path.join(os.path.expanduser(trainer.default_local_dir), "metrics.jsonl")
         self.profiler = StepProfiler(cfg.global_profiler)  # global_profiler.*: trainer/profiler.py
+        say("ready in %.0f s", time.perf_counter() - started)
 
     @property
     def rollout_dp_rank(self) -> int:

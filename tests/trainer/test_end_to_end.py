@@ -58,6 +58,11 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert "val-core/dagrl/arithmetic/acc/mean@1: first" in summary and "metrics: " in summary
     assert "step/s]" not in summary and "s/step]" not in summary  # no progress bar outside a terminal (a log file)
     assert "Loading weights" not in summary and "it/s]" not in summary  # transformers' bars neither
+    # the minutes before step 1 say what they are spent on, in order
+    marks = ["data: ", " training prompts, 4 steps of 4;", "building the actor and the reference from",
+             "starting the hf rollout engine", "ready in", "resumed from"]
+    where = [summary.find(mark) for mark in marks]
+    assert -1 not in where and where == sorted(where), dict(zip(marks, where))
     rows = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if any(k.startswith("val-core/") for k in r)] == [0, 2, 4]
     assert all(isinstance(r["time"], float) for r in rows)  # wall clock of every row: curves against time
