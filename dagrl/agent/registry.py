@@ -18,6 +18,8 @@ def load_entries(path: str, key: str, list_key: str) -> list[dict]:
     import yaml
 
     path = os.path.expanduser(str(path))
+    if os.path.isdir(path):
+        raise ConfigError(key, f"{key}={path!r} is a directory; point it at a YAML file with a {list_key!r} list")
     if not os.path.isfile(path):
         raise ConfigError(key, f"{key}={path!r}: no such file; point it at a YAML file with a {list_key!r} list")
     try:

@@ -34,7 +34,11 @@ def check_multi_turn(cfg: Cfg) -> None:
     require(isinstance(lag, int) and not isinstance(lag, bool) and lag >= 0, f"{KEY}.tool_overlap_steps",
             f"{KEY}.tool_overlap_steps={lag!r} must be an integer >= 0 (engine steps)")
     paths = (options.tool_config_path, options.interaction_config_path)
-    if not options.enable:
+    if not options.enable:  # a tool or interaction file alone would be ignored: the run would train single-turn
+        given = next((f"{KEY}.{name}" for name, path in zip(("tool_config_path", "interaction_config_path"), paths)
+                      if path), None)
+        require(given is None, str(given), f"{given} is set but {KEY}.enable=false, so it would be ignored (every "
+                                           f"rollout single-turn): set {KEY}.enable=true, or drop {given}")
         return
     require(any(paths), f"{KEY}.tool_config_path",
             f"{KEY}.enable=true needs {KEY}.tool_config_path (tools) or {KEY}.interaction_config_path "

@@ -33,8 +33,11 @@ def check_output_dirs(cfg: Cfg) -> None:
     if "tensorboard" in as_list(trainer.logger) and (trainer.tensorboard_dir or os.environ.get("TENSORBOARD_DIR")):
         where = "tensorboard directory" if trainer.tensorboard_dir else "tensorboard directory ($TENSORBOARD_DIR)"
         check_writable_dir("trainer.tensorboard_dir", trainer.tensorboard_dir or os.environ["TENSORBOARD_DIR"], where)
-    if trainer.validation_data_dir:
-        check_writable_dir("trainer.validation_data_dir", trainer.validation_data_dir, "validation data directory")
+    for key, what in (("trainer.validation_data_dir", "validation data directory"),
+                      ("trainer.rollout_data_dir", "rollout data directory"),
+                      ("data.cache_dir", "data cache directory")):
+        if get(cfg, key):
+            check_writable_dir(key, get(cfg, key), what)
 
 
 def check_checkpoint_dir(cfg: Cfg) -> None:
@@ -82,6 +85,14 @@ def check_actor_checkpoint(cfg: Cfg) -> None:
                 f"{key}={value!r} must be a list of: {', '.join(CHECKPOINT_CONTENTS)}")
         require("model" in parts, key, f"{key}={list(parts)} must include model (a checkpoint is resumed from its "
                                        f"weights; add hf_model for an HF copy as well)")
+    checkpoint = cfg.actor_rollout_ref.actor.checkpoint
+    unsaved = [part for part in as_list(checkpoint.load_contents)
+               if part not in as_list(checkpoint.save_contents) and part != "hf_model"]
+    require(not unsaved, "actor_rollout_ref.actor.checkpoint.load_contents",
+            f"actor_rollout_ref.actor.checkpoint.load_contents restores {unsaved} that save_contents="
+            f"{list(as_list(checkpoint.save_contents))} does not save, so this run's own checkpoints could not be "
+            f"resumed: add {unsaved} to actor_rollout_ref.actor.checkpoint.save_contents or drop them from "
+            f"load_contents")
     for flag in ("actor_rollout_ref.actor.megatron.use_dist_checkpointing",
                  "actor_rollout_ref.ref.megatron.param_offload"):
         require(isinstance(get(cfg, flag), bool), flag, f"{flag}={get(cfg, flag)!r} must be true or false")

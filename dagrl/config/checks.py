@@ -220,7 +220,29 @@ def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.p
     require(model_type in SUPPORTED_MODEL_TYPES, key,
             f"model type {model_type!r} in {config_file} is not supported; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    check_hf_config_fields(hf_config, config_file, key)
     return hf_config
+
+
+# config.json fields the layout checks and the model builder read: (name, required), each a positive integer
+HF_INT_FIELDS = (("hidden_size", True), ("num_attention_heads", True), ("num_hidden_layers", True),
+                 ("vocab_size", True), ("intermediate_size", True), ("num_key_value_heads", False),
+                 ("max_position_embeddings", False))
+
+
+def check_hf_config_fields(hf_config: dict, config_file: Path, key: str) -> None:
+    """The sizes in config.json are positive integers (a string, null or missing one would fail in the layout
+    arithmetic or build a model of transformers' defaults), tie_word_embeddings a boolean."""
+    for name, required in HF_INT_FIELDS:
+        value = hf_config.get(name)
+        if value is None and not required and name not in hf_config:
+            continue
+        if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            what = f"has {name}={value!r}, not a positive integer" if name in hf_config else f"has no {name}"
+            raise ConfigError(key, f"{config_file} {what}: fix or re-download the model {key} names")
+    tie = hf_config.get("tie_word_embeddings", False)
+    require(isinstance(tie, bool), key, f"{config_file} has tie_word_embeddings={tie!r}, not true or false: fix or "
+                                        f"re-download the model {key} names")
 
 
 def check_tokenizer_files(model_path: str) -> None:

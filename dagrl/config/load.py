@@ -58,6 +58,21 @@ VERL_KEYS = {
     "trainer.default_hdfs_dir": "dagrl writes checkpoints to trainer.default_local_dir only; drop the key",
     "trainer.max_critic_ckpt_to_keep": "one dagrl checkpoint holds the actor and the critic: "
                                        "trainer.max_actor_ckpt_to_keep=N keeps N of them",
+    "trainer.profile_steps": "dagrl's profiler is the global_profiler section: set global_profiler.tool=torch "
+                             "global_profiler.steps=[N,...]",
+    "actor_rollout_ref.rollout.multi_turn.max_turns": "set actor_rollout_ref.rollout.multi_turn.max_assistant_turns "
+                                                      "(and max_user_turns for interaction replies)",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "dagrl splits sequences with Megatron's context "
+        "parallelism: set actor_rollout_ref.actor.megatron.context_parallel_size (with "
+        "actor_rollout_ref.model.use_remove_padding=true)",
+    "actor_rollout_ref.model.lora_rank": "LoRA is not supported (dagrl trains every parameter, or the top layers "
+                                         "with actor_rollout_ref.model.trainable_top_layers=N); drop the key",
+    "actor_rollout_ref.model.lora_alpha": "LoRA is not supported; drop the key",
+    "actor_rollout_ref.model.target_modules": "LoRA is not supported; drop the key",
+    "data.return_raw_chat": "dagrl always keeps each prompt's chat messages (multi-turn included); drop the key",
+    "async_training.use_rollout_log_probs": "dagrl always recomputes pi_old in the trainer; the rollout's own "
+        "log-probs are kept with actor_rollout_ref.rollout.calculate_log_probs=true (for "
+        "actor_rollout_ref.actor.policy_loss.off_policy=decoupled or tis_imp_ratio_cap); drop the key",
 }
 # the reference and the critic reuse the actor's parallel layout and dtype (one set of process groups)
 VERL_KEYS.update({
@@ -110,6 +125,9 @@ def _all_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
 def closest_key(key: str, tree: dict[str, Any]) -> str | None:
     """The valid dotted key most like `key` (same leaf name preferred)."""
     candidates = [c for c in _all_paths(tree) if not key.startswith(c + ".")]
+    under = [c for c in candidates if c.endswith("." + key)]  # a section prefix left out: actor.optim.lr
+    if len(under) == 1:
+        return under[0]
     leaf = key.rsplit(".", 1)[-1]
     same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
     if len(same_leaf) == 1:
@@ -166,7 +184,10 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
     from hydra.core.override_parser.types import OverrideType
     from hydra.errors import OverrideParseException
 
-    for arg in overrides:
+    for before, arg in zip([None, *overrides], overrides):
+        if "=" not in arg and not arg.startswith("~") and before and before.endswith("=") and before.count("=") == 1:
+            raise ConfigError(before, f"override '{before}' has no value and '{arg}' follows it (a space after '='?): "
+                                      f"write {before}{arg}")
         if "=" not in arg and not arg.startswith("~"):
             example = f"{arg}=<value>" if re.fullmatch(r"[\w.+]+", arg) else "key=value"
             raise ConfigError(arg, f"override '{arg}' has no '=': write {example}")

@@ -10,7 +10,8 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 
-from dagrl.config import async_checks, checkpoints, model_files, profiler_checks, schema, sections
+from dagrl.config import (async_checks, checkpoints, cross_checks, model_files, profiler_checks, schema,
+                          sections)
 from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
                                  as_list,
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
@@ -64,7 +65,11 @@ class RunShape:
 
 def world_size_from_env(cfg: Cfg) -> int:
     place = placement(cfg)
-    expected, actual = place.world_size, int(os.environ.get("WORLD_SIZE", "1"))
+    launched = os.environ.get("WORLD_SIZE", "1")
+    require(launched.strip().isdigit() and int(launched) > 0, "WORLD_SIZE",
+            f"environment variable WORLD_SIZE={launched!r} is not a positive integer: unset it (one process) or let "
+            f"torchrun set it (torchrun --nproc-per-node N)")
+    expected, actual = place.world_size, int(launched)
     nnodes, per_node = cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node
     if not place.is_colocated:
         rollout, train = place.pool("rollout"), place.pool("train")
@@ -252,6 +257,9 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     critic_grad_clip = check(sections.check_critic, cfg, hf_config, world)
     grad_clip = check(check_actor, cfg, hf_config)
     check(check_overlong_buffer, cfg, SKIPPED if lengths is SKIPPED else lengths[1])
+    check(cross_checks.check_overlong_manager, cfg)
+    for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):
+        check(cross_checks.check_lr_floor, cfg, prefix)
     check(sections.check_filter_groups, cfg)
     check(async_checks.check_async_training, cfg)
     from dagrl.agent.setup import check_multi_turn
@@ -267,6 +275,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         train_rows = None  # a layout needs the model's config, not the data: the plan says what it cannot count
     else:
         train_rows = check(check_data, cfg)
+        check(cross_checks.check_profiled_steps, cfg, train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)
     check(checkpoints.check_output_dirs, cfg)
     check(checkpoints.check_actor_checkpoint, cfg)

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
@@ -88,7 +89,35 @@ def lazy_import(spec: str, key: str) -> Callable[..., Any]:
         found = False
     if not found:
         raise ConfigError(key, f"{key}={spec!r}: cannot import module {module_name!r} (no such dagrl module)")
+    names, functions = _top_level_names(module_name)
+    if names is not None and function_name not in names:
+        public = sorted(name for name in functions if not name.startswith("_"))
+        raise ConfigError(key, f"{key}={spec!r}: module {module_name!r} has no function {function_name!r} (it "
+                               f"defines {', '.join(public[:8])}{', ...' if len(public) > 8 else ''}): fix the name")
     return _builtin_stub
+
+
+def _top_level_names(module_name: str) -> tuple[set[str] | None, set[str]]:
+    """The names a dagrl module's source binds at top level and the functions it defines, read with ast (the module
+    itself imports torch); (None, empty) when its source cannot be read."""
+    import ast
+
+    origin = importlib.util.find_spec(module_name).origin
+    try:
+        tree = ast.parse(Path(origin).read_text(encoding="utf-8"))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return None, set()
+    names: set[str] = set()
+    functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names, functions
 
 
 def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",

@@ -5,6 +5,7 @@ transformers.
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 from typing import Any, Sequence
@@ -78,6 +79,9 @@ def check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -
 def prompt_shape_problem(prompt: Any) -> str | None:
     """What is wrong with one row's prompt for a chat template (None: a non-empty list of {role, content})."""
     if isinstance(prompt, str):
+        if _json_chat(prompt):
+            return ("holds a JSON string of a chat list, not the list itself: write the decoded list "
+                    "(json.loads of each value) into the file")
         return "holds a plain string, not a chat list: wrap it as [{'role': 'user', 'content': <text>}]"
     if prompt is None:
         return "is null"
@@ -93,7 +97,27 @@ def prompt_shape_problem(prompt: Any) -> str | None:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
             keys = sorted(message) if isinstance(message, dict) else type(message).__name__
             return f"holds a message without role and content ({keys}), not a chat list of {{role, content}}"
+        if message["role"] not in ROLES:
+            return (f"holds a message with role {message['role']!r}: a chat template knows {', '.join(ROLES)} "
+                    f"(human -> user, gpt -> assistant)")
+        if not isinstance(message["content"], str):
+            return (f"holds a {message['role']} message whose content is {type(message['content']).__name__}, "
+                    f"not a string")
     return None
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _json_chat(text: str) -> bool:
+    """`text` is a JSON-encoded chat list (a json.dumps of the prompt column)."""
+    if not text.lstrip().startswith(("[", "{")):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, (list, dict))
 
 
 def check_prompt_shapes(path: str, parquet: pq.ParquetFile, prompt_key: str,

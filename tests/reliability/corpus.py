@@ -245,6 +245,28 @@ def json_rows(name: str) -> Callable[[Path, Paths], None]:
     return make
 
 
+def _roles_renamed(rows: list[dict]) -> None:
+    """Every message's role as ShareGPT names it (human) while the keys are role/content."""
+    for row in rows:
+        row["prompt"] = [{"role": "human", "content": m["content"]} for m in row["prompt"]]
+
+
+def _prompts_json_encoded(rows: list[dict]) -> None:
+    """The prompt column written as json.dumps of the chat list (a string)."""
+    for row in rows:
+        row["prompt"] = json.dumps(row["prompt"])
+
+
+def config_key_removed(name: str) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny model with one config.json field removed."""
+    def make(ws: Path, paths: Paths) -> None:
+        model_copy()(ws, paths)
+        config = json.loads((ws / "model" / "config.json").read_text())
+        config.pop(name)
+        (ws / "model" / "config.json").write_text(json.dumps(config))
+    return make
+
+
 def world(n: int) -> tuple[str, ...]:
     return (f"trainer.n_gpus_per_node={n}",)
 
@@ -820,6 +842,94 @@ CASES: tuple[Case, ...] = (
     Case("resume_path_is_the_root", "resume_from_path names trainer.default_local_dir, not a global_step_N in it",
          ("trainer.resume_mode=resume_path", "trainer.resume_from_path={ckpt}"),
          ("trainer.resume_from_path", "global_step_N")),
+    # ---- unseen inputs, second measure (session 13): what a hurried verl/siiRL user types ----
+    Case("min_lr_above_lr", "`optim.min_lr=0.01` above `optim.lr=1e-3` with cosine decay (Megatron's scheduler "
+         "asserted once the models were built)", ("actor_rollout_ref.actor.optim.lr_decay_style=cosine",
+                                                   "actor_rollout_ref.actor.optim.min_lr=0.01"),
+         ("actor_rollout_ref.actor.optim.min_lr=0.01 is above actor_rollout_ref.actor.optim.lr=0.001", "min_lr <= lr")),
+    Case("load_contents_not_saved", "`checkpoint.load_contents=[model,optimizer]` with save_contents=[model] (the "
+         "run's own checkpoints could not be resumed)", ("actor_rollout_ref.actor.checkpoint.save_contents=[model]",
+                                                          "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer]"),
+         ("load_contents restores ['optimizer']", "add ['optimizer'] to actor_rollout_ref.actor.checkpoint.save_contents")),
+    Case("overlong_buffer_with_naive_manager", "`reward_model.overlong_buffer.enable=true` with the naive reward "
+         "manager (the penalty would silently not apply)", ("reward_model.overlong_buffer.enable=true",
+                                                            "reward_model.overlong_buffer.len=4"),
+         ("reward_model.overlong_buffer.enable=true", "reward_manager=naive", "reward_model.reward_manager=dapo")),
+    Case("overlong_buffer_longer_than_response", "`overlong_buffer.len=10` with data.max_response_length=6",
+         ("reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true",
+          "reward_model.overlong_buffer.len=10"), ("reward_model.overlong_buffer.len=10", "1..5")),
+    Case("rollout_data_dir_under_a_file", "`trainer.rollout_data_dir` under a regular file (was found only at "
+         "the first dump)", ("trainer.rollout_data_dir={ws}/a_file/rollouts",),
+         ("<tmp>/a_file is not a directory", "fix trainer.rollout_data_dir"), make=text_file("a_file", "x")),
+    Case("data_cache_dir_is_a_file", "`data.cache_dir` names a regular file", ("data.cache_dir={ws}/a_file",),
+         ("data cache directory <tmp>/a_file", "fix data.cache_dir"), make=text_file("a_file", "x")),
+    Case("profiler_step_beyond_run", "`global_profiler.steps=[5]` in a 2-step run (profiles nothing)",
+         ("global_profiler.tool=torch", "global_profiler.steps=[5]"),
+         ("global_profiler.steps=[5]", "beyond this run's 2 step(s)", "pick steps in 1..2")),
+    Case("verl_profile_steps", "verl's `trainer.profile_steps=[1]`", ("trainer.profile_steps=[1]",),
+         ("'trainer.profile_steps' is verl's", "global_profiler.tool=torch global_profiler.steps=[N,...]")),
+    Case("tool_config_without_multi_turn", "`multi_turn.tool_config_path` set but multi_turn.enable left false (the "
+         "tools would be ignored)", ("actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml",),
+         ("actor_rollout_ref.rollout.multi_turn.tool_config_path is set but actor_rollout_ref.rollout.multi_turn.enable=false", "set actor_rollout_ref.rollout.multi_turn.enable=true"),
+         make=text_file("tools.yaml", "tools: []\n")),
+    Case("tool_config_bare_list", "a tools.yaml that is a bare list, not `tools: [...]`",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"), ("<tmp>/tools.yaml must hold a non-empty 'tools' list",),
+         make=text_file("tools.yaml", "- class_name: dagrl.agent.calculator.CalculatorTool\n")),
+    Case("interaction_config_directory", "`multi_turn.interaction_config_path` names a directory",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.interaction_config_path={ws}"), ("actor_rollout_ref.rollout.multi_turn.interaction_config_path='<tmp>' is a directory",)),
+    Case("verl_multi_turn_max_turns", "verl's `multi_turn.max_turns=3`", ("actor_rollout_ref.rollout.multi_turn.max_turns=3",),
+         ("'actor_rollout_ref.rollout.multi_turn.max_turns' is verl's", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns")),
+    Case("verl_ulysses_sequence_parallel", "verl's `actor.ulysses_sequence_parallel_size=2` (was answered with "
+         "megatron.sequence_parallel, a different thing)", ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",),
+         ("is verl's", f"{MEGATRON}.context_parallel_size")),
+    Case("verl_lora_rank", "verl's `model.lora_rank=32` (was answered with model.path)",
+         ("actor_rollout_ref.model.lora_rank=32",), ("'actor_rollout_ref.model.lora_rank' is verl's", "LoRA is not "
+                                                                                                       "supported")),
+    Case("verl_return_raw_chat", "verl's `data.return_raw_chat=true` (was answered with data.truncation)",
+         ("data.return_raw_chat=true",), ("'data.return_raw_chat' is verl's", "drop the key")),
+    Case("verl_use_rollout_log_probs", "verl's `async_training.use_rollout_log_probs=true`",
+         ("async_training.use_rollout_log_probs=true",),
+         ("'async_training.use_rollout_log_probs' is verl's", "calculate_log_probs=true")),
+    Case("key_without_section_prefix", "`actor.optim.lr=1e-6` (the actor_rollout_ref. prefix left out; was answered "
+         "with critic.optim.lr)", ("actor.optim.lr=1e-6",), ("did you mean 'actor_rollout_ref.actor.optim.lr'?",)),
+    Case("space_after_equals", "`trainer.total_epochs= 2` (the shell splits it in two)",
+         ("trainer.total_epochs=", "2"), ("'trainer.total_epochs=' has no value and '2' follows it",
+                                          "write trainer.total_epochs=2")),
+    Case("prompt_role_human", "prompts whose messages have role `human` (a ShareGPT name under the role key)",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "row 0", "role 'human'", "human -> user"),
+         make=rows_changed(_roles_renamed)),
+    Case("prompt_json_encoded", "the prompt column holds json.dumps of the chat list (a string)",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "row 0", "JSON string of a chat list",
+                                                   "json.loads"), make=rows_changed(_prompts_json_encoded)),
+    Case("prompt_content_null", "a training row whose message content is null",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "row 4", "content is NoneType"),
+         make=rows_changed(_set(4, "prompt", [{"role": "user", "content": None}]))),
+    Case("prompt_column_renamed", "the prompt column is called `messages`", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "'messages'", "set data.prompt_key"),
+         make=rows_changed(lambda rows: [row.update(messages=row.pop("prompt")) for row in rows])),
+    Case("train_file_csv", "data.train_files names a CSV file", ("data.train_files={ws}/train.csv",),
+         ("<tmp>/train.csv", "parquet files only", "read_csv"), make=text_file("train.csv", "data_source,prompt\n")),
+    Case("model_heads_as_string", "config.json `num_attention_heads: \"4\"` (a string; was a traceback)",
+         (f"{MODEL_KEY}={{ws}}/model",), ("<tmp>/model/config.json has num_attention_heads='4'", MODEL_KEY),
+         make=model_copy(patch={"num_attention_heads": "4"})),
+    Case("model_hidden_size_missing", "config.json without hidden_size", (f"{MODEL_KEY}={{ws}}/model",),
+         ("<tmp>/model/config.json has no hidden_size", MODEL_KEY), make=config_key_removed("hidden_size")),
+    Case("model_vocab_size_null", "config.json `vocab_size: null`", (f"{MODEL_KEY}={{ws}}/model",),
+         ("<tmp>/model/config.json has vocab_size=None", MODEL_KEY), make=model_copy(patch={"vocab_size": None})),
+    Case("world_size_not_a_number", "`WORLD_SIZE=two` in the environment (was a traceback)", (),
+         ("WORLD_SIZE='two' is not a positive integer", "torchrun --nproc-per-node N"), env={"WORLD_SIZE": "two"}),
+    Case("world_larger_than_n_gpus", "a 2-process launch with trainer.n_gpus_per_node=1", (),
+         ("this launch has 2 process(es)", "set trainer.n_gpus_per_node=2"), env=WORLD),
+    Case("max_model_len_too_small", "`rollout.max_model_len=16` below prompt + response (38)",
+         ("actor_rollout_ref.rollout.max_model_len=16",), ("actor_rollout_ref.rollout.max_model_len=16", "= 38")),
+    Case("critic_warmup_without_critic", "`trainer.critic_warmup=2` on the GRPO graph (the actor would not learn)",
+         ("trainer.critic_warmup=2",), ("trainer.critic_warmup=2", "dag=ppo")),
+    Case("resume_path_actor_subdir", "resume_from_path names global_step_2/actor, not global_step_2",
+         ("trainer.resume_mode=resume_path", "trainer.resume_from_path={ckpt}/global_step_2/actor"),
+         ("trainer.resume_from_path", "global_step_2/actor", "point it at a global_step_N")),
+    Case("builtin_node_fn_misspelt", "`dag.nodes.1.fn=dagrl.nodes.rollout:no_such_fn` (found in pre-flight now, "
+         "without importing the module)", ("dag.nodes.1.fn=dagrl.nodes.rollout:no_such_fn",),
+         ("dag.nodes[score].fn", "has no function 'no_such_fn'", "generate")),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
