@@ -4,6 +4,7 @@ reaches."""
 from __future__ import annotations
 
 from dagrl.config.checks import get, require
+from dagrl.config.derived import total_steps
 from dagrl.config.tree import Cfg
 
 
@@ -27,13 +28,11 @@ def check_overlong_manager(cfg: Cfg) -> None:
 
 
 def check_profiled_steps(cfg: Cfg, train_rows: int) -> None:
-    """Every step global_profiler.steps names is one the run reaches (at most trainer.total_training_steps, or
-    total_epochs x rows // train_batch_size)."""
+    """Every step global_profiler.steps names is one the run reaches (`derived.total_steps`)."""
     steps = cfg.global_profiler.steps
     if cfg.global_profiler.tool is None or not steps:
         return
-    by_epochs = train_rows // cfg.data.train_batch_size * cfg.trainer.total_epochs
-    total = min(cfg.trainer.total_training_steps or by_epochs, by_epochs)
+    total = total_steps(cfg, train_rows)
     beyond = sorted(step for step in steps if step > total)
     require(not beyond, "global_profiler.steps",
             f"global_profiler.steps={list(steps)}: step(s) {', '.join(map(str, beyond))} beyond this run's {total} "

@@ -25,3 +25,14 @@ def corrects_off_policy(cfg: Cfg) -> bool:
 def needs_reference(cfg: Cfg) -> bool:
     """A frozen reference model exists only when a KL term needs it."""
     return bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+
+
+def total_steps(cfg: Cfg, train_rows: int | None) -> int | None:
+    """The run's steps: trainer.total_epochs over `train_rows` prompts (whole batches of data.train_batch_size per
+    epoch), capped by trainer.total_training_steps; None when neither is known (`train_rows` None, no cap)."""
+    limit = cfg.trainer.total_training_steps
+    by_epochs = None if train_rows is None else train_rows // cfg.data.train_batch_size * cfg.trainer.total_epochs
+    if by_epochs is None:
+        return limit or None
+    return min(limit, by_epochs) if limit else by_epochs
+

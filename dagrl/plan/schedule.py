@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dagrl.config.derived import needs_reference, skips_old_log_prob
+from dagrl.config.derived import needs_reference, skips_old_log_prob, total_steps
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
 from dagrl.placement import WorldLayout
@@ -97,9 +97,7 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
     actor = cfg.actor_rollout_ref.actor
     n = cfg.actor_rollout_ref.rollout.n
     prompts = cfg.data.train_batch_size
-    limit = cfg.trainer.total_training_steps
     steps_per_epoch = None if shape.train_rows is None else shape.train_rows // prompts
-    by_epochs = None if steps_per_epoch is None else steps_per_epoch * cfg.trainer.total_epochs
     return Schedule(
         prompts=prompts, n=n, layout=shape.layout,
         mini_batches=prompts // actor.ppo_mini_batch_size, ppo_epochs=actor.ppo_epochs,
@@ -110,5 +108,5 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
         ref_log_prob_micro_batch=cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
         if needs_reference(cfg) else None,
         steps_per_epoch=steps_per_epoch,
-        total_steps=(min(limit, by_epochs) if by_epochs is not None else limit) if limit else by_epochs,
+        total_steps=total_steps(cfg, shape.train_rows),
         critic=critic_schedule(cfg, shape) if "critic" in graph_roles(cfg) else None)

@@ -14,7 +14,7 @@ import torch
 
 from dagrl.agent.setup import build_agent_loop
 from dagrl.algo.kl import KLController
-from dagrl.config.derived import needs_reference
+from dagrl.config.derived import needs_reference, total_steps
 from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
@@ -82,8 +82,7 @@ class Trainer:
             if cfg.data.val_files else None
         self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, seed=cfg.data.seed,
                                     shuffle=cfg.data.shuffle)
-        by_epochs = self.sampler.steps_per_epoch * trainer.total_epochs
-        self.total_steps = min(trainer.total_training_steps, by_epochs) if trainer.total_training_steps else by_epochs
+        self.total_steps = total_steps(cfg, len(self.train_data))
         say("data: %d training prompts, %d steps of %d; %s validation prompts", len(self.train_data),
             self.total_steps, cfg.data.train_batch_size, len(self.val_data) if self.val_data is not None else "no")
         self.checkpoints = CheckpointManager(trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, self.rank,
