@@ -88,20 +88,23 @@ def rows_of(name: str, args: argparse.Namespace) -> list[dict] | None:
 def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
     steady = rows  # every step: partial rollout's pool fill in step 1 is work its later steps train on
     mean = lambda key: sum(row.get(key, 0.0) for row in steady) / len(steady)  # noqa: E731
+    # a scored batch: generation and the rule scorer. Runs before the rollout node waited for the slowest rank
+    # (timing_s/gen_rank_spread) logged that wait as the scorer's (its all-reduce), each a mean over ranks
+    produce = lambda row: row["timing_s/gen"] + row.get("timing_s/reward", 0.0)  # noqa: E731
     seconds = sum(row["timing_s/step"] for row in steady)
     tokens = sum(row["response_length/mean"] * args.batch * args.n for row in steady)
-    return {"step_s": mean("timing_s/step"), "gen_s": mean("timing_s/gen"), "tok_per_s": tokens / seconds,
-            "gen_share": sum(row["timing_s/gen"] for row in steady) / seconds,
+    return {"step_s": mean("timing_s/step"), "gen_s": sum(map(produce, steady)) / len(steady),
+            "tok_per_s": tokens / seconds, "gen_share": sum(map(produce, steady)) / seconds,
             "resp_mean": mean("response_length/mean"), "resp_max": mean("response_length/max"),
             "clip": mean("response_length/clip_ratio"), "stale": mean("async/staleness_mean"),
             "partial": mean("async/partial_fraction"), "prompt": mean("prompt_length/mean"),
             "roll_idle": sum(row.get("timing_s/rollout_pause", 0.0) for row in steady) / seconds,
             "train_idle": sum(row.get("timing_s/trainer_wait", 0.0) for row in steady) / seconds,
             "push_s": mean("timing_s/weight_push"), "push_gb": mean("async/push_gb"),
-            "switch_s": mean("timing_s/rollout_switch"),
-            # the training side's own seconds a step: colocated, what is not generation; two pools, what is not
-            # waiting for a batch (steps from 2: step 1 of two pools includes start-up work)
-            "train_s": sum(row["timing_s/step"] - row.get("timing_s/trainer_wait", row["timing_s/gen"])
+            "switch_s": mean("timing_s/rollout_switch"), "restarted": mean("async/restarted_groups"),
+            # the training side's own seconds a step: colocated, what is not producing a batch; two pools, what is
+            # not waiting for a batch (steps from 2: step 1 of two pools includes start-up work)
+            "train_s": sum(row["timing_s/step"] - row.get("timing_s/trainer_wait", produce(row))
                            for row in rows[1:] or rows) / len(rows[1:] or rows),
             "tok_per_gpu_s": tokens / seconds / args.nproc}
 
@@ -197,7 +200,7 @@ def main() -> None:
             if name.startswith("pools") and name in results:
                 own[name] = predicted_step(base, args, name, pool_train_s=results[name]["train_s"])
     columns = ["step_s", "gen_s", "train_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
-               "partial", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
+               "partial", "restarted", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
     print(f"steps {args.first_step}..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
           f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
           f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}"

@@ -13,6 +13,7 @@ from dagrl.config.errors import ConfigError
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.nodes.context import StepContext
+from dagrl.utils.dist import global_max
 
 
 def sync_weights(ctx: StepContext) -> dict[str, float]:
@@ -119,15 +120,27 @@ def response_metrics(batch: Batch, response_length: int) -> dict[str, float]:
 
 
 def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    start = time.perf_counter()
     sampling = train_sampling(ctx, batch)
     seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx), "train")
     if ctx.pool is not None:
-        return generate_partial(ctx, batch, sampling, seed)
-    with rollout_session(ctx) as metrics:
-        out, sampled = sample(ctx, batch, sampling, seed)
-    metrics.update(sampled)
-    metrics.update(response_metrics(out, sampling.response_length))
+        out, metrics = generate_partial(ctx, batch, sampling, seed)
+    else:
+        with rollout_session(ctx) as metrics:
+            out, sampled = sample(ctx, batch, sampling, seed)
+        metrics.update(sampled)
+        metrics.update(response_metrics(out, sampling.response_length))
+    metrics["timing_s/gen_rank_spread"] = wait_for_the_slowest_rank(time.perf_counter() - start)
     return out, metrics
+
+
+def wait_for_the_slowest_rank(seconds: float) -> float:
+    """Each rank generates its own shard, and with long-tailed responses one rank's longest response sets the
+    step's pace. Wait for that rank here, so that `timing_s/gen` (this node's seconds) is the slowest rank's
+    generation rather than a wait that surfaces in the next node holding a collective (the scorer's all-reduce made
+    a rule reward look like 12 s). Returns the slowest minus the fastest rank's seconds."""
+    negative_fastest, slowest = global_max(torch.tensor([-seconds, seconds], dtype=torch.float64)).tolist()
+    return slowest + negative_fastest
 
 
 def sample(ctx: StepContext, prompts: Batch, sampling: SamplingSpec, seed: int) -> tuple[Batch, dict[str, float]]:

@@ -64,3 +64,32 @@ def test_metric_means_over_ranks_keep_the_max_and_min_of_every_rank(tmp_path):
     for rank in range(2):
         assert torch.load(tmp_path / f"rank{rank}.pt") == {"response_length/mean": 15.0, "response_length/max": 30.0,
                                                            "response_length/min": 2.0, "timing_s/gen": 1.5}
+
+
+def _straggler_worker(rank: int, port: int, out: str) -> None:
+    import os
+    import time
+
+    from dagrl.nodes.rollout import wait_for_the_slowest_rank
+    from dagrl.utils import dist
+
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+    dist.init_process_group()
+    try:
+        own = [0.1, 0.7][rank]  # rank 1 holds the long response
+        time.sleep(own)
+        start = time.perf_counter()
+        spread = wait_for_the_slowest_rank(own)
+        torch.save({"spread": spread, "waited": time.perf_counter() - start}, f"{out}/rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_the_rollout_node_waits_for_the_slowest_rank_and_reports_the_spread(tmp_path):
+    """The wait for a straggler belongs to generation: without it the fast rank's wait surfaced in the next node
+    holding a collective (the scorer), which the rank mean then reported as seconds of reward."""
+    mp.spawn(_straggler_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    fast, slow = (torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2))
+    assert fast["spread"] == slow["spread"] == pytest.approx(0.6)
+    assert fast["waited"] > 0.4 and slow["waited"] < 0.3  # the fast rank waited inside the rollout node
