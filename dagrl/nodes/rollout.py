@@ -168,7 +168,8 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
         round_index += 1
     # the update of this step starts from version `base`: tokens more than K versions behind it restart
     base = ctx.versions.actor if ctx.update_base is None else ctx.update_base
-    restarted = pool.restart_stale(base - ctx.cfg.async_training.max_staleness)
+    options = ctx.cfg.async_training
+    restarted = pool.restart_stale(base - options.max_staleness) if options.restart_stale else 0
     with rollout_session(ctx) as metrics:
         groups = pool.run(ctx.rollout, sampling, share, ctx.weight_updates)
     if pool.agent is not None:  # multi-turn trajectories

@@ -175,3 +175,37 @@ def test_partial_rollout_on_two_ranks_keeps_a_pool_per_rollout_shard(args, tmp_p
     assert not {g["uid"] for g in pools["dp0.json"]} & {g["uid"] for g in pools["dp1.json"]}
     records = metrics_by_step(out)
     assert all(records[s]["async/staleness_max"] <= 1 for s in range(1, 5))
+
+
+class OneLongPrompt(ScriptedEngine):
+    """Prompt 1:0's responses take 30 tokens, the others 1-8: a tail longer than K+1 steps of decoding."""
+
+    @staticmethod
+    def length(request: Request) -> int:
+        return 30 if request.id.startswith("1:0/") else ScriptedEngine.length(request)
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_a_response_longer_than_the_staleness_window_restarts_forever_unless_restarts_are_off(restart):
+    """async_training.restart_stale: restarting groups older than K keeps every token within K versions, but a
+    response that needs more than K+1 steps of decoding never finishes (a silent length bias); without restarts it
+    finishes under newer weights, older than K, and every prompt is trained."""
+    engine, pool, share, staleness = OneLongPrompt(), PartialPool(), 2, 1
+    sampling = SamplingSpec(n=N, response_length=32)
+    trained, restarts, oldest = [], 0, 0
+    for step in range(1, 13):
+        version = step - 1
+        engine.version = version
+        batch = prompts(step, share if step > 1 else 2 * share)
+        pool.add(batch, batch["position"], seed=step, sampling=sampling)
+        if restart:
+            restarts += pool.restart_stale(version - staleness)
+        groups = pool.run(engine, sampling, share)
+        out = pool.batch(groups, 32, [EOS], PAD)
+        oldest = max(oldest, staleness_metrics(out, version)["async/staleness_max"])
+        trained += [g.uid for g in groups]
+    assert len(trained) == len(set(trained))
+    if restart:
+        assert "1:0" not in trained and restarts >= 4 and oldest <= staleness
+    else:
+        assert "1:0" in trained and oldest > staleness
