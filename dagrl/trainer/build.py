@@ -85,8 +85,10 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
 
 def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: int):
     """The Megatron actor, and a frozen reference only when a KL term needs one."""
+    from dagrl.engine.megatron import compat
     from dagrl.engine.megatron.actor import MegatronActorEngine
 
+    compat.import_megatron(keep_wandb="wandb" in as_list(cfg.trainer.logger))
     contents = cfg.actor_rollout_ref.actor.checkpoint
     actor = MegatronActorEngine(dataclasses.replace(
         megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps)),

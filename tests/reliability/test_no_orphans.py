@@ -1,6 +1,6 @@
 """kill -9 of the trainer leaves nothing behind: within seconds no process of the run is left (issue 21: megatron's
 checkpoint writer left a spawned multiprocessing Manager holding torch and the log file, and the resource tracker,
-alive for good; a writer forked mid-save hung forever)."""
+alive for good; a writer forked mid-save hung forever) and no temporary directory (megatron's `import wandb` made two)."""
 from __future__ import annotations
 
 import os
@@ -42,11 +42,12 @@ def left_after(sid: int, seconds: float) -> list[str]:
 
 
 def test_kill_9_of_the_trainer_after_a_checkpoint_leaves_no_process(tiny_model, tiny_data, tmp_path):
-    out = tmp_path / "run"
+    out, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
     args = cpu_run_overrides(tiny_model, tiny_data, out, **{
         "custom_reward_function.path": str(REWARD), "data.val_files": "null", "trainer.val_before_train": False,
         "trainer.test_freq": -1, "trainer.total_training_steps": 50, "trainer.save_freq": 1})
-    with session_process([sys.executable, "-m", "dagrl.main_dag", *args]) as (proc, err):
+    with session_process([sys.executable, "-m", "dagrl.main_dag", *args], {"TMPDIR": str(scratch)}) as (proc, err):
         deadline = time.monotonic() + 300
         while not (out / "global_step_1" / MARKER).is_file():
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -60,6 +61,8 @@ def test_kill_9_of_the_trainer_after_a_checkpoint_leaves_no_process(tiny_model, 
         left = left_after(proc.pid, GRACE_S)
         assert not left, (f"{GRACE_S:.0f} s after kill -9 of the trainer these processes of its session live on:\n"
                           + "\n".join(left) + "\n(the session before the kill:\n" + "\n".join(before) + ")")
+    # torch's compile cache directory is kept on purpose; nothing else a run makes in TMPDIR outlives it
+    assert not [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")]
 
 
 def test_a_child_forked_inside_children_die_with_us_dies_with_its_parent(tmp_path):

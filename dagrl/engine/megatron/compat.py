@@ -6,6 +6,7 @@ the rest of the package can use one spelling.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -26,6 +27,21 @@ def check_version() -> None:
     if not SUPPORTED[0] <= version < SUPPORTED[1]:
         raise ImportError(f"megatron-core {version} is outside the supported range "
                           f">={SUPPORTED[0]},<{SUPPORTED[1]}")
+
+
+def import_megatron(keep_wandb: bool) -> None:
+    """Import megatron.core the first time. Its timers import wandb where it is installed, and `import wandb` makes
+    two temporary directories (wandb-media, wandb-artifacts) that only its exit handler removes, so every killed run
+    left them in /tmp. dagrl never gives megatron a wandb writer: hide the package during this import (megatron
+    catches the ImportError), unless the run logs to wandb, and let later imports of wandb find it again."""
+    hide = not keep_wandb and "wandb" not in sys.modules and "megatron.core" not in sys.modules
+    if hide:
+        sys.modules["wandb"] = None  # type: ignore[assignment]  # `import wandb` raises ImportError
+    try:
+        import megatron.core  # noqa: F401
+    finally:
+        if hide and sys.modules.get("wandb", 0) is None:
+            del sys.modules["wandb"]
 
 
 def ddp_buffers(ddp: Any) -> list[Any]:
