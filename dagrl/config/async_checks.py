@@ -21,6 +21,9 @@ def check_async_training(cfg: Cfg) -> None:
     require(options.partial_rollout or ratio == 1, "async_training.oversample_ratio",
             f"async_training.oversample_ratio={ratio} oversamples only with async_training.partial_rollout=true: "
             f"set that too, or drop oversample_ratio")
+    require(options.partial_rollout or options.restart_stale is not False, "async_training.restart_stale",
+            "async_training.restart_stale=false only changes what partial rollout does with groups older than K: set "
+            "async_training.partial_rollout=true too, or drop restart_stale")
     staleness = options.max_staleness
     require(isinstance(staleness, int) and not isinstance(staleness, bool) and staleness >= 0,
             "async_training.max_staleness", f"async_training.max_staleness={staleness!r} must be an integer >= 0")

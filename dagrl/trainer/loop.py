@@ -74,6 +74,7 @@ class Trainer:
                 self.feed = Feed(bridge, leader=self.rank == 0)
         self.message: dict | None = None  # training pool: the rollout pool's message of the current step
         self.rollout_resume: dict | None = None  # training pool: the checkpoint's rollout state, for the rollout pool
+        self.start_validated: bool | None = None  # resume: whether the run that saved the start step validated it
         self.tokenizer = build.load_tokenizer(cfg.actor_rollout_ref.model.path)
         agent = build_agent_loop(cfg, self.tokenizer)  # before any model: a template it cannot use stops here
         tools = agent.schemas if agent is not None else None
@@ -150,13 +151,15 @@ class Trainer:
         self.ledger_resume = (state.get("prompt_ledger"), path.parent / LEDGER_FILE)
         if self.ledger_resume[0] is None:
             logger.warning("%s predates the prompt ledger: its steps have no lines in %s", path, LEDGER_FILE)
+        self.start_validated = state.get("validated")  # None: a checkpoint from before the record
         self.ctx.versions = WeightVersions(actor=state["global_step"], rollout=-1)
         logger.info("resumed from %s (step %d)", path, state["global_step"])
         return int(state["global_step"])
 
-    def save(self, step: int) -> None:
-        """Checkpoint `step`; a model whose state holds NaN/inf stops the run instead (its checkpoint would poison
-        every resume), leaving the last good checkpoint as the newest."""
+    def save(self, step: int, validated: bool) -> None:
+        """Checkpoint `step` (`validated`: whether its weights were validated before the save, so that a resume
+        from it does not validate them again); a model whose state holds NaN/inf stops the run instead (its
+        checkpoint would poison every resume), leaving the last good checkpoint as the newest."""
         for name, engine in (("actor", self.ctx.actor), ("critic", self.ctx.critic)):
             if engine is not None and not engine.state_is_finite():
                 latest = self.checkpoints.latest()
@@ -177,7 +180,8 @@ class Trainer:
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
                             "kl_ctrl": self.kl_ctrl.state_dict(),
-                            "prompt_ledger": self.ledger.state() if self.ledger is not None else None},
+                            "prompt_ledger": self.ledger.state() if self.ledger is not None else None,
+                            "validated": validated},
                            directory / "data.pt")
                 (directory / CONFIG_FILE).write_text(json.dumps(self.cfg.snapshot(), indent=1))
 
@@ -243,7 +247,7 @@ class Trainer:
                 self.feed.close()
             return
         trainer = self.cfg.trainer
-        schedule = Schedule.of(self.cfg, start_step, self.total_steps)
+        schedule = Schedule.of(self.cfg, start_step, self.total_steps, self.start_validated)
         tracker = Tracker(trainer.project_name, trainer.experiment_name, self.loggers, self.tensorboard_dir,
                           self.jsonl_path, self.total_steps, start_step, enabled=self.rank == 0,
                           config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir),
@@ -254,7 +258,7 @@ class Trainer:
                 ledger = Path(os.path.expanduser(trainer.default_local_dir)) / LEDGER_FILE
                 self.ledger = PromptLedger(ledger, *self.ledger_resume)
             if self.feed is not None:
-                self.feed.start(start_step, self.rollout_resume)
+                self.feed.start(start_step, self.rollout_resume, self.start_validated)
                 self.feed.push(self.ctx.actor, start_step, bucket_bytes)
             watchdog.started()
             if schedule.validated(start_step):
@@ -277,13 +281,13 @@ class Trainer:
                 save_freq = trainer.save_freq
                 saved = save_freq > 0 and (step % save_freq == 0 or last)
                 if saved:
-                    self.save(step)
+                    self.save(step, schedule.validated(step))
                 if last:  # after the checkpoint's ledger length: a resume drops them
                     self.write_ledger(in_flight_records(step, self.in_flight_uids()))
                 tracker.advance()
                 stop = None if last else self.stop.agreed(self.feed.bridge.store if self.feed else None)
                 if stop:
-                    self.stop_after(step, stop, saved)
+                    self.stop_after(step, stop, saved, schedule.validated(step))
                     break
             if self.feed is not None:
                 self.feed.close(stopped=stop is not None)
@@ -296,10 +300,10 @@ class Trainer:
             if self.ledger is not None:
                 self.ledger.close()
 
-    def stop_after(self, step: int, signal_name: str, saved: bool) -> None:
+    def stop_after(self, step: int, signal_name: str, saved: bool, validated: bool) -> None:
         """Preemption: checkpoint `step` (unless just saved) so that the requeued run resumes from it."""
         if not saved:
-            self.save(step)
+            self.save(step, validated)
         seconds, grace = self.stop.seconds_since(), self.preemption_grace_s
         logger.warning("stopped on %s after step %d of %d: checkpoint global_step_%d written %.1f s after the signal "
                        "(trainer.preemption_grace_s=%g%s); relaunch to resume", signal_name, step, self.total_steps,

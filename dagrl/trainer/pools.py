@@ -54,25 +54,29 @@ class Schedule:
     test_freq: int
     validates: bool          # val_files given
     val_before_train: bool
+    start_validated: bool | None = None  # a resumed run: whether the run that saved its start step validated it
 
     def validated(self, version: int) -> bool:
         """Whether the weights after step `version` are validated: every test_freq steps and after the last, and
-        before training (val_before_train) unless a resumed run's start step was validated already."""
+        before training (val_before_train) unless a resumed run's start step was validated already — as the
+        checkpoint says (a finished run that is extended validated its last step under its own total), or, for a
+        checkpoint that predates the record, as this schedule would have."""
         if not self.validates:
             return False
         periodic = self.test_freq > 0 and (version % self.test_freq == 0 or version == self.total)
         if version == self.start:
-            return self.val_before_train and not (self.start > 0 and periodic)
+            already = self.start_validated if self.start_validated is not None else self.start > 0 and periodic
+            return self.val_before_train and not already
         return periodic
 
     def pushed(self, version: int) -> bool:
         return version == self.start or version % self.trigger == 0 or self.validated(version)
 
     @classmethod
-    def of(cls, cfg, start: int, total: int) -> "Schedule":
+    def of(cls, cfg, start: int, total: int, start_validated: bool | None = None) -> "Schedule":
         trainer = cfg.trainer
         return cls(start, total, cfg.async_training.trigger_parameter_sync_step, trainer.test_freq,
-                   bool(cfg.data.val_files), bool(trainer.val_before_train))
+                   bool(cfg.data.val_files), bool(trainer.val_before_train), start_validated)
 
 
 # ---- weights on the wire ------------------------------------------------------------------------------------------
@@ -122,11 +126,12 @@ class Feed:
     leader: bool                         # the training pool's rank 0: the one that talks to the rollout pool
     metrics: dict = field(default_factory=dict)
 
-    def start(self, start_step: int, rollout_state: dict | None) -> None:
-        """Tell every rollout rank where to start: the step and the rollout state of the checkpoint (or None)."""
+    def start(self, start_step: int, rollout_state: dict | None, validated: bool | None = None) -> None:
+        """Tell every rollout rank where to start: the step, the rollout state of the checkpoint (or None) and
+        whether the run that saved it validated that step (None: unknown)."""
         if self.leader:
             for rank in self.bridge.rollout_ranks:
-                self.bridge.send(rank, "start", {"step": start_step, "state": rollout_state})
+                self.bridge.send(rank, "start", {"step": start_step, "state": rollout_state, "validated": validated})
 
     def push(self, actor, version: int, bucket_bytes: int) -> None:
         """Export the actor's weights (collective over the training pool) and send them as `version`: as CUDA IPC

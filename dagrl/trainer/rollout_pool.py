@@ -110,7 +110,7 @@ def _serve(trainer, bridge: Bridge) -> None:
         return
     if start["state"] is not None:
         trainer.restore_rollout_state(start["state"])
-    schedule = Schedule.of(cfg, start["step"], trainer.total_steps)
+    schedule = Schedule.of(cfg, start["step"], trainer.total_steps, start.get("validated"))
     staleness = cfg.async_training.max_staleness
     receiver = Receiver(trainer, bridge, schedule)
     receiver.receive()  # the weights the training pool starts from

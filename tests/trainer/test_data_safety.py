@@ -187,3 +187,15 @@ def test_the_resume_policy_names_each_changed_key(tmp_path):
     changed["algorithm"]["kl_ctrl"]["type"] = "fixed"
     assert [line.endswith("applied") for line in check_changed_settings(tmp_path, "config.json", changed,
                                                                          log=False)] == [True, True, True]
+
+
+def test_extending_a_finished_run_validates_its_last_step_once(args, tmp_path):
+    """A run validates its last step as its last; relaunched with more steps it resumes there and must not
+    validate that step again (metrics.jsonl had two rows of it): the checkpoint records whether it was validated."""
+    out = tmp_path / "run"
+    for total in (1, 2):
+        code, stderr = launch(args(out, **{"trainer.total_training_steps": total, "trainer.test_freq": 5,
+                                           "trainer.val_before_train": True}))
+        assert code == 0, stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if any(k.startswith("val-core/") for k in r)] == [0, 1, 2]
