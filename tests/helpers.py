@@ -133,3 +133,24 @@ def metrics_by_step(root: Path) -> dict[int, dict]:
         records.setdefault(record["step"], {}).update(
             {k: v for k, v in record.items() if not k.startswith(("timing_s", "perf/")) and k != "time"})
     return records
+
+
+METRICS_DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+
+
+def undocumented_metrics(*roots: Path) -> list[str]:
+    """The metric keys in <root>/metrics.jsonl that no name in docs/metrics.md matches: every metric the trainer
+    logs is documented once. Names there may hold placeholders (`<data_source>`, `mean@N`, `{a,b}`, `/*`)."""
+    import re
+
+    def pattern(name: str) -> re.Pattern:
+        text = re.escape(name).replace(r"\*", ".+").replace("@N", r"@\d+")
+        text = re.sub(r"<[^>]*>", ".+", text)
+        text = re.sub(r"\\\{([^}]*)\\\}", lambda m: "(?:" + "|".join(m.group(1).replace("\\", "").split(",")) + ")",
+                      text)
+        return re.compile(text + "$")
+
+    patterns = [pattern(name) for name in set(re.findall(r"`([^`\s]+/[^`\s]*)`", METRICS_DOC.read_text()))]
+    keys = {key for root in roots for line in (root / "metrics.jsonl").read_text().splitlines()
+            for key in json.loads(line)} - {"step", "time"}
+    return sorted(key for key in keys if not any(p.match(key) for p in patterns))

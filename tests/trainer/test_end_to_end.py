@@ -11,7 +11,7 @@ import pytest
 from dagrl.config.load import compose
 from dagrl.config.tree import leaf_keys
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_in_session
+from tests.helpers import metrics_by_step, run_in_session, undocumented_metrics
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
@@ -71,6 +71,7 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert sorted(expected) == [0, 1, 2, 3, 4]
     assert actual == expected  # bit-identical metrics, losses and grad norms included
     assert expected[4]["actor/grad_norm"] > 0 and "actor/kl_loss" in expected[4]
+    assert not undocumented_metrics(straight), "add these to docs/metrics.md"
     assert (straight / "global_step_4" / "data.pt").read_bytes() == (resumed / "global_step_4" / "data.pt").read_bytes()
 
     # a relaunch of a finished run says so and exits 0 without touching the checkpoints

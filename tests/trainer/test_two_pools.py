@@ -17,7 +17,7 @@ from dagrl.placement import Placement
 from dagrl.trainer.ledger import LEDGER_FILE
 from dagrl.trainer.pools import Schedule, pack_buckets, split_graph, unpack_bucket
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_concurrently
+from tests.helpers import metrics_by_step, run_concurrently, undocumented_metrics
 from tests.trainer.test_end_to_end import REWARD, _free_port
 from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture)
 
@@ -189,6 +189,7 @@ def test_partial_rollout_in_two_pools_loads_pushes_mid_batch_and_trains_each_pro
     trained = [json.loads(line)["uid"] for line in (out / LEDGER_FILE).read_text().splitlines()
                if '"trained@' in line]
     assert len(trained) == len(set(trained)) == 5 * 4
+    assert not undocumented_metrics(out), "add these to docs/metrics.md"
 
 
 def test_a_pool_that_stops_on_an_error_stops_the_other_with_its_message(args, tmp_path):
