@@ -20,8 +20,14 @@ from dagrl.config.load import CONF_DIR, CONFIG_NAME, compose, to_plain
 logger = logging.getLogger("dagrl")
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def setup_logging() -> None:
     level = os.environ.get("DAGRL_LOG_LEVEL", "INFO").upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError("DAGRL_LOG_LEVEL", f"environment variable DAGRL_LOG_LEVEL={os.environ['DAGRL_LOG_LEVEL']!r} "
+                                             f"is not one of: {', '.join(LOG_LEVELS)}; set one of them or unset it")
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
@@ -162,9 +168,41 @@ VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--conf
 HYDRA_ONLY_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version", "--multirun", "-m"}
 
 
+# Hydra's flags that take no value; together with VALUE_FLAGS, the only arguments that may start with '-'.
+PLAIN_FLAGS = {"--resolve", "--run", "-r", "--shell-completion", "-sc"}
+CONFIG_NAME_FLAGS = {"--config-name", "-cn"}
+CONFIG_PATH_FLAGS = {"--config-path", "-cp"}
+
+
+def check_flags(argv: list[str]) -> None:
+    """Arguments with a leading '-' that Hydra would answer with its usage text or a multi-line error: an override
+    written as an option (--data.train_batch_size=8), and verl's --config-name/--config-path (dagrl has one
+    primary config, conf/dagrl.yaml)."""
+    from dagrl.config.load import CONFIG_NAME
+
+    for index, arg in enumerate(argv):
+        name, has_value, value = arg.partition("=")
+        follows_flag = index > 0 and argv[index - 1] in VALUE_FLAGS  # --cfg job: the flag's value
+        if arg.startswith("-") and name not in VALUE_FLAGS | PLAIN_FLAGS | HYDRA_ONLY_FLAGS and not follows_flag:
+            bare = arg.lstrip("-")
+            fix = f"write {bare}" if "=" in bare else f"write {bare}=<value>" if bare else "drop it"
+            raise ConfigError(name, f"'{arg}' is not an option of python3 -m dagrl.main_dag: config keys are set as "
+                                    f"key=value without dashes; {fix}")
+        if not has_value and name in VALUE_FLAGS:
+            value = argv[index + 1] if index + 1 < len(argv) else ""
+        if name in CONFIG_NAME_FLAGS and value.removesuffix(".yaml") != CONFIG_NAME:
+            raise ConfigError(name, f"{name}={value}: dagrl has one primary config, conf/{CONFIG_NAME}.yaml "
+                                    f"(verl's ppo_trainer/ppo_megatron_trainer keys are its sections); drop {name} and "
+                                    f"set keys as overrides (dag=ppo for the PPO graph)")
+        if name in CONFIG_PATH_FLAGS:
+            raise ConfigError(name, f"{name}={value}: dagrl composes its own conf/ directory; drop {name} and set "
+                                    f"keys as key=value overrides (--config-dir adds a directory of group options)")
+
+
 def early_override_check(argv: list[str]) -> None:
     """Compose the config as Hydra will, so that a bad override fails in one line (ConfigError) instead of in
     Hydra's multi-line message or traceback: an unknown key names the closest valid one."""
+    check_flags(argv)
     overrides, flag_value = [], False
     for arg in argv:
         if not flag_value and not arg.startswith("-"):
@@ -175,8 +213,8 @@ def early_override_check(argv: list[str]) -> None:
 
 
 def main() -> None:
-    setup_logging()
     try:
+        setup_logging()
         early_override_check(sys.argv[1:])
     except ConfigError as error:
         fail(str(error), 2)

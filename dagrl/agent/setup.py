@@ -43,7 +43,27 @@ def check_multi_turn(cfg: Cfg) -> None:
     require(any(paths), f"{KEY}.tool_config_path",
             f"{KEY}.enable=true needs {KEY}.tool_config_path (tools) or {KEY}.interaction_config_path "
             f"(feedback turns); set one, or set {KEY}.enable=false")
+    for name, path in zip(("tool_config_path", "interaction_config_path"), paths):
+        if path:
+            check_utf8(f"{KEY}.{name}", path)
     load(cfg)
+
+
+def check_utf8(key: str, path: str) -> None:
+    """A YAML file saved in another encoding (latin-1 from an old editor) would fail in the YAML reader."""
+    import os
+
+    try:
+        with open(os.path.expanduser(str(path)), "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return  # missing or a directory: load() says so
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise ConfigError(key, f"{key}: {path} is not UTF-8 (byte {data[error.start]:#04x} on line {line}); save "
+                               f"it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def load(cfg: Cfg) -> tuple[dict[str, Any], dict[str, Any]]:

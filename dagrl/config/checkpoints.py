@@ -30,9 +30,11 @@ def check_output_dirs(cfg: Cfg) -> None:
     """Where the run writes besides its checkpoints (metrics.jsonl goes into trainer.default_local_dir, checked
     above): TensorBoard events and validation dumps, found now rather than at the first log or validation."""
     trainer = cfg.trainer
-    if "tensorboard" in as_list(trainer.logger) and (trainer.tensorboard_dir or os.environ.get("TENSORBOARD_DIR")):
-        where = "tensorboard directory" if trainer.tensorboard_dir else "tensorboard directory ($TENSORBOARD_DIR)"
-        check_writable_dir("trainer.tensorboard_dir", trainer.tensorboard_dir or os.environ["TENSORBOARD_DIR"], where)
+    if trainer.tensorboard_dir is not None:  # set on purpose: a broken path is a mistake with any logger
+        check_writable_dir("trainer.tensorboard_dir", trainer.tensorboard_dir, "tensorboard directory")
+    elif "tensorboard" in as_list(trainer.logger) and os.environ.get("TENSORBOARD_DIR"):
+        check_writable_dir("trainer.tensorboard_dir", os.environ["TENSORBOARD_DIR"],
+                           "tensorboard directory ($TENSORBOARD_DIR)")
     for key, what in (("trainer.validation_data_dir", "validation data directory"),
                       ("trainer.rollout_data_dir", "rollout data directory"),
                       ("data.cache_dir", "data cache directory")):
@@ -53,8 +55,14 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
     require(not foreign, "trainer.default_local_dir",
             f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
             f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another trainer.default_local_dir")
+    check_markers(root)
     if cfg.trainer.resume_mode == "resume_path":
-        start = check_resume_path(cfg.trainer.resume_from_path)
+        given = cfg.trainer.resume_from_path
+        require(not given or Path(os.path.expanduser(str(given))).is_dir(), "trainer.resume_from_path",
+                f"trainer.resume_from_path={given}: no such directory{relative_hint(str(given))}; point it at a "
+                f"checkpoint directory, e.g. {root / 'global_step_N'} (or resume the newest with "
+                f"trainer.resume_mode=auto)")
+        start = check_resume_path(given)
         start_step = int(start.name.rsplit("_", 1)[1])
         newer = [path for step, path in complete_checkpoints(root) if step > start_step]
         require(not newer, "trainer.resume_from_path",
@@ -70,6 +78,34 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
         require(not found, "trainer.resume_mode",
                 f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
                 f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
+
+
+def relative_hint(path: str) -> str:
+    if path in ("None", "none", "null", "~"):
+        return " (a literal string; null is written trainer.resume_from_path=null)"
+    return "" if os.path.isabs(os.path.expanduser(path)) else " (a relative path: read from the current directory)"
+
+
+def check_markers(root: Path) -> None:
+    """Each complete checkpoint's marker is the JSON that dagrl writes, for the step its directory names, and the
+    actor's part is there: a resume (or the pruning of old checkpoints) would otherwise fail once models are
+    built. Such a directory was changed after dagrl wrote it; dagrl does not touch it."""
+    import json
+
+    from dagrl.trainer.checkpoint import MARKER, complete_checkpoints
+    for step, path in complete_checkpoints(root):
+        marker = path / MARKER
+        try:
+            recorded = json.loads(marker.read_text(encoding="utf-8")).get("global_step")
+        except (OSError, ValueError, AttributeError) as error:
+            recorded, problem = None, f"its {MARKER} is not the JSON dagrl writes ({type(error).__name__})"
+        else:
+            problem = None if recorded == step else f"its {MARKER} records global_step {recorded!r}"
+        if problem is None and not (path / "actor").is_dir():
+            problem = "it has no actor/ directory (the actor's weights)"
+        require(problem is None, "trainer.default_local_dir",
+                f"checkpoint {path} in trainer.default_local_dir is damaged: {problem}; a resume would fail after "
+                f"the models are built; move it out of {root} (or restore it), then rerun")
 
 
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")

@@ -4,6 +4,7 @@ reaches."""
 from __future__ import annotations
 
 from dagrl.config.checks import get, require
+from dagrl.config.errors import ConfigError
 from dagrl.config.derived import total_steps
 from dagrl.config.tree import Cfg
 
@@ -37,3 +38,40 @@ def check_profiled_steps(cfg: Cfg, train_rows: int) -> None:
     require(not beyond, "global_profiler.steps",
             f"global_profiler.steps={list(steps)}: step(s) {', '.join(map(str, beyond))} beyond this run's {total} "
             f"step(s) (trainer.total_training_steps / total_epochs) would never be profiled: pick steps in 1..{total}")
+
+
+def check_rollout_pool_keys(cfg: Cfg) -> None:
+    """rollout.nnodes / rollout.n_gpus_per_node size the rollout pool of separate pools only: set on a colocated
+    run they would be ignored while the user expects a pool of that size."""
+    if cfg.actor_rollout_ref.hybrid_engine is not True:
+        return
+    from dagrl.config.schema import default_value
+    changed = [f"rollout.{name}={get(cfg, f'rollout.{name}')}" for name in ("nnodes", "n_gpus_per_node")
+               if get(cfg, f"rollout.{name}") != default_value(f"rollout.{name}")]
+    require(not changed, "rollout.n_gpus_per_node",
+            f"{' and '.join(changed)} size the rollout pool of separate pools, but actor_rollout_ref.hybrid_engine="
+            f"true (colocated: every process trains and generates), so it would be ignored: set "
+            f"actor_rollout_ref.hybrid_engine=false for separate pools, or drop it")
+
+
+def check_transformer_overrides(cfg: Cfg) -> None:
+    """override_transformer_config keys are fields of megatron.core's TransformerConfig, read from its source (no
+    megatron import in pre-flight); the engine would refuse an unknown one only once the models are built."""
+    key = "actor_rollout_ref.actor.megatron.override_transformer_config"
+    overrides = get(cfg, key)
+    overrides = overrides.to_dict() if hasattr(overrides, "to_dict") else overrides
+    if not isinstance(overrides, dict) or not overrides:
+        return
+    from dagrl.config.megatron_fields import transformer_config_fields
+    known = transformer_config_fields()
+    if known is None:  # megatron-core not found where expected: the engine checks at build time
+        return
+    unknown = sorted(name for name in overrides if name not in known)
+    if unknown:
+        import difflib
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"{key}.{unknown[0]}",
+                          f"{key}.{unknown[0]} is not a field of megatron.core's TransformerConfig{hint}: drop "
+                          f"+{key}.{unknown[0]} or fix its name (the fields: megatron/core/transformer/"
+                          f"transformer_config.py)")

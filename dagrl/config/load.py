@@ -84,6 +84,10 @@ VERL_KEYS.update({
                 "sequence_parallel", "use_distributed_optimizer", "param_dtype", "dtype")
 })
 
+from dagrl.config.foreign_keys import MORE_VERL_KEYS, foreign_key_hint  # noqa: E402
+
+VERL_KEYS.update(MORE_VERL_KEYS)
+
 
 def config_groups() -> set[str]:
     return {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
@@ -123,17 +127,39 @@ def _all_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def closest_key(key: str, tree: dict[str, Any]) -> str | None:
-    """The valid dotted key most like `key` (same leaf name preferred)."""
+    """The valid dotted key most like `key`: the same leaf name elsewhere, a sibling whose name is a near miss, or
+    a near miss of the whole key; None rather than a key that merely shares the section (model.use_shm is not
+    model.path)."""
     candidates = [c for c in _all_paths(tree) if not key.startswith(c + ".")]
     under = [c for c in candidates if c.endswith("." + key)]  # a section prefix left out: actor.optim.lr
     if len(under) == 1:
         return under[0]
-    leaf = key.rsplit(".", 1)[-1]
+    parent, _, leaf = key.rpartition(".")
     same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
     if len(same_leaf) == 1:
         return same_leaf[0]
-    match = difflib.get_close_matches(key, same_leaf or candidates, n=1, cutoff=0.5)
+    if same_leaf:
+        match = difflib.get_close_matches(key, same_leaf, n=1, cutoff=0.5)
+        return match[0] if match else None
+    siblings = {c.rpartition(".")[2]: c for c in candidates if c.rpartition(".")[0] == parent}
+    match = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.7)
+    if match:
+        return siblings[match[0]]
+    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.85)  # a typo in a section name
     return match[0] if match else None
+
+
+def section_keys(key: str, tree: dict[str, Any]) -> str:
+    """'; <section> has: a, b, ...' for the deepest existing section above `key` (when it is short enough to list)."""
+    parts = key.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        exists, node = _lookup(tree, ".".join(parts[:end]))
+        if exists and isinstance(node, dict):
+            names = list(node)
+            if len(names) > 14:
+                return "; see docs/config_reference.md for the keys"
+            return f"; {'.'.join(parts[:end])} has: {', '.join(names)}"
+    return f"; the sections are: {', '.join(tree)}"
 
 
 def _parse_error(parser: Any, overrides: list[str], err: Exception) -> ConfigError:
@@ -190,6 +216,9 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
                                       f"write {before}{arg}")
         if "=" not in arg and not arg.startswith("~"):
             example = f"{arg}=<value>" if re.fullmatch(r"[\w.+]+", arg) else "key=value"
+            following = overrides[overrides.index(arg) + 1:overrides.index(arg) + 2]
+            if re.fullmatch(r"[\w.+]+:", arg):  # YAML's `key: value`, split by the shell
+                example = f"{arg[:-1]}={following[0] if following else '<value>'} (key=value, not YAML's key: value)"
             raise ConfigError(arg, f"override '{arg}' has no '=': write {example}")
     parser = OverridesParser.create()
     try:
@@ -241,11 +270,12 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
             raise ConfigError(key, f"override '{text}': {_required(key, isinstance(default, dict))}")
         if exists:
             continue
-        if key in VERL_KEYS:
-            raise ConfigError(key, f"'{key}' is verl's; {VERL_KEYS[key]}")
+        verl = foreign_key_hint(key, VERL_KEYS)
+        if verl:
+            raise ConfigError(key, f"'{key}' is verl's; {verl}")
         hint = closest_key(key, base)
         plus = " ('+' adds keys only under: " + ", ".join(FREEFORM_MAPS) + ")" if adding else ""
-        fix = f"; did you mean '{hint}'?" if hint else ""
+        fix = f"; did you mean '{hint}'?" if hint else section_keys(key, base)
         raise ConfigError(key, f"unknown config key '{key}'{fix}{plus}")
     return base
 

@@ -119,3 +119,57 @@ def check_weight_files(model_path: str) -> None:
                                           f"names") from None
         require(problem is None, str(shard), f"weight file {shard} is truncated ({problem}): an interrupted download "
                                              f"or copy; re-download the model {KEY} names")
+
+
+JSON_FILES = ("tokenizer.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
+              "vocab.json", "chat_template.json")
+
+
+def check_json_files(model_path: str) -> None:
+    """The model directory's JSON files that transformers reads when the tokenizer or the generation settings
+    load (config.json and tokenizer_config.json have their own checks) parse: a file cut short by an interrupted
+    download would otherwise fail only when the tokenizer is built."""
+    model_dir = Path(os.path.expanduser(model_path))
+    for name in JSON_FILES:
+        path = model_dir / name
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_bytes())
+        except ValueError as error:
+            raise ConfigError(str(path), f"{path} is not valid JSON ({str(error).splitlines()[0]}): the file is "
+                                         f"damaged or cut short; re-download it into the directory {KEY} names") \
+                from None
+
+
+def chat_template_source(model_dir: Path) -> tuple[str, Path] | None:
+    """(template text, the file it is in) as transformers picks it: chat_template.jinja, chat_template.json, else
+    tokenizer_config.json's chat_template (a string, or named templates: the 'default' one or the first)."""
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8", errors="replace"), jinja
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        settings = _json(model_dir / name)
+        template = settings.get("chat_template") if isinstance(settings, dict) else None
+        if isinstance(template, list):
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default") or next(iter(named.values()), None)
+        if isinstance(template, str) and template:
+            return template, model_dir / name
+    return None
+
+
+def check_chat_template_syntax(model_path: str) -> None:
+    """The chat template parses as Jinja (syntax only: rendering it on the prompts is the start-up check's)."""
+    found = chat_template_source(Path(os.path.expanduser(model_path)))
+    if found is None:
+        return
+    import jinja2
+
+    template, source = found
+    try:
+        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
+    except jinja2.TemplateSyntaxError as error:
+        raise ConfigError(str(source), f"the chat template in {source} has a Jinja syntax error (line {error.lineno}: "
+                                       f"{error.message}): fix the template or re-download the model's tokenizer "
+                                       f"files into the directory {KEY} names") from None

@@ -27,4 +27,7 @@ def check_global_profiler(cfg: Cfg, world_size: int) -> None:
     require(not outside, "global_profiler.ranks",
             f"global_profiler.ranks={ranks}: rank(s) {', '.join(map(str, outside))} not in this launch of {world_size} "
             f"process(es) (global ranks 0..{world_size - 1}): drop them")
+    require(isinstance(save_path, str) and save_path.strip() != "", "global_profiler.save_path",
+            f"global_profiler.save_path={save_path!r} must be a directory path (an empty one would write the tables "
+            f"into the current directory); leave the default ${{trainer.default_local_dir}}/profile or set a path")
     check_writable_dir("global_profiler.save_path", save_path, "profile directory")

@@ -299,10 +299,14 @@ def default_value(key: str) -> Any:
     return _lookup(default_config(), key)
 
 
-def check_sampling(config: dict[str, Any]) -> None:
-    """Validation that samples at temperature 0 contradicts itself (vLLM and HF both refuse or divide by zero)."""
-    val = config["actor_rollout_ref"]["rollout"]["val_kwargs"]
+def check_sampling(config: Any) -> None:
+    """Validation that samples at temperature 0 contradicts itself (vLLM and HF both refuse or divide by zero).
+    `config` a Cfg (pre-flight: its reads are recorded, so a do_sample that failed its type check is not reread
+    here as true) or plain data."""
+    from dagrl.config.tree import Cfg
+
+    val = (Cfg(config) if isinstance(config, dict) else config).actor_rollout_ref.rollout.val_kwargs
     key = "actor_rollout_ref.rollout.val_kwargs.temperature"
-    if val["do_sample"] and val["temperature"] == 0:
+    if val.do_sample and val.temperature == 0:
         raise ConfigError(key, f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
                                f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false")

@@ -70,6 +70,8 @@ def world_size_from_env(cfg: Cfg) -> int:
             f"environment variable WORLD_SIZE={launched!r} is not a positive integer: unset it (one process) or let "
             f"torchrun set it (torchrun --nproc-per-node N)")
     expected, actual = place.world_size, int(launched)
+    from dagrl.config.launch_env import check_rank_variables
+    check_rank_variables(actual)
     nnodes, per_node = cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node
     if not place.is_colocated:
         rollout, train = place.pool("rollout"), place.pool("train")
@@ -229,7 +231,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check = problems.run
     check_finite_numbers(cfg, problems)
     schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema.py)
-    check(schema.check_sampling, cfg.snapshot())
+    check(schema.check_sampling, cfg)
     check(sections.check_choices, cfg)
     check(sections.check_algorithm, cfg)
     planning = world_size is not None
@@ -241,6 +243,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
         model_path = cfg.actor_rollout_ref.model.path
         check(lambda _: check_tokenizer_files(model_path), hf_config)
+        check(lambda _: model_files.check_json_files(model_path), hf_config)
+        check(lambda _: model_files.check_chat_template_syntax(model_path), hf_config)
         check(model_files.check_vocab, model_path, hf_config)
         if not cfg.actor_rollout_ref.actor.megatron.use_dist_checkpointing:  # else the weights come from there
             check(lambda _: model_files.check_weight_files(model_path), hf_config)
@@ -258,6 +262,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     grad_clip = check(check_actor, cfg, hf_config)
     check(check_overlong_buffer, cfg, SKIPPED if lengths is SKIPPED else lengths[1])
     check(cross_checks.check_overlong_manager, cfg)
+    check(cross_checks.check_rollout_pool_keys, cfg)
+    check(cross_checks.check_transformer_overrides, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):
         check(cross_checks.check_lr_floor, cfg, prefix)
     check(sections.check_filter_groups, cfg)

@@ -36,6 +36,9 @@ def open_parquet(path: str) -> pq.ParquetFile:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise ValueError(f"data file {path!r} is a broken symlink (to {os.readlink(path)!r}, which does not "
+                             f"exist); fix the link or data.train_files / data.val_files") from None
         raise ValueError(f"data file {path!r} does not exist; fix data.train_files / data.val_files "
                          f"(preprocess with {PREPROCESS})") from None
     except OSError as error:
@@ -68,6 +71,11 @@ def check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -
     if num_rows == 0:
         raise ValueError(f"data file {path!r} has no rows; regenerate it or remove it from data.train_files / "
                          f"data.val_files")
+    repeated = sorted({name for name in schema.names if schema.names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"data file {path!r} has {len(repeated)} column name(s) twice ({', '.join(map(repr, repeated))}"
+                         f"): a reader cannot tell which one holds the data; write each column once (e.g. "
+                         f"df.loc[:, ~df.columns.duplicated()].to_parquet(...))")
     for column in required_columns(prompt_key):
         if column not in schema.names:
             fix = "set data.prompt_key to the prompt column" if column == prompt_key else \
@@ -103,6 +111,11 @@ def prompt_shape_problem(prompt: Any) -> str | None:
         if not isinstance(message["content"], str):
             return (f"holds a {message['role']} message whose content is {type(message['content']).__name__}, "
                     f"not a string")
+    if not any(message["content"].strip() for message in prompt):
+        return "holds only empty messages (no text to prompt with): drop the row or fill in its content"
+    if not any(message["role"] == "user" for message in prompt):
+        roles = sorted({message["role"] for message in prompt})
+        return f"holds no user message (only {', '.join(roles)}): add the question as a {{'role': 'user'}} message"
     return None
 
 
@@ -210,6 +223,19 @@ def first_row_without_ground_truth(path: str) -> int | None:
     return None
 
 
+def check_ground_truth_type(path: str) -> None:
+    """The built-in scorers compare str(ground_truth) with the response's answer: a list or struct never matches."""
+    field_type = open_parquet(os.path.expanduser(path)).schema_arrow.field("reward_model").type
+    if not pa.types.is_struct(field_type) or field_type.get_field_index("ground_truth") < 0:
+        return  # first_row_without_ground_truth says so
+    truth_type = field_type.field("ground_truth").type
+    if pa.types.is_nested(truth_type):
+        raise ValueError(f"data file {path!r} has reward_model.ground_truth of type {truth_type}, not a string: the "
+                         f"built-in scorers compare the response's answer with str(ground_truth), so every response "
+                         f"would score 0; store the answer itself (e.g. ground_truth[0]), or set "
+                         f"custom_reward_function.path to a scorer that takes this type")
+
+
 def check_reward_inputs(files: Sequence[str], known_sources: Sequence[str] | None) -> None:
     """Every row can be scored: its reward_model has a ground_truth, and (built-in scorers, `known_sources` given)
     its data_source has a scorer. Raises a one-line ValueError naming the file, the row and the fix."""
@@ -223,6 +249,8 @@ def check_reward_inputs(files: Sequence[str], known_sources: Sequence[str] | Non
                         f"custom_reward_function.path (and .name) to a file defining compute_score(data_source, "
                         f"solution_str, ground_truth, extra_info), or fix the file's data_source")
         row = first_row_without_ground_truth(path)
+        if known_sources is not None:
+            check_ground_truth_type(path)
         if row == -1:
             raise ValueError(f"data file {path!r} has no reward_model.ground_truth: every row needs the answer its "
                              f"reward is scored against; regenerate it with {PREPROCESS}")

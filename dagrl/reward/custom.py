@@ -4,8 +4,10 @@ Runs in pre-flight, before any model is built, so a wrong path or name fails in 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import inspect
 import logging
 import os
@@ -26,9 +28,13 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
     It is called as `fn(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` and returns a
     float or a dict with a "score" key; a function whose signature cannot take that call is refused here.
     """
-    path = os.path.abspath(os.path.expanduser(path))
+    given, path = path, os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
-        raise ValueError(f"custom reward file {path!r} does not exist; fix custom_reward_function.path")
+        dotted = all(part.isidentifier() for part in given.split(".")) and "." in given and not given.endswith(".py")
+        module = f" (a module name? give the file: {given.replace('.', '/')}.py)" if dotted else ""
+        shown = repr(path) if os.path.isabs(os.path.expanduser(given)) else \
+            f"{given!r} (a relative path: read from the current directory)"
+        raise ValueError(f"custom reward file {shown} does not exist{module}; fix custom_reward_function.path")
     if not path.endswith(".py"):
         raise ValueError(f"custom reward file {path!r} is not a .py file; fix custom_reward_function.path")
     # A name unique per file, registered in sys.modules, so the function pickles by reference (Ray, spawn).
@@ -39,12 +45,23 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
                          f"fix custom_reward_function.path")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    printed = io.StringIO()  # what the module prints while it fails (argparse's usage) joins the one line
     try:
-        spec.loader.exec_module(module)
+        with contextlib.redirect_stderr(printed):
+            spec.loader.exec_module(module)
+    except SystemExit as error:  # argparse at module level, or an explicit sys.exit: never end the trainer
+        del sys.modules[module_name]
+        said = [line for line in printed.getvalue().splitlines() if line.strip()]
+        raise ValueError(f"custom reward file {path!r} called sys.exit({'' if error.code is None else error.code!r}) "
+                         f"while being imported{f' ({said[-1].strip()})' if said else ''}: module-level code runs at "
+                         f"import (argparse.parse_args, sys.exit); move it under `if __name__ == \"__main__\":`") \
+            from None
     except Exception as error:
         del sys.modules[module_name]
         raise ValueError(f"custom reward file {path!r} failed to import ({_first_line(error)}); fix the file named "
                          f"by custom_reward_function.path") from error
+    else:
+        sys.stderr.write(printed.getvalue())  # a module that imported fine keeps its output
     function = getattr(module, name, None)
     if function is None:
         defined = sorted(k for k, v in vars(module).items()
@@ -54,9 +71,25 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
     if not callable(function):
         raise ValueError(f"{name!r} in custom reward file {path!r} is a {type(function).__name__}, not a function; "
                          f"fix custom_reward_function.name")
+    check_reward_kind(function, path, name)
     check_reward_signature(function, path, name, reward_kwargs)
     logger.info("using custom reward function %s from %s", name, path)
     return function
+
+
+def check_reward_kind(function: Callable, path: str, name: str) -> None:
+    """The trainer calls the function and uses what it returns at once (a float or a dict with "score"): a class
+    returns an instance, an `async def` a coroutine and a generator function a generator, never a score."""
+    where = f"{name!r} in custom reward file {path!r}"
+    define = f"define it as def {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs) returning a float"
+    if inspect.isclass(function):
+        raise ValueError(f"{where} is a class: calling it makes an instance, not a score; {define}")
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        raise ValueError(f"{where} is an async def: it returns a coroutine that the trainer would not await; "
+                         f"{define} (a plain def, not async)")
+    if inspect.isgeneratorfunction(function):
+        raise ValueError(f"{where} is a generator function (it yields): calling it returns a generator, not a score; "
+                         f"{define} (return, not yield)")
 
 
 def check_reward_signature(function: Callable, path: str, name: str, reward_kwargs: dict | None = None) -> None:

@@ -87,7 +87,12 @@ def step_dir(name: str, complete: bool) -> Callable[[Path, Paths], None]:
     def make(ws: Path, paths: Paths) -> None:
         target = ws / "other" / name
         target.mkdir(parents=True)
-        (target / ("dagrl_checkpoint.json" if complete else "notes.txt")).write_text("{}")
+        if complete:  # the marker dagrl writes, beside the actor's part
+            step = int(name.rsplit("_", 1)[1])
+            (target / "actor").mkdir()
+            (target / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": step}))
+        else:
+            (target / "notes.txt").write_text("{}")
     return make
 
 
@@ -269,6 +274,112 @@ def config_key_removed(name: str) -> Callable[[Path, Paths], None]:
 
 def world(n: int) -> tuple[str, ...]:
     return (f"trainer.n_gpus_per_node={n}",)
+
+
+# ---- session 14's unseen set: files a hurried user leaves behind --------------------------------------------------
+def _messages(change: Callable[[dict], dict]) -> Callable[[list[dict]], None]:
+    """Every row's prompt messages rewritten by `change`."""
+    def apply(rows: list[dict]) -> None:
+        for row in rows:
+            row["prompt"] = [change(m) for m in row["prompt"]]
+    return apply
+
+
+def duplicate_prompt_column(ws: Path, paths: Paths) -> None:
+    """{ws}/bad.parquet: the training rows with the prompt column written twice."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(paths.train)
+    pq.write_table(pa.Table.from_arrays([*table.columns, table.column("prompt")],
+                                        names=[*table.column_names, "prompt"]), ws / "bad.parquet")
+
+
+def content_as_bytes(ws: Path, paths: Paths) -> None:
+    """{ws}/bad.parquet: every message's content stored as latin-1 bytes (a binary column), not UTF-8 text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(paths.train).to_pylist()
+    for row in rows:
+        row["prompt"] = [{"role": m["role"], "content": m["content"].encode("latin-1") + b"\xe9"} for m in row["prompt"]]
+    pq.write_table(pa.Table.from_pylist(rows), ws / "bad.parquet")
+
+
+def feather_named_parquet(ws: Path, paths: Paths) -> None:
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    feather.write_feather(pq.read_table(paths.train), ws / "bad.parquet")
+
+
+def val_without_column(name: str) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(pq.read_table(paths.train).drop_columns([name]), ws / "val.parquet")
+    return make
+
+
+def model_file_text(name: str, text: str) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny model with one file's text replaced (None: cut to its first third)."""
+    def make(ws: Path, paths: Paths) -> None:
+        model_copy()(ws, paths)
+        target = ws / "model" / name
+        target.write_text(text if text is not None else target.read_text()[: len(target.read_text()) // 3])
+    return make
+
+
+def critic_with_other_vocab(ws: Path, paths: Paths) -> None:
+    model_copy(patch={"vocab_size": 800})(ws, paths)
+    shutil.move(ws / "model", ws / "critic")
+
+
+def in_checkpoints(change: Callable[[Path], None]) -> Callable[[Path, Paths], None]:
+    """A change to trainer.default_local_dir ({ckpt}), which holds a complete global_step_2."""
+    def make(ws: Path, paths: Paths) -> None:
+        change(paths.ckpt)
+    return make
+
+
+def _marker_cut(root: Path) -> None:
+    (root / "global_step_2" / "dagrl_checkpoint.json").write_text("{\"global_step\": ")
+
+
+def _marker_without_actor(root: Path) -> None:
+    (root / "global_step_4").mkdir()
+    (root / "global_step_4" / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": 4}))
+
+
+def _marker_other_step(root: Path) -> None:
+    shutil.copytree(root / "global_step_2", root / "global_step_6")
+    (root / "global_step_6" / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": 3}))
+
+
+def symlink(name: str, target: str) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        import os
+        os.symlink(ws / target, ws / name)
+    return make
+
+
+def latin1_file(name: str, text: str) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        (ws / name).write_bytes(text.encode("latin-1"))
+    return make
+
+
+def reward_package(ws: Path, paths: Paths) -> None:
+    (ws / "my_reward").mkdir()
+    (ws / "my_reward" / "__init__.py").write_text("")
+    (ws / "my_reward" / "math_reward.py").write_text(REWARD_NO_KWARGS)
+
+
+SIG = "(data_source, solution_str, ground_truth, extra_info=None, **kwargs)"
+CALC_SCHEMA = ("tool_schema: {type: function, function: {name: calculator, description: calc, parameters: "
+               "{type: object, properties: {expression: {type: string}}, required: [expression]}}}")
+CALC = "  - class_name: dagrl.agent.calculator.CalculatorTool\n    " + CALC_SCHEMA + "\n"
+MT_TOOLS = (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml")
 
 
 CASES: tuple[Case, ...] = (
@@ -930,6 +1041,269 @@ CASES: tuple[Case, ...] = (
     Case("builtin_node_fn_misspelt", "`dag.nodes.1.fn=dagrl.nodes.rollout:no_such_fn` (found in pre-flight now, "
          "without importing the module)", ("dag.nodes.1.fn=dagrl.nodes.rollout:no_such_fn",),
          ("dag.nodes[score].fn", "has no function 'no_such_fn'", "generate")),
+    # ---- unseen inputs, third measure (session 14): a hurried verl/siiRL user's command lines, files and env ----
+    Case("config_name_flag", "verl's `--config-name=ppo_megatron_trainer` (was Hydra's multi-line error, exit 1)",
+         ("--config-name=ppo_megatron_trainer",), ("--config-name=ppo_megatron_trainer", "conf/dagrl.yaml",
+                                                   "drop --config-name")),
+    Case("override_with_dashes", "`--data.train_batch_size=8` (argparse style; was Hydra's usage text)",
+         ("--data.train_batch_size=8",), ("'--data.train_batch_size=8' is not an option", "write data.train_batch_size=8")),
+    Case("override_yaml_colon", "`data.train_batch_size: 8` (YAML's colon, split by the shell)",
+         ("data.train_batch_size:", "8"), ("write data.train_batch_size=8", "not YAML's key: value")),
+    Case("override_spaces_around_equals", "`optim.lr = 1e-6` (three words)",
+         ("actor_rollout_ref.actor.optim.lr", "=", "1e-6"), ("write actor_rollout_ref.actor.optim.lr=<value>",)),
+    Case("log_level_unknown", "`DAGRL_LOG_LEVEL=verbose` (was a traceback from logging)", (),
+         ("DAGRL_LOG_LEVEL='verbose'", "DEBUG, INFO, WARNING"), env={"DAGRL_LOG_LEVEL": "verbose"}),
+    Case("rank_beyond_world", "`RANK=1` exported by hand for a one-process run (was found by torch.distributed)", (),
+         ("RANK=1 is outside this launch of WORLD_SIZE=1", "torchrun"), env={"RANK": "1"}),
+    Case("local_rank_beyond_world", "`LOCAL_RANK=3` exported for a one-process run", (),
+         ("LOCAL_RANK=3 is outside 0..0",), env={"LOCAL_RANK": "3"}),
+    Case("rank_negative", "`RANK=-1`", (), ("RANK=-1",), env={"RANK": "-1"}),
+    Case("world_size_zero", "`WORLD_SIZE=0`", (), ("WORLD_SIZE='0' is not a positive integer",),
+         env={"WORLD_SIZE": "0"}),
+    Case("master_port_not_a_number", "`MASTER_PORT=abc`", (), ("MASTER_PORT='abc'", "MASTER_PORT=29500"),
+         env={"MASTER_PORT": "abc"}),
+    Case("nccl_timeout_with_unit", "`actor_rollout_ref.nccl_timeout=10m`", ("actor_rollout_ref.nccl_timeout=10m",),
+         ("actor_rollout_ref.nccl_timeout='10m'", "a number > 0")),
+    Case("max_num_seqs_zero", "`rollout.max_num_seqs=0`", ("actor_rollout_ref.rollout.max_num_seqs=0",),
+         ("actor_rollout_ref.rollout.max_num_seqs=0", "positive integer")),
+    Case("weight_bucket_zero", "`rollout.update_weights_bucket_megabytes=0`",
+         ("actor_rollout_ref.rollout.update_weights_bucket_megabytes=0",),
+         ("update_weights_bucket_megabytes=0", "positive integer")),
+    Case("val_temperature_negative", "`rollout.val_kwargs.temperature=-0.5`",
+         ("actor_rollout_ref.rollout.val_kwargs.temperature=-0.5",), ("val_kwargs.temperature=-0.5", ">= 0")),
+    Case("val_do_sample_word", "`val_kwargs.do_sample=sometimes` (was two lines: the type, then a temperature "
+         "rule that read it as true)", ("actor_rollout_ref.rollout.val_kwargs.do_sample=sometimes",),
+         ("val_kwargs.do_sample='sometimes' must be true or false",)),
+    Case("expert_tp_zero", "`megatron.expert_tensor_parallel_size=0`",
+         (f"{MEGATRON}.expert_tensor_parallel_size=0",), ("expert_tensor_parallel_size=0", "null or a positive integer")),
+    Case("transformer_overrides_as_string", "`megatron.override_transformer_config=recompute`",
+         (f"{MEGATRON}.override_transformer_config=recompute",), ("override_transformer_config='recompute'", "a map")),
+    Case("transformer_override_unknown_field", "`+...override_transformer_config.recompute_everything=true` (not a "
+         "TransformerConfig field; was found once the models were built)",
+         (f"+{MEGATRON}.override_transformer_config.recompute_everything=true",),
+         ("override_transformer_config.recompute_everything is not a field of megatron.core's TransformerConfig",
+          "did you mean")),
+    Case("critic_lr_above_one", "`critic.optim.lr=2` (dag=ppo)", ("dag=ppo", "algorithm.adv_estimator=gae",
+                                                                   "critic.optim.lr=2"), ("critic.optim.lr=2", "<= 1")),
+    Case("critic_forward_micro_zero", "`critic.forward_micro_batch_size_per_gpu=0`",
+         ("dag=ppo", "algorithm.adv_estimator=gae", "critic.forward_micro_batch_size_per_gpu=0"),
+         ("critic.forward_micro_batch_size_per_gpu=0",)),
+    Case("critic_token_budget_word", "`critic.ppo_max_token_len_per_gpu=lots`",
+         ("dag=ppo", "algorithm.adv_estimator=gae", "critic.ppo_max_token_len_per_gpu=lots"),
+         ("critic.ppo_max_token_len_per_gpu='lots'", "critic.forward_max_token_len_per_gpu takes the value")),
+    Case("target_kl_negative", "`algorithm.kl_ctrl.target_kl=-0.1` with the adaptive controller",
+         ("algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.target_kl=-0.1"),
+         ("algorithm.kl_ctrl.target_kl=-0.1", ">= 0")),
+    Case("adv_estimator_upper_case", "`algorithm.adv_estimator=GRPO`", ("algorithm.adv_estimator=GRPO",),
+         ("algorithm.adv_estimator='GRPO'", "grpo, rloo")),
+    Case("max_gen_batches_word", "`filter_groups.max_num_gen_batches=ten`",
+         ("algorithm.filter_groups.max_num_gen_batches=ten",), ("max_num_gen_batches='ten'", "an integer")),
+    Case("reward_on_error_ignore", "`reward_model.on_error=ignore`", ("reward_model.on_error=ignore",),
+         ("reward_model.on_error='ignore'", "zero, raise")),
+    Case("overlong_buffer_len_negative", "`overlong_buffer.len=-4` (dapo manager)",
+         ("reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true",
+          "reward_model.overlong_buffer.len=-4"), ("reward_model.overlong_buffer.len=-4", ">= 0")),
+    Case("startup_hang_timeout_negative", "`trainer.hang_startup_timeout_s=-5`", ("trainer.hang_startup_timeout_s=-5",),
+         ("trainer.hang_startup_timeout_s=-5", "> 0")),
+    Case("val_only_word", "`trainer.val_only=yes`", ("trainer.val_only=yes",), ("trainer.val_only='yes'",)),
+    Case("val_only_without_val_files", "`trainer.val_only=true` with data.val_files=null (nothing to validate)",
+         ("trainer.val_only=true", "data.val_files=null"), ("trainer.val_only=true", "set data.val_files")),
+    Case("total_epochs_zero", "`trainer.total_epochs=0`", ("trainer.total_epochs=0",),
+         ("trainer.total_epochs=0", "positive integer")),
+    Case("project_name_null", "`trainer.project_name=null` (names the checkpoint path)", ("trainer.project_name=null",),
+         ("trainer.project_name=null must be a string",)),
+    Case("launcher_capitalised", "`trainer.launcher=Ray`", ("trainer.launcher=Ray",),
+         ("trainer.launcher='Ray'", "local, ray")),
+    Case("nnodes_fraction", "`trainer.nnodes=1.5`", ("trainer.nnodes=1.5",), ("trainer.nnodes=1.5",)),
+    Case("gpus_per_node_negative", "`trainer.n_gpus_per_node=-1`", ("trainer.n_gpus_per_node=-1",),
+         ("trainer.n_gpus_per_node=-1",)),
+    Case("truncation_capitalised", "`data.truncation=Left`", ("data.truncation=Left",),
+         ("data.truncation='Left'", "error, left, right, middle")),
+    Case("filter_overlong_as_one", "`data.filter_overlong_prompts=1`", ("data.filter_overlong_prompts=1",),
+         ("data.filter_overlong_prompts=1 must be true or false",)),
+    Case("data_seed_fraction", "`data.seed=1.5`", ("data.seed=1.5",), ("data.seed=1.5", "integer >= 0")),
+    Case("prompt_key_empty", "`data.prompt_key=` (empty)", ("data.prompt_key=",),
+         ("lacks the required column ''", "set data.prompt_key")),
+    Case("save_contents_without_model", "`checkpoint.save_contents=[optimizer,extra]`",
+         ("actor_rollout_ref.actor.checkpoint.save_contents=[optimizer,extra]",), ("must include model",)),
+    Case("profiler_save_path_empty", "`global_profiler.save_path=` (empty: tables into the current directory)",
+         ("global_profiler.tool=torch", "global_profiler.steps=[1]", "global_profiler.save_path="),
+         ("global_profiler.save_path=''", "must be a directory path")),
+    Case("profiler_ranks_empty", "`global_profiler.ranks=[]`",
+         ("global_profiler.tool=torch", "global_profiler.steps=[1]", "global_profiler.ranks=[]"),
+         ("global_profiler.ranks=[]", "non-empty list")),
+    Case("ray_address_with_local_launcher", "`trainer.ray_address=...` with trainer.launcher=local (ignored)",
+         ("trainer.ray_address=127.0.0.1:6379",), ("trainer.ray_address is set", "set trainer.launcher=ray")),
+    Case("rollout_pool_size_colocated", "`rollout.n_gpus_per_node=4` on a colocated run (it sizes separate pools "
+         "only; was ignored)", ("rollout.n_gpus_per_node=4",),
+         ("rollout.n_gpus_per_node=4", "actor_rollout_ref.hybrid_engine=false")),
+    Case("rollout_pool_zero", "`rollout.n_gpus_per_node=0` with separate pools",
+         ("actor_rollout_ref.hybrid_engine=false", "rollout.n_gpus_per_node=0"), ("rollout.n_gpus_per_node=0",)),
+    Case("resume_disabled_with_path", "`resume_mode=disable` with a resume_from_path",
+         ("trainer.resume_mode=disable", "trainer.resume_from_path={ckpt}/global_step_2"),
+         ("trainer.resume_from_path is set but trainer.resume_mode=disable",)),
+    Case("verl_use_shm", "verl's `model.use_shm=true` (was answered with model.path)",
+         ("actor_rollout_ref.model.use_shm=true",), ("'actor_rollout_ref.model.use_shm' is verl's", "drop the key")),
+    Case("verl_agent_num_workers", "verl's `rollout.agent.num_workers=8` (was answered with rollout.name)",
+         ("actor_rollout_ref.rollout.agent.num_workers=8",), ("is verl's", "multi_turn")),
+    Case("verl_dataloader_num_workers", "verl's `data.dataloader_num_workers=0` (was answered with data.train_files)",
+         ("data.dataloader_num_workers=0",), ("'data.dataloader_num_workers' is verl's",)),
+    Case("verl_del_local_ckpt_after_load", "verl's `trainer.del_local_ckpt_after_load=true`",
+         ("trainer.del_local_ckpt_after_load=true",), ("is verl's", "max_actor_ckpt_to_keep")),
+    Case("verl_launch_reward_fn_async", "verl's `reward_model.launch_reward_fn_async=true`",
+         ("reward_model.launch_reward_fn_async=true",), ("is verl's", "reward_model.timeout_s")),
+    Case("verl_compute_prox_log_prob", "verl's `async_training.compute_prox_log_prob=true`",
+         ("async_training.compute_prox_log_prob=true",), ("is verl's", "off_policy=decoupled")),
+    Case("unknown_key_lists_its_section", "`dag.workflow_path=...` (no near key: the section's keys are listed)",
+         ("dag.workflow_path={ws}/workflow.yaml",), ("unknown config key 'dag.workflow_path'",
+                                                     "dag has: custom_pipeline_fn, nodes")),
+    Case("checkpoint_dir_tilde", "`trainer.default_local_dir=~/ckpts`", ("trainer.default_local_dir=~/dagrl_ckpts",),
+         ("trainer.default_local_dir=~/dagrl_ckpts", "write the full path")),
+    Case("resume_path_relative", "`resume_from_path=global_step_2` (relative to the current directory)",
+         ("trainer.resume_mode=resume_path", "trainer.resume_from_path=global_step_2"),
+         ("trainer.resume_from_path=global_step_2: no such directory", "a relative path", "<tmp>/ckpt/global_step_N")),
+    Case("resume_path_none_string", "`resume_from_path=None` (Python's spelling: a string)",
+         ("trainer.resume_mode=resume_path", "trainer.resume_from_path=None"),
+         ("trainer.resume_from_path=None", "null is written trainer.resume_from_path=null")),
+    Case("resume_mode_capitalised", "`trainer.resume_mode=Auto`", ("trainer.resume_mode=Auto",),
+         ("trainer.resume_mode='Auto'", "auto, disable, resume_path")),
+    Case("tensorboard_dir_is_a_file", "`trainer.tensorboard_dir` names a file (tensorboard not in trainer.logger)",
+         ("trainer.tensorboard_dir={ws}/a_file",), ("<tmp>/a_file is not a directory", "fix trainer.tensorboard_dir"),
+         make=text_file("a_file", "x")),
+    Case("validation_dir_is_a_file", "`trainer.validation_data_dir` names a file",
+         ("trainer.validation_data_dir={ws}/a_file",), ("<tmp>/a_file is not a directory",
+                                                         "fix trainer.validation_data_dir"),
+         make=text_file("a_file", "x")),
+    Case("train_file_broken_symlink", "data.train_files is a symlink to a file that is gone",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet' is a broken symlink", "<tmp>/gone.parquet"),
+         make=symlink("bad.parquet", "gone.parquet")),
+    Case("train_file_feather", "a Feather/Arrow IPC file named .parquet", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet' is not a readable parquet file",), make=feather_named_parquet),
+    Case("duplicate_prompt_column", "a data file with the prompt column twice", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "column name(s) twice ('prompt')", "write each column once"),
+         make=duplicate_prompt_column),
+    Case("message_without_content", "chat messages with a role and no content", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet' row 0", "without role and content"),
+         make=rows_changed(_messages(lambda m: {"role": m["role"]}))),
+    Case("content_as_parts", "OpenAI content parts ([{type: text, text: ...}]) as message content",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet' row 0", "content is list, not a string"),
+         make=rows_changed(_messages(lambda m: {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}))),
+    Case("content_empty_string", "a row whose only message has empty content (was trained on)",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet' row 3", "only empty messages"),
+         make=rows_changed(_set(3, "prompt", [{"role": "user", "content": ""}]))),
+    Case("prompt_list_of_strings", "prompts as lists of strings, not messages", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet' row 0", "(str)"), make=rows_changed(_messages(lambda m: m["content"]))),
+    Case("ground_truth_list", "reward_model.ground_truth as a list of answers with the built-in scorers (every "
+         "response would score 0)", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet", "ground_truth of type list<element: string>", "ground_truth[0]"),
+         make=rows_changed(lambda rows: [row.update(reward_model={"style": "rule", "ground_truth": [
+             row["reward_model"]["ground_truth"]]}) for row in rows])),
+    Case("content_bytes", "message content stored as bytes (not UTF-8 text)", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet' row 0", "content is bytes"), make=content_as_bytes),
+    Case("prompt_only_system", "a row whose prompt has only a system message (was trained on)",
+         ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet' row 5", "no user message (only system)"),
+         make=rows_changed(_set(5, "prompt", [{"role": "system", "content": "You are a helpful assistant."}]))),
+    Case("data_source_integer", "data_source written as an integer", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet' has data_source 7",), make=rows_changed(_set(None, "data_source", 7))),
+    Case("val_file_without_data_source", "a validation file without the data_source column",
+         ("data.val_files={ws}/val.parquet",), ("<tmp>/val.parquet' lacks the required column 'data_source'",),
+         make=val_without_column("data_source")),
+    Case("tokenizer_json_cut_short", "tokenizer.json cut short by an interrupted download (was found when the "
+         "tokenizer loaded)", (f"{MODEL_KEY}={{ws}}/model",), ("<tmp>/model/tokenizer.json is not valid JSON",
+                                                                "re-download it"),
+         make=model_file_text("tokenizer.json", None)),
+    Case("generation_config_not_json", "generation_config.json is not JSON", (f"{MODEL_KEY}={{ws}}/model",),
+         ("<tmp>/model/generation_config.json is not valid JSON",),
+         make=model_file_text("generation_config.json", "{\"do_sample\": true,,}")),
+    Case("chat_template_syntax_error", "a chat template with an unclosed {% for %}", (f"{MODEL_KEY}={{ws}}/model",),
+         ("<tmp>/model/chat_template.jinja has a Jinja syntax error", "line 1"),
+         make=model_file_text("chat_template.jinja", "{% for m in messages %}{{ m['content'] }}")),
+    Case("model_without_layers", "config.json `num_hidden_layers: 0`", (f"{MODEL_KEY}={{ws}}/model",),
+         ("<tmp>/model/config.json has num_hidden_layers=0",), make=model_copy(patch={"num_hidden_layers": 0})),
+    Case("critic_model_other_vocab", "critic.model.path with another vocabulary than the actor's",
+         ("dag=ppo", "algorithm.adv_estimator=gae", "critic.model.path={ws}/critic"),
+         ("critic.model.path has vocab_size 800", "same tokenizer"), make=critic_with_other_vocab),
+    Case("checkpoint_marker_cut", "a complete checkpoint's dagrl_checkpoint.json cut short (was found by the "
+         "resume)", (), ("<tmp>/ckpt/global_step_2 in trainer.default_local_dir is damaged", "not the JSON"),
+         make=in_checkpoints(_marker_cut)),
+    Case("checkpoint_without_actor", "a global_step_4 with dagrl's marker and no actor/ (was found by the resume)",
+         (), ("<tmp>/ckpt/global_step_4", "no actor/ directory", "move it out"), make=in_checkpoints(_marker_without_actor)),
+    Case("checkpoint_marker_other_step", "global_step_6 whose marker records step 3 (a copied directory)", (),
+         ("<tmp>/ckpt/global_step_6", "records global_step 3"), make=in_checkpoints(_marker_other_step)),
+    Case("checkpoint_name_is_a_file", "a regular file named global_step_5 in trainer.default_local_dir", (),
+         ("holds global_step_5, not written by dagrl",), make=in_checkpoints(lambda root: (root / "global_step_5")
+                                                                            .write_text("x"))),
+    Case("reward_async_def", "the reward function is `async def` (a coroutine is no score)",
+         ("custom_reward_function.path={ws}/reward.py",), ("<tmp>/reward.py' is an async def", "a plain def"),
+         make=text_file("reward.py", f"async def compute_score{SIG}:\n    return 0.0\n")),
+    Case("reward_is_a_class", "compute_score is a class", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py' is a class",),
+         make=text_file("reward.py", "class compute_score:\n    def __init__(self, *args, **kwargs):\n        pass\n")),
+    Case("reward_generator", "compute_score yields its score", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py' is a generator function", "return, not yield"),
+         make=text_file("reward.py", f"def compute_score{SIG}:\n    yield 1.0\n")),
+    Case("reward_keyword_only_argument", "compute_score needs a keyword-only `tokenizer`",
+         ("custom_reward_function.path={ws}/reward.py",), ("*, tokenizer)", "cannot take the trainer's call"),
+         make=text_file("reward.py", "def compute_score(data_source, solution_str, ground_truth, extra_info=None, "
+                                     "*, tokenizer):\n    return 0.0\n")),
+    Case("reward_argparse_at_import", "the reward file parses arguments at import (argparse exits; was its usage "
+         "text and a sys.exit line)", ("custom_reward_function.path={ws}/reward.py",),
+         ("<tmp>/reward.py' called sys.exit(2) while being imported", "required: --answers", "__main__"),
+         make=text_file("reward.py", "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument("
+                                     "'--answers', required=True)\nargs = parser.parse_args()\n")),
+    Case("reward_reads_missing_file", "the reward file opens answers.json at import",
+         ("custom_reward_function.path={ws}/reward.py",), ("<tmp>/reward.py' failed to import", "answers.json"),
+         make=text_file("reward.py", "import json\nANSWERS = json.load(open('answers.json'))\n")),
+    Case("reward_indentation_error", "the reward file mixes indentation", ("custom_reward_function.path={ws}/reward.py",),
+         ("IndentationError",), make=text_file("reward.py", f"def compute_score{SIG}:\n  x = 1\n    return 0.0\n")),
+    Case("reward_name_with_parentheses", "`custom_reward_function.name=compute_score()`",
+         ("custom_reward_function.path={ws}/reward.py", "custom_reward_function.name=compute_score()"),
+         ("custom_reward_function.name=compute_score()", "quote the value"), make=text_file("reward.py", REWARD_NO_KWARGS)),
+    Case("reward_path_as_module", "`custom_reward_function.path=my_reward.math_reward` (a module name)",
+         ("custom_reward_function.path=my_reward.math_reward",),
+         ("'my_reward.math_reward'", "give the file: my_reward/math_reward.py"), make=reward_package),
+    Case("dag_dep_misspelt", "`dag.nodes.1.deps=[rolout]`", ("dag.nodes.1.deps=[rolout]",),
+         ("depends on unknown node 'rolout'", "known: rollout")),
+    Case("dag_role_unknown", "`dag.nodes.0.role=generator`", ("dag.nodes.0.role=generator",),
+         ("role 'generator'", "valid roles")),
+    Case("dag_duplicate_id", "`dag.nodes.2.id=rollout` (two nodes with one id)", ("dag.nodes.2.id=rollout",),
+         ("node id 'rollout' appears twice (nodes 0, 2)", "give each node its own id")),
+    Case("dag_cycle", "`dag.nodes.1.deps=[actor_update]` (a cycle)", ("dag.nodes.1.deps=[actor_update]",),
+         ("the graph has a cycle",)),
+    Case("dag_fn_with_dot", "`dag.nodes.3.fn=dagrl.nodes.log_prob.old_log_prob` (a dot for the colon)",
+         ("dag.nodes.3.fn=dagrl.nodes.log_prob.old_log_prob",), ("must look like 'package.module:function'",)),
+    Case("dag_nodes_empty", "`dag.nodes=[]`", ("dag.nodes=[]",), ("dag.nodes is empty",)),
+    Case("pipeline_fn_with_dot", "`dag.custom_pipeline_fn=my_graphs.build`", ("dag.custom_pipeline_fn=my_graphs.build",),
+         ("dag.custom_pipeline_fn='my_graphs.build' must look like 'package.module:function'",)),
+    Case("pipeline_fn_returns_empty", "`dag.custom_pipeline_fn=builtins:list` (returns [])",
+         ("dag.custom_pipeline_fn=builtins:list",), ("dag.custom_pipeline_fn is empty",)),
+    Case("tool_without_name", "a tool_schema without function.name", MT_TOOLS, ("tool_schema.function.name",),
+         make=text_file("tools.yaml", "tools:\n  - class_name: dagrl.agent.calculator.CalculatorTool\n    tool_schema: "
+                                      "{type: function, function: {description: calc, parameters: {type: object, "
+                                      "properties: {}}}}\n")),
+    Case("tool_class_without_module", "`class_name: CalculatorTool` (no module)", MT_TOOLS,
+         ("class_name 'CalculatorTool' must be package.module.ClassName",),
+         make=text_file("tools.yaml", "tools:\n" + CALC.replace("dagrl.agent.calculator.", ""))),
+    Case("tool_listed_twice", "the same tool twice in tools.yaml", MT_TOOLS, ("duplicate tool name 'calculator'",),
+         make=text_file("tools.yaml", "tools:\n" + CALC + CALC)),
+    Case("tool_config_as_list", "a tool's `config:` written as a list", MT_TOOLS, ("config must be a mapping, got list",),
+         make=text_file("tools.yaml", "tools:\n" + CALC.replace("    tool_schema", "    config: [type, native]\n    "
+                                                                                   "tool_schema"))),
+    Case("tool_yaml_latin1", "tools.yaml saved as latin-1 (was a UnicodeDecodeError traceback)", MT_TOOLS,
+         ("<tmp>/tools.yaml is not UTF-8", "line 2", "save it as UTF-8"),
+         make=latin1_file("tools.yaml", "tools:\n  # r\xe9sum\xe9 of the calculator\n" + CALC)),
+    Case("tool_schema_as_string", "`tool_schema: calculator`", MT_TOOLS, ("tool_schema must be a mapping",),
+         make=text_file("tools.yaml", "tools:\n  - class_name: dagrl.agent.calculator.CalculatorTool\n    "
+                                      "tool_schema: calculator\n")),
+    Case("interaction_key_plural", "`interactions:` instead of verl's `interaction:`",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.interaction_config_path={ws}/inter.yaml"),
+         ("<tmp>/inter.yaml must hold a non-empty 'interaction' list",),
+         make=text_file("inter.yaml", "interactions:\n  - name: judge\n    class_name: "
+                                      "dagrl.agent.interaction.TryAgainInteraction\n")),
+    Case("parallel_tool_calls_zero", "`multi_turn.max_parallel_calls=0`",
+         ("actor_rollout_ref.rollout.multi_turn.max_parallel_calls=0",), ("max_parallel_calls=0", "positive integer")),
+    Case("tool_overlap_negative", "`multi_turn.tool_overlap_steps=-1`",
+         ("actor_rollout_ref.rollout.multi_turn.tool_overlap_steps=-1",), ("tool_overlap_steps=-1", ">= 0")),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),

@@ -7,6 +7,7 @@ docs/bad_inputs.md is the corpus's table: each case checks its own row, and `DAG
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -152,8 +153,11 @@ def test_the_table_lists_the_corpus_and_the_base_config_is_valid(tiny_model, tin
 def test_bad_input_is_refused_in_preflight(case, paths, tiny_model, tiny_data):
     if case.id == "checkpoint_dir_not_writable" and (not os.path.isdir("/proc/sys") or os.access("/proc/sys", os.W_OK)):
         pytest.skip("needs a read-only /proc/sys")
+    if case.make:  # the case's files first (some are in the checkpoint directory): then nothing may change
+        case.make(paths.ws, paths)
     before = digest(paths.ckpt)
-    code, stderr, probe, wall = run_case(case, paths, cpu_run_overrides(tiny_model, tiny_data, paths.ckpt))
+    code, stderr, probe, wall = run_case(dataclasses.replace(case, make=None), paths,
+                                         cpu_run_overrides(tiny_model, tiny_data, paths.ckpt))
     lines = error_lines(case, code, stderr, paths)
     assert len(stderr.strip().splitlines()) == len(lines), f"{case.id}: more than the error lines on stderr\n{stderr}"
     assert probe, "the import probe did not report (did the process exit normally?)"
