@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -201,3 +202,21 @@ def test_a_pool_that_stops_on_an_error_stops_the_other_with_its_message(args, tm
                                            "reward_model.on_error": "raise"}), 2, {}))
     assert code != 0
     assert "scorer broke" in stderr and "the rollout pool (rank 0) stopped" in stderr
+
+
+def test_one_rank_of_a_two_rank_rollout_pool_failing_alone_stops_every_process(args, tmp_path):
+    """The other rollout rank is then waiting in a collective and the trainer in the bridge: both stop with the
+    failing rank's message instead of waiting for a collective's timeout."""
+    reward = tmp_path / "reward.py"
+    reward.write_text("import os\n"
+                      "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    if os.environ['RANK'] == '0':\n"
+                      "        raise ValueError('scorer broke on one rank')\n"
+                      "    return 0.0\n")
+    out = tmp_path / "broken"
+    start = time.monotonic()
+    (code, stderr), = launch((args(out, pools=(2, 1), **{"custom_reward_function.path": str(reward),
+                                                         "reward_model.on_error": "raise"}), 3, {}))
+    assert code != 0
+    assert "scorer broke on one rank" in stderr and "the rollout pool (rank 0) stopped" in stderr
+    assert time.monotonic() - start < 120
