@@ -55,3 +55,21 @@ def test_bf16_logits_get_a_bf16_gradient_and_stay_untouched():
     assert logits.grad.dtype == torch.bfloat16
     want = torch.log_softmax(before.float() / 0.5, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(log_probs, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_entropy", [False, True])
+def test_a_second_backward_is_refused_where_the_first_reused_the_softmax(with_entropy):
+    """Without the entropy the backward turns the saved softmax into the gradient in place: a second backward
+    (retain_graph=True) would compute from a gradient, and autograd's version check on the saved buffer refuses it;
+    with the entropy nothing is reused and the second backward repeats the first."""
+    logits = torch.randn(3, 10, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([1, 4, 9])
+    log_probs, entropy = logprob.vocab_parallel_log_probs(logits, targets, 10, with_entropy)
+    loss = log_probs.sum() + (entropy.sum() if with_entropy else 0.0)
+    first, = torch.autograd.grad(loss, logits, retain_graph=True)
+    if with_entropy:
+        second, = torch.autograd.grad(loss, logits)
+        torch.testing.assert_close(second, first)
+    else:
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad(loss, logits)
