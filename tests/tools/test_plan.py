@@ -415,7 +415,8 @@ def test_two_pool_memory_splits_actor_and_engine(tmp_path, prompts):
     assert plan.rollout_pool.groups.rollout_tp == [[0, 1]] and plan.rollout_pool.layout.rollout_dp == 1
     assert make_plan(cfg, shape.in_pool("rollout")).groups == plan.groups  # either pool's shape plans the run
 
-    colocated_cfg = Cfg(compose(overrides + ["actor_rollout_ref.hybrid_engine=true"]))  # the same 4-rank layout
+    colocated_cfg = Cfg(compose([o for o in overrides if not o.startswith("rollout.")]  # the same 4-rank layout
+                                + ["actor_rollout_ref.hybrid_engine=true"]))
     colocated = make_plan(colocated_cfg, preflight(colocated_cfg, world_size=4))
     assert colocated.layout.model == plan.layout.model and colocated.groups.tp == [[0, 1], [2, 3]]
     train, together = plan.memory[0], colocated.memory[0]
