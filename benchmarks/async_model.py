@@ -3,24 +3,29 @@
 usage: python3 benchmarks/async_model.py --table [--rates-json PATH] [--partial] [--oversample 2.0] [--steps 16]
 
 We can measure generation and training rates on a few GPUs, not step time on 8..1,024 of them. This model takes
-the measured per-GPU rates (decode tokens/s at full batch, one sequence's decode speed limit, prefill, training
-tokens/s, seconds per weight push) and plays the schedules forward, so a prediction is printed beside each
-measurement and checked where it can be. Schedules: `colocated` (every GPU generates, then every GPU trains; with
-`partial` it oversamples and carries unfinished sequences over) and `two_pools` (a rollout pool and a training
-pool meeting at a buffer, batch b admitted once weights version >= b-1-K are loaded). `--table` prints the
-predicted speedup of two pools over colocated at equal GPU count for 8..1,024 GPUs and K = 0..4.
+per-GPU rates, plays dagrl's schedules forward, and is printed beside each measurement (async_pipeline.py --report
+fits it to the colocated run: benchmarks/async_fit.py) so it is checked where it can be. `--table` predicts the
+speedup of two pools over colocated at equal GPU count for 8..1,024 GPUs and K = 0..4.
 
-Assumptions: a GPU shares its decode rate evenly over its in-flight sequences, none faster than the per-sequence
-limit (so a lone long sequence runs at that limit: the long tail costs time); sequences are dealt evenly over GPUs
-and stay where placed; prefill of a GPU's new sequences (prompt, plus the kept prefix after a weight change)
-delays that GPU's decode; training time is tokens (prompt + response) / (train rate x GPUs), perfectly parallel; a
-push stalls the rollout GPUs for `push_s` (colocated: once per step); the trainer never waits for a push. Version v
-is usable by the rollout pool at train_end(v) + push_s. Non-partial rollout loads new weights only between
-batches; partial rollout interrupts at every push, re-prefills what is in flight and goes on, admitting whole
-groups as slots free up (in steps of 10 % of its slots); the staleness bound applies at admission. With partial
-rollout and `staleness` given, a group whose first token is more than K versions older than the weights the update
-of its batch starts from restarts from its prompt when that batch begins, as dagrl does (its tokens so far are
-generation spent twice).
+Decode: a GPU's iteration advances each of its b sequences in flight by one token and costs 1/seq_tok_s +
+b/decode_tok_s seconds (memory-bound: the fixed part reads the weights, each sequence adds its KV and sampling). So
+a GPU's tokens/s grow with occupancy towards decode_tok_s, a lone long sequence runs at ~seq_tok_s (the tail costs
+time), and filling the tail with more sequences (partial rollout) is nearly free. Sequences (re)submitted to a GPU
+are prefilled first (prompt + kept prefix, at prefill_tok_s), which delays that GPU's decode.
+
+Schedules, as dagrl runs them: each batch of B prompts x n is split over the rollout ranks in contiguous shares of
+whole groups, and each rank keeps its own pool (where B does not split over the ranks, --table's large counts,
+gcd(B, ranks) pools of equal sets of GPUs). `colocated`: every GPU generates its share, then all train (plus
+`switch_s` a step: the engine's sleep and wake-up). With partial rollout a pool holds ceil(oversample x share)
+groups (step 1 draws further batches to fill it); its rank stops once `share` are finished and trains on those;
+the rest are carried and prefilled again. `two_pools`: batch b is generated once version >= b-1-K is loaded (the
+newest available is loaded first, a push stalling the rollout push_s); training step b starts when batch b is there
+and step b-1 done, and its end makes version b available. With partial rollout the rollout pool generates until
+every rank has its share, and a push arriving mid-batch interrupts it: load, prefill what is in flight, go on.
+With `staleness` K (colocated) or `restarts` (two pools), a group holding a token more than K versions older than
+the weights its batch's update starts from restarts from its prompt when the batch begins (generation spent
+twice); without, it finishes under newer weights. Training takes tokens (prompt + response) / (rate x GPUs). Step 1
+may carry one-time costs: `first_train_s`, and `first_switch_s` (colocated: the engine's first wake-up).
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import numpy as np
 
 GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512, 1024)
 SPLITS = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 5 / 8, 3 / 4, 7 / 8)  # rollout fractions searched for the best split
+NONE = np.iinfo(np.int64).max  # a group's first-token version before it has one
 
 
 def _clipped_mean(mu: float, sigma: float, lo: float, hi: float) -> float:
@@ -66,28 +72,38 @@ class Workload:
     prompt_len: int = 256
     lengths: Callable[[np.random.Generator, int], np.ndarray] = field(default=long_tail_lengths)
     seed: int = 0
+    # a real run's response lengths, n per prompt, in the order its sampler draws the prompts: replayed instead of
+    # drawing from `lengths` (four steps of 48 prompts are too few for a fresh draw to have the run's tail)
+    replay: np.ndarray | None = None
 
 
 @dataclass
 class Rates:
-    decode_tok_s: float = 20_000.0  # decode tokens/s per GPU at full batch, all sequences together
-    seq_tok_s: float = 60.0  # decode tokens/s of one sequence: its speed limit
+    decode_tok_s: float = 20_000.0  # per GPU: what a full batch approaches (1 / a sequence's share of an iteration)
+    seq_tok_s: float = 60.0  # a lone sequence's decode speed: 1 / an iteration's fixed seconds
     prefill_tok_s: float = 200_000.0  # per GPU
     train_tok_s: float = 8_000.0  # per GPU: update forward+backward plus log-prob passes, as one rate
     push_s: float = 0.5  # seconds per weight push
     switch_s: float = 0.0  # colocated only: seconds a step spends offloading, waking and putting the engine to sleep
+    first_switch_s: float = 0.0  # colocated only: step 1's extra seconds (the engine's first wake-up)
+    first_train_s: float = 0.0  # step 1's extra training seconds (warm-up), either schedule
+
+    def iteration_s(self, active):
+        """Seconds of one decode iteration of a GPU with `active` sequences in flight."""
+        return 1.0 / self.seq_tok_s + active / self.decode_tok_s
 
 
 @dataclass
 class Result:
-    step_s: float  # mean step time after warm-up
+    step_s: float  # mean step time over the counted steps
     tokens_per_gpu_s: float  # trained (prompt + response) tokens per second per GPU, all GPUs counted
     rollout_idle: float  # share of the rollout GPUs' time with nothing in flight
     train_idle: float  # share of the training GPUs' time without a step (colocated: the same GPUs as rollout)
+    resp_mean: float = 0.0  # mean trained response length: partial rollout trains the short ones first
 
     def __post_init__(self):
-        for name in ("step_s", "tokens_per_gpu_s", "rollout_idle", "train_idle"):
-            setattr(self, name, float(getattr(self, name)))
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, float(getattr(self, f.name)))
 
 
 def load_rates(path: str) -> Rates:
@@ -100,213 +116,228 @@ def load_rates(path: str) -> Rates:
     return Rates(**{key: float(value) for key, value in data.items()})
 
 
-class _Pool:
-    """In-flight sequences in `slots` per GPU. Within a segment (no admission, no interrupt) the finish times are
-    closed form: a GPU's sequences all advance at min(seq_tok_s, decode_tok_s / active), so they finish in order
-    of remaining length, after the GPU's prefill."""
+class _Engine:
+    """In-flight sequences in `slots` per GPU. Within a segment (nothing joins) the finish times are closed form:
+    every sequence on a GPU advances one token per iteration, so they finish in order of remaining length, and
+    while m of them run a token costs iteration_s(m)."""
 
     def __init__(self, gpus: int, slots: int, rates: Rates, prompt_len: int):
         self.rates, self.prompt_len, shape = rates, prompt_len, (gpus, max(1, slots))
-        self.rem, self.prefix, self.full = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        self.rem, self.prefix = np.zeros(shape), np.zeros(shape)
         self.gid, self.fresh = np.full(shape, -1), np.zeros(shape, bool)
 
     def active(self) -> np.ndarray:
         return self.gid >= 0
 
-    def place(self, gids: np.ndarray, lengths: np.ndarray, prefix: np.ndarray | None = None,
-              full: np.ndarray | None = None) -> None:
-        """Fill free slots, least-loaded GPU first (round-robin over an empty pool). `lengths`: tokens left to
-        generate; `full`: each sequence's whole length (what a restart generates again), `lengths` by default."""
+    def place(self, gids: np.ndarray, lengths: np.ndarray, pools: np.ndarray, width: int) -> None:
+        """Fill free slots of each sequence's pool (GPUs [p * width, (p + 1) * width)), least-loaded GPU first."""
         free = ~self.active()
         key = np.where(free, (~free).sum(1, keepdims=True) + np.cumsum(free, 1), np.iinfo(np.int64).max)
-        flat = np.argsort(key, axis=None, kind="stable")[: len(gids)]
-        assert len(gids) <= free.sum(), "pool overfilled"
-        rows, cols = np.unravel_index(flat, key.shape)
-        self.gid[rows, cols], self.rem[rows, cols], self.fresh[rows, cols] = gids, lengths, True
-        self.prefix[rows, cols] = 0.0 if prefix is None else prefix
-        self.full[rows, cols] = lengths if full is None else full
-
-    def restart(self, stale: np.ndarray) -> int:
-        """Sequences of the slots in `stale` start again from their prompt; how many groups restart."""
-        self.rem[stale], self.prefix[stale], self.fresh[stale] = self.full[stale], 0.0, True
-        return len(np.unique(self.gid[stale]))
+        slots = free.shape[1]
+        best = np.argsort(key.reshape(-1, width * slots), axis=1, kind="stable")  # each pool's slots, best first
+        order = np.argsort(pools, kind="stable")
+        pools, gids, lengths = pools[order], gids[order], lengths[order]
+        flat = best[pools, np.arange(len(pools)) - np.searchsorted(pools, pools)]  # the k-th of its pool: k-th best
+        rows, cols = pools * width + flat // slots, flat % slots
+        assert free[rows, cols].all(), "pool overfilled"
+        self.gid[rows, cols], self.rem[rows, cols], self.prefix[rows, cols] = gids, lengths, 0.0
+        self.fresh[rows, cols] = True
 
     def plan(self) -> np.ndarray:
-        """Finish time of every slot from now (inf where empty)."""
+        """Finish time of every slot from now (inf where empty), each GPU's prefill first."""
         act, r = self.active(), self.rates
-        self.offset = (np.where(self.fresh & act, self.prompt_len + self.prefix, 0).sum(1) / r.prefill_tok_s)
+        self.offset = np.where(self.fresh & act, self.prompt_len + self.prefix, 0).sum(1) / r.prefill_tok_s
         rem = np.where(act, self.rem, 0.0)
-        self.order = np.argsort(rem, axis=1, kind="stable")
-        self.sorted = np.take_along_axis(rem, self.order, 1)
-        self.speed = np.minimum(r.seq_tok_s, r.decode_tok_s / (rem.shape[1] - np.arange(rem.shape[1])))
-        self.cum = np.cumsum(np.diff(self.sorted, axis=1, prepend=0.0) / self.speed, axis=1)
+        order = np.argsort(rem, axis=1, kind="stable")
+        self.sorted = np.take_along_axis(rem, order, 1)  # empty slots first, with nothing left
+        self.tick = r.iteration_s(rem.shape[1] - np.arange(rem.shape[1]))  # a token's seconds while these run
+        self.cum = np.cumsum(np.diff(self.sorted, axis=1, prepend=0.0) * self.tick, axis=1)
         done = np.empty_like(rem)
-        np.put_along_axis(done, self.order, self.cum + self.offset[:, None], 1)
+        np.put_along_axis(done, order, self.cum + self.offset[:, None], 1)
         self.done = np.where(act, done, np.inf)
         return self.done
 
-    def advance(self, until: float) -> tuple[np.ndarray, np.ndarray]:
-        """Run the planned segment for `until` seconds: (finished sequences' group ids, each GPU's busy time)."""
+    def advance(self, until) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Run the planned segment for `until` seconds (one per GPU, or one for all): the finished sequences'
+        group ids, the group ids that made tokens, and each GPU's busy seconds."""
         act = self.active()
+        until = np.broadcast_to(np.asarray(until, float), self.offset.shape)
         tau = np.clip(until - self.offset, 0.0, None)
-        phase = (self.cum <= tau[:, None]).sum(1)  # sequences (in length order) finished per GPU
+        phase = (self.cum <= tau[:, None]).sum(1)  # sequences (in length order, empty slots first) finished per GPU
         at = lambda a: np.where(phase > 0, np.take_along_axis(a, np.maximum(phase - 1, 0)[:, None], 1)[:, 0], 0.)  # noqa: E731
-        level = at(self.sorted) + (tau - at(self.cum)) * self.speed[np.minimum(phase, len(self.speed) - 1)]
-        finished = act & (self.done <= until)
-        made = np.where(finished, self.rem, np.minimum(self.rem, level[:, None]))
+        level = at(self.sorted) + (tau - at(self.cum)) / self.tick[np.minimum(phase, len(self.tick) - 1)]
+        finished = act & (self.done <= until[:, None])
+        made = np.where(finished, self.rem, np.where(act, np.minimum(self.rem, level[:, None]), 0.0))
         busy = np.where(act.any(1), np.minimum(until, np.where(act, self.done, 0).max(1)), 0.0)
-        gids = self.gid[finished]
+        gids, moved = self.gid[finished], self.gid[act & (made > 0)]
         self.rem, self.prefix = self.rem - made, self.prefix + made
         self.fresh &= ~(until >= self.offset)[:, None]
         self.gid[finished] = -1
-        return gids, busy
+        return gids, moved, busy
 
 
-def _groups_done(pool: _Pool, done: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Groups in the pool and when their last sequence finishes, soonest first."""
-    times = np.full(n_groups, -np.inf)
-    act = pool.active()
-    np.maximum.at(times, pool.gid[act], done[act])
-    gids = np.unique(pool.gid[act])
-    order = np.argsort(times[gids], kind="stable")
-    return gids[order], times[gids][order]
+class _Pools:
+    """The groups a run draws and where each stands, over the rollout ranks' engine (see the module docstring)."""
+
+    def __init__(self, w: Workload, rates: Rates, ranks: int, steps: int, oversample: float):
+        self.w, self.n, self.rng = w, w.n, np.random.default_rng(w.seed)
+        # dagrl: a pool a rank, each its contiguous share of every batch. Where the batch does not split over
+        # the ranks (--table's large counts), gcd(B, ranks) pools of equal sets of GPUs: the nearest that does
+        self.cohorts = math.gcd(w.batch, ranks)
+        self.width = ranks // self.cohorts  # GPUs a pool
+        self.share = w.batch // self.cohorts  # groups a pool trains a step
+        self.target = math.ceil(oversample * self.share)  # groups a pool keeps
+        self.rank_cohort = np.arange(ranks) // self.width
+        slots = math.ceil(self.target * w.n / self.width)
+        self.engine = _Engine(ranks, slots, rates, w.prompt_len)
+        bound = (steps + math.ceil(oversample) + 1) * w.batch
+        self.lengths = np.zeros((bound, w.n))
+        self.cohort, self.left = np.zeros(bound, int), np.zeros(bound, int)
+        self.born = np.full(bound, NONE)  # the version of each group's first token
+        self.state = np.zeros(bound, int)  # 0 not drawn, 1 in a pool, 2 trained
+        self.drawn, self.version = 0, 0
+
+    def fill(self) -> None:
+        """Draw this step's batch, and further batches while the pools hold fewer than their target."""
+        while True:
+            B, n, first = self.w.batch, self.n, self.drawn
+            if self.w.replay is not None:
+                lengths = self.w.replay[first * n:(first + B) * n]
+                assert len(lengths) == B * n, "the replayed lengths run out"
+            else:
+                lengths = self.w.lengths(self.rng, B * n)
+            gids = np.arange(first, first + B)
+            self.lengths[gids] = np.reshape(lengths, (B, n))
+            self.cohort[gids] = np.arange(B) // self.share
+            self.left[gids], self.state[gids], self.drawn = n, 1, first + B
+            self._place(gids)
+            if (self.state == 1).sum() >= self.target * self.cohorts:
+                return
+
+    def _place(self, gids: np.ndarray) -> None:
+        self.engine.place(np.repeat(gids, self.n), self.lengths[gids].ravel(), np.repeat(self.cohort[gids], self.n),
+                          self.width)
+
+    def restart(self, oldest: int) -> int:
+        """Groups in the pools with a token older than version `oldest` start again from their prompts."""
+        stale = np.flatnonzero((self.state == 1) & (self.born < oldest))
+        self.engine.gid[np.isin(self.engine.gid, stale)] = -1
+        self.left[stale], self.born[stale] = self.n, NONE
+        self._place(stale)
+        return len(stale)
+
+    def ready(self, done: np.ndarray) -> np.ndarray:
+        """When each rank's cohort has `share` finished groups, from now (inf: it cannot in this segment)."""
+        act = self.engine.active()
+        finish = np.full(len(self.state), -np.inf)
+        np.maximum.at(finish, self.engine.gid[act], done[act])
+        pool, C = self.state == 1, self.cohorts
+        need = self.share - np.bincount(self.cohort[pool & (self.left == 0)], minlength=C)
+        waiting = np.flatnonzero(pool & (self.left > 0))
+        order = np.lexsort((finish[waiting], self.cohort[waiting]))
+        cohort, times = self.cohort[waiting][order], finish[waiting][order]
+        start, count = np.searchsorted(cohort, np.arange(C)), np.bincount(cohort, minlength=C)
+        at = np.where(need <= 0, 0.0, np.inf)
+        ok = (need > 0) & (need <= count)
+        at[ok] = times[start[ok] + need[ok] - 1]
+        return at[self.rank_cohort]
+
+    def advance(self, until) -> np.ndarray:
+        fin, moved, busy = self.engine.advance(until)
+        np.subtract.at(self.left, fin, 1)
+        self.born[moved] = np.minimum(self.born[moved], self.version)
+        return busy
+
+    def take(self) -> tuple[float, float, int]:
+        """Each cohort's first `share` finished groups, in pool order: (prompt + response tokens, response tokens,
+        responses) of the batch."""
+        fin = np.flatnonzero((self.state == 1) & (self.left == 0))
+        cohort = self.cohort[fin]
+        order = np.argsort(cohort, kind="stable")
+        nth = np.empty(len(fin), int)
+        nth[order] = np.arange(len(fin)) - np.searchsorted(cohort[order], cohort[order])
+        batch = fin[nth < self.share]
+        assert len(batch) == self.share * self.cohorts, "a batch short of finished groups"
+        self.state[batch] = 2
+        resp = self.lengths[batch].sum()
+        return resp + self.w.prompt_len * self.n * len(batch), resp, self.n * len(batch)
+
+
+def _result(seconds: list[float], tokens: list[tuple], idle: float, gpus: int, rollout_gpus: int,
+            train_idle: float | None = None) -> Result:
+    total = sum(seconds)
+    rollout_idle = idle / (rollout_gpus * total)
+    return Result(total / len(seconds), sum(t for t, _, _ in tokens) / total / gpus, rollout_idle,
+                  rollout_idle if train_idle is None else train_idle,
+                  sum(r for _, r, _ in tokens) / max(1, sum(k for *_, k in tokens)))
 
 
 def colocated(w: Workload, rates: Rates, gpus: int, steps: int = 16, partial: bool = False,
-              oversample: float = 1.0, staleness: int | None = None) -> Result:
-    """Every GPU generates, then every GPU trains. Partial: keep ceil(oversample x B) groups in flight, stop at B
-    complete groups, carry the rest (prefix kept, re-prefilled next step); with `staleness` K, a carried group
-    first sampled more than K versions before this step's weights restarts from its prompt."""
-    rng, B, n = np.random.default_rng(w.seed), w.batch, w.n
-    target = math.ceil((oversample if partial else 1.0) * B)
-    tokens = np.zeros((steps + 2) * target * 2)
-    left = np.zeros(len(tokens), int)
-    carry = (np.empty(0, int), np.empty(0), np.empty(0), np.empty(0))  # gid, remaining, prefix, full length
-    born = np.zeros(len(tokens), int)  # each group's first version (the weights of step i are version i)
-    buffer, made, step_s, step_tok, idle = [], 0, [], [], []
-    for i in range(steps):
-        if staleness is not None and len(carry[0]):
-            stale = born[carry[0]] < i - staleness
-            carry = (carry[0], np.where(stale, carry[3], carry[1]), np.where(stale, 0.0, carry[2]), carry[3])
-            born[carry[0][stale]] = i
-        new = target - len(np.unique(carry[0])) - len(buffer)
-        lengths = w.lengths(rng, max(new, 0) * n)
-        gids = np.repeat(np.arange(made, made + max(new, 0)), n)
-        np.add.at(tokens, gids, lengths + w.prompt_len)
-        np.add.at(left, gids, 1)
-        born[gids] = i
-        made += max(new, 0)
-        all_gid = np.concatenate([carry[0], gids])
-        pool = _Pool(gpus, math.ceil(len(all_gid) / gpus), rates, w.prompt_len)
-        pool.place(all_gid, np.concatenate([carry[1], lengths]), np.concatenate([carry[2], np.zeros(len(gids))]),
-                   np.concatenate([carry[3], lengths]))
-        done, gen = pool.plan(), 0.0
-        if len(buffer) < B:
-            order, times = _groups_done(pool, done, len(tokens))
-            gen = float(times[B - len(buffer) - 1])
-            fin, busy = pool.advance(gen)
-            np.subtract.at(left, fin, 1)
-            buffer += [g for g in order if left[g] == 0]
-            idle.append(float((gen - busy).sum()))
-        else:
-            idle.append(0.0)
-        batch, buffer = buffer[:B], buffer[B:]
-        train = tokens[batch].sum() / (gpus * rates.train_tok_s)
-        step_s.append(gen + train + rates.push_s + rates.switch_s)
-        step_tok.append(tokens[batch].sum())
-        act = pool.active()
-        carry = (pool.gid[act], pool.rem[act], pool.prefix[act], pool.full[act])
-    warm = max(1, steps // 4)
-    window = sum(step_s[warm:])
-    rollout_idle = sum(idle[warm:]) / (gpus * window)
-    return Result(window / (steps - warm), sum(step_tok[warm:]) / window / gpus, rollout_idle, rollout_idle)
+              oversample: float = 1.0, staleness: int | None = None, warm: int | None = None) -> Result:
+    """Every GPU generates its share, then every GPU trains. Partial: each rank keeps ceil(oversample x share)
+    groups, stops at `share` finished and carries the rest; with `staleness` K, a carried group holding a token
+    more than K versions older than step i's weights (version i-1) restarts. `warm`: steps left uncounted (default
+    a quarter)."""
+    pools = _Pools(w, rates, gpus, steps, oversample if partial else 1.0)
+    seconds, tokens, idle = [], [], []
+    for i in range(1, steps + 1):
+        pools.fill()
+        pools.version = i - 1
+        if partial and staleness is not None:
+            pools.restart(i - 1 - staleness)
+        stop = pools.ready(pools.engine.plan())  # each rank stops at its own share
+        busy = pools.advance(stop)
+        pools.engine.fresh |= pools.engine.active()  # the engine sleeps: what is carried is prefilled again
+        gen = float(stop.max())
+        idle.append(float((gen - busy).sum()))
+        tokens.append(pools.take())
+        first = rates.first_switch_s + rates.first_train_s if i == 1 else 0.0
+        seconds.append(gen + tokens[-1][0] / (gpus * rates.train_tok_s) + rates.push_s + rates.switch_s + first)
+    warm = max(1, steps // 4) if warm is None else warm
+    return _result(seconds[warm:], tokens[warm:], sum(idle[warm:]), gpus, gpus)
 
 
 def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: int, steps: int = 16,
-              partial: bool = False, oversample: float = 1.0, restarts: bool = False) -> Result:
-    """Rollout pool and training pool meet at a buffer; batch b is admitted once version >= b-1-K is loaded;
-    training step s starts when batch s is complete and step s-1 is done. `restarts` (partial): when batch b+1
-    begins, a group in flight whose first token is older than version b-K starts again from its prompt."""
-    rng, B, n, Gr = np.random.default_rng(w.seed), w.batch, w.n, rollout_gpus
-    extra = round((oversample - 1.0) * B) if partial else 0
-    # partial: enough slots to saturate decode, no more than the staleness bound can fill; else one batch
-    slots = (max(math.ceil(min(Gr * rates.decode_tok_s / rates.seq_tok_s, ((K + 1) * B + extra) * n) / Gr),
-                 math.ceil(n / Gr)) if partial else math.ceil(B * n / Gr))
-    pool = _Pool(Gr, slots, rates, w.prompt_len)
-    bound = (steps + K + 3) * B + extra
-    tokens, left = np.zeros(bound), np.zeros(bound, int)
-    t, v, admitted = 0.0, 0, 0
-    train_end, train_span, done_g, idle = [0.0], [], [], []  # idle: (starts per GPU, end)
-    born, begun = np.zeros(bound, int), 1  # each group's first version; batches begun
-
-    def admit(groups: int) -> None:
-        nonlocal admitted
-        lengths = w.lengths(rng, groups * n)
-        gids = np.repeat(np.arange(admitted, admitted + groups), n)
-        np.add.at(tokens, gids, lengths + w.prompt_len)
-        np.add.at(left, gids, 1)
-        born[gids] = v
-        pool.place(gids, lengths)
-        admitted += groups
-
-    while len(train_end) <= steps:
-        if partial and v + 1 < len(train_end) and train_end[v + 1] <= t:  # interrupt: load the newest version
-            t, v = t + rates.push_s, max(i for i, end in enumerate(train_end) if end <= t)
-            pool.fresh |= pool.active()  # new weights: the kept prefixes are prefilled again
-        if not partial and not pool.active().any():
-            need = admitted // B - K  # next batch b = admitted // B + 1 needs version b-1-K
-            if need > v and train_end[need] > t:
-                idle.append((np.full(Gr, t), train_end[need]))
-                t = train_end[need]
-            latest = max(i for i, end in enumerate(train_end) if end <= t)
-            if latest > v:
-                t, v = t + rates.push_s, latest
-            admit(B)
-        if partial:
-            room = min((v + 1 + K) * B + extra - admitted, int((~pool.active()).sum()) // n)
-            if room > 0:
-                admit(room)
-        done = pool.plan()
-        act = pool.active()
-        if not act.any():  # partial: nothing in flight and nothing admissible until the next push
-            idle.append((np.full(Gr, t), train_end[v + 1]))
-            t = train_end[v + 1]
-            continue
-        ends = [done[act].max()]
-        if partial and v + 1 < len(train_end):
-            ends.append(train_end[v + 1] - t)
-        can_admit = partial and admitted < (v + 1 + K) * B + extra
-        want_free = max(n, math.ceil(0.1 * pool.gid.size)) - int((~act).sum())
-        if can_admit and 0 < want_free <= act.sum():
-            ends.append(np.partition(done[act], want_free - 1)[want_free - 1])
-        need = len(train_end) * B - len(done_g)
-        order, times = _groups_done(pool, done, bound)
-        if 1 <= need <= len(times):
-            ends.append(times[need - 1])
-        seg = float(min(ends))
-        fin, busy = pool.advance(seg)
-        np.subtract.at(left, fin, 1)
-        done_g += [(t + tm, g) for g, tm in zip(order, times) if left[g] == 0 and tm <= seg]
-        idle.append((t + busy, t + seg))
-        t += seg
-        while partial and restarts and len(done_g) >= begun * B:  # batch begun + 1 begins: its update starts
-            stale = pool.active() & (born[np.maximum(pool.gid, 0)] < begun - K)  # from version `begun`
-            if stale.any():
-                pool.restart(stale)
-                born[np.unique(pool.gid[stale])] = v
-            begun += 1
-        while len(train_end) <= steps and len(done_g) >= len(train_end) * B:
-            s = len(train_end)
-            batch = [g for _, g in done_g[(s - 1) * B: s * B]]
-            start = max(done_g[s * B - 1][0], train_end[-1])
-            train_end.append(start + tokens[batch].sum() / (train_gpus * rates.train_tok_s))
-            train_span.append((start, train_end[-1], tokens[batch].sum()))
-    warm = max(1, steps // 4)
-    lo, hi = train_end[warm], train_end[steps]
+              partial: bool = False, oversample: float = 1.0, restarts: bool = False,
+              warm: int | None = None) -> Result:
+    """Rollout pool and training pool meet at a buffer; batch b is generated once version >= b-1-K is loaded;
+    training step b starts when batch b is complete and step b-1 is done. `restarts` (partial): when batch b
+    begins, a group holding a token older than version b-1-K starts again from its prompt."""
+    pools, R = _Pools(w, rates, rollout_gpus, steps, oversample if partial else 1.0), rollout_gpus
+    t, ends, spans, idle = 0.0, [0.0], [], []  # ends[s]: when version s is available (0: at the start)
+    newest = lambda now: max(s for s, end in enumerate(ends) if end <= now)  # noqa: E731
+    for b in range(1, steps + 1):
+        need = max(0, b - 1 - K)
+        if ends[need] > t:  # the staleness bound: wait for the weights
+            idle.append((np.full(R, t), ends[need]))
+            t = ends[need]
+        if newest(t) > pools.version:  # new weights: the prefix cache is reset, what is carried is prefilled again
+            t, pools.version = t + rates.push_s, newest(t)
+            pools.engine.fresh |= pools.engine.active()
+        pools.fill()
+        if partial and restarts:
+            pools.restart(b - 1 - K)
+        while True:
+            ready = float(pools.ready(pools.engine.plan()).max())  # every rank has its share
+            push = ends[pools.version + 1] - t if partial and pools.version + 1 < len(ends) else np.inf
+            seg = min(ready, max(push, 0.0))
+            busy = pools.advance(seg)
+            idle.append((t + busy, t + seg))
+            t += seg
+            if seg == ready:
+                break
+            t, pools.version = t + rates.push_s, newest(t)  # a push mid-batch: load it, prefill again, go on
+            pools.engine.fresh |= pools.engine.active()
+        tokens = pools.take()
+        start = max(t, ends[-1])
+        ends.append(start + tokens[0] / (train_gpus * rates.train_tok_s) + (rates.first_train_s if b == 1 else 0.0))
+        spans.append((start, ends[-1], tokens))
+    warm = max(1, steps // 4) if warm is None else warm
+    lo, hi = ends[warm], ends[steps]
     rollout_idle = sum(np.clip(np.minimum(end, hi) - np.maximum(starts, lo), 0, None).sum() for starts, end in idle)
-    trained = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b, _ in train_span)
-    return Result((hi - lo) / (steps - warm), sum(tok for *_, tok in train_span[warm:]) / (hi - lo)
-                  / (Gr + train_gpus), rollout_idle / (Gr * (hi - lo)), 1.0 - trained / (hi - lo))
+    trained = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e, _ in spans)
+    return _result([(hi - lo) / (steps - warm)] * (steps - warm), [tok for *_, tok in spans[warm:]], rollout_idle,
+                   R + train_gpus, R, 1.0 - trained / (hi - lo))
 
 
 def split(gpus: int, fraction: float) -> tuple[int, int]:

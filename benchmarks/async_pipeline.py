@@ -2,7 +2,7 @@
 
 usage: python3 benchmarks/async_pipeline.py --model DIR --data DIR [--steps 8] [--response-length 1024]
            [--batch 32] [--n 8] [--oversample 2.0] [--staleness 1] [--rollout vllm] [--nproc 1]
-           [--runs plain,partial,pools0,pools1,pools1p] [--rollout-procs 1] [--long-tail MEAN,MAX] [--report]
+           [--runs plain,partial,pools0,pools1,pools1p] [--rollout-procs 1] [--long-tail MEAN,MAX[,ROWS]] [--report]
            [--out DIR] [-- extra dotted overrides for every run]
 
 Runs `dagrl.main_dag` on `--nproc` processes, once per name in `--runs`: `plain` (colocated, the baseline),
@@ -13,21 +13,26 @@ actor_rollout_ref.hybrid_engine=false: `--rollout-procs` rollout processes, the 
 generation seconds, trained response tokens per second (in all and per process), the generation share of the step,
 response lengths, the async/* metrics, each pool's idle share (rollout: waiting for weights; trainer: waiting for a
 batch) and the weight push, over every step (partial rollout fills its pool in step 1 and trains on it later; what
-its pool still holds at the end is not counted). Beside each other run: the step time the discrete-event model
-(benchmarks/async_model.py) predicts from the rates `plain` measured (training tokens/s; the colocated
-choreography's seconds, `timing_s/rollout_switch`, which two pools do not pay; one sequence's speed from the longest
-response and the generation time without them; the full-batch decode rate fitted so that the model's colocated step
-is the measured one), with the responses' lengths at the measured mean, or drawn per prompt from the long-tailed
-distribution of `--long-tail` (the one benchmarks/long_tail_data.py gave the data), so the model is checked where
-it can be.
+its pool still holds at the end is not counted). Beside each other run: what the discrete-event model
+(benchmarks/async_model.py) predicts from the `plain` run alone (benchmarks/async_fit.py: the decode iteration's
+fixed and per-sequence seconds, least squares over plain's steps from 2; training tokens/s; the colocated
+choreography's seconds, `timing_s/rollout_switch`, which two pools do not pay; step 1's one-time extras), the same
+rates for every run: its step time, and over the counted steps its trained response tokens/s and step time against
+its own plain run and its mean trained response. The lengths are the run's own where `--long-tail MEAN,MAX[,ROWS]`
+lets them be rebuilt (benchmarks/long_tail_data.py's seeded limits over ROWS rows, else the count plain.log names,
+in the trainer's sampler order; used only if they give each plain step's measured longest response), else drawn
+from that distribution per prompt, else the measured mean, so the model is checked where it can be.
 Without per-prompt limits the workload's long tail is the model's own: with a response limit well above the
 typical answer, a few samples ramble to the limit while the rest stop early, and a plain step waits for the longest.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,7 +41,8 @@ from pathlib import Path
 
 def overrides_of(name: str, args: argparse.Namespace) -> list[str]:
     """The dotted overrides that make run `name` (plain, partial, poolsK, poolsKp) what it is."""
-    partial = ["async_training.partial_rollout=true", f"async_training.oversample_ratio={args.oversample}"]
+    partial = ["async_training.partial_rollout=true", f"async_training.oversample_ratio={args.oversample}",
+               *(["async_training.restart_stale=false"] if args.keep_stale else [])]
     if name == "plain":
         return []
     if name == "partial":
@@ -91,6 +97,7 @@ def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
     # a scored batch: generation and the rule scorer. Runs before the rollout node waited for the slowest rank
     # (timing_s/gen_rank_spread) logged that wait as the scorer's (its all-reduce), each a mean over ranks
     produce = lambda row: row["timing_s/gen"] + row.get("timing_s/reward", 0.0)  # noqa: E731
+    train = lambda row: row["timing_s/step"] - row.get("timing_s/trainer_wait", produce(row))  # noqa: E731
     seconds = sum(row["timing_s/step"] for row in steady)
     tokens = sum(row["response_length/mean"] * args.batch * args.n for row in steady)
     return {"step_s": mean("timing_s/step"), "gen_s": sum(map(produce, steady)) / len(steady),
@@ -104,56 +111,73 @@ def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
             "switch_s": mean("timing_s/rollout_switch"), "restarted": mean("async/restarted_groups"),
             # the training side's own seconds a step: colocated, what is not producing a batch; two pools, what is
             # not waiting for a batch (steps from 2: step 1 of two pools includes start-up work)
-            "train_s": sum(row["timing_s/step"] - row.get("timing_s/trainer_wait", produce(row))
-                           for row in rows[1:] or rows) / len(rows[1:] or rows),
+            "train_s": sum(map(train, rows[1:] or rows)) / len(rows[1:] or rows),
+            # the same steps' trained (prompt + response) tokens a training second: the model' rate
+            "train_tok_s": sum((row.get("prompt_length/mean", 0.0) + row["response_length/mean"]) * args.batch
+                               * args.n for row in rows[1:] or rows) / max(sum(map(train, rows[1:] or rows)), 1e-9),
             "tok_per_gpu_s": tokens / seconds / args.nproc}
 
 
-def predicted_step(base: dict[str, float], args: argparse.Namespace, name: str,
-                   pool_train_s: float | None = None) -> tuple[float, float]:
-    """The model's step time of run `name` from the rates `plain` measured (see the module docstring). With
-    `pool_train_s`, the training pool's seconds a step as run `name` measured them: training then runs at that pool's
-    own rate instead of plain's rate scaled by GPU count (a small model's training does not scale: fixed costs).
-    Returns the model's step seconds, and its trained tokens/s over the model's plain run's."""
+def model_inputs(args: argparse.Namespace) -> tuple:
+    """What the model takes from `plain` (every step): the fitted rates, the fit's details, the workload (with the
+    run's own lengths replayed where they can be rebuilt: the data set's ROWS from --long-tail, else from plain.log;
+    only if they give each plain step's measured longest response) and where its lengths come from."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import numpy as np
-    from async_model import Rates, Workload, colocated, long_tail_lengths, two_pools
+    from async_fit import fit_rates, replay
+    from async_model import Workload, long_tail_lengths
 
-    responses = args.batch * args.n
-    train_s = max(base["step_s"] - base["gen_s"], 1e-6)
+    rows = rows_of("plain", argparse.Namespace(**{**vars(args), "first_step": 1}))
+    prompt = int(round(sum(r.get("prompt_length/mean", 0.0) for r in rows) / len(rows)))
+    replayed, source = None, "drawn"
     if args.long_tail:
-        mean, longest = (float(v) for v in args.long_tail.split(","))
+        mean, longest, *more = (float(v) for v in args.long_tail.split(","))
         lengths = lambda rng, count: np.repeat(long_tail_lengths(rng, count // args.n, mean, int(longest)),  # noqa
                                                args.n)
+        log = Path(args.out) / "plain.log"
+        found = re.search(r"data: (\d+) training prompts", log.read_text()) if log.exists() else None
+        data_rows = int(more[0]) if more else int(found.group(1)) if found else 0
+        if data_rows >= args.batch:
+            draws = args.steps + math.ceil(args.oversample) + 1
+            candidate = replay(data_rows, mean, int(longest), args.batch, args.n, draws)
+            tops = candidate[::args.n][: len(rows) * args.batch].reshape(len(rows), -1).max(1)
+            if all(top == row["response_length/max"] for top, row in zip(tops, rows)):
+                replayed, source = candidate, f"replayed ({data_rows} rows, matching plain's longest each step)"
     else:
-        lengths = lambda rng, count: np.full(count, base["resp_mean"])  # noqa: E731
-    work = Workload(batch=args.batch, n=args.n, prompt_len=int(base["prompt"]), lengths=lengths)
+        mean_len = sum(r["response_length/mean"] for r in rows) / len(rows)
+        lengths = lambda rng, count: np.full(count, mean_len)  # noqa: E731
+    work = Workload(batch=args.batch, n=args.n, prompt_len=prompt, lengths=lengths, replay=replayed)
+    rates, fit = fit_rates(rows, args.nproc, args.batch, args.n, replayed, grouped=bool(args.long_tail))
+    return rates, fit, work, source
 
-    decoding_s = max(base["gen_s"] - base["switch_s"], 1e-6)  # generation without the colocated choreography
 
-    def rates(decode: float) -> Rates:
-        return Rates(decode_tok_s=decode, seq_tok_s=base["resp_max"] / decoding_s, prefill_tok_s=1e12,
-                     train_tok_s=(base["prompt"] + base["resp_mean"]) * responses / (train_s * args.nproc),
-                     push_s=base.get("push_s", 0.0), switch_s=base["switch_s"])
+def predicted_step(args: argparse.Namespace, name: str, inputs: tuple, own: dict | None = None) -> dict:
+    """The model's run `name` from plain's rates (see the module docstring). With `own`, the run's own measured
+    training rate (its summary's train_tok_s): training then runs at that pool's rate instead of plain's rate
+    scaled by GPU count (a small model's training does not scale: fixed costs). Returns the model's mean step from
+    step 2 on (its steady state: step 1 is start-up, counted or not), and over steps --first-step..--steps (those
+    the measurement counts) its trained response tokens/s and step time over the model's plain run's and its mean
+    trained response."""
+    from async_model import colocated, two_pools
 
-    lo, hi = base["resp_max"] / decoding_s, 1e9  # fit the decode rate: the model's plain step = the measured
-    for _ in range(40):
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if colocated(work, rates(mid), args.nproc, steps=args.steps).step_s > base["step_s"] \
-            else (lo, mid)
-    fitted = rates(hi)
-    plain = colocated(work, fitted, args.nproc, steps=args.steps).tokens_per_gpu_s
+    base, _, work, _ = inputs
     partial = name.endswith("p") or name == "partial"
-    if pool_train_s is not None and name.startswith("pools"):
-        pool_tokens = (base["prompt"] + base["resp_mean"]) * responses
-        fitted.train_tok_s = pool_tokens / (pool_train_s * (args.nproc - args.rollout_procs))
-    if name == "partial":
-        result = colocated(work, fitted, args.nproc, args.steps, partial=True, oversample=args.oversample,
-                           staleness=args.staleness)
-    else:
-        result = two_pools(work, fitted, args.rollout_procs, args.nproc - args.rollout_procs, int(name[5:].rstrip("p")),
-                           steps=args.steps, partial=partial, oversample=args.oversample, restarts=True)
-    return result.step_s, result.tokens_per_gpu_s / plain
+    rates = base if own is None else \
+        dataclasses.replace(base, train_tok_s=own["train_tok_s"] / (args.nproc - args.rollout_procs))
+
+    def model(warm: int):
+        if name == "partial":
+            return colocated(work, rates, args.nproc, args.steps, partial=True, oversample=args.oversample,
+                             staleness=None if args.keep_stale else args.staleness, warm=warm)
+        return two_pools(work, rates, args.rollout_procs, args.nproc - args.rollout_procs, int(name[5:].rstrip("p")),
+                         args.steps, partial=partial, oversample=args.oversample, restarts=not args.keep_stale,
+                         warm=warm)
+
+    warm = args.first_step - 1
+    plain, result = colocated(work, base, args.nproc, args.steps, warm=warm), model(warm)
+    return {"step_s": model(max(1, warm)).step_s, "resp_mean": result.resp_mean,
+            "ratio": (result.resp_mean / result.step_s) / (plain.resp_mean / plain.step_s),
+            "step_ratio": plain.step_s / result.step_s}
 
 
 def main() -> None:
@@ -170,7 +194,10 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--runs", default="plain,partial", help="comma list of plain, partial, poolsK, poolsKp")
     parser.add_argument("--rollout-procs", type=int, default=1, help="processes of the rollout pool")
-    parser.add_argument("--long-tail", default="", help="MEAN,MAX of the data's per-prompt limits, for the model")
+    parser.add_argument("--long-tail", default="",
+                        help="MEAN,MAX[,ROWS] of the data's per-prompt limits (and its rows), for the model")
+    parser.add_argument("--keep-stale", action="store_true",
+                        help="partial runs with async_training.restart_stale=false (and the model without restarts)")
     parser.add_argument("--report", action="store_true", help="run nothing: the table of the runs in --out")
     parser.add_argument("--first-step", type=int, default=1,
                         help="count steps from this one (2: leave out step 1's one-time costs, e.g. the first wake-up)")
@@ -192,34 +219,54 @@ def main() -> None:
             wall = Path(args.out) / name / "wall_s"
             results[name]["wall_s"] = float(wall.read_text()) if wall.exists() else float("nan")
     # every other named run gets the model's step, measured or not yet (then its row shows the prediction only)
-    predicted, own = {}, {}
+    predicted, own, inputs = {}, {}, None
+    if "plain" in results:
+        inputs = model_inputs(args)
+        rates, fit, _, source = inputs
     for name in names:
-        if name != "plain" and "plain" in results:
-            base = {**results["plain"], "push_s": results.get(name, {}).get("push_s", 0.0)}
-            predicted[name] = predicted_step(base, args, name)
+        if name != "plain" and inputs is not None:
+            push = dataclasses.replace(rates, push_s=results.get(name, {}).get("push_s", 0.0))
+            predicted[name] = predicted_step(args, name, (push, *inputs[1:]))
             if name.startswith("pools") and name in results:
-                own[name] = predicted_step(base, args, name, pool_train_s=results[name]["train_s"])
+                own[name] = predicted_step(args, name, (push, *inputs[1:]), own=results[name])
     columns = ["step_s", "gen_s", "train_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
                "partial", "restarted", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
     print(f"steps {args.first_step}..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
           f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
-          f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}"
-          + (f"; per-prompt limits long-tailed, mean {args.long_tail.replace(',', ', max ')}" if args.long_tail else ""))
-    print("model step_s: from plain's rates, training scaled by GPU count; model' step_s: the same with the training "
-          "pool's own measured seconds a step (train_s)")
+          f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}, "
+          f"stale groups {'kept (restart_stale=false)' if args.keep_stale else 'restarted'}"
+          + (f"; per-prompt limits long-tailed, mean {', max '.join(args.long_tail.split(',')[:2])}" if args.long_tail
+             else ""))
+    if inputs is not None:
+        print(f"model fitted to plain: decode iteration {1e3 * fit['a']:.3f} ms + {1e3 * fit['c']:.4f} ms a sequence in "
+              f"flight (a lone sequence {1 / (fit['a'] + fit['c']):.0f} tok/s), training {rates.train_tok_s:.0f} "
+              f"tok/s/GPU, prefill {rates.prefill_tok_s:.0f} tok/s/GPU, switch {rates.switch_s:.2f} s a step; step 1 "
+              f"extra: training {rates.first_train_s:.1f} s, first wake-up {rates.first_switch_s:.1f} s; lengths "
+              f"{source}; decode s a plain step, model / measured: "
+              + ", ".join(f"{m:.1f}/{d:.1f}" for m, d in zip(fit["model_decode_s"], fit["decode_s"])))
+    print("model step_s: the model's mean step from step 2, from plain's rates, training scaled by GPU count; "
+          "model' step_s: the same with the run's own measured training rate; the ratios below count the same steps "
+          "as the measurement, each against the model's plain run")
     print("| run | " + " | ".join(columns) + " | model step_s | model' step_s |")
     print("|---" * (len(columns) + 3) + "|")
-    fmt = lambda table, name: f"{table[name][0]:.3f}" if name in table else "-"  # noqa: E731
+    fmt = lambda table, name: f"{table[name]['step_s']:.3f}" if name in table else "-"  # noqa: E731
     for name in names:
         cells = [f"{results[name][c]:.3f}" if name in results else "-" for c in columns]
         print(f"| {name} | " + " | ".join(cells) + f" | {fmt(predicted, name)} | {fmt(own, name)} |")
+    within = []
     for name in results:
         if name != "plain" and "plain" in results:
             measured = results["plain"]["step_s"] / results[name]["step_s"]
             tokens = results[name]['tok_per_s'] / results['plain']['tok_per_s']
-            model_own = f", model' {own[name][1]:.3f}x" if name in own else ""
-            print(f"{name} / plain: trained tokens/s {tokens:.3f}x (model {predicted[name][1]:.3f}x{model_own}), step "
-                  f"time {measured:.3f}x (model {results['plain']['step_s'] / predicted[name][0]:.3f}x)")
+            model, model_own = predicted[name], own.get(name)
+            within.append(abs((model_own or model)["ratio"] / tokens - 1) <= 0.2)
+            print(f"{name} / plain: trained tokens/s {tokens:.3f}x (model {model['ratio']:.3f}x"
+                  + (f", model' {model_own['ratio']:.3f}x" if model_own else "") + f"), step time {measured:.3f}x "
+                  f"(model {model['step_ratio']:.3f}x); trained response mean {results[name]['resp_mean']:.0f} "
+                  f"(model {model['resp_mean']:.0f}, plain {results['plain']['resp_mean']:.0f})")
+    if within:
+        print(f"model' (model where there is no model') within 20 % of the measured tokens/s ratio: "
+              f"{sum(within)} of {len(within)}")
 
 
 if __name__ == "__main__":

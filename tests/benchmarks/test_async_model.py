@@ -1,5 +1,7 @@
-"""The async-training model's claims that could be wrong: what staleness K buys, what the long tail costs each
-schedule, the length sampler's mean, determinism, and the rates loader's refusal of unknown keys."""
+"""The async-training model's claims that could be wrong: what an iteration costs (a fixed part plus one per
+sequence in flight), what staleness K buys, what the long tail costs each schedule, which responses partial rollout
+trains (with and without restarts), the length sampler's mean, determinism, and the rates loader's refusal of
+unknown keys."""
 import json
 import subprocess
 import sys
@@ -46,15 +48,81 @@ def test_k0_step_is_gen_plus_train_and_k1_overlaps_them():
     """Constant lengths, gen on 4 GPUs == train on 4 GPUs: K=0 pays gen + train, K>=1 pays max(gen, train)."""
     w = Workload(batch=16, n=4, prompt_len=64, lengths=constant(512))
     tokens = 16 * 4 * (64 + 512)
-    gen = 16 * 64 / 1e9 + 512 / 100  # 16 sequences per GPU at the 100 tok/s limit (decode 1e4 is not binding)
+    gen = 16 * 64 / 1e9 + 512 * (1 / 100 + 16 / 1e4)  # 16 sequences a GPU: a token costs 10 ms + 16 x 0.1 ms
     rates = Rates(decode_tok_s=1e4, seq_tok_s=100, prefill_tok_s=1e9, train_tok_s=tokens / (4 * gen), push_s=0)
     assert two_pools(w, rates, 4, 4, 0).step_s == pytest.approx(2 * gen, rel=1e-6)
     for k in (1, 2, 4):
         assert two_pools(w, rates, 4, 4, k).step_s == pytest.approx(gen, rel=1e-6)
-    # colocated on all 8: generation is at the per-sequence limit either way, training halves: 1.5 x gen
-    assert colocated(w, rates, 8).step_s == pytest.approx(1.5 * gen, rel=1e-6)
+    # colocated on all 8: 8 sequences a GPU, each iteration cheaper by 8 x 0.1 ms; training halves
+    gen8 = 8 * 64 / 1e9 + 512 * (1 / 100 + 8 / 1e4)
+    assert colocated(w, rates, 8).step_s == pytest.approx(gen8 + gen / 2, rel=1e-6)
     with_push = two_pools(w, Rates(**{**rates.__dict__, "push_s": 1.0}), 4, 4, 1).step_s
     assert gen < with_push <= gen + 1.0 + 1e-9  # a push stalls the rollout pool once per batch
+
+
+def test_an_iteration_costs_a_fixed_part_plus_one_per_sequence_so_a_fuller_gpu_is_cheaper_per_token():
+    """t_iter(b) = 1/seq_tok_s + b/decode_tok_s: b sequences of L tokens take L x t_iter(b), so doubling them costs
+    less than double; with no per-sequence part (decode_tok_s = inf) they come for free."""
+    rates = Rates(decode_tok_s=10_000, seq_tok_s=250, prefill_tok_s=1e12, train_tok_s=1e12, push_s=0)
+
+    def gen(b: int, r: Rates = rates) -> float:
+        return colocated(Workload(batch=b, n=1, prompt_len=0, lengths=constant(1000)), r, 1, steps=2).step_s
+
+    assert gen(16) == pytest.approx(1000 * (1 / 250 + 16 / 10_000), rel=1e-6)
+    assert gen(32) < 1.5 * gen(16)  # 32 x 0.1 ms added to a 4 ms iteration: 1.28x the time for 2x the tokens
+    free = Rates(**{**rates.__dict__, "decode_tok_s": float("inf")})
+    assert gen(32, free) == pytest.approx(gen(1, free), rel=1e-6) == pytest.approx(4.0, rel=1e-6)
+
+
+def test_filling_the_tail_with_short_sequences_costs_only_their_per_sequence_part():
+    """One 4,096-token response beside k of 64: the GPU takes 4,096 iterations either way, so the k cost
+    k x 64 x c on top of 4,096 x (a + c), whatever share of the GPU the old even split would have given them."""
+    rates = Rates(decode_tok_s=20_000, seq_tok_s=400, prefill_tok_s=1e12, train_tok_s=1e12, push_s=0)
+    a, c = 1 / 400, 1 / 20_000
+
+    def gen(k: int) -> float:
+        tail = lambda rng, count: np.array([4096.0] + [64.0] * (count - 1))  # noqa: E731
+        return colocated(Workload(batch=k + 1, n=1, prompt_len=0, lengths=tail), rates, 1, steps=2).step_s
+
+    assert gen(0) == pytest.approx(4096 * (a + c), rel=1e-6)
+    assert gen(63) == pytest.approx(4096 * (a + c) + 63 * 64 * c, rel=1e-6)
+    assert gen(63) < 1.05 * gen(0)  # 63 more sequences, 4 % more time
+
+
+def grouped_tail(rng, count, n=4):
+    """Long-tailed lengths shared by a prompt's n samples: how benchmarks/long_tail_data.py's data behave."""
+    return np.repeat(long_tail_lengths(rng, count // n), n)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_partial_rollout_trains_a_shorter_mix_under_restarts_and_not_without(seed):
+    """Partial rollout trains what finishes first. Restarting groups older than K throws long responses back to
+    their prompts, so fewer of them are ever trained: a shorter mix. Without restarts (restart_stale=false) they
+    finish under newer weights and, over a long run, the trained mix is plain's."""
+    w = Workload(batch=32, n=4, seed=seed, lengths=grouped_tail)
+    rates = Rates(decode_tok_s=20_000, seq_tok_s=400, train_tok_s=8_000, push_s=0)
+    plain = colocated(w, rates, 4, 24, warm=4).resp_mean
+    free = colocated(w, rates, 4, 24, partial=True, oversample=2.0, warm=4)
+    restarted = colocated(w, rates, 4, 24, partial=True, oversample=2.0, staleness=0, warm=4)
+    assert free.resp_mean > 0.95 * plain
+    assert restarted.resp_mean < 0.93 * free.resp_mean
+    assert restarted.step_s > free.step_s  # and the thrown-away tokens cost generation
+    # the same in two pools at K=0
+    pools = [two_pools(w, rates, 2, 2, 0, 24, partial=True, oversample=2.0, restarts=r, warm=4) for r in (False, True)]
+    assert pools[0].resp_mean > 0.95 * plain and pools[1].resp_mean < 0.97 * pools[0].resp_mean
+    # a short run counted from step 1 trains the short ones first even without restarts: the pool starts empty
+    assert colocated(w, rates, 4, 4, partial=True, oversample=2.0, warm=0).resp_mean \
+        < 0.8 * colocated(w, rates, 4, 4, warm=0).resp_mean
+
+
+def test_each_rank_trains_its_own_share():
+    """dagrl's partial-rollout pools are per rank: a rank whose pool holds only long groups waits for its share of
+    them, however many short groups the other rank has finished."""
+    replay = np.repeat(np.array([4000.0, 4000, 100, 100] * 2), 2)  # each draw: rank 0 two long prompts, rank 1 short
+    w = Workload(batch=4, n=2, prompt_len=0, replay=replay)
+    rates = Rates(decode_tok_s=20_000, seq_tok_s=400, prefill_tok_s=1e12, train_tok_s=1e12, push_s=0)
+    step = colocated(w, rates, 2, 1, partial=True, oversample=2.0, warm=0).step_s
+    assert step == pytest.approx(4000 * (1 / 400 + 8 / 20_000), rel=1e-6)  # rank 0: 8 long sequences together
 
 
 def test_longer_tail_costs_colocated_more_than_partial_rollout():

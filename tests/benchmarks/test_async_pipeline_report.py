@@ -31,3 +31,29 @@ def test_model_prime_uses_the_training_pools_own_seconds(tmp_path):
     assert train_s == pytest.approx(2.5)
     assert model == pytest.approx(4.0, rel=0.05)  # training-bound at plain's per-GPU rate on one GPU
     assert model_own == pytest.approx(2.5, rel=0.05)  # training-bound at the pool's own rate
+
+
+def test_keep_stale_turns_restarts_off_in_the_partial_runs_and_in_the_model(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from async_pipeline import overrides_of
+
+    import argparse
+    args = argparse.Namespace(oversample=2.0, staleness=1, rollout_procs=1, nproc=2, keep_stale=True)
+    assert "async_training.restart_stale=false" in overrides_of("pools2p", args)
+    assert "async_training.restart_stale=false" in overrides_of("partial", args)
+    assert not any("restart_stale" in o for o in overrides_of("pools2", args))  # refused without partial rollout
+    assert not any("restart_stale" in o for o in overrides_of("pools2p", argparse.Namespace(**{**vars(args),
+                                                                                              "keep_stale": False})))
+    # the model: a long-tailed plain run and a K=0 partial run, whose long groups restart forever unless kept
+    rows = [{"response_length/mean": 300.0 + 40 * i, "response_length/max": 2000.0 - 300 * i,
+             "prompt_length/mean": 30.0, "timing_s/step": 12.0 - i, "timing_s/gen": 9.0 - i} for i in range(4)]
+    write_run(tmp_path, "plain", rows)
+    report = lambda *flags: subprocess.run(  # noqa: E731
+        [sys.executable, "benchmarks/async_pipeline.py", "--model", "m", "--data", "d", "--report", "--out",
+         str(tmp_path), "--runs", "plain,pools0p", "--batch", "8", "--n", "2", "--nproc", "2", "--rollout-procs", "1",
+         "--steps", "8", "--response-length", "2048", "--long-tail", "256,2048", *flags],
+        cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    step = lambda out: float(next(l for l in out.splitlines() if l.startswith("| pools0p |")).split("|")[-3])  # noqa
+    restarted, kept = report(), report("--keep-stale")
+    assert "stale groups restarted" in restarted and "stale groups kept" in kept
+    assert step(kept) != pytest.approx(step(restarted), rel=1e-3)
