@@ -76,7 +76,7 @@ def train_sampling(ctx: StepContext, prompts: Batch | None = None) -> SamplingSp
     rollout = ctx.cfg.actor_rollout_ref.rollout
     length = ctx.shape.response_length
     return SamplingSpec(n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                        do_sample=rollout.do_sample, response_length=length,
+                        do_sample=rollout.do_sample, response_length=length, ignore_eos=rollout.ignore_eos,
                         response_lengths=None if prompts is None else response_limits(prompts, length))
 
 
@@ -177,7 +177,8 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
         out, turns = batch_of(pool.agent, pool, groups, sampling.response_length)
         metrics.update(turns)
     else:
-        out = pool.batch(groups, sampling.response_length, ctx.rollout.eos_token_ids, ctx.rollout.pad_token_id)
+        out = pool.batch(groups, sampling.response_length, sampling.stop_ids(ctx.rollout.eos_token_ids),
+                         ctx.rollout.pad_token_id)
     metrics.update(response_metrics(out, sampling.response_length))
     metrics.update(staleness_metrics(out, base))
     metrics.update({"async/buffer_groups": float(len(pool.groups)), "async/restarted_groups": float(restarted)})

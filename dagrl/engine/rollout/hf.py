@@ -74,7 +74,7 @@ class HFRollout:
             temperature=None if greedy else sampling.temperature,
             top_p=None if greedy else sampling.top_p,
             top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
-            eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id)
+            eos_token_id=sampling.stop_ids(self.eos_token_ids) or None, pad_token_id=self.pad_token_id)
         # drop the left-padding columns no row uses: generate's cost grows with the padded width
         used = prompts["attention_mask"].bool().any(dim=0).nonzero()
         first = int(used[0]) if len(used) else 0
@@ -96,8 +96,8 @@ class HFRollout:
                                          generation_config=config, **{cache_kwarg(self.model): cache})
         responses = output[:, input_ids.shape[1]:].cpu()
         batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
-        return join_prompt_and_response(batch, responses, sampling.response_length, self.eos_token_ids,
-                                        self.pad_token_id, limits)
+        return join_prompt_and_response(batch, responses, sampling.response_length,
+                                        sampling.stop_ids(self.eos_token_ids), self.pad_token_id, limits)
 
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Copy every bucket in; a name or shape the model does not have fails with that name."""

@@ -37,11 +37,17 @@ class SamplingSpec:
     # per prompt row of this call, each <= response_length (the data's extra_info.max_response_length, for
     # long-tailed workloads); None: every row gets response_length
     response_lengths: tuple[int, ...] | None = None
+    # generate every row to its limit, eos or not (fixed-length throughput runs; verl's rollout.ignore_eos)
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.response_lengths is not None and not all(0 < n <= self.response_length
                                                          for n in self.response_lengths):
             raise ValueError(f"response_lengths must lie in 1..response_length={self.response_length}")
+
+    def stop_ids(self, eos_token_ids) -> list[int]:
+        """The tokens that end a response under this spec: none when eos is ignored."""
+        return [] if self.ignore_eos else list(eos_token_ids)
 
     @property
     def greedy(self) -> bool:
@@ -118,7 +124,7 @@ class Progress:
 
 def finish_reason(token: int, generated: int, request: Request, eos_token_ids: list[int]) -> str | None:
     """Why a request ends after its `generated`-th new token `token` ("stop", "length"), or None."""
-    if token in eos_token_ids:
+    if token in request.sampling.stop_ids(eos_token_ids):
         return "stop"
     if generated >= request.budget:
         return "length"

@@ -38,11 +38,13 @@ class RequestParams:
     seed: int
     stop_token_ids: tuple[int, ...]
     logprobs: int | None
+    ignore_eos: bool = False
 
     def as_kwargs(self) -> dict[str, Any]:
         return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_tokens": self.max_tokens, "seed": self.seed, "stop_token_ids": list(self.stop_token_ids),
-                "logprobs": self.logprobs, "detokenize": False, "skip_special_tokens": False}
+                "logprobs": self.logprobs, "detokenize": False, "skip_special_tokens": False,
+                "ignore_eos": self.ignore_eos}
 
 
 def _params(sampling: SamplingSpec, n: int, max_tokens: int, seed: int, eos_token_ids: Sequence[int],
@@ -55,8 +57,9 @@ def _params(sampling: SamplingSpec, n: int, max_tokens: int, seed: int, eos_toke
         top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,  # vLLM: 0 disables top-k
         max_tokens=max_tokens,
         seed=seed,
-        stop_token_ids=tuple(eos_token_ids),
+        stop_token_ids=tuple(sampling.stop_ids(eos_token_ids)),
         logprobs=0 if with_log_probs else None,  # 0: the sampled token's own log-prob only
+        ignore_eos=sampling.ignore_eos,  # vLLM also stops at the model's own eos unless told not to
     )
 
 
@@ -132,7 +135,8 @@ def unpack_outputs(prompts: Batch, outputs: Sequence[Any], sampling: SamplingSpe
     if with_log_probs:
         log_probs[filled] = torch.from_numpy(np.array(flat_log_probs, dtype=np.float32))
     expanded = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
-    batch = join_prompt_and_response(expanded, responses, length, list(eos_token_ids), pad_token_id, counts)
+    batch = join_prompt_and_response(expanded, responses, length, sampling.stop_ids(eos_token_ids), pad_token_id,
+                                     counts)
     if with_log_probs:
         batch["rollout_log_probs"] = log_probs * batch["response_mask"]
     return batch
