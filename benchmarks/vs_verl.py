@@ -1,0 +1,348 @@
+"""dagrl against verl 0.9.1 on one GPU: the same GRPO job run by each trainer, one after the other, and the tables
+(issue 19, items 2-4).
+
+usage: python3 benchmarks/vs_verl.py --job learn|throughput --out DIR [--sides verl,dagrl] [--report] [--steps N]
+           [--seed 0] [--smol DIR] [--arith DIR] [--model DIR] [--data DIR] [--train-tokens 6144]
+           [--logprob-tokens 24576] [--timeout 560] [--verl-extra "k=v ..."] [--dagrl-extra "k=v ..."] [--dry-run]
+
+On the GPU machine (the kits received, `eval "$(bash .devkit/bin/gpu.sh env)"`; benchmarks/verl_kit/README.md,
+"Rerun") it runs each side in --sides as a subprocess, then prints the tables; `--report` runs nothing and prints the
+tables of the files already in --out, on any machine. Jobs:
+  learn       SmolLM2-135M-Instruct (--smol) on the arithmetic task (--arith): 32 prompts x 8, responses <= 12,
+              lr 1e-5, grad clip 1.0, KL off, T=1, greedy held-out every 4 steps, 32 steps. verl runs
+              benchmarks/verl_kit/run_smollm2_grpo.sh, dagrl examples/grpo_trainer/run_smollm2-135m-vllm.sh.
+  throughput  a random Qwen3-1.7B-shaped model (--model, built with scripts/init_random_model.py when absent),
+              prompts of exactly 512 tokens (--data, built with benchmarks/verl_data.py when absent), 256 responses of
+              exactly 1,024 tokens (EOS ignored), gpu_memory_utilization 0.5, CUDA graphs, dynamic batching with the
+              same token budgets on both sides (--train-tokens, --logprob-tokens), no validation, 6 steps.
+Files in --out, per side S: S.log (a `versions:` line from S's own environment, then S's console), S_run.json (exit
+code, wall seconds, seconds from launch to each `step:N` console line), S_mem.log (nvidia-smi memory.used every
+0.5 s); dagrl_metrics.jsonl (dagrl's jsonl logger). verl's numbers come from its console `step:N - key:value` lines.
+
+The step table is the median over steps 3..N of each phase: generate, old log-prob, update, weight sync and
+everything else (the step minus those four, per step). Weight sync is the switch of the GPU between training and
+generation: verl's timing_s/update_weights (vLLM wakes, weights sync, KV cache back; its sleep stays in its gen) and
+dagrl's timing_s/rollout_switch (actor offloads, vLLM wakes, weights sync, KV cache back, sleep), which this script
+takes out of dagrl's timing_s/gen. Launch to first step: when step 1's console line appeared minus step 1's seconds
+(learn: includes the held-out pass before step 1, on both sides). Peak memory: the highest nvidia-smi sample (all
+processes on the GPU). Ratios are dagrl/verl; `!` marks a difference over 10 %.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS, N, PROMPT_LEN, RESPONSE_LEN = 32, 8, 512, 1024  # both jobs: 32 prompts x 8 responses a step
+STEPS = {"learn": 32, "throughput": 6}
+FIRST = 3  # steps 1-2 carry one-time costs (CUDA graph warm-up, allocator growth, torch.compile on verl's side)
+VERSIONS = {"verl": ["verl", "vllm", "torch", "transformers", "ray"],
+            "dagrl": ["vllm", "torch", "transformers", "megatron.core", "transformer_engine"]}
+# printed from each side's own environment: verl runs with the verl kit's PYTHONPATH in front of the vLLM kit's
+VERSION_SNIPPET = ("import importlib, sys\n"
+                   "def v(name):\n"
+                   "    try:\n"
+                   "        return getattr(importlib.import_module(name), '__version__', '?')\n"
+                   "    except Exception as err:\n"
+                   "        return f'missing ({type(err).__name__})'\n"
+                   "print('versions: ' + ', '.join(f'{n} {v(n)}' for n in sys.argv[1:]), flush=True)")
+VERL_ENV = 'eval "$(bash benchmarks/verl_kit/build.sh env)" && '
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
+NUMPY = re.compile(r"^np\.\w+\((.*)\)$")  # verl prints numpy scalars as np.float64(0.5)
+ACC = re.compile(r"^val-core/.+/(acc|reward)/mean@\d+$")
+
+
+# ---- running (GPU machine) ----
+def overrides(side: str, args: argparse.Namespace) -> list[str]:
+    """The job's overrides on top of the side's script; equal keys on both sides unless a side lacks one."""
+    common = [f"trainer.total_training_steps={args.steps}", "trainer.resume_mode=disable"]
+    if args.job == "learn":
+        return common
+    both = [f"data.max_prompt_length={PROMPT_LEN}", f"data.max_response_length={RESPONSE_LEN}",
+            "actor_rollout_ref.rollout.ignore_eos=True", "actor_rollout_ref.rollout.enforce_eager=False",
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.rollout.max_num_seqs=1024",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.train_tokens}",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={args.logprob_tokens}",
+            "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.save_freq=-1"]
+    if side == "verl":  # unset, verl sizes vLLM for max_position_embeddings (40960); dagrl for prompt + response
+        return common + both + [f"actor_rollout_ref.rollout.max_model_len={PROMPT_LEN + RESPONSE_LEN}"]
+    # verl keeps data.val_files (it builds the validation set even when it never validates); dagrl needs none
+    return common + both + ["actor_rollout_ref.actor.megatron.param_dtype=bfloat16", "data.val_files=null"]
+
+
+def command(side: str, args: argparse.Namespace) -> tuple[str, dict]:
+    """The side's shell command and the environment variables its script reads."""
+    env = {"MODEL_PATH": args.model, "DATA_DIR": args.data, "NGPUS": "1", "SEED": str(args.seed),
+           "PYTHONUNBUFFERED": "1"}
+    script = {"verl": "benchmarks/verl_kit/run_smollm2_grpo.sh",
+              "dagrl": "examples/grpo_trainer/run_smollm2-135m-vllm.sh"}
+    extra = shlex.split(args.verl_extra if side == "verl" else args.dagrl_extra)
+    if side == "verl":
+        extra = [f"trainer.default_local_dir=/tmp/vs_verl/verl_{args.job}", *extra]
+    else:
+        env["CKPT_DIR"] = f"/tmp/vs_verl/dagrl_{args.job}"  # its metrics.jsonl and data cache; copied out after
+        env["PYTHONPATH"] = f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"
+    words = [script[side], *overrides(side, args), *extra]
+    return (VERL_ENV if side == "verl" else "") + "exec bash " + " ".join(map(shlex.quote, words)), env
+
+
+def gpu_used_mib() -> list[int]:
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(v) for v in text.split() if v.isdigit()]
+
+
+def wait_for_idle_gpu(limit_s: float = 120) -> None:
+    """The previous side's processes (Ray's workers, vLLM's engine) may hold the GPU a while after its exit."""
+    end = time.time() + limit_s
+    while time.time() < end and max(gpu_used_mib() or [0]) > 1500:
+        time.sleep(2)
+
+
+def run_side(side: str, args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    shell, env = command(side, args)
+    env = {**os.environ, **env}
+    if "CKPT_DIR" in env:  # dagrl appends to its jsonl: a rerun on the same machine starts a fresh one
+        Path(env["CKPT_DIR"], "metrics.jsonl").unlink(missing_ok=True)
+    wait_for_idle_gpu()
+    with open(out / f"{side}.log", "wb") as log:
+        prefix = VERL_ENV if side == "verl" else ""
+        versions = f"{prefix}python3 -c {shlex.quote(VERSION_SNIPPET)} {' '.join(VERSIONS[side])}"
+        subprocess.run(["bash", "-c", versions], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        log.write(f"command: {shell}\n".encode())
+        log.flush()
+        with open(out / f"{side}_mem.log", "w") as mem_log:
+            try:
+                mem = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader", "-lms",
+                                        "500"], stdout=mem_log, stderr=subprocess.DEVNULL)
+            except OSError:
+                mem = None
+            # the launch clock starts after the versions line: importing vLLM there must not count as start-up
+            launch, seen = time.time(), {}
+            proc = subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    cwd=ROOT, env=env, start_new_session=True)
+
+            def pump() -> None:  # bytes: tqdm's carriage returns stay as they are in the log
+                for raw in proc.stdout:
+                    log.write(raw)
+                    found = STEP_LINE.search(ANSI.sub("", raw.decode(errors="replace")).split("\r")[-1])
+                    if found:
+                        seen.setdefault(found[1], round(time.time() - launch, 2))
+
+            # a reader thread: the clock stops when the side exits, even if a stray process holds the pipe open
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
+            try:
+                rc = proc.wait(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                rc = 124
+            wall = time.time() - launch
+            try:  # the side's leftovers (Ray's raylet and workers, torchrun's children): its own session only
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            reader.join(timeout=10)
+            if mem is not None:
+                mem.terminate()
+    if side == "dagrl" and Path(env["CKPT_DIR"], "metrics.jsonl").exists():
+        (out / "dagrl_metrics.jsonl").write_bytes(Path(env["CKPT_DIR"], "metrics.jsonl").read_bytes())
+    (out / f"{side}_run.json").write_text(json.dumps({"rc": rc, "wall_s": round(wall, 1), "step_line_s": seen,
+                                                      "command": shell}, indent=1))
+    print(f"{side}: exit {rc} after {wall:.0f} s, {len(seen)} step lines -> {out / (side + '.log')}", flush=True)
+
+
+def prepare_throughput(args: argparse.Namespace) -> None:
+    """The random model and the 512-token prompts, once per machine (they stay in /tmp while it is held)."""
+    with open(Path(args.out) / "prep.log", "a") as log:
+        if not (Path(args.model) / "config.json").exists():
+            subprocess.run([sys.executable, "scripts/init_random_model.py", "--family", "qwen3", "--size", "1.7b",
+                            "--out", args.model, "--tokenizer", args.smol, "--dtype", "bf16", "--device", "cuda"],
+                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+        if not (Path(args.data) / "train.parquet").exists():
+            subprocess.run([sys.executable, "benchmarks/verl_data.py", "--src", args.arith, "--dst", args.data,
+                            "--tokenizer", args.model, "--prompt-length", str(PROMPT_LEN)],
+                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+# ---- parsing (any machine) ----
+def number(text: str) -> float | str:
+    text = text.strip()
+    found = NUMPY.match(text)
+    text = found[1] if found else text
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def console_steps(text: str) -> dict[int, dict]:
+    """{step: {key: value}} from `step:N - key:value - ...` console lines (Ray's `(TaskRunner pid=…)` prefix, ANSI
+    colours and a tqdm carriage return before the line are dropped)."""
+    rows: dict[int, dict] = {}
+    for line in text.split("\n"):
+        found = STEP_LINE.search(ANSI.sub("", line).split("\r")[-1])
+        if found:
+            row = rows.setdefault(int(found[1]), {})
+            for item in found[2].split(" - "):  # a negative value reads "key:-0.1": no spaces around its dash
+                key, sep, value = item.partition(":")
+                if sep:
+                    row[key.strip()] = number(value)
+    return rows
+
+
+def side_rows(out: Path, side: str) -> dict[int, dict]:
+    jsonl = out / f"{side}_metrics.jsonl"
+    if jsonl.exists():
+        rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+        return {int(row["step"]): row for row in rows}
+    log = out / f"{side}.log"
+    return console_steps(log.read_text(errors="replace")) if log.exists() else {}
+
+
+def versions(out: Path, side: str) -> str:
+    log = out / f"{side}.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = re.search(r"^versions: (.*)$", text, re.M)
+    if found:
+        return found[1]
+    engine = re.search(r"LLM engine \(v([\w.+-]+)\)", text)  # a log from before the versions line: vLLM's own
+    return f"not recorded (vllm {engine[1]}, from its engine line)" if engine else "not recorded"
+
+
+def accuracy(row: dict) -> float | None:
+    keys = sorted((key for key in row if ACC.match(key)), key=lambda key: "/reward/" in key)  # acc first
+    return float(row[keys[0]]) if keys else None
+
+
+def phases(row: dict, side: str) -> dict[str, float]:
+    """One step's seconds by phase (see the module docstring for weight sync)."""
+    sync = row.get("timing_s/update_weights" if side == "verl" else "timing_s/rollout_switch", 0.0)
+    named = {"generate": row["timing_s/gen"] - (sync if side == "dagrl" else 0.0),
+             "old log-prob": row.get("timing_s/old_log_prob", 0.0), "update": row["timing_s/update_actor"],
+             "weight sync": sync}
+    return {"whole step": row["timing_s/step"], **named, "everything else": row["timing_s/step"] - sum(named.values())}
+
+
+def summary(out: Path, side: str, first: int) -> dict[str, float]:
+    rows = side_rows(out, side)
+    steps = [row for step, row in sorted(rows.items()) if step >= first and "timing_s/step" in row]
+    result: dict[str, float] = {}
+    if steps:
+        per_step = [phases(row, side) for row in steps]
+        result = {name: statistics.median(p[name] for p in per_step) for name in per_step[0]}
+        result["tokens/s/GPU"] = statistics.median(row["response_length/mean"] * PROMPTS * N / row["timing_s/step"]
+                                                   for row in steps)
+    mem = out / f"{side}_mem.log"
+    samples = [int(v) for v in re.findall(r"^\s*(\d+)", mem.read_text(), re.M)] if mem.exists() else []
+    if samples:
+        result["peak GPU memory, MiB"] = max(samples)
+    run = json.loads((out / f"{side}_run.json").read_text()) if (out / f"{side}_run.json").exists() else {}
+    if "1" in run.get("step_line_s", {}) and "timing_s/step" in rows.get(1, {}):
+        result["launch to first step, s"] = run["step_line_s"]["1"] - rows[1]["timing_s/step"]
+    if "wall_s" in run:
+        result["whole wall, s"] = run["wall_s"]
+    result["steps"] = len(steps)
+    return result
+
+
+def cell(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def report(args: argparse.Namespace) -> str:
+    out, first = Path(args.out), FIRST
+    lines = [f"vs_verl {args.job}: {PROMPTS} prompts x {N}, 1 GPU, seed {args.seed}; files in {out}"]
+    for side in ("verl", "dagrl"):
+        run = out / f"{side}_run.json"
+        rc = f" (exit {json.loads(run.read_text())['rc']})" if run.exists() else ""
+        lines.append(f"{side:5}: {versions(out, side)}{rc}")
+    rows = {side: side_rows(out, side) for side in ("verl", "dagrl")}
+    evaluated = sorted({step for side in rows for step, row in rows[side].items() if accuracy(row) is not None})
+    if evaluated:
+        lines += ["", "held-out greedy accuracy", "| step | verl | dagrl | dagrl - verl |", "|---:|---:|---:|---:|"]
+        for step in evaluated:
+            verl, dagrl = (accuracy(rows[side].get(step, {})) for side in ("verl", "dagrl"))
+            diff = f"{dagrl - verl:+.3f}" if verl is not None and dagrl is not None else "-"
+            lines.append(f"| {step} | {cell(verl)} | {cell(dagrl)} | {diff} |")
+    sums = {side: summary(out, side, first) for side in ("verl", "dagrl")}
+    last = max(max(rows["verl"], default=0), max(rows["dagrl"], default=0))
+    lines += ["", f"median of steps {first}..{last} (verl {sums['verl']['steps']} steps, dagrl "
+                  f"{sums['dagrl']['steps']}); seconds unless named", "| phase | verl | dagrl | dagrl/verl |",
+              "|---|---:|---:|---:|"]
+    names = ["whole step", "generate", "old log-prob", "update", "weight sync", "everything else", "tokens/s/GPU",
+             "peak GPU memory, MiB", "launch to first step, s", "whole wall, s"]
+    for name in names:
+        verl, dagrl = sums["verl"].get(name), sums["dagrl"].get(name)
+        ratio = "-"
+        if verl and dagrl is not None:
+            ratio = f"{dagrl / verl:.2f}" + (" !" if abs(dagrl / verl - 1) > 0.10 else "")
+        digits = 0 if "MiB" in name or "tokens" in name or name.endswith(", s") else 3
+        lines.append(f"| {name} | {cell(verl, digits)} | {cell(dagrl, digits)} | {ratio} |")
+    if sums["verl"].get("tokens/s/GPU") and sums["dagrl"].get("tokens/s/GPU"):
+        gain = sums["dagrl"]["tokens/s/GPU"] / sums["verl"]["tokens/s/GPU"]
+        lines.append(f"dagrl/verl tokens/s/GPU: {gain:.2f}x (issue 19's goal on the throughput job: >= 1.3x)")
+    lines.append("! : dagrl and verl differ by more than 10 %")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", choices=sorted(STEPS), required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sides", default="verl,dagrl", help="which sides to run, in order")
+    parser.add_argument("--report", action="store_true", help="run nothing: the tables of the files in --out")
+    parser.add_argument("--dry-run", action="store_true", help="print each side's command and exit")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (learn 32, throughput 6)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smol", default="/tmp/smol", help="SmolLM2-135M-Instruct (learn; the throughput tokenizer)")
+    parser.add_argument("--arith", default="/tmp/data/arithmetic", help="the arithmetic parquet directory")
+    parser.add_argument("--model", default=None, help="learn: --smol; throughput: /tmp/q17")
+    parser.add_argument("--data", default=None, help="learn: --arith; throughput: /tmp/data/prompt512")
+    parser.add_argument("--train-tokens", type=int, default=4 * (PROMPT_LEN + RESPONSE_LEN),
+                        help="throughput: ppo_max_token_len_per_gpu, both sides")
+    parser.add_argument("--logprob-tokens", type=int, default=16 * (PROMPT_LEN + RESPONSE_LEN),
+                        help="throughput: rollout.log_prob_max_token_len_per_gpu, both sides")
+    parser.add_argument("--timeout", type=float, default=560, help="seconds a side may run")
+    parser.add_argument("--verl-extra", default="", help="more verl overrides, one string")
+    parser.add_argument("--dagrl-extra", default="", help="more dagrl overrides, one string")
+    args = parser.parse_args()
+    args.steps = args.steps or STEPS[args.job]
+    learn = args.job == "learn"
+    args.model = args.model or (args.smol if learn else "/tmp/q17")
+    args.data = args.data or (args.arith if learn else "/tmp/data/prompt512")
+    sides = [side for side in args.sides.split(",") if side]
+    if set(sides) - {"verl", "dagrl"}:
+        raise SystemExit(f"--sides: verl and/or dagrl, not {args.sides}")
+    if args.dry_run:
+        for side in sides:
+            shell, env = command(side, args)
+            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k != "PYTHONPATH"), shell)
+        return
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        if not learn:
+            prepare_throughput(args)
+        for side in sides:
+            run_side(side, args)
+    print(report(args))
+
+
+if __name__ == "__main__":
+    main()

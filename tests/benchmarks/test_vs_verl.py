@@ -1,0 +1,183 @@
+"""benchmarks/vs_verl.py on CPU: verl's Ray-prefixed console lines and dagrl's jsonl rows parsed into the tables
+(accuracy per evaluated step, median phases of steps 3..N), and benchmarks/verl_data.py's exact prompt length. The
+verl lines are real lines of a verl 0.9.1 run on one H100 (benchmarks/verl_kit/run_smollm2_grpo.sh), cut to fewer
+keys; the jsonl rows are dagrl's from the same job."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import vs_verl  # noqa: E402
+
+P = "\x1b[36m(TaskRunner pid=2153)\x1b[0m "
+VERL_LOG = "\n".join([
+    "versions: verl 0.9.1, vllm 0.26.0, torch 2.11.0+cu130, transformers 5.10.4, ray 2.60.0",
+    "\x1b[36m(pid=2153)\x1b[0m /tmp/verl/site/verl/workers/engine/__init__.py:32: UserWarning: torchtitan engine "
+    "is not available",
+    P + "step:0 - val-core/dagrl/arithmetic/acc/mean@1:np.float64(0.1171875)",
+    P + "Training Progress:   0%|          | 0/32 [00:00<?, ?it/s]",
+    P + "step:1 - response_length/mean:11.859375 - timing_s/gen:0.5924565619999953 - "
+        "timing_s/old_log_prob:1.585580789000005 - timing_s/update_actor:3.1181076679999933 - "
+        "timing_s/update_weights:0.11893055699999877 - timing_s/step:5.525746058000038",
+    P + "\rTraining Progress:   3%|▎         | 1/32 [00:05<02:54,  5.64s/it]",
+    P + "step:3 - actor/pg_clipfrac:np.float64(0.0) - critic/advantages/mean:-0.005395879037678242 - "
+        "response_length/mean:11.7578125 - timing_s/agent_loop/num_preempted/min:np.int64(-1) - "
+        "timing_s/gen:0.54289234700002 - timing_s/old_log_prob:1.3526052089999894 - "
+        "timing_s/update_actor:2.49344397699997 - timing_s/update_weights:0.14664415499998995 - "
+        "timing_s/step:4.635444853000024",
+    P + "\rTraining Progress:   9%|▉         | 3/32 [00:15<02:22,  4.92s/it]",
+    P + "test_gen_batch meta info: {'eos_token_id': 2, 'pad_token_id': 2, 'recompute_log_prob': False, "
+        "'do_sample': False, 'validate': True, 'global_steps': 4}",
+    P + "step:4 - actor/pg_clipfrac:np.float64(0.0) - val-core/dagrl/arithmetic/acc/mean@1:np.float64(0.1875) - "
+        "critic/advantages/mean:-0.006869451608508825 - response_length/mean:11.86328125 - "
+        "timing_s/agent_loop/num_preempted/min:np.int64(-1) - timing_s/gen:0.4600678939999625 - "
+        "timing_s/old_log_prob:0.8327316130000213 - timing_s/update_actor:2.5786337449999905 - "
+        "timing_s/update_weights:0.1253115149999644 - timing_s/step:4.0585189789999845",
+    P + "step:5 - actor/pg_clipfrac:np.float64(0.0) - critic/advantages/mean:-0.0019640661776065826 - "
+        "response_length/mean:11.85546875 - timing_s/agent_loop/num_preempted/min:np.int64(-1) - "
+        "timing_s/gen:0.6010216839999885 - timing_s/old_log_prob:0.8574571670000068 - "
+        "timing_s/update_actor:2.7777407570000037 - timing_s/update_weights:0.12495694400001867 - "
+        "timing_s/step:4.428343901999995",
+])
+DAGRL_ROWS = [
+    {"step": 0, "time": 1795746267.281, "val-core/dagrl/arithmetic/acc/mean@1": 0.1171875},
+    {"step": 1, "timing_s/gen": 0.43794429000001855, "timing_s/rollout_switch": 0.08278192599993872,
+     "timing_s/old_log_prob": 0.5219303069999341, "timing_s/update_actor": 0.7774276369999598,
+     "timing_s/step": 1.7566320280000127, "response_length/mean": 11.875},
+    {"step": 3, "time": 1795746271.212, "timing_s/gen": 0.3869175519999999,
+     "timing_s/rollout_switch": 0.10750812300000234, "timing_s/weight_sync": 0.01128343900006712,
+     "timing_s/old_log_prob": 0.2022564850000208,
+     "timing_s/update_actor": 0.48263861800000996, "timing_s/step": 1.0852661410000337,
+     "response_length/mean": 11.828125},
+    {"step": 4, "time": 1795746272.656, "timing_s/gen": 0.3752474540000321,
+     "timing_s/rollout_switch": 0.11096120299998802, "timing_s/weight_sync": 0.011786357999994834,
+     "timing_s/old_log_prob": 0.2167229579999912,
+     "timing_s/update_actor": 0.4806660899999997, "timing_s/step": 1.0899090560000104,
+     "response_length/mean": 11.79296875, "val-core/dagrl/arithmetic/acc/mean@1": 0.1875},
+    {"step": 5, "time": 1795746273.817, "timing_s/gen": 0.43957529199997225,
+     "timing_s/rollout_switch": 0.0908052580000458, "timing_s/weight_sync": 0.023156334999953287,
+     "timing_s/old_log_prob": 0.22126330899993718,
+     "timing_s/update_actor": 0.4801516409999067, "timing_s/step": 1.1602765359999694,
+     "response_length/mean": 11.68359375},
+]
+
+
+def test_verl_console_lines_parse_through_ray_prefix_ansi_and_numpy_scalars():
+    rows = vs_verl.console_steps(VERL_LOG)
+    assert sorted(rows) == [0, 1, 3, 4, 5]  # tqdm's "3/32" and the meta-info line are not steps
+    assert rows[0]["val-core/dagrl/arithmetic/acc/mean@1"] == 0.1171875
+    assert rows[3]["timing_s/gen"] == pytest.approx(0.54289234700002)
+    assert rows[3]["critic/advantages/mean"] == pytest.approx(-0.005395879037678242)  # "key:-0.005": not a separator
+    assert rows[3]["timing_s/agent_loop/num_preempted/min"] == -1.0
+    assert vs_verl.accuracy(rows[4]) == 0.1875 and vs_verl.accuracy(rows[3]) is None
+    # dagrl's console logger writes the same format (read when its jsonl is missing)
+    dagrl = vs_verl.console_steps("step:4 - timing_s/step:1.09 - val-core/dagrl/arithmetic/acc/mean@1:0.1875\n")
+    assert dagrl[4]["timing_s/step"] == 1.09
+
+
+def test_phases_split_dagrls_switch_out_of_its_generation():
+    verl = vs_verl.phases(vs_verl.console_steps(VERL_LOG)[3], "verl")
+    assert verl["weight sync"] == pytest.approx(0.14664415499998995)
+    assert verl["generate"] == pytest.approx(0.54289234700002)
+    assert verl["everything else"] == pytest.approx(4.635444853 - 0.542892347 - 1.352605209 - 2.493443977 - 0.146644155)
+    dagrl = vs_verl.phases(DAGRL_ROWS[2], "dagrl")
+    assert dagrl["weight sync"] == pytest.approx(0.10750812300000234)
+    assert dagrl["generate"] == pytest.approx(0.3869175519999999 - 0.10750812300000234)
+
+
+def write_out(out: Path) -> None:
+    (out / "verl.log").write_text(VERL_LOG)
+    (out / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps(row) for row in DAGRL_ROWS) + "\n")
+    (out / "dagrl.log").write_text("versions: vllm 0.26.0, torch 2.11.0+cu130, transformers 5.17.0, megatron.core "
+                                   "0.19.2, transformer_engine 2.17.1\nstep:1 - timing_s/step:1.757\n")
+    (out / "verl_mem.log").write_text("4 MiB\n26921 MiB\n28275 MiB\n2913 MiB\n")
+    (out / "dagrl_mem.log").write_text("527 MiB\n7591 MiB\n")
+    (out / "verl_run.json").write_text(json.dumps({"rc": 0, "wall_s": 240.0, "step_line_s": {"1": 80.0}}))
+    (out / "dagrl_run.json").write_text(json.dumps({"rc": 0, "wall_s": 120.0, "step_line_s": {"1": 40.0}}))
+
+
+def table_row(text: str, name: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")][1:]
+
+
+def test_report_prints_accuracy_and_median_rows(tmp_path):
+    write_out(tmp_path)
+    text = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--report", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "verl : verl 0.9.1, vllm 0.26.0, torch 2.11.0+cu130, transformers 5.10.4, ray 2.60.0 (exit 0)" in text
+    assert "dagrl: vllm 0.26.0, torch 2.11.0+cu130, transformers 5.17.0, megatron.core 0.19.2" in text
+    assert table_row(text, "0") == ["0.117", "0.117", "+0.000"]
+    assert table_row(text, "4") == ["0.188", "0.188", "+0.000"]
+    assert "median of steps 3..5 (verl 3 steps, dagrl 3)" in text
+    # medians of steps 3, 4, 5: verl's step 4.428 s, dagrl's 1.090 s
+    assert table_row(text, "whole step") == ["4.428", "1.090", "0.25 !"]
+    assert table_row(text, "generate") == ["0.543", "0.279", "0.51 !"]
+    assert table_row(text, "old log-prob") == ["0.857", "0.217", "0.25 !"]
+    assert table_row(text, "update") == ["2.579", "0.481", "0.19 !"]
+    assert table_row(text, "weight sync") == ["0.125", "0.108", "0.86 !"]
+    assert table_row(text, "everything else") == ["0.067", "0.017", "0.26 !"]
+    assert table_row(text, "tokens/s/GPU") == ["685", "2770", "4.04 !"]  # 11.86 x 256 / 4.43 s; 11.79 x 256 / 1.09 s
+    assert table_row(text, "peak GPU memory, MiB") == ["28275", "7591", "0.27 !"]
+    assert table_row(text, "launch to first step, s") == ["74", "38", "0.51 !"]  # 80 - 5.53, 40 - 1.76
+    assert table_row(text, "whole wall, s") == ["240", "120", "0.50 !"]
+
+
+def test_report_without_run_files_leaves_their_cells_empty(tmp_path):
+    write_out(tmp_path)
+    for name in ("verl_run.json", "dagrl_run.json", "verl_mem.log"):
+        (tmp_path / name).unlink()
+    (tmp_path / "verl.log").write_text(VERL_LOG.split("\n", 1)[1])  # a log from before the versions line
+    text = vs_verl.report(vs_verl.argparse.Namespace(job="learn", out=str(tmp_path), seed=0))
+    assert "verl : not recorded" in text
+    assert table_row(text, "launch to first step, s") == ["-", "-", "-"]
+    assert table_row(text, "peak GPU memory, MiB") == ["-", "7591", "-"]
+
+
+def test_verl_data_pads_every_prompt_to_the_exact_length(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    import pyarrow.parquet as pq
+    from helpers import chat, make_row, make_tiny_tokenizer, write_parquet
+
+    make_tiny_tokenizer(str(tmp_path / "tok"))
+    rows = [make_row(i, f"What is {i} + {2 * i}?", str(3 * i)) for i in range(5)]
+    write_parquet(str(tmp_path / "src" / "train.parquet"), rows)
+    subprocess.run([sys.executable, "benchmarks/verl_data.py", "--src", str(tmp_path / "src"), "--dst",
+                    str(tmp_path / "dst"), "--tokenizer", str(tmp_path / "tok"), "--prompt-length", "96"],
+                   cwd=ROOT, check=True, capture_output=True)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    out = pq.read_table(tmp_path / "dst" / "train.parquet").to_pylist()
+    assert [len(vs_verl_prompt(tokenizer, row["prompt"])) for row in out] == [96] * 5
+    assert out[1]["reward_model"] == rows[1]["reward_model"] and out[1]["prompt"][-1]["content"].startswith(
+        chat("What is 1 + 2?")[-1]["content"])
+
+
+def vs_verl_prompt(tokenizer, prompt):
+    text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_run_side_logs_versions_and_stamps_step_lines(tmp_path, monkeypatch):
+    """The runner on a stand-in trainer: versions line first, console bytes kept (tqdm's carriage return too), the
+    seconds from launch to each step line, the exit code, and dagrl's jsonl copied into --out."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "metrics.jsonl").write_text("a previous run's rows\n")
+    fake = ("printf 'loading\\nstep:1 - timing_s/step:0.5\\n\\rTraining 1/2\\n'; sleep 0.3; echo 'step:2 - x:1'; "
+            f"echo '{json.dumps(DAGRL_ROWS[1])}' >> {ckpt}/metrics.jsonl; exit 3")
+    monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {"CKPT_DIR": str(ckpt)}))
+    monkeypatch.setattr(vs_verl, "VERSIONS", {"dagrl": ["json"]})
+    monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: None)
+    vs_verl.run_side("dagrl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60))
+    log = (tmp_path / "dagrl.log").read_bytes()
+    assert log.startswith(b"versions: json ") and b"\n\rTraining 1/2\n" in log
+    run = json.loads((tmp_path / "dagrl_run.json").read_text())
+    assert run["rc"] == 3 and sorted(run["step_line_s"]) == ["1", "2"]
+    assert run["step_line_s"]["2"] - run["step_line_s"]["1"] >= 0.25
+    assert json.loads((tmp_path / "dagrl_metrics.jsonl").read_text())["step"] == 1
