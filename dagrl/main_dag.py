@@ -60,6 +60,8 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
     cfg = Cfg(cfg_data)
     try:
         shape = preflight(cfg)
+        from dagrl.config.launch_env import check_rendezvous_env
+        check_rendezvous_env()  # here, not in pre-flight: dagrl.plan and the tests validate a launch by WORLD_SIZE
         from dagrl.placement.bridge import global_rank
         from dagrl.trainer.loop import Trainer
         from dagrl.utils import watchdog

@@ -40,6 +40,10 @@ def check_multi_turn(cfg: Cfg) -> None:
         require(given is None, str(given), f"{given} is set but {KEY}.enable=false, so it would be ignored (every "
                                            f"rollout single-turn): set {KEY}.enable=true, or drop {given}")
         return
+    # a turn ends at the model's eos: without it every assistant turn would run to the response budget
+    require(cfg.actor_rollout_ref.rollout.ignore_eos is not True, "actor_rollout_ref.rollout.ignore_eos",
+            f"actor_rollout_ref.rollout.ignore_eos=true with {KEY}.enable=true: a turn ends at eos, so every assistant "
+            f"turn would run to the response limit; set ignore_eos=false (it is for fixed-length benchmarks)")
     require(any(paths), f"{KEY}.tool_config_path",
             f"{KEY}.enable=true needs {KEY}.tool_config_path (tools) or {KEY}.interaction_config_path "
             f"(feedback turns); set one, or set {KEY}.enable=false")

@@ -2,6 +2,7 @@
 starts from, and what the actor saves and loads."""
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -18,12 +19,27 @@ def check_writable_dir(key: str, configured: str, what: str) -> Path:
             f"{key}={configured} holds ${variable[1] if variable else ''}, a shell variable that was not expanded (single "
             f"quotes, or a config file): write the path out, or use ${{oc.env:{variable[1] if variable else ''}}}")
     root = Path(os.path.expanduser(configured))
+    # a symlink that resolves to nothing (its target gone, or a loop) does not "exist", but cannot be created either
+    dangling = next((p for p in [root, *root.parents] if p.is_symlink() and not p.exists()), None)
+    require(dangling is None, key,
+            f"{what} {root} cannot be created: {dangling} is a symlink that leads nowhere "
+            f"({'a loop' if dangling is not None and _loops(dangling) else 'its target is gone'}); fix the link or {key}")
     existing = next((p for p in [root, *root.parents] if p.exists()), None)
     require(existing is None or existing.is_dir(), key,
             f"{what} {root} cannot be created: {existing} is not a directory; fix {key}")
     require(existing is not None and os.access(existing, os.W_OK), key,
             f"{what} {root} is not writable (nearest existing parent: {existing}): fix {key}")
     return root
+
+
+def _loops(link: Path) -> bool:
+    try:
+        link.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13: a symlink loop
+        return True
+    except OSError as error:
+        return error.errno == errno.ELOOP
+    return False
 
 
 def check_output_dirs(cfg: Cfg) -> None:
@@ -56,6 +72,11 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
             f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
             f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another trainer.default_local_dir")
     check_markers(root)
+    from dagrl.trainer.checkpoint import TRACKER
+    tracker = root / TRACKER  # replaced after every save (for verl's tooling): a directory there fails the first save
+    require(not tracker.exists() or tracker.is_file(), "trainer.default_local_dir",
+            f"{tracker} in trainer.default_local_dir is not a file: every checkpoint save replaces it with the newest "
+            f"step, and would fail after the step trained; remove or move it away")
     if cfg.trainer.resume_mode == "resume_path":
         given = cfg.trainer.resume_from_path
         require(not given or Path(os.path.expanduser(str(given))).is_dir(), "trainer.resume_from_path",
@@ -103,6 +124,8 @@ def check_markers(root: Path) -> None:
             problem = None if recorded == step else f"its {MARKER} records global_step {recorded!r}"
         if problem is None and not (path / "actor").is_dir():
             problem = "it has no actor/ directory (the actor's weights)"
+        if problem is None and not (path / "data.pt").is_file():  # the sampler's and KL controller's state
+            problem = "it has no data.pt (the data order and step that a resume restores)"
         require(problem is None, "trainer.default_local_dir",
                 f"checkpoint {path} in trainer.default_local_dir is damaged: {problem}; a resume would fail after "
                 f"the models are built; move it out of {root} (or restore it), then rerun")

@@ -206,7 +206,11 @@ def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.p
                                + (f", e.g. {path.parent}" if path.name == "config.json" else ""))
     require(path.is_dir(), key, f"model directory {path} does not exist: fix {key}")
     config_file = path / "config.json"
-    require(config_file.is_file(), key, f"{config_file} is missing: {key} must be an HF model directory")
+    ggufs = [] if config_file.is_file() else sorted(p.name for p in path.glob("*.gguf"))
+    require(config_file.is_file(), key, f"{config_file} is missing: {key} must be an HF model directory" + (
+        f"; {path} holds {ggufs[0]}, a GGUF file (llama.cpp's format), which dagrl cannot train: convert it to an "
+        f"HF directory (transformers' from_pretrained(..., gguf_file=...) then save_pretrained) or point {key} at "
+        f"the original HF model" if ggufs else ""))
     try:
         hf_config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
@@ -240,6 +244,14 @@ def check_hf_config_fields(hf_config: dict, config_file: Path, key: str) -> None
         if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
             what = f"has {name}={value!r}, not a positive integer" if name in hf_config else f"has no {name}"
             raise ConfigError(key, f"{config_file} {what}: fix or re-download the model {key} names")
+    # grouped-query attention: each KV head serves a whole group of query heads
+    heads, kv_heads = hf_config["num_attention_heads"], hf_config.get("num_key_value_heads") or 0
+    require(not kv_heads or (kv_heads <= heads and heads % kv_heads == 0), key,
+            f"{config_file} has num_attention_heads={heads} and num_key_value_heads={kv_heads}: query heads must "
+            f"be a multiple of the key/value heads; fix or re-download the model {key} names")
+    require("head_dim" in hf_config or hf_config["hidden_size"] % heads == 0, key,
+            f"{config_file} has hidden_size={hf_config['hidden_size']}, not divisible by num_attention_heads={heads} "
+            f"(and no head_dim): fix or re-download the model {key} names")
     tie = hf_config.get("tie_word_embeddings", False)
     require(isinstance(tie, bool), key, f"{config_file} has tie_word_embeddings={tie!r}, not true or false: fix or "
                                         f"re-download the model {key} names")

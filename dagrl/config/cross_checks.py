@@ -40,6 +40,19 @@ def check_profiled_steps(cfg: Cfg, train_rows: int) -> None:
             f"step(s) (trainer.total_training_steps / total_epochs) would never be profiled: pick steps in 1..{total}")
 
 
+def check_critic_warmup(cfg: Cfg, train_rows: int) -> None:
+    """trainer.critic_warmup steps train only the critic (nodes/actor.py: steps 1..N): N at or beyond the run's
+    last step would end the run with the actor never updated."""
+    warmup = cfg.trainer.critic_warmup
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup <= 0:
+        return
+    total = total_steps(cfg, train_rows)
+    require(total is None or warmup < total, "trainer.critic_warmup",
+            f"trainer.critic_warmup={warmup} trains only the critic for the first {warmup} step(s), but this run has "
+            f"{total} step(s) (trainer.total_training_steps / total_epochs): the actor would never be updated; set "
+            f"trainer.critic_warmup below {total}, or run more steps")
+
+
 def check_rollout_pool_keys(cfg: Cfg) -> None:
     """rollout.nnodes / rollout.n_gpus_per_node size the rollout pool of separate pools only: set on a colocated
     run they would be ignored while the user expects a pool of that size."""

@@ -13,6 +13,11 @@ MORE_VERL_KEYS = {
                                          "trainer.max_actor_ckpt_to_keep=N; drop the key",
     "reward_model.launch_reward_fn_async": "dagrl scores responses in worker processes under a time limit "
                                            "(reward_model.timeout_s); drop the key",
+    "actor_rollout_ref.actor.megatron.use_mbridge": "dagrl converts the HF weights of actor_rollout_ref.model.path "
+                                                    "to Megatron itself (no mbridge); drop the key",
+    "data.filter_overlong_prompts_workers": "dagrl filters overlong prompts in the training process while the data "
+                                            "loads (data.filter_overlong_prompts=true), without worker processes; "
+                                            "drop the key",
     "async_training.compute_prox_log_prob": "dagrl always recomputes pi_old (the proximal policy) in the trainer; "
                                             "for AReaL's decoupled loss set "
                                             "actor_rollout_ref.actor.policy_loss.off_policy=decoupled; drop the key",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from dagrl.config.checks import require
+from dagrl.config.errors import ConfigError
 
 
 def _integer(name: str) -> int | None:
@@ -36,3 +37,31 @@ def check_rank_variables(world_size: int) -> None:
     require(port is None or (port.strip().isdigit() and 1 <= int(port) <= 65535), "MASTER_PORT",
             f"environment variable MASTER_PORT={port!r} is not a port number (1..65535): set a free port, e.g. "
             f"MASTER_PORT=29500, or unset it")
+
+
+def check_local_world(nnodes: int, per_node: int, world_size: int) -> None:
+    """A colocated launch whose world matches trainer.nnodes x trainer.n_gpus_per_node can still split it
+    otherwise: torchrun's LOCAL_WORLD_SIZE is the processes on this node. trainer.n_gpus_per_node must be that, or
+    the run would place ranks (GPUs, the per-machine data cache) on nodes that do not hold them."""
+    local_world = _integer("LOCAL_WORLD_SIZE")
+    if local_world is None or local_world == per_node:
+        return
+    fix = (f"set trainer.nnodes={world_size // local_world} trainer.n_gpus_per_node={local_world}"
+           if world_size % local_world == 0 else f"start torchrun --nnodes {nnodes} --nproc-per-node {per_node}")
+    raise ConfigError("trainer.n_gpus_per_node",
+                      f"trainer.nnodes={nnodes} x trainer.n_gpus_per_node={per_node} but this launch has "
+                      f"LOCAL_WORLD_SIZE={local_world} process(es) on each node (WORLD_SIZE={world_size}): {fix}")
+
+
+def check_rendezvous_env() -> None:
+    """WORLD_SIZE set (by hand: `export WORLD_SIZE=2`) without the rest of what torchrun sets: torch.distributed's
+    env:// rendezvous needs RANK, MASTER_ADDR and MASTER_PORT too, and would fail in a traceback (or, with them but
+    no peer process, wait for it). Run after pre-flight, which reads WORLD_SIZE alone to validate a launch."""
+    if "WORLD_SIZE" not in os.environ:
+        return
+    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    require(not missing, "WORLD_SIZE",
+            f"environment variable WORLD_SIZE={os.environ['WORLD_SIZE']} is set but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not: start the processes with torchrun (torchrun "
+            f"--nproc-per-node {os.environ['WORLD_SIZE']} -m dagrl.main_dag ...), which sets them all, or unset "
+            f"WORLD_SIZE for one process")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
+from dagrl.config.override_hints import parse_fix, stray_word, sweep_fix
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # A source checkout keeps conf/ beside the package; an installed wheel ships it as dagrl/conf.
@@ -142,10 +143,16 @@ def closest_key(key: str, tree: dict[str, Any]) -> str | None:
         match = difflib.get_close_matches(key, same_leaf, n=1, cutoff=0.5)
         return match[0] if match else None
     siblings = {c.rpartition(".")[2]: c for c in candidates if c.rpartition(".")[0] == parent}
+    cut_short = [name for name in siblings if name.startswith(leaf + "_")]  # overlong_buffer.penalty: penalty_factor
+    if len(cut_short) == 1:
+        return siblings[cut_short[0]]
     match = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.7)
     if match:
         return siblings[match[0]]
-    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.85)  # a typo in a section name
+    # a typo in a section name: the leaf must be (nearly) the same too, else the long shared prefix alone would make
+    # megatron.use_mbridge "close" to megatron.seed, or val_kwargs.greedy to val_kwargs.n
+    near_leaf = [c for c in candidates if difflib.SequenceMatcher(None, c.rsplit(".", 1)[-1], leaf).ratio() >= 0.8]
+    match = difflib.get_close_matches(key, near_leaf, n=1, cutoff=0.85)
     return match[0] if match else None
 
 
@@ -179,6 +186,8 @@ def _parse_error(parser: Any, overrides: list[str], err: Exception) -> ConfigErr
             elif value.startswith("~"):
                 fix = (f"the shell did not expand '~' (it does only at the start of a word): write the full path, "
                        f"e.g. {key}=$HOME{value[1:]}")
+            elif parse_fix(key, value):
+                fix = parse_fix(key, value)
             elif value[:1] in "[{":
                 fix = "close the bracket (a list is written [a,b], a map {a: 1})"
             elif "'" not in value:
@@ -187,15 +196,6 @@ def _parse_error(parser: Any, overrides: list[str], err: Exception) -> ConfigErr
                 fix = f"write {key}=<value> with a valid value"
             return ConfigError(key.lstrip("+~"), f"cannot parse the command line: override '{arg}': {reason}; {fix}")
     return ConfigError("overrides", f"cannot parse the command line: {reason}")
-
-
-def _sweep_fix(key: str, value: str, default: Any) -> str:
-    """Hydra reads `key=a,b` as a sweep (one run per value); a verl user meant a list, or a string with commas."""
-    from dagrl.config.schema import schema
-
-    if isinstance(default, list) or schema().get(key, "").startswith("paths"):  # a path, or a list of paths
-        return f"a list needs brackets: {key}='[{value}]'"
-    return f"a value with commas needs quotes: \"{key}='{value}'\" (unquoted, Hydra reads it as a sweep)"
 
 
 def _required(key: str, section: bool) -> str:
@@ -214,6 +214,9 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         if "=" not in arg and not arg.startswith("~") and before and before.endswith("=") and before.count("=") == 1:
             raise ConfigError(before, f"override '{before}' has no value and '{arg}' follows it (a space after '='?): "
                                       f"write {before}{arg}")
+        stray = stray_word(before, arg) if "=" not in arg else None
+        if stray:
+            raise ConfigError(before.split("=", 1)[0].lstrip("+~"), stray)
         if "=" not in arg and not arg.startswith("~"):
             example = f"{arg}=<value>" if re.fullmatch(r"[\w.+]+", arg) else "key=value"
             following = overrides[overrides.index(arg) + 1:overrides.index(arg) + 2]
@@ -258,7 +261,7 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         adding = override.type in (OverrideType.ADD, OverrideType.FORCE_ADD)
         freeform = next((m for m in FREEFORM_MAPS if key.startswith(m + ".")), None)
         if override.is_sweep_override() and (exists or freeform):
-            raise ConfigError(key, f"override '{text}': {_sweep_fix(key, text.split('=', 1)[1], default)}")
+            raise ConfigError(key, f"override '{text}': {sweep_fix(key, text.split('=', 1)[1], default)}")
         if freeform:
             if not exists and deleting:
                 name = key[len(freeform) + 1:]

@@ -16,6 +16,11 @@ def check_loggers(cfg: Cfg, check_installed: bool = True) -> None:
     loggers = cfg.trainer.logger
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)
     for name in loggers:
+        # "[console,wandb]" in quotes reaches here as one string, not a list: say so, not just list the valid names
+        listed = isinstance(name, str) and name.startswith("[") and name.endswith("]")
+        require(not listed, "trainer.logger",
+                f"trainer.logger={name!r} is one string (a list inside quotes), not a list: quote the whole "
+                f"override instead, 'trainer.logger={name.replace(' ', '')}'")
         require(name in LOGGERS, "trainer.logger", f"trainer.logger has {name!r}; valid: {', '.join(LOGGERS)}")
         if name in OPTIONAL_LOGGERS and check_installed:
             require(importlib.util.find_spec(name) is not None, "trainer.logger",

@@ -61,6 +61,10 @@ def check_vocab(model_path: str, hf_config: dict) -> None:
     highest = highest_token_id(model_dir)
     if not isinstance(vocab_size, int) or highest is None:
         return
+    from dagrl.config.model_shapes import tensor_shapes
+    embedding = tensor_shapes(model_dir).get("model.embed_tokens.weight")
+    if embedding is not None and embedding[0][:1] != [vocab_size]:
+        return  # config.json disagrees with its own weights: model_shapes.check_weight_shapes names that instead
     token_id, source = highest
     require(token_id < vocab_size, str(model_dir / source.split()[0]),
             f"the tokenizer in {model_dir} has token ids up to {token_id} ({source}) but config.json vocab_size="

@@ -20,6 +20,10 @@ def check_global_profiler(cfg: Cfg, world_size: int) -> None:
         require(steps is None, "global_profiler.steps",
                 f"global_profiler.steps={steps} set but global_profiler.tool is null: set global_profiler.tool=torch "
                 f"(or drop the steps)")
+        require(options.with_trace is not True, "global_profiler.with_trace",
+                "global_profiler.with_trace=true adds a Chrome trace to each profiled step, but global_profiler.tool "
+                "is null (nothing is profiled): set global_profiler.tool=torch global_profiler.steps=[N,...], or "
+                "drop with_trace")
         return
     require(steps is not None, "global_profiler.steps", f"global_profiler.tool={tool} needs the steps to profile: set "
                                                         f"global_profiler.steps=[N,...] (global steps, from 1)")

@@ -335,12 +335,12 @@ def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
     """What dag.nodes shows without importing them (dag.graph.preflight_graph checks the graph itself)."""
     if cfg.dag.custom_pipeline_fn:
         return
-    ids = [node.get("id") for node in cfg.dag.nodes]
+    ids = [node.get("id") for node in cfg.dag.nodes if hasattr(node, "get")]  # else: preflight_graph names it
     twice = next((i for i in ids if ids.count(i) > 1), None)
     require(twice is None, "dag.nodes",
             f"dag.nodes: node id {twice!r} appears twice (nodes {', '.join(str(n) for n, i in enumerate(ids) if i == twice)})"
             f": give each node its own id (deps name nodes by id)")
-    fns = [str(node.get("fn", "")) for node in cfg.dag.nodes]
+    fns = [str(node.get("fn", "")) for node in cfg.dag.nodes if hasattr(node, "get")]
     require(world_size == 1 or "dagrl.nodes.layout:to_actor_layout" in fns, "dag.nodes",
             f"{world_size} processes but the graph has no node with fn dagrl.nodes.layout:to_actor_layout: add it "
             f"after scoring (as conf/dag/grpo.yaml does) so that batches reach the actor layout")

@@ -10,8 +10,8 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 
-from dagrl.config import (async_checks, checkpoints, cross_checks, model_files, profiler_checks, schema,
-                          sections)
+from dagrl.config import (async_checks, checkpoints, cross_checks, model_files, model_shapes, profiler_checks,
+                          reward_checks, schema, sections)
 from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
                                  as_list,
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
@@ -70,7 +70,7 @@ def world_size_from_env(cfg: Cfg) -> int:
             f"environment variable WORLD_SIZE={launched!r} is not a positive integer: unset it (one process) or let "
             f"torchrun set it (torchrun --nproc-per-node N)")
     expected, actual = place.world_size, int(launched)
-    from dagrl.config.launch_env import check_rank_variables
+    from dagrl.config.launch_env import check_local_world, check_rank_variables
     check_rank_variables(actual)
     nnodes, per_node = cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node
     if not place.is_colocated:
@@ -87,6 +87,7 @@ def world_size_from_env(cfg: Cfg) -> int:
                 f"trainer.nnodes x trainer.n_gpus_per_node = {expected} but this launch has {actual} process(es): "
                 f"start one process per slot (torchrun --nproc-per-node {per_node}) or set "
                 f"trainer.n_gpus_per_node={actual}")
+        check_local_world(nnodes, per_node, actual)
         return actual
     # trainer.nnodes was set: name it, and suggest only values that change something
     fixes = [f"trainer.nnodes={actual // per_node}"] if actual % per_node == 0 else []
@@ -96,6 +97,7 @@ def world_size_from_env(cfg: Cfg) -> int:
             f"trainer.nnodes={nnodes} x trainer.n_gpus_per_node={per_node} = {expected} but this launch has {actual} "
             f"process(es): start one process per slot (torchrun --nnodes {nnodes} --nproc-per-node {per_node} on "
             f"each node)" + (f" or set {' or '.join(fixes)}" if fixes else ""))
+    check_local_world(nnodes, per_node, actual)
     return actual
 
 
@@ -248,6 +250,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         check(model_files.check_vocab, model_path, hf_config)
         if not cfg.actor_rollout_ref.actor.megatron.use_dist_checkpointing:  # else the weights come from there
             check(lambda _: model_files.check_weight_files(model_path), hf_config)
+            check(model_shapes.check_weight_shapes, model_path, hf_config)
     check(sections.check_run_length_and_sampling, cfg)
     parallel = check(check_model_parallel, cfg, world_size, hf_config)
     rollout_tp = check(check_rollout_tp, cfg, parallel, place)
@@ -259,6 +262,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(check_position_limit, sequence_length, hf_config)
     check(sections.check_dynamic_batching, cfg, sequence_length)
     critic_grad_clip = check(sections.check_critic, cfg, hf_config, world)
+    check(model_shapes.check_critic_model, cfg.critic.model.path, sequence_length, hf_config)
     grad_clip = check(check_actor, cfg, hf_config)
     check(check_overlong_buffer, cfg, SKIPPED if lengths is SKIPPED else lengths[1])
     check(cross_checks.check_overlong_manager, cfg)
@@ -282,6 +286,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     else:
         train_rows = check(check_data, cfg)
         check(cross_checks.check_profiled_steps, cfg, train_rows)
+        check(cross_checks.check_critic_warmup, cfg, train_rows)
+        check(lambda _: reward_checks.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)
     check(checkpoints.check_output_dirs, cfg)
     check(checkpoints.check_actor_checkpoint, cfg)

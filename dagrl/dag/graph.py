@@ -133,7 +133,7 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
     for position, spec in enumerate(node_specs):
         where = f"{source}[{position}]"
         if not isinstance(spec, dict) or "id" not in spec:
-            raise ConfigError(source, f"{where} must be a mapping with at least id, role and fn")
+            raise ConfigError(source, f"{where} must be a mapping with at least id, role and fn, got {spec!r}")
         unknown = set(spec) - NODE_KEYS
         if unknown:
             raise ConfigError(source, f"{where} (node {spec['id']!r}) has unknown fields {sorted(unknown)}; "
@@ -146,10 +146,15 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
             raise ConfigError(source, f"{source}: node {node_id!r} has role {role!r}; valid roles: {', '.join(ROLES)}")
         if "fn" not in spec:
             raise ConfigError(source, f"{source}: node {node_id!r} has no fn (module:function)")
+        deps = spec.get("deps") or ()
+        # deps=rollout (a string) would be read letter by letter: "depends on unknown node 'r'"
+        if not isinstance(deps, (list, tuple)) or not all(isinstance(dep, str) for dep in deps):
+            raise ConfigError(source, f"{source}: node {node_id!r} has deps={deps!r}, not a list of node ids: "
+                                      f"write deps as a list, e.g. [{deps if isinstance(deps, str) else 'rollout'}]")
         key = f"{source}[{node_id}].fn"
         fn = spec["fn"] if callable(spec["fn"]) else load(str(spec["fn"]), key)
         check_node_signature(fn, key, getattr(fn, "__qualname__", None) if callable(spec["fn"]) else spec["fn"])
-        by_id[node_id] = Node(id=node_id, role=role, fn=fn, deps=tuple(spec.get("deps") or ()),
+        by_id[node_id] = Node(id=node_id, role=role, fn=fn, deps=tuple(deps),
                               config=dict(spec.get("config") or {}))
     for node in by_id.values():
         for dep in node.deps:

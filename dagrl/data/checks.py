@@ -63,8 +63,23 @@ def open_parquet(path: str) -> pq.ParquetFile:
             raise ValueError(f"data file {path!r} is a {suffix[1:]} file, but data.train_files / data.val_files take "
                              f"parquet files only: convert it (pandas.{reader}({path!r}{lines}).to_parquet(...)) or "
                              f"regenerate it with {PREPROCESS}") from error
+        listed = _listed_paths(path)
+        if listed:  # a text file naming the data files (one a line): the list goes into the config itself
+            raise ValueError(f"data file {path!r} is a text file listing data files ({listed[0]!r}, ...), not "
+                             f"parquet: give the list itself, e.g. data.train_files='[{','.join(listed[:2])}"
+                             f"{',...' if len(listed) > 2 else ''}]'") from error
         raise ValueError(f"data file {path!r} is not a readable parquet file ({first_line(error)}); "
                          f"regenerate it with {PREPROCESS}") from error
+
+
+def _listed_paths(path: str) -> list[str]:
+    """The lines of a small text file when each names a .parquet file, else []."""
+    try:
+        with open(path, "rb") as handle:
+            lines = handle.read(65536).decode("utf-8").split()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return lines if lines and all(line.endswith(".parquet") for line in lines) else []
 
 
 def check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -> None:

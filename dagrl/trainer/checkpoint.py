@@ -115,11 +115,16 @@ def check_resume(cfg: Cfg, has_critic: bool) -> None:
     path = resume_target(cfg.trainer)
     if path is None:
         return
+    source = "trainer.resume_from_path" if cfg.trainer.resume_mode == "resume_path" else "trainer.default_local_dir"
+    if not (path / "actor" / "metadata.json").is_file():  # found from the file alone, before megatron is imported
+        fix = ("point trainer.resume_from_path at a complete one" if source == "trainer.resume_from_path" else
+               f"move it out of {path.parent} (or restore it), then rerun")
+        raise ConfigError(source, f"checkpoint {path} is damaged: {path / 'actor'} is not a Megatron dist checkpoint "
+                                  f"(no metadata.json), so the resume would fail; {fix}")
     # reads the checkpoint's common state through megatron (both of its formats); no model is built
     from dagrl.config.checks import as_config_error, as_list
     from dagrl.engine.megatron.checkpoint import restorable_parts, saved_contents
 
-    source = "trainer.resume_from_path" if cfg.trainer.resume_mode == "resume_path" else "trainer.default_local_dir"
     with as_config_error(source):
         held = saved_contents(str(path / "actor"))
     load_contents = tuple(as_list(cfg.actor_rollout_ref.actor.checkpoint.load_contents))

@@ -237,7 +237,12 @@ def test_resuming_parts_the_checkpoint_lacks_fails_in_preflight(tiny_model, tiny
 
     actor = engine(tiny_model, save_contents=("model",))
     root = tmp_path / "run"  # compose_cfg's trainer.default_local_dir
-    CheckpointManager(str(root), None, 0, lambda: None).save(2, lambda tmp: actor.save_checkpoint(str(tmp / "actor")))
+
+    def write(tmp):  # the actor's part, and the data.pt every trainer checkpoint has (pre-flight looks for it)
+        actor.save_checkpoint(str(tmp / "actor"))
+        torch.save({"global_step": 2}, tmp / "data.pt")
+
+    CheckpointManager(str(root), None, 0, lambda: None).save(2, write)
     model_only = {"actor_rollout_ref.actor.checkpoint.load_contents": "[model]"}
     ppo = {"dag": "ppo", "algorithm.adv_estimator": "gae", **model_only}
     resume_path = {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(root / "global_step_2")}

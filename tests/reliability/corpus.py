@@ -382,6 +382,59 @@ CALC = "  - class_name: dagrl.agent.calculator.CalculatorTool\n    " + CALC_SCHE
 MT_TOOLS = (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml")
 
 
+# ---- session 15's unseen set: model directories, checkpoints and files a hurried user leaves ----------------------
+def model_of_vocab(size: int) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny model's tokenizer with a model whose embedding (config.json and weights alike) has `size`
+    rows (another model's tokenizer, not an edited config.json: config_vocab_not_weights is that)."""
+    def make(ws: Path, paths: Paths) -> None:
+        from tests.engine.tiny_models import make_model_dir
+
+        model_copy()(ws, paths)
+        make_model_dir(ws / "model", num_layers=2, vocab_size=size)
+    return make
+
+
+def gguf_only_dir(ws: Path, paths: Paths) -> None:
+    """{ws}/model: a directory holding only a llama.cpp GGUF file."""
+    (ws / "model").mkdir()
+    (ws / "model" / "model-q4_k_m.gguf").write_bytes(b"GGUF" + bytes(64))
+
+
+def critic_with_positions(limit: int) -> Callable[[Path, Paths], None]:
+    """{ws}/critic: the tiny model with max_position_embeddings=limit."""
+    def make(ws: Path, paths: Paths) -> None:
+        model_copy(patch={"max_position_embeddings": limit})(ws, paths)
+        shutil.move(ws / "model", ws / "critic")
+    return make
+
+
+def _actor_without_metadata(root: Path) -> None:
+    """global_step_4: dagrl's marker and data.pt, and an actor/ without Megatron's metadata.json."""
+    (root / "global_step_4" / "actor").mkdir(parents=True)
+    (root / "global_step_4" / "data.pt").write_bytes(b"x" * 64)
+    (root / "global_step_4" / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": 4}))
+
+
+def _tracker_directory(root: Path) -> None:
+    (root / "latest_checkpointed_iteration.txt").unlink()
+    (root / "latest_checkpointed_iteration.txt").mkdir()
+
+
+def symlink_loop(name: str) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        import os
+        os.symlink(ws / name, ws / name)
+    return make
+
+
+def file_list_txt(ws: Path, paths: Paths) -> None:
+    """{ws}/files.txt: the training file's path twice, one a line (a list of files, not data)."""
+    (ws / "files.txt").write_text(f"{paths.train}\n{paths.train}\n")
+
+
+PPO_GAE = ("dag=ppo", "algorithm.adv_estimator=gae")
+
+
 CASES: tuple[Case, ...] = (
     # ---- the command line ----
     Case("unknown_key", "a misspelt key: `trainer.totl_epochs=2`", ("trainer.totl_epochs=2",),
@@ -732,6 +785,8 @@ CASES: tuple[Case, ...] = (
     # ---- multi-turn (agentic) rollouts ----
     Case("multi_turn_without_tools_or_interactions", "`rollout.multi_turn.enable=true` with neither tools nor an "
          "interaction", (MULTI_TURN,), ("multi_turn.tool_config_path", "interaction_config_path")),
+    Case("multi_turn_with_ignore_eos", "`rollout.ignore_eos=true` with multi-turn rollouts (a turn ends at eos)",
+         (MULTI_TURN, "actor_rollout_ref.rollout.ignore_eos=true"), ("ignore_eos=true", "set ignore_eos=false")),
     Case("tool_config_missing", "`multi_turn.tool_config_path` names a file that does not exist",
          (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
          ("multi_turn.tool_config_path", "no such file")),
@@ -828,7 +883,7 @@ CASES: tuple[Case, ...] = (
          make=rows_changed(_set(1, "prompt", []), name="val.parquet")),
     Case("vocab_smaller_than_tokenizer", "config.json vocab_size=256 while the tokenizer has ids up to 399",
          (f"{MODEL_KEY}={{ws}}/model",), ("token ids up to 399", "vocab_size=256", MODEL_KEY),
-         make=model_copy(patch={"vocab_size": 256})),
+         make=model_of_vocab(256)),
     Case("weights_shard_missing", "model.safetensors.index.json names a shard the directory lacks",
          (f"{MODEL_KEY}={{ws}}/model",), ("model.safetensors.index.json", "model-00002-of-00002.safetensors",
                                            "re-download"), make=model_weights("missing_shard")),
@@ -1304,6 +1359,89 @@ CASES: tuple[Case, ...] = (
          ("actor_rollout_ref.rollout.multi_turn.max_parallel_calls=0",), ("max_parallel_calls=0", "positive integer")),
     Case("tool_overlap_negative", "`multi_turn.tool_overlap_steps=-1`",
          ("actor_rollout_ref.rollout.multi_turn.tool_overlap_steps=-1",), ("tool_overlap_steps=-1", ">= 0")),
+    # ---- unseen inputs, fourth measure (session 15): nested typos, verl values, env, model files, checkpoints ----
+    Case("key_cut_short", "`reward_model.overlong_buffer.penalty=0.5` (was answered with overlong_buffer.enable)",
+         ("reward_model.overlong_buffer.penalty=0.5",),
+         ("did you mean 'reward_model.overlong_buffer.penalty_factor'?",)),
+    Case("key_without_near_name", "`rollout.val_kwargs.greedy=true` (was answered with val_kwargs.n: the shared "
+         "prefix alone matched)", ("actor_rollout_ref.rollout.val_kwargs.greedy=true",),
+         ("actor_rollout_ref.rollout.val_kwargs has: n, do_sample",)),
+    Case("verl_use_mbridge", "verl's `megatron.use_mbridge=true` (was answered with megatron.seed)",
+         (f"{MEGATRON}.use_mbridge=true",), ("'actor_rollout_ref.actor.megatron.use_mbridge' is verl's", "drop the key")),
+    Case("verl_filter_overlong_workers", "verl's `data.filter_overlong_prompts_workers=8` (was answered with "
+         "data.filter_overlong_prompts)", ("data.filter_overlong_prompts_workers=8",),
+         ("'data.filter_overlong_prompts_workers' is verl's", "data.filter_overlong_prompts=true")),
+    Case("logger_list_in_quotes", "`trainer.logger=\"[console,jsonl]\"` (a quoted list: one string)",
+         ('trainer.logger="[console,jsonl]"',),
+         ("trainer.logger='[console,jsonl]' is one string (a list inside quotes)", "'trainer.logger=[console,jsonl]'")),
+    Case("logger_split_by_space", "`trainer.logger=console tensorboard` (the shell splits the value; was told to "
+         "write tensorboard=<value>)", ("trainer.logger=console", "tensorboard"),
+         ("'tensorboard' follows 'trainer.logger=console'", "trainer.logger='[console,tensorboard]'")),
+    Case("number_with_decimal_comma", "`actor.clip_ratio=0,2` (a decimal comma; was told to quote it, a string)",
+         ("actor_rollout_ref.actor.clip_ratio=0,2",),
+         ("a decimal point, not a comma", "actor_rollout_ref.actor.clip_ratio=0.2")),
+    Case("number_with_thousands_separator", "`data.train_batch_size=1,024`", ("data.train_batch_size=1,024",),
+         ("no thousands separator", "data.train_batch_size=1024")),
+    Case("list_as_tuple", "`optim.betas=(0.9,0.999)` (Python's tuple; was told to quote it, a string)",
+         ("actor_rollout_ref.actor.optim.betas=(0.9,0.999)",),
+         ("a list is written in brackets", "actor_rollout_ref.actor.optim.betas=[0.9,0.999]")),
+    Case("override_double_equals", "`data.train_batch_size==8`", ("data.train_batch_size==8",),
+         ("one '=' goes between key and value", "data.train_batch_size=8")),
+    Case("train_file_lists_files", "data.train_files names a .txt listing the parquet files (was told to "
+         "regenerate it)", ("data.train_files={ws}/files.txt",),
+         ("<tmp>/files.txt' is a text file listing data files", "data.train_files='["), make=file_list_txt),
+    Case("world_size_exported_by_hand", "`export WORLD_SIZE=2` and one process started without torchrun (was a "
+         "traceback from torch.distributed)", (*world(2), "trainer.default_local_dir={ws}/run"),
+         ("WORLD_SIZE=2 is set but RANK, MASTER_ADDR, MASTER_PORT are not", "torchrun --nproc-per-node 2"), env=WORLD),
+    Case("local_world_not_gpus_per_node", "`trainer.nnodes=2` while the launch puts both processes on one node "
+         "(LOCAL_WORLD_SIZE=2)", ("trainer.nnodes=2",),
+         ("LOCAL_WORLD_SIZE=2 process(es) on each node", "set trainer.nnodes=1 trainer.n_gpus_per_node=2"),
+         env={"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}),
+    Case("ground_truth_not_a_number", "ground_truth written as a word ('seven') for the arithmetic scorer (every "
+         "response scored 0, the run exited 0)", ("data.train_files={ws}/bad.parquet",),
+         ("<tmp>/bad.parquet' row 0 has reward_model.ground_truth 'seven'", "needs an integer"),
+         make=rows_changed(_set(None, "reward_model.ground_truth", "seven"))),
+    Case("reward_kwargs_to_builtin_scorer", "`+custom_reward_function.reward_kwargs.scale=2` with the built-in "
+         "arithmetic scorer (a TypeError on every sample)", ("+custom_reward_function.reward_kwargs.scale=2",),
+         ("custom_reward_function.reward_kwargs has scale", "arithmetic.compute_score(solution_str, ground_truth)")),
+    Case("model_dir_holds_gguf", "a model directory holding only a .gguf file", (f"{MODEL_KEY}={{ws}}/model",),
+         ("<tmp>/model holds model-q4_k_m.gguf, a GGUF file", "save_pretrained"), make=gguf_only_dir),
+    Case("kv_heads_above_heads", "config.json num_key_value_heads=8 with 4 attention heads (was a traceback once "
+         "the model was built)", (f"{MODEL_KEY}={{ws}}/model",),
+         ("num_key_value_heads=8", "a multiple of the key/value heads"),
+         make=model_copy(patch={"num_key_value_heads": 8})),
+    Case("config_hidden_size_not_weights", "config.json hidden_size=128 while the weights were saved at 64",
+         (f"{MODEL_KEY}={{ws}}/model",), ("model.embed_tokens.weight of shape [400, 64]", "hidden_size=128"),
+         make=model_copy(patch={"hidden_size": 128, "head_dim": 32})),
+    Case("config_vocab_not_weights", "config.json vocab_size=512 while the embedding has 400 rows",
+         (f"{MODEL_KEY}={{ws}}/model",), ("needs [512, 64]", "vocab_size=512"),
+         make=model_copy(patch={"vocab_size": 512})),
+    Case("config_layers_not_weights", "config.json num_hidden_layers=3 while the weights hold 2 layers",
+         (f"{MODEL_KEY}={{ws}}/model",), ("weights of 2 decoder layers", "num_hidden_layers=3"),
+         make=model_copy(patch={"num_hidden_layers": 3})),
+    Case("critic_positions_too_short", "critic.model.path with max_position_embeddings=32 < prompt + response 38 "
+         "(was trained on)", (*PPO_GAE, "critic.model.path={ws}/critic"),
+         ("critic's max_position_embeddings=32", "critic.model.path"), make=critic_with_positions(32)),
+    Case("checkpoint_actor_without_metadata", "the newest checkpoint's actor/ has no metadata.json (megatron was "
+         "imported to find it)", (), ("<tmp>/ckpt/global_step_4/actor is not a Megatron dist checkpoint",
+                                      "move it out of <tmp>/ckpt"), make=in_checkpoints(_actor_without_metadata)),
+    Case("tracker_is_a_directory", "latest_checkpointed_iteration.txt is a directory (the first save would fail "
+         "after its step trained)", (), ("latest_checkpointed_iteration.txt in trainer.default_local_dir is not a "
+                                         "file",), make=in_checkpoints(_tracker_directory)),
+    Case("checkpoint_without_data_pt", "a complete checkpoint whose data.pt was deleted (found by the resume)", (),
+         ("<tmp>/ckpt/global_step_2 in trainer.default_local_dir is damaged: it has no data.pt",),
+         make=in_checkpoints(lambda root: (root / "global_step_2" / "data.pt").unlink())),
+    Case("checkpoint_dir_symlink_loop", "trainer.default_local_dir is a symlink to itself (was named as the data "
+         "cache's problem)", ("trainer.default_local_dir={ws}/loop",),
+         ("<tmp>/loop is a symlink that leads nowhere (a loop)", "trainer.default_local_dir"), make=symlink_loop("loop")),
+    Case("critic_warmup_whole_run", "`trainer.critic_warmup=5` in a 2-step PPO run (the actor never trained)",
+         (*PPO_GAE, "trainer.critic_warmup=5"), ("trainer.critic_warmup=5", "this run has 2 step(s)", "below 2")),
+    Case("dag_node_as_string", "`dag.nodes.1=score` (was a traceback)", ("dag.nodes.1=score",),
+         ("dag.nodes[1] must be a mapping", "got 'score'")),
+    Case("dag_deps_as_string", "`dag.nodes.3.deps=rollout` (was read letter by letter: unknown node 'r')",
+         ("dag.nodes.3.deps=rollout",), ("has deps='rollout', not a list of node ids", "[rollout]")),
+    Case("profiler_trace_without_tool", "`global_profiler.with_trace=true` with the tool left null (traced nothing)",
+         ("global_profiler.with_trace=true",), ("global_profiler.with_trace=true", "global_profiler.tool is null")),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),

@@ -1,0 +1,99 @@
+"""Pre-flight of a model's config.json against its own weights, and of the critic's model against the run.
+
+config.json edited by hand, or copied from another model of the family, builds a Megatron model whose tensors do not
+fit the safetensors weights: the import then fails once the models are built, in a traceback. The shapes come from
+the safetensors headers alone (no tensor data is read, neither torch nor transformers is imported); only tensors
+every supported family (llama, qwen2, qwen3, mistral, qwen3_moe) names alike are compared, and a checkpoint that
+names none of them (another layout) is left to the engine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from dagrl.config.checks import require
+from dagrl.config.errors import ConfigError
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+
+
+def tensor_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
+    """{tensor name: (shape, shard file name)} of every *.safetensors file in `model_dir` (headers only); tensors
+    of a header that cannot be read are left out (model_files.check_weight_files names such a file)."""
+    found: dict[str, tuple[list[int], str]] = {}
+    for shard in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with open(shard, "rb") as handle:
+                length = int.from_bytes(handle.read(8), "little")
+                if length > MAX_HEADER_BYTES:
+                    continue
+                header = json.loads(handle.read(length))
+        except (OSError, ValueError):
+            continue
+        for name, entry in header.items():
+            if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
+                found[name] = (entry["shape"], shard.name)
+    return found
+
+
+def expected_shapes(hf_config: dict) -> dict[str, tuple[list[int], str]]:
+    """{tensor name: (shape, the config.json fields that give it)} of the tensors compared."""
+    hidden, vocab = hf_config["hidden_size"], hf_config["vocab_size"]
+    heads = hf_config["num_attention_heads"]
+    kv_heads = hf_config.get("num_key_value_heads") or heads
+    head_dim = hf_config.get("head_dim") or hidden // heads
+    dim = "head_dim" if hf_config.get("head_dim") else "hidden_size/num_attention_heads"
+    shapes = {
+        "model.embed_tokens.weight": ([vocab, hidden], f"vocab_size={vocab}, hidden_size={hidden}"),
+        "lm_head.weight": ([vocab, hidden], f"vocab_size={vocab}, hidden_size={hidden}"),
+        "model.layers.0.self_attn.q_proj.weight": (
+            [heads * head_dim, hidden], f"num_attention_heads={heads} x {dim}={head_dim}, hidden_size={hidden}"),
+        "model.layers.0.self_attn.k_proj.weight": (
+            [kv_heads * head_dim, hidden], f"num_key_value_heads={kv_heads} x {dim}={head_dim}, hidden_size={hidden}"),
+    }
+    if hf_config.get("model_type") != "qwen3_moe":  # its MLPs are experts, sized by moe_intermediate_size
+        intermediate = hf_config["intermediate_size"]
+        shapes["model.layers.0.mlp.gate_proj.weight"] = (
+            [intermediate, hidden], f"intermediate_size={intermediate}, hidden_size={hidden}")
+    return shapes
+
+
+def check_weight_shapes(model_path: str, hf_config: dict, key: str = "actor_rollout_ref.model.path") -> None:
+    """The weights' tensors have the shapes config.json gives them, and as many decoder layers."""
+    model_dir = Path(os.path.expanduser(model_path))
+    found = tensor_shapes(model_dir)
+    fix = f"config.json and the weights are of different models: restore the model's own config.json or " \
+          f"re-download the model {key} names"
+    for name, (shape, fields) in expected_shapes(hf_config).items():
+        if name in found and found[name][0] != shape:
+            raise ConfigError(key, f"{model_dir / found[name][1]} holds {name} of shape {found[name][0]}, but "
+                                   f"{model_dir / 'config.json'} needs {shape} ({fields}): {fix}")
+    layers = {int(match[1]) for name in found if (match := re.match(r"model\.layers\.(\d+)\.", name))}
+    configured = hf_config["num_hidden_layers"]
+    require(not layers or max(layers) + 1 == configured, key,
+            f"{model_dir} holds the weights of {max(layers, default=-1) + 1} decoder layers, but "
+            f"{model_dir / 'config.json'} has num_hidden_layers={configured}: {fix}")
+
+
+def check_critic_model(critic_path: str | None, sequence_length: int, actor_config: dict) -> None:
+    """critic.model.path, when set: a prompt + response fits its positions, and its weights fit its config.json
+    (the actor's model is checked in validate.preflight; the critic's tokenizer is the actor's, sections.check_critic)."""
+    if not critic_path:
+        return
+    from dagrl.config.checks import read_hf_config
+
+    key = "critic.model.path"
+    critic_config = read_hf_config(critic_path, key=key)
+    limit = critic_config.get("max_position_embeddings")
+    scaling = critic_config.get("rope_scaling") or {}
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if isinstance(limit, int) and isinstance(factor, (int, float)) and factor > 1:
+        limit = int(limit * factor)
+    require(not isinstance(limit, int) or sequence_length <= limit, key,
+            f"data.max_prompt_length + data.max_response_length = {sequence_length} is longer than the critic's "
+            f"max_position_embeddings={limit} ({critic_path}/config.json of critic.model.path, the actor's model "
+            f"has {actor_config.get('max_position_embeddings')}): use a critic model with as many positions, or "
+            f"lower data.max_prompt_length or data.max_response_length")
+    check_weight_shapes(critic_path, critic_config, key)

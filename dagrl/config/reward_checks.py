@@ -1,0 +1,114 @@
+"""Pre-flight of the built-in reward scorers against the data and custom_reward_function.reward_kwargs.
+
+Without custom_reward_function.path each row is scored by the scorer its data_source names
+(dagrl.reward.scorers.SCORER_BY_DATA_SOURCE). Two mistakes there score every response 0 without an error the run
+would stop on: a ground truth the scorer cannot compare with an answer (the arithmetic scorer's int("seven") raises,
+and on_error=zero makes that 0; gsm8k's "seven" never equals a number), and a reward_kwargs key the scorer does not
+take (a TypeError on every sample). Both are found from the data_source and reward_model columns and the scorers'
+source (read with ast: dagrl.reward.scorers.math imports math-verify and sympy).
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Callable
+
+from dagrl.config.checks import as_list, require
+from dagrl.config.tree import Cfg
+
+
+def _integer(text: str) -> bool:
+    try:
+        int(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
+def _decimal(text: str) -> bool:
+    try:
+        Decimal(text.replace(",", "").replace("$", "").replace(" ", "").strip().rstrip("."))
+    except InvalidOperation:
+        return False
+    return True
+
+
+# scorer module -> (what its ground truth must be, the test); math (math-verify) parses LaTeX: not checked here
+GROUND_TRUTH_FORMATS: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "arithmetic": ("an integer, e.g. '7'", _integer),
+    "last_number": ("an integer, e.g. '281764' or '281,764'", lambda text: _integer(text.replace(",", ""))),
+    "gsm8k": ("a number, e.g. '72' or '1,080.5'", _decimal),
+}
+
+
+def scorer_parameters(module: str) -> tuple[list[str], bool] | None:
+    """(parameter names, takes **kwargs) of dagrl.reward.scorers.<module>.compute_score, read from its source."""
+    spec = importlib.util.find_spec(f"dagrl.reward.scorers.{module}")
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (AttributeError, OSError, SyntaxError, TypeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "compute_score":
+            args = node.args
+            return [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]], args.kwarg is not None
+    return None
+
+
+def _rows(path: str):
+    """(row, data_source, ground_truth) of a data file, from those two columns only."""
+    from dagrl.data.checks import open_parquet
+
+    parquet, offset = open_parquet(path), 0
+    for batch in parquet.iter_batches(batch_size=65536, columns=["data_source", "reward_model"]):
+        sources = batch.column(0).to_pylist()
+        truths = [(m or {}).get("ground_truth") if isinstance(m, dict) else None
+                  for m in batch.column(1).to_pylist()]
+        for index, (source, truth) in enumerate(zip(sources, truths)):
+            yield offset + index, source, truth
+        offset += batch.num_rows
+
+
+def check_builtin_scorers(cfg: Cfg) -> None:
+    """Each data file's rows fit the built-in scorer their data_source picks (nothing to check with a custom
+    reward function, which decides what it takes)."""
+    if cfg.custom_reward_function.path:
+        return
+    from dagrl.reward.scorers import SCORER_BY_DATA_SOURCE
+
+    reward_kwargs = cfg.custom_reward_function.reward_kwargs
+    reward_kwargs = reward_kwargs.to_dict() if hasattr(reward_kwargs, "to_dict") else dict(reward_kwargs or {})
+    for key in ("data.train_files", "data.val_files"):
+        files = cfg.data.train_files if key == "data.train_files" else cfg.data.val_files
+        for path in as_list(files) if files else []:
+            checked: set[Any] = set()
+            for row, source, truth in _rows(os.path.expanduser(path)):
+                if source not in SCORER_BY_DATA_SOURCE:
+                    continue  # data.checks.check_reward_inputs names a source without a scorer
+                module = SCORER_BY_DATA_SOURCE[source][0]
+                if source not in checked:
+                    checked.add(source)
+                    _check_kwargs(source, module, reward_kwargs)
+                fmt = GROUND_TRUTH_FORMATS.get(module)
+                if fmt is not None and truth is not None and not fmt[1](str(truth)):
+                    require(False, key,
+                            f"data file {path!r} row {row} has reward_model.ground_truth {truth!r}, but the built-in "
+                            f"scorer of data_source {source!r} (dagrl.reward.scorers.{module}) needs {fmt[0]}: every "
+                            f"response of such a row would score 0; fix the file, or set custom_reward_function.path "
+                            f"to a scorer that takes this answer")
+
+
+def _check_kwargs(source: str, module: str, reward_kwargs: dict[str, Any]) -> None:
+    found = scorer_parameters(module)
+    if not reward_kwargs or found is None:
+        return
+    names, takes_any = found
+    unknown = sorted(name for name in reward_kwargs if name not in names)
+    require(takes_any or not unknown, "custom_reward_function.reward_kwargs",
+            f"custom_reward_function.reward_kwargs has {', '.join(unknown)}, but the built-in scorer of data_source "
+            f"{source!r} (dagrl.reward.scorers.{module}.compute_score({', '.join(names)})) takes no such argument, so "
+            f"every response would fail to score: drop +custom_reward_function.reward_kwargs.{unknown[0] if unknown else ''}, "
+            f"or set custom_reward_function.path to your own scorer")
