@@ -126,14 +126,16 @@ def run(cfg_data: dict) -> None:
     """The CLI's job: train here, or (trainer.launcher=ray) validate here and train on Ray workers."""
     if cfg_data["trainer"]["launcher"] == "ray" and os.environ.get("DAGRL_LAUNCHER") != "ray":
         from dagrl.config.tree import Cfg
-        from dagrl.config.validate import planned_world_size, preflight
+        from dagrl.config.validate import placement, planned_world_size, preflight
 
         cfg = Cfg(cfg_data)
         from dagrl.launch.ray_cluster import WorkerFailed, check_ray_address, launch
 
         try:  # every input check before a single worker starts
             preflight(cfg, world_size=planned_world_size(cfg))
-            check_ray_address(cfg.trainer.ray_address)  # a bounded wait, not ray.init's minutes of retries
+            # a bounded wait, not ray.init's minutes of retries; nodes as launch() counts them (a pool's machines)
+            nodes = max(pool.size // pool.per_node for pool in placement(cfg).pools)
+            check_ray_address(cfg.trainer.ray_address, nnodes=nodes)
         except ConfigError as error:
             fail(str(error), 2)
 
@@ -174,6 +176,12 @@ HYDRA_ONLY_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version",
 PLAIN_FLAGS = {"--resolve", "--run", "-r", "--shell-completion", "-sc"}
 CONFIG_NAME_FLAGS = {"--config-name", "-cn"}
 CONFIG_PATH_FLAGS = {"--config-path", "-cp"}
+CONFIG_DIR_FLAGS = {"--config-dir", "-cd"}
+# torchrun's own options: written after `-m dagrl.main_dag` they reach dagrl instead of torchrun
+TORCHRUN_FLAGS = {f"--{name}" for base in ("nproc_per_node", "node_rank", "master_addr", "master_port", "rdzv_backend",
+                                              "rdzv_endpoint", "rdzv_id", "rdzv_conf", "max_restarts", "nnodes",
+                                              "standalone", "monitor_interval")
+                  for name in (base, base.replace("_", "-"))}
 
 
 def check_flags(argv: list[str]) -> None:
@@ -185,6 +193,10 @@ def check_flags(argv: list[str]) -> None:
     for index, arg in enumerate(argv):
         name, has_value, value = arg.partition("=")
         follows_flag = index > 0 and argv[index - 1] in VALUE_FLAGS  # --cfg job: the flag's value
+        if name in TORCHRUN_FLAGS and not follows_flag:
+            raise ConfigError(name, f"'{arg}' is torchrun's option, written after the module, so torchrun passed it "
+                                    f"on to dagrl: put it before the module: torchrun {arg} -m dagrl.main_dag "
+                                    f"key=value ...")
         if arg.startswith("-") and name not in VALUE_FLAGS | PLAIN_FLAGS | HYDRA_ONLY_FLAGS and not follows_flag:
             bare = arg.lstrip("-")
             fix = f"write {bare}" if "=" in bare else f"write {bare}=<value>" if bare else "drop it"
@@ -196,6 +208,11 @@ def check_flags(argv: list[str]) -> None:
             raise ConfigError(name, f"{name}={value}: dagrl has one primary config, conf/{CONFIG_NAME}.yaml "
                                     f"(verl's ppo_trainer/ppo_megatron_trainer keys are its sections); drop {name} and "
                                     f"set keys as overrides (dag=ppo for the PPO graph)")
+        if name in CONFIG_DIR_FLAGS and not os.path.isdir(os.path.expanduser(value)):
+            what = "a file" if os.path.isfile(os.path.expanduser(value)) else "no directory"
+            raise ConfigError(name, f"{name}={value} is {what}: --config-dir takes a directory of config group "
+                                    f"options (e.g. one holding dag/my_graph.yaml, chosen with dag=my_graph); a config "
+                                    f"file's keys are set as key=value overrides")
         if name in CONFIG_PATH_FLAGS:
             raise ConfigError(name, f"{name}={value}: dagrl composes its own conf/ directory; drop {name} and set "
                                     f"keys as key=value overrides (--config-dir adds a directory of group options)")

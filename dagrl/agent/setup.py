@@ -50,7 +50,33 @@ def check_multi_turn(cfg: Cfg) -> None:
     for name, path in zip(("tool_config_path", "interaction_config_path"), paths):
         if path:
             check_utf8(f"{KEY}.{name}", path)
-    load(cfg)
+    _, interactions = load(cfg)
+    check_interaction_names(cfg, interactions)
+
+
+def check_interaction_names(cfg: Cfg, interactions: dict[str, Any]) -> None:
+    """Every interaction a data row names (extra_info.interaction_kwargs.name) is in the interaction config: the
+    agent loop would fail at the first step that draws such a row, once the models are built."""
+    import os
+
+    from dagrl.config.checks import as_list
+    from dagrl.data.checks import nested_values
+
+    for key in ("data.train_files", "data.val_files"):
+        files = cfg.data.train_files if key == "data.train_files" else cfg.data.val_files
+        for path in as_list(files) if files else []:
+            if not isinstance(path, str) or not os.path.isfile(os.path.expanduser(path)):
+                continue  # the data checks name a missing or unreadable file
+            try:
+                names = nested_values(path, "extra_info.interaction_kwargs.name")
+            except ValueError:
+                continue  # an unreadable file: the data checks name it
+            unknown = next(((name, row) for name, row in names.items() if name not in interactions), None)
+            require(unknown is None, key,
+                    f"data file {path!r} row {unknown[1] if unknown else 0} names the interaction "
+                    f"{unknown[0] if unknown else ''!r} (extra_info.interaction_kwargs.name), which "
+                    f"{KEY}.interaction_config_path does not define (it has {sorted(interactions) or 'none'}): add it "
+                    f"there, or fix the rows")
 
 
 def check_utf8(key: str, path: str) -> None:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from dagrl.config.checks import as_list, get, require
+from dagrl.config.errors import ConfigError
 from dagrl.config.tree import Cfg
 
 
@@ -67,6 +68,7 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
             f"checkpoints into the current directory)")
     root = check_writable_dir("trainer.default_local_dir", configured, "checkpoint directory")
     from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, foreign_entries
+    check_not_inside_checkpoint(root)
     foreign = foreign_entries(root)
     require(not foreign, "trainer.default_local_dir",
             f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
@@ -99,6 +101,27 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
         require(not found, "trainer.resume_mode",
                 f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
                 f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
+
+
+def check_not_inside_checkpoint(root: Path) -> None:
+    """trainer.default_local_dir is a checkpoint root, not a checkpoint (or a directory in one): a user who points
+    it at global_step_N to resume from it would have the run write its own checkpoints, data cache and metrics into
+    that checkpoint (dagrl's, or another trainer's global_step_N / HF Trainer's checkpoint-N)."""
+    from dagrl.trainer.checkpoint import MARKER, PARTIAL_MARKER
+    resolved = Path(os.path.abspath(root))
+    for path in [resolved, *resolved.parents]:
+        ours = (path / MARKER).is_file() or (path / PARTIAL_MARKER).is_file()
+        named = re.fullmatch(r"(\.tmp_)?global_step_\d+|checkpoint-\d+", path.name) is not None and path.is_dir()
+        if not (ours or named):
+            continue
+        where = "is" if path == resolved else f"is inside {path}, which is"
+        resume = (f" (to resume from it: trainer.resume_mode=resume_path trainer.resume_from_path={path})"
+                  if ours or path.name.startswith("global_step_") else "")
+        raise ConfigError("trainer.default_local_dir",
+                          f"trainer.default_local_dir={root} {where} a checkpoint, not a checkpoint root: the run "
+                          f"would write its own checkpoints and files into it; set trainer.default_local_dir="
+                          f"{path.parent}"
+                          f"{resume} or a new directory")
 
 
 def relative_hint(path: str) -> str:

@@ -206,11 +206,10 @@ def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.p
                                + (f", e.g. {path.parent}" if path.name == "config.json" else ""))
     require(path.is_dir(), key, f"model directory {path} does not exist: fix {key}")
     config_file = path / "config.json"
-    ggufs = [] if config_file.is_file() else sorted(p.name for p in path.glob("*.gguf"))
-    require(config_file.is_file(), key, f"{config_file} is missing: {key} must be an HF model directory" + (
-        f"; {path} holds {ggufs[0]}, a GGUF file (llama.cpp's format), which dagrl cannot train: convert it to an "
-        f"HF directory (transformers' from_pretrained(..., gguf_file=...) then save_pretrained) or point {key} at "
-        f"the original HF model" if ggufs else ""))
+    if not config_file.is_file():  # say what the directory is instead (GGUF, the hub cache, a Megatron checkpoint)
+        from dagrl.config.model_files import missing_config_hint
+        raise ConfigError(key, f"{config_file} is missing: {key} must be an HF model directory"
+                               f"{missing_config_hint(path, key)}")
     try:
         hf_config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:

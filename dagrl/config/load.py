@@ -9,12 +9,13 @@ sweep, a `${...}` naming no key) fails in one line naming the override and the f
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
-from dagrl.config.override_hints import parse_fix, stray_word, sweep_fix
+from dagrl.config.override_hints import key_fix, not_an_override, parse_fix, stray_word, sweep_fix, value_fix
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # A source checkout keeps conf/ beside the package; an installed wheel ships it as dagrl/conf.
@@ -85,7 +86,7 @@ VERL_KEYS.update({
                 "sequence_parallel", "use_distributed_optimizer", "param_dtype", "dtype")
 })
 
-from dagrl.config.foreign_keys import MORE_VERL_KEYS, foreign_key_hint  # noqa: E402
+from dagrl.config.foreign_keys import MORE_VERL_KEYS, foreign_key_hint, other_trainer_hint  # noqa: E402
 
 VERL_KEYS.update(MORE_VERL_KEYS)
 
@@ -183,9 +184,8 @@ def _parse_error(parser: Any, overrides: list[str], err: Exception) -> ConfigErr
             key, _, value = arg.partition("=")
             if value.endswith(",") and value.strip(","):
                 fix = f"drop the trailing comma: {key}={value.rstrip(',')}"
-            elif value.startswith("~"):
-                fix = (f"the shell did not expand '~' (it does only at the start of a word): write the full path, "
-                       f"e.g. {key}=$HOME{value[1:]}")
+            elif key_fix(key, value) or value_fix(key, value):  # the key's form, a lookalike character, ~user
+                fix = key_fix(key, value) or value_fix(key, value)
             elif parse_fix(key, value):
                 fix = parse_fix(key, value)
             elif value[:1] in "[{":
@@ -211,6 +211,9 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
     from hydra.errors import OverrideParseException
 
     for before, arg in zip([None, *overrides], overrides):
+        elsewhere = not_an_override(arg) if "=" not in arg else None  # whitespace, a comment, a config file
+        if elsewhere:
+            raise ConfigError(arg.strip() or "overrides", elsewhere)
         if "=" not in arg and not arg.startswith("~") and before and before.endswith("=") and before.count("=") == 1:
             raise ConfigError(before, f"override '{before}' has no value and '{arg}' follows it (a space after '='?): "
                                       f"write {before}{arg}")
@@ -240,6 +243,11 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         options = group_options(key)
         if override.is_delete():
             raise ConfigError(key, f"override '{text}': {_required(key, True)}")
+        given = None if override.is_sweep_override() else override.value()
+        if isinstance(given, dict):  # a section written as a map: its keys are overridden one by one
+            example = " ".join(f"{key}.{name}={value}" for name, value in list(given.items())[:3]) or f"{key}.<key>=..."
+            raise ConfigError(key, f"override '{text}': {key} is a config group (conf/{key}/), which a map cannot "
+                                   f"replace: set its keys one by one, e.g. {example}")
         if override.type == OverrideType.ADD:
             raise ConfigError(key, f"override '{text}': {key} is already chosen: drop the '+': {text[1:]}")
         value = text.split("=", 1)[1]
@@ -277,6 +285,9 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         if verl:
             raise ConfigError(key, f"'{key}' is verl's; {verl}")
         hint = closest_key(key, base)
+        other = None if hint else other_trainer_hint(key, text.split("=", 1)[1] if "=" in text else "<value>", base)
+        if other:  # dagrl's own near miss first (actor.optim.lr is actor_rollout_ref.actor.optim.lr, not TRL's lr)
+            raise ConfigError(key, other)
         plus = " ('+' adds keys only under: " + ", ".join(FREEFORM_MAPS) + ")" if adding else ""
         fix = f"; did you mean '{hint}'?" if hint else section_keys(key, base)
         raise ConfigError(key, f"unknown config key '{key}'{fix}{plus}")
@@ -292,16 +303,46 @@ def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]
     text = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == key), None)
     where = f"override '{text}'" if text else f"config key '{key}'" if key != "overrides" else "the overrides"
     missing = re.search(r"key '([^']+)'", str(err)) if isinstance(err, InterpolationKeyError) else None
+    if missing and "." not in missing[1] and (missing[1].isupper() or missing[1] in os.environ):
+        name = missing[1]  # ${HOME}: the shell's syntax, which OmegaConf reads as a config key
+        return ConfigError(key, f"{where}: ${{{name}}} is read as a config key, not the environment variable: write "
+                                f"${{oc.env:{name}}}, or let the shell expand it (double quotes: \"...=${name}/...\")")
     if missing:
         hint = closest_key(missing[1], base)
         fix = f"did you mean ${{{hint}}}?" if hint else "point it at an existing one, e.g. ${trainer.experiment_name}"
         return ConfigError(key, f"{where}: the interpolation ${{{missing[1]}}} names no config key; {fix}")
+    resolver = re.search(r"Unsupported interpolation type (\S+)", str(err))
+    if resolver:  # ${env:HOME} (OmegaConf 1's name), a resolver nobody registered
+        fix = (f"OmegaConf 2 names it oc.env: ${{oc.env:...}}" if resolver[1] == "env" else
+               "the resolvers are oc.env, oc.decode, oc.select, oc.create, oc.dict.keys, oc.dict.values")
+        return ConfigError(key, f"{where}: no interpolation resolver '{resolver[1]}': {fix}")
+    merged = re.search(r"Error merging override ([^=\s]+)=.*Cannot merge (\w+) with (\w+)",
+                       f"{err} {err.__cause__}", re.S)
+    if merged:  # a map given to a list key, or a list to a map
+        given = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == merged[1]), merged[1])
+        return ConfigError(merged[1], f"override '{given}': {shape_fix(merged[1], base)}")
     env = re.search(r"Environment variable '([^']+)' not found", str(err))
     if env:
         return ConfigError(key, f"{where}: the environment variable {env[1]} is not set: export {env[1]}=... "
                                 f"before the run, or give a default: ${{oc.env:{env[1]},<default>}}")
     reasons = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
     return ConfigError(key, f"{where}: the config does not compose: {': '.join(reasons)}")
+
+
+def shape_fix(key: str, base: dict[str, Any]) -> str:
+    """What a list key or a map key takes, for a value of the other shape."""
+    exists, default = _lookup(base, key)
+    freeform = key in FREEFORM_MAPS
+    if isinstance(default, list):
+        if default and all(isinstance(item, dict) for item in default):
+            return (f"{key} is a list of maps: write [{{...}}, ...], or set one item's key, e.g. "
+                    f"{key}.0.{next(iter(default[0]))}=...")
+        example = ",".join(str(item) for item in default) or "a,b"
+        return f"{key} is a list, not a map: write it in brackets, e.g. {key}=[{example}]"
+    if isinstance(default, dict) or freeform:
+        return (f"{key} is a map, not a list: add one entry with +{key}.<name>=<value>" if freeform else
+                f"{key} is a section: set its keys one by one, e.g. {key}.{next(iter(default), '<key>')}=...")
+    return f"{key} takes neither a list nor a map here: see docs/config_reference.md"
 
 
 def compose(overrides: list[str] | None = None) -> dict[str, Any]:

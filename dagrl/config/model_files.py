@@ -26,6 +26,30 @@ def _json(path: Path):
         return None  # a broken tokenizer file is the tokenizer check's (or transformers') to name
 
 
+def missing_config_hint(path: Path, key: str) -> str:
+    """What a directory without config.json holds instead, and where the model is ('' when nothing is known)."""
+    ggufs = sorted(p.name for p in path.glob("*.gguf"))
+    if ggufs:
+        return (f"; {path} holds {ggufs[0]}, a GGUF file (llama.cpp's format), which dagrl cannot train: convert it "
+                f"to an HF directory (transformers' from_pretrained(..., gguf_file=...) then save_pretrained) or point "
+                f"{key} at the original HF model")
+    snapshots = sorted(p.parent for p in path.glob("snapshots/*/config.json"))
+    if snapshots:  # the hub cache's models--org--name: the files are in snapshots/<revision>
+        return (f"; {path} is the hub cache's folder of a model, whose files are in snapshots/<revision>: point {key} "
+                f"at {snapshots[-1]}")
+    hf = path / "huggingface"
+    if (hf / "config.json").is_file() and ((path / "metadata.json").is_file() or any(path.glob("*.distcp"))):
+        if any(hf.glob("*.safetensors")):
+            return f"; {path} is a Megatron checkpoint whose HF copy is in {hf}: point {key} at {hf}"
+        return (f"; {path} is a Megatron checkpoint (its HF config and tokenizer in {hf}, no HF weights): start from "
+                f"it with {key}={hf} actor_rollout_ref.actor.megatron.use_dist_checkpointing=true "
+                f"actor_rollout_ref.actor.megatron.dist_checkpointing_path={path}")
+    inside = sorted(p.parent for p in path.glob("*/config.json"))
+    if inside:
+        return f"; {inside[0]} has one: point {key} at it"
+    return ""
+
+
 def highest_token_id(model_dir: Path) -> tuple[int, str] | None:
     """The largest id the tokenizer files of `model_dir` can produce, and the file that holds it (None: no ids
     readable without loading the tokenizer, e.g. a sentencepiece tokenizer.model only)."""
@@ -72,6 +96,26 @@ def check_vocab(model_path: str, hf_config: dict) -> None:
             f"models; copy the model's own tokenizer files into the directory {KEY} names")
 
 
+def check_special_ids(model_path: str, hf_config: dict) -> None:
+    """The eos and bos ids of config.json and generation_config.json are rows of the embedding: generation stops at
+    an eos id, which a model never samples beyond its vocab_size (every response would run to
+    data.max_response_length). (pad_token_id is left alone: some configs hold -1 for none.)"""
+    vocab_size = hf_config.get("vocab_size")
+    if not isinstance(vocab_size, int):
+        return
+    model_dir = Path(os.path.expanduser(model_path))
+    for name in ("config.json", "generation_config.json"):
+        settings = hf_config if name == "config.json" else _json(model_dir / name)
+        for field in ("eos_token_id", "bos_token_id"):
+            value = settings.get(field) if isinstance(settings, dict) else None
+            ids = value if isinstance(value, list) else [value]
+            bad = [i for i in ids if isinstance(i, int) and not isinstance(i, bool) and not 0 <= i < vocab_size]
+            require(not bad, str(model_dir / name),
+                    f"{model_dir / name} has {field}={value} outside the vocabulary (vocab_size={vocab_size}, ids "
+                    f"0..{vocab_size - 1}): the file is of another model or edited by hand; restore the model's own "
+                    f"{name} in the directory {KEY} names")
+
+
 def _truncated(shard: Path) -> str | None:
     """Why the safetensors file `shard` is unusable (cut short, or no header), or None; reads its header only."""
     size = shard.stat().st_size
@@ -101,6 +145,8 @@ def check_weight_files(model_path: str) -> None:
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         content = _json(index)
+        require(content is not None, str(index), f"{index} is not valid JSON (cut short by an interrupted download?): "
+                                                 f"re-download it into the directory {KEY} names")
         weight_map = content.get("weight_map") if isinstance(content, dict) else None
         require(isinstance(weight_map, dict) and weight_map, str(index),
                 f"{index} has no weight_map: it is not a safetensors index; re-download the model {KEY} names")
@@ -171,6 +217,10 @@ def check_chat_template_syntax(model_path: str) -> None:
     import jinja2
 
     template, source = found
+    require(template.strip() != "", str(source),
+            f"{source} is empty: transformers takes it over tokenizer_config.json's chat_template, so every prompt "
+            f"would render as no text: delete it (to use tokenizer_config.json's template) or restore the model's "
+            f"template there")
     try:
         jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
     except jinja2.TemplateSyntaxError as error:

@@ -70,6 +70,14 @@ def check_weight_shapes(model_path: str, hf_config: dict, key: str = "actor_roll
         if name in found and found[name][0] != shape:
             raise ConfigError(key, f"{model_dir / found[name][1]} holds {name} of shape {found[name][0]}, but "
                                    f"{model_dir / 'config.json'} needs {shape} ({fields}): {fix}")
+    # the actor's output layer: untied, it is its own tensor (a critic replaces it with a value head)
+    untied = hf_config.get("tie_word_embeddings") is False or "tie_word_embeddings" not in hf_config
+    require(key != "actor_rollout_ref.model.path" or not untied or "model.embed_tokens.weight" not in found
+            or "lm_head.weight" in found, key,
+            f"{model_dir} has no lm_head.weight in its weights while config.json has tie_word_embeddings="
+            f"{str(hf_config.get('tie_word_embeddings', False)).lower()} (the output layer is its own tensor): the "
+            f"weights were saved without the LM head (e.g. from a base AutoModel); re-download or re-save the model "
+            f"with its head (AutoModelForCausalLM.save_pretrained)")
     layers = {int(match[1]) for name in found if (match := re.match(r"model\.layers\.(\d+)\.", name))}
     configured = hf_config["num_hidden_layers"]
     require(not layers or max(layers) + 1 == configured, key,

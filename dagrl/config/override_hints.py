@@ -55,3 +55,87 @@ def stray_word(before: str | None, arg: str) -> str | None:
         fix = f"\"{key}='{value} {arg}'\" (quoted)"
     return (f"override '{arg}' follows '{before}' and is not key=value: the shell splits a value at a space; "
             f"write {fix}")
+
+
+# characters a value copied from a web page or a word processor brings along: Hydra's grammar refuses them
+LOOKALIKES = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u201c": '"',
+              "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ", "\u2009": " ",
+              "\u202f": " ", "\u00d7": "x"}
+
+
+def _ascii_value(value: str) -> str:
+    """`value` typed in ASCII: lookalikes replaced, quotes that only wrapped it (“/data/x”) dropped."""
+    fixed = "".join(LOOKALIKES.get(char, char) for char in value)
+    if len(fixed) >= 2 and fixed[0] == fixed[-1] and fixed[0] in "\"'" and value[0] != fixed[0]:
+        fixed = fixed[1:-1]
+    return fixed.strip()
+
+
+def key_fix(key: str, value: str) -> str | None:
+    """The fix for an override whose key part Hydra refused: `trainer.=2`, `dag.nodes.-1.fn=...`, Python's
+    `trainer.logger+=[wandb]`."""
+    bare = key.lstrip("+~")
+    if bare.endswith("+"):  # `key+=[...]`: Hydra reads the key `key+`
+        from dagrl.config.schema import MISSING, default_value
+        name, default = bare[:-1], default_value(bare[:-1])
+        items = [str(v) for v in default] if isinstance(default, list) else ["<current items>"]
+        added = value.strip("[]")
+        return (f"Hydra has no '+=' (append): write the whole list, e.g. {name}=[{','.join(items + [added])}]"
+                if default is not MISSING else f"Hydra has no '+=': write {name}=<value>")
+    parts = bare.split(".")
+    if "" in parts:
+        return (f"the key '{bare}' has an empty part (a '.' at its end or doubled): write the whole key, e.g. "
+                f"{'.'.join(p for p in parts if p)}.<name>={value}")
+    negative = next((p for p in parts if re.fullmatch(r"-\d+", p)), None)
+    if negative:
+        at = parts.index(negative)
+        where, rest = ".".join(parts[:at]), ".".join([f"<index>", *parts[at + 1:]])
+        return (f"a list index counts from 0 ({where}.0 is the first item); Hydra takes no negative index: write "
+                f"{where}.{rest}={value}")
+    return None
+
+
+def value_fix(key: str, value: str) -> str | None:
+    """The fix for a value Hydra's grammar refused because of what it holds: a Unicode lookalike of an ASCII
+    character, `~user` (another user's home, which the shell expands only at a word's start), `name=v` given to
+    a map."""
+    odd = next((char for char in value if char in LOOKALIKES), None)
+    if odd is not None:
+        import unicodedata
+        return (f"the value holds {odd!r} (U+{ord(odd):04X}, {unicodedata.name(odd, 'a lookalike').lower()}), "
+                f"copied from a document: type it in ASCII: {key}={_ascii_value(value)}")
+    if value.startswith("~"):
+        user, slash, rest = value[1:].partition("/")
+        if not user:  # ~/x: this user's home
+            return (f"the shell did not expand '~' (it does only at the start of a word): write the full path, "
+                    f"e.g. {key}=$HOME{value[1:]}")
+        import os
+        home = os.path.expanduser(f"~{user}")
+        home = home if home != f"~{user}" else f"/home/{user}"
+        return (f"the shell did not expand '~{user}' (it does only at the start of a word): write the full path, "
+                f"e.g. {key}={home}{slash}{rest}")
+    name, equals, entry = value.partition("=")
+    if equals and _kind(key.lstrip("+~")) == "dict" and re.fullmatch(r"\w+", name):
+        return f"{key.lstrip('+~')} is a map: add one entry with +{key.lstrip('+~')}.{name}={entry}"
+    return None
+
+
+CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+
+
+def not_an_override(arg: str) -> str | None:
+    """An argument without '=' that is no misspelt override but something else the shell passed on: only
+    whitespace (a line-continuation backslash with a space after it), a comment's words, a config file."""
+    if not arg.strip():
+        return (f"the argument {arg!r} is only whitespace: a line-continuation '\\' with a space after it passes the "
+                f"space as an argument and ends the command there (the lines after it ran as another command): "
+                f"remove the space after the '\\'")
+    if arg.startswith("#"):
+        return (f"'{arg}' starts a comment that reached the command line as arguments (zsh passes '#' words on "
+                f"without `setopt interactivecomments`, and a comment inside a '\\'-continued command ends it): "
+                f"move the comment out of the command")
+    if arg.lower().endswith(CONFIG_FILE_SUFFIXES) and not arg.startswith(("+", "~")):
+        return (f"'{arg}' is a config file, but python3 -m dagrl.main_dag takes no config file: set its keys as "
+                f"key=value overrides (e.g. data.train_batch_size=8; see docs/config_reference.md), or put group "
+                f"options in a directory given with --config-dir")
+    return None

@@ -254,7 +254,11 @@ def check_value(key: str, kind: str, value: Any, config: dict[str, Any] | None =
             raise ConfigError(key, f"{key}={show(value)} is not one of: {', '.join(map(str, allowed))}")
     bound = range_of(key) if kind.rstrip("?") in ("int", "float", "list") else None
     if not type_ok(kind, value):
-        raise ConfigError(key, f"{key}={show(value)} must be {expected(kind, bound)}{_followed(key, value, config)}")
+        ratio = f"{key}_ratio"  # lr_warmup_steps=0.1: a fraction meant for lr_warmup_steps_ratio
+        hint = f" (a fraction of all steps is {ratio})" if kind.rstrip("?") == "int" and isinstance(value, float) \
+            and 0 < value < 1 and ratio in schema() else ""
+        raise ConfigError(key, f"{key}={show(value)} must be {expected(kind, bound)}{hint}"
+                               f"{_followed(key, value, config)}")
     if value is not None and bound is not None and not bound.ok(value):
         # a number of the right type out of range: "must be > 0", "must be in (0, 1]"; integers keep their noun
         text = expected(kind, bound) if kind.startswith("int") else bound.text.removeprefix("=")

@@ -10,8 +10,8 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 
-from dagrl.config import (async_checks, checkpoints, cross_checks, model_files, model_shapes, profiler_checks,
-                          reward_checks, schema, sections)
+from dagrl.config import (async_checks, checkpoints, cross_checks, inert_keys, model_files, model_shapes,
+                          path_values, profiler_checks, reward_checks, schema, sections)
 from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
                                  as_list,
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
@@ -234,6 +234,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check_finite_numbers(cfg, problems)
     schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema.py)
     check(schema.check_sampling, cfg)
+    check(path_values.check_shell_variables, cfg)  # before the checks that would call such a path missing
+    check(path_values.check_code_paths, cfg)
     check(sections.check_choices, cfg)
     check(sections.check_algorithm, cfg)
     planning = world_size is not None
@@ -248,6 +250,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         check(lambda _: model_files.check_json_files(model_path), hf_config)
         check(lambda _: model_files.check_chat_template_syntax(model_path), hf_config)
         check(model_files.check_vocab, model_path, hf_config)
+        check(model_files.check_special_ids, model_path, hf_config)
         if not cfg.actor_rollout_ref.actor.megatron.use_dist_checkpointing:  # else the weights come from there
             check(lambda _: model_files.check_weight_files(model_path), hf_config)
             check(model_shapes.check_weight_shapes, model_path, hf_config)
@@ -268,6 +271,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(cross_checks.check_overlong_manager, cfg)
     check(cross_checks.check_rollout_pool_keys, cfg)
     check(cross_checks.check_transformer_overrides, cfg)
+    check(inert_keys.check_inert_keys, cfg, set(problems.keys))  # a key set while what reads it is off
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):
         check(cross_checks.check_lr_floor, cfg, prefix)
     check(sections.check_filter_groups, cfg)

@@ -45,8 +45,7 @@ def open_parquet(path: str) -> pq.ParquetFile:
         raise ValueError(f"data file {path!r} cannot be read ({first_line(error)}); fix data.train_files / "
                          f"data.val_files") from None
     if stat.S_ISDIR(mode):
-        raise ValueError(f"data file {path!r} is a directory; data.train_files / data.val_files take "
-                         f"parquet files (e.g. {os.path.join(path, 'train.parquet')!r})")
+        raise ValueError(directory_problem(path))
     if not stat.S_ISREG(mode):
         kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else \
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
@@ -70,6 +69,27 @@ def open_parquet(path: str) -> pq.ParquetFile:
                              f"{',...' if len(listed) > 2 else ''}]'") from error
         raise ValueError(f"data file {path!r} is not a readable parquet file ({first_line(error)}); "
                          f"regenerate it with {PREPROCESS}") from error
+
+
+def directory_problem(path: str) -> str:
+    """The line for a data path that is a directory: what it holds decides the fix (the part files of a
+    partitioned parquet dataset, a datasets save_to_disk folder, or nothing known)."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        names = []
+    parts = [os.path.join(path, name) for name in names if name.endswith(".parquet")]
+    if parts:  # Spark's or pandas' partitioned output: train.parquet/part-00000-....parquet
+        shown = ",".join(parts[:2]) + (",..." if len(parts) > 2 else "")
+        return (f"data file {path!r} is a directory of {len(parts)} parquet part file(s) (a partitioned dataset); "
+                f"data.train_files / data.val_files take files: list them, e.g. data.train_files='[{shown}]'")
+    if {"dataset_info.json", "state.json", "dataset_dict.json"} & set(names):
+        split = "['train']" if "dataset_dict.json" in names else ""
+        return (f"data file {path!r} is a Hugging Face datasets folder (save_to_disk's Arrow shards), not parquet: "
+                f"convert it with datasets.load_from_disk({path!r}){split}.to_parquet('train.parquet') and point "
+                f"data.train_files / data.val_files at that file")
+    return (f"data file {path!r} is a directory; data.train_files / data.val_files take parquet files (e.g. "
+            f"{os.path.join(path, 'train.parquet')!r})")
 
 
 def _listed_paths(path: str) -> list[str]:
@@ -179,8 +199,64 @@ def check_data_files(files: Sequence[str], prompt_key: str = "prompt") -> int:
         num_rows = parquet.metadata.num_rows
         check_schema(path, parquet.schema_arrow, num_rows, prompt_key)
         check_prompt_shapes(path, parquet, prompt_key)
+        check_extra_info(path, parquet)
         total += num_rows
     return total
+
+
+def check_extra_info(path: str, parquet: pq.ParquetFile) -> None:
+    """extra_info, when a file has it, is a struct (each row's dict; the rollout reads its max_response_length,
+    the agent loop its interaction_kwargs and tools_kwargs) and its max_response_length a positive integer: both
+    were found only at the first step, once the models were built."""
+    schema = parquet.schema_arrow
+    if "extra_info" not in schema.names:
+        return
+    kind = schema.field("extra_info").type
+    if pa.types.is_null(kind):
+        return
+    if not pa.types.is_struct(kind):
+        what = "strings (JSON text?)" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else str(kind)
+        raise ValueError(f"data file {path!r} has an extra_info column of {what}, not a struct of each row's "
+                         f"fields: write the dicts themselves (e.g. json.loads of each value) into the file")
+    if kind.get_field_index("max_response_length") < 0:
+        return
+    field = kind.field("max_response_length").type
+    if not (pa.types.is_integer(field) or pa.types.is_null(field)):
+        raise ValueError(f"data file {path!r} has extra_info.max_response_length of type {field}, not an integer: "
+                         f"write each row's response limit as a token count (an int), or drop the field")
+    offset = 0
+    for batch in _column_batches(path, "extra_info.max_response_length"):
+        values = batch.column(0).field("max_response_length").to_numpy(zero_copy_only=False)
+        low = [i for i, v in enumerate(values) if v is not None and v == v and v < 1]
+        if low:
+            raise ValueError(f"data file {path!r} row {offset + low[0]} has extra_info.max_response_length="
+                             f"{values[low[0]]:g}, not a positive integer: set a token count >= 1 (capped at "
+                             f"data.max_response_length) or drop it")
+        offset += batch.num_rows
+
+
+def nested_values(path: str, dotted: str) -> dict[Any, int]:
+    """The distinct non-null values of a nested field (extra_info.interaction_kwargs.name) of a data file, each with
+    the first row that has it; {} when the file has no such field. Reads that field's pages only."""
+    path = os.path.expanduser(path)
+    kind: Any = open_parquet(path).schema_arrow
+    for part in dotted.split("."):
+        names = kind.names if isinstance(kind, pa.Schema) else \
+            [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
+        if part not in names:
+            return {}
+        kind = kind.field(part).type
+    first: dict[Any, int] = {}
+    offset = 0
+    for batch in _column_batches(path, dotted):
+        column = batch.column(0)
+        for part in dotted.split(".")[1:]:
+            column = column.field(part)
+        for row, value in enumerate(column.to_pylist()):
+            if value is not None and value not in first:
+                first[value] = offset + row
+        offset += batch.num_rows
+    return first
 
 
 def corrupt(path: str, error: BaseException) -> ValueError:

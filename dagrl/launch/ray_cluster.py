@@ -25,11 +25,26 @@ PLACEMENT_TIMEOUT_S = 120.0
 RAY_CONNECT_TIMEOUT_S = 5.0  # a Ray head answers a TCP connect in milliseconds; ray.init retries one for minutes
 
 
-def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOUT_S, nnodes: int = 1) -> None:
     """trainer.ray_address as host:port or ray://host:port: something accepts a TCP connection there within
-    `timeout_s` (ray.init would wait minutes on an unreachable head). null and "auto" are left to Ray."""
+    `timeout_s` (ray.init would wait minutes on an unreachable head). null with `nnodes` > 1 (which _connect turns
+    into "auto") needs a running cluster that Ray can find from this machine: ray.init would otherwise fail in a
+    traceback once the config is checked. An explicit "auto" is left to Ray."""
     from dagrl.config.errors import ConfigError
 
+    if address is None and nnodes > 1:
+        try:  # Ray's own lookup (RAY_ADDRESS, the cluster file ray start writes, running GCS processes)
+            from ray._private.services import get_ray_address_from_environment
+            found = get_ray_address_from_environment("auto", None)
+        except ConnectionError:
+            raise ConfigError("trainer.ray_address",
+                              f"trainer.nnodes={nnodes} (trainer.ray_address=null joins a running cluster: auto) "
+                              f"with trainer.launcher=ray needs a running Ray cluster, and none was found "
+                              f"from this machine: start it (ray start --head here, ray start --address=<head>:6379 "
+                              f"on the other nodes) or set trainer.ray_address=<head>:<port>") from None
+        except Exception:  # noqa: BLE001 - Ray's private lookup changed: ray.init names the problem itself
+            return
+        address = found if isinstance(found, str) else None
     if not isinstance(address, str) or address in ("auto", "local"):
         return
     host, colon, port = address.removeprefix("ray://").rpartition(":")

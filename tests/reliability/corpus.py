@@ -432,6 +432,78 @@ def file_list_txt(ws: Path, paths: Paths) -> None:
     (ws / "files.txt").write_text(f"{paths.train}\n{paths.train}\n")
 
 
+# ---- session 16's unseen set: other trainers' habits, files from other tools ---------------------------------------
+INTERACTION_CONFIG = TOOL_CONFIG.with_name("interaction_config.yaml")
+RUN_YAML = "data:\n  train_batch_size: 8\ntrainer:\n  total_epochs: 2\n"
+REWARD_OK = "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n"
+
+
+def partitioned_parquet(ws: Path, paths: Paths) -> None:
+    """{ws}/train.parquet/: a directory of part files, as Spark or pandas (partition_cols) write one dataset."""
+    target = ws / "train.parquet"
+    target.mkdir()
+    for part in ("part-00000-abc.snappy.parquet", "part-00001-abc.snappy.parquet"):
+        shutil.copy(paths.train, target / part)
+    (target / "_SUCCESS").write_text("")
+
+
+def datasets_saved_to_disk(ws: Path, paths: Paths) -> None:
+    """{ws}/gsm8k_saved: what datasets' save_to_disk writes (an Arrow stream shard, dataset_info.json, state.json)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = ws / "gsm8k_saved"
+    target.mkdir()
+    table = pq.read_table(paths.train)
+    with pa.OSFile(str(target / "data-00000-of-00001.arrow"), "wb") as sink, \
+            pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    (target / "dataset_info.json").write_text("{}")
+    (target / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+
+
+def _extra_info_as_json(rows: list[dict]) -> None:
+    for row in rows:
+        row["extra_info"] = json.dumps(row["extra_info"])
+
+
+def _interaction_judge(rows: list[dict]) -> None:
+    for row in rows:
+        row["extra_info"]["interaction_kwargs"] = {"name": "judge"}
+
+
+def hub_cache_folder(ws: Path, paths: Paths) -> None:
+    """{ws}/hub/models--org--tiny: the hub cache's layout (the model's files under snapshots/<revision>/)."""
+    repo = ws / "hub" / "models--org--tiny"
+    shutil.copytree(paths.model, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+
+
+def megatron_actor_dir(ws: Path, paths: Paths) -> None:
+    """{ws}/global_step_10/actor: verl's Megatron checkpoint, the HF config and tokenizer in huggingface/."""
+    actor = ws / "global_step_10" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / "metadata.json").write_text("{}")
+    (actor / "__0_0.distcp").write_bytes(bytes(64))
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(paths.model / name, actor / "huggingface" / name)
+
+
+def without_lm_head(ws: Path, paths: Paths) -> None:
+    """{ws}/model: the tiny (untied) model's weights saved without lm_head.weight."""
+    from safetensors.numpy import load_file, save_file
+
+    model_copy()(ws, paths)
+    weights = load_file(str(paths.model / "model.safetensors"))
+    weights.pop("lm_head.weight")
+    save_file(weights, str(ws / "model" / "model.safetensors"), metadata={"format": "pt"})
+
+
+def eos_beyond_vocab(ws: Path, paths: Paths) -> None:
+    model_copy(patch={"eos_token_id": 50000})(ws, paths)
+
+
 PPO_GAE = ("dag=ppo", "algorithm.adv_estimator=gae")
 
 
@@ -1442,6 +1514,138 @@ CASES: tuple[Case, ...] = (
          ("dag.nodes.3.deps=rollout",), ("has deps='rollout', not a list of node ids", "[rollout]")),
     Case("profiler_trace_without_tool", "`global_profiler.with_trace=true` with the tool left null (traced nothing)",
          ("global_profiler.with_trace=true",), ("global_profiler.with_trace=true", "global_profiler.tool is null")),
+    # ---- session 16's unseen set: options of other trainers (TRL, OpenRLHF, NeMo-RL) ----
+    Case("trl_learning_rate", "TRL's `learning_rate=1e-6` (was: unknown key, the sections listed)",
+         ("learning_rate=1e-6",), ("'learning_rate' is not a dagrl key", "write actor_rollout_ref.actor.optim.lr=1e-6")),
+    Case("trl_num_generations", "TRL's `num_generations=8`", ("num_generations=8",),
+         ("'num_generations'", "write actor_rollout_ref.rollout.n=8")),
+    Case("trl_beta", "TRL GRPO's KL weight `beta=0.04`", ("beta=0.04",),
+         ("'beta'", "actor_rollout_ref.actor.kl_loss_coef (with actor_rollout_ref.actor.use_kl_loss=true)")),
+    Case("trl_max_completion_length", "TRL's `max_completion_length=256`", ("max_completion_length=256",),
+         ("'max_completion_length'", "write data.max_response_length=256")),
+    Case("trl_per_device_batch", "TRL's `per_device_train_batch_size=4`", ("per_device_train_batch_size=4",),
+         ("'per_device_train_batch_size'", "write actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")),
+    Case("trl_use_vllm", "TRL's `use_vllm=true`", ("use_vllm=true",), ("'use_vllm'", "actor_rollout_ref.rollout.name=vllm")),
+    Case("openrlhf_n_samples", "OpenRLHF's `n_samples_per_prompt=8`", ("n_samples_per_prompt=8",),
+         ("'n_samples_per_prompt'", "write actor_rollout_ref.rollout.n=8")),
+    Case("openrlhf_init_kl_coef", "OpenRLHF's `init_kl_coef=0.01`", ("init_kl_coef=0.01",),
+         ("'init_kl_coef'", "algorithm.kl_ctrl.kl_coef (with algorithm.use_kl_in_reward=true)", "actor_rollout_ref.actor.kl_loss_coef")),
+    Case("openrlhf_actor_learning_rate", "OpenRLHF's `actor_learning_rate=5e-7`", ("actor_learning_rate=5e-7",),
+         ("'actor_learning_rate'", "write actor_rollout_ref.actor.optim.lr=5e-7")),
+    Case("nemo_num_generations", "NeMo-RL's `grpo.num_generations_per_prompt=8`",
+         ("grpo.num_generations_per_prompt=8",), ("'grpo.num_generations_per_prompt'", "write actor_rollout_ref.rollout.n=8")),
+    Case("nemo_policy_model_name", "NeMo-RL's `policy.model_name=<dir>`", ("policy.model_name={model}",),
+         ("'policy.model_name'", "write actor_rollout_ref.model.path=<model>")),
+    # ---- config files and arguments passed the wrong way ----
+    Case("plus_whole_section", "`+data={train_batch_size: 8}` (was told to drop the '+', then refused the map)",
+         ("+data={{train_batch_size: 8}}",), ("data is a config group", "data.train_batch_size=8")),
+    Case("config_dir_is_a_file", "`--config-dir=my_run.yaml` (a file; was Hydra's multi-line error, exit 1)",
+         ("--config-dir={ws}/my_run.yaml",), ("--config-dir=<tmp>/my_run.yaml is a file", "key=value overrides"),
+         make=text_file("my_run.yaml", RUN_YAML)),
+    Case("yaml_file_as_argument", "a config file as an argument (was told to join it to the previous value)",
+         ("{ws}/my_run.yaml",), ("'<tmp>/my_run.yaml' is a config file", "key=value overrides"),
+         make=text_file("my_run.yaml", RUN_YAML)),
+    Case("torchrun_flag_after_module", "`--nproc_per_node=2` after `-m dagrl.main_dag` (was told to write "
+         "nproc_per_node=2)", ("--nproc_per_node=2",), ("torchrun's option", "torchrun --nproc_per_node=2 -m")),
+    Case("shell_comment_words", "`trainer.total_epochs=1 # one epoch` reaching the command (zsh; was told to quote "
+         "'1 #')", ("trainer.total_epochs=1", "#", "one", "epoch"), ("'#' starts a comment", "move the comment")),
+    Case("backslash_space_argument", "a lone ' ' argument (`\\` with a space after it; was told to join it to the "
+         "previous value)", (" ",), ("only whitespace", "remove the space after the")),
+    # ---- what Hydra's grammar refuses, with the fix for the key or the characters ----
+    Case("key_trailing_dot", "`trainer.=2` (was told to quote the value)", ("trainer.=2",),
+         ("the key 'trainer.' has an empty part", "trainer.<name>=2")),
+    Case("dag_node_negative_index", "`dag.nodes.-1.fn=...` (was told to quote the value)",
+         ("dag.nodes.-1.fn=dagrl.nodes.actor:update",), ("no negative index", "dag.nodes.<index>.fn=")),
+    Case("list_append_plus_equals", "`trainer.logger+=[wandb]` (Python's +=; was told to close the bracket)",
+         ("trainer.logger+=[wandb]",), ("Hydra has no '+='", "trainer.logger=[console,tensorboard,wandb]")),
+    Case("lr_unicode_minus", "`optim.lr=1e\u22126` (a Unicode minus; was told to quote it, a string)",
+         ("actor_rollout_ref.actor.optim.lr=1e\u22126",), ("U+2212", "actor_rollout_ref.actor.optim.lr=1e-6")),
+    Case("train_files_smart_quotes", "`data.train_files=\u201c...\u201d` (curly quotes from a document)",
+         ("data.train_files=\u201c{train}\u201d",), ("U+201C", "data.train_files=<data>/train.parquet")),
+    Case("tilde_other_user", "`model.path=~alice/models/qwen` (was told $HOMEalice/...)",
+         ("actor_rollout_ref.model.path=~alice/models/qwen",), ("'~alice'", "/models/qwen")),
+    Case("vllm_engine_kwargs_string", "`rollout.engine_kwargs.vllm=swap_space=4` (was told to quote it: a string)",
+         ("actor_rollout_ref.rollout.engine_kwargs.vllm=swap_space=4",), ("is a map", "+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4")),
+    # ---- interpolations and shapes OmegaConf refuses while composing ----
+    Case("dollar_brace_home", "`data.train_files='${HOME}/data/train.parquet'` (the shell's syntax; was told to "
+         "point it at a config key)", ("data.train_files=${{HOME}}/data/train.parquet",),
+         ("${HOME} is read as a config key", "${oc.env:HOME}")),
+    Case("env_resolver_old_name", "`default_local_dir=${env:HOME}/ckpts` (OmegaConf 1's resolver)",
+         ("trainer.default_local_dir=${{env:HOME}}/ckpts",), ("no interpolation resolver 'env'", "oc.env")),
+    Case("logger_as_map", "`trainer.logger={console: true}` (was OmegaConf's merge error)",
+         ("trainer.logger={{console: true}}",), ("trainer.logger is a list, not a map", "trainer.logger=[")),
+    Case("dag_nodes_map", "`dag.nodes={}`", ("dag.nodes={{}}",), ("dag.nodes is a list of maps", "dag.nodes.0.")),
+    Case("reward_kwargs_as_list", "`custom_reward_function.reward_kwargs=[scale,2]`",
+         ("custom_reward_function.reward_kwargs=[scale,2]",),
+         ("is a map, not a list", "+custom_reward_function.reward_kwargs.<name>=<value>")),
+    # ---- paths and user code named the way another tool names them ----
+    Case("train_files_unexpanded_var", "`data.train_files=$DATA_DIR/train.parquet` (was: the file does not exist)",
+         ("data.train_files=$DATA_DIR/train.parquet",), ("holds $DATA_DIR", "${oc.env:DATA_DIR}")),
+    Case("reward_path_with_name", "`custom_reward_function.path=reward.py:compute_score` (was: no such file)",
+         ("custom_reward_function.path={ws}/reward.py:compute_score",),
+         ("custom_reward_function.path=<tmp>/reward.py custom_reward_function.name=compute_score",),
+         make=text_file("reward.py", REWARD_OK)),
+    Case("pipeline_fn_file_path", "`dag.custom_pipeline_fn=graphs.py:build` (a file path; was: cannot import)",
+         ("dag.custom_pipeline_fn={ws}/graphs.py:build",), ("not a file path", "PYTHONPATH", "graphs:build"),
+         make=text_file("graphs.py", "def build():\n    return []\n")),
+    Case("ray_two_nodes_without_cluster", "`trainer.launcher=ray trainer.nnodes=2` with no Ray cluster running (was "
+         "a ConnectionError traceback)", ("trainer.launcher=ray", "trainer.nnodes=2", "trainer.default_local_dir={ws}/run"),
+         ("trainer.nnodes=2", "needs a running Ray cluster", "ray start --head")),
+    Case("default_local_dir_is_a_checkpoint", "`trainer.default_local_dir=<root>/global_step_2` (was trained into, "
+         "the checkpoint changed)", ("trainer.default_local_dir={ckpt}/global_step_2",),
+         ("is a checkpoint, not a checkpoint root", "trainer.resume_from_path=<tmp>/ckpt/global_step_2")),
+    # ---- data files from other tools, and rows the first step would have refused ----
+    Case("train_files_spark_dir", "data.train_files names a directory of parquet part files (was told to add "
+         "/train.parquet)", ("data.train_files={ws}/train.parquet",), ("2 parquet part file(s)", "part-00000"),
+         make=partitioned_parquet),
+    Case("hf_saved_dataset_dir", "data.train_files names a datasets save_to_disk folder",
+         ("data.train_files={ws}/gsm8k_saved",), ("save_to_disk", "load_from_disk", ".to_parquet("),
+         make=datasets_saved_to_disk),
+    Case("extra_info_max_len_string", "extra_info.max_response_length written as a string (was found at step 1)",
+         ("data.train_files={ws}/bad.parquet",), ("extra_info.max_response_length of type string", "token count"),
+         make=rows_changed(_set(None, "extra_info.max_response_length", "4"))),
+    Case("extra_info_json_string", "the extra_info column as json.dumps strings (was a traceback at step 1)",
+         ("data.train_files={ws}/bad.parquet",), ("extra_info column of strings", "json.loads"),
+         make=rows_changed(_extra_info_as_json)),
+    Case("interaction_name_unknown", "rows name interaction 'judge' that the interaction config lacks (was a "
+         "traceback at step 1)", ("data.train_files={ws}/bad.parquet", "actor_rollout_ref.rollout.multi_turn.enable=true",
+                                  f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={INTERACTION_CONFIG}"),
+         ("names the interaction 'judge'", "['try_again']"), make=rows_changed(_interaction_judge)),
+    # ---- model directories from other tools ----
+    Case("model_path_hf_cache_repo", "model.path names the hub cache's models--org--tiny folder",
+         ("actor_rollout_ref.model.path={ws}/hub/models--org--tiny",), ("snapshots/0123abcd",),
+         make=hub_cache_folder),
+    Case("model_path_verl_actor_dir", "model.path names verl's global_step_10/actor (a Megatron checkpoint)",
+         ("actor_rollout_ref.model.path={ws}/global_step_10/actor",),
+         ("is a Megatron checkpoint", "use_dist_checkpointing=true", "dist_checkpointing_path=<tmp>/global_step_10/actor"),
+         make=megatron_actor_dir),
+    Case("chat_template_jinja_empty", "chat_template.jinja is an empty file (was a traceback at step 1)",
+         ("actor_rollout_ref.model.path={ws}/model",), ("chat_template.jinja is empty",),
+         make=chat_template("")),
+    Case("lm_head_missing_untied", "weights without lm_head.weight, tie_word_embeddings false (was a traceback "
+         "building the actor)", ("actor_rollout_ref.model.path={ws}/model",), ("no lm_head.weight", "re-save"),
+         make=without_lm_head),
+    Case("eos_id_beyond_vocab", "config.json eos_token_id=50000 with vocab_size 400 (was trained without an eos)",
+         ("actor_rollout_ref.model.path={ws}/model",), ("eos_token_id=50000", "vocab_size=400"),
+         make=eos_beyond_vocab),
+    # ---- settings another key switches off (they were silently ignored) ----
+    Case("critic_model_path_on_grpo", "`critic.model.path=...` on dag=grpo (no critic)", ("critic.model.path={model}",),
+         ("critic.model.path='<model>' has no effect", "dag=ppo")),
+    Case("kl_loss_coef_without_kl_loss", "`actor.kl_loss_coef=0.01` with use_kl_loss=false",
+         ("actor_rollout_ref.actor.kl_loss_coef=0.01",), ("has no effect", "set actor_rollout_ref.actor.use_kl_loss=true")),
+    Case("adaptive_kl_without_kl_in_reward", "`algorithm.kl_ctrl.type=adaptive` with use_kl_in_reward=false",
+         ("algorithm.kl_ctrl.type=adaptive",), ("has no effect", "set algorithm.use_kl_in_reward=true")),
+    Case("min_lr_with_constant_schedule", "`optim.min_lr=1e-7` with lr_decay_style=constant",
+         ("actor_rollout_ref.actor.optim.min_lr=1e-7",), ("has no effect", "lr_decay_style=cosine or linear")),
+    Case("loss_scale_factor_without_mode", "`actor.loss_scale_factor=512` with loss_agg_mode=token-mean",
+         ("actor_rollout_ref.actor.loss_scale_factor=512",), ("has no effect", "loss_agg_mode=seq-mean-token-sum-norm")),
+    Case("warmup_steps_and_ratio", "`optim.lr_warmup_steps=10` and `lr_warmup_steps_ratio=0.1` (the ratio ignored)",
+         ("actor_rollout_ref.actor.optim.lr_warmup_steps=10", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1"),
+         ("lr_warmup_steps_ratio=0.1 has no effect", "lr_warmup_steps=-1")),
+    Case("gamma_with_grpo", "`algorithm.gamma=0.99` with adv_estimator=grpo", ("algorithm.gamma=0.99",),
+         ("has no effect", "algorithm.adv_estimator=grpo does not discount")),
+    Case("val_temperature_without_sampling", "`val_kwargs.temperature=0.6` with val_kwargs.do_sample=false",
+         ("actor_rollout_ref.rollout.val_kwargs.temperature=0.6",), ("has no effect", "val_kwargs.do_sample=true")),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),

@@ -1,0 +1,132 @@
+"""Pre-flight of settings another key switches off: a key set away from its default while the key that makes the
+code read it is off (kl_loss_coef without use_kl_loss, min_lr under a constant schedule, critic.* on a graph
+without a critic). Such a run trains as if the key were not there, while the user believes it applies; the error
+names both keys and the two ways out.
+
+One table, INERT, says for each key (or fnmatch pattern) when the code reads it; the values come from a snapshot of
+the config (reading them here must not count as the code using them: tests prove every key in conf/ is read by a
+run). A key counts as set when it differs from conf/'s default and does not just follow another key's value through
+an interpolation (critic.shuffle follows actor_rollout_ref.actor.shuffle)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Callable
+
+from dagrl.config.errors import ConfigError
+from dagrl.config.tree import Cfg, leaves
+
+A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+
+
+@dataclass(frozen=True)
+class Inert:
+    keys: str                                  # a key, or an fnmatch pattern over keys
+    read: Callable[[dict[str, Any]], bool]     # the code reads the key(s) in this config (False only when sure)
+    because: str                               # why not here, naming the switch ({estimator}: its value)
+    fix: str                                   # how to make it apply
+
+
+def _off(value: Any) -> bool:
+    return value is False
+
+
+def _schedule(prefix: str) -> Callable[[dict[str, Any]], bool]:
+    """A floor (min_lr, min_lr_ratio) is read by a decaying schedule: warmup_style replaces lr_decay_style."""
+    return lambda c: (c.get(f"{prefix}.warmup_style") or c.get(f"{prefix}.lr_decay_style")) != "constant"
+
+
+def _floor_set(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+INERT = (
+    Inert(f"{A}.kl_loss_coef", lambda c: not _off(c.get(f"{A}.use_kl_loss")),
+          f"{A}.use_kl_loss=false (no KL term in the loss)", f"set {A}.use_kl_loss=true"),
+    Inert(f"{A}.kl_loss_type", lambda c: not _off(c.get(f"{A}.use_kl_loss")),
+          f"{A}.use_kl_loss=false (no KL term in the loss)", f"set {A}.use_kl_loss=true"),
+    Inert(f"{A}.loss_scale_factor", lambda c: c.get(f"{A}.loss_agg_mode") == "seq-mean-token-sum-norm",
+          f"it divides token sums only under {A}.loss_agg_mode=seq-mean-token-sum-norm",
+          f"set {A}.loss_agg_mode=seq-mean-token-sum-norm"),
+    Inert("algorithm.kl_ctrl.*", lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
+          "algorithm.use_kl_in_reward=false (no KL penalty in the reward)", "set algorithm.use_kl_in_reward=true"),
+    Inert("algorithm.kl_penalty", lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
+          "algorithm.use_kl_in_reward=false (no KL penalty in the reward)", "set algorithm.use_kl_in_reward=true"),
+    Inert("algorithm.gamma", lambda c: c.get("algorithm.adv_estimator") in ("reinforce_plus_plus", "gae"),
+          "algorithm.adv_estimator={estimator} does not discount (reinforce_plus_plus and gae do)",
+          "set algorithm.adv_estimator=reinforce_plus_plus (or gae with dag=ppo)"),
+    Inert("algorithm.lam", lambda c: c.get("algorithm.adv_estimator") == "gae",
+          "algorithm.adv_estimator={estimator} has no lambda (gae does)",
+          "set algorithm.adv_estimator=gae with dag=ppo"),
+    Inert("algorithm.norm_adv_by_std_in_grpo", lambda c: c.get("algorithm.adv_estimator") == "grpo",
+          "algorithm.adv_estimator={estimator} does not normalise by the group's std (grpo does)",
+          "set algorithm.adv_estimator=grpo"),
+    Inert(f"{R}.val_kwargs.temperature", lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
+          f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
+    Inert(f"{R}.val_kwargs.top_[pk]", lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
+          f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
+    Inert(f"{R}.top_[pk]", lambda c: not _off(c.get(f"{R}.do_sample")),
+          f"{R}.do_sample=false (greedy rollouts)", f"set {R}.do_sample=true"),
+)
+for _prefix in (f"{A}.optim", "critic.optim"):
+    INERT += (Inert(f"{_prefix}.min_lr", _schedule(_prefix),
+                    f"{_prefix}.lr_decay_style=constant (the LR never decays to a floor)",
+                    f"set {_prefix}.lr_decay_style=cosine or linear"),
+              Inert(f"{_prefix}.min_lr_ratio", _schedule(_prefix),
+                    f"{_prefix}.lr_decay_style=constant (the LR never decays to a floor)",
+                    f"set {_prefix}.lr_decay_style=cosine or linear"),
+              Inert(f"{_prefix}.lr_warmup_steps_ratio",
+                    lambda c, p=_prefix: not (isinstance(c.get(f"{p}.lr_warmup_steps"), int)
+                                              and c.get(f"{p}.lr_warmup_steps") >= 0),
+                    f"{_prefix}.lr_warmup_steps is set (>= 0: it replaces the ratio)",
+                    f"set {_prefix}.lr_warmup_steps=-1 to use the ratio"))
+FLOORS = {f"{p}.{name}" for p in (f"{A}.optim", "critic.optim") for name in ("min_lr", "min_lr_ratio")}
+
+
+def _set_keys(config: dict[str, Any]) -> list[str]:
+    """Keys of `config` changed from conf/'s defaults by the user (not through an interpolation)."""
+    from dagrl.config.checks import interpolated_defaults
+    from dagrl.config.schema import MISSING, default_value
+
+    sources = interpolated_defaults()
+    changed = []
+    for key, value in config.items():
+        default = default_value(key)
+        if default is MISSING or repr(value) == repr(default):
+            continue
+        source = sources.get(key)
+        if source is not None and repr(config.get(source)) == repr(value):
+            continue  # it takes another key's value: that key is the one set
+        if key in FLOORS and not _floor_set(value):
+            continue  # 0 / null is no floor: harmless under any schedule
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0):
+            continue  # zeroed with its switch off, as verl's DAPO scripts write kl_coef=0.0: off twice, not a mistake
+        changed.append(key)
+    return changed
+
+
+def check_inert_keys(cfg: Cfg, reported: set[str] | frozenset = frozenset()) -> None:
+    """The first key set while the key that makes it apply is off (one line: both keys, and the fix). `reported`:
+    keys pre-flight has already named (a bad critic value on a graph without a critic is that value's line alone)."""
+    from dagrl.config.schema import show
+    from dagrl.config.sections import graph_roles
+
+    config = leaves(cfg.snapshot())
+    changed = _set_keys(config)
+    for key in changed:
+        rule = next((r for r in INERT if fnmatchcase(key, r.keys)), None)
+        if rule is not None and key not in reported and not rule.read(config):
+            because = rule.because.replace("{estimator}", str(config.get("algorithm.adv_estimator")))
+            raise ConfigError(key, f"{key}={show(config[key])} has no effect: {because}; {rule.fix}, or drop {key}")
+    critic = [key for key in changed if key.startswith("critic.")]
+    if not critic or any(key.startswith("critic.") for key in reported):
+        return
+    try:
+        roles = graph_roles(Cfg(cfg.snapshot()))
+    except Exception:  # noqa: BLE001 - a pipeline function that fails is dag.graph.preflight_graph's to name
+        return
+    if "critic" not in roles:
+        key = critic[0]
+        raise ConfigError(key, f"{key}={show(config[key])} has no effect: the graph has no critic node (critic.* is "
+                               f"read by the critic nodes of dag=ppo); for PPO with a critic set dag=ppo "
+                               f"algorithm.adv_estimator=gae, or drop {key}")
