@@ -13,6 +13,7 @@ same tokens in every repeat.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -60,7 +61,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="also print the CPU time of dagrl's own steps")
+    parser.add_argument("--runner", choices=("default", "v1", "v2"), default="default",
+                        help="vLLM's model runner (VLLM_USE_V2_MODEL_RUNNER): v2 draws seeded requests' noise in one "
+                             "batched kernel, v1 one launch per seeded request and step")
     args = parser.parse_args()
+    if args.runner != "default":
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
 
     from vllm import SamplingParams
 
@@ -82,6 +88,7 @@ def main() -> None:
         max_model_len=args.prompt_length + args.response_length, enforce_eager=False),
         eos_token_ids=[vocab - 1], pad_token_id=0)
     rollout.weights_discarded = False  # benchmark on the dummy weights: no sync
+    runner = "v2" if rollout.llm.llm_engine.vllm_config.use_v2_model_runner else "v1"
     prompts = random_prompts(args.prompts, args.prompt_length, vocab)
     sampling = SamplingSpec(n=args.n, temperature=1.0, response_length=args.response_length)
     requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
@@ -125,7 +132,8 @@ def main() -> None:
             for name, values in times.items()}
     base = rows[BARE][2]
     print(f"\nQwen3-{args.size} shape, {args.prompts} prompts x n={args.n}, prompt <= {args.prompt_length}, "
-          f"response {args.response_length}, 1 GPU, bf16, CUDA graphs; median of {args.repeats} rotated repeats")
+          f"response {args.response_length}, 1 GPU, bf16, CUDA graphs, vLLM model runner {runner}; median of "
+          f"{args.repeats} rotated repeats")
     print("| path | median s | min s | max s | generated tokens | tokens/s | vs bare | same samples every repeat |")
     print("|---|---|---|---|---|---|---|---|")
     for name, (seconds, count, rate) in rows.items():
