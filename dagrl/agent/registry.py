@@ -26,7 +26,11 @@ def load_entries(path: str, key: str, list_key: str) -> list[dict]:
         with open(path) as f:
             document = yaml.safe_load(f)
     except yaml.YAMLError as error:
-        raise ConfigError(key, f"{key}: {path} is not valid YAML ({str(error).splitlines()[0]})") from None
+        mark = getattr(error, "problem_mark", None)  # where, and what the parser found there (a tab, a ':')
+        what = getattr(error, "problem", None) or str(error).splitlines()[0]
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(key, f"{key}: {path} is not valid YAML: {what}{at} (YAML indents with spaces, never "
+                               f"tabs); fix the file") from None
     entries = document.get(list_key) if isinstance(document, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ConfigError(key, f"{key}: {path} must hold a non-empty {list_key!r} list")
@@ -49,6 +53,9 @@ def import_class(spec: str, key: str, where: str) -> type:
         raise ConfigError(key, f"{key}: {where}: cannot import {module_name!r} for class_name {spec!r} "
                                f"({type(error).__name__}: {error})") from None
     cls = getattr(module, class_name, None)
+    if cls is not None and not inspect.isclass(cls):  # a function or an instance: the entry constructs a class
+        raise ConfigError(key, f"{key}: {where}: {spec} is a {type(cls).__name__}, not a class: class_name names a "
+                               f"class the trainer constructs as {class_name}(config, ...) (see docs/agentic.md)")
     if not inspect.isclass(cls):
         raise ConfigError(key, f"{key}: {where}: module {module_name!r} has no class {class_name!r}")
     return cls

@@ -30,11 +30,12 @@ def check_async_training(cfg: Cfg) -> None:
     trigger, key = options.trigger_parameter_sync_step, "async_training.trigger_parameter_sync_step"
     require(isinstance(trigger, int) and not isinstance(trigger, bool) and trigger >= 1, key,
             f"{key}={trigger!r} must be an integer >= 1")
-    require(staleness >= trigger - 1, key, f"{key}={trigger} with async_training.max_staleness={staleness} would "
-            f"deadlock (samples wait longer than K versions between pushes): set max_staleness >= {trigger - 1}")
+    # a colocated run first: there the staleness fix would only lead to this line
     require(trigger == 1 or not cfg.actor_rollout_ref.hybrid_engine, key,
             f"{key}={trigger}: a colocated run syncs the rollout's weights every step; pushes every N steps need "
             f"separate pools (actor_rollout_ref.hybrid_engine=false): set it to 1")
+    require(staleness >= trigger - 1, key, f"{key}={trigger} with async_training.max_staleness={staleness} would "
+            f"deadlock (samples wait longer than K versions between pushes): set max_staleness >= {trigger - 1}")
     require(not (options.partial_rollout and cfg.algorithm.filter_groups.enable), "async_training.partial_rollout",
             "async_training.partial_rollout=true with algorithm.filter_groups.enable=true (dynamic sampling) is not "
             "supported yet: turn one of them off")

@@ -2,61 +2,24 @@
 starts from, and what the actor saves and loads."""
 from __future__ import annotations
 
-import errno
 import os
 import re
 from pathlib import Path
 
 from dagrl.config.checks import as_list, get, require
 from dagrl.config.errors import ConfigError
+from dagrl.config.path_values import check_writable_dir  # noqa: F401  (profiler_checks imports it from here)
 from dagrl.config.tree import Cfg
 
 
-def check_writable_dir(key: str, configured: str, what: str) -> Path:
-    """The directory `configured` (config key `key`) exists and can be written, or can be created: its nearest
-    existing parent is a writable directory. Returns it, user-expanded."""
-    variable = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", configured)
-    require(variable is None, key,
-            f"{key}={configured} holds ${variable[1] if variable else ''}, a shell variable that was not expanded (single "
-            f"quotes, or a config file): write the path out, or use ${{oc.env:{variable[1] if variable else ''}}}")
-    root = Path(os.path.expanduser(configured))
-    # a symlink that resolves to nothing (its target gone, or a loop) does not "exist", but cannot be created either
-    dangling = next((p for p in [root, *root.parents] if p.is_symlink() and not p.exists()), None)
-    require(dangling is None, key,
-            f"{what} {root} cannot be created: {dangling} is a symlink that leads nowhere "
-            f"({'a loop' if dangling is not None and _loops(dangling) else 'its target is gone'}); fix the link or {key}")
-    existing = next((p for p in [root, *root.parents] if p.exists()), None)
-    require(existing is None or existing.is_dir(), key,
-            f"{what} {root} cannot be created: {existing} is not a directory; fix {key}")
-    require(existing is not None and os.access(existing, os.W_OK), key,
-            f"{what} {root} is not writable (nearest existing parent: {existing}): fix {key}")
-    return root
-
-
-def _loops(link: Path) -> bool:
-    try:
-        link.resolve(strict=True)
-    except RuntimeError:  # Python < 3.13: a symlink loop
-        return True
-    except OSError as error:
-        return error.errno == errno.ELOOP
-    return False
-
-
 def check_output_dirs(cfg: Cfg) -> None:
-    """Where the run writes besides its checkpoints (metrics.jsonl goes into trainer.default_local_dir, checked
-    above): TensorBoard events and validation dumps, found now rather than at the first log or validation."""
+    """Where the run writes besides its checkpoints: every output-directory key is checked by its schema kind in
+    path_values.check_path_values; what is left is TensorBoard's directory taken from the environment."""
     trainer = cfg.trainer
-    if trainer.tensorboard_dir is not None:  # set on purpose: a broken path is a mistake with any logger
-        check_writable_dir("trainer.tensorboard_dir", trainer.tensorboard_dir, "tensorboard directory")
-    elif "tensorboard" in as_list(trainer.logger) and os.environ.get("TENSORBOARD_DIR"):
+    from_env = os.environ.get("TENSORBOARD_DIR")
+    if trainer.tensorboard_dir is None and "tensorboard" in as_list(trainer.logger) and from_env:
         check_writable_dir("trainer.tensorboard_dir", os.environ["TENSORBOARD_DIR"],
                            "tensorboard directory ($TENSORBOARD_DIR)")
-    for key, what in (("trainer.validation_data_dir", "validation data directory"),
-                      ("trainer.rollout_data_dir", "rollout data directory"),
-                      ("data.cache_dir", "data cache directory")):
-        if get(cfg, key):
-            check_writable_dir(key, get(cfg, key), what)
 
 
 def check_checkpoint_dir(cfg: Cfg) -> None:
@@ -79,6 +42,7 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
     require(not tracker.exists() or tracker.is_file(), "trainer.default_local_dir",
             f"{tracker} in trainer.default_local_dir is not a file: every checkpoint save replaces it with the newest "
             f"step, and would fail after the step trained; remove or move it away")
+    check_run_dir_contents(root, tracker, cfg.trainer.resume_mode)
     if cfg.trainer.resume_mode == "resume_path":
         given = cfg.trainer.resume_from_path
         require(not given or Path(os.path.expanduser(str(given))).is_dir(), "trainer.resume_from_path",
@@ -101,6 +65,33 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
         require(not found, "trainer.resume_mode",
                 f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
                 f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
+
+
+def check_run_dir_contents(root: Path, tracker: Path, resume_mode: str) -> None:
+    """A checkpoint root holds runs, not their inputs: a model (config.json beside weights) or data files there mean
+    the path was swapped with model.path or data.train_files, and checkpoints would be mixed into them. And its
+    tracker file must not name a step newer than every complete checkpoint: an auto resume would then silently start
+    from an older one (or from scratch) while the user expects that step (a kill between a checkpoint's rename and
+    the tracker update leaves the tracker older, never newer)."""
+    if not root.is_dir():
+        return
+    names = {child.name for child in root.iterdir()}
+    weights = sorted(n for n in names if n.endswith((".safetensors", ".bin", ".gguf")))
+    data = sorted(n for n in names if n.endswith((".parquet", ".arrow")))
+    found = (["config.json", *weights[:2]] if "config.json" in names and weights else []) + data[:2]
+    require(not found, "trainer.default_local_dir",
+            f"trainer.default_local_dir={root} holds {', '.join(found)}: a {'model' if weights else 'data'} directory, "
+            f"not a checkpoint root (swapped with {'actor_rollout_ref.model.path' if weights else 'data.train_files'}?); "
+            f"checkpoints would be written among those files: choose a directory of the run's own")
+    if resume_mode != "auto" or not tracker.is_file():
+        return
+    text = tracker.read_text(encoding="utf-8", errors="replace").strip()
+    from dagrl.trainer.checkpoint import complete_checkpoints
+    newest = max((step for step, _ in complete_checkpoints(root)), default=0)
+    require(not text.isdigit() or int(text) <= newest, "trainer.default_local_dir",
+            f"{tracker} names step {text}, but {root} has no complete global_step_{text} (newest complete: "
+            f"{newest or 'none'}): trainer.resume_mode=auto would start from {f'step {newest}' if newest else 'scratch'}; "
+            f"restore global_step_{text}, or remove the tracker file to accept that")
 
 
 def check_not_inside_checkpoint(root: Path) -> None:

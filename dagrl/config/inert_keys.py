@@ -67,6 +67,13 @@ INERT = (
           f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
     Inert(f"{R}.top_[pk]", lambda c: not _off(c.get(f"{R}.do_sample")),
           f"{R}.do_sample=false (greedy rollouts)", f"set {R}.do_sample=true"),
+    # what validation does is read only when there is a validation set (null and [] alike: no validation)
+    Inert("trainer.test_freq", lambda c: bool(c.get("data.val_files")),
+          "data.val_files is empty (no validation set)", "set data.val_files to a parquet file"),
+    Inert("trainer.log_val_generations", lambda c: bool(c.get("data.val_files")),
+          "data.val_files is empty (no validation set)", "set data.val_files to a parquet file"),
+    Inert("trainer.validation_data_dir", lambda c: bool(c.get("data.val_files")),
+          "data.val_files is empty (no validation set)", "set data.val_files to a parquet file"),
 )
 for _prefix in (f"{A}.optim", "critic.optim"):
     INERT += (Inert(f"{_prefix}.min_lr", _schedule(_prefix),

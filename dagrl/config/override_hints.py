@@ -16,7 +16,7 @@ def sweep_fix(key: str, value: str, default: Any) -> str:
     """Hydra reads `key=a,b` as a sweep (one run per value): a verl user meant a list, a number written with a
     decimal comma or a thousands separator, or a string with commas."""
     kind = _kind(key)
-    if isinstance(default, list) or kind == "paths":  # a path, or a list of paths
+    if isinstance(default, list) or kind in ("paths", "files"):  # a path, or a list of paths
         return f"a list needs brackets: {key}='[{value}]'"
     if kind in ("int", "float") and re.fullmatch(r"-?\d+(,\d+)+", value):
         first, *rest = value.split(",")
@@ -32,6 +32,12 @@ def parse_fix(key: str, value: str) -> str | None:
     """The fix for a value Hydra's grammar refused, where quoting it would not help; None: no such case."""
     if value.startswith("="):  # key==value
         return f"one '=' goes between key and value: {key}={value.lstrip('=')}"
+    quoted_key = re.compile(r"[\"'](\w+)[\"']\s*:\s*")
+    if value.startswith("{") and quoted_key.search(value):  # JSON: {"scale": 2}
+        plain = quoted_key.sub(r"\1: ", value)
+        entries = re.findall(r"[\"'](\w+)[\"']\s*:\s*([^,}]+)", value)
+        each = " ".join(f"+{key.lstrip('+~')}.{name}={entry.strip()}" for name, entry in entries)
+        return f"Hydra writes a map without quotes around its keys ({plain}); to add entries to it: {each}"
     if value.startswith("(") and value.endswith(")"):  # a Python tuple
         return f"a list is written in brackets: {key}=[{value[1:-1]}]"
     return None
@@ -49,7 +55,7 @@ def stray_word(before: str | None, arg: str) -> str | None:
         return None
     key, _, value = before.partition("=")
     bare = key.lstrip("+~")
-    if _kind(bare) in ("paths", "list") and not value.startswith("["):
+    if _kind(bare) in ("paths", "files", "list") and not value.startswith("["):
         fix = f"{key}='[{value},{arg}]'"
     else:
         fix = f"\"{key}='{value} {arg}'\" (quoted)"
@@ -82,6 +88,10 @@ def key_fix(key: str, value: str) -> str | None:
         added = value.strip("[]")
         return (f"Hydra has no '+=' (append): write the whole list, e.g. {name}=[{','.join(items + [added])}]"
                 if default is not MISSING else f"Hydra has no '+=': write {name}=<value>")
+    indexed = re.search(r"(\w)\[(-?\d+)\]", bare)
+    if indexed:  # Python's dag.nodes[1].fn: Hydra indexes a list with a dot
+        dotted = re.sub(r"\[(-?\d+)\]", r".\1", bare)
+        return f"Hydra indexes a list with a dot, not brackets: write {dotted}={value}"
     parts = bare.split(".")
     if "" in parts:
         return (f"the key '{bare}' has an empty part (a '.' at its end or doubled): write the whole key, e.g. "

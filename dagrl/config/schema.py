@@ -57,10 +57,13 @@ def _ints_from(low: int) -> Callable[[Any], bool]:
 BETAS = Range(lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
                                             for b in v), "=two numbers in [0, 1)")
 
-# What a default cannot tell: T? = null allowed; "paths" = a path or a list of paths.
+# What a default cannot tell: T? = null allowed; "paths" = a string or a list of strings. Path-valued keys say what
+# the path names (dagrl/config/path_values.py checks every such key by its kind): "file" an existing file, "files"
+# one or a list of them, "dir" an existing directory, "model" a local HF model directory, "outdir" a directory the
+# run writes (created when missing).
 TYPES: dict[str, str] = {
-    "data.train_files": "paths?", "data.val_files": "paths?", "data.cache_dir": "str?",
-    "actor_rollout_ref.model.path": "str?", "actor_rollout_ref.model.trainable_top_layers": "int?",
+    "data.train_files": "files?", "data.val_files": "files?", "data.cache_dir": "outdir?",
+    "actor_rollout_ref.model.path": "model?", "actor_rollout_ref.model.trainable_top_layers": "int?",
     "actor_rollout_ref.actor.clip_ratio_low": "float?", "actor_rollout_ref.actor.clip_ratio_high": "float?",
     "actor_rollout_ref.actor.loss_scale_factor": "float?", "actor_rollout_ref.actor.tis_imp_ratio_cap": "float",
     "actor_rollout_ref.actor.mis_ratio_low": "float?", "actor_rollout_ref.actor.mis_ratio_high": "float?",
@@ -71,22 +74,22 @@ TYPES: dict[str, str] = {
     "actor_rollout_ref.actor.checkpoint.load_contents": "paths",
     "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size": "int?",
     "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size": "int?",
-    "actor_rollout_ref.actor.megatron.dist_checkpointing_path": "str?",
+    "actor_rollout_ref.actor.megatron.dist_checkpointing_path": "dir?",
     "actor_rollout_ref.rollout.prompt_length": "int?", "actor_rollout_ref.rollout.response_length": "int?",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "int?", "actor_rollout_ref.rollout.max_model_len": "int?",
     "actor_rollout_ref.rollout.multi_turn.tool_timeout_s": "float",
-    "actor_rollout_ref.rollout.multi_turn.tool_config_path": "str?",
-    "actor_rollout_ref.rollout.multi_turn.interaction_config_path": "str?",
-    "critic.model.path": "str?", "custom_reward_function.path": "str?",
-    "trainer.logger": "paths", "trainer.tensorboard_dir": "str?", "trainer.ray_address": "str?",
-    "trainer.total_training_steps": "int?", "trainer.resume_from_path": "str?",
+    "actor_rollout_ref.rollout.multi_turn.tool_config_path": "file?",
+    "actor_rollout_ref.rollout.multi_turn.interaction_config_path": "file?",
+    "critic.model.path": "model?", "custom_reward_function.path": "file?",
+    "trainer.logger": "paths", "trainer.tensorboard_dir": "outdir?", "trainer.ray_address": "str?",
+    "trainer.total_training_steps": "int?", "trainer.resume_from_path": "dir?", "trainer.default_local_dir": "outdir",
     "trainer.max_actor_ckpt_to_keep": "int?",
-    "trainer.validation_data_dir": "str?", "trainer.rollout_data_dir": "str?", "dag.custom_pipeline_fn": "str?",
+    "trainer.validation_data_dir": "outdir?", "trainer.rollout_data_dir": "outdir?", "dag.custom_pipeline_fn": "str?",
     "actor_rollout_ref.actor.optim.warmup_style": "str?", "critic.optim.warmup_style": "str?",
     "actor_rollout_ref.actor.optim.min_lr_ratio": "float?", "critic.optim.min_lr_ratio": "float?",
     "algorithm.kl_ctrl.horizon": "int", "trainer.hang_timeout_s": "float", "trainer.hang_startup_timeout_s": "float",
     "trainer.preemption_grace_s": "float", "actor_rollout_ref.nccl_timeout": "float",
-    "global_profiler.tool": "str?", "global_profiler.steps": "list?",
+    "global_profiler.tool": "str?", "global_profiler.steps": "list?", "global_profiler.save_path": "outdir",
 }
 
 MIS_BAND = "null for no bound; the band of kept sequence ratios must hold 1, an on-policy sequence's ratio"
@@ -105,7 +108,8 @@ RANGES: dict[str, Range] = {
     "*.behav_imp_weight_cap": hinted(ABOVE_ONE, "AReaL masks tokens whose pi_prox/pi_behav exceeds it, e.g. 5; "
                                                 "null for no cap"),
     "*.grad_clip": POSITIVE, "*.clip_grad": POSITIVE,
-    "*.optim.lr": Range(lambda v: _finite(v) and 0 <= v <= 1, ">= 0 and <= 1", "a peak learning rate, e.g. 1e-6"),
+    "*.optim.lr": Range(lambda v: _finite(v) and 0 < v <= 1, "> 0 and <= 1",
+                        "a peak learning rate, e.g. 1e-6; at 0 nothing would train"),
     "*.optim.min_lr": NON_NEGATIVE, "*.optim.weight_decay": NON_NEGATIVE,
     "*.optim.betas": BETAS, "*.optim.lr_warmup_steps": ANY_INT,  # < 0: use lr_warmup_steps_ratio
     "*.optim.lr_warmup_steps_ratio": UNIT, "*.optim.min_lr_ratio": hinted(UNIT, "min_lr = min_lr_ratio x lr"),
@@ -134,7 +138,7 @@ RANGES: dict[str, Range] = {
     "trainer.max_restarts": NON_NEGATIVE_INT, "actor_rollout_ref.nccl_timeout": POSITIVE, "rollout.n_gpus_per_node": POSITIVE_INT, "trainer.total_epochs": POSITIVE_INT,
     "trainer.total_training_steps": hinted(POSITIVE_INT, "null: trainer.total_epochs decides"),
     "trainer.critic_warmup": NON_NEGATIVE_INT,
-    "trainer.test_freq": ANY_INT, "trainer.save_freq": ANY_INT,  # <= 0: never
+    "trainer.test_freq": hinted(ANY_INT, "-1 = never"), "trainer.save_freq": hinted(ANY_INT, "-1 = never"),
     "trainer.max_actor_ckpt_to_keep": ANY_INT,  # null or <= 0: keep all
     "trainer.max_consecutive_skips": hinted(NON_NEGATIVE_INT, "0 = never stop"),
     "trainer.log_val_generations": hinted(NON_NEGATIVE_INT, "0 = off"),
@@ -143,7 +147,10 @@ RANGES: dict[str, Range] = {
 }
 
 NOUNS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
-         "paths": "a string or a list of strings", "list": "a list", "dict": "a map (key: value)"}
+         "paths": "a string or a list of strings", "list": "a list", "dict": "a map (key: value)",
+         "file": "a file path", "files": "a file path or a list of them", "dir": "a directory path",
+         "model": "a model directory path", "outdir": "a directory path"}
+PATH_KINDS = ("file", "files", "dir", "model", "outdir")  # strings (files: or lists of strings) naming a path
 
 
 def _kind(value: Any) -> str:
@@ -223,8 +230,10 @@ def type_ok(kind: str, value: Any) -> bool:
         return False
     if kind == "float":
         return isinstance(value, (int, float))
-    if kind == "paths":
+    if kind in ("paths", "files"):
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if kind in PATH_KINDS:
+        return isinstance(value, str)
     return isinstance(value, {"int": int, "str": str, "list": list, "dict": dict}[kind])
 
 
@@ -257,6 +266,11 @@ def check_value(key: str, kind: str, value: Any, config: dict[str, Any] | None =
         ratio = f"{key}_ratio"  # lr_warmup_steps=0.1: a fraction meant for lr_warmup_steps_ratio
         hint = f" (a fraction of all steps is {ratio})" if kind.rstrip("?") == "int" and isinstance(value, float) \
             and 0 < value < 1 and ratio in schema() else ""
+        if not hint and value is None and bound is not None and bound.hint:
+            hint = f" ({bound.hint})"  # null where a number goes: say what the special values are instead
+        text = _number_as_text(key, kind, value)
+        if text:  # '1e-5' (quoted), '3e-6\' (a pasted line continuation): the number is there, the text is the fault
+            raise ConfigError(key, f"{key}={show(value)} must be {expected(kind, bound)}, not text: {text}")
         raise ConfigError(key, f"{key}={show(value)} must be {expected(kind, bound)}{hint}"
                                f"{_followed(key, value, config)}")
     if value is not None and bound is not None and not bound.ok(value):
@@ -264,6 +278,28 @@ def check_value(key: str, kind: str, value: Any, config: dict[str, Any] | None =
         text = expected(kind, bound) if kind.startswith("int") else bound.text.removeprefix("=")
         hint = f" ({bound.hint})" if bound.hint else ""
         raise ConfigError(key, f"{key}={show(value)} must be {text}{hint}{_followed(key, value, config)}")
+
+
+def _number_as_text(key: str, kind: str, value: Any) -> str:
+    """The fix for a number that arrived as text (None: not that): quoted on the command line or in a script
+    (Hydra keeps '1e-5' a string), or with a line continuation's backslash or a lookalike minus pasted in."""
+    if kind.rstrip("?") not in ("int", "float") or not isinstance(value, str):
+        return ""
+    from dagrl.config.override_hints import LOOKALIKES
+    cleaned = "".join(LOOKALIKES.get(char, char) for char in value).strip().rstrip("\\").strip().strip("'\"")
+    try:
+        number = float(cleaned)
+    except ValueError:
+        return ""
+    if not math.isfinite(number) or (kind.rstrip("?") == "int" and not number.is_integer()):
+        return ""
+    if cleaned == value:
+        return (f"it was quoted (or came from a YAML file, which reads 1e-5 without a '.' as text): write "
+                f"{key}={cleaned} unquoted")
+    if value.rstrip().endswith("\\"):
+        return (f"it ends with a backslash (a line continuation pasted into the value?): write {key}={cleaned}, "
+                f"with a space before any '\\' that continues the command")
+    return f"write {key}={cleaned} (plain ASCII digits, no spaces or quotes)"
 
 
 def _followed(key: str, value: Any, config: dict[str, Any] | None) -> str:

@@ -234,7 +234,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check_finite_numbers(cfg, problems)
     schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema.py)
     check(schema.check_sampling, cfg)
-    check(path_values.check_shell_variables, cfg)  # before the checks that would call such a path missing
+    path_values.check_path_values(cfg, problems)  # every path key by its kind, before checks that open the paths
     check(path_values.check_code_paths, cfg)
     check(sections.check_choices, cfg)
     check(sections.check_algorithm, cfg)

@@ -54,6 +54,10 @@ def import_function(spec: str, key: str) -> Callable[..., Any]:
     except ImportError as err:
         raise ConfigError(key, f"{key}={spec!r}: cannot import module {module_name!r} ({err})") from None
     function = getattr(module, function_name, None)
+    if function is not None and not callable(function):  # a list or a dict of nodes where a function goes
+        raise ConfigError(key, f"{key}={spec!r}: {function_name} in module {module_name!r} is a "
+                               f"{type(function).__name__}, not a function: name a function (def "
+                               f"{function_name}(): return [...])")
     if not callable(function):
         raise ConfigError(key, f"{key}={spec!r}: module {module_name!r} has no function {function_name!r}")
     return function

@@ -151,6 +151,9 @@ def prompt_shape_problem(prompt: Any) -> str | None:
     if not any(message["role"] == "user" for message in prompt):
         roles = sorted({message["role"] for message in prompt})
         return f"holds no user message (only {', '.join(roles)}): add the question as a {{'role': 'user'}} message"
+    if prompt[-1]["role"] == "assistant":  # SFT conversations: the answer is in the prompt, the model answers again
+        return ("ends with an assistant message (a conversation with its answer, as SFT data holds): an RL prompt "
+                "ends with the user's turn and the model writes the reply; drop the trailing assistant message")
     return None
 
 
