@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Agentic GRPO on a CPU box: SmolLM2-135M-Instruct with the calculator tool on 3-digit products (TASK=products,
-# the default) or the tool-free control, small-number addition with a "wrong, try again" interaction
-# (TASK=addition_retry). Data: python3 examples/data_preprocess/$TASK.py --local_dir ~/data/$TASK
+# the default) or on the harder word problem a * (b + c) (TASK=marbles), or the tool-free control, small-number
+# addition with a "wrong, try again" interaction (TASK=addition_retry).
+# Data: python3 examples/data_preprocess/$TASK.py --local_dir ~/data/$TASK
 # Tools and interactions: examples/agentic/*.yaml. Extra dotted overrides given to this script are appended.
 # Written for dagrl, not derived from the siiRL seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh).
 set -euo pipefail
@@ -15,13 +16,13 @@ CKPT_DIR=${CKPT_DIR:-$HOME/ckpts/smollm2-135m_grpo_${TASK}_cpu}
 SEED=${SEED:-0}
 
 case "$TASK" in
-    products) TASK_ARGS=(actor_rollout_ref.rollout.multi_turn.tool_config_path="$HERE/tool_config.yaml"
-                         actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3
-                         data.max_prompt_length=640 data.max_response_length=96) ;;
+    products|marbles) TASK_ARGS=(actor_rollout_ref.rollout.multi_turn.tool_config_path="$HERE/tool_config.yaml"
+                                 actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3
+                                 data.max_prompt_length=640 data.max_response_length=96) ;;
     addition_retry) TASK_ARGS=(actor_rollout_ref.rollout.multi_turn.interaction_config_path="$HERE/interaction_config.yaml"
                                actor_rollout_ref.rollout.multi_turn.max_user_turns=2
                                data.max_prompt_length=96 data.max_response_length=48) ;;
-    *) echo "TASK must be products or addition_retry, got $TASK" >&2; exit 2 ;;
+    *) echo "TASK must be products, marbles or addition_retry, got $TASK" >&2; exit 2 ;;
 esac
 
 python3 -m dagrl.main_dag \

@@ -2,15 +2,17 @@
 # Agentic GRPO on GPUs: SmolLM2-135M-Instruct learns to call a calculator for 3-digit x 3-digit products (a task it
 # cannot do in its head), over up to 3 assistant turns (call -> result -> answer). vLLM rollout colocated with the
 # Megatron actor. Data: python3 examples/data_preprocess/products.py --local_dir ~/data/products
+# TASK=marbles (or run_smollm2-135m-marbles-vllm.sh) trains the harder word problem of marbles.py instead.
 # Tools: examples/agentic/tool_config.yaml. Extra dotted overrides given to this script are appended.
 # Written for dagrl, not derived from the siiRL seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh).
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+TASK=${TASK:-products}
 MODEL_PATH=${MODEL_PATH:-$HOME/models/SmolLM2-135M-Instruct}
-DATA_DIR=${DATA_DIR:-$HOME/data/products}
-CKPT_DIR=${CKPT_DIR:-$HOME/ckpts/smollm2-135m_grpo_products_vllm}
+DATA_DIR=${DATA_DIR:-$HOME/data/$TASK}
+CKPT_DIR=${CKPT_DIR:-$HOME/ckpts/smollm2-135m_grpo_${TASK}_vllm}
 NGPUS=${NGPUS:-1}
 SEED=${SEED:-0}
 
@@ -41,7 +43,7 @@ TRAINING_CMD=(-m dagrl.main_dag
     actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3
     trainer.logger='[console,jsonl]'
     trainer.project_name=dagrl_agentic
-    trainer.experiment_name="smollm2-135m_grpo_products_vllm_seed$SEED"
+    trainer.experiment_name="smollm2-135m_grpo_${TASK}_vllm_seed$SEED"
     trainer.n_gpus_per_node="$NGPUS"
     trainer.nnodes=1
     trainer.total_epochs=1

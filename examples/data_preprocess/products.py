@@ -30,9 +30,11 @@ SYSTEM_PROMPT = f"You can use a calculator tool. {CALCULATOR_HOWTO} Then answer 
 EXAMPLES = (("What is 12 * 34?", "12 * 34", "408"), ("What is 1234 * 56?", "1234 * 56", "69104"))
 
 
-def example_turns() -> list[dict]:
+def example_turns(examples: tuple[tuple[str, str, str], ...] = EXAMPLES) -> list[dict]:
+    """Each worked example (question, expression, result) as four turns: the question, the call, the tool's result
+    and the result as the answer."""
     turns = []
-    for question, expression, result in EXAMPLES:
+    for question, expression, result in examples:
         call = f'<tool_call>{{"name": "{TOOL_NAME}", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
         turns += [{"role": "user", "content": question}, {"role": "assistant", "content": call},
                   {"role": "tool", "content": result}, {"role": "assistant", "content": result}]
@@ -45,25 +47,32 @@ def tools_kwargs(ground_truth: str) -> dict:
     return {TOOL_NAME: {"create_kwargs": {"ground_truth": ground_truth}}}
 
 
-def examples_in_system() -> str:
+def examples_in_system(examples: tuple[tuple[str, str, str], ...] = EXAMPLES) -> str:
     """The worked examples written out in the system message instead (--examples_in system)."""
+    turns = example_turns(examples)
     shown = "\n\n".join(f"Example {i}:\nUser: {m[0]['content']}\nAssistant: {m[1]['content']}\nTool: {m[2]['content']}\n"
                         f"Assistant: {m[3]['content']}" for i, m in enumerate(
-                            (example_turns()[4 * k: 4 * k + 4] for k in range(len(EXAMPLES))), start=1))
+                            (turns[4 * k: 4 * k + 4] for k in range(len(examples))), start=1))
     return f"{SYSTEM_PROMPT}\n\n{shown}"
+
+
+def tool_row(data_source: str, question: str, answer: str, split: str, index: int, examples_in: str = "turns",
+             examples: tuple[tuple[str, str, str], ...] = EXAMPLES) -> dict:
+    """A row that offers the calculator: SYSTEM_PROMPT, the worked examples (as earlier turns of the chat, or
+    written in the system message) and the question; the answer is the ground truth."""
+    if examples_in == "turns":
+        prompt = [{"role": "system", "content": SYSTEM_PROMPT}, *example_turns(examples),
+                  {"role": "user", "content": question}]
+    else:
+        prompt = [{"role": "system", "content": examples_in_system(examples)}, {"role": "user", "content": question}]
+    row = schema_row(data_source, prompt, "arithmetic", answer, split, index, answer, question)
+    row["extra_info"].update(need_tools_kwargs=True, tools_kwargs=tools_kwargs(answer))
+    return row
 
 
 def make_row(problem: tuple[int, int], split: str, index: int, examples_in: str = "turns") -> dict:
     a, b = problem
-    question = f"What is {a} * {b}?"
-    answer = str(a * b)
-    if examples_in == "turns":
-        prompt = [{"role": "system", "content": SYSTEM_PROMPT}, *example_turns(), {"role": "user", "content": question}]
-    else:
-        prompt = [{"role": "system", "content": examples_in_system()}, {"role": "user", "content": question}]
-    row = schema_row(DATA_SOURCE, prompt, "arithmetic", answer, split, index, answer, question)
-    row["extra_info"].update(need_tools_kwargs=True, tools_kwargs=tools_kwargs(answer))
-    return row
+    return tool_row(DATA_SOURCE, f"What is {a} * {b}?", str(a * b), split, index, examples_in)
 
 
 def split_problems(digits: int, train_size: int, test_size: int, seed: int) -> dict[str, list[tuple[int, int]]]:
@@ -90,15 +99,22 @@ def split_problems(digits: int, train_size: int, test_size: int, seed: int) -> d
     return {"test": problems[:test_size], "train": problems[test_size:]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--local_dir", default="~/data/products", help="output directory")
+def tool_task_parser(name: str, description: str) -> argparse.ArgumentParser:
+    """The arguments of a calculator task script (this one, marbles.py): output, seed, split sizes and where the
+    worked examples go."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--local_dir", default=f"~/data/{name}", help="output directory")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--digits", type=int, default=3, help="digits of each operand")
     parser.add_argument("--train_size", type=int, default=8192, help="train rows")
     parser.add_argument("--test_size", type=int, default=256, help="test rows, disjoint from train")
     parser.add_argument("--examples_in", choices=("turns", "system"), default="turns",
                         help="the two worked examples as earlier turns of the chat, or written in the system message")
+    return parser
+
+
+def main() -> None:
+    parser = tool_task_parser("products", __doc__.splitlines()[0])
+    parser.add_argument("--digits", type=int, default=3, help="digits of each operand")
     args = parser.parse_args()
     setup_logging()
     if not 1 <= args.digits <= 3:  # every pair is enumerated: 4 digits would be 40M of them

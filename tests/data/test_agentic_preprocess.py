@@ -1,5 +1,5 @@
-"""The multi-turn datasets (products with the calculator, addition with retries, gsm8k with the calculator), run as
-users run the scripts, and the scorers their rows are judged by."""
+"""The multi-turn datasets (products and marbles with the calculator, addition with retries, gsm8k with the
+calculator), run as users run the scripts, and the scorers their rows are judged by."""
 from __future__ import annotations
 
 import asyncio
@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from dagrl.agent.calculator import calculate
 from dagrl.agent.interaction import load_interactions
 from dagrl.agent.prompting import parse_calls
 from dagrl.data.checks import check_data_files
@@ -89,6 +90,77 @@ def test_products_are_seeded_and_never_ask_an_example_of_the_prompt(tmp_path):
 ])
 def test_products_scorer_reads_thousands_separators(response, score):
     assert default_compute_score("dagrl/products", response, "281764") == score
+
+
+MARBLES = re.compile(r"A box holds (\d+) marbles\. How many marbles are in (\d+) boxes and (\d+) more boxes\?")
+
+
+def marbles_numbers(row: dict) -> tuple[int, int, int]:
+    a, b, c = MARBLES.fullmatch(row["prompt"][-1]["content"]).groups()
+    return int(a), int(b), int(c)
+
+
+def test_marbles_rows_offer_the_calculator_and_hold_a_times_b_plus_c(tmp_path, tokenizer):
+    out = tmp_path / "out"
+    result = run_script("marbles.py", "--local_dir", str(out), "--train_size", "300", "--test_size", "40",
+                        "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    train, test = read_split(out, "train"), read_split(out, "test")
+    assert len(train) == 300 and len(test) == 40
+    for row in train + test:
+        a, b, c = marbles_numbers(row)
+        truth = str(a * (b + c))
+        assert all(100 <= x <= 999 for x in (a, b, c))
+        assert row["data_source"] == "dagrl/marbles" and row["reward_model"]["ground_truth"] == truth
+        assert [m["role"] for m in row["prompt"]] == ["system", *["user", "assistant", "tool", "assistant"] * 2, "user"]
+        info = row["extra_info"]
+        assert info["need_tools_kwargs"] is True and info["answer"] == truth
+        assert info["tools_kwargs"] == {"calculator": {"create_kwargs": {"ground_truth": truth}}}
+    # (a, b, c) and (a, c, b) are one problem: none is in both splits, none repeats
+    keys = {split: [(a, min(b, c), max(b, c)) for a, b, c in map(marbles_numbers, rows)]
+            for split, rows in (("train", train), ("test", test))}
+    assert len(set(keys["train"])) == 300 and len(set(keys["test"])) == 40
+    assert not set(keys["train"]) & set(keys["test"])
+    # the worked examples: the products prompt's system message, then calls with parentheses that the loop parses
+    # and the calculator answers with the example's result
+    prompt = train[0]["prompt"]
+    assert prompt[0]["content"] == write_products(tmp_path / "products", "--train_size", "2", "--test_size", "1")[0][
+        0]["prompt"][0]["content"]
+    for turn in (1, 5):
+        (call,), errors = parse_calls(prompt[turn + 1]["content"], max_calls=1)
+        a, b, c = marbles_numbers({"prompt": [prompt[turn]]})
+        assert not errors and call.arguments == {"expression": f"{a} * ({b} + {c})"}
+        assert prompt[turn + 2]["content"] == prompt[turn + 3]["content"] == str(a * (b + c))
+        assert calculate(call.arguments["expression"]) == str(a * (b + c))
+        assert not (100 <= a <= 999 and 100 <= b <= 999)  # 2- and 4-digit examples: never a question
+    files = [str(out / "train.parquet"), str(out / "test.parquet")]
+    assert check_data_files(files, "prompt") == 340
+    # seeded
+    again = tmp_path / "again"
+    assert run_script("marbles.py", "--local_dir", str(again), "--train_size", "300", "--test_size", "40",
+                      "--seed", "3").returncode == 0
+    assert read_split(again, "test") == test
+
+
+def test_marbles_examples_in_system_and_size_errors(tmp_path):
+    out = tmp_path / "out"
+    result = run_script("marbles.py", "--local_dir", str(out), "--train_size", "4", "--test_size", "2",
+                        "--examples_in", "system")
+    assert result.returncode == 0, result.stderr
+    (row, *_) = read_split(out, "test")
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert "12 * (34 + 5)" in row["prompt"][0]["content"] and "Assistant: 77742" in row["prompt"][0]["content"]
+    result = run_script("marbles.py", "--local_dir", str(tmp_path / "bad"), "--train_size", "0")
+    assert result.returncode == 2 and "--train_size" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("response, score", [
+    ("<tool_call>...</tool_call> 1,066,545 marbles", 1.0),
+    ("1066545", 1.0),
+    ("865 * 673 + 560 = 582705", 0.0),
+])
+def test_marbles_scorer_is_the_products_scorer(response, score):
+    assert default_compute_score("dagrl/marbles", response, "1066545") == score
 
 
 def test_addition_retry_rows_name_the_try_again_interaction(tmp_path):

@@ -21,8 +21,9 @@ SCORER_BY_DATA_SOURCE: dict[str, tuple[str, dict[str, Any]]] = {
     "math": ("math", {}),
     "dagrl/arithmetic": ("arithmetic", {}),
     "dagrl/addition_retry": ("arithmetic", {}),
-    # 5-6 digit answers, often written with thousands separators.
+    # 5-7 digit answers, often written with thousands separators.
     "dagrl/products": ("last_number", {}),
+    "dagrl/marbles": ("last_number", {}),
 }
 
 

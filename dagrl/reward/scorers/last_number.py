@@ -1,7 +1,7 @@
 """Exact match of the last integer in the response, thousands separators allowed ("281,764" is one number).
 
-The products task (examples/data_preprocess/products.py) has 5-6 digit answers, which models often write with
-commas; dagrl.reward.scorers.arithmetic would read "281,764" as 764.
+The products and marbles tasks (examples/data_preprocess/{products,marbles}.py) have 5-7 digit answers, which
+models often write with commas; dagrl.reward.scorers.arithmetic would read "281,764" as 764.
 """
 from __future__ import annotations
 
