@@ -205,6 +205,31 @@ def _set(index: int | None, key: str, value) -> Callable[[list[dict]], None]:
     return change
 
 
+def _ends_with_the_answer(rows: list[dict]) -> None:
+    """SFT conversations used as prompts: each ends with the assistant's answer."""
+    for row in rows:
+        row["prompt"] = [*row["prompt"], {"role": "assistant", "content": row["reward_model"]["ground_truth"]}]
+
+
+def _tracker_only(ws: Path, paths: Paths) -> None:
+    """{ws}/run: a tracker file naming step 7 and no global_step_7 (the checkpoint deleted or never copied)."""
+    (ws / "run").mkdir()
+    (ws / "run" / "latest_checkpointed_iteration.txt").write_text("7")
+
+
+def _data_dir(ws: Path, paths: Paths) -> None:
+    (ws / "data").mkdir()
+    shutil.copy(paths.train, ws / "data" / "train.parquet")
+
+
+TOOL_IS_A_FUNCTION = """tools:
+  - class_name: dagrl.config.schema.hinted
+    config: {type: native}
+    tool_schema: {type: function, function: {name: calc, description: d, parameters: {type: object, properties: {}}}}
+"""
+TOOL_YAML_WITH_TAB = "tools:\n\t- class_name: dagrl.agent.calculator.CalculatorTool\n"
+
+
 def _rename_ground_truth(rows: list[dict]) -> None:
     for row in rows:
         row["reward_model"] = {"style": "rule", "answer": row["reward_model"]["ground_truth"]}
@@ -545,7 +570,7 @@ CASES: tuple[Case, ...] = (
     Case("zero_max_prompt_length", "`data.max_prompt_length=0`", ("data.max_prompt_length=0",),
          ("data.max_prompt_length", "positive integer")),
     Case("negative_lr", "`actor_rollout_ref.actor.optim.lr=-1e-3`", ("actor_rollout_ref.actor.optim.lr=-1e-3",),
-         ("actor_rollout_ref.actor.optim.lr", ">= 0")),
+         ("actor_rollout_ref.actor.optim.lr", "must be > 0")),
     Case("zero_temperature", "`actor_rollout_ref.rollout.temperature=0` (log-probs divide by it)",
          ("actor_rollout_ref.rollout.temperature=0",), ("actor_rollout_ref.rollout.temperature", "> 0")),
     Case("dual_clip_below_one", "`actor_rollout_ref.actor.clip_ratio_c=0.5`", ("actor_rollout_ref.actor.clip_ratio_c=0.5",),
@@ -761,9 +786,10 @@ CASES: tuple[Case, ...] = (
          ("async_training.staleness_threshold=0.5",), ("async_training.staleness_threshold", "max_staleness=K")),
     Case("verl_require_batches", "verl's `async_training.require_batches=2`", ("async_training.require_batches=2",),
          ("async_training.require_batches", "oversample_ratio")),
-    Case("sync_step_deadlock", "`trigger_parameter_sync_step=3` with `max_staleness=1`",
-         ("async_training.trigger_parameter_sync_step=3", "async_training.max_staleness=1"),
-         ("trigger_parameter_sync_step=3", "deadlock", "max_staleness >= 2")),
+    Case("sync_step_deadlock", "`trigger_parameter_sync_step=3` with `max_staleness=1` (separate pools)",
+         ("actor_rollout_ref.hybrid_engine=false", "async_training.trigger_parameter_sync_step=3",
+          "async_training.max_staleness=1"),
+         ("trigger_parameter_sync_step=3", "deadlock", "max_staleness >= 2"), env=WORLD),
     Case("sync_step_colocated", "`trigger_parameter_sync_step=2` on a colocated run",
          ("async_training.trigger_parameter_sync_step=2",), ("trigger_parameter_sync_step=2", "set it to 1")),
     Case("max_restarts_under_torchrun", "`trainer.max_restarts=2` without the Ray launcher",
@@ -1100,7 +1126,7 @@ CASES: tuple[Case, ...] = (
          "the first dump)", ("trainer.rollout_data_dir={ws}/a_file/rollouts",),
          ("<tmp>/a_file is not a directory", "fix trainer.rollout_data_dir"), make=text_file("a_file", "x")),
     Case("data_cache_dir_is_a_file", "`data.cache_dir` names a regular file", ("data.cache_dir={ws}/a_file",),
-         ("data cache directory <tmp>/a_file", "fix data.cache_dir"), make=text_file("a_file", "x")),
+         ("data.cache_dir=<tmp>/a_file", "fix data.cache_dir"), make=text_file("a_file", "x")),
     Case("profiler_step_beyond_run", "`global_profiler.steps=[5]` in a 2-step run (profiles nothing)",
          ("global_profiler.tool=torch", "global_profiler.steps=[5]"),
          ("global_profiler.steps=[5]", "beyond this run's 2 step(s)", "pick steps in 1..2")),
@@ -1646,6 +1672,59 @@ CASES: tuple[Case, ...] = (
          ("has no effect", "algorithm.adv_estimator=grpo does not discount")),
     Case("val_temperature_without_sampling", "`val_kwargs.temperature=0.6` with val_kwargs.do_sample=false",
          ("actor_rollout_ref.rollout.val_kwargs.temperature=0.6",), ("has no effect", "val_kwargs.do_sample=true")),
+    # ---- the fifth unseen set (session 17): path values by their schema kind, numbers as text, Hydra's index and
+    # map syntax, run directories holding a model, data or a dangling tracker ----
+    Case("number_quoted_as_text", "`critic.optim.lr='1e-5'` (quoted: a string; was: must be a number)",
+         ("dag=ppo", "algorithm.adv_estimator=gae", "critic.optim.lr='1e-5'"),
+         ("critic.optim.lr='1e-5'", "not text", "write critic.optim.lr=1e-5 unquoted")),
+    Case("number_with_pasted_backslash", "`optim.lr=3e-6\\` (a line continuation pasted into the value)",
+         ("actor_rollout_ref.actor.optim.lr=3e-6\\",), ("ends with a backslash", "actor_rollout_ref.actor.optim.lr=3e-6")),
+    Case("lr_zero", "`optim.lr=0` (nothing would train)", ("actor_rollout_ref.actor.optim.lr=0",),
+         ("actor_rollout_ref.actor.optim.lr=0 must be > 0", "nothing would train")),
+    Case("list_index_in_brackets", "`dag.nodes[1].fn=...` (Python's index; was: quote the value)",
+         ("dag.nodes[1].fn=dagrl.nodes.reward:score",), ("write dag.nodes.1.fn=dagrl.nodes.reward:score",)),
+    Case("map_as_json", "`reward_kwargs={\"scale\": 2}` (JSON's quoted keys; was: close the bracket)",
+         ('custom_reward_function.reward_kwargs={{"scale": 2}}',),
+         ("without quotes around its keys", "+custom_reward_function.reward_kwargs.scale=2")),
+    Case("pipeline_fn_not_a_function", "`dag.custom_pipeline_fn` naming a dict (was: module has no function)",
+         ("dag.custom_pipeline_fn=dagrl.config.sections:CHOICES",), ("CHOICES", "is a dict, not a function")),
+    Case("tool_class_is_a_function", "a tool's class_name naming a function (was: module has no class)",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
+         ("dagrl.config.schema.hinted is a function, not a class",), make=text_file("tools.yaml", TOOL_IS_A_FUNCTION)),
+    Case("tool_yaml_with_a_tab", "the tool YAML indented with a tab (was: no line, no cause)",
+         (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
+         ("tools.yaml is not valid YAML", "line 2", "never tabs"), make=text_file("tools.yaml", TOOL_YAML_WITH_TAB)),
+    Case("model_path_hub_id_qwen3", "`model.path=Qwen/Qwen3-0.6B` (a hub id; was: does not exist)",
+         ("actor_rollout_ref.model.path=Qwen/Qwen3-0.6B",),
+         ("looks like a Hugging Face hub id", "huggingface-cli download Qwen/Qwen3-0.6B")),
+    Case("model_path_trailing_space", "`model.path='<dir> '` (a space inside the quotes; was: does not exist)",
+         ("actor_rollout_ref.model.path='{model} '",), ("actor_rollout_ref.model.path", "has a trailing space")),
+    Case("train_files_url", "`data.train_files=s3://bucket/train.parquet` (was: does not exist)",
+         ("data.train_files=s3://bucket/train.parquet",), ("data.train_files", "is a URL (s3://)", "local")),
+    Case("checkpoint_dir_url", "`trainer.default_local_dir=hdfs://...` (verl's HDFS habit; was: a local directory "
+         "named 'hdfs:' written in the current directory)", ("trainer.default_local_dir=hdfs://namenode/user/me/ckpt",),
+         ("trainer.default_local_dir", "is a URL (hdfs://)")),
+    Case("rollout_dir_in_proc", "`trainer.rollout_data_dir=/proc/rollouts` (was: a traceback at the first dump)",
+         ("trainer.rollout_data_dir=/proc/rollouts",), ("trainer.rollout_data_dir", "is not writable")),
+    Case("validation_dir_in_proc", "`trainer.validation_data_dir=/proc/val_dump` (was: a traceback at validation)",
+         ("trainer.validation_data_dir=/proc/val_dump",), ("trainer.validation_data_dir", "is not writable")),
+    Case("sync_step_on_colocated_run", "`trigger_parameter_sync_step=4` on a colocated run (was: told to raise "
+         "max_staleness, which then failed on this)", ("async_training.trigger_parameter_sync_step=4",),
+         ("a colocated run syncs", "set it to 1")),
+    Case("test_freq_without_val_files", "`data.val_files=[]` with `trainer.test_freq=1` (no validation to run)",
+         ("data.val_files=[]", "trainer.test_freq=1"), ("trainer.test_freq=1 has no effect", "data.val_files")),
+    Case("prompt_ends_with_the_answer", "SFT conversations as prompts: each ends with the assistant's answer",
+         ("data.train_files={ws}/bad.parquet",), ("row 0", "ends with an assistant message"),
+         make=rows_changed(_ends_with_the_answer)),
+    Case("tracker_names_a_missing_step", "latest_checkpointed_iteration.txt says 7, no global_step_7 (was: trained "
+         "from scratch)", ("trainer.default_local_dir={ws}/run",), ("names step 7", "remove the tracker file"),
+         make=_tracker_only),
+    Case("checkpoint_dir_is_the_model", "`trainer.default_local_dir` = the HF model directory (swapped paths; was: "
+         "checkpoints written among the model's files)", ("trainer.default_local_dir={ws}/model",),
+         ("holds config.json", "a model directory", "actor_rollout_ref.model.path"), make=model_copy()),
+    Case("checkpoint_dir_is_the_data_dir", "`trainer.default_local_dir` = the directory of train.parquet (was: "
+         "checkpoints written beside it)", ("trainer.default_local_dir={ws}/data",),
+         ("holds train.parquet", "a data directory"), make=_data_dir),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
