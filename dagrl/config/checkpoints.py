@@ -86,6 +86,10 @@ def check_run_dir_contents(root: Path, tracker: Path, resume_mode: str) -> None:
     if resume_mode != "auto" or not tracker.is_file():
         return
     text = tracker.read_text(encoding="utf-8", errors="replace").strip()
+    require(not text or text.isdigit(), "trainer.default_local_dir",
+            f"{tracker} holds {text[:40]!r}, not a step number (the tracker holds the newest step alone, e.g. 2; "
+            f"another tool or a hand wrote this): trainer.resume_mode=auto cannot follow it; write the step number "
+            f"into it, or remove the file (auto then resumes from the newest complete global_step_N)")
     from dagrl.trainer.checkpoint import complete_checkpoints
     newest = max((step for step, _ in complete_checkpoints(root)), default=0)
     require(not text.isdigit() or int(text) <= newest, "trainer.default_local_dir",

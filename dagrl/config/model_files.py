@@ -37,6 +37,10 @@ def missing_config_hint(path: Path, key: str) -> str:
     if snapshots:  # the hub cache's models--org--name: the files are in snapshots/<revision>
         return (f"; {path} is the hub cache's folder of a model, whose files are in snapshots/<revision>: point {key} "
                 f"at {snapshots[-1]}")
+    if (path / "snapshots").is_dir() and (path / "refs").is_dir():  # that folder, its download not finished
+        return (f"; {path} is the hub cache's folder of a model, but no snapshots/<revision> in it holds config.json "
+                f"(a download that did not finish): download the model again (huggingface-cli download), then point "
+                f"{key} at {path}/snapshots/<revision>")
     hf = path / "huggingface"
     if (hf / "config.json").is_file() and ((path / "metadata.json").is_file() or any(path.glob("*.distcp"))):
         if any(hf.glob("*.safetensors")):

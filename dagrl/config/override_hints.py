@@ -40,6 +40,15 @@ def parse_fix(key: str, value: str) -> str | None:
         return f"Hydra writes a map without quotes around its keys ({plain}); to add entries to it: {each}"
     if value.startswith("(") and value.endswith(")"):  # a Python tuple
         return f"a list is written in brackets: {key}=[{value[1:-1]}]"
+    if value.count("${") > value.count("}"):  # ${a.b without its brace: quoting would make it text
+        return f"close the interpolation with '}}': {key}={value}}}"
+    if value.endswith("]") and "[" not in value:  # a, b] : the opening bracket was lost
+        return f"a list opens with '[': {key}=[{value}"
+    if _kind(key.lstrip("+~")) in ("int", "float"):  # 1e-6; 8) : a character pasted after the number
+        number = re.match(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", value)
+        if number and number.group(0) != value:
+            return (f"{key.lstrip('+~')} takes a number; drop what follows it ({value[number.end():]!r}): "
+                    f"{key}={number.group(0)}")
     return None
 
 

@@ -50,6 +50,8 @@ def check_path_values(cfg: Cfg, problems) -> None:
 def check_path(key: str, kind: str, paths: list[str]) -> None:
     for path in paths:
         _check_text(key, kind, path)
+        if kind != "outdir" and not os.path.exists(os.path.expanduser(path)):
+            _check_pattern(key, kind, path)
         if kind == "outdir":
             check_writable_dir(key, path)
         elif kind == "model" and not os.path.exists(os.path.expanduser(path)) and not os.path.isabs(path) \
@@ -60,6 +62,19 @@ def check_path(key: str, kind: str, paths: list[str]) -> None:
                                    f"first, e.g. "
                                    f"huggingface-cli download {path} --local-dir ~/models/{name}, then set "
                                    f"{key}=~/models/{name}")
+
+
+def _check_pattern(key: str, kind: str, path: str) -> None:
+    """A shell pattern (`shards/*.parquet`) that reached dagrl unexpanded (quoted, or from a script's variable):
+    dagrl opens paths as written and does not glob."""
+    if not any(char in path for char in "*?["):
+        return
+    import glob
+    found = sorted(glob.glob(os.path.expanduser(path)))
+    listed = (f"[{','.join(found[:3])}{',...' if len(found) > 3 else ''}]" if found else "[<file>,<file>]")
+    what = f"it matches {len(found)} file(s) now" if found else "it matches nothing now"
+    fix = f"list the files: {key}={listed}" if kind == "files" else f"name one path: {key}=<path>"
+    raise ConfigError(key, f"{key}={path} is a shell pattern, which dagrl does not expand ({what}): {fix}")
 
 
 def _check_text(key: str, kind: str, path: str) -> None:

@@ -46,6 +46,7 @@ UNIT = Range(lambda v: _finite(v) and 0 <= v <= 1, "in [0, 1]")
 OPEN_UNIT = Range(lambda v: _finite(v) and 0 < v < 1, "in (0, 1)")
 TOP_P = Range(lambda v: _finite(v) and 0 < v <= 1, "in (0, 1]")
 TOP_K = Range(lambda v: v == -1 or v >= 1, "=-1 (off) or an integer >= 1")
+EVERY_N = Range(lambda v: v == -1 or v >= 1, "=-1 or an integer >= 1")  # every N steps; -1 = never
 TIS_CAP = Range(lambda v: _finite(v) and (v <= 0 or v >= 1), "=-1 (off) or a cap >= 1")
 
 
@@ -129,7 +130,7 @@ RANGES: dict[str, Range] = {
     "reward_model.overlong_buffer.penalty_factor": NON_NEGATIVE,
     "algorithm.gamma": UNIT, "algorithm.lam": UNIT, "algorithm.kl_ctrl.kl_coef": NON_NEGATIVE,
     "algorithm.kl_ctrl.target_kl": NON_NEGATIVE, "algorithm.kl_ctrl.horizon": POSITIVE_INT,
-    "algorithm.filter_groups.max_num_gen_batches": ANY_INT,  # <= 0: no limit
+    "algorithm.filter_groups.max_num_gen_batches": hinted(NON_NEGATIVE_INT, "0 = no limit"),
     "async_training.oversample_ratio": Range(lambda v: _finite(v) and v >= 1, ">= 1"),
     "async_training.max_staleness": NON_NEGATIVE_INT, "async_training.trigger_parameter_sync_step": POSITIVE_INT,
     "trainer.nnodes": POSITIVE_INT, "trainer.n_gpus_per_node": POSITIVE_INT,
@@ -138,7 +139,7 @@ RANGES: dict[str, Range] = {
     "trainer.max_restarts": NON_NEGATIVE_INT, "actor_rollout_ref.nccl_timeout": POSITIVE, "rollout.n_gpus_per_node": POSITIVE_INT, "trainer.total_epochs": POSITIVE_INT,
     "trainer.total_training_steps": hinted(POSITIVE_INT, "null: trainer.total_epochs decides"),
     "trainer.critic_warmup": NON_NEGATIVE_INT,
-    "trainer.test_freq": hinted(ANY_INT, "-1 = never"), "trainer.save_freq": hinted(ANY_INT, "-1 = never"),
+    "trainer.test_freq": hinted(EVERY_N, "-1 = never"), "trainer.save_freq": hinted(EVERY_N, "-1 = never"),
     "trainer.max_actor_ckpt_to_keep": ANY_INT,  # null or <= 0: keep all
     "trainer.max_consecutive_skips": hinted(NON_NEGATIVE_INT, "0 = never stop"),
     "trainer.log_val_generations": hinted(NON_NEGATIVE_INT, "0 = off"),

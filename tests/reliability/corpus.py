@@ -217,6 +217,18 @@ def _tracker_only(ws: Path, paths: Paths) -> None:
     (ws / "run" / "latest_checkpointed_iteration.txt").write_text("7")
 
 
+def _tracker_text(ws: Path, paths: Paths) -> None:
+    """{ws}/run: a tracker file holding a directory name, not a step number (another tool's, or typed by hand)."""
+    (ws / "run").mkdir()
+    (ws / "run" / "latest_checkpointed_iteration.txt").write_text("global_step_2\n")
+
+
+def _hf_cache_unfinished(ws: Path, paths: Paths) -> None:
+    """{ws}/models--Qwen--Qwen3-0.6B: a hub cache folder whose download did not finish (an empty snapshot)."""
+    for name in ("blobs", "refs", "snapshots/abc123"):
+        (ws / "models--Qwen--Qwen3-0.6B" / name).mkdir(parents=True)
+
+
 def _data_dir(ws: Path, paths: Paths) -> None:
     (ws / "data").mkdir()
     shutil.copy(paths.train, ws / "data" / "train.parquet")
@@ -1725,6 +1737,36 @@ CASES: tuple[Case, ...] = (
     Case("checkpoint_dir_is_the_data_dir", "`trainer.default_local_dir` = the directory of train.parquet (was: "
          "checkpoints written beside it)", ("trainer.default_local_dir={ws}/data",),
          ("holds train.parquet", "a data directory"), make=_data_dir),
+    # ---- the sixth unseen set (/tmp/unseen18): 0 as "never", a lost brace or bracket, a character pasted after a
+    # number, a hub cache entry as the model, a shell pattern, a tracker that holds text, a floor above the peak ----
+    Case("save_freq_zero", "`trainer.save_freq=0` (verl's habit for never; was: accepted, nothing saved)",
+         ("trainer.save_freq=0",), ("trainer.save_freq=0", "-1 or an integer >= 1", "-1 = never")),
+    Case("test_freq_zero", "`trainer.test_freq=0` (was: accepted, never validated)",
+         ("trainer.test_freq=0",), ("trainer.test_freq=0", "-1 or an integer >= 1")),
+    Case("max_gen_batches_negative", "`algorithm.filter_groups.max_num_gen_batches=-2` (was: accepted as no limit)",
+         ("dag=dapo", "algorithm.filter_groups.max_num_gen_batches=-2"),
+         ("max_num_gen_batches=-2", "an integer >= 0", "0 = no limit")),
+    Case("interpolation_unclosed", "`${...` without its closing brace (was: told to quote it, which makes it text)",
+         ("actor_rollout_ref.rollout.n=${{data.train_batch_size",),
+         ("close the interpolation", "actor_rollout_ref.rollout.n=${data.train_batch_size}")),
+    Case("list_lost_its_open_bracket", "`trainer.logger=console,jsonl]` (was: told to quote it)",
+         ("trainer.logger=console,jsonl]",), ("a list opens with '['", "trainer.logger=[console,jsonl]")),
+    Case("number_with_pasted_semicolon", "`optim.lr=1e-6;` (was: told to quote it, which makes it text)",
+         ("actor_rollout_ref.actor.optim.lr=1e-6;",),
+         ("takes a number", "drop what follows it (';')", "actor_rollout_ref.actor.optim.lr=1e-6")),
+    Case("model_path_hf_cache_unfinished", "`model.path` at a hub cache folder whose snapshot holds nothing (was: "
+         "'config.json is missing', no word of the cache)", ("actor_rollout_ref.model.path={ws}/models--Qwen--Qwen3-0.6B",),
+         ("hub cache's folder", "did not finish", "download the model again", "snapshots/<revision>"),
+         make=_hf_cache_unfinished),
+    Case("train_files_shell_pattern", "`data.train_files=.../*.parquet` unexpanded (was: 'does not exist')",
+         ("data.train_files={ws}/shards/*.parquet",), ("is a shell pattern", "does not expand", "list the files"),
+         make=lambda ws, paths: (ws / "shards").mkdir()),
+    Case("tracker_holds_text", "latest_checkpointed_iteration.txt holds `global_step_2` (was: ignored, trained from "
+         "scratch)", ("trainer.default_local_dir={ws}/run",),
+         ("holds 'global_step_2', not a step number", "write the step number", "remove the file"), make=_tracker_text),
+    Case("min_lr_above_lr_constant", "`optim.min_lr` above `optim.lr` under the constant schedule (was: 'no effect: "
+         "set cosine', which is then refused as above lr)", ("actor_rollout_ref.actor.optim.min_lr=0.05",),
+         ("min_lr=0.05 is above actor_rollout_ref.actor.optim.lr", "set min_lr <= lr")),
     # ---- found only when a step runs (slow suite) ----
     Case("reward_raises", "the reward function raises, reward_model.on_error=raise",
          ("custom_reward_function.path={ws}/reward.py", "reward_model.on_error=raise"),
