@@ -106,6 +106,35 @@ def test_abort_of_some_requests_leaves_the_others_running(setup):
         rollout.submit([Request("full", (1, 2), GREEDY, seed=0, prefix_ids=(5,) * 6)])
 
 
+def test_a_request_that_joins_mid_flight_is_prefilled_alone_and_decodes_as_it_would_alone(setup):
+    # a multi-turn trajectory's next turn joins a batch still decoding: only it is prefilled, the others go on
+    data, rollout = setup
+    straight = run_to_completion(rollout, requests(data, [0, 1, 2], GREEDY))
+    alone = run_to_completion(rollout, requests(data, [7], GREEDY, prefix="j"))[0]
+    shapes = []
+    hook = rollout.model.register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        rollout.submit(requests(data, [0, 1, 2], GREEDY))
+        done = rollout.advance()
+        flying = rollout.in_flight()
+        assert flying >= 1
+        joining = requests(data, [7], GREEDY, prefix="j")
+        rollout.submit(joining)
+        done += rollout.advance()
+        while rollout.in_flight():
+            done += rollout.advance()
+    finally:
+        hook.remove()
+    # the first prefill (3 rows), then the joiner alone (1 row, its whole prompt) and the others one token each
+    assert shapes[0][0] == 3 and shapes[1] == (1, len(joining[0].prompt_ids)) and shapes[2] == (flying, 1)
+    assert all(shape[1] == 1 for shape in shapes[3:])
+    by_id = {c.id: c for c in done}
+    for expected in straight + [alone]:
+        assert by_id[expected.id].token_ids == expected.token_ids
+        assert torch.allclose(torch.tensor(by_id[expected.id].log_probs), torch.tensor(expected.log_probs), atol=1e-4)
+
+
 def test_top_k_and_top_p_keep_the_most_likely_tokens():
     logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
     top_k = filter_logits(logits, SamplingSpec(top_k=2))

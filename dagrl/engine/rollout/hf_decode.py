@@ -1,9 +1,11 @@
 """The `hf` rollout's request level: an interruptible decode loop over a transformers model.
 
-`advance()` decodes one token for every request in flight. The KV cache covers the rows in flight; a request that
-joins (a new one, or a continuation whose prefix was sampled under older weights) makes the next `advance()`
-re-prefill every row's prompt + response so far, which is the recomputation a partial rollout needs after a
-weight sync. Finished rows leave the cache at once. Each request samples from its own generator, seeded by the
+`advance()` decodes one token for every request in flight. The KV cache covers the rows in flight. Requests that
+join while others decode (a multi-turn trajectory's next turn, a new prompt) are prefilled alone at the next
+`advance()` and their cache merged into the batch's, left-padded: the rows already in flight are not computed again
+(weights change only with nothing in flight, so their cache is always current). With nothing cached, the first
+`advance()` prefills every row's prompt + response so far, which is the recomputation a partial rollout needs after
+a weight sync. Finished rows leave the cache at once. Each request samples from its own generator, seeded by the
 request, so what it samples does not depend on which other requests share its batch.
 """
 from __future__ import annotations
@@ -51,6 +53,7 @@ class DecodeLoop:
         self.rows: list[Progress] = []       # in flight, in cache order
         self.generators: list[torch.Generator] = []
         self.cache = None                    # None: the next advance prefills every row
+        self.cached = 0                      # rows[:cached] are in the cache; the rest joined since and wait
         self.attention_mask: torch.Tensor | None = None
         self.next_ids: torch.Tensor | None = None  # [B, 1] the last sampled token of each row, not yet in the cache
 
@@ -66,8 +69,6 @@ class DecodeLoop:
             generator.manual_seed(request.stream_seed)
             self.rows.append(Progress(request))
             self.generators.append(generator)
-        if requests:
-            self.cache = None
 
     def in_flight(self) -> int:
         return len(self.rows)
@@ -76,7 +77,13 @@ class DecodeLoop:
     def advance(self, version: int) -> list[Completion]:
         if not self.rows:
             return []
-        logits = self._prefill() if self.cache is None else self._decode()
+        if self.cache is None:
+            self.cache, self.attention_mask, logits = self._prefill(self.rows)
+        elif self.cached < len(self.rows):
+            logits = self._join()
+        else:
+            logits = self._decode()
+        self.cached = len(self.rows)
         tokens, log_probs = self._sample(logits)
         finished, keep = [], []
         for index, (row, token, log_prob) in enumerate(zip(self.rows, tokens, log_probs)):
@@ -101,34 +108,51 @@ class DecodeLoop:
 
     # ---- internals ---------------------------------------------------------------------------------
     def _select(self, keep: list[int]) -> None:
+        cached = [i for i in keep if i < self.cached]  # the others joined and are not in the cache yet
         self.rows = [self.rows[i] for i in keep]
         self.generators = [self.generators[i] for i in keep]
-        if not keep:
+        self.cached = len(cached)
+        if not cached:
             self.cache = self.attention_mask = self.next_ids = None
             return
         if self.cache is not None:
-            index = torch.tensor(keep, device=self.device)
+            index = torch.tensor(cached, device=self.device)
             self.cache.batch_select_indices(index)
             self.attention_mask = self.attention_mask[index]
             self.next_ids = self.next_ids[index]
 
-    def _prefill(self) -> torch.Tensor:
-        """Every row's prompt + response so far, left-padded, through the model: a fresh cache."""
+    def _prefill(self, rows: list[Progress]):
+        """`rows`' prompt + response so far, left-padded, through the model: (a fresh cache, its attention mask,
+        the last position's logits)."""
         from transformers import DynamicCache
 
-        sequences = [list(r.request.prompt_ids) + list(r.request.prefix_ids) + r.token_ids for r in self.rows]
+        sequences = [list(r.request.prompt_ids) + list(r.request.prefix_ids) + r.token_ids for r in rows]
         width = max(len(s) for s in sequences)
         ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(sequences), width), dtype=torch.long)
         for row, sequence in enumerate(sequences):
             ids[row, width - len(sequence):] = torch.tensor(sequence)
             mask[row, width - len(sequence):] = 1
-        self.attention_mask = mask.to(self.device)
-        self.cache = DynamicCache()
-        positions = (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids.to(self.device), attention_mask=self.attention_mask, position_ids=positions,
-                         use_cache=True, **{cache_kwarg(self.model): self.cache})
-        return out.logits[:, -1, :].float()
+        mask, cache = mask.to(self.device), DynamicCache()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
+                         use_cache=True, **{cache_kwarg(self.model): cache})
+        return cache, mask, out.logits[:, -1, :].float()
+
+    def _join(self) -> torch.Tensor:
+        """The cached rows decode one token; the rows that joined are prefilled alone and their cache appended."""
+        joined = self.rows[self.cached:]
+        cache, mask, joined_logits = self._prefill(joined)
+        if not (_plain_layers(self.cache) and _plain_layers(cache)):  # a cache kind whose tensors we do not know
+            self.cache, self.attention_mask, logits = self._prefill(self.rows)
+            return logits
+        logits = self._decode()
+        width = max(self.attention_mask.shape[1], mask.shape[1])
+        for layer, new in zip(self.cache.layers, cache.layers):
+            layer.keys = torch.cat([_left_pad(layer.keys, width, -2), _left_pad(new.keys, width, -2)])
+            layer.values = torch.cat([_left_pad(layer.values, width, -2), _left_pad(new.values, width, -2)])
+        self.attention_mask = torch.cat([_left_pad(self.attention_mask, width, 1), _left_pad(mask, width, 1)])
+        return torch.cat([logits, joined_logits])
 
     def _decode(self) -> torch.Tensor:
         """The last sampled tokens through the cache."""
@@ -156,3 +180,20 @@ class DecodeLoop:
             tokens.append(token)
             log_probs.append(float(log_prob))
         return tokens, log_probs
+
+
+def _plain_layers(cache) -> bool:
+    """Every layer of `cache` keeps whole keys and values [B, heads, length, dim] (transformers' DynamicLayer)."""
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """`tensor` with zeros prepended along `dim` to `width` (masked positions: their values are never attended)."""
+    missing = width - tensor.shape[dim]
+    if missing == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
