@@ -88,3 +88,24 @@ def check_transformer_overrides(cfg: Cfg) -> None:
                           f"{key}.{unknown[0]} is not a field of megatron.core's TransformerConfig{hint}: drop "
                           f"+{key}.{unknown[0]} or fix its name (the fields: megatron/core/transformer/"
                           f"transformer_config.py)")
+
+
+def check_greedy_groups(cfg: Cfg) -> None:
+    """Greedy training rollouts give a group n identical responses: a group estimator's advantages are all 0."""
+    from dagrl.config.sections import GROUP_ESTIMATORS
+
+    rollout, estimator = cfg.actor_rollout_ref.rollout, cfg.algorithm.adv_estimator
+    require(rollout.do_sample is not False or estimator not in GROUP_ESTIMATORS or rollout.n == 1,
+            "actor_rollout_ref.rollout.do_sample",
+            f"actor_rollout_ref.rollout.do_sample=false samples greedily: the {rollout.n} responses of a prompt are "
+            f"the same, so algorithm.adv_estimator={estimator} gives every advantage 0 and nothing trains; set "
+            f"actor_rollout_ref.rollout.do_sample=true (greedy is for validation: val_kwargs.do_sample=false)")
+
+
+def check_reward_name_without_path(cfg: Cfg) -> None:
+    """A function name without a file would be ignored: the built-in scorers would score the run."""
+    custom = cfg.custom_reward_function
+    require(custom.path is not None or custom.name in (None, "compute_score"), "custom_reward_function.name",
+            f"custom_reward_function.name={custom.name} has no effect without custom_reward_function.path (the "
+            f"built-in scorers would score the run): set custom_reward_function.path to the file defining "
+            f"{custom.name}, or drop the name")

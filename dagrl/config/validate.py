@@ -271,6 +271,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(cross_checks.check_overlong_manager, cfg)
     check(cross_checks.check_rollout_pool_keys, cfg)
     check(cross_checks.check_transformer_overrides, cfg)
+    check(cross_checks.check_greedy_groups, cfg)
+    check(cross_checks.check_reward_name_without_path, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):  # a floor above the peak is wrong under any
         check(cross_checks.check_lr_floor, cfg, prefix)               # schedule: said before "has no effect"
     check(inert_keys.check_inert_keys, cfg, set(problems.keys))  # a key set while what reads it is off

@@ -585,6 +585,11 @@ CASES: tuple[Case, ...] = (
          ("actor_rollout_ref.actor.optim.lr", "must be > 0")),
     Case("zero_temperature", "`actor_rollout_ref.rollout.temperature=0` (log-probs divide by it)",
          ("actor_rollout_ref.rollout.temperature=0",), ("actor_rollout_ref.rollout.temperature", "> 0")),
+    Case("greedy_training_groups", "`actor_rollout_ref.rollout.do_sample=false` with grpo (a group of identical "
+         "responses: every advantage 0)", ("actor_rollout_ref.rollout.do_sample=false",),
+         ("actor_rollout_ref.rollout.do_sample", "do_sample=true")),
+    Case("reward_name_without_path", "`custom_reward_function.name=my_score` with no path (the name would be ignored)",
+         ("custom_reward_function.name=my_score",), ("custom_reward_function.name", "custom_reward_function.path")),
     Case("dual_clip_below_one", "`actor_rollout_ref.actor.clip_ratio_c=0.5`", ("actor_rollout_ref.actor.clip_ratio_c=0.5",),
          ("actor_rollout_ref.actor.clip_ratio_c", "must be > 1")),
     Case("zero_reward_timeout", "`reward_model.timeout_s=0`", ("reward_model.timeout_s=0",),
