@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dagrl.config.checks import as_list, get, require
 from dagrl.config.errors import ConfigError
-from dagrl.config.path_values import check_writable_dir  # noqa: F401  (profiler_checks imports it from here)
+from dagrl.config.path_values import check_writable_dir
 from dagrl.config.tree import Cfg
 
 

@@ -67,14 +67,11 @@ INERT = (
           f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
     Inert(f"{R}.top_[pk]", lambda c: not _off(c.get(f"{R}.do_sample")),
           f"{R}.do_sample=false (greedy rollouts)", f"set {R}.do_sample=true"),
-    # what validation does is read only when there is a validation set (null and [] alike: no validation)
-    Inert("trainer.test_freq", lambda c: bool(c.get("data.val_files")),
-          "data.val_files is empty (no validation set)", "set data.val_files to a parquet file"),
-    Inert("trainer.log_val_generations", lambda c: bool(c.get("data.val_files")),
-          "data.val_files is empty (no validation set)", "set data.val_files to a parquet file"),
-    Inert("trainer.validation_data_dir", lambda c: bool(c.get("data.val_files")),
-          "data.val_files is empty (no validation set)", "set data.val_files to a parquet file"),
 )
+# what validation does is read only when there is a validation set (null and [] alike: no validation)
+INERT += tuple(Inert(f"trainer.{key}", lambda c: bool(c.get("data.val_files")),
+                     "data.val_files is empty (no validation set)", "set data.val_files to a parquet file")
+               for key in ("test_freq", "log_val_generations", "validation_data_dir"))
 for _prefix in (f"{A}.optim", "critic.optim"):
     INERT += (Inert(f"{_prefix}.min_lr", _schedule(_prefix),
                     f"{_prefix}.lr_decay_style=constant (the LR never decays to a floor)",

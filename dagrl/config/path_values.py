@@ -49,13 +49,14 @@ def check_path_values(cfg: Cfg, problems) -> None:
 
 def check_path(key: str, kind: str, paths: list[str]) -> None:
     for path in paths:
-        _check_text(key, kind, path)
-        if kind != "outdir" and not os.path.exists(os.path.expanduser(path)):
-            _check_pattern(key, kind, path)
-        if kind == "outdir":
+        if kind == "outdir":  # (its text is checked there too)
             check_writable_dir(key, path)
-        elif kind == "model" and not os.path.exists(os.path.expanduser(path)) and not os.path.isabs(path) \
-                and _HUB_ID.fullmatch(path) and not path.startswith("."):
+            continue
+        _check_text(key, kind, path)
+        if os.path.exists(os.path.expanduser(path)):
+            continue
+        _check_pattern(key, kind, path)
+        if kind == "model" and not os.path.isabs(path) and _HUB_ID.fullmatch(path) and not path.startswith("."):
             name = path.rsplit("/", 1)[1]
             raise ConfigError(key, f"{key}={path} does not exist here and looks like a Hugging Face hub id; dagrl "
                                    f"reads a local model directory (nothing is downloaded at run time): download it "

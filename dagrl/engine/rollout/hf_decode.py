@@ -141,11 +141,10 @@ class DecodeLoop:
 
     def _join(self) -> torch.Tensor:
         """The cached rows decode one token; the rows that joined are prefilled alone and their cache appended."""
-        joined = self.rows[self.cached:]
-        cache, mask, joined_logits = self._prefill(joined)
-        if not (_plain_layers(self.cache) and _plain_layers(cache)):  # a cache kind whose tensors we do not know
+        if not _plain_layers(self.cache):  # a cache kind whose tensors we do not know: prefill every row again
             self.cache, self.attention_mask, logits = self._prefill(self.rows)
             return logits
+        cache, mask, joined_logits = self._prefill(self.rows[self.cached:])
         logits = self._decode()
         width = max(self.attention_mask.shape[1], mask.shape[1])
         for layer, new in zip(self.cache.layers, cache.layers):
