@@ -312,6 +312,10 @@ def report(args: argparse.Namespace) -> str:
             eff = last["tok_s_gpu"] / base["tok_s_gpu"]
             lines.append(f"efficiency at G={last['gpus']}: {eff:.3f} ({'meets' if eff >= 0.9 else 'misses'} the "
                          f">= 0.90 goal{'' if last['gpus'] == 8 else ', which is set at G=8'})")
+        if rows[0] is not base and len(rows) > 1:  # against dp_g1 a layout's own cost shows; this is its scaling
+            first, last = rows[0], rows[-1]
+            lines.append(f"within layout {layout}: G={last['gpus']} keeps {last['tok_s_gpu'] / first['tok_s_gpu']:.3f} "
+                         f"of G={first['gpus']}'s tokens/s/GPU")
     seed = summary(out / "seed_8b", args.first_step) if (out / "seed_8b").is_dir() else None
     if seed:
         lines += ["", f"seed script (8 GPUs, 128 prompts x 8): step {seed['step']:.2f} s, gen {seed['gen']:.2f}, "

@@ -162,6 +162,25 @@ def check_rollout_tp(cfg: Cfg, parallel: ParallelLayout, place: Placement) -> in
     return rollout_tp
 
 
+def check_rollout_heads(cfg: Cfg, rollout_tp: int, hf_config: dict) -> None:
+    """vLLM splits the attention heads over its TP ranks and refuses a TP that does not divide them (found on a GPU
+    only once the actor was built); KV heads fewer than the TP are replicated, so the TP must be their multiple."""
+    key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    if cfg.actor_rollout_ref.rollout.name != "vllm" or rollout_tp == 1:
+        return
+    heads = hf_config.get("num_attention_heads")
+    if not isinstance(heads, int) or heads < 1:
+        return  # reported by the model checks
+    kv_heads = hf_config.get("num_key_value_heads") or heads
+    divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and (
+        kv_heads % d == 0 if kv_heads >= d else d % kv_heads == 0))
+    require(heads % rollout_tp == 0, key, f"{key}={rollout_tp} does not divide the model's num_attention_heads={heads} "
+                                          f"(vLLM splits the heads over its TP ranks): pick one of {divisors}")
+    require(kv_heads % rollout_tp == 0 if kv_heads >= rollout_tp else rollout_tp % kv_heads == 0, key,
+            f"{key}={rollout_tp} neither divides nor is a multiple of the model's num_key_value_heads={kv_heads} "
+            f"(vLLM splits or replicates the KV heads): pick one of {divisors}")
+
+
 def world_layout(parallel: ParallelLayout, rollout_tp: int, place: Placement) -> WorldLayout:
     with as_config_error("actor_rollout_ref.actor.megatron"):
         return WorldLayout(place.pool("train").size, parallel, rollout_tp if place.is_colocated else 1)
@@ -257,6 +276,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(sections.check_run_length_and_sampling, cfg)
     parallel = check(check_model_parallel, cfg, world_size, hf_config)
     rollout_tp = check(check_rollout_tp, cfg, parallel, place)
+    check(check_rollout_heads, cfg, rollout_tp, hf_config)
     world = check(world_layout, parallel, rollout_tp, place)
     check(lambda world, place: sections.check_batches(cfg, world, rollout_dp=place.pool("rollout").size // rollout_tp),
           world, place)

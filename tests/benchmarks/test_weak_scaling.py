@@ -109,6 +109,8 @@ def test_report_medians_efficiency_and_growth(tmp_path):
     fake_point(tmp_path, "dp_g8", 8, 1, [step(20, 1, 5, 5, 1)] + [step(4.5, 1, 5, 1, 1)] * 3, peak_gib=55.0)
     # tp2_g2: 10.24 s a step, the switch grew
     fake_point(tmp_path, "tp2_g2", 2, 2, [step(4, 1, 3, 1.24, 1)] * 3)
+    # tp2_g4: 12.8 s a step, 0.8 of tp2_g2's 10.24
+    fake_point(tmp_path, "tp2_g4", 4, 2, [step(4, 1, 5.56, 1.24, 1)] * 3)
     out = subprocess.run([sys.executable, "benchmarks/weak_scaling.py", "--report", "--out", str(tmp_path),
                           "--models", str(tmp_path / "models")], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout
@@ -125,7 +127,9 @@ def test_report_medians_efficiency_and_growth(tmp_path):
     assert float(two[8]) == pytest.approx(12800 / 13107.2, abs=1e-3)
     assert two[9].strip().startswith("switch +0.24 s") and two[11].strip() == "-"
     assert "efficiency at G=8: 0.800 (misses the >= 0.90 goal)" in out
-    assert "efficiency at G=2: 0.977 (meets the >= 0.90 goal, which is set at G=8)" in out
+    assert "efficiency at G=4: 0.781 (misses the >= 0.90 goal, which is set at G=8)" in out
+    assert "within layout tp2: G=4 keeps 0.800 of G=2's tokens/s/GPU" in out
+    assert "within layout dp" not in out  # its smallest point is the baseline itself
 
 
 def test_report_without_the_one_gpu_point_has_no_efficiency(tmp_path):
