@@ -98,9 +98,15 @@ def main() -> None:
     unseeded = [SamplingParams(**{**p.as_kwargs(), "seed": None})
                 for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
 
-    def bare(params):
-        outputs = rollout.llm.generate(requests, params, use_tqdm=False)
+    def bare(params, prompts_of=lambda: requests):
+        outputs = rollout.llm.generate(prompts_of(), params() if callable(params) else params, use_tqdm=False)
         return torch.tensor([len(c.token_ids) for o in outputs for c in o.outputs]), outputs
+
+    def built_per_call():  # what dagrl hands vLLM, built anew as dagrl does each call: isolates vLLM's own share
+        return [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
+
+    def seeded_per_call():
+        return [SamplingParams(**p.as_kwargs()) for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
 
     inner: list[float] = []  # vLLM's own generate inside each dagrl call: the rest is dagrl's building and unpacking
     vllm_generate = rollout.llm.generate
@@ -123,6 +129,7 @@ def main() -> None:
     paths = {  # every call starts from an empty prefix cache, as a training step's does (a weight sync clears it)
         BARE: lambda: bare(unseeded),
         "bare vllm.LLM.generate, per-request seeds": lambda: bare(seeded),
+        "bare, seeds, requests built per call": lambda: bare(seeded_per_call, built_per_call),
         "dagrl VLLMRollout.generate (per-request seeds)": dagrl,
     }
     for fn in paths.values():  # warm-up (CUDA graphs, allocator)
