@@ -19,6 +19,8 @@ alternate in R rounds of `--steps` each (rotated order), so that drift of the ho
 launch-bound: its kernels fill ~0.8 of it on an H200) hits both alike; peak memory is then reported above what was
 resident before the step. FLOPs use one formula (full attention, LM head on every position);
 MFU = achieved FLOP/s per GPU / the same-run matmul peak (and / 989 TFLOP/s, the H100/H200 dense bf16 datasheet).
+`--profile DIR` writes one step of each under the torch profiler (kernels, host ops), `--pyprofile DIR` under cProfile
+(Python functions by own time: where a host-bound step's time goes).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights  # noqa: E402
 from dagrl.data.batch import Batch  # noqa: E402
-from benchmarks.common import random_actor, shared_config_dir  # noqa: E402
+from benchmarks.common import cpu_profile, random_actor, shared_config_dir  # noqa: E402
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
 from dagrl.placement import ParallelLayout  # noqa: E402
 
@@ -106,6 +108,17 @@ def profile_step(step, name: str, out_dir: str) -> None:
         print(f"{name}: profiled step {wall:.3f} s (with profiler overhead), kernels {busy:.3f} s "
               f"({busy / wall:.2f} of the wall), host ops {host:.3f} s\n" + "\n".join(tables[0].splitlines()[:18]),
               flush=True)
+
+
+def python_profile(step, name: str, out_dir: str) -> None:
+    """One step under cProfile (rank 0 writes `out_dir/<name>_python.txt`, functions by own time): where a
+    host-bound step's Python time goes, which the torch profiler's op tables do not show."""
+    sync()
+    text = cpu_profile(lambda: (step(), sync()), "tottime", 60)
+    if dist.get_rank() == 0:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        Path(out_dir, f"{name}_python.txt").write_text(text)
+        print(f"{name}: cProfile of one step\n" + "\n".join(text.splitlines()[:30]), flush=True)
 
 
 def timed_steps(step, steps: int, above_resident: bool) -> tuple[list[float], float]:
@@ -231,6 +244,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["bare", "dagrl"], default=None)
     parser.add_argument("--json", default=None, help="also write the results here (rank 0)")
     parser.add_argument("--profile", default=None, help="also profile one step of each; kernel tables go here")
+    parser.add_argument("--pyprofile", default=None, help="also cProfile one step of each; tables go here")
     parser.add_argument("--entropy", action="store_true", help="dagrl computes the entropy too (entropy_coeff != 0)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a TransformerConfig field for dagrl's engine (override_transformer_config), repeatable")
@@ -273,9 +287,11 @@ def main() -> None:
             return
         for name, (times, peak_gib) in rounds_of(steps, args.warmup, args.steps, args.rounds).items():
             record(name, times, peak_gib)
-        if args.profile:
-            for name, step in steps.items():
+        for name, step in steps.items():
+            if args.profile:
                 profile_step(step, name, args.profile)
+            if args.pyprofile:
+                python_profile(step, name, args.pyprofile)
 
     steps, releases = {}, []
     if args.only in (None, "bare"):
