@@ -96,3 +96,27 @@ def test_list_index_overrides_reach_the_config_and_an_index_past_the_end_fails()
     proc, _ = run_cli("trainer.logger.2=jsonl")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "trainer.logger has 2 items (indices 0..1)" in error_line(proc)
+
+
+def test_plain_overrides_run_the_early_composition_which_equals_hydras_own(monkeypatch):
+    """The early check's composition is the job's (one composition per launch, not Hydra's second one): the same
+    config Hydra's main composes; flags and hydra.* overrides still go through Hydra's main."""
+    import dagrl.main_dag as main_dag
+
+    ran, hydra_calls = [], []
+    monkeypatch.setattr(main_dag, "run", ran.append)
+    overrides = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=3", "dag=ppo"]
+    monkeypatch.setattr(sys, "argv", ["main_dag", *overrides])
+    monkeypatch.setattr(main_dag, "hydra_main", lambda: hydra_calls.append(sys.argv[1:]))
+    main_dag.main()
+    assert len(ran) == 1 and not hydra_calls
+    assert ran[0]["data"]["train_batch_size"] == 8 and ran[0]["actor_rollout_ref"]["rollout"]["n"] == 3
+    for extra in (["hydra.verbose=true"], ["--cfg", "job"]):
+        monkeypatch.setattr(sys, "argv", ["main_dag", *overrides, *extra])
+        main_dag.main()
+    assert len(ran) == 1 and len(hydra_calls) == 2
+    monkeypatch.undo()
+    monkeypatch.setattr(main_dag, "run", ran.append)
+    monkeypatch.setattr(sys, "argv", ["main_dag", *overrides])
+    main_dag.hydra_main()  # Hydra's own main, composing from sys.argv
+    assert ran[1] == ran[0]
