@@ -98,15 +98,14 @@ def main() -> None:
     unseeded = [SamplingParams(**{**p.as_kwargs(), "seed": None})
                 for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
 
-    def bare(params, prompts_of=lambda: requests):
-        outputs = rollout.llm.generate(prompts_of(), params() if callable(params) else params, use_tqdm=False)
+    def bare(params, prompts_in=None):
+        outputs = rollout.llm.generate(prompts_in or requests, params, use_tqdm=False)
         return torch.tensor([len(c.token_ids) for o in outputs for c in o.outputs]), outputs
 
-    def built_per_call():  # what dagrl hands vLLM, built anew as dagrl does each call: isolates vLLM's own share
-        return [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
-
-    def seeded_per_call():
-        return [SamplingParams(**p.as_kwargs()) for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
+    def bare_built_per_call():  # requests and parameters built anew as dagrl does each call: vLLM's own share
+        return bare([SamplingParams(**p.as_kwargs())
+                     for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)],
+                    [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)])
 
     inner: list[float] = []  # vLLM's own generate inside each dagrl call: the rest is dagrl's building and unpacking
     vllm_generate = rollout.llm.generate
@@ -129,7 +128,7 @@ def main() -> None:
     paths = {  # every call starts from an empty prefix cache, as a training step's does (a weight sync clears it)
         BARE: lambda: bare(unseeded),
         "bare vllm.LLM.generate, per-request seeds": lambda: bare(seeded),
-        "bare, seeds, requests built per call": lambda: bare(seeded_per_call, built_per_call),
+        "bare, seeds, requests built per call": bare_built_per_call,
         "dagrl VLLMRollout.generate (per-request seeds)": dagrl,
     }
     for fn in paths.values():  # warm-up (CUDA graphs, allocator)
@@ -146,10 +145,9 @@ def main() -> None:
             rollout.llm.reset_prefix_cache()
             seconds, (lengths, samples) = timed(paths[name])
             times[name].append(seconds)
-            if name.startswith("dagrl"):
-                outside.append(seconds - inner[-1])
             tokens[name] = int(lengths.sum())
             if name.startswith("dagrl"):
+                outside.append(seconds - inner[-1])
                 first.setdefault(name, samples)
                 repeated[name] = repeated.get(name, True) and torch.equal(first[name], samples)
     if args.profile:  # dagrl's request building and unpacking, apart from vLLM's generate

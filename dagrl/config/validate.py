@@ -172,13 +172,17 @@ def check_rollout_heads(cfg: Cfg, rollout_tp: int, hf_config: dict) -> None:
     if not isinstance(heads, int) or heads < 1:
         return  # reported by the model checks
     kv_heads = hf_config.get("num_key_value_heads") or heads
-    divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and (
-        kv_heads % d == 0 if kv_heads >= d else d % kv_heads == 0))
+
+    def splits_kv(tp: int) -> bool:
+        return kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
+
+    if heads % rollout_tp == 0 and splits_kv(rollout_tp):
+        return
+    divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and splits_kv(d))
     require(heads % rollout_tp == 0, key, f"{key}={rollout_tp} does not divide the model's num_attention_heads={heads} "
                                           f"(vLLM splits the heads over its TP ranks): pick one of {divisors}")
-    require(kv_heads % rollout_tp == 0 if kv_heads >= rollout_tp else rollout_tp % kv_heads == 0, key,
-            f"{key}={rollout_tp} neither divides nor is a multiple of the model's num_key_value_heads={kv_heads} "
-            f"(vLLM splits or replicates the KV heads): pick one of {divisors}")
+    raise ConfigError(key, f"{key}={rollout_tp} neither divides nor is a multiple of the model's num_key_value_heads="
+                           f"{kv_heads} (vLLM splits or replicates the KV heads): pick one of {divisors}")
 
 
 def world_layout(parallel: ParallelLayout, rollout_tp: int, place: Placement) -> WorldLayout:
