@@ -78,6 +78,7 @@ TYPES: dict[str, str] = {
     "actor_rollout_ref.actor.megatron.dist_checkpointing_path": "dir?",
     "actor_rollout_ref.rollout.prompt_length": "int?", "actor_rollout_ref.rollout.response_length": "int?",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "int?", "actor_rollout_ref.rollout.max_model_len": "int?",
+    "actor_rollout_ref.rollout.cache_dir": "outdir?",
     "actor_rollout_ref.rollout.multi_turn.tool_timeout_s": "float",
     "actor_rollout_ref.rollout.multi_turn.tool_config_path": "file?",
     "actor_rollout_ref.rollout.multi_turn.interaction_config_path": "file?",

@@ -48,6 +48,7 @@ class VLLMRolloutSpec:
     load_format: str = "dummy"
     calculate_log_probs: bool = False
     fp32_lm_head: bool = False  # logits in fp32 (vLLM's hf_overrides.head_dtype), as the actor computes them
+    cache_root: str | None = None  # VLLM_CACHE_ROOT for this engine; None = the environment's (or ~/.cache/vllm)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,6 +93,9 @@ class VLLMRollout:
             raise RuntimeError("actor_rollout_ref.rollout.name=vllm needs a CUDA GPU: use rollout.name=hf on CPU")
         # in-process engine: no engine-core subprocess, so load_weights can take this process's GPU tensors
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if spec.cache_root:  # read when the engine inspects the model class and compiles (vLLM's envs are lazy)
+            os.environ["VLLM_CACHE_ROOT"] = spec.cache_root
+            logger.info("vLLM cache: %s", spec.cache_root)
         self.spec = spec
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
         self._manifest = manifest  # None: read at the first sync (a dummy-load run may never sync)

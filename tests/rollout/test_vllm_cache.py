@@ -1,0 +1,61 @@
+"""vLLM's cache root (VLLM_CACHE_ROOT: compiled graphs, Triton kernels, model info) lives with the run unless the
+user named one, and the engine starts with it set."""
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+from dagrl.config.load import compose
+from dagrl.config.tree import Cfg
+from dagrl.trainer.build import vllm_cache_root
+
+
+def cfg_of(*overrides: str) -> Cfg:
+    return Cfg(compose(["actor_rollout_ref.rollout.name=vllm", *overrides]))
+
+
+def test_default_is_beside_the_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    root = vllm_cache_root(cfg_of("trainer.default_local_dir=runs/a"))
+    assert root == str(tmp_path / "runs" / "a" / "vllm_cache")  # absolute: vLLM must not depend on the cwd
+
+
+def test_environment_wins_over_the_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "machine"))
+    assert vllm_cache_root(cfg_of(f"trainer.default_local_dir={tmp_path}/run")) is None  # left as the user set it
+
+
+def test_the_key_wins_over_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "machine"))
+    monkeypatch.chdir(tmp_path)
+    assert vllm_cache_root(cfg_of("actor_rollout_ref.rollout.cache_dir=shared/vllm")) == str(tmp_path / "shared/vllm")
+
+
+class _Started(Exception):
+    pass
+
+
+def test_engine_starts_with_the_cache_root_set(tmp_path, monkeypatch):
+    """The variable is set before vLLM's engine is built (vLLM reads it while starting), not after."""
+    seen = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            seen["root"] = os.environ.get("VLLM_CACHE_ROOT")
+            raise _Started
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
+
+    with pytest.raises(_Started):
+        VLLMRollout(VLLMRolloutSpec(model_path=str(tmp_path), cache_root=str(tmp_path / "cache")), [2], 0)
+    assert seen["root"] == str(tmp_path / "cache")
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    with pytest.raises(_Started):
+        VLLMRollout(VLLMRolloutSpec(model_path=str(tmp_path)), [2], 0)
+    assert seen["root"] is None  # no cache_root: the environment is not touched
