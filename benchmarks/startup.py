@@ -32,7 +32,7 @@ ENGINE_UP = re.compile(r"vLLM engine up in ([\d.]+) s")
 def launch_overrides(name: str, step: int, out: Path) -> list[str]:
     words = [f"trainer.default_local_dir={out / 'run'}", f"trainer.total_training_steps={step}",
              "trainer.save_freq=1", "trainer.test_freq=-1", "trainer.val_before_train=false",
-             "trainer.resume_mode=auto"]
+             "trainer.resume_mode=auto", "trainer.max_actor_ckpt_to_keep=1"]  # a 1.7B checkpoint is ~24 GB
     if name == "cold":  # an empty cache of its own, as on a machine that never ran this job
         words.append(f"actor_rollout_ref.rollout.cache_dir={out / 'empty_cache'}")
     return words
