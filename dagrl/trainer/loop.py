@@ -106,6 +106,8 @@ class Trainer:
         if shape.pool == "rollout":  # the rollout's own GPUs: weights come from the training pool, nothing to offload
             from dagrl.trainer.pools import WeightInbox
             actor, rollout.colocated = WeightInbox(), False
+        if rollout is not None and rollout.colocated:  # asleep until the first rollout wakes it: what loads before
+            rollout.sleep()  # step 1 (a resume's optimizer state beside the actor's own) gets the engine's memory
         self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
