@@ -1,5 +1,5 @@
-"""vLLM's cache root (VLLM_CACHE_ROOT: compiled graphs, Triton kernels, model info) lives with the run unless the
-user named one, and the engine starts with it set."""
+"""vLLM's cache root (VLLM_CACHE_ROOT: compiled graphs, model info) and Triton's kernel cache live with the run unless
+the user named them, and the engine starts with them set."""
 import os
 import sys
 import types
@@ -45,17 +45,24 @@ def test_engine_starts_with_the_cache_root_set(tmp_path, monkeypatch):
     class FakeLLM:
         def __init__(self, **kwargs):
             seen["root"] = os.environ.get("VLLM_CACHE_ROOT")
+            seen["triton"] = os.environ.get("TRITON_CACHE_DIR")
             raise _Started
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
 
     with pytest.raises(_Started):
         VLLMRollout(VLLMRolloutSpec(model_path=str(tmp_path), cache_root=str(tmp_path / "cache")), [2], 0)
-    assert seen["root"] == str(tmp_path / "cache")
+    assert seen == {"root": str(tmp_path / "cache"), "triton": str(tmp_path / "cache" / "triton")}
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))  # a user's own Triton cache is kept
+    with pytest.raises(_Started):
+        VLLMRollout(VLLMRolloutSpec(model_path=str(tmp_path), cache_root=str(tmp_path / "cache")), [2], 0)
+    assert seen == {"root": str(tmp_path / "cache"), "triton": str(tmp_path / "mine")}
     monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     with pytest.raises(_Started):
         VLLMRollout(VLLMRolloutSpec(model_path=str(tmp_path)), [2], 0)
-    assert seen["root"] is None  # no cache_root: the environment is not touched
+    assert seen == {"root": None, "triton": None}  # no cache_root: the environment is not touched
