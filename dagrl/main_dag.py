@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 
 import hydra
@@ -18,6 +19,7 @@ from omegaconf import DictConfig
 from dagrl.config.errors import ConfigError, RunError
 from dagrl.config.load import CONF_DIR, CONFIG_NAME, compose, to_plain
 
+_STARTED = time.perf_counter()  # after Hydra's import: this process's start-up is reported from here
 logger = logging.getLogger("dagrl")
 
 
@@ -60,7 +62,9 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
 
     cfg = Cfg(cfg_data)
     try:
+        composed = time.perf_counter()
         shape = preflight(cfg)
+        checked = time.perf_counter()
         from dagrl.config.launch_env import check_rendezvous_env
         check_rendezvous_env()  # here, not in pre-flight: dagrl.plan and the tests validate a launch by WORLD_SIZE
         from dagrl.placement.bridge import global_rank
@@ -76,6 +80,10 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
             from dagrl.utils.dist import init_process_group
 
             init_process_group(timeout_s=cfg.actor_rollout_ref.nccl_timeout)
+            if global_rank() == 0:  # what a launch costs before the Trainer's own start-up ("ready in N s")
+                logger.info("start-up: %.1f s composing the config, %.1f s of pre-flight, %.1f s importing the trainer "
+                            "and joining the process group",
+                            composed - _STARTED, checked - composed, time.perf_counter() - checked)
             Trainer(cfg, shape).fit()
     except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback

@@ -15,7 +15,8 @@ from tests.helpers import metrics_by_step, run_in_session, undocumented_metrics
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
-GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization"}
+# read only where vLLM starts (cache_dir: trainer/build.vllm_cache_root, tests/rollout/test_vllm_cache.py)
+GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization", "actor_rollout_ref.rollout.cache_dir"}
 
 
 def train(overrides: list[str], env: dict | None = None, expect_kill: bool = False) -> str:
@@ -59,7 +60,8 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert "step/s]" not in summary and "s/step]" not in summary  # no progress bar outside a terminal (a log file)
     assert "Loading weights" not in summary and "it/s]" not in summary  # transformers' bars neither
     # the minutes before step 1 say what they are spent on, in order
-    marks = ["data: ", " training prompts, 4 steps of 4;", "building the actor and the reference from",
+    marks = ["start-up: ", " s composing the config, ", " s of pre-flight, ", " s importing the trainer and joining",
+             "data: ", " training prompts, 4 steps of 4;", "building the actor and the reference from",
              "starting the hf rollout engine", "ready in", "resumed from"]
     where = [summary.find(mark) for mark in marks]
     assert -1 not in where and where == sorted(where), dict(zip(marks, where))
