@@ -15,7 +15,7 @@ from tests.helpers import metrics_by_step, run_in_session, undocumented_metrics
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
-# read only where vLLM starts (cache_dir: trainer/build.vllm_cache_root, tests/rollout/test_vllm_cache.py)
+# read only where vLLM starts (cache_dir: trainer/build.vllm_cache_root, tests/rollout/test_vllm_startup.py)
 GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization", "actor_rollout_ref.rollout.cache_dir"}
 
 

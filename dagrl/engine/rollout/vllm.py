@@ -10,6 +10,7 @@ Measured (vLLM 0.26.0, 2 x H200): the in-process load of full HF-named GPU tenso
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -68,6 +69,27 @@ class _ProcessRngGuard:
             torch.cuda.set_rng_state_all(cuda)
 
 
+@contextlib.contextmanager
+def _inspect_model_in_process() -> Iterator[None]:
+    """vLLM (0.26.0) inspects the model class in a fresh Python subprocess, which imports torch and vLLM again (27 s
+    of a SmolLM2 engine's start on an H100 machine) so that an API server never initialises CUDA. This process has
+    CUDA already and imports the same model module moments later to build the engine: inspect it here. (A cached
+    inspection under VLLM_CACHE_ROOT skips both.) Where vLLM has no such function, nothing changes."""
+    try:
+        from vllm.model_executor.models import registry
+    except ImportError:
+        registry = None
+    original = getattr(registry, "_run_in_subprocess", None)
+    if original is None:
+        yield
+        return
+    registry._run_in_subprocess = lambda fn: fn()
+    try:
+        yield
+    finally:
+        registry._run_in_subprocess = original
+
+
 def _reported_name(param_name: str) -> str:
     return param_name.replace(".routed_experts.", ".")
 
@@ -118,7 +140,7 @@ class VLLMRollout:
         kwargs.update(user)
         start = time.perf_counter()
         try:
-            with _ProcessRngGuard():
+            with _ProcessRngGuard(), _inspect_model_in_process():
                 self.llm = LLM(**kwargs)
         except (torch.cuda.OutOfMemoryError, ValueError) as err:
             if isinstance(err, ValueError) and not any(w in str(err).lower() for w in ("memory", "cache", "kv")):

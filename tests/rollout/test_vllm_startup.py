@@ -1,5 +1,6 @@
-"""vLLM's cache root (VLLM_CACHE_ROOT: compiled graphs, model info) and Triton's kernel cache live with the run unless
-the user named them, and the engine starts with them set."""
+"""How dagrl starts vLLM: its cache root (VLLM_CACHE_ROOT: compiled graphs, model info) and Triton's kernel cache
+live with the run unless the user named them, the engine starts with them set, and the model class is inspected in
+this process rather than in a fresh Python subprocess."""
 import os
 import sys
 import types
@@ -66,3 +67,34 @@ def test_engine_starts_with_the_cache_root_set(tmp_path, monkeypatch):
     with pytest.raises(_Started):
         VLLMRollout(VLLMRolloutSpec(model_path=str(tmp_path)), [2], 0)
     assert seen == {"root": None, "triton": None}  # no cache_root: the environment is not touched
+
+
+def test_model_inspection_runs_in_this_process_while_the_engine_starts(tmp_path, monkeypatch):
+    """vLLM's registry inspects the model class through `_run_in_subprocess`: while dagrl builds the engine that
+    call runs its function here; afterwards vLLM's own function is back."""
+    def in_a_subprocess(fn):
+        return "subprocess"
+
+    registry = types.ModuleType("vllm.model_executor.models.registry")
+    registry._run_in_subprocess = in_a_subprocess
+    seen = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            seen["inspected"] = registry._run_in_subprocess(lambda: "this process")
+            raise _Started
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM = FakeLLM
+    for name, module in {"vllm": vllm, "vllm.model_executor": types.ModuleType("vllm.model_executor"),
+                         "vllm.model_executor.models": types.ModuleType("vllm.model_executor.models"),
+                         "vllm.model_executor.models.registry": registry}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    sys.modules["vllm.model_executor.models"].registry = registry
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
+
+    with pytest.raises(_Started):
+        VLLMRollout(VLLMRolloutSpec(model_path=str(tmp_path)), [2], 0)
+    assert seen["inspected"] == "this process"
+    assert registry._run_in_subprocess is in_a_subprocess  # restored, also when the engine failed to start
