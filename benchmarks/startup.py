@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHES = ("fresh", "cold", "warm")
 ENGINE_UP = re.compile(r"vLLM engine up in ([\d.]+) s")
+START_UP = re.compile(r"start-up: ([\d.]+) s composing the config, ([\d.]+) s of pre-flight, ([\d.]+) s importing")
+READY = re.compile(r"ready in (\d+) s")
 
 
 def launch_overrides(name: str, step: int, out: Path) -> list[str]:
@@ -59,8 +61,9 @@ def step_row(out: Path, step: int) -> dict | None:
 
 
 def report(out: Path) -> str:
-    lines = ["| launch | what vLLM's cache holds | launch to step start s | vLLM engine up s | step s | wall s | exit |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| launch | what vLLM's cache holds | launch to step start s | compose / pre-flight / imports + process "
+             "group s | trainer ready s | vLLM engine up s | step s | wall s | exit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     what = {"fresh": "nothing (new run)", "cold": "nothing (resume, as on a fresh machine)",
             "warm": "the first launch's (resume, cache in the run directory)"}
     for step, name in enumerate(LAUNCHES, start=1):
@@ -74,7 +77,11 @@ def report(out: Path) -> str:
         first = f"{row['time'] - row['timing_s/step'] - launch['launched']:.1f}" if row else "-"
         step_s = f"{row['timing_s/step']:.2f}" if row else "-"
         up = "/".join(f"{s:.1f}" for s in engine) or "-"  # one per engine on this machine's ranks
-        lines.append(f"| {name} | {what[name]} | {first} | {up} | {step_s} | {launch['wall_s']:.1f} | {launch['rc']} |")
+        phases = START_UP.search(log)
+        before = " / ".join(phases.groups()) if phases else "-"
+        ready = READY.search(log)
+        lines.append(f"| {name} | {what[name]} | {first} | {before} | {ready.group(1) if ready else '-'} | {up} | "
+                     f"{step_s} | {launch['wall_s']:.1f} | {launch['rc']} |")
     return "\n".join(lines)
 
 
