@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import warnings
+from typing import Callable
 
 import hydra
 from omegaconf import DictConfig
@@ -74,16 +75,19 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         trainer = cfg.trainer
         watchdog.install(trainer.hang_timeout_s, trainer.hang_startup_timeout_s, trainer.default_local_dir,
                          global_rank())
+        def joined() -> None:  # what a launch costs before the Trainer's own start-up ("ready in N s")
+            if global_rank() == 0:
+                logger.info("start-up: %.1f s composing the config, %.1f s of pre-flight, %.1f s importing the trainer "
+                            "and joining the process group",
+                            composed - _STARTED, checked - composed, time.perf_counter() - checked)
+
         if shape.two_pools:
-            run_pool(cfg, shape)
+            run_pool(cfg, shape, joined)
         else:
             from dagrl.utils.dist import init_process_group
 
             init_process_group(timeout_s=cfg.actor_rollout_ref.nccl_timeout)
-            if global_rank() == 0:  # what a launch costs before the Trainer's own start-up ("ready in N s")
-                logger.info("start-up: %.1f s composing the config, %.1f s of pre-flight, %.1f s importing the trainer "
-                            "and joining the process group",
-                            composed - _STARTED, checked - composed, time.perf_counter() - checked)
+            joined()
             Trainer(cfg, shape).fit()
     except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
@@ -116,13 +120,15 @@ def exit_message(error: SystemExit) -> str:
             f"interaction function must return or raise an exception, never exit the trainer: remove that call")
 
 
-def run_pool(cfg, shape) -> None:
-    """This process's part of a run with separate rollout and training pools (trainer/pools.py)."""
+def run_pool(cfg, shape, joined: Callable[[], None]) -> None:
+    """This process's part of a run with separate rollout and training pools (trainer/pools.py); `joined` once the
+    pools' process groups exist."""
     from dagrl.placement.bridge import init_pools
     from dagrl.trainer.loop import Trainer
     from dagrl.trainer.rollout_pool import serve
 
     bridge = init_pools(shape.placement, timeout_s=cfg.actor_rollout_ref.nccl_timeout)
+    joined()
     try:
         trainer = Trainer(cfg, shape, bridge)
         trainer.fit() if shape.pool == "train" else serve(trainer, bridge)
