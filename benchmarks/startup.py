@@ -1,9 +1,9 @@
 """Launch to the first training step, with vLLM's cache cold and kept with the run (issue 24, item 4).
 
 Three launches of the same job in one run directory, one training step each:
-  1. fresh   — a new run; vLLM's cache (actor_rollout_ref.rollout.cache_dir's default, <run>/vllm_cache) is empty
-  2. cold    — a resume whose vLLM cache is an empty directory: what every resume on a fresh machine paid while the
-               cache lived in ~/.cache/vllm
+  1. fresh   — a new run; its vLLM cache (actor_rollout_ref.rollout.cache_dir=<run>/vllm_cache) is empty
+  2. cold    — a resume whose vLLM cache is an empty directory: a resume on a machine that never ran the job, with
+               vLLM's own cache (~/.cache/vllm, the default)
   3. warm    — a resume with the cache the first launch left in the run directory
 For each: seconds from launch to the start of step 1 (the jsonl row's time minus the step's own time), vLLM's
 "engine up in N s" and the run's wall time.
@@ -35,9 +35,8 @@ def launch_overrides(name: str, step: int, out: Path) -> list[str]:
     words = [f"trainer.default_local_dir={out / 'run'}", f"trainer.total_training_steps={step}",
              "trainer.save_freq=1", "trainer.test_freq=-1", "trainer.val_before_train=false",
              "trainer.resume_mode=auto", "trainer.max_actor_ckpt_to_keep=1"]  # a 1.7B checkpoint is ~24 GB
-    if name == "cold":  # an empty cache of its own, as on a machine that never ran this job
-        words.append(f"actor_rollout_ref.rollout.cache_dir={out / 'empty_cache'}")
-    return words
+    cache = out / "empty_cache" if name == "cold" else out / "run" / "vllm_cache"  # cold: as on a new machine
+    return [*words, f"actor_rollout_ref.rollout.cache_dir={cache}"]
 
 
 def run_launch(name: str, step: int, command: list[str], out: Path) -> dict:
@@ -64,7 +63,7 @@ def report(out: Path) -> str:
     lines = ["| launch | what vLLM's cache holds | launch to step start s | compose / pre-flight / imports + process "
              "group s | trainer ready s | vLLM engine up s | step s | wall s | exit |",
              "|---|---|---|---|---|---|---|---|---|"]
-    what = {"fresh": "nothing (new run)", "cold": "nothing (resume, as on a fresh machine)",
+    what = {"fresh": "nothing (new run)", "cold": "nothing (resume, as on a machine that never ran the job)",
             "warm": "the first launch's (resume, cache in the run directory)"}
     for step, name in enumerate(LAUNCHES, start=1):
         path = out / f"{name}.json"

@@ -1,5 +1,5 @@
-"""How dagrl starts vLLM: its cache root (VLLM_CACHE_ROOT: compiled graphs, model info) and Triton's kernel cache
-live with the run unless the user named them, the engine starts with them set, and the model class is inspected in
+"""How dagrl starts vLLM: with rollout.cache_dir set, its cache root (VLLM_CACHE_ROOT: compiled graphs, model info)
+and Triton's kernel cache are there when the engine starts, otherwise vLLM's own; and the model class is inspected in
 this process rather than in a fresh Python subprocess."""
 import os
 import sys
@@ -17,22 +17,20 @@ def cfg_of(*overrides: str) -> Cfg:
     return Cfg(compose(["actor_rollout_ref.rollout.name=vllm", *overrides]))
 
 
-def test_default_is_beside_the_checkpoints(tmp_path, monkeypatch):
+def test_default_is_vllms_own_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
-    monkeypatch.chdir(tmp_path)
-    root = vllm_cache_root(cfg_of("trainer.default_local_dir=runs/a"))
-    assert root == str(tmp_path / "runs" / "a" / "vllm_cache")  # absolute: vLLM must not depend on the cwd
+    assert vllm_cache_root(cfg_of(f"trainer.default_local_dir={tmp_path}/run")) is None  # the environment decides
 
 
-def test_environment_wins_over_the_default(tmp_path, monkeypatch):
-    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "machine"))
-    assert vllm_cache_root(cfg_of(f"trainer.default_local_dir={tmp_path}/run")) is None  # left as the user set it
-
-
-def test_the_key_wins_over_the_environment(tmp_path, monkeypatch):
+def test_a_cache_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "machine"))
     monkeypatch.chdir(tmp_path)
-    assert vllm_cache_root(cfg_of("actor_rollout_ref.rollout.cache_dir=shared/vllm")) == str(tmp_path / "shared/vllm")
+    assert vllm_cache_root(cfg_of("actor_rollout_ref.rollout.cache_dir=run/vllm_cache")) == str(tmp_path /
+                                                                                               "run/vllm_cache")
+    # the documented choice for runs that resume on other machines: an interpolation of the checkpoint root
+    assert vllm_cache_root(cfg_of("trainer.default_local_dir=/data/run",
+                                  "actor_rollout_ref.rollout.cache_dir=${trainer.default_local_dir}/vllm_cache")) == \
+        "/data/run/vllm_cache"
 
 
 class _Started(Exception):
