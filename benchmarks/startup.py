@@ -5,8 +5,9 @@ Three launches of the same job in one run directory, one training step each:
   2. cold    — a resume whose vLLM cache is an empty directory: a resume on a machine that never ran the job, with
                vLLM's own cache (~/.cache/vllm, the default)
   3. warm    — a resume with the cache the first launch left in the run directory
-For each: seconds from launch to the start of step 1 (the jsonl row's time minus the step's own time), vLLM's
-"engine up in N s" and the run's wall time.
+For each: seconds from launch to the start of its step (the jsonl row's time minus the step's own time), the phases
+main_dag logs before the Trainer ("start-up: …"), the Trainer's "ready in N s", vLLM's "engine up in N s" (one per
+engine) and the launch's wall time.
 
     python3 benchmarks/startup.py --out DIR -- bash examples/grpo_trainer/run_smollm2-135m-vllm.sh KEY=VALUE ...
     python3 benchmarks/startup.py --report --out DIR
