@@ -7,7 +7,8 @@ Three launches of the same job in one run directory, one training step each:
   3. warm    — a resume with the cache the first launch left in the run directory
 For each: seconds from launch to the start of its step (the jsonl row's time minus the step's own time), the phases
 main_dag logs before the Trainer ("start-up: …"), the Trainer's "ready in N s", vLLM's "engine up in N s" (one per
-engine) and the launch's wall time.
+engine), the step's seconds and its rollout switch's (`timing_s/rollout_switch`: a launch's first switch also
+allocates the host memory the actor offloads into) and the launch's wall time.
 
     python3 benchmarks/startup.py --out DIR -- bash examples/grpo_trainer/run_smollm2-135m-vllm.sh KEY=VALUE ...
     python3 benchmarks/startup.py --report --out DIR
@@ -61,8 +62,8 @@ def step_row(out: Path, step: int) -> dict | None:
 
 def report(out: Path) -> str:
     lines = ["| launch | what vLLM's cache holds | launch to step start s | compose / pre-flight / imports + process "
-             "group s | trainer ready s | vLLM engine up s | step s | wall s | exit |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "group s | trainer ready s | vLLM engine up s | step s | its rollout switch s | wall s | exit |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     what = {"fresh": "nothing (new run)", "cold": "nothing (resume, as on a machine that never ran the job)",
             "warm": "the first launch's (resume, cache in the run directory)"}
     for step, name in enumerate(LAUNCHES, start=1):
@@ -75,12 +76,14 @@ def report(out: Path) -> str:
         engine = [float(s) for s in ENGINE_UP.findall(log)]
         first = f"{row['time'] - row['timing_s/step'] - launch['launched']:.1f}" if row else "-"
         step_s = f"{row['timing_s/step']:.2f}" if row else "-"
+        switch = row.get("timing_s/rollout_switch") if row else None  # the first one allocates the offload's memory
+        switch_s = "-" if switch is None else f"{switch:.2f}"
         up = "/".join(f"{s:.1f}" for s in engine) or "-"  # one per engine on this machine's ranks
         phases = START_UP.search(log)
         before = " / ".join(phases.groups()) if phases else "-"
         ready = READY.search(log)
         lines.append(f"| {name} | {what[name]} | {first} | {before} | {ready.group(1) if ready else '-'} | {up} | "
-                     f"{step_s} | {launch['wall_s']:.1f} | {launch['rc']} |")
+                     f"{step_s} | {switch_s} | {launch['wall_s']:.1f} | {launch['rc']} |")
     return "\n".join(lines)
 
 

@@ -30,7 +30,7 @@ def test_three_launches_resume_one_step_each(tmp_path, tiny_model, tiny_data):
     assert len(table) == 3
     for line in table:
         cells = [c.strip() for c in line.strip("|").split("|")]
-        before_step, wall, rc = float(cells[2]), float(cells[7]), cells[8]
+        before_step, wall, rc = float(cells[2]), float(cells[8]), cells[9]
         assert rc == "0" and 0 < before_step < wall
         phases = sum(float(x) for x in cells[3].split(" / ")) + float(cells[4])  # ("ready in" is whole seconds)
         assert phases < before_step + 0.5  # the phases lie within the time before the step
@@ -42,6 +42,7 @@ def test_report_reads_engine_start_and_first_step(tmp_path):
     (tmp_path / "fresh.log").write_text("start-up: 0.4 s composing the config, 2.5 s of pre-flight, 9.1 s importing the "
                                         "trainer and joining the process group\nx vLLM engine up in 61.5 s (TP=1)\n"
                                         "y vLLM engine up in 60.2 s (TP=1)\nready in 70 s\n")
-    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": 1080.0, "timing_s/step": 5.0}))
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": 1080.0, "timing_s/step": 5.0,
+                                                                 "timing_s/rollout_switch": 1.25}))
     line = startup.report(tmp_path).splitlines()[2]
-    assert line == "| fresh | nothing (new run) | 75.0 | 0.4 / 2.5 / 9.1 | 70 | 61.5/60.2 | 5.00 | 90.0 | 0 |"
+    assert line == "| fresh | nothing (new run) | 75.0 | 0.4 / 2.5 / 9.1 | 70 | 61.5/60.2 | 5.00 | 1.25 | 90.0 | 0 |"
