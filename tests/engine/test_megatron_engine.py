@@ -182,6 +182,33 @@ def test_non_finite_gradient_skips_the_step(model_dirs):
     assert actor.train_step(batch, sum_loss, 2, 1.0)["actor/skipped_steps"] == 0.0
 
 
+
+def test_one_grad_norm_per_step_and_the_same_update_as_megatrons_step(model_dirs, monkeypatch):
+    """The step reuses the grad norm its non-finite check took: Megatron's norm reduction runs once per step, and
+    the parameters come out bit-identical to Megatron's own optimizer.step() (which copies the grads and reduces
+    their norm again), with clipping active."""
+    import megatron.core.optimizer.optimizer as megatron_optimizer
+
+    from dagrl.engine.megatron import compat
+
+    clipped = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e-3, total_training_steps=10)
+    batch = make_batch(rows=4)
+    norms = []
+    reduce_norm = megatron_optimizer.get_grad_norm_fp32
+    monkeypatch.setattr(megatron_optimizer, "get_grad_norm_fp32", lambda *a, **k: norms.append(1) or reduce_norm(*a, **k))
+    results = []
+    for plain in (False, True):
+        if plain:  # the reference: Megatron's step as it stands, norm and grad copy done again
+            monkeypatch.setattr(compat, "step_with_norm", lambda optimizer, norm: bool(optimizer.step()[0]))
+        actor = engine(model_dirs["qwen3"], clipped, seed=7)
+        norms.clear()
+        metrics = [actor.train_step(batch, sum_loss, 2, 1.0) for _ in range(2)]
+        results.append((len(norms), metrics, exported(actor)))
+    (calls, metrics, weights), (plain_calls, plain_metrics, plain_weights) = results
+    assert calls == 2 and plain_calls == 4  # one reduction per step instead of two
+    assert metrics == plain_metrics and metrics[0]["actor/grad_norm"] > 1e-3  # the clip was applied
+    assert all(torch.equal(weights[name], plain_weights[name]) for name in weights)
+
 def test_override_transformer_config_rejects_unknown_keys(model_dirs):
     from transformers import AutoConfig
 

@@ -121,3 +121,19 @@ def unshare_adam_steps(optimizer: Any) -> None:
 def transformer_engine_available() -> bool:
     import importlib.util
     return importlib.util.find_spec("transformer_engine") is not None
+
+
+def step_with_norm(optimizer: Any, grad_norm: float) -> bool:
+    """`optimizer.step()` after the caller ran `prepare_grads()` and took `get_grad_norm()`, without doing both
+    again: Megatron's ChainedOptimizer.step copies every model grad into the main grads (a Python loop over the
+    parameters) and reduces their norm (an all-reduce and a host sync) itself. Its two calls answer from what the
+    caller has for this one step; what the step does with them (clipping by that norm, 0.19's separate grad-norm
+    groups, the update) stays Megatron's. Returns whether the update was applied."""
+    if getattr(optimizer, "chained_optimizers", None) is None:  # a lone optimizer's clip recomputes the norm anyway
+        return bool(optimizer.step()[0])
+    optimizer.prepare_grads = lambda: False  # instance attributes over the methods, for this call only
+    optimizer.get_grad_norm = lambda: grad_norm
+    try:
+        return bool(optimizer.step()[0])
+    finally:
+        del optimizer.prepare_grads, optimizer.get_grad_norm

@@ -343,11 +343,11 @@ class MegatronEngine:
 
     def _optimizer_step(self) -> tuple[float, bool]:
         """Clip and step unless the grad norm is not finite; the LR schedule advances either way."""
-        self.optimizer.prepare_grads()
+        found_inf = self.optimizer.prepare_grads()  # only with a loss scaler: never under bf16 or fp32
         grad_norm = float(self.optimizer.get_grad_norm())
-        stepped = math.isfinite(grad_norm)
-        if stepped:
-            self.optimizer.step()
+        stepped = math.isfinite(grad_norm) and not found_inf
+        if stepped:  # Megatron would clip by a NaN norm and write NaN into every parameter
+            stepped = compat.step_with_norm(self.optimizer, grad_norm)
         else:
             logger.warning("non-finite grad norm %s: optimizer step skipped", grad_norm)
         self.optimizer.zero_grad()
