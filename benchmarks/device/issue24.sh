@@ -1,0 +1,16 @@
+# Issue 24 on one GPU (sourced by run.sh; ~22 min after the kit): pinned-memory allocation, the 1.7B and 135M
+# start-up (fresh / empty cache / the run's cache), rollout and the 0.6B update against bare.
+step pinned python3 benchmarks/pinned_host.py --sizes 16 4 1
+step init17 python3 scripts/init_random_model.py --family qwen3 --size 1.7b --out /tmp/q17 --tokenizer /tmp/smol \
+  --dtype bf16 --device cuda
+step st17 timeout 1000 python3 benchmarks/startup.py --out $O/st17 -- env NGPUS=1 MODEL_PATH=/tmp/q17 \
+  DATA_DIR=/tmp/data/arithmetic bash examples/grpo_trainer/run_smollm2-135m-vllm.sh \
+  actor_rollout_ref.rollout.enforce_eager=false actor_rollout_ref.rollout.gpu_memory_utilization=0.5
+rm -rf $O/st17/run/global_step_*; gpu_used
+step mfu06 timeout 600 python3 -m torch.distributed.run --nproc-per-node 1 benchmarks/actor_mfu.py --size 0.6b \
+  --rounds 32 --steps 1
+step rollout timeout 600 python3 -m torch.distributed.run --nproc-per-node 1 benchmarks/rollout.py --repeats 5 --runner v2
+gpu_used
+step st135 timeout 600 python3 benchmarks/startup.py --out $O/st135 -- env NGPUS=1 MODEL_PATH=/tmp/smol \
+  DATA_DIR=/tmp/data/arithmetic bash examples/grpo_trainer/run_smollm2-135m-vllm.sh
+rm -rf $O/st135/run/global_step_*
