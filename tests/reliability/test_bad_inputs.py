@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -149,15 +150,67 @@ def test_the_table_lists_the_corpus_and_the_base_config_is_valid(tiny_model, tin
     preflight(Cfg(compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt"))))
 
 
+def cannot_run_here(case: Case) -> bool:
+    return case.id == "checkpoint_dir_not_writable" and (not os.path.isdir("/proc/sys")
+                                                         or os.access("/proc/sys", os.W_OK))
+
+
+class CaseRuns:
+    """The launches of the pre-flight and start-up cases, each in its own workspace, two at a time: a case's test
+    starts its own launch and the next selected case's, then waits for its own. Hundreds of launches of a second or
+    so, each on one core: two cores halve the wait. Each test checks only its own case's launch."""
+
+    def __init__(self, order: list[Case], factory, tiny_model, tiny_data) -> None:
+        self.order = [c for c in order if not cannot_run_here(c)]  # the tests' order
+        self.factory, self.model, self.data = factory, tiny_model, tiny_data
+        self.pool = ThreadPoolExecutor(2)
+        self.started: dict[str, tuple[Paths, str, Future]] = {}
+
+    def start(self, case: Case) -> None:
+        if case.id in self.started:
+            return
+        ws = self.factory.mktemp(case.id)
+        paths = Paths(ws=ws, model=self.model, train=self.data["train"], ckpt=ws / "ckpt")
+        write_checkpoints(paths.ckpt)
+        if case.found == PREFLIGHT:
+            # the case's files first (some are in the checkpoint directory): then nothing may change
+            if case.make:
+                case.make(paths.ws, paths)
+            before = digest(paths.ckpt)
+            base = cpu_run_overrides(self.model, self.data, paths.ckpt)
+        else:  # a fresh run: pre-flight reads the checkpoint it would resume from (stand-ins here)
+            before = digest(paths.ckpt, checkpoints_only=True)
+            if case.make:
+                case.make(paths.ws, paths)
+            base = cpu_run_overrides(self.model, self.data, paths.ws / "run")
+        launch = self.pool.submit(run_case, dataclasses.replace(case, make=None), paths, base)
+        self.started[case.id] = (paths, before, launch)
+
+    def result(self, case: Case) -> tuple[Paths, str, tuple[int, str, dict, float]]:
+        """(paths, digest of the checkpoint directory before the launch, run_case's result) of the case."""
+        self.start(case)
+        ids = [c.id for c in self.order]
+        if case.id in ids and ids.index(case.id) + 1 < len(ids):
+            self.start(self.order[ids.index(case.id) + 1])
+        paths, before, launch = self.started.pop(case.id)
+        return paths, before, launch.result()
+
+
+@pytest.fixture(scope="module")
+def case_runs(request, tmp_path_factory, tiny_model, tiny_data):
+    tests = ("test_bad_input_is_refused_in_preflight", "test_bad_input_found_at_start_up_stops_before_any_model")
+    order = [item.callspec.params["case"] for item in request.session.items
+             if getattr(item, "originalname", "") in tests]
+    runs = CaseRuns(order, tmp_path_factory, tiny_model, tiny_data)
+    yield runs
+    runs.pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.found == PREFLIGHT], ids=lambda c: c.id)
-def test_bad_input_is_refused_in_preflight(case, paths, tiny_model, tiny_data):
-    if case.id == "checkpoint_dir_not_writable" and (not os.path.isdir("/proc/sys") or os.access("/proc/sys", os.W_OK)):
+def test_bad_input_is_refused_in_preflight(case, case_runs):
+    if cannot_run_here(case):
         pytest.skip("needs a read-only /proc/sys")
-    if case.make:  # the case's files first (some are in the checkpoint directory): then nothing may change
-        case.make(paths.ws, paths)
-    before = digest(paths.ckpt)
-    code, stderr, probe, wall = run_case(dataclasses.replace(case, make=None), paths,
-                                         cpu_run_overrides(tiny_model, tiny_data, paths.ckpt))
+    paths, before, (code, stderr, probe, wall) = case_runs.result(case)
     lines = error_lines(case, code, stderr, paths)
     assert len(stderr.strip().splitlines()) == len(lines), f"{case.id}: more than the error lines on stderr\n{stderr}"
     assert probe, "the import probe did not report (did the process exit normally?)"
@@ -169,12 +222,11 @@ def test_bad_input_is_refused_in_preflight(case, paths, tiny_model, tiny_data):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.found == STARTUP], ids=lambda c: c.id)
-def test_bad_input_found_at_start_up_stops_before_any_model(case, paths, tiny_model, tiny_data):
+def test_bad_input_found_at_start_up_stops_before_any_model(case, case_runs):
     """Found once the tokenizer reads the prompts (the length scan of data.truncation=error): one line, exit 2,
     neither megatron nor vllm imported, no checkpoint touched."""
-    before = digest(paths.ckpt, checkpoints_only=True)
-    run_dir = paths.ws / "run"  # a fresh run: pre-flight reads the checkpoint it would resume from (stand-ins here)
-    code, stderr, probe, wall = run_case(case, paths, cpu_run_overrides(tiny_model, tiny_data, run_dir))
+    paths, before, (code, stderr, probe, wall) = case_runs.result(case)
+    run_dir = paths.ws / "run"  # a fresh run (CaseRuns.start)
     lines = error_lines(case, code, stderr, paths)
     assert probe, "the import probe did not report (did the process exit normally?)"
     assert not {"megatron", "vllm"} & set(probe["imported"]), f"{case.id} imported {probe['imported']}"

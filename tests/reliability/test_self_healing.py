@@ -10,12 +10,13 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_in_session, session_process
+from tests.helpers import metrics_by_step, run_concurrently, run_in_session, session_process
 from tests.trainer.test_end_to_end import REWARD, _free_port
 
 HANG_TIMEOUT = 8
@@ -108,9 +109,32 @@ def test_ray_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_m
     assert steps_only(metrics_by_step(out)) == straight
 
 
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # the SIGTERM tests' runs go two at a time on two cores (the same in every run)
+
+
+def sigterm_run(model, data, root: Path) -> list[str]:
+    return [sys.executable, "-m", "dagrl.main_dag", *overrides(model, data, root, **{
+        "trainer.save_freq": -1, "trainer.total_training_steps": 8})]
+
+
+@pytest.fixture(scope="module")
+def sigterm_straight(tiny_model, tiny_data, tmp_path_factory):
+    """The uninterrupted run every SIGTERM test compares with (one for all seeds: the same run), as a call that waits
+    for it: it starts with the first seed's test and goes on beside that test's own runs."""
+    out = tmp_path_factory.mktemp("sigterm_straight") / "run"
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(run_in_session, sigterm_run(tiny_model, tiny_data, out), ONE_THREAD)
+
+        def finished() -> Path:
+            code, stderr = run.result()
+            assert code == 0, stderr[-3000:]
+            return out
+        yield finished
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exact(tiny_model, tiny_data, tmp_path,
-                                                                                  seed):
+                                                                                  sigterm_straight, seed):
     """SIGTERM at a seeded random moment: a random point of a random early step (read from the fault trace) plus a
     random delay (a tiny step takes ~0.1 s); the run stops after the step it was in or a later one, before the end."""
     import random
@@ -118,10 +142,9 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exac
     rng = random.Random(seed)
     step, phase = rng.randint(1, 3), rng.choice(["rollout", "old_log_prob", "actor_update"])
     delay, total = rng.random() * 0.2, 8
-    straight_out, out, trace = tmp_path / "straight", tmp_path / "run", tmp_path / "faults.trace"
-    make = lambda root: [sys.executable, "-m", "dagrl.main_dag", *overrides(  # noqa: E731
-        tiny_model, tiny_data, root, **{"trainer.save_freq": -1, "trainer.total_training_steps": total})]
-    with session_process(make(out), {"DAGRL_FAULT_TRACE": str(trace)}) as (proc, err):
+    out, trace = tmp_path / "run", tmp_path / "faults.trace"
+    with session_process(sigterm_run(tiny_model, tiny_data, out), {**ONE_THREAD, "DAGRL_FAULT_TRACE": str(trace)}
+                         ) as (proc, err):
         while not (trace.exists() and f" {phase} {step}" in trace.read_text()):
             assert proc.poll() is None
             time.sleep(0.02)
@@ -135,11 +158,9 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exac
     assert len(saved) == 1 and step <= int(saved[0].rpartition("_")[2]) < total, saved
     stopped = int(saved[0].rpartition("_")[2])
     assert f"stopped on SIGTERM after step {stopped} of {total}: checkpoint global_step_{stopped} written" in stderr
-    code, stderr = run_in_session(make(out))
+    code, stderr = run_in_session(sigterm_run(tiny_model, tiny_data, out), ONE_THREAD)
     assert code == 0 and f"(step {stopped})" in stderr, stderr[-3000:]
-    code, stderr = run_in_session(make(straight_out))
-    assert code == 0, stderr[-3000:]
-    assert metrics_by_step(out) == metrics_by_step(straight_out)
+    assert metrics_by_step(out) == metrics_by_step(sigterm_straight())
     ledger = [json.loads(line)["uid"] for line in (out / "prompt_ledger.jsonl").read_text().splitlines()]
     assert len(ledger) == len(set(ledger)) == total * 4
 
@@ -148,14 +169,14 @@ def test_a_stop_signal_in_the_rollout_pool_stops_both_pools_at_a_step_boundary(t
     pools = {"actor_rollout_ref.hybrid_engine": False, "async_training.max_staleness": 0,
              "trainer.save_freq": -1}
     straight_out, out = tmp_path / "straight", tmp_path / "run"
-    code, stderr = run_in_session(torchrun(overrides(tiny_model, tiny_data, out, **pools)),
-                                  {"DAGRL_SIGNAL": "score:2@0"})  # the rollout pool's process
+    (code, stderr), straight = run_concurrently([  # the uninterrupted run beside: two cores, less wait
+        (torchrun(overrides(tiny_model, tiny_data, out, **pools)), {"DAGRL_SIGNAL": "score:2@0"}),  # the rollout pool
+        (torchrun(overrides(tiny_model, tiny_data, straight_out, **pools)), {})])
     assert code == 0, stderr[-3000:]
     assert "stopped on SIGTERM after step" in stderr and "the training pool stopped early" in stderr
     saved = sorted(p.name for p in out.glob("global_step_*"))
     assert len(saved) == 1 and saved[0] in ("global_step_1", "global_step_2", "global_step_3")
     code, stderr = run_in_session(torchrun(overrides(tiny_model, tiny_data, out, **pools)))
     assert code == 0, stderr[-3000:]
-    code, stderr = run_in_session(torchrun(overrides(tiny_model, tiny_data, straight_out, **pools)))
-    assert code == 0, stderr[-3000:]
+    assert straight[0] == 0, straight[1][-3000:]
     assert metrics_by_step(out) == metrics_by_step(straight_out)

@@ -5,7 +5,6 @@ rollout pool across an abort, a continuation and a checkpoint round trip. The ti
 from __future__ import annotations
 
 import json
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,7 +20,7 @@ from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.engine.rollout.vllm_io import request_params, unpack_outputs
 from dagrl.nodes.partial_rollout import PartialPool
 from dagrl.nodes.rollout import response_limits, response_metrics
-from tests.helpers import metrics_by_step, run_in_session
+from tests.helpers import metrics_by_step, straight_and_resumed
 from tests.trainer.test_partial_rollout import args, long_tail_model  # noqa: F401  (fixtures)
 
 R = 6  # data.max_response_length of these tests
@@ -174,14 +173,7 @@ def test_a_partial_rollout_run_keeps_the_row_limits_across_a_kill_and_resume(arg
     table = pq.read_table(tiny_data["train"])
     pq.write_table(with_limits(table, 2 + np.arange(len(table)) % 7), tmp_path / "train.parquet")
     overrides = {"data.train_files": str(tmp_path / "train.parquet"), "actor_rollout_ref.model.path": str(tiny_model)}
-    command = [sys.executable, "-m", "dagrl.main_dag"]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    code, stderr = run_in_session([*command, *args(straight, **overrides)])
-    assert code == 0, stderr[-3000:]
-    code, _ = run_in_session([*command, *args(resumed, **overrides)], {"DAGRL_FAULT": "actor_update:3"})
-    assert code == -9
-    code, stderr = run_in_session([*command, *args(resumed, **overrides)])
-    assert code == 0, stderr[-3000:]
+    straight, resumed = straight_and_resumed(lambda out: args(out, **overrides), tmp_path, fault="actor_update:3")
     expected = metrics_by_step(straight)
     assert metrics_by_step(resumed) == expected
     assert max(expected[s]["response_length/max"] for s in range(1, 5)) == 8.0  # never the 16 rows without one

@@ -11,7 +11,7 @@ import pytest
 from dagrl.config.load import compose
 from dagrl.config.tree import leaf_keys
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_in_session, undocumented_metrics
+from tests.helpers import metrics_by_step, run_concurrently, run_in_session, undocumented_metrics
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
@@ -23,6 +23,18 @@ def train(overrides: list[str], env: dict | None = None, expect_kill: bool = Fal
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *overrides], env)
     assert code == (-9 if expect_kill else 0), stderr[-3000:]
     return stderr
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # runs that go two at a time on the two cores (every run compared: the same)
+
+
+def train_together(*runs: tuple[list[str], dict, bool]) -> list[str]:
+    """train(overrides, env, expect_kill) of each run at the same time, each on one thread; the stderr of each."""
+    results = run_concurrently([([sys.executable, "-m", "dagrl.main_dag", *overrides], {**ONE_THREAD, **env})
+                                for overrides, env, _ in runs])
+    for (code, stderr), (_, _, expect_kill) in zip(results, runs):
+        assert code == (-9 if expect_kill else 0), stderr[-3000:]
+    return [stderr for _, stderr in results]
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +54,20 @@ def run_args(tiny_model, tiny_data):
 
 def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_args, tmp_path):
     reads = tmp_path / "reads.json"
-    straight = tmp_path / "straight"
-    train(run_args(straight, **{"trainer.validation_data_dir": str(tmp_path / "generations")}),
-          env={"DAGRL_RECORD_CONFIG_READS": str(reads)})
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train_together((run_args(straight, **{"trainer.validation_data_dir": str(tmp_path / "generations")}),
+                    {"DAGRL_RECORD_CONFIG_READS": str(reads)}, False),
+                   (run_args(resumed), {"DAGRL_FAULT": "actor_update:4"}, True))  # dies inside step 4
     dumped = sorted(p.name for p in (tmp_path / "generations").iterdir())
     assert dumped == ["0.jsonl", "2.jsonl", "4.jsonl"]  # before training, then every test_freq steps
     rows = [json.loads(line) for line in (tmp_path / "generations" / "4.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and {"data_source", "index", "score", "response"} <= set(rows[0])
 
-    resumed = tmp_path / "resumed"
-    train(run_args(resumed), env={"DAGRL_FAULT": "actor_update:4"}, expect_kill=True)  # dies inside step 4
     assert sorted(p.name for p in resumed.glob("global_step_*")) == ["global_step_2"]
-    summary = train(run_args(resumed))
+    # the relaunch, and beside it a relaunch of the finished run, which says so and exits 0 without touching the
+    # checkpoints
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in straight.rglob("*"))
+    summary, finished = train_together((run_args(resumed), {}, False), (run_args(straight), {}, False))
     # the run ends with how it went; the resumed start step (validated before the kill) is validated once
     assert "run summary: steps 3..4 of 4 in" in summary and "checkpoints: " in summary and "(newest: global_step_4)" in summary
     assert "val-core/dagrl/arithmetic/acc/mean@1: first" in summary and "metrics: " in summary
@@ -76,9 +90,7 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert not undocumented_metrics(straight), "add these to docs/metrics.md"
     assert (straight / "global_step_4" / "data.pt").read_bytes() == (resumed / "global_step_4" / "data.pt").read_bytes()
 
-    # a relaunch of a finished run says so and exits 0 without touching the checkpoints
-    before = sorted((p.name, p.stat().st_mtime_ns) for p in straight.rglob("*"))
-    assert "already finished" in train(run_args(straight))
+    assert "already finished" in finished
     assert sorted((p.name, p.stat().st_mtime_ns) for p in straight.rglob("*")) == before
 
     # no dead keys: every key in conf/ was read by the validation pass or the run

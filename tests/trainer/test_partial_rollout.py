@@ -15,7 +15,7 @@ from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Progress, Request, SamplingSpec, finish_reason
 from dagrl.nodes.partial_rollout import PartialPool, staleness_metrics
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_in_session
+from tests.helpers import metrics_by_step, run_concurrently, run_in_session
 
 EOS, PAD, N = 2, 0, 2
 SAMPLING = SamplingSpec(n=N, response_length=8)
@@ -143,16 +143,17 @@ def args(long_tail_model, tiny_data):
 
 
 def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_syncs(args, tmp_path):
-    straight = tmp_path / "straight"
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(straight)])
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    one_thread = {"OMP_NUM_THREADS": "1"}  # the first two runs go side by side on the two cores (all three: the same)
+    (code, stderr), (killed, _) = run_concurrently([
+        ([sys.executable, "-m", "dagrl.main_dag", *args(straight)], one_thread),
+        ([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {**one_thread, "DAGRL_FAULT": "actor_update:3"})])
     assert code == 0, stderr[-3000:]
-    resumed = tmp_path / "resumed"
-    code, _ = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {"DAGRL_FAULT": "actor_update:3"})
-    assert code == -9
+    assert killed == -9
     pool_files = sorted(p.name for p in (resumed / "global_step_2" / "rollout_pool").iterdir())
     assert pool_files == ["dp0.json"] and json.loads((resumed / "global_step_2" / "rollout_pool" / "dp0.json"
                                                       ).read_text())  # groups were carried over the checkpoint
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)])
+    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], one_thread)
     assert code == 0, stderr[-3000:]
     expected, actual = metrics_by_step(straight), metrics_by_step(resumed)
     assert actual == expected  # bit-identical, the carried pool included

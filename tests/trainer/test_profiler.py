@@ -12,21 +12,24 @@ from dagrl.config.tree import Cfg
 from dagrl.dag.graph import graph_from_config
 from dagrl.trainer.profiler import NODE_RANGE, StepProfiler, node_range
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_in_session
+from tests.helpers import metrics_by_step, run_concurrently
 
 
-def train(overrides: list[str]) -> str:
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *overrides])
-    assert code == 0, stderr[-3000:]
-    return stderr
+def train(*runs: list[str]) -> list[str]:
+    """The stderr of each run of `python -m dagrl.main_dag <overrides>`, all at the same time, each on one thread (two
+    fit the two cores; every run compared computes alike)."""
+    results = run_concurrently([([sys.executable, "-m", "dagrl.main_dag", *overrides], {"OMP_NUM_THREADS": "1"})
+                                for overrides in runs])
+    for code, stderr in results:
+        assert code == 0, stderr[-3000:]
+    return [stderr for _, stderr in results]
 
 
 def test_a_profiled_step_writes_its_table_and_changes_nothing(tiny_model, tiny_data, tmp_path):
     plain, profiled = tmp_path / "plain", tmp_path / "profiled"
-    train(cpu_run_overrides(tiny_model, tiny_data, plain))
     args = cpu_run_overrides(tiny_model, tiny_data, profiled, **{"global_profiler.tool": "torch",
                                                                    "global_profiler.steps": "[2]"})
-    stderr = train(args)
+    _, stderr = train(cpu_run_overrides(tiny_model, tiny_data, plain), args)
     table = profiled / "profile" / "step_2_rank0.txt"  # save_path defaults to <default_local_dir>/profile
     assert "profiled step 2 on rank 0" in stderr and str(table) in stderr
     assert sorted(p.name for p in table.parent.iterdir()) == [table.name]  # step 1 not profiled, no trace

@@ -4,7 +4,11 @@ when training is the slow side; partial rollout carries prefixes across pushes; 
 relaunch train every prompt exactly once (K=0: bit-exact); a pool that stops on an error stops the other."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import signal
 import sys
 import time
 from collections import Counter
@@ -18,7 +22,7 @@ from dagrl.placement import Placement
 from dagrl.trainer.ledger import LEDGER_FILE
 from dagrl.trainer.pools import Schedule, pack_buckets, split_graph, unpack_bucket
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_concurrently, undocumented_metrics
+from tests.helpers import metrics_by_step, session_process, undocumented_metrics
 from tests.trainer.test_end_to_end import REWARD, _free_port
 from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture)
 
@@ -33,9 +37,47 @@ def command(args: list[str], processes: int) -> list[str]:
             str(_free_port()), "-m", "dagrl.main_dag", *args]
 
 
+# torchrun's "Sending process <pid> closing signal SIGTERM": a worker died and torchrun stops the others, each with 30 s
+# to exit before its SIGKILL (its _stop_workers does not pass --shutdown-timeout on). The surviving pool takes the
+# SIGTERM for a preemption notice and waits for a step boundary that its dead peer never reaches, so it sat out all
+# 30 s: half of each kill -9 test below.
+TORCHRUN_STOPS = re.compile(r"Sending process (\d+) closing signal SIGTERM")
+STOP_GRACE_S = 3.0  # enough for a tiny step and its checkpoint, should the surviving pool manage one
+
+
 def launch(*runs: tuple[list[str], int, dict]) -> list[tuple[int, str]]:
-    """Each (args, processes, env) at the same time; (exit code, stderr) of each."""
-    return run_concurrently([(command(args, processes), {**ENV, **env}) for args, processes, env in runs])
+    """Each (args, processes, env) at the same time; (exit code, stderr) of each. In a run with a DAGRL_FAULT (a
+    worker SIGKILLed), the processes torchrun says it stops get its SIGKILL after STOP_GRACE_S instead of 30 s;
+    torchrun still notices the death, stops the rest and reports the failure itself."""
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(session_process(command(args, processes), {**ENV, **env}))
+                   for args, processes, env in runs]
+        results = []
+        for (proc, err), (_, _, env) in zip(started, runs):
+            if "DAGRL_FAULT" in env:
+                cut_torchrun_grace(proc, err)
+            code = proc.wait(timeout=600)
+            err.seek(0)
+            results.append((code, err.read()))
+    return results
+
+
+def cut_torchrun_grace(proc, err) -> None:
+    """Until `proc` (torchrun) ends: STOP_GRACE_S after torchrun said it stops a worker, what torchrun does after its
+    30 s (a SIGKILL to the worker's process group), to each that is still torchrun's child."""
+    told: dict[int, float] = {}
+    killed: set[int] = set()
+    while proc.poll() is None:
+        text = os.pread(err.fileno(), os.fstat(err.fileno()).st_size, 0).decode(errors="replace")  # offset unmoved
+        for pid in map(int, TORCHRUN_STOPS.findall(text)):
+            told.setdefault(pid, time.monotonic())
+        for pid, since in told.items():
+            if pid not in killed and time.monotonic() - since > STOP_GRACE_S:
+                killed.add(pid)
+                with contextlib.suppress(OSError):  # gone already (reaped), or exited by itself
+                    if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1] == str(proc.pid):
+                        os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.1)
 
 
 def ok(result: tuple[int, str]) -> None:

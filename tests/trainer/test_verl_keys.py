@@ -16,16 +16,20 @@ from dagrl.config.sections import check_verl_schedule
 from dagrl.config.tree import Cfg
 from dagrl.trainer.build import optim_spec
 from tests.conftest import cpu_run_overrides
-from tests.helpers import run_in_session
+from tests.helpers import run_concurrently
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
 OPTIM = "actor_rollout_ref.actor.optim"
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # runs that go two at a time on the two cores (every run compared: the same)
 
 
-def train(overrides: list[str]) -> str:
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *overrides])
-    assert code == 0, stderr[-3000:]
-    return stderr
+def train(*runs: list[str]) -> list[str]:
+    """The stderr of each run of `python -m dagrl.main_dag <overrides>`, all at the same time, each on one thread."""
+    results = run_concurrently([([sys.executable, "-m", "dagrl.main_dag", *overrides], ONE_THREAD)
+                                for overrides in runs])
+    for code, stderr in results:
+        assert code == 0, stderr[-3000:]
+    return [stderr for _, stderr in results]
 
 
 def val_rows(out: Path) -> dict[int, float]:
@@ -42,9 +46,10 @@ def test_rollout_dump_val_generation_lines_and_val_only(tiny_model, tiny_data, t
         return cpu_run_overrides(tiny_model, tiny_data, out, **{
             "custom_reward_function.path": str(REWARD), "trainer.test_freq": 2, "trainer.save_freq": 2, **extra})
 
-    out = tmp_path / "run"
-    stderr = train(args(out, **{"trainer.rollout_data_dir": str(tmp_path / "rollouts"),
-                                "trainer.log_val_generations": 2}))
+    out, fresh = tmp_path / "run", tmp_path / "fresh"
+    stderr, _ = train(args(out, **{"trainer.rollout_data_dir": str(tmp_path / "rollouts"),
+                                   "trainer.log_val_generations": 2}),
+                      args(fresh, **{"trainer.val_only": True}))  # from model.path, beside it: checked last
     # every training step's responses: train_batch_size 4 x rollout.n 2, with the score the step's metric averaged
     assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == ["1.jsonl", "2.jsonl"]
     metrics = {json.loads(line)["step"]: json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()}
@@ -64,15 +69,13 @@ def test_rollout_dump_val_generation_lines_and_val_only(tiny_model, tiny_data, t
     assert sorted(expected) == [0, 2]
 
     # val_only on the checkpoint: validates step 2's weights once (the same greedy metric) and trains nothing
-    stderr = train(args(out, **{"trainer.val_only": True, "trainer.total_training_steps": 4}))
+    stderr, = train(args(out, **{"trainer.val_only": True, "trainer.total_training_steps": 4}))
     assert "trainer.val_only: validated the weights of step 2" in stderr
     assert val_rows(out)[2] == expected[2]
     assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2"]
     assert max(json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()) == 2
 
     # val_only from model.path: step 0's metric, no checkpoint, no training step
-    fresh = tmp_path / "fresh"
-    train(args(fresh, **{"trainer.val_only": True}))
     assert val_rows(fresh) == {0: expected[0]}
     assert not list(fresh.glob("global_step_*"))
 
