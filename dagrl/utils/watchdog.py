@@ -56,7 +56,7 @@ def stop() -> None:
     global _current
     watchdog, _current = _current, None
     if watchdog is not None:
-        watchdog.running = False
+        watchdog.stopped.set()  # wakes the thread at once: every run's exit would otherwise wait up to 1 s here
         watchdog.thread.join(timeout=5)
 
 
@@ -77,7 +77,7 @@ class Watchdog:
         self.phase, self.step, self.startup = "start-up", 0, True
         self.last = time.monotonic()
         self.store = None
-        self.running = True
+        self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="dagrl-watchdog", daemon=True)
         self.thread.start()
 
@@ -88,10 +88,7 @@ class Watchdog:
             self.step = step
 
     def _watch(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.timeout_s / 10))
-            if not self.running:
-                return
+        while not self.stopped.wait(min(1.0, self.timeout_s / 10)):
             idle = time.monotonic() - self.last
             if idle > (self.startup_s if self.startup else self.timeout_s):
                 self.fire(idle)
