@@ -69,7 +69,6 @@ def main() -> None:
         rows = [("torch pin_memory", seconds, "-", "-", host)]
         seconds, plain = timed(lambda: register_only(nbytes))
         rows.append(("register, no fault-in", seconds, "-", "-", plain))
-        fault_s, _ = timed(lambda: fault_in(torch.empty(1, dtype=torch.uint8), args.threads))  # pool start-up
         seconds, owner = timed(lambda: PinnedHostMemory(nbytes, args.threads))
         rows.append(("dagrl PinnedHostMemory", seconds, None, None, owner.tensor))
         for name, seconds, fault, register, buffer in rows:
