@@ -6,4 +6,4 @@ set -uo pipefail
 R=$(pwd)
 rm -rf /tmp/head && cp -r .devkit/head /tmp/head && mkdir -p /tmp/out
 (cd /tmp/head && R=$R setsid nohup bash benchmarks/device/run.sh "$1" > /tmp/out/job.log 2>&1 < /dev/null &)
-sleep 2; cat /tmp/out/progress 2>/dev/null
+sleep 2; cat /tmp/out/progress 2>/dev/null || echo "job started; its first step not begun yet"
