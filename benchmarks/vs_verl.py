@@ -2,12 +2,14 @@
 (issue 19, items 2-4).
 
 usage: python3 benchmarks/vs_verl.py --job learn|throughput --out DIR [--sides verl,dagrl] [--report] [--steps N]
-           [--seed 0] [--smol DIR] [--arith DIR] [--model DIR] [--data DIR] [--train-tokens 6144]
+           [--seeds 0[,1...]] [--smol DIR] [--arith DIR] [--model DIR] [--data DIR] [--train-tokens 6144]
            [--logprob-tokens 24576] [--timeout 560] [--verl-extra "k=v ..."] [--dagrl-extra "k=v ..."] [--dry-run]
 
 On the GPU machine (the kits received, `eval "$(bash .devkit/bin/gpu.sh env)"`; benchmarks/verl_kit/README.md,
 "Rerun") it runs each side in --sides as a subprocess, then prints the tables; `--report` runs nothing and prints the
-tables of the files already in --out, on any machine. Jobs:
+tables of the files already in --out, on any machine. With several --seeds each seed runs (both sides, one after the
+other) into --out/seed<S>/, and the report adds the held-out accuracy of every seed and whether dagrl's mean reaches
+verl's within the seeds' spread at each evaluated step (issue 19's goal on the learn job). Jobs:
   learn       SmolLM2-135M-Instruct (--smol) on the arithmetic task (--arith): 32 prompts x 8, responses <= 12,
               lr 1e-5, grad clip 1.0, KL off, T=1, greedy held-out every 4 steps, 32 steps. verl runs
               benchmarks/verl_kit/run_smollm2_grpo.sh, dagrl examples/grpo_trainer/run_smollm2-135m-vllm.sh.
@@ -16,7 +18,8 @@ tables of the files already in --out, on any machine. Jobs:
               exactly 1,024 tokens (EOS ignored), gpu_memory_utilization 0.5, CUDA graphs, dynamic batching with the
               same token budgets on both sides (--train-tokens, --logprob-tokens), no validation, 6 steps.
 Files in --out, per side S: S.log (a `versions:` line from S's own environment, then S's console), S_run.json (exit
-code, wall seconds, seconds from launch to each `step:N` console line), S_mem.log (nvidia-smi memory.used every
+code, wall seconds, seconds from launch to each `step:N` console line; rewritten at every step line, so a run cut
+short keeps its step times, with exit code null), S_mem.log (nvidia-smi memory.used every
 0.5 s); dagrl_metrics.jsonl (dagrl's jsonl logger). verl's numbers come from its console `step:N - key:value` lines.
 
 The step table is the median over steps 3..N of each phase: generate, old log-prob, update, weight sync and
@@ -135,7 +138,7 @@ def run_side(side: str, args: argparse.Namespace) -> None:
             except OSError:
                 mem = None
             # the launch clock starts after the versions line: importing vLLM there must not count as start-up
-            launch, seen = time.time(), {}
+            launch, seen, lock, finished = time.time(), {}, threading.Lock(), []
             proc = subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     cwd=ROOT, env=env, start_new_session=True)
 
@@ -143,8 +146,11 @@ def run_side(side: str, args: argparse.Namespace) -> None:
                 for raw in proc.stdout:
                     log.write(raw)
                     found = STEP_LINE.search(ANSI.sub("", raw.decode(errors="replace")).split("\r")[-1])
-                    if found:
-                        seen.setdefault(found[1], round(time.time() - launch, 2))
+                    if found and found[1] not in seen:
+                        seen[found[1]] = round(time.time() - launch, 2)
+                        with lock:  # a cut run keeps these; never after the final write below
+                            if not finished:
+                                write_run(out, side, None, time.time() - launch, seen, shell)
 
             # a reader thread: the clock stops when the side exits, even if a stray process holds the pipe open
             reader = threading.Thread(target=pump, daemon=True)
@@ -163,9 +169,18 @@ def run_side(side: str, args: argparse.Namespace) -> None:
                 mem.terminate()
     if side == "dagrl" and Path(env["CKPT_DIR"], "metrics.jsonl").exists():
         (out / "dagrl_metrics.jsonl").write_bytes(Path(env["CKPT_DIR"], "metrics.jsonl").read_bytes())
-    (out / f"{side}_run.json").write_text(json.dumps({"rc": rc, "wall_s": round(wall, 1), "step_line_s": seen,
-                                                      "command": shell}, indent=1))
+    with lock:
+        finished.append(True)
+        write_run(out, side, rc, wall, seen, shell)
     print(f"{side}: exit {rc} after {wall:.0f} s, {len(seen)} step lines -> {out / (side + '.log')}", flush=True)
+
+
+def write_run(out: Path, side: str, rc: int | None, wall: float, seen: dict, shell: str) -> None:
+    """S_run.json, replaced whole (a reader never sees half a file); rc None while the side still runs."""
+    path = out / f"{side}_run.json"
+    path.with_suffix(".tmp").write_text(json.dumps({"rc": rc, "wall_s": round(wall, 1), "step_line_s": dict(seen),
+                                                    "command": shell}, indent=1))
+    path.with_suffix(".tmp").replace(path)
 
 
 def prepare_throughput(args: argparse.Namespace) -> None:
@@ -302,6 +317,35 @@ def report(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def seeds_report(out: Path) -> str:
+    """Held-out accuracy of every seed of both sides (--out/seed<S>/) and, at each evaluated step, whether dagrl's
+    mean over its seeds reaches verl's less the seeds' spread (the largest max - min of either side at that step)."""
+    dirs = sorted(out.glob("seed*"), key=lambda path: int(path.name[4:]) if path.name[4:].isdigit() else -1)
+    curves = {side: [{step: accuracy(row) for step, row in side_rows(path, side).items() if accuracy(row) is not None}
+                     for path in dirs] for side in ("verl", "dagrl")}
+    steps = sorted({step for side in curves for curve in curves[side] for step in curve})
+    names = [path.name for path in dirs]
+    lines = [f"held-out greedy accuracy over {len(dirs)} seeds ({', '.join(names)})",
+             "| step | " + " | ".join(f"verl {n}" for n in names) + " | " + " | ".join(f"dagrl {n}" for n in names)
+             + " | verl mean | dagrl mean | spread | dagrl >= verl - spread |", "|---:|" + "---:|" * (2 * len(names) + 4)]
+    met_all = bool(steps)
+    for step in steps:
+        values = {side: [curve.get(step) for curve in curves[side]] for side in curves}
+        cells = [cell(v) for side in ("verl", "dagrl") for v in values[side]]
+        known = {side: [v for v in values[side] if v is not None] for side in values}
+        if known["verl"] and known["dagrl"]:
+            mean = {side: statistics.mean(known[side]) for side in known}
+            spread = max(max(known[side]) - min(known[side]) for side in known)
+            met = mean["dagrl"] >= mean["verl"] - spread - 1e-9
+            met_all &= met
+            tail = [cell(mean["verl"]), cell(mean["dagrl"]), cell(spread), "yes" if met else "**no**"]
+        else:
+            met_all, tail = False, ["-", "-", "-", "-"]
+        lines.append(f"| {step} | " + " | ".join(cells + tail) + " |")
+    lines.append(f"dagrl reaches verl at every evaluated step, within the seeds' spread: {'yes' if met_all else 'no'}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", choices=sorted(STEPS), required=True)
@@ -310,7 +354,7 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="run nothing: the tables of the files in --out")
     parser.add_argument("--dry-run", action="store_true", help="print each side's command and exit")
     parser.add_argument("--steps", type=int, default=None, help="training steps (learn 32, throughput 6)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0", help="comma-separated; several: each into --out/seed<S>/")
     parser.add_argument("--smol", default="/tmp/smol", help="SmolLM2-135M-Instruct (learn; the throughput tokenizer)")
     parser.add_argument("--arith", default="/tmp/data/arithmetic", help="the arithmetic parquet directory")
     parser.add_argument("--model", default=None, help="learn: --smol; throughput: /tmp/q17")
@@ -330,18 +374,29 @@ def main() -> None:
     sides = [side for side in args.sides.split(",") if side]
     if set(sides) - {"verl", "dagrl"}:
         raise SystemExit(f"--sides: verl and/or dagrl, not {args.sides}")
+    try:
+        seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+    except ValueError:
+        raise SystemExit(f"--seeds: comma-separated integers, e.g. 0,1 (got {args.seeds!r})") from None
     if args.dry_run:
-        for side in sides:
-            shell, env = command(side, args)
-            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k != "PYTHONPATH"), shell)
+        for seed in seeds:
+            for side in sides:
+                shell, env = command(side, argparse.Namespace(**{**vars(args), "seed": seed}))
+                print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k != "PYTHONPATH"), shell)
         return
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    if not args.report:
-        if not learn:
-            prepare_throughput(args)
-        for side in sides:
-            run_side(side, args)
-    print(report(args))
+    out = Path(args.out)
+    runs = [(seed, out / f"seed{seed}" if len(seeds) > 1 else out) for seed in seeds]
+    for seed, where in runs:
+        where.mkdir(parents=True, exist_ok=True)
+        if not args.report:
+            if not learn:
+                prepare_throughput(argparse.Namespace(**{**vars(args), "out": str(where)}))
+            for side in sides:
+                run_side(side, argparse.Namespace(**{**vars(args), "seed": seed, "out": str(where)}))
+    for seed, where in runs:
+        print(report(argparse.Namespace(**{**vars(args), "seed": seed, "out": str(where)})), end="\n\n")
+    if len(seeds) > 1:
+        print(seeds_report(out))
 
 
 if __name__ == "__main__":

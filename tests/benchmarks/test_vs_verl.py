@@ -181,3 +181,55 @@ def test_run_side_logs_versions_and_stamps_step_lines(tmp_path, monkeypatch):
     assert run["rc"] == 3 and sorted(run["step_line_s"]) == ["1", "2"]
     assert run["step_line_s"]["2"] - run["step_line_s"]["1"] >= 0.25
     assert json.loads((tmp_path / "dagrl_metrics.jsonl").read_text())["step"] == 1
+
+
+def test_run_json_is_written_at_each_step_line_then_closed_with_the_exit_code(tmp_path, monkeypatch):
+    """A side cut by the device budget (no exit) still leaves its step times: S_run.json is rewritten at every new
+    step line with exit code null, and the final write (the exit code) is the last one."""
+    writes = []
+    real = vs_verl.write_run
+    monkeypatch.setattr(vs_verl, "write_run", lambda out, side, rc, wall, seen, shell: (
+        writes.append((rc, dict(seen))), real(out, side, rc, wall, seen, shell)))
+    fake = "echo 'step:1 - a:1'; sleep 0.3; echo 'step:1 - again'; echo 'step:2 - b:2'; sleep 0.3; exit 0"
+    monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {}))
+    monkeypatch.setattr(vs_verl, "VERSIONS", {"verl": ["json"]})
+    monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: None)
+    vs_verl.run_side("verl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60))
+    assert [rc for rc, _ in writes] == [None, None, 0]  # one write per new step, the repeat of step 1 none
+    assert sorted(writes[0][1]) == ["1"] and sorted(writes[1][1]) == ["1", "2"]
+    assert json.loads((tmp_path / "verl_run.json").read_text())["rc"] == 0
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def seed_dir(out: Path, seed: int, verl_acc: dict, dagrl_acc: dict) -> None:
+    out.mkdir(parents=True)
+    key = "val-core/dagrl/arithmetic/acc/mean@1"
+    (out / "verl.log").write_text("\n".join(f"{P}step:{step} - {key}:np.float64({acc})"
+                                            for step, acc in verl_acc.items()))
+    (out / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps({"step": step, key: acc})
+                                                       for step, acc in dagrl_acc.items()))
+
+
+def test_seeds_report_compares_the_means_within_the_seeds_spread(tmp_path):
+    # step 4: verl 0.5/0.3 (mean 0.4), dagrl 0.30/0.32 (mean 0.31): spread 0.2 -> 0.31 >= 0.2: met
+    # step 8: verl 0.80/0.78, dagrl 0.60/0.62: spread 0.02 -> 0.61 < 0.77: not met
+    seed_dir(tmp_path / "seed0", 0, {0: 0.1, 4: 0.5, 8: 0.80}, {0: 0.1, 4: 0.30, 8: 0.60})
+    seed_dir(tmp_path / "seed1", 1, {0: 0.1, 4: 0.3, 8: 0.78}, {0: 0.1, 4: 0.32, 8: 0.62})
+    text = vs_verl.seeds_report(tmp_path)
+    assert table_row(text, "0") == ["0.100", "0.100", "0.100", "0.100", "0.100", "0.100", "0.000", "yes"]
+    assert table_row(text, "4") == ["0.500", "0.300", "0.300", "0.320", "0.400", "0.310", "0.200", "yes"]
+    assert table_row(text, "8")[-2:] == ["0.020", "**no**"]
+    assert text.splitlines()[-1].endswith(": no")
+    (tmp_path / "seed1" / "dagrl_metrics.jsonl").write_text(json.dumps({"step": 0, "x": 1}))  # seed 1 never evaluated
+    assert table_row(vs_verl.seeds_report(tmp_path), "4")[3] == "-"
+
+
+def test_several_seeds_run_each_into_its_own_directory(tmp_path):
+    out = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
+                          "--seeds", "0,1", "--dry-run"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    lines = out.strip().splitlines()
+    assert len(lines) == 4 and [("SEED=0" in line, "SEED=1" in line) for line in lines] == [(True, False)] * 2 + [
+        (False, True)] * 2
+    bad = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
+                          "--seeds", "0,x", "--dry-run"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "--seeds: comma-separated integers" in bad.stderr
