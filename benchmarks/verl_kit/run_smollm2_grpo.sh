@@ -5,6 +5,7 @@
 # (the last value of a key wins). Without flash-attn: sdpa attention and no remove-padding. trainer.use_v1=False:
 # TransferQueue is not carried. Keys whose verl default differs from dagrl's are set to dagrl's value (README.md,
 # "Settings"): seeds, gradient checkpointing off, eager vLLM, max_num_seqs 1024, max_model_len = prompt + response.
+# use_fused_kernels: verl's own way around its per-token log-prob loop when flash-attn is missing (README.md).
 set -euo pipefail
 MODEL_PATH=${MODEL_PATH:-$HOME/models/SmolLM2-135M-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/arithmetic}
@@ -16,7 +17,7 @@ exec python3 -m verl.trainer.main_ppo \
     data.train_files="$DATA_DIR/train.parquet" data.val_files="$DATA_DIR/test.parquet" data.seed="$SEED" \
     data.train_batch_size=32 data.max_prompt_length=64 data.max_response_length=12 data.filter_overlong_prompts=True \
     actor_rollout_ref.model.path="$MODEL_PATH" actor_rollout_ref.model.use_remove_padding=False \
-    actor_rollout_ref.model.enable_gradient_checkpointing=False \
+    actor_rollout_ref.model.enable_gradient_checkpointing=False actor_rollout_ref.model.use_fused_kernels=True \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     actor_rollout_ref.actor.optim.lr=1e-5 actor_rollout_ref.actor.ppo_mini_batch_size=32 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 actor_rollout_ref.actor.grad_clip=1.0 \
