@@ -10,7 +10,11 @@ launch's store as its control plane:
   announced by bumping a counter in the store; a receiver first waits for the announcement while watching for a
   failure, then receives. So no process ever blocks inside gloo on a peer that has died or stopped on an error;
 - sends are asynchronous: the sender keeps the buffers alive until the receiver acknowledges them in the store;
-- a process that stops on an error records it (`fail`) and every waiting peer raises it (`PoolStopped`).
+- a process that stops on an error records it (`fail`) and every waiting peer raises it (`PoolStopped`);
+- every process bumps its liveness counter in the store each second. A process killed outright records nothing, and
+  torchrun then sends the survivors SIGTERM, which they take for a preemption notice: finish the step, checkpoint.
+  Waiting for a dead peer, a survivor that got a stop signal checks the counters and stops once one has stood still
+  for `DEAD_AFTER_S` (instead of sitting out torchrun's 30 s before its SIGKILL, which delayed every restart).
 Weights: the training pool's rank 0 announces each push on the bridge (a header: names, shapes, bucket sizes), then
 broadcasts the buckets over a third group, of itself and the rollout ranks on other GPUs (`weights_group`: NCCL
 device to device on GPUs, gloo on CPU), or hands CUDA IPC handles to a rollout rank on its own GPU (`_shares_device`;
@@ -41,6 +45,9 @@ FAILED_KEY = "dagrl/failed"
 STOPPED_KEY = "dagrl/stopped"
 READY_KEY = "dagrl/weights/ready"  # receivers that joined a weight broadcast, over all pushes
 GLOBAL_RANK = "DAGRL_GLOBAL_RANK"
+ALIVE_KEY = "dagrl/alive/{}"  # a process's liveness counter
+ALIVE_S = 1.0                 # how often each process bumps it
+DEAD_AFTER_S = 5.0            # after a stop signal, a peer whose counter stood still this long is taken for dead
 
 
 class PoolStopped(RunError):
@@ -70,6 +77,22 @@ class Bridge:
     broadcasts: int = 0             # pushes broadcast so far (the sender)
     sender: Any = None              # the thread of the broadcast in progress (the sender)
     broadcast_error: BaseException | None = None
+    stop_signal: Any = None         # () -> the stop signal this process got (SIGTERM, SIGUSR1) or None
+    peers_seen: dict = field(default_factory=dict)  # rank -> (its liveness count, when it last changed)
+    peers_checked: float = 0.0
+
+    def keep_alive(self) -> None:
+        """Bump this process's liveness counter every ALIVE_S from a daemon thread, for the life of the process."""
+        def run() -> None:
+            key = ALIVE_KEY.format(self.rank)
+            while True:
+                try:
+                    self.store.add(key, 1)
+                except Exception:  # the launch's store went away: the launch is over, so is this process
+                    return
+                time.sleep(ALIVE_S)
+
+        threading.Thread(target=run, name="dagrl-alive", daemon=True).start()
 
     @property
     def pool(self) -> Pool:
@@ -167,7 +190,9 @@ class Bridge:
     def join_weights(self) -> None:
         """Wait for the last broadcast to be sent (its receivers acknowledged it, or failed: see `flush`)."""
         if self.sender is not None:
-            self.sender.join()
+            while self.sender.is_alive():  # polled: a receiver killed outright must not hold this process here
+                self.sender.join(timeout=0.1)
+                self.check_peers_alive()
             self.sender = None
         if self.broadcast_error is not None:
             raise RuntimeError(f"weight broadcast failed: {self.broadcast_error}") from self.broadcast_error
@@ -236,6 +261,29 @@ class Bridge:
             raise PoolStopped(self.store.get(FAILED_KEY).decode())
         if self.store.check([STOPPED_KEY]):
             raise PoolDone()
+        self.check_peers_alive()
+
+    def check_peers_alive(self) -> None:
+        """Raise PoolStopped if a process of the launch has not bumped its liveness counter for DEAD_AFTER_S (checked
+        at most once a second, only after this process got a stop signal: see the module doc)."""
+        signal = self.stop_signal() if self.stop_signal is not None else None
+        now = time.monotonic()
+        if signal is None or now - self.peers_checked < ALIVE_S:
+            return
+        self.peers_checked = now
+        for rank in range(self.placement.world_size):
+            if rank == self.rank:
+                continue
+            count = self.store.add(ALIVE_KEY.format(rank), 0)
+            seen = self.peers_seen.get(rank)
+            if seen is None or seen[0] != count:
+                self.peers_seen[rank] = (count, now)
+            elif now - seen[1] >= DEAD_AFTER_S:
+                raise PoolStopped(
+                    f"launch rank {rank} (the {self.placement.pool_of(rank).name} pool) stopped answering "
+                    f"{now - seen[1]:.0f} s after this process got {signal}: it was killed, so this step cannot "
+                    f"finish; stopping without a checkpoint (the newest complete one stands, and a restart resumes "
+                    f"from it)")
 
 
 def _shares_device(store, rank: int, other: int) -> bool:
@@ -297,4 +345,6 @@ def init_pools(placement: Placement, timeout_s: float = 1800.0) -> Bridge:
     watchdog.attach(store)
     logger.info("%s pool rank %d of %d (launch rank %d of %d)", pool.name, rank - pool.first_rank, pool.size,
                 rank, world)
-    return Bridge(store, group, placement, rank, weights_group=weights_group, weights_ranks=weights_ranks)
+    bridge = Bridge(store, group, placement, rank, weights_group=weights_group, weights_ranks=weights_ranks)
+    bridge.keep_alive()
+    return bridge

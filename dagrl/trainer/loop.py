@@ -117,6 +117,8 @@ class Trainer:
             self.ctx.pool = PartialPool(agent)
         self.consecutive_skips = 0
         self.stop = StopRequest()  # SIGTERM/SIGUSR1: stop after the current step with a checkpoint
+        if bridge is not None:  # ...unless the other pool was killed: then now (Bridge.check_peers_alive)
+            bridge.stop_signal = lambda: self.stop.signal
         self.preemption_grace_s = trainer.preemption_grace_s
         self.ledger: PromptLedger | None = None  # rank 0's, opened by fit
         self.ledger_resume: tuple[dict | None, Path | None] = (None, None)  # (its length, its file) at the checkpoint

@@ -118,6 +118,7 @@ def _serve(trainer, bridge: Bridge) -> None:
         trainer.ctx.weight_updates = receiver
     watchdog.started()
     stop = StopRequest()  # a stop signal here reaches the training pool through the store; it decides when
+    bridge.stop_signal = lambda: stop.signal  # ...unless the training pool was killed (Bridge.check_peers_alive)
     logger.info("rollout pool: batches %d..%d, staleness bound %d", start["step"] + 1, trainer.total_steps, staleness)
     for step in range(start["step"] + 1, trainer.total_steps + 1):
         # step's update starts from version step - 1: its samples may be at most K versions older

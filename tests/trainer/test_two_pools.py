@@ -39,10 +39,10 @@ def command(args: list[str], processes: int) -> list[str]:
 
 # torchrun's "Sending process <pid> closing signal SIGTERM": a worker died and torchrun stops the others, each with 30 s
 # to exit before its SIGKILL (its _stop_workers does not pass --shutdown-timeout on). The surviving pool takes the
-# SIGTERM for a preemption notice and waits for a step boundary that its dead peer never reaches, so it sat out all
-# 30 s: half of each kill -9 test below.
+# SIGTERM for a preemption notice; waiting for its dead peer, it sees the peer's liveness counter stand still and
+# stops by itself after DEAD_AFTER_S (it used to sit out all 30 s). The kill tests check that it did.
 TORCHRUN_STOPS = re.compile(r"Sending process (\d+) closing signal SIGTERM")
-STOP_GRACE_S = 3.0  # enough for a tiny step and its checkpoint, should the surviving pool manage one
+STOP_GRACE_S = 20.0  # torchrun's 30 s, cut: a survivor still there after it did not stop by itself
 
 
 def launch(*runs: tuple[list[str], int, dict]) -> list[tuple[int, str]]:
@@ -64,7 +64,8 @@ def launch(*runs: tuple[list[str], int, dict]) -> list[tuple[int, str]]:
 
 def cut_torchrun_grace(proc, err) -> None:
     """Until `proc` (torchrun) ends: STOP_GRACE_S after torchrun said it stops a worker, what torchrun does after its
-    30 s (a SIGKILL to the worker's process group), to each that is still torchrun's child."""
+    30 s (a SIGKILL to the worker's process group), to each that is still torchrun's child; a survivor killed so
+    fails the test (it should have stopped by itself)."""
     told: dict[int, float] = {}
     killed: set[int] = set()
     while proc.poll() is None:
@@ -78,6 +79,7 @@ def cut_torchrun_grace(proc, err) -> None:
                     if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1] == str(proc.pid):
                         os.killpg(pid, signal.SIGKILL)
         time.sleep(0.1)
+    assert not killed, f"torchrun's SIGTERM left {sorted(killed)} running for {STOP_GRACE_S} s"
 
 
 def ok(result: tuple[int, str]) -> None:
@@ -125,6 +127,37 @@ def test_weight_buckets_cross_the_wire_bit_exact():
         assert all(t.dtype == o.dtype and torch.equal(t, o) for (_, t), (_, o) in zip(restored, original))
 
 
+def test_after_a_stop_signal_a_peer_whose_liveness_counter_stands_still_stops_the_wait(monkeypatch):
+    """The liveness check on a store of the launch's kind: nothing without a stop signal; with one, a peer that keeps
+    bumping its counter is alive, one whose counter stood still for DEAD_AFTER_S raises PoolStopped naming it."""
+    from torch.distributed import HashStore
+
+    from dagrl.placement import bridge as bridge_module
+
+    monkeypatch.setattr(bridge_module, "ALIVE_S", 0.05)
+    monkeypatch.setattr(bridge_module, "DEAD_AFTER_S", 0.3)
+    store = HashStore()
+    placement = Placement.split(1, 1, 1, 1)  # launch rank 0: rollout, 1: train
+    got: list[str | None] = [None]
+    bridge = bridge_module.Bridge(store, None, placement, rank=0, stop_signal=lambda: got[0])
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # no stop signal: the training process's silence is not looked at
+        bridge.check_failed()
+        time.sleep(0.01)
+    got[0] = "SIGTERM"
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # alive: it bumps its counter
+        store.add(bridge_module.ALIVE_KEY.format(1), 1)
+        bridge.check_failed()
+        time.sleep(0.02)
+    with pytest.raises(bridge_module.PoolStopped, match=r"launch rank 1 \(the train pool\) stopped answering .* "
+                                                         r"after this process got SIGTERM"):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # killed: its counter stands still
+            bridge.check_failed()
+            time.sleep(0.01)
+
+
 def test_the_graph_is_cut_at_the_layout_node():
     from dagrl.config.load import compose
 
@@ -148,6 +181,7 @@ def test_k0_in_two_pools_is_the_colocated_run_and_resumes_bit_exact(args, tmp_pa
     ok(results[0])
     ok(results[1])
     assert results[2][0] != 0  # torchrun reports the killed worker (and stopped the rollout pool)
+    assert "launch rank 1 (the train pool) stopped answering" in results[2][1]  # the survivor stopped by itself
     assert sorted(p.name for p in resumed.glob("global_step_*")) == ["global_step_2"]
     ok(launch((args(resumed), 2, {}))[0])
     expected = metrics_by_step(colocated)
@@ -176,7 +210,7 @@ def run_killed_and_straight(make, tmp_path: Path, env: dict, kill: str) -> tuple
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     results = launch((make(straight), 2, env), (make(resumed), 2, {**env, "DAGRL_FAULT": kill}))
     ok(results[0])
-    assert results[1][0] != 0
+    assert results[1][0] != 0 and "stopped answering" in results[1][1]  # the survivor stopped by itself
     ok(launch((make(resumed), 2, env))[0])
     for root in (straight, resumed):
         assert max(uids(root).values()) == 1  # every prompt once, across the kill for `resumed`
