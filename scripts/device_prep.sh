@@ -47,7 +47,7 @@ rm -rf .devkit/head && mkdir -p .devkit/head && git archive HEAD | tar -x -C .de
 git rev-parse --short HEAD > .devkit/head/.commit
 [ -z "$(git status --porcelain --untracked-files=no)" ] || echo "note: .devkit/head is HEAD; uncommitted changes are not in it"
 grep '^send' .devkit/CALLS.md | grep -v 'pytest' > .devkit/CALLS_JOB.md
-if [ "$JOB" = issue19.sh ]; then  # verl and its dependencies, apart from dagrl's stack (benchmarks/verl_kit)
+if [[ "$JOB" == issue19* ]]; then  # verl and its dependencies, apart from dagrl's stack (benchmarks/verl_kit)
   [ -d .devkit/verl/c1 ] || bash benchmarks/verl_kit/build.sh
   echo "send [\".devkit/verl/c1\"]  command: bash benchmarks/verl_kit/build.sh recv .devkit/verl/c1" >> .devkit/CALLS_JOB.md
 fi

@@ -1,5 +1,5 @@
 # Issue 19 on one GPU (sourced by run.sh; the verl kit received: bash benchmarks/verl_kit/build.sh recv .devkit/verl/c1):
-# the throughput job (dagrl first: verl's start-up alone took > 6 min on an H200, so a run cut by the device budget
-# still leaves one whole side), then the learn job.
-step tput python3 benchmarks/vs_verl.py --job throughput --out $O/tput --sides dagrl,verl --timeout 1200
-step learn python3 benchmarks/vs_verl.py --job learn --seeds 0,1 --out $O/learn --timeout 900
+# the learn job, then the throughput job. Each alone: job.sh issue19_learn.sh or issue19_tput.sh (one per machine
+# when the two do not fit one machine's 30 minutes).
+. benchmarks/device/issue19_learn.sh
+. benchmarks/device/issue19_tput.sh
