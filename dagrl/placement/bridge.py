@@ -88,7 +88,8 @@ class Bridge:
             while True:
                 try:
                     self.store.add(key, 1)
-                except Exception:  # the launch's store went away: the launch is over, so is this process
+                except Exception as error:  # the launch's store went away: the launch is over, so is this process
+                    logger.warning("liveness counter stopped: the launch's store is gone (%s)", error)
                     return
                 time.sleep(ALIVE_S)
 
@@ -281,8 +282,8 @@ class Bridge:
             elif now - seen[1] >= DEAD_AFTER_S:
                 raise PoolStopped(
                     f"launch rank {rank} (the {self.placement.pool_of(rank).name} pool) stopped answering "
-                    f"{now - seen[1]:.0f} s after this process got {signal}: it was killed, so this step cannot "
-                    f"finish; stopping without a checkpoint (the newest complete one stands, and a restart resumes "
+                    f"{now - seen[1]:.0f} s after this process got {signal}: it was killed (or is stuck), so this "
+                    f"step cannot finish; stopping without a checkpoint (the newest complete one stands, and a restart resumes "
                     f"from it)")
 
 
