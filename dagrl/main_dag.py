@@ -135,6 +135,8 @@ def run_pool(cfg, shape, joined: Callable[[], None]) -> None:
     except BaseException as error:  # the other pool stops too, with this message, instead of waiting for us
         bridge.fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
         raise
+    finally:
+        bridge.close()
 
 
 def run(cfg_data: dict) -> None:

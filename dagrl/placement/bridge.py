@@ -80,20 +80,33 @@ class Bridge:
     stop_signal: Any = None         # () -> the stop signal this process got (SIGTERM, SIGUSR1) or None
     peers_seen: dict = field(default_factory=dict)  # rank -> (its liveness count, when it last changed)
     peers_checked: float = 0.0
+    alive: Any = None               # (the liveness thread, the event that stops it)
 
     def keep_alive(self) -> None:
-        """Bump this process's liveness counter every ALIVE_S from a daemon thread, for the life of the process."""
+        """Bump this process's liveness counter every ALIVE_S from a daemon thread, until `close`."""
+        stopped = threading.Event()
+
         def run() -> None:
             key = ALIVE_KEY.format(self.rank)
-            while True:
+            while not stopped.is_set():
                 try:
                     self.store.add(key, 1)
                 except Exception as error:  # the launch's store went away: the launch is over, so is this process
                     logger.warning("liveness counter stopped: the launch's store is gone (%s)", error)
                     return
-                time.sleep(ALIVE_S)
+                stopped.wait(ALIVE_S)
 
-        threading.Thread(target=run, name="dagrl-alive", daemon=True).start()
+        self.alive = (threading.Thread(target=run, name="dagrl-alive", daemon=True), stopped)
+        self.alive[0].start()
+
+    def close(self) -> None:
+        """The process's part is over: the liveness thread ends, joined, so that it is not inside a store call while
+        the interpreter shuts down (that aborts the process: "terminate called without an active exception")."""
+        if self.alive is not None:
+            thread, stopped = self.alive
+            stopped.set()
+            thread.join(timeout=5)
+            self.alive = None
 
     @property
     def pool(self) -> Pool:

@@ -156,6 +156,14 @@ def test_after_a_stop_signal_a_peer_whose_liveness_counter_stands_still_stops_th
         while time.monotonic() < deadline:  # killed: its counter stands still
             bridge.check_failed()
             time.sleep(0.01)
+    # this process's own counter: bumped by its thread until `close`, which joins the thread (no store call may be
+    # in flight when the interpreter shuts down: that aborted a process with "terminate called without ...")
+    bridge.keep_alive()
+    time.sleep(0.3)
+    bridge.close()
+    bumps = store.add(bridge_module.ALIVE_KEY.format(0), 0)
+    time.sleep(0.2)
+    assert bumps >= 3 and store.add(bridge_module.ALIVE_KEY.format(0), 0) == bumps
 
 
 def test_the_graph_is_cut_at_the_layout_node():
