@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 PLACEMENT_TIMEOUT_S = 120.0
 
 
+DEATH_GRACE_S = 3.0  # a killed rank's peers fail on the broken connection before Ray reports the death itself
 RAY_CONNECT_TIMEOUT_S = 5.0  # a Ray head answers a TCP connect in milliseconds; ray.init retries one for minutes
 
 
@@ -200,20 +201,22 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
 
 
 def _watch(runs: dict, workers: list) -> int:
-    """Wait for every rank; on the first failure kill the rest and report that rank."""
+    """Wait for every rank; on the first failure kill the rest and report that rank. A rank that died is the cause
+    over a peer's error: when a rank fails with an error, the others get DEATH_GRACE_S to show a death (a rank killed
+    outright ends its peers' collectives with "Connection reset by peer" before Ray notices it died)."""
     import ray
 
     pending = list(runs)
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
         rank = runs[done[0]]
-        try:
-            code, message = ray.get(done[0])
-        except ray.exceptions.RayActorError as err:  # the process died: killed, OOM, segfault
-            code, message = 1, f"worker process died ({type(err).__name__}: {str(err).splitlines()[0][:200]})"
-        except ray.exceptions.RayTaskError as err:  # an exception escaped the worker's train()
-            code, message = 1, str(err.cause if err.cause is not None else err).splitlines()[-1][:300]
+        code, message, died = _outcome(done[0])
         if code != 0:
+            if not died and pending:
+                late, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
+                deaths = [(runs[ref], outcome) for ref in late if (outcome := _outcome(ref))[2]]
+                if deaths:
+                    rank, (code, message, died) = min(deaths, key=lambda death: death[0])
             started = time.perf_counter()
             for worker in workers:
                 ray.kill(worker, no_restart=True)
@@ -221,3 +224,16 @@ def _watch(runs: dict, workers: list) -> int:
                          time.perf_counter() - started)
             raise WorkerFailed(rank, message, exit_code=code)
     return 0
+
+
+def _outcome(ref) -> tuple[int, str, bool]:
+    """(exit code, message, whether the process died) of a finished worker run."""
+    import ray
+
+    try:
+        code, message = ray.get(ref)
+        return code, message, False
+    except ray.exceptions.RayActorError as err:  # the process died: killed, OOM, segfault
+        return 1, f"worker process died ({type(err).__name__}: {str(err).splitlines()[0][:200]})", True
+    except ray.exceptions.RayTaskError as err:  # an exception escaped the worker's train()
+        return 1, str(err.cause if err.cause is not None else err).splitlines()[-1][:300], False

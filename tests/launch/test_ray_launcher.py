@@ -84,3 +84,37 @@ def test_two_emulated_ray_nodes_one_worker_each(tiny_model, tiny_data, tmp_path)
         assert sorted(step for step in metrics_by_step(tmp_path / "run") if step > 0) == [1, 2]
     finally:
         cluster.shutdown()
+
+
+@pytest.mark.parametrize("death_seen", [True, False])
+def test_a_peers_error_that_arrives_before_the_death_behind_it_reports_the_death(monkeypatch, death_seen):
+    """Rank 1 killed outright: rank 0's collective fails on the reset connection and its error reaches the launcher
+    first. The launcher waits DEATH_GRACE_S for the others and names the dead rank; with no death in that time, the
+    first error stands. (Ray's wait/get replaced: the order of arrival is what is tested.)"""
+    import ray
+    from dagrl.launch import ray_cluster
+
+    results = {"r0": (1, "Read error [127.0.0.1]:8084: Connection reset by peer"), "r1": None}
+    waits = []
+
+    def wait(refs, num_returns=1, timeout=None):
+        waits.append(timeout)
+        arrived = ["r0"] + (["r1"] if death_seen or timeout is None else [])
+        done = [ref for ref in arrived if ref in refs][:num_returns]
+        return done, [ref for ref in refs if ref not in done]
+
+    def get(ref):
+        if results[ref] is None:
+            raise ray.exceptions.RayActorError()
+        return results[ref]
+
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(ray, "kill", lambda worker, no_restart=True: None)
+    with pytest.raises(ray_cluster.WorkerFailed) as failed:
+        ray_cluster._watch({"r0": 0, "r1": 1}, ["w0", "w1"])
+    assert waits == [None, ray_cluster.DEATH_GRACE_S]
+    if death_seen:
+        assert failed.value.rank == 1 and "worker process died" in str(failed.value)
+    else:
+        assert failed.value.rank == 0 and "Connection reset by peer" in str(failed.value)
