@@ -70,8 +70,10 @@ ACC = re.compile(r"^val-core/.+/(acc|reward)/mean@\d+$")
 def overrides(side: str, args: argparse.Namespace) -> list[str]:
     """The job's overrides on top of the side's script; equal keys on both sides unless a side lacks one."""
     common = [f"trainer.total_training_steps={args.steps}", "trainer.resume_mode=disable"]
+    # verl keeps its actor on the GPU while it generates (its *_offload flags are off), and so does dagrl here
+    resident = ["actor_rollout_ref.rollout.offload_train_state=False"] if side == "dagrl" else []
     if args.job == "learn":
-        return common
+        return common + resident
     both = [f"data.max_prompt_length={PROMPT_LEN}", f"data.max_response_length={RESPONSE_LEN}",
             "actor_rollout_ref.rollout.ignore_eos=True", "actor_rollout_ref.rollout.enforce_eager=False",
             "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.rollout.max_num_seqs=1024",
@@ -83,7 +85,7 @@ def overrides(side: str, args: argparse.Namespace) -> list[str]:
     if side == "verl":  # unset, verl sizes vLLM for max_position_embeddings (40960); dagrl for prompt + response
         return common + both + [f"actor_rollout_ref.rollout.max_model_len={PROMPT_LEN + RESPONSE_LEN}"]
     # verl keeps data.val_files (it builds the validation set even when it never validates); dagrl needs none
-    return common + both + ["actor_rollout_ref.actor.megatron.param_dtype=bfloat16", "data.val_files=null"]
+    return common + both + resident + ["actor_rollout_ref.actor.megatron.param_dtype=bfloat16", "data.val_files=null"]
 
 
 def command(side: str, args: argparse.Namespace) -> tuple[str, dict]:
@@ -378,10 +380,14 @@ def main() -> None:
         seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
     except ValueError:
         raise SystemExit(f"--seeds: comma-separated integers, e.g. 0,1 (got {args.seeds!r})") from None
+    def seeded(seed: int, where: Path | None = None) -> argparse.Namespace:
+        """args for one seed's run (into `where`)."""
+        return argparse.Namespace(**{**vars(args), "seed": seed, **({"out": str(where)} if where else {})})
+
     if args.dry_run:
         for seed in seeds:
             for side in sides:
-                shell, env = command(side, argparse.Namespace(**{**vars(args), "seed": seed}))
+                shell, env = command(side, seeded(seed))
                 print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k != "PYTHONPATH"), shell)
         return
     out = Path(args.out)
@@ -390,11 +396,11 @@ def main() -> None:
         where.mkdir(parents=True, exist_ok=True)
         if not args.report:
             if not learn:
-                prepare_throughput(argparse.Namespace(**{**vars(args), "out": str(where)}))
+                prepare_throughput(seeded(seed, where))
             for side in sides:
-                run_side(side, argparse.Namespace(**{**vars(args), "seed": seed, "out": str(where)}))
+                run_side(side, seeded(seed, where))
     for seed, where in runs:
-        print(report(argparse.Namespace(**{**vars(args), "seed": seed, "out": str(where)})), end="\n\n")
+        print(report(seeded(seed, where)), end="\n\n")
     if len(seeds) > 1:
         print(seeds_report(out))
 

@@ -32,24 +32,30 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
 
     Optimizer state and grads leave the device first (training does not need them until the update), the
     rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
-    reference's and critic's) parameters leave too, and only then does the rollout take its KV cache. After generating, the
+    reference's and critic's) parameters leave too, and only then does the rollout take its KV cache; with
+    rollout.offload_train_state=false nothing leaves beyond what the *_offload flags keep on the host. After generating, the
     rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics, and
     `timing_s/rollout_switch`: the seconds of this choreography (offloads, wake-ups, weight sync, sleep), which a
     rollout pool of its own never pays.
     """
     start = time.perf_counter()
     colocated = ctx.rollout.colocated
+    # offload_train_state=false: the state stays where the *_offload flags keep it between phases (verl's way). The
+    # KV cache is as large either way: vLLM sized it at start-up, beside the resident actor.
+    offload = colocated and ctx.cfg.actor_rollout_ref.rollout.offload_train_state
     trainable = [engine for engine in (ctx.actor, ctx.critic) if engine is not None]
-    if colocated:
+    if offload:
         for engine in trainable:
             engine.offload_grads()
             engine.offload_optimizer()
     ctx.rollout.wake_weights()
     metrics = sync_weights(ctx)
-    if colocated:
+    if offload:
         for engine in (*trainable, ctx.reference):
             if engine is not None:
                 engine.offload_params()
+    elif colocated and torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the phases' freed blocks (activations, sync buckets) back to the driver for vLLM
     ctx.rollout.wake_cache()
     switch = time.perf_counter() - start
     try:

@@ -1,6 +1,8 @@
 """A colocated rollout engine sleeps from its construction until the first rollout wakes it, so that a resume's
 checkpoint load has the engine's memory: on one H100 a Qwen3-1.7B resume beside an awake vLLM at
-gpu_memory_utilization=0.5 ran out of memory loading the optimizer state (session 18)."""
+gpu_memory_utilization=0.5 ran out of memory loading the optimizer state (session 18). Around each rollout the
+actor's state goes to the host (rollout.offload_train_state), or stays (false) and trains to the same numbers."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +26,34 @@ def test_engine_sleeps_before_the_checkpoint_loads_and_wakes_for_each_rollout(tm
     fresh = run_recording(tmp_path / "events", cpu_run_overrides(tiny_model, tiny_data, out,
                                                                  **{"trainer.total_training_steps": 1,
                                                                     "trainer.val_before_train": False, "trainer.save_freq": 1}))
-    # asleep from the start; each rollout: wake the weights (then sync), wake the cache, sleep again
-    assert fresh == ["sleep", "wake_weights", "wake_cache", "sleep"]
+    # asleep from the start; each rollout: grads and optimizer out, wake the weights (then sync), params out, wake the
+    # cache, sleep again
+    assert fresh == ["sleep", "offload_grads", "offload_optimizer", "wake_weights", "offload_params", "wake_cache",
+                     "sleep"]
     resumed = run_recording(tmp_path / "events", cpu_run_overrides(tiny_model, tiny_data, out,
                                                                    **{"trainer.total_training_steps": 2,
                                                                       "trainer.val_before_train": False, "trainer.save_freq": 1}))
     assert resumed[:2] == ["sleep", "load_checkpoint"], resumed
-    assert resumed[2:] == ["wake_weights", "wake_cache", "sleep"]
+    assert resumed[2:] == ["offload_grads", "offload_optimizer", "wake_weights", "offload_params", "wake_cache",
+                           "sleep"]
+
+
+def step_metrics(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "time" and not k.startswith(("timing", "perf/", "memory/"))} for row in rows]
+
+
+def test_offload_train_state_false_keeps_the_actor_in_place_and_trains_the_same(tmp_path, tiny_model, tiny_data):
+    runs = {}
+    for offload in (True, False):
+        out = tmp_path / f"offload_{offload}"
+        events = run_recording(tmp_path / "events", cpu_run_overrides(
+            tiny_model, tiny_data, out, **{"trainer.total_training_steps": 2, "trainer.val_before_train": False,
+                                           "trainer.save_freq": -1,
+                                           "actor_rollout_ref.rollout.offload_train_state": offload}))
+        runs[offload] = step_metrics(out)
+        if not offload:  # nothing leaves the device around either rollout (the *_offload flags are off)
+            assert events == ["sleep"] + ["wake_weights", "wake_cache", "sleep"] * 2, events
+        else:
+            assert events.count("offload_params") == 2 and events.count("offload_optimizer") == 2, events
+    assert len(runs[True]) == 2 and runs[True] == runs[False]
