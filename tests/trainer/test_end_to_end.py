@@ -16,7 +16,9 @@ from tests.helpers import metrics_by_step, run_concurrently, run_in_session, und
 REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
 # read only where vLLM starts (cache_dir: trainer/build.vllm_cache_root, tests/rollout/test_vllm_startup.py)
-GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization", "actor_rollout_ref.rollout.cache_dir"}
+# read only by a rollout sharing a GPU with the actor (offload_train_state: tests/trainer/test_colocated_resume.py)
+GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization", "actor_rollout_ref.rollout.cache_dir",
+                 "actor_rollout_ref.rollout.offload_train_state"}
 
 
 def train(overrides: list[str], env: dict | None = None, expect_kill: bool = False) -> str:
