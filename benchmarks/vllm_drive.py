@@ -1,15 +1,16 @@
 """One vLLM engine driven four ways on one GPU: how much of verl's slower generation is the way it drives vLLM.
 
-usage (GPU machine, vLLM installed): python3 benchmarks/vllm_drive.py --out DIR [--model /tmp/q17-config] [--tokenizer /tmp/smol]
-           [--modes inproc,detok,async_mp,async_mp_final] [--prompts 32] [--n 8] [--prompt-length 512]
-           [--response-length 1024] [--repeats 3] [--timeout 600] [--report] [--dry-run]
+usage (GPU machine, vLLM installed): python3 benchmarks/vllm_drive.py --out DIR [--model /tmp/q17-config]
+           [--tokenizer /tmp/smol] [--modes inproc,detok,async_mp,async_mp_final] [--prompts 32] [--n 8]
+           [--prompt-length 512] [--response-length 1024] [--repeats 3] [--timeout 600] [--report] [--dry-run]
 
 Issue 19's throughput job generated the same 256 x 1,024 tokens in 15.5 s under dagrl and 23.8 s under verl, with
 the same vLLM 0.26.0 and scheduler settings; the two differ in how they drive the engine. Each mode runs in a process
 of its own (one after the other, its own engine) on --model (a Qwen3-1.7B shape with a tokenizer, as vs_verl.py
-builds it, or config only with --tokenizer's when absent; vLLM loads dummy weights), CUDA graphs on, gpu_memory_utilization 0.5, max_num_seqs 1024,
-max_num_batched_tokens 8192, chunked prefill, prefix caching, sleep mode, processed log-probs of each sampled token,
-responses of exactly --response-length (EOS ignored), new random prompts each repeat:
+builds it, or config only with --tokenizer's when absent; vLLM loads dummy weights), CUDA graphs on,
+gpu_memory_utilization 0.5, max_num_seqs 1024, max_num_batched_tokens 8192, chunked prefill, prefix caching, sleep
+mode, processed log-probs of each sampled token, responses of exactly --response-length (EOS ignored), new random
+prompts each repeat:
   inproc          dagrl's way: vllm.LLM in the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0), no tokenizer
                   (skip_tokenizer_init), detokenize=False, --prompts requests of n=--n in one generate call
   detok           inproc with the tokenizer loaded and detokenize=True
@@ -120,7 +121,8 @@ def child(args: argparse.Namespace, mode: str) -> dict:
 
 
 def build_model(args: argparse.Namespace, log: Path) -> None:
-    """A config-only Qwen3-1.7B shape with --tokenizer's tokenizer and vocabulary at --model (vLLM loads dummy weights)."""
+    """A config-only Qwen3-1.7B shape with --tokenizer's tokenizer and vocabulary at --model (vLLM loads dummy
+    weights)."""
     if not (Path(args.tokenizer) / "tokenizer_config.json").exists():
         raise SystemExit(f"--model {args.model} has no config.json and --tokenizer {args.tokenizer} no tokenizer to "
                          f"build it with: pass a --model with both, or a --tokenizer directory")

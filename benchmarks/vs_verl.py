@@ -380,6 +380,7 @@ def main() -> None:
         seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
     except ValueError:
         raise SystemExit(f"--seeds: comma-separated integers, e.g. 0,1 (got {args.seeds!r})") from None
+
     def seeded(seed: int, where: Path | None = None) -> argparse.Namespace:
         """args for one seed's run (into `where`)."""
         return argparse.Namespace(**{**vars(args), "seed": seed, **({"out": str(where)} if where else {})})

@@ -195,7 +195,7 @@ class RewardManager:
         texts = batch.get("solution_str")
         if texts is None:
             # rows as tensors: transformers turns each with one tolist(); a list of ints it checks element by element
-            # in Python (256 x 1,024 tokens: 0.07 s of decoding became 0.06 s on a CPU here, most of it the check)
+            # in Python (256 x 1,024 tokens: 0.074 s of decoding became 0.058 s on a CPU here)
             texts = tokenizer.batch_decode([response_ids[i][valid[i]] for i in range(size)],
                                            skip_special_tokens=True)
         extra_infos = batch.get("extra_info")

@@ -40,7 +40,8 @@ def test_engine_sleeps_before_the_checkpoint_loads_and_wakes_for_each_rollout(tm
 
 def step_metrics(run: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if k != "time" and not k.startswith(("timing", "perf/", "memory/"))} for row in rows]
+    return [{k: v for k, v in row.items() if k != "time" and not k.startswith(("timing", "perf/", "memory/"))}
+            for row in rows]
 
 
 def test_offload_train_state_false_keeps_the_actor_in_place_and_trains_the_same(tmp_path, tiny_model, tiny_data):
