@@ -25,7 +25,9 @@ Logits (last stage): rows x positions x vocab / TP, positions = the response onl
   + exp (4) + entropy product (4, when entropy is computed) + the fp32 gradient (4, update only).
 Log-prob passes keep no activations: one layer's working set (the training per-layer figure) plus the logits.
 Rollout: vLLM takes gpu_memory_utilization x GPU memory while awake; with free_cache_engine it sleeps (weights
-and KV cache released) during training. The hf rollout keeps a full model copy per rank.
+and KV cache released) during training. The hf rollout keeps a full model copy per rank. The rollout phase counts
+the actor's idle state beside vLLM: so it is at start-up (vLLM starts beside the resident actor) and while generating
+with rollout.offload_train_state=false; the default moves that state to the host while generating.
 Separate pools (actor_rollout_ref.hybrid_engine=false): a training GPU holds no rollout engine (no rollout phase);
 a rollout GPU holds the engine alone: vLLM's weights in the rollout dtype / rollout TP plus the KV cache it sizes
 to fill gpu_memory_utilization x GPU memory, or the hf rollout's full model copy.
