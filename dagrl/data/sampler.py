@@ -1,9 +1,11 @@
 """A seeded, resumable sampler of global batches of dataset row indices.
 
 Every rank builds the same sampler and gets the same global batch; each then takes its own slice (`rank_share`)
-and reads and tokenizes only those rows. The order of
-epoch `e` is a permutation drawn from `numpy.random.default_rng([seed, e])`, so it depends only on (seed, epoch):
-a resumed run only needs the global position (epoch, step within the epoch) to continue with the same indices.
+and reads and tokenizes only those rows. The order of epoch `e` is verl's: the `e`-th `torch.randperm` of a CPU
+`torch.Generator` seeded with `data.seed` (verl's torchdata `RandomSampler` draws one permutation per epoch), so the
+same data and `data.seed` give the batches verl gives. It depends only on (seed, epoch): a resumed run only needs the
+global position (epoch, step within the epoch) to continue with the same indices. Checkpoints written before this
+order (no "order" in their state) resume with the order they were written with, numpy's `default_rng([seed, e])`.
 The last incomplete batch of an epoch is dropped, so every batch has exactly `batch_size` rows.
 """
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
+
+ORDERS = ("verl", "numpy")  # "numpy": the order of checkpoints written before verl's
 
 
 def rank_share(batch_size: int, rank: int, ranks: int) -> np.ndarray:
@@ -35,6 +40,8 @@ class EpochSampler:
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
+        self.order = "verl"
+        self._drawn: tuple[int, torch.Generator, np.ndarray] | None = None  # verl order: (epoch, generator, order)
         self.epoch = 0  # the epoch of the next batch
         self.step_in_epoch = 0  # how many batches of that epoch were already handed out
         self._order: np.ndarray | None = None  # cached permutation of `self.epoch`
@@ -47,7 +54,18 @@ class EpochSampler:
         """All row indices in the order epoch `epoch` visits them."""
         if not self.shuffle:
             return np.arange(self.num_rows, dtype=np.int64)
-        return np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_rows).astype(np.int64)
+        if self.order == "numpy":
+            return np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_rows).astype(np.int64)
+        if self._drawn is None or self._drawn[0] > epoch:  # epochs come in order: each costs one more draw
+            generator = torch.Generator()
+            generator.manual_seed(self.seed)
+            self._drawn = (-1, generator, np.empty(0, dtype=np.int64))
+        drawn, generator, order = self._drawn
+        while drawn < epoch:
+            order = torch.randperm(self.num_rows, generator=generator).numpy().astype(np.int64)
+            drawn += 1
+        self._drawn = (drawn, generator, order)
+        return order.copy()
 
     def next_batch(self) -> tuple[int, np.ndarray]:
         """The next global batch: its epoch and `batch_size` row indices."""
@@ -71,7 +89,7 @@ class EpochSampler:
     # ---- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "num_rows": self.num_rows,
-                "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle}
+                "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle, "order": self.order}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues from a saved position. The data and batch settings must match the saved ones, else the
@@ -82,6 +100,10 @@ class EpochSampler:
             raise ValueError(f"sampler checkpoint was written for (rows, batch_size, seed, shuffle)={saved}, "
                              f"this run has {current}; resume with the same data and data.train_batch_size / "
                              f"data.seed / data.shuffle, or start a new run in another trainer.default_local_dir")
+        self.order = state.get("order", "numpy")
+        if self.order not in ORDERS:
+            raise ValueError(f"sampler checkpoint has order {self.order!r}, which this dagrl does not know "
+                             f"(known: {', '.join(ORDERS)}); resume it with the dagrl version that wrote it")
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
         self._order = None

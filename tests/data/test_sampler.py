@@ -64,3 +64,37 @@ def test_rank_shares_partition_the_global_batch_in_order():
     assert shares == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     with pytest.raises(ValueError, match="does not split"):
         rank_share(10, 0, 3)
+
+
+@pytest.mark.parametrize("rows,batch_size,seed", [(256, 32, 1), (10, 3, 7)])
+def test_batches_are_verls_for_the_same_data_seed(rows, batch_size, seed):
+    """verl 0.9.1's train loader (verl.trainer.ppo.utils.create_rl_sampler + ray_trainer): torchdata's
+    StatefulDataLoader over torchdata's RandomSampler with a torch.Generator seeded by data.seed, drop_last."""
+    import torch
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.sampler import RandomSampler
+
+    data = list(range(rows))
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    loader = StatefulDataLoader(dataset=data, batch_size=batch_size, drop_last=True, collate_fn=list,
+                                sampler=RandomSampler(data_source=data, generator=generator))
+    verl = [(epoch, batch) for epoch in range(3) for batch in loader]
+    assert take(EpochSampler(rows, batch_size, seed, True), len(verl)) == verl
+
+
+def test_a_checkpoint_of_the_numpy_order_resumes_in_that_order():
+    """Checkpoints written before the verl order carry no "order": they continue with the order they began."""
+    old = EpochSampler(11, 4, 3, True)
+    old.order = "numpy"
+    reference = take(old, 6)
+    first = EpochSampler(11, 4, 3, True)
+    first.order = "numpy"
+    head = take(first, 2)
+    state = {k: v for k, v in first.state_dict().items() if k != "order"}
+    resumed = EpochSampler(11, 4, 3, True)
+    resumed.load_state_dict(state)
+    assert head + take(resumed, 4) == reference
+    assert reference != take(EpochSampler(11, 4, 3, True), 6)  # the two orders differ
+    with pytest.raises(ValueError, match="does not know"):
+        EpochSampler(11, 4, 3, True).load_state_dict({**state, "order": "other"})

@@ -26,6 +26,7 @@ from tests.helpers import session_process
 
 MARKER = "dagrl_checkpoint.json"  # written last into a checkpoint: its presence is what "complete" means
 RESUMED = re.compile(r"resumed from (\S+) \(step (\d+)\)")
+FINISHED = re.compile(r"this run already finished: checkpoint at step (\d+) of")  # chose it without loading it
 CHECKPOINT_PHASES = ("before_shards", "between_shards", "before_marker", "before_tracker")
 PHASE_LABELS = {
     "startup": "startup (imports, model build, checkpoint load)",
@@ -166,6 +167,8 @@ def launch(args: list[str], root: Path, trace: Path, spec: KillSpec | None, time
     if resumed:
         record.resumed_from = int(resumed[-1][1])
         assert Path(resumed[-1][0]).name == f"global_step_{record.resumed_from}", resumed
+    elif FINISHED.search(stderr):  # a kill after the last checkpoint: the relaunch finds the run done
+        record.resumed_from = int(FINISHED.search(stderr)[1])
     record.phase, record.step = _last_trace_point(trace)
     after = complete_steps(root)
     record.newest_after = after[-1] if after else None
