@@ -126,6 +126,7 @@ def model_inputs(args: argparse.Namespace) -> tuple:
     import numpy as np
     from async_fit import fit_rates, replay
     from async_model import Workload, long_tail_lengths
+    from dagrl.data.sampler import ORDERS
 
     rows = rows_of("plain", argparse.Namespace(**{**vars(args), "first_step": 1}))
     prompt = int(round(sum(r.get("prompt_length/mean", 0.0) for r in rows) / len(rows)))
@@ -139,10 +140,13 @@ def model_inputs(args: argparse.Namespace) -> tuple:
         data_rows = int(more[0]) if more else int(found.group(1)) if found else 0
         if data_rows >= args.batch:
             draws = args.steps + math.ceil(args.oversample) + 1
-            candidate = replay(data_rows, mean, int(longest), args.batch, args.n, draws)
-            tops = candidate[::args.n][: len(rows) * args.batch].reshape(len(rows), -1).max(1)
-            if all(top == row["response_length/max"] for top, row in zip(tops, rows)):
-                replayed, source = candidate, f"replayed ({data_rows} rows, matching plain's longest each step)"
+            for order in ORDERS:  # runs measured before dagrl drew verl's prompt order drew numpy's
+                candidate = replay(data_rows, mean, int(longest), args.batch, args.n, draws, order=order)
+                tops = candidate[::args.n][: len(rows) * args.batch].reshape(len(rows), -1).max(1)
+                if all(top == row["response_length/max"] for top, row in zip(tops, rows)):
+                    replayed = candidate
+                    source = f"replayed ({data_rows} rows, {order} order, matching plain's longest each step)"
+                    break
     else:
         mean_len = sum(r["response_length/mean"] for r in rows) / len(rows)
         lengths = lambda rng, count: np.full(count, mean_len)  # noqa: E731

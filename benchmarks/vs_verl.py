@@ -28,7 +28,8 @@ generation: verl's timing_s/update_weights (vLLM wakes, weights sync, KV cache b
 dagrl's timing_s/rollout_switch (actor offloads, vLLM wakes, weights sync, KV cache back, sleep), which this script
 takes out of dagrl's timing_s/gen. Launch to first step: when step 1's console line appeared minus step 1's seconds
 (learn: includes the held-out pass before step 1, on both sides). Peak memory: the highest nvidia-smi sample (all
-processes on the GPU). Ratios are dagrl/verl; `!` marks a difference over 10 %.
+processes on the GPU; the first of CUDA_VISIBLE_DEVICES when set, so that two jobs can share a host of two GPUs).
+Ratios are dagrl/verl; `!` marks a difference over 10 %.
 """
 from __future__ import annotations
 
@@ -104,9 +105,17 @@ def command(side: str, args: argparse.Namespace) -> tuple[str, dict]:
     return (VERL_ENV if side == "verl" else "") + "exec bash " + " ".join(map(shlex.quote, words)), env
 
 
+def smi_gpu() -> list[str]:
+    """nvidia-smi's `-i` for the GPU this job runs on, the first of CUDA_VISIBLE_DEVICES, so that two jobs on two GPUs
+    of one host each watch their own (with CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA counts as nvidia-smi does); all GPUs
+    when it is unset."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return ["-i", first] if first.isdigit() else []
+
+
 def gpu_used_mib() -> list[int]:
     try:
-        text = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        text = subprocess.run(["nvidia-smi", *smi_gpu(), "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                               capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
@@ -135,8 +144,8 @@ def run_side(side: str, args: argparse.Namespace) -> None:
         log.flush()
         with open(out / f"{side}_mem.log", "w") as mem_log:
             try:
-                mem = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader", "-lms",
-                                        "500"], stdout=mem_log, stderr=subprocess.DEVNULL)
+                mem = subprocess.Popen(["nvidia-smi", *smi_gpu(), "--query-gpu=memory.used", "--format=csv,noheader",
+                                        "-lms", "500"], stdout=mem_log, stderr=subprocess.DEVNULL)
             except OSError:
                 mem = None
             # the launch clock starts after the versions line: importing vLLM there must not count as start-up

@@ -30,14 +30,17 @@ def test_fit_puts_alike_steps_on_the_per_sequence_limit():
 
 
 def test_replay_rebuilds_the_measured_runs_longest_response_of_every_step():
-    lengths = replay(272, 1024, 8192, batch=48, n=4, draws=5)
+    """The measured run (before dagrl drew verl's prompt order) drew numpy's; verl's order gives other steps."""
+    lengths = replay(272, 1024, 8192, batch=48, n=4, draws=5, order="numpy")
     assert lengths.shape == (5 * 48 * 4,) and (lengths[::4] == lengths[3::4]).all()  # a prompt's samples alike
     assert [lengths[i * 192:(i + 1) * 192].max() for i in range(4)] == [row["response_length/max"] for row in PLAIN]
+    verl = replay(272, 1024, 8192, batch=48, n=4, draws=5)
+    assert [verl[i * 192:(i + 1) * 192].max() for i in range(4)] != [row["response_length/max"] for row in PLAIN]
 
 
 @pytest.fixture(scope="module")
 def fitted():
-    lengths = replay(272, 1024, 8192, batch=48, n=4, draws=8)
+    lengths = replay(272, 1024, 8192, batch=48, n=4, draws=8, order="numpy")
     rates, fit = fit_rates(PLAIN, ranks=4, batch=48, n=4, replayed=lengths, grouped=True)
     return rates, fit, Workload(batch=48, n=4, prompt_len=30, replay=lengths)
 

@@ -233,3 +233,18 @@ def test_several_seeds_run_each_into_its_own_directory(tmp_path):
     bad = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
                           "--seeds", "0,x", "--dry-run"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and "--seeds: comma-separated integers" in bad.stderr
+
+
+def test_memory_is_watched_on_the_jobs_own_gpu(monkeypatch):
+    """Two jobs on two GPUs of one host: each side's nvidia-smi samples and idle wait see only its own GPU."""
+    calls = []
+    monkeypatch.setattr(vs_verl.subprocess, "run", lambda argv, **kw: calls.append(argv) or
+                        subprocess.CompletedProcess(argv, 0, stdout="1200\n"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert vs_verl.gpu_used_mib() == [1200] and calls[-1][:3] == ["nvidia-smi", "-i", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,2")
+    vs_verl.gpu_used_mib()
+    assert calls[-1][:3] == ["nvidia-smi", "-i", "3"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    vs_verl.gpu_used_mib()
+    assert "-i" not in calls[-1]

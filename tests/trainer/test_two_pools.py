@@ -262,11 +262,12 @@ def test_partial_rollout_in_two_pools_loads_pushes_mid_batch_and_trains_each_pro
     them and goes on, so responses carry tokens of several versions, all within the staleness bound. Two rollout
     ranks agree at every scheduling step on when to load (the weights come by a collective)."""
     out = tmp_path / "run"
+    # data.seed 2: a prompt order with responses long enough to span a load in pools1 (seed 1's do not)
     ok(launch((args(out, pools=pools, **{
         "actor_rollout_ref.model.path": str(long_tail_model), "async_training.max_staleness": 1,
         "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
         "data.max_response_length": 16, "trainer.total_training_steps": 5, "trainer.save_freq": -1,
-        "trainer.test_freq": -1}), sum(pools), {"DAGRL_DELAY": "rollout_poll:0.1"}))[0])
+        "trainer.test_freq": -1, "data.seed": 2}), sum(pools), {"DAGRL_DELAY": "rollout_poll:0.1"}))[0])
     records = metrics_by_step(out)
     assert sum(records[s]["async/mid_batch_loads"] for s in range(1, 6)) >= 2
     assert max(records[s]["async/partial_fraction"] for s in range(2, 6)) > 0  # tokens of two versions in a row
