@@ -29,7 +29,8 @@ dagrl's timing_s/rollout_switch (actor offloads, vLLM wakes, weights sync, KV ca
 takes out of dagrl's timing_s/gen. Launch to first step: when step 1's console line appeared minus step 1's seconds
 (learn: includes the held-out pass before step 1, on both sides). Peak memory: the highest nvidia-smi sample (all
 processes on the GPU; the first of CUDA_VISIBLE_DEVICES when set, so that two jobs can share a host of two GPUs).
-Ratios are dagrl/verl; `!` marks a difference over 10 %.
+Ratios are dagrl/verl; `!` marks a difference over 10 %. The report also counts the steps whose batches hold the
+same prompts on both sides (equal prompt_length/mean; dagrl draws verl's prompt order for the same data.seed).
 """
 from __future__ import annotations
 
@@ -321,6 +322,12 @@ def report(args: argparse.Namespace) -> str:
             ratio = f"{dagrl / verl:.2f}" + (" !" if abs(dagrl / verl - 1) > 0.10 else "")
         digits = 0 if "MiB" in name or "tokens" in name or name.endswith(", s") else 3
         lines.append(f"| {name} | {cell(verl, digits)} | {cell(dagrl, digits)} | {ratio} |")
+    both = sorted(step for step in set(rows["verl"]) & set(rows["dagrl"])
+                  if "prompt_length/mean" in rows["verl"][step] and "prompt_length/mean" in rows["dagrl"][step])
+    if both:  # the same data.seed draws the same batches on both sides (dagrl draws verl's order)
+        same = [step for step in both if abs(rows["verl"][step]["prompt_length/mean"]
+                                             - rows["dagrl"][step]["prompt_length/mean"]) < 1e-6]
+        lines.append(f"same prompts (equal prompt_length/mean): {len(same)} of {len(both)} steps")
     if sums["verl"].get("tokens/s/GPU") and sums["dagrl"].get("tokens/s/GPU"):
         gain = sums["dagrl"]["tokens/s/GPU"] / sums["verl"]["tokens/s/GPU"]
         lines.append(f"dagrl/verl tokens/s/GPU: {gain:.2f}x (issue 19's goal on the throughput job: >= 1.3x)")
