@@ -100,10 +100,11 @@ class EpochSampler:
             raise ValueError(f"sampler checkpoint was written for (rows, batch_size, seed, shuffle)={saved}, "
                              f"this run has {current}; resume with the same data and data.train_batch_size / "
                              f"data.seed / data.shuffle, or start a new run in another trainer.default_local_dir")
-        self.order = state.get("order", "numpy")
-        if self.order not in ORDERS:
-            raise ValueError(f"sampler checkpoint has order {self.order!r}, which this dagrl does not know "
+        order = state.get("order", "numpy")
+        if order not in ORDERS:
+            raise ValueError(f"sampler checkpoint has order {order!r}, which this dagrl does not know "
                              f"(known: {', '.join(ORDERS)}); resume it with the dagrl version that wrote it")
+        self.order = order
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
         self._order = None
