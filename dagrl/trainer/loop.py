@@ -146,6 +146,9 @@ class Trainer:
         if self.ctx.critic is not None:  # pre-flight (check_resume) made sure the checkpoint has critic/
             self.ctx.critic.load_checkpoint(str(path / "critic"))
         self.sampler.load_state_dict(state["sampler"])
+        if self.sampler.order != "verl":
+            logger.info("%s predates verl's prompt order: the run goes on in the %s order it began with", path,
+                        self.sampler.order)
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.ctx.pool is not None:
             restore_pool(self.ctx, self.train_data, read_pool(path, self.rollout_dp_rank))
