@@ -31,8 +31,7 @@ def replay(rows: int, mean: float, max_len: int, batch: int, n: int, draws: int,
     from dagrl.data.sampler import EpochSampler
 
     limits = long_tail_lengths(np.random.default_rng(limit_seed), rows, mean, max_len)
-    sampler = EpochSampler(rows, batch, seed=data_seed)
-    sampler.order = order
+    sampler = EpochSampler(rows, batch, seed=data_seed, order=order)
     return np.repeat(limits[np.concatenate([sampler.next_batch()[1] for _ in range(draws)])], n)
 
 

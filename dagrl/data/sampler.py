@@ -30,7 +30,8 @@ def rank_share(batch_size: int, rank: int, ranks: int) -> np.ndarray:
 class EpochSampler:
     """Yields `(epoch, indices)` global batches, epoch after epoch, without end."""
 
-    def __init__(self, num_rows: int, batch_size: int, seed: int = 0, shuffle: bool = True) -> None:
+    def __init__(self, num_rows: int, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 order: str = "verl") -> None:
         if batch_size <= 0:
             raise ValueError(f"data.train_batch_size must be positive, got {batch_size}")
         if batch_size > num_rows:
@@ -40,7 +41,9 @@ class EpochSampler:
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
-        self.order = "verl"
+        if order not in ORDERS:
+            raise ValueError(f"unknown prompt order {order!r}; known: {', '.join(ORDERS)}")
+        self.order = order
         self._drawn: tuple[int, torch.Generator, np.ndarray] | None = None  # verl order: (epoch, generator, order)
         self.epoch = 0  # the epoch of the next batch
         self.step_in_epoch = 0  # how many batches of that epoch were already handed out

@@ -85,11 +85,8 @@ def test_batches_are_verls_for_the_same_data_seed(rows, batch_size, seed):
 
 def test_a_checkpoint_of_the_numpy_order_resumes_in_that_order():
     """Checkpoints written before the verl order carry no "order": they continue with the order they began."""
-    old = EpochSampler(11, 4, 3, True)
-    old.order = "numpy"
-    reference = take(old, 6)
-    first = EpochSampler(11, 4, 3, True)
-    first.order = "numpy"
+    reference = take(EpochSampler(11, 4, 3, True, order="numpy"), 6)
+    first = EpochSampler(11, 4, 3, True, order="numpy")
     head = take(first, 2)
     state = {k: v for k, v in first.state_dict().items() if k != "order"}
     resumed = EpochSampler(11, 4, 3, True)
@@ -98,3 +95,5 @@ def test_a_checkpoint_of_the_numpy_order_resumes_in_that_order():
     assert reference != take(EpochSampler(11, 4, 3, True), 6)  # the two orders differ
     with pytest.raises(ValueError, match="does not know"):
         EpochSampler(11, 4, 3, True).load_state_dict({**state, "order": "other"})
+    with pytest.raises(ValueError, match="unknown prompt order"):
+        EpochSampler(11, 4, 3, True, order="other")
