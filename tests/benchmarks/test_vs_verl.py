@@ -253,9 +253,8 @@ def test_memory_is_watched_on_the_jobs_own_gpu(monkeypatch):
 def test_report_counts_the_steps_whose_prompts_are_the_same_on_both_sides(tmp_path):
     """dagrl draws verl's prompt order: equal prompt_length/mean at a step says both trained the same prompts."""
     write_out(tmp_path)
-    lines = VERL_LOG.replace("step:1 - response_length/mean", "step:1 - prompt_length/mean:30.15625 - "
-                             "response_length/mean").replace("step:3 - actor", "step:3 - prompt_length/mean:29.5 - actor")
-    (tmp_path / "verl.log").write_text(lines)
+    lines = VERL_LOG.replace("step:1 - response", "step:1 - prompt_length/mean:30.15625 - response")
+    (tmp_path / "verl.log").write_text(lines.replace("step:3 - actor", "step:3 - prompt_length/mean:29.5 - actor"))
     rows = [dict(row) for row in DAGRL_ROWS]
     rows[1]["prompt_length/mean"], rows[2]["prompt_length/mean"] = 30.15625, 30.09375
     (tmp_path / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")

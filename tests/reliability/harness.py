@@ -167,8 +167,8 @@ def launch(args: list[str], root: Path, trace: Path, spec: KillSpec | None, time
     if resumed:
         record.resumed_from = int(resumed[-1][1])
         assert Path(resumed[-1][0]).name == f"global_step_{record.resumed_from}", resumed
-    elif FINISHED.search(stderr):  # a kill after the last checkpoint: the relaunch finds the run done
-        record.resumed_from = int(FINISHED.search(stderr)[1])
+    elif finished := FINISHED.search(stderr):  # a kill after the last checkpoint: the relaunch finds the run done
+        record.resumed_from = int(finished[1])
     record.phase, record.step = _last_trace_point(trace)
     after = complete_steps(root)
     record.newest_after = after[-1] if after else None
