@@ -4,12 +4,15 @@
 usage: python3 benchmarks/vs_verl.py --job learn|throughput --out DIR [--sides verl,dagrl] [--report] [--steps N]
            [--seeds 0[,1...]] [--smol DIR] [--arith DIR] [--model DIR] [--data DIR] [--train-tokens 6144]
            [--logprob-tokens 24576] [--timeout 560] [--verl-extra "k=v ..."] [--dagrl-extra "k=v ..."] [--dry-run]
+           [--parallel]
 
 On the GPU machine (the kits received, `eval "$(bash .devkit/bin/gpu.sh env)"`; benchmarks/verl_kit/README.md,
 "Rerun") it runs each side in --sides as a subprocess, then prints the tables; `--report` runs nothing and prints the
 tables of the files already in --out, on any machine. With several --seeds each seed runs (both sides, one after the
 other) into --out/seed<S>/, and the report adds the held-out accuracy of every seed and whether dagrl's mean reaches
-verl's within the seeds' spread at each evaluated step (issue 19's goal on the learn job). Jobs:
+verl's within the seeds' spread at each evaluated step (issue 19's goal on the learn job). `--parallel` (learn only)
+starts every seed of every side at once on the one GPU, each vLLM with a fixed KV cache (`shared_gpu`): the accuracy
+tables in the time of the slowest run; their step tables are left out, since shared times measure the sharing. Jobs:
   learn       SmolLM2-135M-Instruct (--smol) on the arithmetic task (--arith): 32 prompts x 8, responses <= 12,
               lr 1e-5, grad clip 1.0, KL off, T=1, greedy held-out every 4 steps, 32 steps. verl runs
               benchmarks/verl_kit/run_smollm2_grpo.sh, dagrl examples/grpo_trainer/run_smollm2-135m-vllm.sh.
@@ -66,6 +69,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
 NUMPY = re.compile(r"^np\.\w+\((.*)\)$")  # verl prints numpy scalars as np.float64(0.5)
 ACC = re.compile(r"^val-core/.+/(acc|reward)/mean@\d+$")
+SHARED = "shared_gpu.txt"  # written by --parallel into each run's directory: the report then prints no step table
 
 
 # ---- running (GPU machine) ----
@@ -75,7 +79,7 @@ def overrides(side: str, args: argparse.Namespace) -> list[str]:
     # verl keeps its actor on the GPU while it generates (its *_offload flags are off), and so does dagrl here
     resident = ["actor_rollout_ref.rollout.offload_train_state=False"] if side == "dagrl" else []
     if args.job == "learn":
-        return common + resident
+        return common + resident + (shared_gpu(side) if args.parallel else [])
     both = [f"data.max_prompt_length={PROMPT_LEN}", f"data.max_response_length={RESPONSE_LEN}",
             "actor_rollout_ref.rollout.ignore_eos=True", "actor_rollout_ref.rollout.enforce_eager=False",
             "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.rollout.max_num_seqs=1024",
@@ -90,6 +94,16 @@ def overrides(side: str, args: argparse.Namespace) -> list[str]:
     return common + both + resident + ["actor_rollout_ref.actor.megatron.param_dtype=bfloat16", "data.val_files=null"]
 
 
+def shared_gpu(side: str) -> list[str]:
+    """--parallel: runs that start together on one GPU. vLLM sizes its KV cache by profiling the GPU's free memory,
+    which another process starting beside it changes (vLLM asserts, or sizes a cache that does not fit); a fixed
+    cache skips the profile and changes no token (4 GiB holds 180,000 of SmolLM2's, the job needs < 30,000 at once).
+    verl: a Ray cluster of its own, never one another run started (`address=local`), and no dashboard (one port)."""
+    fixed = [f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={4 << 30}"]
+    return fixed + (["+ray_kwargs.ray_init.address=local", "+ray_kwargs.ray_init.include_dashboard=False"]
+                    if side == "verl" else [])
+
+
 def command(side: str, args: argparse.Namespace) -> tuple[str, dict]:
     """The side's shell command and the environment variables its script reads."""
     env = {"MODEL_PATH": args.model, "DATA_DIR": args.data, "NGPUS": "1", "SEED": str(args.seed),
@@ -98,10 +112,12 @@ def command(side: str, args: argparse.Namespace) -> tuple[str, dict]:
               "dagrl": "examples/grpo_trainer/run_smollm2-135m-vllm.sh"}
     extra = shlex.split(args.verl_extra if side == "verl" else args.dagrl_extra)
     if side == "verl":
-        extra = [f"trainer.default_local_dir=/tmp/vs_verl/verl_{args.job}", *extra]
+        extra = [f"trainer.default_local_dir=/tmp/vs_verl/verl_{args.job}_seed{args.seed}", *extra]
     else:
-        env["CKPT_DIR"] = f"/tmp/vs_verl/dagrl_{args.job}"  # its metrics.jsonl and data cache; copied out after
+        env["CKPT_DIR"] = f"/tmp/vs_verl/dagrl_{args.job}_seed{args.seed}"  # its metrics.jsonl and data cache
         env["PYTHONPATH"] = f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"
+        if args.parallel:  # torchrun's rendezvous port, one per run beside the others
+            env["PET_MASTER_PORT"] = str(29700 + args.seed)
     words = [script[side], *overrides(side, args), *extra]
     return (VERL_ENV if side == "verl" else "") + "exec bash " + " ".join(map(shlex.quote, words)), env
 
@@ -136,7 +152,8 @@ def run_side(side: str, args: argparse.Namespace) -> None:
     env = {**os.environ, **env}
     if "CKPT_DIR" in env:  # dagrl appends to its jsonl: a rerun on the same machine starts a fresh one
         Path(env["CKPT_DIR"], "metrics.jsonl").unlink(missing_ok=True)
-    wait_for_idle_gpu()
+    if not args.parallel:
+        wait_for_idle_gpu()
     with open(out / f"{side}.log", "wb") as log:
         prefix = VERL_ENV if side == "verl" else ""
         versions = f"{prefix}python3 -c {shlex.quote(VERSION_SNIPPET)} {' '.join(VERSIONS[side])}"
@@ -310,18 +327,24 @@ def report(args: argparse.Namespace) -> str:
             lines.append(f"| {step} | {cell(verl)} | {cell(dagrl)} | {diff} |")
     sums = {side: summary(out, side, first) for side in ("verl", "dagrl")}
     last = max(max(rows["verl"], default=0), max(rows["dagrl"], default=0))
-    lines += ["", f"median of steps {first}..{last} (verl {sums['verl']['steps']} steps, dagrl "
-                  f"{sums['dagrl']['steps']}); seconds unless named", "| phase | verl | dagrl | dagrl/verl |",
-              "|---|---:|---:|---:|"]
-    names = ["whole step", "generate", "old log-prob", "update", "weight sync", "everything else", "tokens/s/GPU",
-             "peak GPU memory, MiB", "launch to first step, s", "whole wall, s"]
-    for name in names:
-        verl, dagrl = sums["verl"].get(name), sums["dagrl"].get(name)
-        ratio = "-"
-        if verl and dagrl is not None:
-            ratio = f"{dagrl / verl:.2f}" + (" !" if abs(dagrl / verl - 1) > 0.10 else "")
-        digits = 0 if "MiB" in name or "tokens" in name or name.endswith(", s") else 3
-        lines.append(f"| {name} | {cell(verl, digits)} | {cell(dagrl, digits)} | {ratio} |")
+    shared = out / SHARED
+    if shared.exists():  # times and memory of runs that shared the GPU measure the sharing, not the trainers
+        lines += ["", f"no step table: {shared.read_text().strip()}"]
+        sums = {side: {} for side in sums}
+    else:
+        lines += ["", f"median of steps {first}..{last} (verl {sums['verl']['steps']} steps, dagrl "
+                      f"{sums['dagrl']['steps']}); seconds unless named", "| phase | verl | dagrl | dagrl/verl |",
+                  "|---|---:|---:|---:|"]
+        names = ["whole step", "generate", "old log-prob", "update", "weight sync", "everything else", "tokens/s/GPU",
+                 "peak GPU memory, MiB", "launch to first step, s", "whole wall, s"]
+        for name in names:
+            verl, dagrl = sums["verl"].get(name), sums["dagrl"].get(name)
+            ratio = "-"
+            if verl and dagrl is not None:
+                ratio = f"{dagrl / verl:.2f}" + (" !" if abs(dagrl / verl - 1) > 0.10 else "")
+            digits = 0 if "MiB" in name or "tokens" in name or name.endswith(", s") else 3
+            lines.append(f"| {name} | {cell(verl, digits)} | {cell(dagrl, digits)} | {ratio} |")
+        lines.append("! : dagrl and verl differ by more than 10 %")
     both = sorted(step for step in set(rows["verl"]) & set(rows["dagrl"])
                   if "prompt_length/mean" in rows["verl"][step] and "prompt_length/mean" in rows["dagrl"][step])
     if both:  # the same data.seed draws the same batches on both sides (dagrl draws verl's order)
@@ -331,7 +354,6 @@ def report(args: argparse.Namespace) -> str:
     if sums["verl"].get("tokens/s/GPU") and sums["dagrl"].get("tokens/s/GPU"):
         gain = sums["dagrl"]["tokens/s/GPU"] / sums["verl"]["tokens/s/GPU"]
         lines.append(f"dagrl/verl tokens/s/GPU: {gain:.2f}x (issue 19's goal on the throughput job: >= 1.3x)")
-    lines.append("! : dagrl and verl differ by more than 10 %")
     return "\n".join(lines)
 
 
@@ -384,6 +406,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=560, help="seconds a side may run")
     parser.add_argument("--verl-extra", default="", help="more verl overrides, one string")
     parser.add_argument("--dagrl-extra", default="", help="more dagrl overrides, one string")
+    parser.add_argument("--parallel", action="store_true",
+                        help="learn: start every seed of every side at once on the one GPU (accuracy only)")
     args = parser.parse_args()
     args.steps = args.steps or STEPS[args.job]
     learn = args.job == "learn"
@@ -392,6 +416,8 @@ def main() -> None:
     sides = [side for side in args.sides.split(",") if side]
     if set(sides) - {"verl", "dagrl"}:
         raise SystemExit(f"--sides: verl and/or dagrl, not {args.sides}")
+    if args.parallel and not learn:
+        raise SystemExit("--parallel: the learn job only (the throughput job's times need the GPU to one run)")
     try:
         seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
     except ValueError:
@@ -409,13 +435,22 @@ def main() -> None:
         return
     out = Path(args.out)
     runs = [(seed, out / f"seed{seed}" if len(seeds) > 1 else out) for seed in seeds]
-    for seed, where in runs:
+    for _, where in runs:
         where.mkdir(parents=True, exist_ok=True)
-        if not args.report:
-            if not learn:
-                prepare_throughput(seeded(seed, where))
-            for side in sides:
-                run_side(side, seeded(seed, where))
+    todo = [] if args.report else [(side, seeded(seed, where)) for seed, where in runs for side in sides]
+    if args.parallel and todo:  # accuracy does not depend on timing: every run at once, one wall for all
+        for _, where in runs:
+            (where / SHARED).write_text(f"{len(todo)} runs shared one GPU (--parallel): their times and memory "
+                                        "measure the sharing\n")
+        threads = [threading.Thread(target=run_side, args=job) for job in todo]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for side, run_args in [] if args.parallel else todo:
+        if not learn:
+            prepare_throughput(run_args)  # once per machine: a no-op when the model and data are there
+        run_side(side, run_args)
     for seed, where in runs:
         print(report(seeded(seed, where)), end="\n\n")
     if len(seeds) > 1:

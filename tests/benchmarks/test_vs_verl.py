@@ -174,7 +174,7 @@ def test_run_side_logs_versions_and_stamps_step_lines(tmp_path, monkeypatch):
     monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {"CKPT_DIR": str(ckpt)}))
     monkeypatch.setattr(vs_verl, "VERSIONS", {"dagrl": ["json"]})
     monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: None)
-    vs_verl.run_side("dagrl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60))
+    vs_verl.run_side("dagrl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60, parallel=False))
     log = (tmp_path / "dagrl.log").read_bytes()
     assert log.startswith(b"versions: json ") and b"\n\rTraining 1/2\n" in log
     run = json.loads((tmp_path / "dagrl_run.json").read_text())
@@ -194,7 +194,7 @@ def test_run_json_is_written_at_each_step_line_then_closed_with_the_exit_code(tm
     monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {}))
     monkeypatch.setattr(vs_verl, "VERSIONS", {"verl": ["json"]})
     monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: None)
-    vs_verl.run_side("verl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60))
+    vs_verl.run_side("verl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60, parallel=False))
     assert [rc for rc, _ in writes] == [None, None, 0]  # one write per new step, the repeat of step 1 none
     assert sorted(writes[0][1]) == ["1"] and sorted(writes[1][1]) == ["1", "2"]
     assert json.loads((tmp_path / "verl_run.json").read_text())["rc"] == 0
@@ -260,3 +260,50 @@ def test_report_counts_the_steps_whose_prompts_are_the_same_on_both_sides(tmp_pa
     (tmp_path / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     text = vs_verl.report(vs_verl.argparse.Namespace(out=str(tmp_path), job="learn", seed=0))
     assert "same prompts (equal prompt_length/mean): 1 of 2 steps" in text
+
+
+def test_parallel_learn_runs_start_together_each_with_a_fixed_kv_cache_and_its_own_ports(tmp_path):
+    """--parallel: every seed of every side on one GPU at once. Each vLLM gets a fixed KV cache (profiling free
+    memory beside other starting runs is wrong), each verl its own Ray cluster, each dagrl its own torchrun port and
+    run directory; the throughput job refuses it."""
+    out = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
+                          "--seeds", "0,1", "--parallel", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()
+    verl, dagrl = [line for line in out if "verl_kit" in line], [line for line in out if "grpo_trainer" in line]
+    assert len(verl) == len(dagrl) == 2
+    assert all("engine_kwargs.vllm.kv_cache_memory_bytes=4294967296" in line for line in out)
+    assert all("ray_init.address=local" in line for line in verl) and not any("ray_init" in x for x in dagrl)
+    assert [("PET_MASTER_PORT=29700" in x, "PET_MASTER_PORT=29701" in x) for x in dagrl] == [(True, False),
+                                                                                          (False, True)]
+    assert len({line.split("CKPT_DIR=")[1].split()[0] for line in dagrl}) == 2
+    serial = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
+                             "--dry-run"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "kv_cache_memory_bytes" not in serial and "PET_MASTER_PORT" not in serial
+    bad = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "throughput", "--out", str(tmp_path),
+                          "--parallel", "--dry-run"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "--parallel: the learn job only" in bad.stderr
+
+
+def test_parallel_runs_overlap_and_their_report_keeps_accuracy_but_no_step_table(tmp_path, monkeypatch):
+    """The four runs of two seeds start before any ends (one wall, not four), the idle-GPU wait is skipped, and the
+    report of a shared run prints the accuracy and the same-prompts count but no phase times."""
+    stamps = tmp_path / "stamps"
+    monkeypatch.setattr(vs_verl, "command", lambda side, args: (
+        f"echo start >> {stamps}; sleep 2; echo end >> {stamps}; echo 'step:1 - timing_s/step:1'",
+        {"CKPT_DIR": str(tmp_path / f"ckpt{args.seed}")} if side == "dagrl" else {}))
+    monkeypatch.setattr(vs_verl, "VERSIONS", {"verl": ["json"], "dagrl": ["json"]})
+    monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: pytest.fail("a shared run waited for an idle GPU"))
+    monkeypatch.setattr(vs_verl, "report", lambda args: "")
+    monkeypatch.setattr(sys, "argv", ["vs_verl.py", "--job", "learn", "--out", str(tmp_path / "o"), "--seeds", "0,1",
+                                      "--parallel"])
+    vs_verl.main()
+    assert stamps.read_text().split() == ["start"] * 4 + ["end"] * 4
+    assert all(json.loads((tmp_path / "o" / f"seed{s}" / f"{side}_run.json").read_text())["rc"] == 0
+               for s in (0, 1) for side in ("verl", "dagrl"))
+    monkeypatch.undo()
+    (tmp_path / "r").mkdir()
+    write_out(tmp_path / "r")
+    (tmp_path / "r" / vs_verl.SHARED).write_text("4 runs shared one GPU (--parallel)\n")
+    text = vs_verl.report(vs_verl.argparse.Namespace(out=str(tmp_path / "r"), job="learn", seed=0))
+    assert "no step table: 4 runs shared one GPU" in text and "| whole step |" not in text
+    assert table_row(text, "4") == ["0.188", "0.188", "+0.000"]
