@@ -1,0 +1,171 @@
+"""dagrl's GRPO step math against verl 0.9.1's, whose formulas are copied inline below (CI has no verl), on random
+data of the vs_verl learn job's shape: 32 prompts x 8 responses of 1..12 tokens, 0/1 scores with all-0 and all-1
+groups, clip ratio 0.2, dual clip c = 3, token-mean.
+
+verl's sources: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, compute_policy_loss_vanilla,
+agg_loss), verl/utils/torch_functional.py (masked_sum), verl/workers/utils/losses.py (ppo_loss: the mini-batch's
+dp_size and batch_num_tokens into agg_loss) and verl/workers/engine/fsdp/transformer_impl.py
+(forward_backward_batch: batch_num_tokens = the mini-batch's loss_mask (= response_mask) summed over DP, one
+unscaled backward per micro-batch; FSDP then averages the gradient over the DP ranks).
+
+dagrl's step gradient is that of the sum of actor_loss over micro-batches and DP ranks (tests/engine checks the
+Megatron engine applies exactly that gradient), with the token_weights dagrl/nodes/actor.py gives each mini-batch.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from dagrl.algo.advantage import grpo_advantage
+from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, token_weights, vanilla_policy_loss
+from dagrl.data.batch import Batch
+
+PROMPTS, N, R = 32, 8, 12
+ROWS = PROMPTS * N
+
+
+# ---- verl 0.9.1, copied -------------------------------------------------------------------------------------
+def verl_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
+                                norm_adv_by_std_in_grpo=True):
+    scores = token_level_rewards.sum(dim=-1)
+    id2score, id2mean, id2std = defaultdict(list), {}, {}
+    with torch.no_grad():
+        bsz = scores.shape[0]
+        for i in range(bsz):
+            id2score[index[i]].append(scores[i])
+        for idx in id2score:
+            if len(id2score[idx]) == 1:
+                id2mean[idx], id2std[idx] = torch.tensor(0.0), torch.tensor(1.0)
+            else:
+                scores_tensor = torch.stack(id2score[idx])
+                id2mean[idx], id2std[idx] = torch.mean(scores_tensor), torch.std(scores_tensor)
+        for i in range(bsz):
+            if norm_adv_by_std_in_grpo:
+                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+            else:
+                scores[i] = scores[i] - id2mean[index[i]]
+        scores = scores.unsqueeze(-1) * response_mask
+    return scores, scores
+
+
+def verl_masked_sum(values, mask):
+    return (torch.where(mask.bool(), values, 0.0) * mask).sum()
+
+
+def verl_vanilla_pg_losses(old_log_prob, log_prob, advantages, clip_ratio=0.2, clip_ratio_c=3.0):
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    return torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+
+
+def verl_step_gradient(log_prob, old, adv, mask, ranks, micro_batches):
+    """d(step loss)/d(log_prob) as verl's FSDP engine accumulates it."""
+    batch_num_tokens = sum(mask[rows].sum() for rows in ranks).item()  # all-reduced over DP
+    dp_size = len(ranks)
+    grads = []
+    for rows in ranks:
+        leaf = log_prob.detach().clone().requires_grad_()
+        for part in micro_batches(len(rows)):
+            idx = torch.as_tensor(rows[part])
+            pg_losses = verl_vanilla_pg_losses(old[idx], leaf[idx], adv[idx])
+            loss = verl_masked_sum(pg_losses, mask[idx]) / batch_num_tokens * dp_size  # agg_loss, token-mean
+            loss.backward()
+        grads.append(leaf.grad)
+    return sum(grads) / dp_size
+
+
+# ---- dagrl --------------------------------------------------------------------------------------------------
+def dagrl_step_gradient(log_prob, old, adv, mask, ranks, micro_batches):
+    spec = PolicyLossSpec(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="token-mean")
+    tokens, sequences = sum(aggregation_counts(mask[rows]) for rows in ranks).tolist()
+    leaf = log_prob.detach().clone().requires_grad_()
+    total = 0.0
+    for rows in ranks:
+        for part in micro_batches(len(rows)):
+            idx = torch.as_tensor(rows[part])
+            micro = Batch({"token_weights": token_weights(mask[idx], "token-mean", tokens, sequences),
+                           "advantages": adv[idx], "old_log_probs": old[idx], "response_mask": mask[idx]})
+            total = total + actor_loss(micro, leaf[idx], None, spec)[0]
+    total.backward()
+    return leaf.grad
+
+
+# ---- data of the job's shape --------------------------------------------------------------------------------
+def job_batch(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, R + 1, (ROWS,), generator=g)
+    mask = (torch.arange(R)[None, :] < lengths[:, None]).float()
+    success = torch.rand(PROMPTS, generator=g)
+    success[:4] = torch.tensor([0.0, 1.0, 0.0, 1.0])  # groups scored all 0 and all 1
+    scores = (torch.rand(PROMPTS, N, generator=g) < success[:, None]).float().reshape(-1)
+    rewards = torch.zeros(ROWS, R)
+    rewards[torch.arange(ROWS), lengths - 1] = scores  # the score on the last response token
+    uid = [f"{i // N}" for i in range(ROWS)]
+    old = -3.0 * torch.rand(ROWS, R, generator=g)
+    log_prob = old + 0.3 * torch.randn(ROWS, R, generator=g)  # about half the tokens outside 1 +- 0.2
+    log_prob = torch.where(torch.rand(ROWS, R, generator=g) < 0.05, old + 1.5, log_prob)  # ratio 4.5 > c = 3
+    # finite garbage on the padding: it must not reach the loss or the gradient
+    old = torch.where(mask.bool(), old, 5 * torch.randn(ROWS, R, generator=g))
+    log_prob = torch.where(mask.bool(), log_prob, 5 * torch.randn(ROWS, R, generator=g))
+    return mask, rewards, uid, old, log_prob
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_advantage_equals_verls(seed, norm_by_std):
+    mask, rewards, uid, _, _ = job_batch(seed)
+    # the advantage node's call: default epsilon
+    adv, returns = grpo_advantage(rewards, mask, uid, norm_by_std=norm_by_std)
+    want, _ = verl_grpo_outcome_advantage(rewards.clone(), mask, np.array(uid, dtype=object),
+                                          norm_adv_by_std_in_grpo=norm_by_std)
+    torch.testing.assert_close(adv, want, rtol=0, atol=1e-6)
+    assert torch.equal(adv, returns)
+    assert adv[:4 * N].abs().max() == 0  # the all-0 and all-1 groups carry no signal on either side
+    if norm_by_std:  # a lone success in 8: (1 - 1/8) / unbiased std sqrt(1/8) = 2.47
+        assert adv.abs().max() > 2.0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vanilla_per_token_loss_equals_verls(seed):
+    mask, rewards, uid, old, log_prob = job_batch(seed)
+    adv, _ = grpo_advantage(rewards, mask, uid)
+    loss, _ = vanilla_policy_loss(log_prob, old, adv, clip_low=0.2, clip_high=0.2, clip_c=3.0)
+    want = verl_vanilla_pg_losses(old, log_prob, adv)
+    valid = mask.bool()
+    dual = valid & (adv < 0) & ((log_prob - old).exp() > 3.0)
+    assert dual.sum() > 10  # the dual-clip branch is exercised
+    torch.testing.assert_close(loss[valid], want[valid], rtol=0, atol=1e-6)
+
+
+def _rows(ranks: int) -> list[np.ndarray]:
+    return np.array_split(np.arange(ROWS), ranks)
+
+
+LAYOUTS = {
+    "dp1, 4 micro-batches of 64": (1, lambda n: [slice(i, i + 64) for i in range(0, n, 64)]),
+    "dp1, uneven micro-batches": (1, lambda n: [slice(0, 13), slice(13, 83), slice(83, 184), slice(184, n)]),
+    "dp2, uneven micro-batches": (2, lambda n: [slice(0, 9), slice(9, 50), slice(50, n)]),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_step_gradient_equals_verls_token_mean_over_the_mini_batch(seed, layout):
+    """The whole optimizer step's gradient w.r.t. every per-token log-prob: verl divides every micro-batch's sum by
+    the mini-batch's token count (never the micro-batch's), so the split does not matter; neither may it in dagrl."""
+    mask, rewards, uid, old, log_prob = job_batch(seed)
+    adv, _ = grpo_advantage(rewards, mask, uid)
+    dp, micro_batches = LAYOUTS[layout]
+    got = dagrl_step_gradient(log_prob, old, adv, mask, _rows(dp), micro_batches)
+    want = verl_step_gradient(log_prob, old, adv, mask, _rows(dp), micro_batches)
+    assert want.abs().max() > 1e-3  # the gradient is not trivially small (about 1 / 1,700 tokens per unit of A)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-9)
+    assert got[~mask.bool()].abs().max() == 0  # padding gets no gradient
