@@ -140,7 +140,7 @@ def model_inputs(args: argparse.Namespace) -> tuple:
         data_rows = int(more[0]) if more else int(found.group(1)) if found else 0
         if data_rows >= args.batch:
             draws = args.steps + math.ceil(args.oversample) + 1
-            for order in ORDERS:  # runs measured before dagrl drew verl's prompt order drew numpy's
+            for order in ORDERS:  # a measured run drew the order of the dagrl that ran it
                 candidate = replay(data_rows, mean, int(longest), args.batch, args.n, draws, order=order)
                 tops = candidate[::args.n][: len(rows) * args.batch].reshape(len(rows), -1).max(1)
                 if all(top == row["response_length/max"] for top, row in zip(tops, rows)):

@@ -1,11 +1,14 @@
 """A seeded, resumable sampler of global batches of dataset row indices.
 
 Every rank builds the same sampler and gets the same global batch; each then takes its own slice (`rank_share`)
-and reads and tokenizes only those rows. The order of epoch `e` is verl's: the `e`-th `torch.randperm` of a CPU
-`torch.Generator` seeded with `data.seed` (verl's torchdata `RandomSampler` draws one permutation per epoch), so the
-same data and `data.seed` give the batches verl gives. It depends only on (seed, epoch): a resumed run only needs the
-global position (epoch, step within the epoch) to continue with the same indices. Checkpoints written before this
-order (no "order" in their state) resume with the order they were written with, numpy's `default_rng([seed, e])`.
+and reads and tokenizes only those rows. The order is verl's, so the same data and `data.seed` give the batches
+verl gives: verl's torchdata `RandomSampler` permutes with a CPU `torch.Generator` seeded with `data.seed`, and its
+`StatefulDataLoader` with worker processes (verl's default `data.dataloader_num_workers=8`) draws two permutations
+an epoch and uses the second, so epoch `e` is the `2e+1`-th `torch.randperm` (from 0; order "verl_workers", measured
+against verl 0.9.1's batches on a GPU and tested against torchdata). The order depends only on (seed, epoch): a
+resumed run only needs the global position (epoch, step within the epoch) to continue with the same indices. A
+checkpoint resumes in the order it was written with: "verl" (one permutation an epoch: verl's loader without workers,
+and dagrl's order before "verl_workers") or, with no "order" in its state, numpy's `default_rng([seed, e])`.
 The last incomplete batch of an epoch is dropped, so every batch has exactly `batch_size` rows.
 """
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-ORDERS = ("verl", "numpy")  # "numpy": the order of checkpoints written before verl's
+ORDERS = ("verl_workers", "verl", "numpy")  # new runs: the first; the others resume older checkpoints
+DRAWS = {"verl_workers": 2, "verl": 1}  # torch.randperm calls an epoch, the last one used
 
 
 def rank_share(batch_size: int, rank: int, ranks: int) -> np.ndarray:
@@ -31,7 +35,7 @@ class EpochSampler:
     """Yields `(epoch, indices)` global batches, epoch after epoch, without end."""
 
     def __init__(self, num_rows: int, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 order: str = "verl") -> None:
+                 order: str = ORDERS[0]) -> None:
         if batch_size <= 0:
             raise ValueError(f"data.train_batch_size must be positive, got {batch_size}")
         if batch_size > num_rows:
@@ -44,7 +48,7 @@ class EpochSampler:
         if order not in ORDERS:
             raise ValueError(f"unknown prompt order {order!r}; known: {', '.join(ORDERS)}")
         self.order = order
-        self._drawn: tuple[int, torch.Generator, np.ndarray] | None = None  # verl order: (epoch, generator, order)
+        self._drawn: tuple[int, torch.Generator, np.ndarray] | None = None  # verl orders: (epoch, generator, order)
         self.epoch = 0  # the epoch of the next batch
         self.step_in_epoch = 0  # how many batches of that epoch were already handed out
         self._order: np.ndarray | None = None  # cached permutation of `self.epoch`
@@ -65,7 +69,8 @@ class EpochSampler:
             self._drawn = (-1, generator, np.empty(0, dtype=np.int64))
         drawn, generator, order = self._drawn
         while drawn < epoch:
-            order = torch.randperm(self.num_rows, generator=generator).numpy().astype(np.int64)
+            for _ in range(DRAWS[self.order]):
+                order = torch.randperm(self.num_rows, generator=generator).numpy().astype(np.int64)
             drawn += 1
         self._drawn = (drawn, generator, order)
         return order.copy()

@@ -20,7 +20,7 @@ from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
 from dagrl.dag.graph import graph_from_config, run_graph
 from dagrl.data.batch import Batch
-from dagrl.data.sampler import EpochSampler, rank_share
+from dagrl.data.sampler import ORDERS, EpochSampler, rank_share
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.trainer import build
@@ -146,9 +146,9 @@ class Trainer:
         if self.ctx.critic is not None:  # pre-flight (check_resume) made sure the checkpoint has critic/
             self.ctx.critic.load_checkpoint(str(path / "critic"))
         self.sampler.load_state_dict(state["sampler"])
-        if self.sampler.order != "verl":
-            logger.info("%s predates verl's prompt order: the run goes on in the %s order it began with", path,
-                        self.sampler.order)
+        if self.sampler.order != ORDERS[0]:
+            logger.info("%s predates dagrl's drawing of verl's prompt order (%s): the run goes on in the %s order it "
+                        "began with", path, ORDERS[0], self.sampler.order)
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.ctx.pool is not None:
             restore_pool(self.ctx, self.train_data, read_pool(path, self.rollout_dp_rank))

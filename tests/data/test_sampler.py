@@ -66,10 +66,15 @@ def test_rank_shares_partition_the_global_batch_in_order():
         rank_share(10, 0, 3)
 
 
-@pytest.mark.parametrize("rows,batch_size,seed", [(256, 32, 1), (10, 3, 7)])
-def test_batches_are_verls_for_the_same_data_seed(rows, batch_size, seed):
+@pytest.mark.parametrize("rows,batch_size,seed,workers,order", [(272, 32, 0, 2, "verl_workers"),
+                                                                 (10, 3, 7, 1, "verl_workers"),
+                                                                 (256, 32, 1, 0, "verl"), (10, 3, 7, 0, "verl")])
+def test_batches_are_verls_for_the_same_data_seed(rows, batch_size, seed, workers, order):
     """verl 0.9.1's train loader (verl.trainer.ppo.utils.create_rl_sampler + ray_trainer): torchdata's
-    StatefulDataLoader over torchdata's RandomSampler with a torch.Generator seeded by data.seed, drop_last."""
+    StatefulDataLoader over torchdata's RandomSampler with a torch.Generator seeded by data.seed, drop_last. With
+    worker processes (verl's default data.dataloader_num_workers=8) the loader draws two permutations an epoch and
+    uses the second: dagrl's default order; without workers one ("verl", the order of older checkpoints). The first
+    case is the GPU run's data (272 rows, seed 0), whose step-1 batch verl logged."""
     import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
     from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -78,9 +83,23 @@ def test_batches_are_verls_for_the_same_data_seed(rows, batch_size, seed):
     generator = torch.Generator()
     generator.manual_seed(seed)
     loader = StatefulDataLoader(dataset=data, batch_size=batch_size, drop_last=True, collate_fn=list,
-                                sampler=RandomSampler(data_source=data, generator=generator))
+                                num_workers=workers, sampler=RandomSampler(data_source=data, generator=generator))
     verl = [(epoch, batch) for epoch in range(3) for batch in loader]
-    assert take(EpochSampler(rows, batch_size, seed, True), len(verl)) == verl
+    assert take(EpochSampler(rows, batch_size, seed, True, order=order), len(verl)) == verl
+    other = "verl" if order == "verl_workers" else "verl_workers"
+    assert take(EpochSampler(rows, batch_size, seed, True, order=other), len(verl)) != verl
+    if workers:
+        assert EpochSampler(rows, batch_size, seed, True).order == order  # new runs draw verl's default
+
+
+def test_a_checkpoint_of_the_one_draw_order_resumes_in_that_order():
+    """Checkpoints of dagrl before "verl_workers" carry order "verl": they continue with one permutation an epoch."""
+    reference = take(EpochSampler(11, 4, 3, True, order="verl"), 8)
+    first = EpochSampler(11, 4, 3, True, order="verl")
+    head = take(first, 3)
+    resumed = EpochSampler(11, 4, 3, True)
+    resumed.load_state_dict(first.state_dict())
+    assert resumed.order == "verl" and head + take(resumed, 5) == reference
 
 
 def test_a_checkpoint_of_the_numpy_order_resumes_in_that_order():
