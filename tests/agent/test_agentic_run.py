@@ -133,9 +133,9 @@ def test_multi_turn_partial_rollout_carries_trajectories_and_resumes_exactly(arg
     """Partial rollout over multi-turn trajectories: the unfinished ones (an aborted turn, or waiting on the
     interaction) are carried into the next step and saved with the checkpoint; a killed and relaunched run gives the
     uninterrupted run's metrics exactly."""
-    # data.seed 3: a prompt order whose carried groups reach the bound K=2 within the 4 steps (1 and 2 do not)
+    # data.seed 1 (the default) draws a prompt order whose carried groups reach the bound K=2 within the 4 steps
     extra = {"async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
-             "async_training.max_staleness": 2, "data.seed": 3}
+             "async_training.max_staleness": 2, "data.seed": 1}
     straight, resumed = straight_and_resumed(lambda out: args(out, **extra), tmp_path)
     expected, actual = metrics_by_step(straight), metrics_by_step(resumed)
     assert actual == expected
