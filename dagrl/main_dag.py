@@ -89,6 +89,9 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
             init_process_group(timeout_s=cfg.actor_rollout_ref.nccl_timeout)
             joined()
             Trainer(cfg, shape).fit()
+        from dagrl.utils.dist import destroy_process_groups
+
+        destroy_process_groups()  # with the watchdog still on: a stuck destroy is a hang like any other
     except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
         return (2 if isinstance(error, ConfigError) else 1), str(error)

@@ -1,8 +1,14 @@
 """Small torch.distributed helpers that work the same in a world of one."""
 from __future__ import annotations
 
+import gc
+import sys
+
 import torch
 import torch.distributed as dist
+# Before any process group: its functions take group.WORLD as a default argument, so imported later (by
+# torch.distributed.checkpoint, at the first save) they would keep the default group alive past destroy_process_groups.
+import torch.distributed.nn  # noqa: F401
 
 
 def is_initialized() -> bool:
@@ -137,6 +143,27 @@ def init_process_group(timeout_s: float | None = None) -> None:
     from dagrl.utils import watchdog
 
     watchdog.attach(store)
+
+
+def destroy_process_groups() -> None:
+    """The run is over (every rank got here): destroy every process group, Megatron's included, while the interpreter
+    is whole. A gloo group's worker threads are joined only when the group is freed; left to the interpreter's shutdown,
+    a worker still releasing the last collective's tensors needs the GIL, and the process aborts after a finished run
+    ("terminate called without an active exception", pytorch#190489). Not on an error path: NCCL's shutdown waits for
+    peers that may be inside a collective."""
+    if not is_initialized():
+        return
+    rotary = sys.modules.get("megatron.core.models.common.embeddings.rotary_pos_embedding")
+    if rotary is not None:  # its forward's lru_cache holds the modules, and so their CP groups
+        rotary.RotaryEmbedding.forward.cache_clear()
+    gc.collect()  # the run's engines (reference cycles) go first, while the groups they hold still work
+    parallel_state = sys.modules.get("megatron.core.parallel_state")
+    if parallel_state is not None:
+        parallel_state.destroy_model_parallel()
+        # megatron-core 0.16's destroy_model_parallel leaves these two set
+        parallel_state._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP = None
+        parallel_state._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO = None
+    dist.destroy_process_group()
 
 
 def launch_store(timeout=None) -> tuple[object, int, int]:

@@ -1,0 +1,40 @@
+"""A finished run destroys every process group before the interpreter shuts down (dagrl.utils.dist), so no gloo worker
+thread is left to free a collective's tensors then: that aborted a rank after a finished run in CI ("terminate called
+without an active exception"). The end-to-end check is in tests/trainer/test_partial_rollout.py."""
+import json
+import os
+import socket
+
+import torch.multiprocessing as mp
+
+from tests.trainer.exit_threads import gloo_threads
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _worker(rank: int, port: int, out: str) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+    from dagrl.engine.megatron.parallel import init_model_parallel
+    from dagrl.placement import ParallelLayout
+    from dagrl.utils import dist
+
+    dist.init_process_group()
+    init_model_parallel(ParallelLayout(), seed=0)  # Megatron's groups, as the engines build them
+    import torch.distributed.checkpoint  # noqa: F401  after the process group, as the first checkpoint save imports it
+    dist.all_gather_objects(["uid"] * 8)  # the run's last collective (the partial-rollout pool's uids)
+    running = gloo_threads()
+    dist.destroy_process_groups()
+    with open(f"{out}/rank{rank}.json", "w", encoding="utf-8") as result:
+        json.dump([running, gloo_threads()], result)
+
+
+def test_destroying_the_process_groups_joins_every_gloo_thread(tmp_path):
+    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        running, left = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert running > 4 and left == 0, (rank, running, left)  # the world's group and Megatron's, then none
