@@ -150,19 +150,15 @@ def destroy_process_groups() -> None:
     is whole. A gloo group's worker threads are joined only when the group is freed; left to the interpreter's shutdown,
     a worker still releasing the last collective's tensors needs the GIL, and the process aborts after a finished run
     ("terminate called without an active exception", pytorch#190489). Not on an error path: NCCL's shutdown waits for
-    peers that may be inside a collective."""
-    if not is_initialized():
+    peers that may be inside a collective. Only in gloo (CPU) worlds so far: a GPU run, with NCCL groups and vLLM's
+    own beside Megatron's, has not exercised it, and keeps the interpreter's teardown it always had."""
+    if not is_initialized() or dist.get_backend() != "gloo":
         return
-    rotary = sys.modules.get("megatron.core.models.common.embeddings.rotary_pos_embedding")
-    if rotary is not None:  # its forward's lru_cache holds the modules, and so their CP groups
-        rotary.RotaryEmbedding.forward.cache_clear()
-    gc.collect()  # the run's engines (reference cycles) go first, while the groups they hold still work
-    parallel_state = sys.modules.get("megatron.core.parallel_state")
-    if parallel_state is not None:
-        parallel_state.destroy_model_parallel()
-        # megatron-core 0.16's destroy_model_parallel leaves these two set
-        parallel_state._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP = None
-        parallel_state._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO = None
+    if "megatron.core" in sys.modules:  # loaded by the run's engines; never imported here for the teardown alone
+        from dagrl.engine.megatron import compat
+        compat.destroy_model_parallel()
+    else:
+        gc.collect()
     dist.destroy_process_group()
 
 

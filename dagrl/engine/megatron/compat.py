@@ -137,3 +137,18 @@ def step_with_norm(optimizer: Any, grad_norm: float) -> bool:
         return bool(optimizer.step()[0])
     finally:
         del optimizer.prepare_grads, optimizer.get_grad_norm
+
+
+def destroy_model_parallel() -> None:
+    """Frees Megatron's process groups at the end of a run (dagrl.utils.dist.destroy_process_groups)."""
+    import gc
+
+    from megatron.core import parallel_state
+    from megatron.core.models.common.embeddings import rotary_pos_embedding
+
+    rotary_pos_embedding.RotaryEmbedding.forward.cache_clear()  # its lru_cache holds the modules, so their CP groups
+    gc.collect()  # the run's engines (reference cycles) go first, while the groups they hold still work
+    parallel_state.destroy_model_parallel()
+    # 0.16's destroy_model_parallel leaves these two set (later versions reset them too)
+    parallel_state._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP = None
+    parallel_state._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO = None
