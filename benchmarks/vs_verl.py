@@ -4,7 +4,7 @@
 usage: python3 benchmarks/vs_verl.py --job learn|throughput --out DIR [--sides verl,dagrl] [--report] [--steps N]
            [--seeds 0[,1...]] [--smol DIR] [--arith DIR] [--model DIR] [--data DIR] [--train-tokens 6144]
            [--logprob-tokens 24576] [--timeout 560] [--verl-extra "k=v ..."] [--dagrl-extra "k=v ..."] [--dry-run]
-           [--parallel]
+           [--parallel] [--plot FILE.svg]
 
 On the GPU machine (the kits received, `eval "$(bash .devkit/bin/gpu.sh env)"`; benchmarks/verl_kit/README.md,
 "Rerun") it runs each side in --sides as a subprocess, then prints the tables; `--report` runs nothing and prints the
@@ -357,12 +357,49 @@ def report(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def learn_curves(out: Path) -> dict[str, list[dict[int, float]]]:
+    """{side: [{step: held-out accuracy} for each seed directory of out]}."""
+    dirs = sorted(out.glob("seed*"), key=lambda path: int(path.name[4:]) if path.name[4:].isdigit() else -1)
+    return {side: [{step: accuracy(row) for step, row in side_rows(path, side).items() if accuracy(row) is not None}
+                   for path in dirs] for side in ("verl", "dagrl")}
+
+
+def curves_svg(curves: dict[str, list[dict[int, float]]], title: str) -> str:
+    """The held-out accuracy curves as a small SVG (no plotting library on the machines): one line per seed, verl
+    blue, dagrl orange, the second seed dashed; x the step, y the accuracy 0..1."""
+    width, height, left, bottom, top, right = 640, 360, 50, 40, 30, 120
+    steps = sorted({step for side in curves for curve in curves[side] for step in curve}) or [0]
+    last = max(steps[-1], 1)
+    x = lambda step: left + (width - left - right) * step / last  # noqa: E731
+    y = lambda acc: height - bottom - (height - bottom - top) * acc  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+             f'<text x="{left}" y="18">{title}</text>']
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+                     f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')
+    for step in steps:
+        parts.append(f'<text x="{x(step):.1f}" y="{height - bottom + 16}" text-anchor="middle">{step}</text>')
+    parts.append(f'<text x="{(width - right + left) / 2}" y="{height - 6}" text-anchor="middle">step</text>')
+    legend = 0
+    for side, colour in (("verl", "#1f77b4"), ("dagrl", "#ff7f0e")):
+        for index, curve in enumerate(curves[side]):
+            points = " ".join(f"{x(step):.1f},{y(acc):.1f}" for step, acc in sorted(curve.items()))
+            dash = ' stroke-dasharray="5,4"' if index else ""
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{points}"/>')
+            ly = top + 16 * legend
+            parts.append(f'<line x1="{width - right + 10}" x2="{width - right + 40}" y1="{ly}" y2="{ly}" '
+                         f'stroke="{colour}" stroke-width="2"{dash}/><text x="{width - right + 46}" y="{ly + 4}">'
+                         f'{side} seed{index}</text>')
+            legend += 1
+    return "\n".join(parts + ["</svg>"]) + "\n"
+
+
 def seeds_report(out: Path) -> str:
     """Held-out accuracy of every seed of both sides (--out/seed<S>/) and, at each evaluated step, whether dagrl's
     mean over its seeds reaches verl's less the seeds' spread (the largest max - min of either side at that step)."""
     dirs = sorted(out.glob("seed*"), key=lambda path: int(path.name[4:]) if path.name[4:].isdigit() else -1)
-    curves = {side: [{step: accuracy(row) for step, row in side_rows(path, side).items() if accuracy(row) is not None}
-                     for path in dirs] for side in ("verl", "dagrl")}
+    curves = learn_curves(out)
     steps = sorted({step for side in curves for curve in curves[side] for step in curve})
     names = [path.name for path in dirs]
     lines = [f"held-out greedy accuracy over {len(dirs)} seeds ({', '.join(names)})",
@@ -406,6 +443,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=560, help="seconds a side may run")
     parser.add_argument("--verl-extra", default="", help="more verl overrides, one string")
     parser.add_argument("--dagrl-extra", default="", help="more dagrl overrides, one string")
+    parser.add_argument("--plot", default=None, help="with several --seeds: the held-out accuracy curves as an SVG")
     parser.add_argument("--parallel", action="store_true",
                         help="learn: start every seed of every side at once on the one GPU (accuracy only)")
     args = parser.parse_args()
@@ -455,6 +493,8 @@ def main() -> None:
         print(report(seeded(seed, where)), end="\n\n")
     if len(seeds) > 1:
         print(seeds_report(out))
+        if args.plot:
+            Path(args.plot).write_text(curves_svg(learn_curves(out), "held-out greedy accuracy, SmolLM2-135M GRPO"))
 
 
 if __name__ == "__main__":

@@ -307,3 +307,17 @@ def test_parallel_runs_overlap_and_their_report_keeps_accuracy_but_no_step_table
     text = vs_verl.report(vs_verl.argparse.Namespace(out=str(tmp_path / "r"), job="learn", seed=0))
     assert "no step table: 4 runs shared one GPU" in text and "| whole step |" not in text
     assert table_row(text, "4") == ["0.188", "0.188", "+0.000"]
+
+
+def test_the_curves_svg_draws_one_line_per_seed_at_the_accuracies(tmp_path):
+    """--plot: the held-out curves of every seed of both sides (verl blue, dagrl orange, second seed dashed), each
+    point at its step and accuracy (y 0..1 between the plot's bottom 320 and top 30)."""
+    seed_dir(tmp_path / "seed0", 0, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 4: 0.25, 8: 0.75})
+    seed_dir(tmp_path / "seed1", 1, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 8: 0.5})
+    svg = vs_verl.curves_svg(vs_verl.learn_curves(tmp_path), "t")
+    lines = [line for line in svg.splitlines() if line.startswith("<polyline")]
+    assert len(lines) == 4 and [('stroke="#1f77b4"' in line, "dasharray" in line) for line in lines] == [
+        (True, False), (True, True), (False, False), (False, True)]
+    assert 'points="50.0,320.0 285.0,175.0 520.0,30.0"' in lines[0]  # verl seed 0: steps 0/4/8 at 0, 0.5, 1.0
+    assert 'points="50.0,320.0 520.0,175.0"' in lines[3]  # dagrl seed 1 was evaluated twice
+    assert svg.rstrip().endswith("</svg>")
