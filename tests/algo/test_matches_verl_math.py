@@ -1,4 +1,4 @@
-"""dagrl's GRPO step math against verl 0.9.1's, whose formulas are copied inline below (CI has no verl), on random
+"""dagrl's GRPO step math against verl 0.9.1's, whose formulas are restated below (CI has no verl), on random
 data of the vs_verl learn job's shape: 32 prompts x 8 responses of 1..12 tokens, 0/1 scores with all-0 and all-1
 groups, clip ratio 0.2, dual clip c = 3, token-mean.
 
@@ -13,7 +13,6 @@ Megatron engine applies exactly that gradient), with the token_weights dagrl/nod
 """
 from __future__ import annotations
 
-from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -27,59 +26,48 @@ PROMPTS, N, R = 32, 8, 12
 ROWS = PROMPTS * N
 
 
-# ---- verl 0.9.1, copied -------------------------------------------------------------------------------------
+# ---- verl 0.9.1's formulas, restated here ------------------------------------------------------------------
 def verl_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
                                 norm_adv_by_std_in_grpo=True):
-    scores = token_level_rewards.sum(dim=-1)
-    id2score, id2mean, id2std = defaultdict(list), {}, {}
-    with torch.no_grad():
-        bsz = scores.shape[0]
-        for i in range(bsz):
-            id2score[index[i]].append(scores[i])
-        for idx in id2score:
-            if len(id2score[idx]) == 1:
-                id2mean[idx], id2std[idx] = torch.tensor(0.0), torch.tensor(1.0)
-            else:
-                scores_tensor = torch.stack(id2score[idx])
-                id2mean[idx], id2std[idx] = torch.mean(scores_tensor), torch.std(scores_tensor)
-        for i in range(bsz):
-            if norm_adv_by_std_in_grpo:
-                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
-            else:
-                scores[i] = scores[i] - id2mean[index[i]]
-        scores = scores.unsqueeze(-1) * response_mask
-    return scores, scores
+    """Per group of responses to one prompt: (score - mean) / (unbiased std + epsilon), or score - mean; a group of
+    one counts as mean 0, std 1. Broadcast over the response's tokens."""
+    scores = token_level_rewards.sum(-1)
+    groups = {key: [i for i, other in enumerate(index) if other == key] for key in dict.fromkeys(index)}
+    advantages = torch.empty_like(scores)
+    for rows in groups.values():
+        group = scores[rows]
+        mean, std = (group.mean(), group.std()) if len(rows) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
+        advantages[rows] = (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
+    advantages = advantages[:, None] * response_mask
+    return advantages, advantages
 
 
 def verl_masked_sum(values, mask):
-    return (torch.where(mask.bool(), values, 0.0) * mask).sum()
+    """Padding may hold anything (even inf): it is replaced by 0 before the mask multiplies."""
+    return (values.masked_fill(~mask.bool(), 0.0) * mask).sum()
 
 
 def verl_vanilla_pg_losses(old_log_prob, log_prob, advantages, clip_ratio=0.2, clip_ratio_c=3.0):
-    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
-    ratio = torch.exp(negative_approx_kl)
-    pg_losses1 = -advantages * ratio
-    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio)
-    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
-    pg_losses3 = -advantages * clip_ratio_c
-    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
-    return torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    """PPO's clipped surrogate with verl's dual clip: a negative advantage's loss is capped at -A * c."""
+    ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0).exp()
+    clipped = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_ratio, 1 + clip_ratio))
+    return torch.where(advantages < 0, torch.min(clipped, -advantages * clip_ratio_c), clipped)
 
 
 def verl_step_gradient(log_prob, old, adv, mask, ranks, micro_batches):
-    """d(step loss)/d(log_prob) as verl's FSDP engine accumulates it."""
-    batch_num_tokens = sum(mask[rows].sum() for rows in ranks).item()  # all-reduced over DP
-    dp_size = len(ranks)
+    """d(step loss)/d(log_prob) as verl's FSDP engine accumulates it: every micro-batch's masked sum divided by the
+    mini-batch's token count over all DP ranks and multiplied by the DP size, one backward each; FSDP averages the
+    ranks' gradients."""
+    tokens = float(sum(mask[rows].sum() for rows in ranks))
     grads = []
     for rows in ranks:
         leaf = log_prob.detach().clone().requires_grad_()
         for part in micro_batches(len(rows)):
             idx = torch.as_tensor(rows[part])
-            pg_losses = verl_vanilla_pg_losses(old[idx], leaf[idx], adv[idx])
-            loss = verl_masked_sum(pg_losses, mask[idx]) / batch_num_tokens * dp_size  # agg_loss, token-mean
-            loss.backward()
+            losses = verl_vanilla_pg_losses(old[idx], leaf[idx], adv[idx])
+            (verl_masked_sum(losses, mask[idx]) / tokens * len(ranks)).backward()
         grads.append(leaf.grad)
-    return sum(grads) / dp_size
+    return sum(grads) / len(ranks)
 
 
 # ---- dagrl --------------------------------------------------------------------------------------------------
