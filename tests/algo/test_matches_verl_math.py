@@ -13,7 +13,6 @@ Megatron engine applies exactly that gradient), with the token_weights dagrl/nod
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
