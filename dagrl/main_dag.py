@@ -82,16 +82,16 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
                             composed - _STARTED, checked - composed, time.perf_counter() - checked)
 
         if shape.two_pools:
+            # no teardown: a pool that finished first must not free its groups (the bridge's among them) while the
+            # other still sends to it; nothing yet makes every rank of both pools wait for the last one
             run_pool(cfg, shape, joined)
         else:
-            from dagrl.utils.dist import init_process_group
+            from dagrl.utils.dist import destroy_process_groups, init_process_group
 
             init_process_group(timeout_s=cfg.actor_rollout_ref.nccl_timeout)
             joined()
             Trainer(cfg, shape).fit()
-        from dagrl.utils.dist import destroy_process_groups
-
-        destroy_process_groups()  # with the watchdog still on: a stuck destroy is a hang like any other
+            destroy_process_groups()  # with the watchdog still on: a stuck destroy is a hang like any other
     except (ConfigError, RunError) as error:  # bad input found late (a data row), a failing scorer
         logger.debug("stopping", exc_info=error)  # DAGRL_LOG_LEVEL=DEBUG shows the traceback
         return (2 if isinstance(error, ConfigError) else 1), str(error)
