@@ -76,8 +76,10 @@ SHARED = "shared_gpu.txt"  # written by --parallel into each run's directory: th
 def overrides(side: str, args: argparse.Namespace) -> list[str]:
     """The job's overrides on top of the side's script; equal keys on both sides unless a side lacks one."""
     common = [f"trainer.total_training_steps={args.steps}", "trainer.resume_mode=disable"]
-    # verl keeps its actor on the GPU while it generates (its *_offload flags are off), and so does dagrl here
-    resident = ["actor_rollout_ref.rollout.offload_train_state=False"] if side == "dagrl" else []
+    # verl keeps its actor on the GPU while it generates (its *_offload flags are off), and so does dagrl here; verl
+    # scores each response in its agent loop as it finishes, and dagrl scores beside its old log-prob pass
+    resident = ["actor_rollout_ref.rollout.offload_train_state=False",
+                "reward_model.launch_reward_fn_async=True"] if side == "dagrl" else []
     if args.job == "learn":
         return common + resident + (shared_gpu(side) if args.parallel else [])
     both = [f"data.max_prompt_length={PROMPT_LEN}", f"data.max_response_length={RESPONSE_LEN}",

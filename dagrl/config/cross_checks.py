@@ -28,6 +28,14 @@ def check_overlong_manager(cfg: Cfg) -> None:
             f"drop overlong_buffer.enable")
 
 
+def check_async_reward(cfg: Cfg) -> None:
+    """Scoring in the background happens behind the layout node, where dynamic sampling no longer sees the scores."""
+    require(not (cfg.reward_model.launch_reward_fn_async and cfg.algorithm.filter_groups.enable),
+            "reward_model.launch_reward_fn_async",
+            "reward_model.launch_reward_fn_async=true scores beside the log-prob passes, after dynamic sampling "
+            "(algorithm.filter_groups.enable=true) must have filtered on the scores: set one of them false")
+
+
 def check_profiled_steps(cfg: Cfg, train_rows: int) -> None:
     """Every step global_profiler.steps names is one the run reaches (`derived.total_steps`)."""
     steps = cfg.global_profiler.steps

@@ -11,8 +11,6 @@ MORE_VERL_KEYS = {
                                    "training process, without loader workers; drop the key",
     "trainer.del_local_ckpt_after_load": "dagrl never deletes a checkpoint it resumed from; keep fewer with "
                                          "trainer.max_actor_ckpt_to_keep=N; drop the key",
-    "reward_model.launch_reward_fn_async": "dagrl scores responses in worker processes under a time limit "
-                                           "(reward_model.timeout_s); drop the key",
     "actor_rollout_ref.actor.megatron.use_mbridge": "dagrl converts the HF weights of actor_rollout_ref.model.path "
                                                     "to Megatron itself (no mbridge); drop the key",
     "data.filter_overlong_prompts_workers": "dagrl filters overlong prompts in the training process while the data "

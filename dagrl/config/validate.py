@@ -293,6 +293,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     grad_clip = check(check_actor, cfg, hf_config)
     check(check_overlong_buffer, cfg, SKIPPED if lengths is SKIPPED else lengths[1])
     check(cross_checks.check_overlong_manager, cfg)
+    check(cross_checks.check_async_reward, cfg)
     check(cross_checks.check_rollout_pool_keys, cfg)
     check(cross_checks.check_transformer_overrides, cfg)
     check(cross_checks.check_greedy_groups, cfg)

@@ -5,6 +5,11 @@ first step: duplicate ids, unknown deps, cycles, unknown roles, missing required
 import or cannot take `(ctx, batch)`, a custom_pipeline_fn that raises, exits or returns no list. Each problem is
 one line naming the node. Pre-flight (`preflight_graph`) runs the same checks without importing dagrl's own node
 modules (they import torch), so a user's graph or node function fails in a second.
+
+A node marked `background: true` runs in a thread beside the nodes that do not depend on it (scoring on the CPU while
+the GPU computes log-probs: reward_model.launch_reward_fn_async); the first node that depends on it waits for it. It
+works on a shallow copy of the batch, whose new columns join the batch then, and must not call collectives or
+engines (the main thread's nodes use them meanwhile); nodes between may add columns but not change rows.
 """
 from __future__ import annotations
 
@@ -13,15 +18,21 @@ import graphlib
 import importlib
 import importlib.util
 import inspect
+import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
 
+logger = logging.getLogger(__name__)
+
 ROLES = ("rollout", "actor", "reference", "critic", "reward", "advantage", "custom")
 REQUIRED_ROLES = ("rollout", "advantage", "actor")
-NODE_KEYS = {"id", "role", "fn", "deps", "config"}
+BACKGROUND_ROLES = ("reward", "custom")  # the others drive engines and collectives, which only the main thread may
+NODE_KEYS = {"id", "role", "fn", "deps", "config", "background"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,7 @@ class Node:
     fn: Callable[..., Any]
     deps: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
+    background: bool = False  # runs in a thread until a node that depends on it needs its columns
 
 
 @dataclass(frozen=True)
@@ -158,8 +170,15 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
         key = f"{source}[{node_id}].fn"
         fn = spec["fn"] if callable(spec["fn"]) else load(str(spec["fn"]), key)
         check_node_signature(fn, key, getattr(fn, "__qualname__", None) if callable(spec["fn"]) else spec["fn"])
+        background = spec.get("background", False)
+        if not isinstance(background, bool):
+            raise ConfigError(source, f"{source}: node {node_id!r} has background={background!r}; write true or false")
+        if background and role not in BACKGROUND_ROLES:
+            raise ConfigError(source, f"{source}: node {node_id!r} (role {role}) cannot run in the background: only "
+                                      f"{' and '.join(BACKGROUND_ROLES)} nodes may (the others drive engines and "
+                                      f"collectives); drop its background: true")
         by_id[node_id] = Node(id=node_id, role=role, fn=fn, deps=tuple(deps),
-                              config=dict(spec.get("config") or {}))
+                              config=dict(spec.get("config") or {}), background=background)
     for node in by_id.values():
         for dep in node.deps:
             if dep not in by_id:
@@ -167,10 +186,15 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
                                           f"known: {', '.join(by_id)}")
     sorter = graphlib.TopologicalSorter({node.id: node.deps for node in by_id.values()})
     try:
-        order = list(sorter.static_order())
+        sorter.prepare()
     except graphlib.CycleError as err:
         cycle = " -> ".join(err.args[1])
         raise ConfigError(source, f"{source}: the graph has a cycle: {cycle}") from None
+    order: list[str] = []
+    while sorter.is_active():  # static_order's order, but a background node starts before the others that are ready
+        ready = sorted(sorter.get_ready(), key=lambda node_id: not by_id[node_id].background)
+        order.extend(ready)
+        sorter.done(*ready)
     missing = [role for role in REQUIRED_ROLES if role not in {n.role for n in by_id.values()}]
     if missing:
         raise ConfigError(source, f"{source}: no node with role {', '.join(missing)}; a training graph needs "
@@ -224,11 +248,84 @@ def preflight_graph(dag_cfg: Any) -> None:
 
 
 def run_graph(graph: Graph, ctx: Any, batch: Any, timer: Callable[[str], Any]) -> tuple[Any, dict[str, float]]:
-    """Run every node in order; `ctx` is given to each node with its own per-node config."""
+    """Run every node in order; `ctx` is given to each node with its own per-node config. A background node starts
+    in a thread and is joined by the first node that depends on it (or at the end): `timer(id)` then times the wait,
+    the step's cost of it, and `timer(id + "_background")` its own seconds in the thread."""
     metrics: dict[str, float] = {}
-    for node in graph.nodes:
-        node_ctx = dataclasses.replace(ctx, node_config=node.config)
-        with timer(node.id):
-            batch, node_metrics = node.fn(node_ctx, batch)
-        metrics.update(node_metrics)
+    running: dict[str, Background] = {}
+    try:
+        for node in graph.nodes:
+            for dep in node.deps:
+                if dep in running:
+                    batch = running.pop(dep).join(batch, metrics, timer)
+            node_ctx = dataclasses.replace(ctx, node_config=node.config)
+            if node.background:
+                running[node.id] = Background(node, node_ctx, batch, timer)
+                continue
+            with timer(node.id):
+                batch, node_metrics = node.fn(node_ctx, batch)
+            metrics.update(node_metrics)
+        for node_id in list(running):
+            batch = running.pop(node_id).join(batch, metrics, timer)
+    finally:
+        for job in running.values():  # a node failed: let the thread end before the error leaves the step
+            job.abandon()
     return batch, metrics
+
+
+class Background:
+    """One background node's run in a thread, on a shallow copy of the batch."""
+
+    def __init__(self, node: Node, ctx: Any, batch: Any, timer: Callable[[str], Any]) -> None:
+        self.node = node
+        self.before = {key: batch[key] for key in batch.keys()}
+        self.outcome: dict[str, Any] = {}
+        copy = type(batch)()
+        copy.tensors, copy.columns = dict(batch.tensors), dict(batch.columns)
+
+        def run() -> None:
+            try:
+                with timer(f"{node.id}_background"):
+                    self.outcome["result"] = node.fn(ctx, copy)
+            except BaseException as error:  # re-raised by join on the main thread
+                self.outcome["error"] = error
+
+        self.thread = threading.Thread(target=run, name=f"dagrl-node-{node.id}", daemon=True)
+        self.thread.start()
+
+    def join(self, batch: Any, metrics: dict[str, float], timer: Callable[[str], Any]) -> Any:
+        """The batch with the node's new columns; its metrics into `metrics`; its error raised here."""
+        with timer(self.node.id):
+            self.thread.join()
+        if "error" in self.outcome:
+            raise self.outcome["error"]
+        out, node_metrics = self.outcome["result"]
+        if not _same_rows(batch, self.before):
+            raise RuntimeError(f"a node changed the batch's rows while background node {self.node.id!r} worked on "
+                               f"them, so its columns no longer fit: make that node depend on {self.node.id!r}")
+        for key in out.keys():
+            if key not in self.before or out[key] is not self.before[key]:
+                batch[key] = out[key]
+        metrics.update(node_metrics)
+        return batch
+
+    def abandon(self) -> None:
+        """Wait for the thread (a scorer has its own time limit) and log its error: the main thread's goes up."""
+        started = time.perf_counter()
+        self.thread.join()
+        if "error" in self.outcome:
+            logger.warning("background node %r also failed (after %.1f s): %r", self.node.id,
+                           time.perf_counter() - started, self.outcome["error"])
+
+
+def _same_rows(batch: Any, before: dict[str, Any]) -> bool:
+    """Whether `batch` holds the rows it held when the columns `before` were taken: the same length, uids (GRPO
+    groups) and responses (the same tensor, or equal ones)."""
+    import torch
+
+    if len(batch) != len(next(iter(before.values()), ())):
+        return False
+    if "uid" in before and ("uid" not in batch or list(batch["uid"]) != list(before["uid"])):
+        return False
+    now, then = batch.get("responses"), before.get("responses")
+    return now is then or (now is not None and then is not None and torch.equal(now, then))

@@ -1,42 +1,101 @@
-"""Reward nodes: rule scores right after rollout; KL-in-reward once reference log-probs exist."""
+"""Reward nodes: rule scores right after rollout (or in the background beside the log-prob passes, with
+reward_model.launch_reward_fn_async); KL-in-reward once reference log-probs exist."""
 from __future__ import annotations
 
 import torch
 
 from dagrl.algo.kl import kl_penalty
-from dagrl.config.errors import RunError
+from dagrl.config.errors import ConfigError, RunError
+from dagrl.dag.graph import Graph, build_graph
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import data_parallel_sums
 
 
 def score(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    """The scores in the rollout layout, where filters (dynamic sampling) read them; stops a step whose every
+    response failed. Every rank of a rollout-TP group scores the same shard: the sums count it once per rank."""
+    batch, metrics = score_rows(ctx, batch)
+    stop_if_every_score_failed(ctx, batch.pop("reward_failed"), model_parallel_size=1)
+    return batch, metrics
+
+
+def score_rows(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    """`token_level_scores`, per-response `score` and `acc` (what dynamic sampling may filter on) and `reward_failed`
+    (1 for a response whose scorer failed). No collective, so it may run in the background (score_in_background):
+    the all-failed check, a collective, is then made on the main thread by the first node that reads the scores."""
     scores, metrics, rows = ctx.reward_fn.score_batch(batch, ctx.tokenizer)
-    stop_if_every_score_failed(ctx, metrics.get("reward/errors", 0.0), len(batch))
-    batch["token_level_scores"] = scores
-    for key, values in rows.items():  # per-response `score` and `acc` (what dynamic sampling may filter on)
-        batch[key] = values.to(scores.device)
-    sequence_scores = scores.sum(-1)
+    sequence_scores = scores.sum(-1)  # on the CPU: a .item() on the GPU would wait for the other thread's kernels
     metrics.update({
         "critic/score/mean": sequence_scores.mean().item(),
         "critic/score/max": sequence_scores.max().item(),
         "critic/score/min": sequence_scores.min().item(),
     })
+    device = batch["responses"].device
+    batch["token_level_scores"] = scores.to(device)
+    batch["reward_failed"] = rows.pop("failed")
+    for key, values in rows.items():
+        batch[key] = values.to(device)
     return batch, metrics
 
 
-def stop_if_every_score_failed(ctx: StepContext, errors: float, size: int) -> None:
+def check_background_scores(ctx: StepContext, batch: Batch) -> None:
+    """The all-failed check of scores made in the background (`reward_failed` still in the batch), in the actor
+    layout, where the ranks of one model-parallel group hold the same rows."""
+    if "reward_failed" in batch:
+        stop_if_every_score_failed(ctx, batch.pop("reward_failed"), ctx.shape.layout.model_parallel_size)
+
+
+def stop_if_every_score_failed(ctx: StepContext, failed: torch.Tensor, model_parallel_size: int) -> None:
     """reward_model.on_error=zero keeps a run going past occasional scorer failures; a step where every response
     failed (a scorer that always raises or returns the wrong type) has no signal at all, and training on zeros
-    would look like a run that succeeded. Summed over ranks (every rank of this pool scores its shard), so all
-    of them stop together rather than one waiting for the others in a collective."""
-    totals = data_parallel_sums(torch.tensor([errors, float(size)], dtype=torch.float64), model_parallel_size=1)
+    would look like a run that succeeded. Summed over ranks, so all of them stop together rather than one waiting
+    for the others in a collective."""
+    totals = data_parallel_sums(torch.tensor([float(failed.sum()), float(len(failed))], dtype=torch.float64),
+                                model_parallel_size=model_parallel_size)
     if totals[1] > 0 and totals[0] >= totals[1]:
         raise RunError(ctx.reward_fn.all_failed_message(int(round(float(totals[1]))), ctx.step))
 
 
+def score_in_background(graph: Graph) -> Graph:
+    """reward_model.launch_reward_fn_async (verl's key): the score node runs in a thread beside the log-prob passes.
+    It moves behind the layout node (it then scores the rows this rank trains; the ranks of a model-parallel group
+    score the same rows) and becomes score_rows; the nodes that came after it for order come after what it came
+    after, and the KL-in-reward node waits for it. A graph without the built-in score node is left as it is."""
+    from dagrl.nodes.layout import to_actor_layout
+
+    found = [node for node in graph.nodes if node.fn is score]
+    if not found:
+        return graph
+    scorer = found[0]
+    layout = next((node for node in graph.nodes if node.fn is to_actor_layout), None)
+    waiter = next((node for node in graph.nodes if node.fn is apply_kl_in_reward), None)
+    readers = [node.id for node in graph.nodes if scorer.id in node.deps and node is not layout]
+    why = (f"node {readers[0]!r} reads the scores before the layout node" if readers else
+           "the graph has no layout node (dagrl.nodes.layout:to_actor_layout) to score behind" if layout is None else
+           "the graph has no node dagrl.nodes.reward:apply_kl_in_reward to wait for the scores" if waiter is None
+           else None)
+    if why:
+        raise ConfigError("reward_model.launch_reward_fn_async",
+                          f"reward_model.launch_reward_fn_async=true scores in the background behind the layout node, "
+                          f"but {why}; set reward_model.launch_reward_fn_async=false")
+    specs = []
+    for node in graph.nodes:
+        spec = {"id": node.id, "role": node.role, "fn": node.fn, "deps": list(node.deps), "config": node.config,
+                "background": node.background}
+        if node is scorer:
+            spec.update(fn=score_rows, deps=[layout.id], background=True)
+        elif node is layout:
+            spec["deps"] = [dep for dep in node.deps if dep != scorer.id] + list(scorer.deps)
+        elif node is waiter:
+            spec["deps"].append(scorer.id)
+        specs.append(spec)
+    return build_graph(specs, source="dag.nodes (reward_model.launch_reward_fn_async)")
+
+
 def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     """token_level_rewards = scores - beta * KL(actor || ref) when algorithm.use_kl_in_reward, else scores."""
+    check_background_scores(ctx, batch)
     algorithm = ctx.cfg.algorithm
     scores = batch["token_level_scores"]
     if not algorithm.use_kl_in_reward:

@@ -179,13 +179,14 @@ class RewardManager:
     # ---- scoring ---------------------------------------------------------------------------------
     def __call__(self, batch: Batch, tokenizer: Any) -> tuple[torch.Tensor, dict[str, float]]:
         token_level_scores, metrics, _ = self.score_batch(batch, tokenizer)
-        return token_level_scores, metrics
+        return token_level_scores.to(batch["responses"].device), metrics
 
     def score_batch(self, batch: Batch, tokenizer: Any
                     ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor]]:
-        """`__call__`'s result plus per-response values [B] (verl's reward_extra_info): `score`, the scorer's score
-        before overlong shaping, and `acc`, the scorer's `acc` when it returns a dict with one, else its score
-        (the built-in rule scorers score 1 for a correct answer). Failed samples have 0 for both."""
+        """`__call__`'s result, on the CPU, plus per-response values [B] (verl's reward_extra_info): `score`, the
+        scorer's score before overlong shaping; `acc`, the scorer's `acc` when it returns a dict with one, else its
+        score (the built-in rule scorers score 1 for a correct answer); `failed`, 1 where the sample failed (its
+        score and acc are 0)."""
         responses, response_mask = batch["responses"], batch["response_mask"]
         size, width = responses.shape
         valid = response_mask.bool().cpu()
@@ -238,7 +239,9 @@ class RewardManager:
                            len(failures), size, timeouts, self.scorer, self.first_failure)
         for key, values in extra_values.items():
             metrics[f"reward/{key}/mean"] = float(sum(values) / len(values))
-        rows = {"score": scores.clone(), "acc": torch.where(acc.isnan(), scores, acc)}
+        failed = torch.zeros(size, dtype=torch.float32)
+        failed[[index for index, _ in failures]] = 1.0
+        rows = {"score": scores.clone(), "acc": torch.where(acc.isnan(), scores, acc), "failed": failed}
         if self.overlong_buffer is not None:
             penalties = self._overlong_penalties(lengths, width)
             scores += penalties
@@ -251,7 +254,7 @@ class RewardManager:
         positions = torch.arange(width).expand(size, width)
         last_valid = torch.where(valid, positions, torch.zeros_like(positions)).max(dim=-1).values
         token_level_scores[torch.arange(size), last_valid] = scores
-        return token_level_scores.to(responses.device), metrics, rows
+        return token_level_scores, metrics, rows
 
     def _score_of(self, result: Any, extra_values: dict[str, list[float]]) -> float:
         """The float score of one scorer result; numeric extra keys of a dict result become metrics."""

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 
 # verl's timing names for the built-in nodes; other nodes are timed under their own id.
-_TIMING_NAMES = {"rollout": "gen", "score": "reward", "ref_log_prob": "ref", "advantage": "adv",
+_TIMING_NAMES = {"rollout": "gen", "score": "reward", "score_background": "reward_background", "ref_log_prob": "ref", "advantage": "adv",
                  "actor_update": "update_actor", "reward": "kl_in_reward", "critic_update": "update_critic"}
 class Timer:
     def __init__(self) -> None:
@@ -65,6 +65,9 @@ class Trainer:
         started = time.perf_counter()
         say = logger.info if self.rank == 0 else logger.debug  # start-up progress: minutes pass before step 1
         self.graph = graph_from_config(cfg.dag)
+        if cfg.reward_model.launch_reward_fn_async:
+            from dagrl.nodes.reward import score_in_background
+            self.graph = score_in_background(self.graph)
         check_layout_node(self.graph, shape.placement.world_size if shape.placement else self.world)
         self.feed = None  # the training pool's link to the rollout pool
         if shape.two_pools:

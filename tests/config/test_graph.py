@@ -104,3 +104,132 @@ def test_preflight_checks_user_nodes_and_dry_calls_the_pipeline_without_importin
         preflight_graph(Cfg(compose(["dag.nodes.1.fn=tests.reliability.user_code:node_without_ctx"])).dag)
     with pytest.raises(ConfigError, match=r"pipeline_that_exits' called sys.exit\(0\)"):
         preflight_graph(Cfg(compose(["dag.custom_pipeline_fn=tests.reliability.user_code:pipeline_that_exits"])).dag)
+
+
+# ---- background nodes (reward_model.launch_reward_fn_async) ------------------------------------------------------
+def rows_batch():
+    import torch
+
+    from dagrl.data.batch import Batch
+
+    return Batch({"responses": torch.arange(8).view(4, 2)}, {"uid": ["a", "a", "b", "b"]})
+
+
+def recording_timer(timed):
+    import contextlib
+    import time
+
+    @contextlib.contextmanager
+    def timer(name):
+        start = time.perf_counter()
+        yield
+        timed[name] = time.perf_counter() - start
+    return timer
+
+
+@dataclasses.dataclass
+class NodeCtx:
+    node_config: dict
+
+
+def sleeper(column, seconds, check=None):
+    import time
+
+    import torch
+
+    def node(ctx, batch):
+        if check:
+            assert check in batch, f"{column}'s node ran before {check} joined"
+        time.sleep(seconds)
+        batch[column] = torch.ones(len(batch))
+        return batch, {column: seconds}
+    return node
+
+
+def test_a_background_node_runs_beside_the_nodes_that_do_not_need_it_and_joins_its_columns():
+    import time
+
+    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=sleeper("scores", 0.4),
+                                                       background=True),
+                         spec("logp", "actor", ["gen"], fn=sleeper("logp", 0.4)),
+                         spec("adv", "advantage", ["logp", "score"], fn=sleeper("adv", 0.0, check="scores")),
+                         spec("upd", "actor", ["adv"])])
+    assert [node.id for node in graph.nodes] == ["gen", "score", "logp", "adv", "upd"]  # started before logp
+    timed = {}
+    start = time.perf_counter()
+    batch, metrics = run_graph(graph, NodeCtx({}), rows_batch(), recording_timer(timed))
+    assert time.perf_counter() - start < 0.7  # one after the other: 0.8 s
+    assert {"scores", "logp", "adv"} <= set(batch.keys()) and metrics == {"scores": 0.4, "logp": 0.4, "adv": 0.0}
+    assert timed["score_background"] >= 0.4 and timed["score"] < 0.2  # its own seconds; the step waited little
+
+
+def test_a_background_node_without_dependents_is_joined_at_the_end():
+    graph = build_graph([spec("gen", "rollout"), spec("extra", "custom", ["gen"], fn=sleeper("extra", 0.1),
+                                                       background=True),
+                         spec("adv", "advantage", ["gen"]), spec("upd", "actor", ["adv"])])
+    batch, metrics = run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
+    assert "extra" in batch and metrics == {"extra": 0.1}
+
+
+def failing(ctx, batch):
+    raise ValueError("scorer broke")
+
+
+def test_a_background_node_error_is_raised_by_the_node_that_waits_for_it():
+    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=failing, background=True),
+                         spec("adv", "advantage", ["score"]), spec("upd", "actor", ["adv"])])
+    with pytest.raises(ValueError, match="scorer broke"):
+        run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
+
+
+def test_a_main_thread_error_waits_for_the_background_node_and_goes_up(caplog):
+    finished = []
+
+    def slow_failing(ctx, batch):
+        import time
+        time.sleep(0.3)
+        finished.append(True)
+        raise ValueError("scorer broke too")
+
+    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=slow_failing, background=True),
+                         spec("logp", "actor", ["gen"], fn=failing), spec("adv", "advantage", ["score", "logp"]),
+                         spec("upd", "actor", ["adv"])])
+    with pytest.raises(ValueError, match="scorer broke$"):
+        run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
+    assert finished == [True]  # no scorer left running into the next step
+    assert "background node 'score' also failed" in caplog.text
+
+
+def test_a_node_that_changes_rows_under_a_background_node_is_named():
+    def drop_row(ctx, batch):
+        return batch.select([0, 1, 2]), {}
+
+    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=sleeper("scores", 0.1),
+                                                       background=True),
+                         spec("filter", "custom", ["gen"], fn=drop_row), spec("adv", "advantage", ["score", "filter"]),
+                         spec("upd", "actor", ["adv"])])
+    with pytest.raises(RuntimeError, match="changed the batch's rows while background node 'score'"):
+        run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
+
+
+@pytest.mark.parametrize("extra,message", [({"role": "actor"}, "cannot run in the background"),
+                                           ({"background": "yes"}, "background='yes'; write true or false")])
+def test_background_flag_errors(extra, message):
+    node = {**spec("score", "reward", ["gen"], background=True), **extra}
+    with pytest.raises(ConfigError, match=message):
+        build_graph([spec("gen", "rollout"), node, spec("adv", "advantage", ["score"]), spec("upd", "actor", ["adv"])])
+
+
+def test_launch_reward_fn_async_scores_behind_the_layout_node_beside_the_log_prob_passes():
+    from dagrl.nodes.reward import score_in_background, score_rows
+
+    for dag, waiter in (("grpo", "reward"), ("ppo", "reward")):
+        graph = score_in_background(graph_from_config(Cfg(compose([f"dag={dag}"])).dag))
+        by_id = {node.id: node for node in graph.nodes}
+        order = [node.id for node in graph.nodes]
+        assert order[:4] == ["rollout", "to_actor_layout", "score", "old_log_prob"]
+        assert by_id["score"].background and by_id["score"].fn is score_rows
+        assert by_id["score"].deps == ("to_actor_layout",) and by_id["to_actor_layout"].deps == ("rollout",)
+        assert "score" in by_id[waiter].deps
+    with pytest.raises(ConfigError, match="node 'dynamic_sampling' reads the scores before the layout node"):
+        score_in_background(graph_from_config(Cfg(compose(["dag=dapo"])).dag))

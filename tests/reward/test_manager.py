@@ -260,3 +260,22 @@ def test_a_step_where_every_score_failed_stops_the_run_with_on_error_zero(tokeni
     message = str(caught.value)
     assert "flaky_scorer in " in message and "failed on all 3 responses of step 3" in message
     assert "first on sample 0 (data_source 'dagrl/arithmetic') raised KeyError" in message and "\n" not in message
+
+
+def test_scores_made_in_the_background_are_checked_for_all_failed_by_the_kl_in_reward_node(tokenizer):
+    """score_rows (the background scorer) makes no collective: the node that reads the scores checks them."""
+    from types import SimpleNamespace
+
+    from dagrl.config.errors import RunError
+    from dagrl.nodes.reward import apply_kl_in_reward, score_rows
+
+    ctx = SimpleNamespace(reward_fn=RewardManager("naive", flaky_scorer, {}, 5.0, "zero", None), tokenizer=tokenizer,
+                          step=5, shape=SimpleNamespace(layout=SimpleNamespace(model_parallel_size=1)),
+                          cfg=SimpleNamespace(algorithm=SimpleNamespace(use_kl_in_reward=False)))
+    some, _ = score_rows(ctx, make_batch(tokenizer, ["1", "boom", "text", "2"], ["1", "1", "1", "2"]))
+    assert some["reward_failed"].tolist() == [0.0, 1.0, 1.0, 0.0]
+    out, metrics = apply_kl_in_reward(ctx, some)
+    assert "reward_failed" not in out and metrics["critic/rewards/mean"] == 0.5
+    none, _ = score_rows(ctx, make_batch(tokenizer, ["boom", "text", "boom"], ["1", "1", "1"]))  # no error yet
+    with pytest.raises(RunError, match="failed on all 3 responses of step 5"):
+        apply_kl_in_reward(ctx, none)

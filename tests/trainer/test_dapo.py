@@ -50,12 +50,13 @@ class ScriptedRollout:
 
 
 class PlannedReward:
-    """score_batch as the RewardManager's: the planned score on the last token; acc = score."""
+    """score_batch as the RewardManager's: the planned score on the last token; acc = score; none failed."""
 
     def score_batch(self, batch: Batch, tokenizer):
         scores = torch.zeros(len(batch), RESPONSE)
         scores[:, -1] = batch["planned"]
-        return scores, {}, {"score": batch["planned"].clone(), "acc": batch["planned"].clone()}
+        return scores, {}, {"score": batch["planned"].clone(), "acc": batch["planned"].clone(),
+                            "failed": torch.zeros(len(batch))}
 
 
 def make_ctx(schedule: dict[int, str], actor_dp: int = 1, **overrides) -> StepContext:
@@ -217,7 +218,10 @@ def test_dapo_limit_error_and_smaller_batch_runs(dapo_args, tmp_path):
     assert "algorithm.filter_groups.max_num_gen_batches=2" in stderr and "on_limit=smaller_batch" in stderr
     assert "only 0 of data.train_batch_size=4" in stderr
 
-    code, stderr = launch(dapo_args(tmp_path / "smaller", **{"algorithm.filter_groups.max_num_gen_batches": 1,
+    # data.seed 3: each step's one generation batch holds a group that varies (in verl's prompt order; some seeds'
+    # batches hold none, and smaller_batch then stops the run, as the first part asserts)
+    code, stderr = launch(dapo_args(tmp_path / "smaller", **{"data.seed": 3,
+                                                             "algorithm.filter_groups.max_num_gen_batches": 1,
                                                              "algorithm.filter_groups.on_limit": "smaller_batch"}))
     assert code == 0, stderr[-3000:]
     records = metrics_by_step(tmp_path / "smaller")

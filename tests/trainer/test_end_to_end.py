@@ -103,11 +103,26 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert not unread, f"config keys nothing reads: {unread}"
 
 
+def test_scoring_in_the_background_trains_exactly_as_scoring_in_line(run_args, tmp_path):
+    """reward_model.launch_reward_fn_async moves scoring beside the log-prob passes: the same metrics, step by step."""
+    common = {"trainer.total_training_steps": 2, "trainer.save_freq": -1, "trainer.test_freq": -1,
+              "trainer.val_before_train": False}
+    train_together((run_args(tmp_path / "inline", **common), {}, False),
+                   (run_args(tmp_path / "background", **common, **{"reward_model.launch_reward_fn_async": True}), {},
+                    False))
+    inline, background = metrics_by_step(tmp_path / "inline"), metrics_by_step(tmp_path / "background")
+    assert sorted(background) == [1, 2] and background == inline
+    timings = [json.loads(line) for line in (tmp_path / "background" / "metrics.jsonl").read_text().splitlines()]
+    assert all(row["timing_s/reward_background"] > 0 for row in timings if row["step"] > 0)
+
+
 def test_two_processes_under_torchrun(run_args, tmp_path):
-    """DP=2 on CPU: each rank samples its own prompts; metrics and validation cover both ranks."""
+    """DP=2 on CPU: each rank samples its own prompts; metrics and validation cover both ranks; scores are made in
+    the background, in the actor layout, and their all-failed check is a collective of the main thread."""
     out = tmp_path / "dp2"
     args = run_args(out, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2,
-                            "trainer.save_freq": 2, "trainer.test_freq": 2})
+                            "trainer.save_freq": 2, "trainer.test_freq": 2,
+                            "reward_model.launch_reward_fn_async": True})
     code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                                    "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args])
     assert code == 0, stderr[-3000:]
