@@ -327,13 +327,13 @@ def report(args: argparse.Namespace) -> str:
             verl, dagrl = (accuracy(rows[side].get(step, {})) for side in ("verl", "dagrl"))
             diff = f"{dagrl - verl:+.3f}" if verl is not None and dagrl is not None else "-"
             lines.append(f"| {step} | {cell(verl)} | {cell(dagrl)} | {diff} |")
-    sums = {side: summary(out, side, first) for side in ("verl", "dagrl")}
     last = max(max(rows["verl"], default=0), max(rows["dagrl"], default=0))
     shared = out / SHARED
+    sums: dict[str, dict[str, float]] = {"verl": {}, "dagrl": {}}
     if shared.exists():  # times and memory of runs that shared the GPU measure the sharing, not the trainers
         lines += ["", f"no step table: {shared.read_text().strip()}"]
-        sums = {side: {} for side in sums}
     else:
+        sums = {side: summary(out, side, first) for side in sums}
         lines += ["", f"median of steps {first}..{last} (verl {sums['verl']['steps']} steps, dagrl "
                       f"{sums['dagrl']['steps']}); seconds unless named", "| phase | verl | dagrl | dagrl/verl |",
                   "|---|---:|---:|---:|"]
@@ -359,18 +359,22 @@ def report(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def learn_curves(out: Path) -> dict[str, list[dict[int, float]]]:
-    """{side: [{step: held-out accuracy} for each seed directory of out]}."""
-    dirs = sorted(out.glob("seed*"), key=lambda path: int(path.name[4:]) if path.name[4:].isdigit() else -1)
-    return {side: [{step: accuracy(row) for step, row in side_rows(path, side).items() if accuracy(row) is not None}
-                   for path in dirs] for side in ("verl", "dagrl")}
+def seed_dirs(out: Path) -> list[Path]:
+    """The seed<S>/ directories of a --seeds run, by seed."""
+    return sorted(out.glob("seed*"), key=lambda path: int(path.name[4:]) if path.name[4:].isdigit() else -1)
 
 
-def curves_svg(curves: dict[str, list[dict[int, float]]], title: str) -> str:
-    """The held-out accuracy curves as a small SVG (no plotting library on the machines): one line per seed, verl
-    blue, dagrl orange, the second seed dashed; x the step, y the accuracy 0..1."""
+def learn_curves(out: Path) -> dict[str, dict[str, dict[int, float]]]:
+    """{side: {seed directory name: {step: held-out accuracy}}}, the seeds in order."""
+    return {side: {path.name: {step: accuracy(row) for step, row in side_rows(path, side).items()
+                               if accuracy(row) is not None} for path in seed_dirs(out)} for side in ("verl", "dagrl")}
+
+
+def curves_svg(curves: dict[str, dict[str, dict[int, float]]], title: str) -> str:
+    """The held-out accuracy curves as a small SVG (no plotting library on the machines): one line per seed, named
+    by its directory, verl blue, dagrl orange, seeds after the first dashed; x the step, y the accuracy 0..1."""
     width, height, left, bottom, top, right = 640, 360, 50, 40, 30, 120
-    steps = sorted({step for side in curves for curve in curves[side] for step in curve}) or [0]
+    steps = sorted({step for side in curves for curve in curves[side].values() for step in curve}) or [0]
     last = max(steps[-1], 1)
     x = lambda step: left + (width - left - right) * step / last  # noqa: E731
     y = lambda acc: height - bottom - (height - bottom - top) * acc  # noqa: E731
@@ -385,14 +389,14 @@ def curves_svg(curves: dict[str, list[dict[int, float]]], title: str) -> str:
     parts.append(f'<text x="{(width - right + left) / 2}" y="{height - 6}" text-anchor="middle">step</text>')
     legend = 0
     for side, colour in (("verl", "#1f77b4"), ("dagrl", "#ff7f0e")):
-        for index, curve in enumerate(curves[side]):
+        for index, (name, curve) in enumerate(curves[side].items()):
             points = " ".join(f"{x(step):.1f},{y(acc):.1f}" for step, acc in sorted(curve.items()))
             dash = ' stroke-dasharray="5,4"' if index else ""
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{points}"/>')
             ly = top + 16 * legend
             parts.append(f'<line x1="{width - right + 10}" x2="{width - right + 40}" y1="{ly}" y2="{ly}" '
                          f'stroke="{colour}" stroke-width="2"{dash}/><text x="{width - right + 46}" y="{ly + 4}">'
-                         f'{side} seed{index}</text>')
+                         f'{side} {name}</text>')
             legend += 1
     return "\n".join(parts + ["</svg>"]) + "\n"
 
@@ -400,16 +404,15 @@ def curves_svg(curves: dict[str, list[dict[int, float]]], title: str) -> str:
 def seeds_report(out: Path) -> str:
     """Held-out accuracy of every seed of both sides (--out/seed<S>/) and, at each evaluated step, whether dagrl's
     mean over its seeds reaches verl's less the seeds' spread (the largest max - min of either side at that step)."""
-    dirs = sorted(out.glob("seed*"), key=lambda path: int(path.name[4:]) if path.name[4:].isdigit() else -1)
     curves = learn_curves(out)
-    steps = sorted({step for side in curves for curve in curves[side] for step in curve})
-    names = [path.name for path in dirs]
-    lines = [f"held-out greedy accuracy over {len(dirs)} seeds ({', '.join(names)})",
+    names = list(curves["verl"])
+    steps = sorted({step for side in curves for curve in curves[side].values() for step in curve})
+    lines = [f"held-out greedy accuracy over {len(names)} seeds ({', '.join(names)})",
              "| step | " + " | ".join(f"verl {n}" for n in names) + " | " + " | ".join(f"dagrl {n}" for n in names)
              + " | verl mean | dagrl mean | spread | dagrl >= verl - spread |", "|---:|" + "---:|" * (2 * len(names) + 4)]
     met_all = bool(steps)
     for step in steps:
-        values = {side: [curve.get(step) for curve in curves[side]] for side in curves}
+        values = {side: [curve.get(step) for curve in curves[side].values()] for side in curves}
         cells = [cell(v) for side in ("verl", "dagrl") for v in values[side]]
         known = {side: [v for v in values[side] if v is not None] for side in values}
         if known["verl"] and known["dagrl"]:

@@ -312,12 +312,14 @@ def test_parallel_runs_overlap_and_their_report_keeps_accuracy_but_no_step_table
 def test_the_curves_svg_draws_one_line_per_seed_at_the_accuracies(tmp_path):
     """--plot: the held-out curves of every seed of both sides (verl blue, dagrl orange, second seed dashed), each
     point at its step and accuracy (y 0..1 between the plot's bottom 320 and top 30)."""
-    seed_dir(tmp_path / "seed0", 0, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 4: 0.25, 8: 0.75})
-    seed_dir(tmp_path / "seed1", 1, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 8: 0.5})
+    seed_dir(tmp_path / "seed3", 3, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 4: 0.25, 8: 0.75})
+    seed_dir(tmp_path / "seed10", 10, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 8: 0.5})
     svg = vs_verl.curves_svg(vs_verl.learn_curves(tmp_path), "t")
+    labels = [line.rpartition('">')[2].removesuffix("</text>") for line in svg.splitlines() if "<line x1=\"530" in line]
+    assert labels == ["verl seed3", "verl seed10", "dagrl seed3", "dagrl seed10"]  # by seed, not by position
     lines = [line for line in svg.splitlines() if line.startswith("<polyline")]
     assert len(lines) == 4 and [('stroke="#1f77b4"' in line, "dasharray" in line) for line in lines] == [
         (True, False), (True, True), (False, False), (False, True)]
-    assert 'points="50.0,320.0 285.0,175.0 520.0,30.0"' in lines[0]  # verl seed 0: steps 0/4/8 at 0, 0.5, 1.0
-    assert 'points="50.0,320.0 520.0,175.0"' in lines[3]  # dagrl seed 1 was evaluated twice
+    assert 'points="50.0,320.0 285.0,175.0 520.0,30.0"' in lines[0]  # verl seed 3: steps 0/4/8 at 0, 0.5, 1.0
+    assert 'points="50.0,320.0 520.0,175.0"' in lines[3]  # dagrl seed 10 was evaluated twice
     assert svg.rstrip().endswith("</svg>")
