@@ -87,6 +87,9 @@ def _worker_class():
         def pid(self) -> int:
             return os.getpid()
 
+        def node(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
         def train(self, cfg_data: dict, env: dict[str, str]) -> tuple[int, str]:
             """(exit code, one-line message): 2 for bad input, 1 for a stopped run, 0 when done."""
             os.environ.update(env)
@@ -181,8 +184,9 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
                                                       scheduling_strategy=strategy).remote())
         master_addr, master_port = ray.get(workers[0].address.remote())
         pids = ray.get([worker.pid.remote() for worker in workers])
-        logger.info("ray: %d worker(s), pids %s; rendezvous at %s:%d%s", world, pids, master_addr, master_port,
-                    f" (restart {attempt})" if attempt else "")
+        nodes = len(set(ray.get([worker.node.remote() for worker in workers])))
+        logger.info("ray: %d worker(s) on %d node(s), pids %s; rendezvous at %s:%d%s", world, nodes, pids, master_addr,
+                    master_port, f" (restart {attempt})" if attempt else "")
         runs = {}
         for rank, worker in enumerate(workers):
             env = {**placement.pool_of(rank).local_env(rank), "MASTER_ADDR": master_addr,
