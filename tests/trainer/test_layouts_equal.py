@@ -19,6 +19,9 @@ LAYOUTS = {
     "tp1_dp2_unbalanced": {"trainer.balance_batch": False},
     "tp2_dp1": {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2},
     "pp2_dp1": {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": 2},
+    # scored in the background, in the actor layout: both TP ranks score the same rows
+    "tp2_dp1_background": {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+                           "reward_model.launch_reward_fn_async": True},
 }
 COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "actor/pg_clipfrac",
             "critic/score/mean", "critic/advantages/mean", "response_length/mean")
