@@ -112,6 +112,7 @@ def test_wandb_offline_run_holds_each_steps_values_names_and_config(offline_wand
 def mlflow_run(uri: str):
     from mlflow.tracking import MlflowClient
 
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads a file store only when opted in
     client = MlflowClient(uri)
     [run] = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
     history = {}
