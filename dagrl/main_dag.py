@@ -82,8 +82,6 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
                             composed - _STARTED, checked - composed, time.perf_counter() - checked)
 
         if shape.two_pools:
-            # no teardown: a pool that finished first must not free its groups (the bridge's among them) while the
-            # other still sends to it; nothing yet makes every rank of both pools wait for the last one
             run_pool(cfg, shape, joined)
         else:
             from dagrl.utils.dist import destroy_process_groups, init_process_group
@@ -130,16 +128,25 @@ def run_pool(cfg, shape, joined: Callable[[], None]) -> None:
     from dagrl.trainer.loop import Trainer
     from dagrl.trainer.rollout_pool import serve
 
+    from dagrl.utils.dist import destroy_process_groups
+
     bridge = init_pools(shape.placement, timeout_s=cfg.actor_rollout_ref.nccl_timeout)
     joined()
-    try:
+
+    def work() -> bool:  # the trainer, and the groups its engines hold, go when it returns
         trainer = Trainer(cfg, shape, bridge)
         trainer.fit() if shape.pool == "train" else serve(trainer, bridge)
+        return bridge.finish()
+
+    try:
+        finished = work()
     except BaseException as error:  # the other pool stops too, with this message, instead of waiting for us
         bridge.fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
         raise
     finally:
         bridge.close()
+    if finished:  # every process of both pools is past its last message: the groups may go (see train_process)
+        destroy_process_groups(release=bridge.release)
 
 
 def run(cfg_data: dict) -> None:

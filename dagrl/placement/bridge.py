@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 CHANNELS = {"start": 1, "data": 2, "val": 3, "weights": 4}
 FAILED_KEY = "dagrl/failed"
 STOPPED_KEY = "dagrl/stopped"
+FINISHED_KEY = "dagrl/finished"  # processes of the launch at the end of a run (Bridge.finish)
 READY_KEY = "dagrl/weights/ready"  # receivers that joined a weight broadcast, over all pushes
 GLOBAL_RANK = "DAGRL_GLOBAL_RANK"
 ALIVE_KEY = "dagrl/alive/{}"  # a process's liveness counter
@@ -269,6 +270,27 @@ class Bridge:
     def stop(self) -> None:
         """Tell the rollout pool to end now (the run stopped early on purpose)."""
         self.store.set(STOPPED_KEY, "1")
+
+    def finish(self) -> bool:
+        """The end of this process's part of a run, its sends flushed: wait in the store until every process of the
+        launch got here, so that none frees its process groups while another still uses them (a pool that freed its
+        groups first broke the other's last send: "Broken pipe"). False when the training pool stopped the run early
+        (preempted: the rollout pool's last batch may be in flight, so the groups stay as they are to the end)."""
+        self.store.add(FINISHED_KEY, 1)
+        while self.store.add(FINISHED_KEY, 0) < self.placement.world_size:
+            if self.store.check([STOPPED_KEY]):
+                return False
+            if self.store.check([FAILED_KEY]):
+                raise PoolStopped(self.store.get(FAILED_KEY).decode())
+            self.check_peers_alive()
+            beat("waiting for the other pool to finish")
+            time.sleep(0.05)
+        return not self.store.check([STOPPED_KEY])
+
+    def release(self) -> None:
+        """Drop the bridge's own process groups (after `finish`): freed, their gloo threads end with them; and the
+        stop-signal callback, which may hold the trainer and so the groups of its engines."""
+        self.group = self.weights_group = self.stop_signal = None
 
     def check_failed(self) -> None:
         if self.store.check([FAILED_KEY]):

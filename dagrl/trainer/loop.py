@@ -121,7 +121,8 @@ class Trainer:
         self.consecutive_skips = 0
         self.stop = StopRequest()  # SIGTERM/SIGUSR1: stop after the current step with a checkpoint
         if bridge is not None:  # ...unless the other pool was killed: then now (Bridge.check_peers_alive)
-            bridge.stop_signal = lambda: self.stop.signal
+            stop = self.stop  # not the trainer: the bridge outlives it, and the trainer's engines hold process groups
+            bridge.stop_signal = lambda: stop.signal
         self.preemption_grace_s = trainer.preemption_grace_s
         self.ledger: PromptLedger | None = None  # rank 0's, opened by fit
         self.ledger_resume: tuple[dict | None, Path | None] = (None, None)  # (its length, its file) at the checkpoint

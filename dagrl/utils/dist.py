@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -145,15 +146,18 @@ def init_process_group(timeout_s: float | None = None) -> None:
     watchdog.attach(store)
 
 
-def destroy_process_groups() -> None:
+def destroy_process_groups(release: Callable[[], None] | None = None) -> None:
     """The run is over (every rank got here): destroy every process group, Megatron's included, while the interpreter
     is whole. A gloo group's worker threads are joined only when the group is freed; left to the interpreter's shutdown,
     a worker still releasing the last collective's tensors needs the GIL, and the process aborts after a finished run
     ("terminate called without an active exception", pytorch#190489). Not on an error path: NCCL's shutdown waits for
     peers that may be inside a collective. Only in gloo (CPU) worlds so far: a GPU run, with NCCL groups and vLLM's
-    own beside Megatron's, has not exercised it, and keeps the interpreter's teardown it always had."""
+    own beside Megatron's, has not exercised it, and keeps the interpreter's teardown it always had. `release`: drops
+    the references to groups outside torch's registry (the two-pool bridge's), first."""
     if not is_initialized() or dist.get_backend() != "gloo":
         return
+    if release is not None:
+        release()
     if "megatron.core" in sys.modules:  # loaded by the run's engines; never imported here for the teardown alone
         from dagrl.engine.megatron import compat
         compat.destroy_model_parallel()

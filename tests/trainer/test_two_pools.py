@@ -30,11 +30,11 @@ ENV = {"OMP_NUM_THREADS": "1"}
 SLOW_TRAINER = {"DAGRL_DELAY": "actor_update:1.5"}  # the rollout pool runs ahead until the bound stops it
 
 
-def command(args: list[str], processes: int) -> list[str]:
+def command(args: list[str], processes: int, module: str = "dagrl.main_dag") -> list[str]:
     if processes == 1:
-        return [sys.executable, "-m", "dagrl.main_dag", *args]
+        return [sys.executable, "-m", module, *args]
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
-            str(_free_port()), "-m", "dagrl.main_dag", *args]
+            str(_free_port()), "-m", module, *args]
 
 
 # torchrun's "Sending process <pid> closing signal SIGTERM": a worker died and torchrun stops the others, each with 30 s
@@ -164,6 +164,19 @@ def test_after_a_stop_signal_a_peer_whose_liveness_counter_stands_still_stops_th
     bumps = store.add(bridge_module.ALIVE_KEY.format(0), 0)
     time.sleep(0.2)
     assert bumps >= 3 and store.add(bridge_module.ALIVE_KEY.format(0), 0) == bumps
+
+
+def test_a_finished_run_frees_every_process_group_of_both_pools(args, tmp_path):
+    """Both pools wait for each other at the end (Bridge.finish), then free their groups, the bridge's too: no gloo
+    worker is left to free a collective's tensors at interpreter shutdown (which can abort a finished run), and none
+    frees its groups while the other pool still uses them."""
+    with session_process(command(args(tmp_path / "run", **{"trainer.total_training_steps": 2}), 2,
+                                 "tests.trainer.exit_threads"), ENV) as (proc, err):
+        code = proc.wait(timeout=600)
+        err.seek(0)
+        stderr = err.read()
+    assert code == 0, stderr[-3000:]
+    assert stderr.count("gloo threads at exit: 0") == 2, stderr[-3000:]  # 3 and 69 before
 
 
 def test_the_graph_is_cut_at_the_layout_node():
