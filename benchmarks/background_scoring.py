@@ -14,7 +14,6 @@ own seconds, the log-prob stand-in's (slowed by sharing the GIL) and the wait at
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import statistics
@@ -27,6 +26,7 @@ from dagrl.dag.graph import build_graph, run_graph
 from dagrl.data.batch import Batch
 from dagrl.nodes.reward import score_rows
 from dagrl.reward.manager import RewardManager
+from dagrl.trainer.timing import Timer
 
 
 @dataclasses.dataclass
@@ -74,20 +74,13 @@ def graph(background: bool, logprob):
 
 
 def timed_step(graph_, ctx, batch) -> dict[str, float]:
-    seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def timer(name):
-        start = time.perf_counter()
-        yield
-        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
-
+    timer = Timer()
     start = time.perf_counter()
     run_graph(graph_, ctx, batch, timer)
-    whole = time.perf_counter() - start
-    scorer = seconds.get("score_background", seconds["score"])
-    return {"step": whole, "scorer": scorer, "log-prob": seconds["old_log_prob"],
-            "waited for scores": seconds["score"] if "score_background" in seconds else scorer}
+    whole, seconds = time.perf_counter() - start, timer.seconds
+    background = "reward_background" in seconds  # then `reward` is the wait at the join
+    return {"step": whole, "scorer": seconds["reward_background" if background else "reward"],
+            "log-prob": seconds["old_log_prob"], "waited for scores": seconds["reward"]}
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ import importlib.util
 import inspect
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -277,7 +276,7 @@ class Background:
     """One background node's run in a thread, on a shallow copy of the batch."""
 
     def __init__(self, node: Node, ctx: Any, batch: Any, timer: Callable[[str], Any]) -> None:
-        self.node = node
+        self.node, self.rows = node, len(batch)
         self.before = {key: batch[key] for key in batch.keys()}
         self.outcome: dict[str, Any] = {}
         copy = type(batch)()
@@ -300,7 +299,7 @@ class Background:
         if "error" in self.outcome:
             raise self.outcome["error"]
         out, node_metrics = self.outcome["result"]
-        if not _same_rows(batch, self.before):
+        if not _same_rows(batch, self.rows, self.before):
             raise RuntimeError(f"a node changed the batch's rows while background node {self.node.id!r} worked on "
                                f"them, so its columns no longer fit: make that node depend on {self.node.id!r}")
         for key in out.keys():
@@ -311,19 +310,17 @@ class Background:
 
     def abandon(self) -> None:
         """Wait for the thread (a scorer has its own time limit) and log its error: the main thread's goes up."""
-        started = time.perf_counter()
         self.thread.join()
         if "error" in self.outcome:
-            logger.warning("background node %r also failed (after %.1f s): %r", self.node.id,
-                           time.perf_counter() - started, self.outcome["error"])
+            logger.warning("background node %r also failed: %r", self.node.id, self.outcome["error"])
 
 
-def _same_rows(batch: Any, before: dict[str, Any]) -> bool:
-    """Whether `batch` holds the rows it held when the columns `before` were taken: the same length, uids (GRPO
+def _same_rows(batch: Any, rows: int, before: dict[str, Any]) -> bool:
+    """Whether `batch` holds the `rows` rows it held when the columns `before` were taken: the same uids (GRPO
     groups) and responses (the same tensor, or equal ones)."""
     import torch
 
-    if len(batch) != len(next(iter(before.values()), ())):
+    if len(batch) != rows:
         return False
     if "uid" in before and ("uid" not in batch or list(batch["uid"]) != list(before["uid"])):
         return False

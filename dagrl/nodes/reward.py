@@ -64,10 +64,9 @@ def score_in_background(graph: Graph) -> Graph:
     after, and the KL-in-reward node waits for it. A graph without the built-in score node is left as it is."""
     from dagrl.nodes.layout import to_actor_layout
 
-    found = [node for node in graph.nodes if node.fn is score]
-    if not found:
+    scorer = next((node for node in graph.nodes if node.fn is score), None)
+    if scorer is None:
         return graph
-    scorer = found[0]
     layout = next((node for node in graph.nodes if node.fn is to_actor_layout), None)
     waiter = next((node for node in graph.nodes if node.fn is apply_kl_in_reward), None)
     readers = [node.id for node in graph.nodes if scorer.id in node.deps and node is not layout]

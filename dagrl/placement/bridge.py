@@ -277,15 +277,14 @@ class Bridge:
         groups first broke the other's last send: "Broken pipe"). False when the training pool stopped the run early
         (preempted: the rollout pool's last batch may be in flight, so the groups stay as they are to the end)."""
         self.store.add(FINISHED_KEY, 1)
-        while self.store.add(FINISHED_KEY, 0) < self.placement.world_size:
-            if self.store.check([STOPPED_KEY]):
-                return False
-            if self.store.check([FAILED_KEY]):
-                raise PoolStopped(self.store.get(FAILED_KEY).decode())
-            self.check_peers_alive()
-            beat("waiting for the other pool to finish")
-            time.sleep(0.05)
-        return not self.store.check([STOPPED_KEY])
+        try:
+            while self.store.add(FINISHED_KEY, 0) < self.placement.world_size:
+                self.check_failed()
+                beat("waiting for the other pool to finish")
+                time.sleep(0.05)
+        except PoolDone:
+            return False
+        return not self.store.check([STOPPED_KEY])  # stopped as the last process arrived
 
     def release(self) -> None:
         """Drop the bridge's own process groups (after `finish`): freed, their gloo threads end with them; and the

@@ -1,14 +1,11 @@
 """The training loop: resume, validate, run the graph every step, log, checkpoint."""
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import time
-from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Iterator
 
 import torch
 
@@ -27,7 +24,8 @@ from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, finished_step, resume_target
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
 from dagrl.trainer.pool_state import read_pool, read_pools, restore_pool, write_pools
-from dagrl.trainer.profiler import StepProfiler, node_range
+from dagrl.trainer.profiler import StepProfiler
+from dagrl.trainer.timing import Timer, node_timer
 from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
 from dagrl.trainer.validation import dump_rollouts, validate_only
 from dagrl.utils import dist
@@ -36,22 +34,6 @@ from dagrl.utils.faults import fault_point
 from dagrl.utils.preemption import StopRequest, restart_count
 
 logger = logging.getLogger(__name__)
-
-
-# verl's timing names for the built-in nodes; other nodes are timed under their own id.
-_TIMING_NAMES = {"rollout": "gen", "score": "reward", "score_background": "reward_background", "ref_log_prob": "ref", "advantage": "adv",
-                 "actor_update": "update_actor", "reward": "kl_in_reward", "critic_update": "update_critic"}
-class Timer:
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[_TIMING_NAMES.get(name, name)] += time.perf_counter() - start
 
 
 class Trainer:
@@ -346,7 +328,7 @@ class Trainer:
             self.sampler.load_state_dict(self.message["sampler"])  # what this step's checkpoint resumes from
             batch = batch_of(self.message)
         fault_point("rollout", step)
-        batch, metrics = run_graph(self.graph, self.ctx, batch, timer=_with_faults(timer, step))
+        batch, metrics = run_graph(self.graph, self.ctx, batch, timer=node_timer(timer, step))
         seconds = time.perf_counter() - start
         if self.cfg.trainer.rollout_data_dir:
             dump_rollouts(self, step, batch)
@@ -392,13 +374,3 @@ class Trainer:
     def write_ledger(self, records: list[dict]) -> None:
         if self.ledger is not None:
             self.ledger.append(records)
-
-
-def _with_faults(timer: Timer, step: int) -> Callable[[str], contextlib.AbstractContextManager]:
-    @contextlib.contextmanager
-    def timed(name: str) -> Iterator[None]:
-        fault_point(name, step)
-        with timer(name), node_range(name):
-            yield
-
-    return timed

@@ -136,7 +136,7 @@ def _serve(trainer, bridge: Bridge) -> None:
 def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
     """Batch `step`: the rollout-side nodes on this rank's prompts; on the pool's rank 0, the message with every
     shard, the pool's mean metrics, the prompt-ledger view and the rollout state after this batch."""
-    from dagrl.trainer.loop import Timer, _with_faults
+    from dagrl.trainer.timing import Timer, node_timer
 
     ctx = trainer.ctx
     ctx.step, ctx.update_base = step, step - 1
@@ -144,7 +144,7 @@ def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
     carried = ctx.pool.ledger_uids() if ctx.pool is not None else []
     timer = Timer()
     start = time.perf_counter()
-    batch, metrics = run_graph(trainer.graph, ctx, trainer.local_prompts(step), timer=_with_faults(timer, step))
+    batch, metrics = run_graph(trainer.graph, ctx, trainer.local_prompts(step), timer=node_timer(timer, step))
     seconds = time.perf_counter() - start
     if "token_versions" not in batch and len(batch):  # sampled at once: every token by the version loaded
         mask = batch["response_mask"].bool()
