@@ -3,17 +3,11 @@ thread is left to free a collective's tensors then: that aborted a rank after a 
 without an active exception"). The end-to-end check is in tests/trainer/test_partial_rollout.py."""
 import json
 import os
-import socket
 
 import torch.multiprocessing as mp
 
+from tests.engine.engine_helpers import free_port
 from tests.trainer.exit_threads import gloo_threads
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _worker(rank: int, port: int, out: str) -> None:
@@ -34,7 +28,7 @@ def _worker(rank: int, port: int, out: str) -> None:
 
 
 def test_destroying_the_process_groups_joins_every_gloo_thread(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     for rank in range(2):
         running, left = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert running > 4 and left == 0, (rank, running, left)  # the world's group and Megatron's, then none
