@@ -1,19 +1,13 @@
 """Batch statistics are global over data-parallel ranks: gloo processes holding DP shards (and model-parallel
 replicas of them) compute the same whitened advantages, counts and metrics as one process holding the whole
 batch."""
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 from tests.algo import dist_worker
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.engine.engine_helpers import free_port
 
 
 def _whole(partial: torch.Tensor) -> torch.Tensor:
@@ -25,7 +19,7 @@ def _whole(partial: torch.Tensor) -> torch.Tensor:
     pytest.param(4, 2, marks=pytest.mark.slow),  # two DP shards, each held by two model-parallel ranks
 ])
 def test_statistics_over_dp_shards_equal_the_whole_batch(tmp_path, world_size, model_parallel):
-    mp.spawn(dist_worker.run, args=(world_size, model_parallel, _free_port(), str(tmp_path)), nprocs=world_size)
+    mp.spawn(dist_worker.run, args=(world_size, model_parallel, free_port(), str(tmp_path)), nprocs=world_size)
     shards = world_size // model_parallel
     whole = dist_worker.statistics(dist_worker.full_batch(), _whole)
     for rank in range(world_size):
@@ -60,7 +54,7 @@ def _reduce_worker(rank: int, port: int, out: str) -> None:
 
 
 def test_metric_means_over_ranks_keep_the_max_and_min_of_every_rank(tmp_path):
-    mp.spawn(_reduce_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_reduce_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     for rank in range(2):
         assert torch.load(tmp_path / f"rank{rank}.pt") == {"response_length/mean": 15.0, "response_length/max": 30.0,
                                                            "response_length/min": 2.0, "timing_s/gen": 1.5}
@@ -89,7 +83,7 @@ def _straggler_worker(rank: int, port: int, out: str) -> None:
 def test_the_rollout_node_waits_for_the_slowest_rank_and_reports_the_spread(tmp_path):
     """The wait for a straggler belongs to generation: without it the fast rank's wait surfaced in the next node
     holding a collective (the scorer), which the rank mean then reported as seconds of reward."""
-    mp.spawn(_straggler_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_straggler_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     fast, slow = (torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2))
     assert fast["spread"] == slow["spread"] == pytest.approx(0.6)
     assert fast["waited"] > 0.4 and slow["waited"] < 0.3  # the fast rank waited inside the rollout node

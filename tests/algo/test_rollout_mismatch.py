@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import torch.multiprocessing as mp
 
 from dagrl.nodes.log_prob import rollout_mismatch
 from dagrl.utils.dist import data_parallel_sums, mean_over_ranks
+from tests.engine.engine_helpers import free_port
 
 WORLD = 2
 MAX_KEY = "training/rollout_probs_diff_max"
@@ -48,14 +48,8 @@ def run(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_rollout_probs_diff_max_is_the_global_max_on_two_ranks(tmp_path):
-    mp.spawn(run, args=(_free_port(), str(tmp_path)), nprocs=WORLD)
+    mp.spawn(run, args=(free_port(), str(tmp_path)), nprocs=WORLD)
     whole = rollout_mismatch(*whole_batch(), _local_sum)
     old, rollout, mask = whole_batch()
     gap = (old.exp() - rollout.exp()).abs()[mask.bool()]

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.test_printed_commands import VENV
+from tests.engine.engine_helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "first_gpu_run.md"
@@ -352,12 +352,6 @@ def prepared_home(tmp_path):
     proc = shell(block("preprocess-offline").code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return tmp_path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.slow

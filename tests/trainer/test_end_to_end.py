@@ -11,6 +11,7 @@ import pytest
 from dagrl.config.load import compose
 from dagrl.config.tree import leaf_keys
 from tests.conftest import cpu_run_overrides
+from tests.engine.engine_helpers import free_port
 from tests.helpers import metrics_by_step, run_concurrently, run_in_session, undocumented_metrics
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
@@ -124,18 +125,11 @@ def test_two_processes_under_torchrun(run_args, tmp_path):
                             "trainer.save_freq": 2, "trainer.test_freq": 2,
                             "reward_model.launch_reward_fn_async": True})
     code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                   "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args])
+                                   "--master-port", str(free_port()), "-m", "dagrl.main_dag", *args])
     assert code == 0, stderr[-3000:]
     records = metrics_by_step(out)
     assert sorted(records) == [0, 1, 2] and records[2]["actor/grad_norm"] > 0
     assert (out / "global_step_2" / "dagrl_checkpoint.json").is_file()
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_non_finite_steps_are_skipped_then_the_run_stops_keeping_the_last_good_checkpoint(run_args, tmp_path):
