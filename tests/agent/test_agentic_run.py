@@ -95,11 +95,11 @@ def test_a_multi_turn_run_trains_and_resumes_exactly(args, tmp_path):
 def test_multi_turn_on_two_ranks_shards_prompts_and_validates_each_once(args, tmp_path):
     import json
 
-    from tests.trainer.test_end_to_end import _free_port
+    from tests.engine.engine_helpers import free_port
 
     out = tmp_path / "dp2"
     code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                   "--master-port", str(_free_port()), "-m", "dagrl.main_dag",
+                                   "--master-port", str(free_port()), "-m", "dagrl.main_dag",
                                    *args(out, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2,
                                                  "trainer.save_freq": -1, "trainer.test_freq": 2,
                                                  "trainer.validation_data_dir": str(out / "val")})])

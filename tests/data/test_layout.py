@@ -307,11 +307,11 @@ def worker(out_dir: str) -> None:
 
 @pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_collective_moves_rows_as_planned_on_gloo_ranks(tmp_path, world):
-    from tests.trainer.test_end_to_end import _free_port
+    from tests.engine.engine_helpers import free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
-                           "--master-port", str(_free_port()), __file__, str(tmp_path)],
+                           "--master-port", str(free_port()), __file__, str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-6000:]
     assert json.loads((tmp_path / "done.json").read_text()) == {"checked": 2 * len(list(layouts(worlds=(world,))))}

@@ -45,14 +45,14 @@ def test_worker_death_stops_the_job_naming_the_rank_and_a_relaunch_resumes(tiny_
 def test_separate_pools_on_ray_workers_train_and_match_torchrun(tiny_model, tiny_data, tmp_path):
     """actor_rollout_ref.hybrid_engine=false under Ray: one placement group per pool, the rollout pool's worker first;
     at K=0 the run equals the same pools under torchrun."""
-    from tests.trainer.test_end_to_end import _free_port
+    from tests.engine.engine_helpers import free_port
 
     pools = {"actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1, "trainer.n_gpus_per_node": 1,
              "async_training.max_staleness": 0, "trainer.total_training_steps": 2}
     args = ray_args(tiny_model, tiny_data, tmp_path / "torchrun", **pools, **{"trainer.launcher": "local"})[3:]
     results = run_concurrently([  # side by side: much of a Ray launch is Ray starting
         (ray_args(tiny_model, tiny_data, tmp_path / "ray", **pools), {}),
-        ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+        ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
           "-m", "dagrl.main_dag", *args], {})], timeout=300)
     for code, stderr in results:
         assert code == 0, stderr[-3000:]

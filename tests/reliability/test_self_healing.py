@@ -17,7 +17,8 @@ import pytest
 
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_concurrently, run_in_session, session_process
-from tests.trainer.test_end_to_end import REWARD, _free_port
+from tests.engine.engine_helpers import free_port
+from tests.trainer.test_end_to_end import REWARD
 
 HANG_TIMEOUT = 8
 
@@ -30,7 +31,7 @@ def overrides(model, data, out: Path, **extra) -> list[str]:
 
 def torchrun(args: list[str], processes: int = 2, restarts: int = 0) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
-            str(_free_port()), "--max-restarts", str(restarts), "-m", "dagrl.main_dag", *args]
+            str(free_port()), "--max-restarts", str(restarts), "-m", "dagrl.main_dag", *args]
 
 
 def steps_only(records: dict[int, dict]) -> dict[int, dict]:

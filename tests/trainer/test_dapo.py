@@ -19,7 +19,7 @@ from dagrl.nodes.dynamic_sampling import filter_groups, group_metric, keep_count
 from dagrl.nodes.reward import score
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_in_session
-from tests.trainer.test_end_to_end import _free_port
+from tests.engine.engine_helpers import free_port
 
 N, RESPONSE = 2, 4
 
@@ -259,7 +259,7 @@ def test_dapo_on_two_processes_counts_groups_globally(dapo_args, tmp_path):
                                           "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
                                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2})
     code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                   "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args],
+                                   "--master-port", str(free_port()), "-m", "dagrl.main_dag", *args],
                                   env={"OMP_NUM_THREADS": "1"})
     assert code == 0, stderr[-3000:]
     records = metrics_by_step(tmp_path / "dp2")

@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_in_session
-from tests.trainer.test_end_to_end import REWARD, _free_port
+from tests.engine.engine_helpers import free_port
+from tests.trainer.test_end_to_end import REWARD
 
 LAYOUTS = {
     "tp1_dp2": {},
@@ -39,7 +40,7 @@ def test_step_one_is_the_same_for_dp2_tp2_and_pp2(tiny_model, tiny_data, tmp_pat
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1, "custom_reward_function.path": str(REWARD),
             **layout})
         code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                       "--master-port", str(_free_port()), "-m", "dagrl.main_dag", *args],
+                                       "--master-port", str(free_port()), "-m", "dagrl.main_dag", *args],
                                       env={"OMP_NUM_THREADS": "1"})
         assert code == 0, f"{name}:\n{stderr[-3000:]}"
         results[name] = metrics_by_step(out)[1]

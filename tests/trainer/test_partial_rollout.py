@@ -165,9 +165,9 @@ def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_sync
 
 def test_partial_rollout_on_two_ranks_keeps_a_pool_per_rollout_shard(args, tmp_path):
     out = tmp_path / "dp2"
-    from tests.trainer.test_end_to_end import _free_port
+    from tests.engine.engine_helpers import free_port
     code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                   "--master-port", str(_free_port()), "-m", "tests.trainer.exit_threads",
+                                   "--master-port", str(free_port()), "-m", "tests.trainer.exit_threads",
                                    *args(out, **{"trainer.n_gpus_per_node": 2})])
     assert code == 0, stderr[-3000:]
     # every process group ended with the run: no gloo worker may free a collective's tensors at interpreter shutdown,

@@ -23,7 +23,8 @@ from dagrl.trainer.ledger import LEDGER_FILE
 from dagrl.trainer.pools import Schedule, pack_buckets, split_graph, unpack_bucket
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, session_process, undocumented_metrics
-from tests.trainer.test_end_to_end import REWARD, _free_port
+from tests.engine.engine_helpers import free_port
+from tests.trainer.test_end_to_end import REWARD
 from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture)
 
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -34,7 +35,7 @@ def command(args: list[str], processes: int, module: str = "dagrl.main_dag") -> 
     if processes == 1:
         return [sys.executable, "-m", module, *args]
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
-            str(_free_port()), "-m", module, *args]
+            str(free_port()), "-m", module, *args]
 
 
 # torchrun's "Sending process <pid> closing signal SIGTERM": a worker died and torchrun stops the others, each with 30 s
