@@ -4,13 +4,15 @@
 usage: python3 benchmarks/vs_verl.py --job learn|throughput --out DIR [--sides verl,dagrl] [--report] [--steps N]
            [--seeds 0[,1...]] [--smol DIR] [--arith DIR] [--model DIR] [--data DIR] [--train-tokens 6144]
            [--logprob-tokens 24576] [--timeout 560] [--verl-extra "k=v ..."] [--dagrl-extra "k=v ..."] [--dry-run]
-           [--parallel] [--plot FILE.svg]
+           [--parallel] [--plot FILE.svg] [--repeat-of DIR]
 
 On the GPU machine (the kits received, `eval "$(bash .devkit/bin/gpu.sh env)"`; benchmarks/verl_kit/README.md,
 "Rerun") it runs each side in --sides as a subprocess, then prints the tables; `--report` runs nothing and prints the
 tables of the files already in --out, on any machine. With several --seeds each seed runs (both sides, one after the
 other) into --out/seed<S>/, and the report adds the held-out accuracy of every seed and whether dagrl's mean reaches
-verl's within the seeds' spread at each evaluated step (issue 19's goal on the learn job). `--parallel` (learn only)
+verl's within the seeds' spread at each evaluated step (issue 19's goal on the learn job); `--repeat-of EARLIER`
+(with --report) adds whether each side's runs repeat those of an earlier --out, value for value (a trainer whose
+reruns differ has a run-to-run spread that two seeds do not show). The tables are vs_verl_report.py's. `--parallel` (learn only)
 starts every seed of every side at once on the one GPU, each vLLM with a fixed KV cache (`shared_gpu`): the accuracy
 tables in the time of the slowest run; their step tables are left out, since shared times measure the sharing. Jobs:
   learn       SmolLM2-135M-Instruct (--smol) on the arithmetic task (--arith): 32 prompts x 8, responses <= 12,
@@ -40,20 +42,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from vs_verl_report import (ANSI, PROMPT_LEN, RESPONSE_LEN, SHARED, STEP_LINE, curves_svg, learn_curves,
+                            repeat_report, report, seeds_report)
+
 ROOT = Path(__file__).resolve().parents[1]
-PROMPTS, N, PROMPT_LEN, RESPONSE_LEN = 32, 8, 512, 1024  # both jobs: 32 prompts x 8 responses a step
 STEPS = {"learn": 32, "throughput": 6}
-FIRST = 3  # steps 1-2 carry one-time costs (CUDA graph warm-up, allocator growth, torch.compile on verl's side)
 VERSIONS = {"verl": ["verl", "vllm", "torch", "transformers", "ray"],
             "dagrl": ["vllm", "torch", "transformers", "megatron.core", "transformer_engine"]}
 # printed from each side's own environment: verl runs with the verl kit's PYTHONPATH in front of the vLLM kit's
@@ -65,11 +66,6 @@ VERSION_SNIPPET = ("import importlib, sys\n"
                    "        return f'missing ({type(err).__name__})'\n"
                    "print('versions: ' + ', '.join(f'{n} {v(n)}' for n in sys.argv[1:]), flush=True)")
 VERL_ENV = 'eval "$(bash benchmarks/verl_kit/build.sh env)" && '
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
-NUMPY = re.compile(r"^np\.\w+\((.*)\)$")  # verl prints numpy scalars as np.float64(0.5)
-ACC = re.compile(r"^val-core/.+/(acc|reward)/mean@\d+$")
-SHARED = "shared_gpu.txt"  # written by --parallel into each run's directory: the report then prints no step table
 
 
 # ---- running (GPU machine) ----
@@ -227,207 +223,6 @@ def prepare_throughput(args: argparse.Namespace) -> None:
                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
-# ---- parsing (any machine) ----
-def number(text: str) -> float | str:
-    text = text.strip()
-    found = NUMPY.match(text)
-    text = found[1] if found else text
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def console_steps(text: str) -> dict[int, dict]:
-    """{step: {key: value}} from `step:N - key:value - ...` console lines (Ray's `(TaskRunner pid=…)` prefix, ANSI
-    colours and a tqdm carriage return before the line are dropped)."""
-    rows: dict[int, dict] = {}
-    for line in text.split("\n"):
-        found = STEP_LINE.search(ANSI.sub("", line).split("\r")[-1])
-        if found:
-            row = rows.setdefault(int(found[1]), {})
-            for item in found[2].split(" - "):  # a negative value reads "key:-0.1": no spaces around its dash
-                key, sep, value = item.partition(":")
-                if sep:
-                    row[key.strip()] = number(value)
-    return rows
-
-
-def side_rows(out: Path, side: str) -> dict[int, dict]:
-    jsonl = out / f"{side}_metrics.jsonl"
-    if jsonl.exists():
-        rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-        return {int(row["step"]): row for row in rows}
-    log = out / f"{side}.log"
-    return console_steps(log.read_text(errors="replace")) if log.exists() else {}
-
-
-def versions(out: Path, side: str) -> str:
-    log = out / f"{side}.log"
-    text = log.read_text(errors="replace") if log.exists() else ""
-    found = re.search(r"^versions: (.*)$", text, re.M)
-    if found:
-        return found[1]
-    engine = re.search(r"LLM engine \(v([\w.+-]+)\)", text)  # a log from before the versions line: vLLM's own
-    return f"not recorded (vllm {engine[1]}, from its engine line)" if engine else "not recorded"
-
-
-def accuracy(row: dict) -> float | None:
-    keys = sorted((key for key in row if ACC.match(key)), key=lambda key: "/reward/" in key)  # acc first
-    return float(row[keys[0]]) if keys else None
-
-
-def phases(row: dict, side: str) -> dict[str, float]:
-    """One step's seconds by phase (see the module docstring for weight sync)."""
-    sync = row.get("timing_s/update_weights" if side == "verl" else "timing_s/rollout_switch", 0.0)
-    named = {"generate": row["timing_s/gen"] - (sync if side == "dagrl" else 0.0),
-             "old log-prob": row.get("timing_s/old_log_prob", 0.0), "update": row["timing_s/update_actor"],
-             "weight sync": sync}
-    return {"whole step": row["timing_s/step"], **named, "everything else": row["timing_s/step"] - sum(named.values())}
-
-
-def summary(out: Path, side: str, first: int) -> dict[str, float]:
-    rows = side_rows(out, side)
-    steps = [row for step, row in sorted(rows.items()) if step >= first and "timing_s/step" in row]
-    result: dict[str, float] = {}
-    if steps:
-        per_step = [phases(row, side) for row in steps]
-        result = {name: statistics.median(p[name] for p in per_step) for name in per_step[0]}
-        result["tokens/s/GPU"] = statistics.median(row["response_length/mean"] * PROMPTS * N / row["timing_s/step"]
-                                                   for row in steps)
-    mem = out / f"{side}_mem.log"
-    samples = [int(v) for v in re.findall(r"^\s*(\d+)", mem.read_text(), re.M)] if mem.exists() else []
-    if samples:
-        result["peak GPU memory, MiB"] = max(samples)
-    run = json.loads((out / f"{side}_run.json").read_text()) if (out / f"{side}_run.json").exists() else {}
-    if "1" in run.get("step_line_s", {}) and "timing_s/step" in rows.get(1, {}):
-        result["launch to first step, s"] = run["step_line_s"]["1"] - rows[1]["timing_s/step"]
-    if "wall_s" in run:
-        result["whole wall, s"] = run["wall_s"]
-    result["steps"] = len(steps)
-    return result
-
-
-def cell(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def report(args: argparse.Namespace) -> str:
-    out, first = Path(args.out), FIRST
-    lines = [f"vs_verl {args.job}: {PROMPTS} prompts x {N}, 1 GPU, seed {args.seed}; files in {out}"]
-    for side in ("verl", "dagrl"):
-        run = out / f"{side}_run.json"
-        rc = f" (exit {json.loads(run.read_text())['rc']})" if run.exists() else ""
-        lines.append(f"{side:5}: {versions(out, side)}{rc}")
-    rows = {side: side_rows(out, side) for side in ("verl", "dagrl")}
-    evaluated = sorted({step for side in rows for step, row in rows[side].items() if accuracy(row) is not None})
-    if evaluated:
-        lines += ["", "held-out greedy accuracy", "| step | verl | dagrl | dagrl - verl |", "|---:|---:|---:|---:|"]
-        for step in evaluated:
-            verl, dagrl = (accuracy(rows[side].get(step, {})) for side in ("verl", "dagrl"))
-            diff = f"{dagrl - verl:+.3f}" if verl is not None and dagrl is not None else "-"
-            lines.append(f"| {step} | {cell(verl)} | {cell(dagrl)} | {diff} |")
-    last = max(max(rows["verl"], default=0), max(rows["dagrl"], default=0))
-    shared = out / SHARED
-    sums: dict[str, dict[str, float]] = {"verl": {}, "dagrl": {}}
-    if shared.exists():  # times and memory of runs that shared the GPU measure the sharing, not the trainers
-        lines += ["", f"no step table: {shared.read_text().strip()}"]
-    else:
-        sums = {side: summary(out, side, first) for side in sums}
-        lines += ["", f"median of steps {first}..{last} (verl {sums['verl']['steps']} steps, dagrl "
-                      f"{sums['dagrl']['steps']}); seconds unless named", "| phase | verl | dagrl | dagrl/verl |",
-                  "|---|---:|---:|---:|"]
-        names = ["whole step", "generate", "old log-prob", "update", "weight sync", "everything else", "tokens/s/GPU",
-                 "peak GPU memory, MiB", "launch to first step, s", "whole wall, s"]
-        for name in names:
-            verl, dagrl = sums["verl"].get(name), sums["dagrl"].get(name)
-            ratio = "-"
-            if verl and dagrl is not None:
-                ratio = f"{dagrl / verl:.2f}" + (" !" if abs(dagrl / verl - 1) > 0.10 else "")
-            digits = 0 if "MiB" in name or "tokens" in name or name.endswith(", s") else 3
-            lines.append(f"| {name} | {cell(verl, digits)} | {cell(dagrl, digits)} | {ratio} |")
-        lines.append("! : dagrl and verl differ by more than 10 %")
-    both = sorted(step for step in set(rows["verl"]) & set(rows["dagrl"])
-                  if "prompt_length/mean" in rows["verl"][step] and "prompt_length/mean" in rows["dagrl"][step])
-    if both:  # the same data.seed draws the same batches on both sides (dagrl draws verl's order)
-        same = [step for step in both if abs(rows["verl"][step]["prompt_length/mean"]
-                                             - rows["dagrl"][step]["prompt_length/mean"]) < 1e-6]
-        lines.append(f"same prompts (equal prompt_length/mean): {len(same)} of {len(both)} steps")
-    if sums["verl"].get("tokens/s/GPU") and sums["dagrl"].get("tokens/s/GPU"):
-        gain = sums["dagrl"]["tokens/s/GPU"] / sums["verl"]["tokens/s/GPU"]
-        lines.append(f"dagrl/verl tokens/s/GPU: {gain:.2f}x (issue 19's goal on the throughput job: >= 1.3x)")
-    return "\n".join(lines)
-
-
-def seed_dirs(out: Path) -> list[Path]:
-    """The seed<S>/ directories of a --seeds run, by seed."""
-    return sorted(out.glob("seed*"), key=lambda path: int(path.name[4:]) if path.name[4:].isdigit() else -1)
-
-
-def learn_curves(out: Path) -> dict[str, dict[str, dict[int, float]]]:
-    """{side: {seed directory name: {step: held-out accuracy}}}, the seeds in order."""
-    return {side: {path.name: {step: accuracy(row) for step, row in side_rows(path, side).items()
-                               if accuracy(row) is not None} for path in seed_dirs(out)} for side in ("verl", "dagrl")}
-
-
-def curves_svg(curves: dict[str, dict[str, dict[int, float]]], title: str) -> str:
-    """The held-out accuracy curves as a small SVG (no plotting library on the machines): one line per seed, named
-    by its directory, verl blue, dagrl orange, seeds after the first dashed; x the step, y the accuracy 0..1."""
-    width, height, left, bottom, top, right = 640, 360, 50, 40, 30, 120
-    steps = sorted({step for side in curves for curve in curves[side].values() for step in curve}) or [0]
-    last = max(steps[-1], 1)
-    x = lambda step: left + (width - left - right) * step / last  # noqa: E731
-    y = lambda acc: height - bottom - (height - bottom - top) * acc  # noqa: E731
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{left}" y="18">{title}</text>']
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
-                     f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')
-    for step in steps:
-        parts.append(f'<text x="{x(step):.1f}" y="{height - bottom + 16}" text-anchor="middle">{step}</text>')
-    parts.append(f'<text x="{(width - right + left) / 2}" y="{height - 6}" text-anchor="middle">step</text>')
-    legend = 0
-    for side, colour in (("verl", "#1f77b4"), ("dagrl", "#ff7f0e")):
-        for index, (name, curve) in enumerate(curves[side].items()):
-            points = " ".join(f"{x(step):.1f},{y(acc):.1f}" for step, acc in sorted(curve.items()))
-            dash = ' stroke-dasharray="5,4"' if index else ""
-            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{points}"/>')
-            ly = top + 16 * legend
-            parts.append(f'<line x1="{width - right + 10}" x2="{width - right + 40}" y1="{ly}" y2="{ly}" '
-                         f'stroke="{colour}" stroke-width="2"{dash}/><text x="{width - right + 46}" y="{ly + 4}">'
-                         f'{side} {name}</text>')
-            legend += 1
-    return "\n".join(parts + ["</svg>"]) + "\n"
-
-
-def seeds_report(out: Path) -> str:
-    """Held-out accuracy of every seed of both sides (--out/seed<S>/) and, at each evaluated step, whether dagrl's
-    mean over its seeds reaches verl's less the seeds' spread (the largest max - min of either side at that step)."""
-    curves = learn_curves(out)
-    names = list(curves["verl"])
-    steps = sorted({step for side in curves for curve in curves[side].values() for step in curve})
-    lines = [f"held-out greedy accuracy over {len(names)} seeds ({', '.join(names)})",
-             "| step | " + " | ".join(f"verl {n}" for n in names) + " | " + " | ".join(f"dagrl {n}" for n in names)
-             + " | verl mean | dagrl mean | spread | dagrl >= verl - spread |", "|---:|" + "---:|" * (2 * len(names) + 4)]
-    met_all = bool(steps)
-    for step in steps:
-        values = {side: [curve.get(step) for curve in curves[side].values()] for side in curves}
-        cells = [cell(v) for side in ("verl", "dagrl") for v in values[side]]
-        known = {side: [v for v in values[side] if v is not None] for side in values}
-        if known["verl"] and known["dagrl"]:
-            mean = {side: statistics.mean(known[side]) for side in known}
-            spread = max(max(known[side]) - min(known[side]) for side in known)
-            met = mean["dagrl"] >= mean["verl"] - spread - 1e-9
-            met_all &= met
-            tail = [cell(mean["verl"]), cell(mean["dagrl"]), cell(spread), "yes" if met else "**no**"]
-        else:
-            met_all, tail = False, ["-", "-", "-", "-"]
-        lines.append(f"| {step} | " + " | ".join(cells + tail) + " |")
-    lines.append(f"dagrl reaches verl at every evaluated step, within the seeds' spread: {'yes' if met_all else 'no'}")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", choices=sorted(STEPS), required=True)
@@ -449,6 +244,8 @@ def main() -> None:
     parser.add_argument("--verl-extra", default="", help="more verl overrides, one string")
     parser.add_argument("--dagrl-extra", default="", help="more dagrl overrides, one string")
     parser.add_argument("--plot", default=None, help="with several --seeds: the held-out accuracy curves as an SVG")
+    parser.add_argument("--repeat-of", default=None,
+                        help="with --report: whether the runs in --out repeat those in this earlier --out, value for value")
     parser.add_argument("--parallel", action="store_true",
                         help="learn: start every seed of every side at once on the one GPU (accuracy only)")
     args = parser.parse_args()
@@ -496,6 +293,8 @@ def main() -> None:
         run_side(side, run_args)
     for seed, where in runs:
         print(report(seeded(seed, where)), end="\n\n")
+    if args.repeat_of:
+        print(repeat_report(out, Path(args.repeat_of)), end="\n\n")
     if len(seeds) > 1:
         print(seeds_report(out))
         if args.plot:

@@ -1,7 +1,8 @@
-"""benchmarks/vs_verl.py on CPU: verl's Ray-prefixed console lines and dagrl's jsonl rows parsed into the tables
+"""benchmarks/vs_verl.py and vs_verl_report.py on CPU: verl's Ray-prefixed console lines and dagrl's jsonl rows parsed into the tables
 (accuracy per evaluated step, median phases of steps 3..N), and benchmarks/verl_data.py's exact prompt length. The
 verl lines are real lines of a verl 0.9.1 run on one H100 (benchmarks/verl_kit/run_smollm2_grpo.sh), cut to fewer
 keys; the jsonl rows are dagrl's from the same job."""
+import argparse
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import vs_verl  # noqa: E402
+import vs_verl_report  # noqa: E402
 
 P = "\x1b[36m(TaskRunner pid=2153)\x1b[0m "
 VERL_LOG = "\n".join([
@@ -67,24 +69,24 @@ DAGRL_ROWS = [
 
 
 def test_verl_console_lines_parse_through_ray_prefix_ansi_and_numpy_scalars():
-    rows = vs_verl.console_steps(VERL_LOG)
+    rows = vs_verl_report.console_steps(VERL_LOG)
     assert sorted(rows) == [0, 1, 3, 4, 5]  # tqdm's "3/32" and the meta-info line are not steps
     assert rows[0]["val-core/dagrl/arithmetic/acc/mean@1"] == 0.1171875
     assert rows[3]["timing_s/gen"] == pytest.approx(0.54289234700002)
     assert rows[3]["critic/advantages/mean"] == pytest.approx(-0.005395879037678242)  # "key:-0.005": not a separator
     assert rows[3]["timing_s/agent_loop/num_preempted/min"] == -1.0
-    assert vs_verl.accuracy(rows[4]) == 0.1875 and vs_verl.accuracy(rows[3]) is None
+    assert vs_verl_report.accuracy(rows[4]) == 0.1875 and vs_verl_report.accuracy(rows[3]) is None
     # dagrl's console logger writes the same format (read when its jsonl is missing)
-    dagrl = vs_verl.console_steps("step:4 - timing_s/step:1.09 - val-core/dagrl/arithmetic/acc/mean@1:0.1875\n")
+    dagrl = vs_verl_report.console_steps("step:4 - timing_s/step:1.09 - val-core/dagrl/arithmetic/acc/mean@1:0.1875\n")
     assert dagrl[4]["timing_s/step"] == 1.09
 
 
 def test_phases_split_dagrls_switch_out_of_its_generation():
-    verl = vs_verl.phases(vs_verl.console_steps(VERL_LOG)[3], "verl")
+    verl = vs_verl_report.phases(vs_verl_report.console_steps(VERL_LOG)[3], "verl")
     assert verl["weight sync"] == pytest.approx(0.14664415499998995)
     assert verl["generate"] == pytest.approx(0.54289234700002)
     assert verl["everything else"] == pytest.approx(4.635444853 - 0.542892347 - 1.352605209 - 2.493443977 - 0.146644155)
-    dagrl = vs_verl.phases(DAGRL_ROWS[2], "dagrl")
+    dagrl = vs_verl_report.phases(DAGRL_ROWS[2], "dagrl")
     assert dagrl["weight sync"] == pytest.approx(0.10750812300000234)
     assert dagrl["generate"] == pytest.approx(0.3869175519999999 - 0.10750812300000234)
 
@@ -132,7 +134,7 @@ def test_report_without_run_files_leaves_their_cells_empty(tmp_path):
     for name in ("verl_run.json", "dagrl_run.json", "verl_mem.log"):
         (tmp_path / name).unlink()
     (tmp_path / "verl.log").write_text(VERL_LOG.split("\n", 1)[1])  # a log from before the versions line
-    text = vs_verl.report(vs_verl.argparse.Namespace(job="learn", out=str(tmp_path), seed=0))
+    text = vs_verl_report.report(argparse.Namespace(job="learn", out=str(tmp_path), seed=0))
     assert "verl : not recorded" in text
     assert table_row(text, "launch to first step, s") == ["-", "-", "-"]
     assert table_row(text, "peak GPU memory, MiB") == ["-", "7591", "-"]
@@ -174,7 +176,7 @@ def test_run_side_logs_versions_and_stamps_step_lines(tmp_path, monkeypatch):
     monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {"CKPT_DIR": str(ckpt)}))
     monkeypatch.setattr(vs_verl, "VERSIONS", {"dagrl": ["json"]})
     monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: None)
-    vs_verl.run_side("dagrl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60, parallel=False))
+    vs_verl.run_side("dagrl", argparse.Namespace(out=str(tmp_path), timeout=60, parallel=False))
     log = (tmp_path / "dagrl.log").read_bytes()
     assert log.startswith(b"versions: json ") and b"\n\rTraining 1/2\n" in log
     run = json.loads((tmp_path / "dagrl_run.json").read_text())
@@ -194,7 +196,7 @@ def test_run_json_is_written_at_each_step_line_then_closed_with_the_exit_code(tm
     monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {}))
     monkeypatch.setattr(vs_verl, "VERSIONS", {"verl": ["json"]})
     monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: None)
-    vs_verl.run_side("verl", vs_verl.argparse.Namespace(out=str(tmp_path), timeout=60, parallel=False))
+    vs_verl.run_side("verl", argparse.Namespace(out=str(tmp_path), timeout=60, parallel=False))
     assert [rc for rc, _ in writes] == [None, None, 0]  # one write per new step, the repeat of step 1 none
     assert sorted(writes[0][1]) == ["1"] and sorted(writes[1][1]) == ["1", "2"]
     assert json.loads((tmp_path / "verl_run.json").read_text())["rc"] == 0
@@ -215,13 +217,13 @@ def test_seeds_report_compares_the_means_within_the_seeds_spread(tmp_path):
     # step 8: verl 0.80/0.78, dagrl 0.60/0.62: spread 0.02 -> 0.61 < 0.77: not met
     seed_dir(tmp_path / "seed0", 0, {0: 0.1, 4: 0.5, 8: 0.80}, {0: 0.1, 4: 0.30, 8: 0.60})
     seed_dir(tmp_path / "seed1", 1, {0: 0.1, 4: 0.3, 8: 0.78}, {0: 0.1, 4: 0.32, 8: 0.62})
-    text = vs_verl.seeds_report(tmp_path)
+    text = vs_verl_report.seeds_report(tmp_path)
     assert table_row(text, "0") == ["0.100", "0.100", "0.100", "0.100", "0.100", "0.100", "0.000", "yes"]
     assert table_row(text, "4") == ["0.500", "0.300", "0.300", "0.320", "0.400", "0.310", "0.200", "yes"]
     assert table_row(text, "8")[-2:] == ["0.020", "**no**"]
     assert text.splitlines()[-1].endswith(": no")
     (tmp_path / "seed1" / "dagrl_metrics.jsonl").write_text(json.dumps({"step": 0, "x": 1}))  # seed 1 never evaluated
-    assert table_row(vs_verl.seeds_report(tmp_path), "4")[3] == "-"
+    assert table_row(vs_verl_report.seeds_report(tmp_path), "4")[3] == "-"
 
 
 def test_several_seeds_run_each_into_its_own_directory(tmp_path):
@@ -258,7 +260,7 @@ def test_report_counts_the_steps_whose_prompts_are_the_same_on_both_sides(tmp_pa
     rows = [dict(row) for row in DAGRL_ROWS]
     rows[1]["prompt_length/mean"], rows[2]["prompt_length/mean"] = 30.15625, 30.09375
     (tmp_path / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
-    text = vs_verl.report(vs_verl.argparse.Namespace(out=str(tmp_path), job="learn", seed=0))
+    text = vs_verl_report.report(argparse.Namespace(out=str(tmp_path), job="learn", seed=0))
     assert "same prompts (equal prompt_length/mean): 1 of 2 steps" in text
 
 
@@ -303,8 +305,8 @@ def test_parallel_runs_overlap_and_their_report_keeps_accuracy_but_no_step_table
     monkeypatch.undo()
     (tmp_path / "r").mkdir()
     write_out(tmp_path / "r")
-    (tmp_path / "r" / vs_verl.SHARED).write_text("4 runs shared one GPU (--parallel)\n")
-    text = vs_verl.report(vs_verl.argparse.Namespace(out=str(tmp_path / "r"), job="learn", seed=0))
+    (tmp_path / "r" / vs_verl_report.SHARED).write_text("4 runs shared one GPU (--parallel)\n")
+    text = vs_verl_report.report(argparse.Namespace(out=str(tmp_path / "r"), job="learn", seed=0))
     assert "no step table: 4 runs shared one GPU" in text and "| whole step |" not in text
     assert table_row(text, "4") == ["0.188", "0.188", "+0.000"]
 
@@ -314,7 +316,7 @@ def test_the_curves_svg_draws_one_line_per_seed_at_the_accuracies(tmp_path):
     point at its step and accuracy (y 0..1 between the plot's bottom 320 and top 30)."""
     seed_dir(tmp_path / "seed3", 3, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 4: 0.25, 8: 0.75})
     seed_dir(tmp_path / "seed10", 10, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 8: 0.5})
-    svg = vs_verl.curves_svg(vs_verl.learn_curves(tmp_path), "t")
+    svg = vs_verl_report.curves_svg(vs_verl_report.learn_curves(tmp_path), "t")
     labels = [line.rpartition('">')[2].removesuffix("</text>") for line in svg.splitlines() if "<line x1=\"530" in line]
     assert labels == ["verl seed3", "verl seed10", "dagrl seed3", "dagrl seed10"]  # by seed, not by position
     lines = [line for line in svg.splitlines() if line.startswith("<polyline")]
@@ -323,3 +325,27 @@ def test_the_curves_svg_draws_one_line_per_seed_at_the_accuracies(tmp_path):
     assert 'points="50.0,320.0 285.0,175.0 520.0,30.0"' in lines[0]  # verl seed 3: steps 0/4/8 at 0, 0.5, 1.0
     assert 'points="50.0,320.0 520.0,175.0"' in lines[3]  # dagrl seed 10 was evaluated twice
     assert svg.rstrip().endswith("</svg>")
+
+
+def test_repeat_report_finds_a_rerun_equal_but_for_times_and_names_the_first_difference(tmp_path):
+    earlier, rerun = tmp_path / "earlier" / "seed0", tmp_path / "rerun" / "seed0"
+    for out in (earlier, rerun):
+        out.mkdir(parents=True)
+        write_out(out)
+    # dagrl's rerun: other wall times and clock, the same values otherwise; verl's: another sample from step 4 on
+    rows = [{k: (v * 1.5 if k.startswith("timing_s/") or k == "time" else v) for k, v in row.items()}
+            for row in DAGRL_ROWS]
+    (rerun / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    (rerun / "verl.log").write_text(VERL_LOG.replace("acc/mean@1:np.float64(0.1875)", "acc/mean@1:np.float64(0.2)")
+                                    .replace("response_length/mean:11.86328125", "response_length/mean:11.9"))
+    text = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--report", "--seeds", "0,1",
+                           "--out", str(tmp_path / "rerun"), "--repeat-of", str(tmp_path / "earlier")], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    verl = next(line for line in text.splitlines() if line.startswith("| verl | seed0 | 5 |"))
+    dagrl = next(line for line in text.splitlines() if line.startswith("| dagrl | seed0 | 5 |"))
+    # dagrl: acc at steps 0 and 4, response_length/mean at 1, 3, 4, 5 compared; times and the clock left out
+    assert dagrl == "| dagrl | seed0 | 5 | 6 | 6 | none |"
+    # verl: step 4's accuracy (0.2 against 0.1875, the larger relative change) is the first difference named
+    assert verl.endswith("| 4, val-core/dagrl/arithmetic/acc/mean@1: 0.2 / 0.1875 |")
+    assert "| verl | seed0 | 4 | 0.200 | 0.188 |" in text and "| dagrl | seed0 | 4 | 0.188 | 0.188 |" in text
+    assert vs_verl_report.repeats({1: {"a": 1.0}}, {2: {"a": 1.0}})["steps"] == 0  # no step in common
