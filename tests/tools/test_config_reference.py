@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
-from dagrl.config.load import compose
+import pytest
+
+from dagrl.config.load import ConfigError, compose
 from dagrl.config.tree import leaf_keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,3 +41,27 @@ def test_comment_split_respects_quotes():
     assert split(' "a # b"   # the comment') == ('"a # b"', "the comment")
     assert split(" checkpoints/${x.y}  # root") == ("checkpoints/${x.y}", "root")
     assert split(" [1, 2]") == ("[1, 2]", "")
+
+
+def test_from_verl_refused_keys_table_is_current_and_lists_every_refused_key():
+    generator = load_generator()
+    page = (ROOT / "docs" / "from_verl.md").read_text()
+    assert page == generator.render_from_verl(page), \
+        "docs/from_verl.md's refused-keys table is stale: run python3 scripts/gen_config_reference.py"
+    from dagrl.config.load import VERL_KEYS
+    table = page[page.index(generator.MARKS[0]):page.index(generator.MARKS[1])]
+    folded = [key for key in VERL_KEYS if generator.SHARED_LAYOUT.match(key)]
+    assert folded and all(f"`{key.rsplit('.', 1)[1]}`" in table for key in folded)
+    assert all(f"| `{key}` |" in table for key in VERL_KEYS if key not in folded)
+
+
+def test_from_verl_unknown_key_examples_are_refused_as_unknown():
+    # the page's examples of verl keys dagrl does not have: each must fail as unknown, not be taken or answered
+    # by the refused-keys table (a key that gained a meaning must leave the list)
+    page = (ROOT / "docs" / "from_verl.md").read_text()
+    paragraph = page[page.index("fails as an unknown key"):page.index("dagrl has none of these features")]
+    keys = re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", paragraph)
+    assert len(keys) >= 10, keys
+    for key in keys:
+        with pytest.raises(ConfigError, match=f"unknown config key '{re.escape(key)}'"):
+            compose([f"{key}=1"])
