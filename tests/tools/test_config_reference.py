@@ -65,3 +65,24 @@ def test_from_verl_unknown_key_examples_are_refused_as_unknown():
     for key in keys:
         with pytest.raises(ConfigError, match=f"unknown config key '{re.escape(key)}'"):
             compose([f"{key}=1"])
+
+
+def test_from_verl_defaults_table_gives_dagrls_defaults():
+    # "Defaults that differ from verl's": the dagrl column's first value is the key's default in conf/
+    page = (ROOT / "docs" / "from_verl.md").read_text()
+    section = page[page.index("## Defaults that differ"):page.index("## dagrl keys verl does not have")]
+    config, checked = compose([]), 0
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        node = config
+        for part in re.findall(r"`([^`]+)`", cells[0])[0].split("."):
+            node = node[part]
+        if isinstance(node, bool) or node is None:
+            value = {None: "null", True: "true", False: "false"}[node]
+        else:
+            value = "[" + ", ".join(node) + "]" if isinstance(node, list) else str(node)
+        assert re.split(r" [(/]", cells[2].replace("`", ""))[0] == value, line
+        checked += 1
+    assert checked >= 15
