@@ -232,11 +232,11 @@ def repeats(rows: dict[int, dict], earlier: dict[int, dict]) -> dict:
         same = [rows[step][key] == earlier[step][key] for key in keys]
         compared, equal = compared + len(keys), equal + sum(same)
         if first is None and not all(same):
-            diff = lambda key: abs(rows[step][key] - earlier[step][key]) / max(abs(earlier[step][key]), 1e-12)  # noqa: E731
-            numeric = [key for key, ok in zip(keys, same) if not ok and all(
-                isinstance(row[key], (int, float)) for row in (rows[step], earlier[step]))]
-            key = max(numeric, key=diff) if numeric else next(k for k, ok in zip(keys, same) if not ok)
-            first = (step, key, rows[step][key], earlier[step][key])
+            now, then = rows[step], earlier[step]
+            differ = [key for key, ok in zip(keys, same) if not ok]
+            numeric = [key for key in differ if all(isinstance(row[key], (int, float)) for row in (now, then))]
+            key = max(numeric, key=lambda k: abs(now[k] - then[k]) / max(abs(then[k]), 1e-12), default=differ[0])
+            first = (step, key, now[key], then[key])
     return {"steps": len(set(rows) & set(earlier)), "compared": compared, "equal": equal, "first": first}
 
 
