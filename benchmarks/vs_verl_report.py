@@ -227,7 +227,8 @@ def repeats(rows: dict[int, dict], earlier: dict[int, dict]) -> dict:
     left out) and the first step with a difference, with the largest relative difference there."""
     compared = equal = 0
     first = None
-    for step in sorted(set(rows) & set(earlier)):
+    steps = sorted(set(rows) & set(earlier))
+    for step in steps:
         keys = [key for key in rows[step] if key in earlier[step] and not UNREPEATABLE.search(key)]
         same = [rows[step][key] == earlier[step][key] for key in keys]
         compared, equal = compared + len(keys), equal + sum(same)
@@ -237,7 +238,7 @@ def repeats(rows: dict[int, dict], earlier: dict[int, dict]) -> dict:
             numeric = [key for key in differ if all(isinstance(row[key], (int, float)) for row in (now, then))]
             key = max(numeric, key=lambda k: abs(now[k] - then[k]) / max(abs(then[k]), 1e-12), default=differ[0])
             first = (step, key, now[key], then[key])
-    return {"steps": len(set(rows) & set(earlier)), "compared": compared, "equal": equal, "first": first}
+    return {"steps": len(steps), "compared": compared, "equal": equal, "first": first}
 
 
 def repeat_report(out: Path, earlier: Path) -> str:
@@ -263,8 +264,9 @@ def repeat_report(out: Path, earlier: Path) -> str:
                 first = f"{step}, {key}: {shown[0]} / {shown[1]}"
             lines.append(f"| {side} | {name} | {found['steps']} | {found['compared']} | {found['equal']} | {first} |")
             for step in sorted(set(rows) & set(old)):
-                if accuracy(rows[step]) is not None and accuracy(old[step]) is not None:
-                    accs.append((side, name, step, accuracy(rows[step]), accuracy(old[step])))
+                pair = accuracy(rows[step]), accuracy(old[step])
+                if None not in pair:
+                    accs.append((side, name, step, *pair))
     if accs:
         lines += ["", "held-out greedy accuracy, this run / the earlier one", "| side | run | step | this | earlier |",
                   "|---|---|---:|---:|---:|"]
