@@ -42,20 +42,20 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSu
 
 def grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_ids: Sequence,
                    norm_by_std: bool = True, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """GRPO: each response's total reward minus its group's mean (divided by the group's std when asked).
+    """GRPO: each response's total reward minus its group's mean, divided by the group's unbiased std + epsilon
+    when asked. A group with equal rewards gets advantage 0.
 
-    A group of one response gets advantage 0. Returns (advantages, returns), both [B, R], masked.
+    A group of one has no baseline: as in verl, its mean counts as 0 and its std as 1, so the response's advantage
+    is its raw score / (1 + epsilon) (its raw score without norm_by_std), REINFORCE without a baseline.
+    Returns (advantages, returns), both [B, R], masked.
     """
     scores = token_level_rewards.sum(dim=-1)
     mean = torch.zeros_like(scores)
     std = torch.ones_like(scores)
     for rows in _groups(group_ids):
-        group_scores = scores[rows]
         if len(rows) > 1:
-            mean[rows] = group_scores.mean()
-            std[rows] = group_scores.std()
-        else:
-            mean[rows] = group_scores
+            mean[rows] = scores[rows].mean()
+            std[rows] = scores[rows].std()
     advantage = scores - mean
     if norm_by_std:
         # a group with equal rewards has advantage 0 exactly (no 0/0 when epsilon is 0)
@@ -80,13 +80,17 @@ def rloo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
 
 def discounted_returns(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                        gamma: float) -> torch.Tensor:
-    """G_t = r_t + gamma * G_{t+1} over the response tokens; nothing flows back from after the response end."""
+    """G_t = r_t + gamma * G_{t+1} over the response tokens, as verl 0.9's REINFORCE++: a token outside the mask
+    (a tool observation inside a multi-turn response, or padding) gets return 0 and passes the later return
+    through unchanged, neither adding its reward nor discounting, so every assistant turn sees the final score.
+    Nothing flows back from the padding after the response end: the scan starts at 0 there."""
+    mask = response_mask.to(token_level_rewards.dtype)
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
-        running = token_level_rewards[:, t] + gamma * running
-        returns[:, t] = running
-        running = running * response_mask[:, t]
+        updated = token_level_rewards[:, t] + gamma * running
+        returns[:, t] = updated * mask[:, t]
+        running = torch.where(mask[:, t] > 0, updated, running)
     return returns
 
 

@@ -10,12 +10,14 @@ w_t = pi_prox / pi_behav, which carries no gradient:
 (w_t = 0, not truncated to the cap), yet it stays in the aggregation's denominators: AReaL divides the sum by every
 loss-mask token. The weight is on the policy-gradient term only; a token's entropy and KL terms are unchanged.
 
-Sequence masking (verl's rollout correction, rollout_rs="geometric"). A sequence whose geometric-mean ratio
+Sequence masking (verl's rollout correction with rollout_rs=seq_mean_k1). A sequence whose geometric-mean ratio
     rho_i = exp(mean_t(log pi_prox - log pi_behav))   over its response tokens
-lies outside [mis_ratio_low, mis_ratio_high] (an unset bound is no bound) is dropped from the actor's loss. As in
-verl, which multiplies the response mask by the rejection mask before the actor counts tokens, a dropped sequence
-also leaves the loss's denominators (token and sequence counts) and takes its entropy and KL terms with it: the
-loss is the aggregate over the kept sequences, not the whole batch's aggregate with holes in it.
+lies outside [mis_ratio_low, mis_ratio_high] (an unset bound is no bound) is rejected. verl's statistic is the
+inverse, k1 = mean_t(log pi_behav - log pi_prox) = -log rho_i, so its rollout_rs_threshold="L_U" is this band with
+mis_ratio_low = 1/U, mis_ratio_high = 1/L. As verl's trainer does with its response_mask, the rejection is applied
+before the advantage (nodes/advantage.py): a rejected sequence leaves the advantage (its whitening statistics),
+the critic's loss and the actor's loss with its entropy and KL terms, and the token-mean denominators; the
+seq-mean modes keep it in their sequence count, as verl divides by the nominal ppo_mini_batch_size x rollout.n.
 """
 from __future__ import annotations
 

@@ -42,10 +42,14 @@ def check_async_training(cfg: Cfg) -> None:
 
 
 def check_off_policy(cfg: Cfg) -> None:
-    """Decoupled PPO and sequence masking (dagrl/algo/off_policy.py); the off_policy name is in CHOICES."""
+    """Truncated importance sampling, decoupled PPO and sequence masking (dagrl/algo/off_policy.py); the off_policy
+    name is in CHOICES."""
     actor = cfg.actor_rollout_ref.actor
     behaviour = cfg.actor_rollout_ref.rollout.calculate_log_probs is True or cfg.async_training.partial_rollout is True
     fix = "set actor_rollout_ref.rollout.calculate_log_probs=true"
+    cap, key = actor.tis_imp_ratio_cap, "actor_rollout_ref.actor.tis_imp_ratio_cap"
+    require(_number(cap) and (cap <= 0 or cap >= 1), key, f"{key}={cap!r} must be -1 (off) or a cap >= 1, e.g. 2")
+    require(cap <= 0 or behaviour, key, f"{key} needs the rollout's log-probs: {fix}")
     key = "actor_rollout_ref.actor.policy_loss.behav_imp_weight_cap"
     cap = actor.policy_loss.behav_imp_weight_cap
     require(cap is None or (_number(cap) and cap > 1), key,

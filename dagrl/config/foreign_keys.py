@@ -21,6 +21,58 @@ MORE_VERL_KEYS = {
                                             "actor_rollout_ref.actor.policy_loss.off_policy=decoupled; drop the key",
 }
 
+# verl's rollout correction (algorithm.rollout_correction.*, verl/trainer/config/algorithm/rollout_correction.yaml):
+# dagrl's exact counterparts are the token-level truncated IS cap and the geometric sequence band
+TIS, LOW, HIGH = ("actor_rollout_ref.actor.tis_imp_ratio_cap", "actor_rollout_ref.actor.mis_ratio_low",
+                  "actor_rollout_ref.actor.mis_ratio_high")
+LOG_PROBS, CORRECTION = "actor_rollout_ref.rollout.calculate_log_probs=true", "algorithm.rollout_correction"
+MORE_VERL_KEYS.update({
+    CORRECTION: f"dagrl's off-policy corrections are {TIS} (rollout_is=token), {LOW} / {HIGH} "
+                f"(rollout_rs=seq_mean_k1) and actor_rollout_ref.actor.policy_loss.off_policy=decoupled, each with "
+                f"{LOG_PROBS}; drop the key",
+    f"{CORRECTION}.rollout_is": f"rollout_is=token with rollout_is_threshold=C is {TIS}=C (with {LOG_PROBS}); "
+                                f"sequence-level IS is not supported; drop the key",
+    f"{CORRECTION}.rollout_is_threshold": f"a single cap C of rollout_is=token is {TIS}=C; IcePop's 'lower_upper' "
+                                          f"band is not supported; drop the key",
+    f"{CORRECTION}.rollout_rs": f"rollout_rs=seq_mean_k1 with rollout_rs_threshold='L_U' is {LOW}=1/U {HIGH}=1/L "
+                                f"(dagrl bounds pi_old/pi_rollout, verl's k1 its log-inverse); other rejection "
+                                f"options are not supported; drop the key",
+    f"{CORRECTION}.rollout_rs_threshold": f"with rollout_rs=seq_mean_k1, 'L_U' (or U alone: L = 1/U) is {LOW}=1/U "
+                                          f"{HIGH}=1/L; drop the key",
+    f"{CORRECTION}.bypass_mode": "dagrl always recomputes pi_old in the trainer (verl's bypass_mode=false); drop "
+                                 "the key",
+    f"{CORRECTION}.loss_type": "bypass mode's losses are not supported; the policy loss is "
+                               "actor_rollout_ref.actor.policy_loss.loss_mode; drop the key",
+    f"{CORRECTION}.rollout_is_batch_normalize": f"{TIS}'s weights are not normalized to mean 1 (not supported); "
+                                                f"drop the key",
+})
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def rollout_correction_hint(key: str, value: str) -> str | None:
+    """The dagrl overrides that do exactly what `key=value` of verl's rollout correction does; None where none
+    do (the key's MORE_VERL_KEYS line answers then)."""
+    name, value = key.removeprefix(CORRECTION + "."), value.strip("'\"")
+    if name == "rollout_is" and value == "token":
+        return f"write {TIS}=C for its rollout_is_threshold C (verl's default 2), with {LOG_PROBS}"
+    if name == "rollout_rs" and value == "seq_mean_k1":
+        return f"write {LOW}=1/U {HIGH}=1/L for its rollout_rs_threshold 'L_U', with {LOG_PROBS}"
+    if name == "rollout_is_threshold" and (_number(value) or 0) >= 1:  # dagrl's cap is >= 1
+        return f"with rollout_is=token write {TIS}={value} (with {LOG_PROBS})"
+    if name == "rollout_rs_threshold":  # verl's k1 band 'L_U', or 'U' for L = 1/U
+        upper = _number(value.split("_", 1)[-1])
+        lower = _number(value.split("_", 1)[0]) if "_" in value else upper and 1 / upper
+        if lower and upper and 0 < lower < 1 < upper:  # dagrl's band must hold 1
+            return (f"with rollout_rs=seq_mean_k1 write {LOW}={1 / upper:.10g} {HIGH}={1 / lower:.10g} "
+                    f"(with {LOG_PROBS})")
+    return None
+
 
 def foreign_key_hint(key: str, known: dict[str, str]) -> str | None:
     """What to do instead of `key` when it, or a section above it, is one of `known`."""

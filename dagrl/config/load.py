@@ -86,7 +86,8 @@ VERL_KEYS.update({
                 "sequence_parallel", "use_distributed_optimizer", "param_dtype", "dtype")
 })
 
-from dagrl.config.foreign_keys import MORE_VERL_KEYS, foreign_key_hint, other_trainer_hint  # noqa: E402
+from dagrl.config.foreign_keys import (  # noqa: E402
+    MORE_VERL_KEYS, foreign_key_hint, other_trainer_hint, rollout_correction_hint)
 
 VERL_KEYS.update(MORE_VERL_KEYS)
 
@@ -281,11 +282,12 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
             raise ConfigError(key, f"override '{text}': {_required(key, isinstance(default, dict))}")
         if exists:
             continue
-        verl = foreign_key_hint(key, VERL_KEYS)
+        value = text.split("=", 1)[1] if "=" in text else "<value>"
+        verl = rollout_correction_hint(key, value) or foreign_key_hint(key, VERL_KEYS)
         if verl:
             raise ConfigError(key, f"'{key}' is verl's; {verl}")
         hint = closest_key(key, base)
-        other = None if hint else other_trainer_hint(key, text.split("=", 1)[1] if "=" in text else "<value>", base)
+        other = None if hint else other_trainer_hint(key, value, base)
         if other:  # dagrl's own near miss first (actor.optim.lr is actor_rollout_ref.actor.optim.lr, not TRL's lr)
             raise ConfigError(key, other)
         plus = " ('+' adds keys only under: " + ", ".join(FREEFORM_MAPS) + ")" if adding else ""

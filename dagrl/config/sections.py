@@ -13,6 +13,7 @@ from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, 
 from dagrl.config.derived import needs_reference, skips_old_log_prob
 from dagrl.config.tree import Cfg
 from dagrl.placement import WorldLayout
+from dagrl.utils import precision
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,8 @@ CHOICES = {
     "actor_rollout_ref.actor.policy_loss.off_policy": ("none", "decoupled"),
     "actor_rollout_ref.actor.kl_loss_type": ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl"),
     "actor_rollout_ref.actor.optim.lr_decay_style": ("constant", "linear", "cosine"),
-    "actor_rollout_ref.actor.megatron.param_dtype": ("float32", "fp32", "bfloat16", "bf16"),
-    "actor_rollout_ref.rollout.dtype": ("float32", "fp32", "bfloat16", "bf16"),
+    "actor_rollout_ref.actor.megatron.param_dtype": precision.CHOICES,
+    "actor_rollout_ref.rollout.dtype": precision.CHOICES,
     "actor_rollout_ref.rollout.load_format": ("dummy", "auto", "safetensors"),
     "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"),
     "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
@@ -144,7 +145,8 @@ def check_remove_padding(cfg: Cfg) -> None:
                 f"set {key}=true (or context_parallel_size=1)")
     dtype_key = "actor_rollout_ref.actor.megatron.param_dtype"
     # TransformerEngine's THD attention (cuDNN fused attention) has no fp32 kernel: measured on H200, TE 2.17.1.
-    require(cp == 1 or str(get(cfg, dtype_key)) in ("bfloat16", "bf16"), dtype_key,
+    # CP > 1 runs on GPUs only (TE's THD attention), where `auto` is bf16
+    require(cp == 1 or precision.resolve(get(cfg, dtype_key), precision.GPU) == "bfloat16", dtype_key,
             f"actor_rollout_ref.actor.megatron.context_parallel_size={cp} runs TransformerEngine's packed (THD) "
             f"attention, which has no fp32 kernel: set {dtype_key}=bfloat16 (or context_parallel_size=1)")
 
@@ -178,6 +180,10 @@ def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool =
 
 
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")  # advantages relative to the prompt's group
+LONE_RESPONSE = {  # what each computes for a group of one response (dagrl/algo/advantage.py, as verl)
+    "grpo": "as in verl a group of one counts as mean 0, std 1, so each advantage would be the raw score / (1 + 1e-6)",
+    "rloo": "with no other response to leave out, each would keep its raw reward as its advantage",
+    "reinforce_plus_plus_baseline": "with no group mean to subtract, each would keep its raw reward before whitening"}
 
 
 def check_algorithm(cfg: Cfg) -> None:
@@ -192,28 +198,21 @@ def check_algorithm(cfg: Cfg) -> None:
                 "algorithm.adv_estimator=gae needs the critic's values, but the graph has no node with role critic: "
                 "use the PPO graph (dag=ppo) or add a critic node, or pick an estimator without a critic "
                 "(grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
-    n = cfg.actor_rollout_ref.rollout.n
-    grouped = [name for name, on in ((f"algorithm.adv_estimator={algorithm.adv_estimator}",
-                                      algorithm.adv_estimator in GROUP_ESTIMATORS),
-                                     ("algorithm.filter_groups.enable=true", algorithm.filter_groups.enable is True))
-               if on]
-    require(not grouped or not isinstance(n, int) or n >= 2, "actor_rollout_ref.rollout.n",
-            f"{grouped[0] if grouped else ''} compares the responses of a prompt's group, but "
-            f"actor_rollout_ref.rollout.n={n}: every advantage would be 0 and nothing would train; set "
-            f"actor_rollout_ref.rollout.n to 2 or more (verl's scripts use 5-16), or use reinforce_plus_plus")
+    n, estimator = cfg.actor_rollout_ref.rollout.n, algorithm.adv_estimator  # n = 1: no group baseline, no variance
+    lone, fix = isinstance(n, int) and n < 2, "set actor_rollout_ref.rollout.n to 2 or more (verl's scripts use 5-16)"
+    require(not lone or estimator not in GROUP_ESTIMATORS, "actor_rollout_ref.rollout.n",
+            f"actor_rollout_ref.rollout.n={n} gives algorithm.adv_estimator={estimator} groups of one response, and "
+            f"{LONE_RESPONSE.get(estimator)}: {estimator} without its group baseline; {fix}, or use "
+            f"algorithm.adv_estimator=reinforce_plus_plus, which needs no groups")
+    require(not lone or algorithm.filter_groups.enable is not True, "actor_rollout_ref.rollout.n",
+            f"algorithm.filter_groups.enable=true keeps the groups whose metric varies, but actor_rollout_ref.rollout."
+            f"n={n} makes every group one response, which never varies: no group would ever be kept; {fix}, or set "
+            f"algorithm.filter_groups.enable=false")
     scale = cfg.actor_rollout_ref.actor.loss_scale_factor
     require(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0),
             "actor_rollout_ref.actor.loss_scale_factor",
             f"actor_rollout_ref.actor.loss_scale_factor={scale!r} must be null or a positive number")
-    cap = cfg.actor_rollout_ref.actor.tis_imp_ratio_cap
-    require(isinstance(cap, (int, float)) and not isinstance(cap, bool) and (cap <= 0 or cap >= 1),
-            "actor_rollout_ref.actor.tis_imp_ratio_cap",
-            f"actor_rollout_ref.actor.tis_imp_ratio_cap={cap!r} must be -1 (off) or a cap >= 1, e.g. 2")
-    require(cap <= 0 or cfg.actor_rollout_ref.rollout.calculate_log_probs or cfg.async_training.partial_rollout is True,
-            "actor_rollout_ref.actor.tis_imp_ratio_cap",
-            "actor_rollout_ref.actor.tis_imp_ratio_cap needs the rollout's log-probs: set "
-            "actor_rollout_ref.rollout.calculate_log_probs=true")
-    from dagrl.config.async_checks import check_off_policy
+    from dagrl.config.async_checks import check_off_policy  # truncated IS, decoupled PPO, sequence masking
     check_off_policy(cfg)
     kl = algorithm.kl_ctrl
     require(kl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef", f"algorithm.kl_ctrl.kl_coef={kl.kl_coef} must be >= 0")

@@ -6,13 +6,15 @@ from collections import defaultdict
 from typing import Iterator
 
 import numpy as np
+import torch
 
-from dagrl.algo.off_policy import off_policy_metrics, off_policy_sums, sequence_keep
+from dagrl.algo.off_policy import off_policy_metrics, off_policy_sums
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, token_weights
 from dagrl.config.derived import skips_old_log_prob
 from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
+from dagrl.nodes.advantage import NO_ROLLOUT_LOG_PROBS, reject_sequences
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import data_parallel_sums
 from dagrl.utils.faults import nan_injected
@@ -44,8 +46,9 @@ def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg
     """`section.ppo_epochs` passes over this rank's rows in mini-batches of `section.ppo_mini_batch_size` prompts
     (actor or critic section; reshuffled each pass when `section.shuffle`). Each mini-batch gets `token_weights`
     for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for metrics), both
-    from token and sequence counts summed over the DP ranks, over the tokens of `loss_mask` where the batch has one
-    (the actor's sequence masking), else of `response_mask`."""
+    from token and sequence counts summed over the DP ranks. Tokens are those of `loss_mask` where the batch has one
+    (sequence masking), else of `response_mask`; sequences are those with a response token, masked or not, since
+    verl's seq-mean modes divide by the nominal ppo_mini_batch_size x rollout.n however many it rejected."""
     layout = ctx.shape.layout
     rows_per_mini_batch = section.ppo_mini_batch_size * ctx.cfg.actor_rollout_ref.rollout.n // layout.dp
     for epoch in range(section.ppo_epochs):
@@ -54,7 +57,8 @@ def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg
             order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
         for mini_batch in batch.select(order).split(rows_per_mini_batch):
             mask = mini_batch.get("loss_mask", mini_batch["response_mask"])
-            tokens, sequences = data_parallel_sums(aggregation_counts(mask), layout.model_parallel_size).tolist()
+            counts = torch.stack([aggregation_counts(mask)[0], aggregation_counts(mini_batch["response_mask"])[1]])
+            tokens, sequences = data_parallel_sums(counts, layout.model_parallel_size).tolist()
             mini_batch["token_weights"] = token_weights(mask, loss_agg_mode, tokens, sequences, loss_scale_factor)
             mini_batch["token_mean_weights"] = token_weights(mask, "token-mean", tokens)  # clip fractions, ppo_kl
             yield mini_batch
@@ -71,25 +75,22 @@ def mean_over_mini_batches(steps: list[dict[str, float]]) -> dict[str, float]:
 
 def off_policy_view(ctx: StepContext, batch: Batch, spec: PolicyLossSpec) -> tuple[Batch, dict[str, float]]:
     """The batch the actor trains on, and the off-policy metrics over the global batch (dagrl/algo/off_policy.py).
-    With actor.mis_ratio_low/high set, the sequences outside the band get a `loss_mask` of 0 in a copy: later
-    nodes (the critic) see the batch unchanged, and the engine still lays rows out by their response_mask."""
+    With actor.mis_ratio_low/high set, the sequences outside the band have a `loss_mask` of 0, which the advantage
+    node already put in the batch (before the advantage and the critic, as verl); a graph without that node gets
+    it here."""
     actor = ctx.cfg.actor_rollout_ref.actor
-    band = (actor.mis_ratio_low, actor.mis_ratio_high)
-    masking = band != (None, None)
+    masking = (actor.mis_ratio_low, actor.mis_ratio_high) != (None, None)
     if spec.off_policy == "none" and not masking:
         return batch, {}
+    batch = reject_sequences(ctx.cfg, batch)
     if "rollout_log_probs" not in batch:
-        raise RunError("actor_rollout_ref.actor.policy_loss.off_policy / mis_ratio_* need the rollout's log-probs, "
-                       "but the batch has none (rollout.name=hf returns them only with partial rollout): use "
-                       "actor_rollout_ref.rollout.name=vllm with calculate_log_probs=true")
+        raise RunError(f"actor_rollout_ref.actor.policy_loss.off_policy=decoupled needs the rollout's log-probs, "
+                       f"{NO_ROLLOUT_LOG_PROBS}")
     prox, behav, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
-    keep = sequence_keep(prox, behav, mask, *band)
+    keep = batch.get("loss_mask", mask).bool().any(-1)  # rows without response tokens count as neither
     sums = off_policy_sums(prox, behav, mask, keep, spec.behav_imp_weight_cap)
     sums = data_parallel_sums(sums, ctx.shape.layout.model_parallel_size).tolist()
-    metrics = off_policy_metrics(sums, decoupled=spec.off_policy == "decoupled", masking=masking)
-    if masking:
-        batch = batch.union(Batch({"loss_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}))
-    return batch, metrics
+    return batch, off_policy_metrics(sums, decoupled=spec.off_policy == "decoupled", masking=masking)
 
 
 def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:

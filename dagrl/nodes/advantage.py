@@ -1,4 +1,10 @@
-"""Advantage node: algorithm.adv_estimator over token-level rewards (and the critic's `values` for gae)."""
+"""Advantage node: algorithm.adv_estimator over token-level rewards (and the critic's `values` for gae).
+
+Sequence masking (actor.mis_ratio_low/high, dagrl/algo/off_policy.py) is applied here, before the advantage, as
+verl's trainer applies its rejection to response_mask before compute_advantage: the dropped sequences get a
+`loss_mask` of 0, which the estimators (their whitening statistics included), the critic update and the actor
+update all read in place of response_mask. response_mask itself stays: the engines lay rows out by it.
+"""
 from __future__ import annotations
 
 import functools
@@ -6,6 +12,9 @@ import functools
 import torch
 
 from dagrl.algo import advantage as estimators
+from dagrl.algo.off_policy import sequence_keep
+from dagrl.config.errors import RunError
+from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import data_parallel_sums, global_max
@@ -14,7 +23,8 @@ from dagrl.utils.dist import data_parallel_sums, global_max
 def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     algorithm = ctx.cfg.algorithm
     name = algorithm.adv_estimator
-    rewards, mask = batch["token_level_rewards"], batch["response_mask"]
+    batch = reject_sequences(ctx.cfg, batch)
+    rewards, mask = batch["token_level_rewards"], batch.get("loss_mask", batch["response_mask"])
     # statistics over the global batch: every model-parallel rank of a DP shard holds the same rows
     reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
     if name == "grpo":
@@ -39,6 +49,24 @@ def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
         metrics.update(masked_stats("critic/values", batch["values"], mask, reduce_sum))
         metrics["critic/vf_explained_var"] = explained_variance(returns, batch["values"], mask, reduce_sum)
     return batch, metrics
+
+
+NO_ROLLOUT_LOG_PROBS = ("but the batch has none (rollout.name=hf returns them only with partial rollout): use "
+                        "actor_rollout_ref.rollout.name=vllm with calculate_log_probs=true")
+
+
+def reject_sequences(cfg: Cfg, batch: Batch) -> Batch:
+    """A copy of the batch with `loss_mask` = response_mask without the sequences outside [mis_ratio_low,
+    mis_ratio_high]; the batch itself when no band is set, or when it has the mask already."""
+    actor = cfg.actor_rollout_ref.actor
+    band = (actor.mis_ratio_low, actor.mis_ratio_high)
+    if band == (None, None) or "loss_mask" in batch:
+        return batch
+    if "rollout_log_probs" not in batch:
+        raise RunError(f"actor_rollout_ref.actor.mis_ratio_* need the rollout's log-probs, {NO_ROLLOUT_LOG_PROBS}")
+    mask = batch["response_mask"]
+    keep = sequence_keep(batch["old_log_probs"], batch["rollout_log_probs"], mask, *band)
+    return batch.union(Batch({"loss_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}))
 
 
 def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor,

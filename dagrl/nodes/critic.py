@@ -19,7 +19,9 @@ def value_loss(micro_batch: Batch, values: torch.Tensor, entropy: torch.Tensor |
                cliprange_value: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The critic engine's loss_fn: weighted per-token clipped value loss of one micro-batch (additive)."""
     old_values, returns = micro_batch["values"], micro_batch["returns"]
-    clipped = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
+    # verl's form: a value within the range is kept bit for bit (old + clamp(v - old) rounds it in bf16, and the
+    # rounded copy would count as clipped in critic/vf_clipfrac)
+    clipped = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
     unclipped_error = (values - returns) ** 2
     clipped_error = (clipped - returns) ** 2
     loss = (0.5 * torch.maximum(unclipped_error, clipped_error) * micro_batch["token_weights"]).sum()

@@ -2,10 +2,13 @@
 
 Composes the config exactly as dagrl.main_dag does and runs the same pre-flight checks (with the world size
 taken from trainer.nnodes x trainer.n_gpus_per_node, since nothing is launched), then prints which ranks form
-each parallel group, how a step's batch is cut into mini- and micro-batches, and a per-GPU memory estimate.
+each parallel group, how a step's batch is cut into mini- and micro-batches, and a per-GPU memory estimate (on a
+CPU run: per process, against the RAM the node's processes share).
 With separate pools (actor_rollout_ref.hybrid_engine=false) it shows both: the training pool's groups in global
 launch ranks and its memory without a rollout engine, and the rollout pool's TP/DP groups and engine memory.
-A bad config prints the trainer's one-line error and exits with code 2. Imports neither torch nor megatron.
+A bad config prints the trainer's one-line error and exits with code 2. Imports no megatron, and torch only to
+resolve a dtype of `auto` of a CPU run (by this machine's CPU, as the trainer would: bfloat16 with bf16
+instructions, else float32; a GPU run's `auto` is bfloat16).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dagrl.plan.memory import (CriticSettings, RunSettings, StageMemory, estimat
 from dagrl.plan.model import ModelShape
 from dagrl.placement.groups import ParallelGroups, megatron_groups
 from dagrl.plan.schedule import Schedule, needs_reference, step_schedule
+from dagrl.utils import precision
 
 H200_GIB = 141.0
 
@@ -45,10 +49,16 @@ class Plan:
     rollout_name: str
     placement: Placement | None = None        # set for two pools: then `groups` are the training pool's, in
     rollout_pool: RolloutPool | None = None   # global ranks, and `memory` holds no rollout engine
+    cpu_memory_gib: float | None = None       # a CPU run: the RAM a node's processes share (None: a GPU run)
 
     @property
     def two_pools(self) -> bool:
         return self.rollout_pool is not None
+
+    @property
+    def rank_unit(self) -> str:
+        """What one rank runs on: a GPU, or a process of a CPU run."""
+        return "GPU" if self.cpu_memory_gib is None else "process"
 
 
 def offset_groups(groups: ParallelGroups, first_rank: int) -> ParallelGroups:
@@ -71,9 +81,9 @@ def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overr
         optimizer_offload=bool(critic.megatron.optimizer_offload))
 
 
-def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Plan:
+def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_memory_gib: float | None = None) -> Plan:
     """The plan of a config that passed pre-flight (`shape` is what preflight returned; with two pools, that of
-    either pool)."""
+    either pool); `cpu_memory_gib`: a CPU run on nodes of that much memory."""
     shape = shape.in_pool("train")  # colocated: itself
     megatron = cfg.actor_rollout_ref.actor.megatron
     rollout = cfg.actor_rollout_ref.rollout
@@ -82,8 +92,10 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Pl
     groups = megatron_groups(layout)
     schedule = step_schedule(cfg, shape)
     overrides = megatron.override_transformer_config.to_dict()
+    # a GPU plan (vLLM's always) resolves `auto` as its GPUs do; a CPU plan as this machine's CPU does
+    machine = precision.GPU if cpu_memory_gib is None else None
     run = RunSettings(
-        bf16=megatron.param_dtype in ("bfloat16", "bf16"),
+        bf16=precision.resolve(megatron.param_dtype, machine) == "bfloat16",
         distributed_optimizer=bool(megatron.use_distributed_optimizer),
         param_offload=bool(megatron.param_offload), grad_offload=bool(megatron.grad_offload),
         optimizer_offload=bool(megatron.optimizer_offload),
@@ -94,14 +106,15 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Pl
         micro_batch=schedule.micro_batch, micro_batches=schedule.micro_batches_per_mini_batch,
         old_log_prob_micro_batch=schedule.old_log_prob_micro_batch,
         ref_log_prob_micro_batch=schedule.ref_log_prob_micro_batch,
-        reference=needs_reference(cfg), rollout=rollout.name, rollout_bf16=rollout.dtype in ("bfloat16", "bf16"),
+        reference=needs_reference(cfg), rollout=rollout.name,
+        rollout_bf16=precision.resolve(rollout.dtype, machine) == "bfloat16",
         gpu_memory_utilization=float(rollout.gpu_memory_utilization),
         free_cache_engine=bool(rollout.free_cache_engine), gpu_memory_gib=gpu_memory_gib,
         critic=critic_settings(cfg, schedule, model, overrides) if schedule.critic else None)
     if not shape.two_pools:
         return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model,
                     layout=layout, groups=groups, schedule=schedule, run=run, memory=estimate(model, layout, run),
-                    rollout_name=rollout.name)
+                    rollout_name=rollout.name, cpu_memory_gib=cpu_memory_gib)
     place = shape.placement
     rollout_pool, train_pool = place.pool("rollout"), place.pool("train")
     rollout_layout = shape.in_pool("rollout").layout
@@ -109,6 +122,7 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB) -> Pl
     return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model, layout=layout,
                 groups=offset_groups(groups, train_pool.first_rank), schedule=schedule, run=train_run,
                 memory=estimate(model, layout, train_run), rollout_name=rollout.name, placement=place,
+                cpu_memory_gib=cpu_memory_gib,
                 rollout_pool=RolloutPool(
                     pool=rollout_pool, layout=rollout_layout,
                     groups=offset_groups(megatron_groups(rollout_layout), rollout_pool.first_rank),

@@ -15,10 +15,21 @@ from dagrl.config.derived import needs_reference
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import RunShape
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.utils import precision
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def run_dtype(cfg: Cfg, key: str) -> str:
+    """The dtype name `key` (precision.KEYS) resolves to on this machine; the first call of a process logs what
+    `auto` chose on a CPU and warns of bf16 set on a CPU without bf16 instructions (rank 0)."""
+    values = {precision.PARAM_DTYPE: cfg.actor_rollout_ref.actor.megatron.param_dtype,
+              precision.ROLLOUT_DTYPE: cfg.actor_rollout_ref.rollout.dtype}
+    if os.environ.get("RANK", "0") == "0":
+        precision.announce_once(*precision.startup_lines(values))
+    return precision.resolve(values[key])
 
 
 def device_for_rank(local_rank: int) -> torch.device:
@@ -67,7 +78,7 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         model_path=os.path.expanduser(model.path),
         layout=shape.parallel,
         optim=optim,
-        param_dtype=_DTYPES[megatron.param_dtype],
+        param_dtype=_DTYPES[run_dtype(cfg, precision.PARAM_DTYPE)],
         use_distributed_optimizer=megatron.use_distributed_optimizer,
         seed=megatron.seed,
         gradient_checkpointing=model.enable_gradient_checkpointing,
@@ -121,7 +132,7 @@ def build_rollout(cfg: Cfg, shape: RunShape, tokenizer, device: torch.device):
         from dagrl.engine.rollout.hf import HFRollout
 
         return HFRollout(os.path.expanduser(cfg.actor_rollout_ref.model.path), eos_token_ids(cfg, tokenizer),
-                         pad_token_id(tokenizer), device=device, dtype=_DTYPES[rollout.dtype],
+                         pad_token_id(tokenizer), device=device, dtype=_DTYPES[run_dtype(cfg, precision.ROLLOUT_DTYPE)],
                          fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head)
     from dagrl.engine.rollout.vllm import VLLMRollout
 
@@ -134,7 +145,7 @@ def vllm_spec(cfg: Cfg, shape: RunShape):
     rollout = cfg.actor_rollout_ref.rollout
     return VLLMRolloutSpec(
         model_path=os.path.expanduser(cfg.actor_rollout_ref.model.path), tensor_parallel_size=shape.rollout_tp,
-        dtype={"fp32": "float32", "bf16": "bfloat16"}.get(rollout.dtype, rollout.dtype), seed=rollout.seed,
+        dtype=run_dtype(cfg, precision.ROLLOUT_DTYPE), seed=rollout.seed,
         gpu_memory_utilization=rollout.gpu_memory_utilization, max_model_len=shape.max_model_len,
         max_num_batched_tokens=rollout.max_num_batched_tokens, max_num_seqs=rollout.max_num_seqs,
         # a rollout pool of its own never sleeps: no actor wants its memory back

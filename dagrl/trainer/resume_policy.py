@@ -5,6 +5,10 @@ Applied is the default: most keys are read afresh every step (the loss, rollout 
 length, loggers), and the optimizer's schedule is rebuilt from the current config on load (Megatron's
 override_opt_param_scheduler), so a new `optim.lr` takes effect from the first resumed step. Refused are the keys
 the saved state was built for, where the resumed run would silently train on other rows or misread the state.
+
+The dtypes are compared as resolved on each side (`auto` by the machine, `bf16` as `bfloat16`), the saved
+param_dtype as the actor checkpoint records it: `auto` that chose bf16 on the saving machine and chooses bf16 here is
+no change, and `auto` that chose otherwise on another machine is one.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any
 
 from dagrl.config.errors import ConfigError
 from dagrl.config.tree import leaves
+from dagrl.utils import precision
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +33,7 @@ REFUSED = {
     "actor_rollout_ref.model.trainable_top_layers": "the saved optimizer state covers the trained layers only",
     "critic.model.trainable_top_layers": "the saved optimizer state covers the trained layers only",
 }
+_LOAD_CONTENTS = "actor_rollout_ref.actor.checkpoint.load_contents"
 # where the choice of resume is itself the change, or the key names the run's files rather than a setting
 NOT_SETTINGS = ("trainer.resume_mode", "trainer.resume_from_path")
 
@@ -38,6 +44,10 @@ def refusal(key: str, now: dict[str, Any]) -> str | None:
         return REFUSED[key]
     if key == "data.max_prompt_length" and now.get("data.filter_overlong_prompts"):
         return _SAMPLER + " (data.filter_overlong_prompts=true drops rows by this length)"
+    if key == precision.PARAM_DTYPE and "optimizer" in (now.get(_LOAD_CONTENTS) or ["optimizer"]):
+        return ("Megatron's optimizer state of bfloat16 parameters holds fp32 main copies, that of float32 ones "
+                "none; `auto` chooses by the machine, so name the saved dtype, or restore the weights alone with "
+                f"{_LOAD_CONTENTS}=[model,extra]")
     if key == "async_training.partial_rollout":
         return "the checkpoint's pool of partial rollouts (prompts in flight) is carried by partial rollout only"
     if key in ("actor_rollout_ref.rollout.n", "data.max_response_length", "actor_rollout_ref.rollout.response_length"
@@ -52,6 +62,8 @@ def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[s
     """(key, saved value, current value) of every leaf that differs, in key order ("(absent)" where one side
     lacks the key: a checkpoint of an older dagrl)."""
     old, new = leaves(saved), leaves(current)
+    for side in (old, new):
+        side.update({key: precision.resolve(side[key]) for key in precision.KEYS if key in side})
     return [(key, old.get(key, "(absent)"), new.get(key, "(absent)")) for key in sorted(old.keys() | new.keys())
             if key not in NOT_SETTINGS and old.get(key, "(absent)") != new.get(key, "(absent)")]
 
@@ -69,18 +81,48 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
     except (OSError, ValueError) as error:
         raise ConfigError("trainer.default_local_dir", f"{path} cannot be read ({error}): restore it from the run's "
                                                        f"copy, or resume from another checkpoint") from error
+    recorded = _recorded_param_dtype(checkpoint)
+    if recorded is not None:  # what the weights are, whatever the saved config said (`auto`, an alias)
+        saved = _with_leaf(saved, precision.PARAM_DTYPE, recorded)
     lines, refused, now = [], [], leaves(current)
     for key, old, new in changed_keys(saved, current):
         why = refusal(key, now)
         verdict = f"refused ({why})" if why else "applied"
         lines.append(f"resume from {checkpoint.name}: {key} changed {old!r} -> {new!r}: {verdict}")
         if why:
-            refused.append(key)
+            refused.append(f"{key}={old}")
     if log:
         for line in lines:
             (logger.warning if "refused" in line else logger.info)(line)
     if refused:
-        raise ConfigError(refused[0], f"resuming from {checkpoint} with changed {', '.join(refused)}, which a resume "
-                                      f"cannot change ({refusal(refused[0], now)}): set them back to the saved "
-                                      f"values, or start a new run in another trainer.default_local_dir")
+        first = refused[0].split("=")[0]
+        raise ConfigError(first, f"resuming from {checkpoint} with changed "
+                                 f"{', '.join(item.split('=')[0] for item in refused)}, which a resume cannot change "
+                                 f"({refusal(first, now)}): set them back to the saved values ({' '.join(refused)}), "
+                                 f"or start a new run in another trainer.default_local_dir")
     return lines
+
+
+def _recorded_param_dtype(checkpoint: Path) -> str | None:
+    """The dtype the checkpoint's actor part records (None: no actor part, or one of a dagrl that did not record it)."""
+    actor = checkpoint / "actor"
+    if not (actor / "metadata.json").is_file():
+        return None
+    from dagrl.engine.megatron.checkpoint import describe
+    try:
+        return describe(str(actor))["param_dtype"]
+    except ValueError:  # not written by dagrl: check_resume has said so already
+        return None
+
+
+def _with_leaf(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A copy of the nested `data` with the leaf `key` set."""
+    import copy
+
+    data = copy.deepcopy(data)
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return data

@@ -8,6 +8,7 @@ import torch
 
 from dagrl.algo import advantage as adv_mod
 from dagrl.algo.advantage import (
+    discounted_returns,
     gae_advantage,
     grpo_advantage,
     masked_whiten,
@@ -40,11 +41,16 @@ def test_grpo_advantage_normalised_by_group_std():
     assert torch.equal(adv, returns)
 
 
-def test_grpo_advantage_without_std_and_singleton_group():
+@pytest.mark.parametrize("norm_by_std,lone", [(False, 5.0), (True, 5.0 / (1 + 1e-6))])
+def test_grpo_advantage_of_a_group_of_one_is_its_raw_score(norm_by_std, lone):
+    # verl counts a group of one as mean 0, std 1: the lone response keeps its score 5 (over 1 + epsilon when
+    # normalised), not 0 as its own mean would give
     rewards = torch.tensor([[0.0, 3.0], [0.0, 1.0], [0.0, 5.0]])
     mask = torch.ones(3, 2)
-    adv, _ = grpo_advantage(rewards, mask, [0, 0, 1], norm_by_std=False)
-    assert adv[:, 0].tolist() == pytest.approx([1.0, -1.0, 0.0])
+    adv, _ = grpo_advantage(rewards, mask, [0, 0, 1], norm_by_std=norm_by_std)
+    pair = 1.0 / (math.sqrt(2.0) + 1e-6) if norm_by_std else 1.0  # (3, 1): mean 2, unbiased std sqrt(2)
+    assert adv[:, 0].tolist() == pytest.approx([pair, -pair, lone], rel=1e-6)
+    assert adv[2, 1].item() == pytest.approx(lone, rel=1e-6)
 
 
 def test_rloo_leave_one_out_baseline():
@@ -70,6 +76,41 @@ def test_reinforce_plus_plus_discounted_returns_whitened():
     std = math.sqrt(0.45 + 1e-8)
     assert adv[0].tolist() == pytest.approx([-0.7 / std, -0.45 / std, 0.05 / std], rel=1e-5)
     assert adv[1].tolist() == pytest.approx([0.05 / std, 1.05 / std, 0.0], rel=1e-5)
+
+
+def test_reinforce_plus_plus_carries_the_return_across_masked_tokens():
+    # gamma 1, score on the last token; row 0 has a masked token inside the response (a tool observation). verl
+    # 0.9 writes return 0 there and passes the later return through: returns [1, 1, 0, 1, 1] and [1, 1, 1, 1, 1],
+    # every response token's return is 1, so every advantage is 0 after whitening (resetting at the masked token
+    # gave [0, 0, 1, 1, 1] and advantages [-1.76, -1.76, 0, 0.50, 0.50])
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 1.0]])
+    mask = torch.tensor([[1, 1, 0, 1, 1], [1, 1, 1, 1, 1]])
+    adv, returns = reinforce_plus_plus_advantage(rewards, mask, gamma=1.0)
+    close(returns, [[1.0, 1.0, 0.0, 1.0, 1.0], [1.0] * 5])
+    close(adv, [[0.0] * 5, [0.0] * 5])
+
+
+def test_discounted_returns_skip_masked_tokens_without_discounting_or_adding_their_reward():
+    # gamma .5; tokens 1 and 2 masked, holding a reward 7 that is not the policy's: G4 = 1, G3 = .5, the masked
+    # tokens get 0 and pass .5 on unchanged, G0 = .25. Row 1: a reward 5 on the padding does not flow back.
+    rewards = torch.tensor([[0.0, 7.0, 7.0, 0.0, 1.0], [0.0, 2.0, 5.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 0, 0, 1, 1], [1, 1, 0, 0, 0]])
+    close(discounted_returns(rewards, mask, gamma=0.5), [[0.25, 0.0, 0.0, 0.5, 1.0], [1.0, 2.0, 0.0, 0.0, 0.0]])
+
+
+def test_reinforce_plus_plus_gives_every_turn_of_a_rewarded_multi_turn_response_a_positive_advantage():
+    # two assistant turns separated by a tool observation (mask 0) inside each response, padding after; the score
+    # sits on the last sampled token: row 0 succeeds, row 1 fails. Returns (gamma 1): row 0 1 on all 5 sampled
+    # tokens, row 1 0: whitened over the 10 tokens, mean .5, unbiased std sqrt(10 * .25 / 9)
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 1, 0], [1, 1, 0, 0, 1, 1, 1, 0]])
+    rewards = torch.zeros(2, 8)
+    rewards[0, 6] = 1.0
+    ctx = _ctx("reinforce_plus_plus")
+    batch = Batch({"token_level_rewards": rewards, "response_mask": mask}, {"uid": ["a", "b"]})
+    adv = compute_advantage(ctx, batch)[0]["advantages"]
+    step = 0.5 / math.sqrt(10 * 0.25 / 9 + 1e-8)
+    close(adv, [[step, step, 0, 0, step, step, step, 0], [-step, -step, 0, 0, -step, -step, -step, 0]])
+    assert (adv[0, :2] > 0).all()  # the first turn of the successful response is reinforced too
 
 
 def test_reinforce_plus_plus_baseline_group_mean_then_whitened():
@@ -125,7 +166,8 @@ def test_whitening_uses_the_reduced_statistics():
 
 def _ctx(estimator: str, **algorithm) -> SimpleNamespace:
     cfg = Cfg({"algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0,
-                             "lam": 1.0, **algorithm}})
+                             "lam": 1.0, **algorithm},
+               "actor_rollout_ref": {"actor": {"mis_ratio_low": None, "mis_ratio_high": None}}})
     return SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1)))
 
 
@@ -202,3 +244,26 @@ def test_algorithm_keys_are_checked(override, key):
 def test_adaptive_kl_controller_needs_a_positive_horizon():
     error = _preflight_error("algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.horizon=0")
     assert error.key == "algorithm.kl_ctrl.horizon"
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (("algorithm.adv_estimator=grpo",), "each advantage would be the raw score / (1 + 1e-6)"),
+    (("algorithm.adv_estimator=rloo",), "each would keep its raw reward as its advantage"),
+    (("algorithm.adv_estimator=reinforce_plus_plus_baseline",), "keep its raw reward before whitening"),
+    (("algorithm.adv_estimator=reinforce_plus_plus", "dag=dapo", "algorithm.filter_groups.enable=true"),
+     "no group would ever be kept"),
+])
+def test_groups_of_one_are_refused_with_what_each_would_do(overrides, says):
+    """A group estimator's lone response keeps its score (grpo: over 1 + epsilon), as the estimators above compute
+    it: the advantages are not 0, the group baseline is what is lost."""
+    with pytest.raises(ConfigError) as info:
+        preflight(Cfg(compose(["actor_rollout_ref.rollout.n=1", *overrides])))
+    first = str(info.value).splitlines()[0]
+    assert info.value.key == "actor_rollout_ref.rollout.n" and says in first and "2 or more" in first
+    assert "every advantage would be 0" not in first
+
+
+def test_reinforce_plus_plus_needs_no_group():
+    with pytest.raises(ConfigError) as info:
+        preflight(Cfg(compose(["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=reinforce_plus_plus"])))
+    assert info.value.key == "actor_rollout_ref.model.path"  # the next check: no model given

@@ -1,6 +1,7 @@
 """dagrl's GRPO step math against verl 0.9.1's, whose formulas are restated below (CI has no verl), on random
 data of the vs_verl learn job's shape: 32 prompts x 8 responses of 1..12 tokens, 0/1 scores with all-0 and all-1
-groups, clip ratio 0.2, dual clip c = 3, token-mean.
+groups, clip ratio 0.2, dual clip c = 3, token-mean. Also REINFORCE++'s returns on multi-turn masks, GRPO's groups
+of one and the clipped value loss in bf16.
 
 verl's sources: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, compute_policy_loss_vanilla,
 agg_loss), verl/utils/torch_functional.py (masked_sum), verl/workers/utils/losses.py (ppo_loss: the mini-batch's
@@ -13,13 +14,18 @@ Megatron engine applies exactly that gradient), with the token_weights dagrl/nod
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
-from dagrl.algo.advantage import grpo_advantage
+from dagrl.algo.advantage import discounted_returns, grpo_advantage
+from dagrl.algo.off_policy import sequence_keep
+from dagrl.config.foreign_keys import rollout_correction_hint
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, token_weights, vanilla_policy_loss
 from dagrl.data.batch import Batch
+from dagrl.nodes.critic import value_loss
 
 PROMPTS, N, R = 32, 8, 12
 ROWS = PROMPTS * N
@@ -39,6 +45,36 @@ def verl_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsil
         advantages[rows] = (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
     advantages = advantages[:, None] * response_mask
     return advantages, advantages
+
+
+def verl_reinforce_plus_plus_returns(token_level_rewards, response_mask, gamma):
+    """compute_reinforce_plus_plus_outcome_advantage's scan (core_algos.py:718-726): a masked token gets return 0
+    and carries the running return through unchanged."""
+    returns = torch.zeros_like(token_level_rewards)
+    running = 0
+    for t in reversed(range(token_level_rewards.shape[1])):
+        new_running = token_level_rewards[:, t] + gamma * running
+        returns[:, t] = new_running * response_mask[:, t]
+        running = new_running * response_mask[:, t] + running * (1 - response_mask[:, t])
+    return returns
+
+
+def verl_value_loss(vpreds, values, returns, cliprange_value):
+    """compute_value_loss with token-mean over all tokens: clip_by_value(vpreds, values - c, values + c) is
+    max(min(vpreds, values + c), values - c); returns (0.5 x the mean of the larger squared error, clip fraction)."""
+    clipped = torch.max(torch.min(vpreds, values + cliprange_value), values - cliprange_value)
+    losses1, losses2 = (vpreds - returns) ** 2, (clipped - returns) ** 2
+    return 0.5 * torch.max(losses1, losses2).float().mean(), torch.gt(losses2, losses1).float().mean()
+
+
+def verl_seq_mean_k1_keep(old_log_prob, rollout_log_prob, response_mask, threshold):
+    """rollout_rs=seq_mean_k1 (rollout_corr_helper.py: compute_rollout_rejection_mask, _parse_rollout_rs_thresholds):
+    k1 = -(log pi_old - log pi_rollout) per token, clamped at 20, its masked mean per sequence kept within
+    [log L, log U] of the threshold 'L_U' ('U' alone: L = 1/U)."""
+    lower, upper = map(float, threshold.split("_")) if "_" in threshold else (1 / float(threshold), float(threshold))
+    k1 = -(old_log_prob - rollout_log_prob).clamp(-20.0, 20.0)
+    stat = (k1 * response_mask).sum(-1) / (response_mask.sum(-1) + 1e-8)
+    return (stat >= math.log(lower)) & (stat <= math.log(upper))
 
 
 def verl_masked_sum(values, mask):
@@ -156,3 +192,57 @@ def test_step_gradient_equals_verls_token_mean_over_the_mini_batch(seed, layout)
     assert want.abs().max() > 1e-3  # the gradient is not trivially small (about 1 / 1,700 tokens per unit of A)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-9)
     assert got[~mask.bool()].abs().max() == 0  # padding gets no gradient
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_reinforce_plus_plus_returns_equal_verls_on_multi_turn_masks(seed, gamma):
+    """Responses of several assistant turns: tool observations (mask 0) inside the response, padding after it,
+    rewards on masked tokens too (they must not count)."""
+    mask, rewards, _, _, _ = job_batch(seed)
+    g = torch.Generator().manual_seed(seed + 10)
+    mask = mask * (torch.rand(ROWS, R, generator=g) > 0.3).float()  # holes inside the responses
+    rewards = rewards + (torch.rand(ROWS, R, generator=g) < 0.1).float()
+    assert ((mask[:, :-1] == 0) & (mask[:, 1:] == 1)).any()  # a masked token before a sampled one
+    got = discounted_returns(rewards, mask, gamma)
+    torch.testing.assert_close(got, verl_reinforce_plus_plus_returns(rewards, mask, gamma), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_groups_of_one_and_two_equal_verls(norm_by_std):
+    mask, rewards, _, _, _ = job_batch(0)
+    uid = [f"{i // 2}" if i < ROWS // 2 else f"lone{i}" for i in range(ROWS)]  # pairs, then groups of one
+    adv, _ = grpo_advantage(rewards, mask, uid, norm_by_std=norm_by_std)
+    want, _ = verl_grpo_outcome_advantage(rewards.clone(), mask, np.array(uid, dtype=object),
+                                          norm_adv_by_std_in_grpo=norm_by_std)
+    torch.testing.assert_close(adv, want, rtol=0, atol=1e-6)
+    assert adv[ROWS // 2:].abs().max() > 0.9  # a lone success keeps its score
+
+
+def test_value_clip_equals_verls_in_bf16():
+    """Five values within the clip range whose difference from the old value rounds in bf16, returns equal to
+    them: verl's clamp keeps each value exactly, so none counts as clipped (old + clamp(v - old) rounded each and
+    counted all five). A sixth, 0.5 from its old value, is clipped to 0.2 and counts."""
+    old = torch.tensor([[0.0947265625, -0.099609375, -0.091796875, -0.018798828125, 0.1357421875, 0.0]])
+    new = torch.tensor([[-0.0218505859375, 0.01251220703125, 0.04833984375, -0.11083984375, -0.01556396484375, 0.5]])
+    returns = torch.cat([new[:, :5], torch.ones(1, 1)], dim=1)
+    old, new, returns = old.bfloat16(), new.bfloat16(), returns.bfloat16()
+    weights = torch.full((1, 6), 1 / 6)
+    batch = Batch({"values": old, "returns": returns, "token_weights": weights, "token_mean_weights": weights})
+    loss, metrics = value_loss(batch, new, None, cliprange_value=0.2)
+    want_loss, want_clipfrac = verl_value_loss(new, old, returns, 0.2)
+    assert metrics["critic/vf_clipfrac"].item() == want_clipfrac.item() == pytest.approx(1 / 6)
+    assert loss.item() == pytest.approx(want_loss.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("threshold", ["0.8_1.25", "0.5_1.1", "1.2"])
+def test_seq_mean_k1_rejection_is_the_band_its_key_hint_names(threshold):
+    """The line answering verl's rollout_rs_threshold names mis_ratio_low/high; they keep exactly the sequences
+    verl's seq_mean_k1 keeps."""
+    mask, _, _, old, _ = job_batch(0)
+    rollout = old - 0.3 * torch.randn(ROWS, R, generator=torch.Generator().manual_seed(3))
+    hint = rollout_correction_hint("algorithm.rollout_correction.rollout_rs_threshold", threshold)
+    low, high = (float(hint.split(f"mis_ratio_{side}=")[1].split()[0]) for side in ("low", "high"))
+    want = verl_seq_mean_k1_keep(old, rollout, mask, threshold)
+    assert 0 < want.sum() < ROWS  # some sequences kept, some rejected
+    assert torch.equal(sequence_keep(old, rollout, mask, low, high), want)

@@ -1,6 +1,7 @@
 """Off-policy correction against hand-computed values: AReaL's decoupled PPO (ratio and clip against pi_prox, each
 token's loss times pi_prox/pi_behav, masked above the cap), verl-style sequence masking by the geometric-mean
-ratio, their metrics, and the pre-flight checks of their keys."""
+ratio, applied before the advantage as verl's trainer applies it, their metrics, and the pre-flight checks of
+their keys."""
 import math
 from types import SimpleNamespace
 
@@ -16,6 +17,8 @@ from dagrl.config.tree import Cfg
 from dagrl.config.validate import CHOICES, preflight
 from dagrl.data.batch import Batch
 from dagrl.nodes.actor import update_actor
+from dagrl.nodes.advantage import compute_advantage
+from dagrl.nodes.critic import update_critic
 from dagrl.placement import WorldLayout
 
 LN = math.log
@@ -103,45 +106,93 @@ def test_sequence_masking_keeps_exactly_the_sequences_in_the_band(low, high, kep
 
 
 class _RecordingEngine:
-    """Stands in for the actor engine: records each mini-batch and evaluates the loss on it whole."""
+    """Stands in for the actor or critic engine: records each mini-batch; an actor's loss is evaluated on it whole
+    (at ratio 1)."""
 
-    def __init__(self) -> None:
+    def __init__(self, evaluate: bool = True) -> None:
         self.mini_batches: list[Batch] = []
+        self.evaluate = evaluate
 
-    def train_step(self, batch: Batch, loss_fn, micro_batch_size: int, temperature: float,
-                   max_token_len: int | None = None, with_entropy: bool = True) -> dict[str, float]:
+    def train_step(self, batch: Batch, loss_fn, micro_batch_size: int, **_) -> dict[str, float]:
         self.mini_batches.append(batch)
+        if not self.evaluate:
+            return {}
         _, metrics = loss_fn(batch, batch["old_log_probs"].clone(), None)
         return {name: float(value) for name, value in metrics.items()}
 
 
-def _update(batch: Batch, *overrides: str) -> tuple[_RecordingEngine, dict[str, float]]:
-    cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
+def _ctx(*overrides: str) -> SimpleNamespace:
+    cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=4", "critic.ppo_mini_batch_size=4",
                        "actor_rollout_ref.actor.ppo_mini_batch_size=4", *overrides]))
-    engine = _RecordingEngine()
-    ctx = SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1), response_length=3),
-                          actor=engine, step=1, versions=SimpleNamespace(actor=0))
+    return SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1), response_length=3),
+                           actor=_RecordingEngine(), critic=_RecordingEngine(evaluate=False), step=1,
+                           versions=SimpleNamespace(actor=0))
+
+
+def _update(batch: Batch, *overrides: str) -> tuple[_RecordingEngine, dict[str, float]]:
+    ctx = _ctx(*overrides)
     _, metrics = update_actor(ctx, batch)
-    return engine, metrics
+    return ctx.actor, metrics
 
 
-@pytest.mark.parametrize("agg,expected", [
-    # only seq0 is kept (2 tokens, 1 sequence): the dropped sequences leave the denominators, as in verl
-    ("token-mean", [[0.5, 0.5, 0.0], [0.0] * 3, [0.0] * 3, [0.0] * 3]),
-    ("seq-mean-token-sum", [[1.0, 1.0, 0.0], [0.0] * 3, [0.0] * 3, [0.0] * 3]),
+BAND = ("actor_rollout_ref.actor.mis_ratio_low=0.7", "actor_rollout_ref.actor.mis_ratio_high=1.5")
+
+
+def _masked_step(agg: str) -> tuple[SimpleNamespace, Batch, dict[str, float]]:
+    """The PPO graph's tail on `_masking_batch` with the band [0.7, 1.5]: seq0 (1.22) and seq1 (0.74) are kept,
+    seq2 (1.82) is rejected, seq3 has no response token. Scores on the last token, gamma 1: seq0 [0, 1], seq1
+    [0, 0, 0], seq2 [1]."""
+    old, behav, mask = _masking_batch()
+    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    batch = Batch({"old_log_probs": old, "rollout_log_probs": behav, "response_mask": mask,
+                   "token_level_rewards": rewards, "values": torch.zeros(4, 3)}, {"uid": ["a", "b", "c", "d"]})
+    ctx = _ctx("algorithm.adv_estimator=reinforce_plus_plus", f"actor_rollout_ref.actor.loss_agg_mode={agg}",
+               f"critic.loss_agg_mode={agg}", *BAND)
+    batch, metrics = compute_advantage(ctx, batch)
+    update_critic(ctx, batch)
+    metrics.update(update_actor(ctx, batch)[1])
+    return ctx, batch, metrics
+
+
+def test_sequence_masking_applies_before_the_advantage_as_verls_trainer():
+    """verl rewrites response_mask with the rejection before compute_advantage: the whitening statistics are over
+    the kept tokens only. Returns 1 1 | 0 0 0: mean .4, squared deviations .36 x 2 + .16 x 3 = 1.2, unbiased
+    variance .3 (the whole batch, seq2's 1 included, would give mean .5)."""
+    _, batch, metrics = _masked_step("token-mean")
+    std = math.sqrt(0.3 + 1e-8)
+    torch.testing.assert_close(batch["advantages"], torch.tensor(
+        [[0.6 / std, 0.6 / std, 0.0], [-0.4 / std] * 3, [0.0] * 3, [0.0] * 3]))
+    torch.testing.assert_close(batch["loss_mask"], torch.tensor([[1.0, 1.0, 0.0], [1.0] * 3, [0.0] * 3, [0.0] * 3]))
+    assert metrics["critic/advantages/mean"] == pytest.approx(0.0, abs=1e-6)  # over the kept tokens
+    assert metrics["actor/mis_masked_fraction"] == pytest.approx(1 / 3)  # 1 of the 3 sequences with tokens
+
+
+@pytest.mark.parametrize("agg,kept_weight", [
+    ("token-mean", 1 / 5),          # the 5 kept tokens: the rejected sequence's token leaves the token count
+    ("seq-mean-token-sum", 1 / 3),  # the 3 sequences with tokens: verl divides by the nominal sequence count
 ])
-def test_actor_update_drops_masked_sequences_from_the_loss_and_its_denominators(agg, expected):
+def test_critic_and_actor_train_on_the_kept_sequences_with_verls_denominators(agg, kept_weight):
+    ctx, _, metrics = _masked_step(agg)
+    kept = torch.tensor([[1.0, 1.0, 0.0], [1.0] * 3, [0.0] * 3, [0.0] * 3])
+    for engine in (ctx.critic, ctx.actor):
+        (seen,) = engine.mini_batches
+        torch.testing.assert_close(seen["token_weights"], kept * kept_weight)
+        torch.testing.assert_close(seen["token_mean_weights"], kept / 5)
+    # ratio 1: each kept token's term is -A, equally weighted; whitened over the kept tokens, the A sum to 0
+    assert metrics["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_actor_applies_sequence_masking_itself_when_no_advantage_node_did():
     old, behav, mask = _masking_batch()
     batch = Batch({"old_log_probs": old, "rollout_log_probs": behav, "response_mask": mask,
                    "advantages": torch.ones(4, 3)})
-    engine, metrics = _update(batch, f"actor_rollout_ref.actor.loss_agg_mode={agg}",
+    engine, metrics = _update(batch, "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
                               "actor_rollout_ref.actor.mis_ratio_low=0.8", "actor_rollout_ref.actor.mis_ratio_high=1.5")
     (seen,) = engine.mini_batches
-    torch.testing.assert_close(seen["token_weights"], torch.tensor(expected))
-    torch.testing.assert_close(seen["token_mean_weights"], torch.tensor([[0.5, 0.5, 0.0], *[[0.0] * 3] * 3]))
-    assert metrics["actor/mis_masked_fraction"] == pytest.approx(2 / 3)  # 2 of the 3 sequences with tokens
-    assert metrics["actor/pg_loss"] == pytest.approx(-1.0 if agg == "token-mean" else -2.0)  # ratio 1, A = 1
-    assert "loss_mask" not in batch and torch.equal(batch["response_mask"], mask)  # later nodes see it unchanged
+    # only seq0 is kept (0.7408 < 0.8, 1.8221 > 1.5); 3 sequences have response tokens
+    torch.testing.assert_close(seen["token_weights"], torch.tensor([[1 / 3, 1 / 3, 0.0], *[[0.0] * 3] * 3]))
+    assert metrics["actor/mis_masked_fraction"] == pytest.approx(2 / 3)
+    assert metrics["actor/pg_loss"] == pytest.approx(-2 / 3)  # ratio 1, A = 1: seq0's token sum -2 over 3
 
 
 def test_decoupled_metrics_follow_areal_denominators():

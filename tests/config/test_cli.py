@@ -120,3 +120,41 @@ def test_plain_overrides_run_the_early_composition_which_equals_hydras_own(monke
     monkeypatch.setattr(sys, "argv", ["main_dag", *overrides])
     main_dag.hydra_main()  # Hydra's own main, composing from sys.argv
     assert ran[1] == ran[0]
+
+
+CORRECTION = "algorithm.rollout_correction"
+
+
+@pytest.mark.parametrize("override,fix", [
+    (f"{CORRECTION}.rollout_is=token", "write actor_rollout_ref.actor.tis_imp_ratio_cap=C for its rollout_is_threshold"),
+    (f"{CORRECTION}.rollout_is_threshold=3", "write actor_rollout_ref.actor.tis_imp_ratio_cap=3"),
+    (f"{CORRECTION}.rollout_rs=seq_mean_k1", "write actor_rollout_ref.actor.mis_ratio_low=1/U"),
+    # verl's k1 is log(pi_rollout / pi_old), the inverse of dagrl's ratio: L_U becomes 1/U, 1/L
+    (f"{CORRECTION}.rollout_rs_threshold=0.8_1.25",
+     "write actor_rollout_ref.actor.mis_ratio_low=0.8 actor_rollout_ref.actor.mis_ratio_high=1.25"),
+    (f"{CORRECTION}.rollout_rs_threshold=0.5_1.6",
+     "write actor_rollout_ref.actor.mis_ratio_low=0.625 actor_rollout_ref.actor.mis_ratio_high=2"),
+    (f"{CORRECTION}.rollout_rs_threshold=2", "mis_ratio_low=0.5 actor_rollout_ref.actor.mis_ratio_high=2"),
+    # no exact counterpart: the key's line says what dagrl has instead
+    (f"{CORRECTION}.rollout_is=sequence", "sequence-level IS is not supported"),
+    (f"{CORRECTION}.rollout_is_threshold=0.5_2", "IcePop's 'lower_upper' band is not supported"),
+    (f"{CORRECTION}.rollout_rs=token_k1", "other rejection options are not supported"),
+    (f"{CORRECTION}.rollout_rs_threshold=1.1_2", "'L_U' (or U alone: L = 1/U) is"),
+    (f"{CORRECTION}.bypass_mode=true", "dagrl always recomputes pi_old"),
+    (f"{CORRECTION}.loss_type=reinforce", "actor_rollout_ref.actor.policy_loss.loss_mode"),
+    (f"{CORRECTION}.rollout_is_batch_normalize=true", "not normalized to mean 1"),
+    (f"~{CORRECTION}", "actor_rollout_ref.actor.policy_loss.off_policy=decoupled"),
+])
+def test_verls_rollout_correction_keys_name_dagrls(override, fix):
+    with pytest.raises(ConfigError) as info:
+        compose([override])
+    key = override.split("=")[0].lstrip("~")
+    message = str(info.value)
+    assert info.value.key == key and len(message.splitlines()) == 1
+    assert message.startswith(f"'{key}' is verl's; ") and fix in message
+
+
+def test_verls_rollout_correction_is_answered_on_the_command_line():
+    proc, seconds = run_cli(f"{CORRECTION}.rollout_rs=seq_mean_k1", f"{CORRECTION}.rollout_rs_threshold=0.5_2")
+    assert proc.returncode == 2 and seconds < 5
+    assert "actor_rollout_ref.actor.mis_ratio_low=1/U" in error_line(proc)

@@ -777,8 +777,8 @@ CASES: tuple[Case, ...] = (
     Case("lr_beyond_float32", "`actor_rollout_ref.actor.optim.lr=1e39` (no fp32 optimizer can hold it)",
          ("actor_rollout_ref.actor.optim.lr=1e39",), ("actor_rollout_ref.actor.optim.lr", "float32")),
     # ---- runs that would train nothing ----
-    Case("grpo_with_one_sample", "GRPO (the default estimator) with `actor_rollout_ref.rollout.n=1`: every "
-         "advantage 0", ("actor_rollout_ref.rollout.n=1",),
+    Case("grpo_with_one_sample", "GRPO (the default estimator) with `actor_rollout_ref.rollout.n=1`: no group "
+         "to compare against", ("actor_rollout_ref.rollout.n=1",),
          ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo", "2 or more")),
     Case("rloo_with_one_sample", "RLOO with `rollout.n=1`",
          ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo"),

@@ -264,6 +264,13 @@ def load(engine: "MegatronEngine", path: str) -> None:
     info = describe(path, common)
     check_layer_spec(path, engine.modules, info["layer_spec"])
     parts = _parts_to_load(engine, path, info["contents"])
+    here = _DTYPE_NAMES[engine.spec.param_dtype]
+    if "optimizer" in parts and info["param_dtype"] not in (None, here):
+        # bf16 parameters keep fp32 main copies in Megatron's optimizer, fp32 ones none: the states differ in kind
+        raise ValueError(f"checkpoint {path} holds {info['param_dtype']} parameters and their optimizer state, and "
+                         f"this engine is built in {here}: set actor_rollout_ref.actor.megatron.param_dtype="
+                         f"{info['param_dtype']}, or restore the weights without the optimizer (checkpoint."
+                         f"load_contents=[model,extra])")
     same_layout = info["layout"] == _layout_key()
     if not same_layout and "extra" in parts:
         parts.remove("extra")
