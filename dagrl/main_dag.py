@@ -4,21 +4,38 @@ A bad override fails before Hydra composes (an unknown key naming the closest va
 plain key=value arguments that early composition is the job's config (Hydra's main, which would compose it again,
 runs only for its flags and hydra.* overrides: 0.2 s of every launch). Every other configuration problem is found
 by the pre-flight checks before any model is built (one line per independent problem). Both exit with code 2.
+Ctrl-C exits with code 130 and one line, after a checkpoint where a step was under way (utils/preemption.py).
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 import warnings
 from typing import Callable
 
-import hydra
-from omegaconf import DictConfig
+from dagrl.utils.preemption import INTERRUPTED, StopRequest, outcome  # the standard library only
 
-from dagrl.config.errors import ConfigError, RunError
-from dagrl.config.load import CONF_DIR, CONFIG_NAME, compose, to_plain
+NOT_STARTED = "Ctrl-C before the run started: stopped, nothing to save"
+
+
+def _not_started(signum: int, frame) -> None:
+    os.write(2, f"dagrl: {NOT_STARTED}\n".encode())
+    os._exit(INTERRUPTED)
+
+
+# Ctrl-C during the imports below (half a second), unless this process was started ignoring it (a script's
+# background job): one line, no traceback; main() goes back to KeyboardInterrupt
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _not_started)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from dagrl.config.errors import ConfigError, RunError  # noqa: E402
+from dagrl.config.load import CONF_DIR, CONFIG_NAME, compose, to_plain  # noqa: E402
 
 _STARTED = time.perf_counter()  # after Hydra's import: this process's start-up is reported from here
 logger = logging.getLogger("dagrl")
@@ -57,11 +74,13 @@ def fail(message: str, code: int) -> None:
 def train_process(cfg_data: dict) -> tuple[int, str]:
     """Validate and train in this process (one rank of a torchrun or Ray job, or the whole job).
 
-    Returns (exit code, one-line message): 2 for bad input, 1 for a run stopped on purpose, 0 when done."""
+    Returns (exit code, one-line message): 2 for bad input, 1 for a run stopped on purpose, 130 after Ctrl-C, 0 when
+    done."""
     from dagrl.config.tree import Cfg
     from dagrl.config.validate import preflight
 
     cfg = Cfg(cfg_data)
+    StopRequest(cfg.trainer, (signal.SIGINT,))  # Ctrl-C before the trainer's own handler: nothing to save yet
     try:
         composed = time.perf_counter()
         shape = preflight(cfg)
@@ -101,7 +120,7 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
 
         watchdog.stop()
         record_config_reads()
-    return 0, ""
+    return outcome()
 
 
 def exit_message(error: SystemExit) -> str:
@@ -170,10 +189,23 @@ def run(cfg_data: dict) -> None:
             launch(cfg_data)
         except WorkerFailed as error:
             fail(str(error), error.exit_code)
+        except KeyboardInterrupt:  # the workers do not get the terminal's Ctrl-C (Ray blocks it): launch() killed them
+            from dagrl.utils.preemption import resume_advice
+            interrupted(f"Ctrl-C: the Ray workers were stopped without a checkpoint; "
+                        f"{resume_advice(cfg.trainer, 'intact')}")
         return
     code, message = train_process(cfg_data)
+    if code == INTERRUPTED:
+        interrupted(message)
     if code:
         fail(message, code)
+
+
+def interrupted(message: str) -> None:
+    """Ctrl-C: the line saying where the run stopped and how it resumes (from one process only), exit 130."""
+    if message:
+        print(f"dagrl: {message}", file=sys.stderr)
+    sys.exit(INTERRUPTED)
 
 
 def record_config_reads() -> None:
@@ -263,15 +295,20 @@ def early_override_check(argv: list[str]) -> dict | None:
 
 
 def main() -> None:
+    if signal.getsignal(signal.SIGINT) is _not_started:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        setup_logging()
-        cfg_data = early_override_check(sys.argv[1:])
-    except ConfigError as error:
-        fail(str(error), 2)
-    if cfg_data is None:  # flags (--cfg job, --config-dir, ...) or hydra.* overrides: Hydra's own main
-        hydra_main()
-    else:  # composed already, as Hydra's main would (conf/dagrl.yaml: no run dir, no chdir, no Hydra logging)
-        run(cfg_data)
+        try:
+            setup_logging()
+            cfg_data = early_override_check(sys.argv[1:])
+        except ConfigError as error:
+            fail(str(error), 2)
+        if cfg_data is None:  # flags (--cfg job, --config-dir, ...) or hydra.* overrides: Hydra's own main
+            hydra_main()
+        else:  # composed already, as Hydra's main would (conf/dagrl.yaml: no run dir, no chdir, no Hydra logging)
+            run(cfg_data)
+    except KeyboardInterrupt:  # before train_process took Ctrl-C over (composing, pre-flight of a Ray launch)
+        interrupted(NOT_STARTED)
 
 
 if __name__ == "__main__":

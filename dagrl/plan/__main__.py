@@ -1,4 +1,4 @@
-"""CLI of dagrl.plan: `python3 -m dagrl.plan [--gpu-memory-gb N] [--all-groups] key=value ...`."""
+"""CLI of dagrl.plan: `python3 -m dagrl.plan [--gpu-memory-gb N | --cpu] [--all-groups] key=value ...`."""
 from __future__ import annotations
 
 import argparse
@@ -13,8 +13,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         prog="python3 -m dagrl.plan",
         description="Print the parallel layout, the batch schedule and a per-GPU memory estimate of the run that "
                     "`python3 -m dagrl.main_dag` would start with the same overrides; nothing is launched.")
-    parser.add_argument("--gpu-memory-gb", type=float, default=141.0,
-                        help="memory of one GPU in GiB, as torch reports it (default 141: H200; H100: 80)")
+    device = parser.add_mutually_exclusive_group()
+    device.add_argument("--gpu-memory-gb", type=float, default=None,
+                        help="plan for GPUs of this much memory in GiB, as torch reports it (default 141: H200; "
+                             "H100: 80)")
+    device.add_argument("--cpu", action="store_true",
+                        help="plan a CPU run against this machine's RAM (the default where this machine has no GPU "
+                             "and the rollout is hf: the run dagrl.main_dag would start here)")
     parser.add_argument("--all-groups", action="store_true", help="list every rank group (default: the first 8)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, as for dagrl.main_dag")
     args, unknown = parser.parse_known_intermixed_args(argv)
@@ -22,6 +27,20 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if flags:
         parser.error(f"unknown option(s): {' '.join(flags)}")
     return args, args.overrides + unknown
+
+
+def on_cpu(args: argparse.Namespace, cfg) -> bool:
+    """--cpu, or neither flag on a machine without a GPU for a run it could start (vLLM needs GPUs)."""
+    from dagrl.config.checks import require
+    from dagrl.plan.machine import has_gpu
+
+    vllm = cfg.actor_rollout_ref.rollout.name == "vllm"
+    if args.cpu:
+        require(not vllm, "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.name=vllm needs a CUDA GPU: "
+                "use actor_rollout_ref.rollout.name=hf for a CPU run (or plan for GPUs without --cpu)")
+    if args.cpu or args.gpu_memory_gb is not None:
+        return args.cpu
+    return not vllm and not has_gpu()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,12 +52,14 @@ def main(argv: list[str] | None = None) -> None:
         from dagrl.config.load import compose
         from dagrl.config.tree import Cfg
         from dagrl.config.validate import planned_world_size, preflight
-        from dagrl.plan import make_plan
+        from dagrl.plan import H200_GIB, make_plan
+        from dagrl.plan.machine import ram_gib
         from dagrl.plan.report import render
 
         cfg = Cfg(compose(overrides))  # a bad override: one ConfigError line, as in dagrl.main_dag
         shape = preflight(cfg, world_size=planned_world_size(cfg))
-        plan = make_plan(cfg, shape, args.gpu_memory_gb)
+        plan = make_plan(cfg, shape, args.gpu_memory_gb or H200_GIB,
+                         cpu_memory_gib=ram_gib() if on_cpu(args, cfg) else None)
     except ConfigError as error:
         fail(str(error), 2)
     sys.stdout.write(render(plan, group_limit=0 if args.all_groups else 8))

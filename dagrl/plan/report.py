@@ -76,11 +76,15 @@ def _rollout_lines(plan: Plan, layout, groups, limit: int) -> list[str]:
             f"  {'rollout DP groups':<17} {format_groups(groups.rollout_dp, limit)}"]
 
 
+def _ranks_on_a_node(plan: Plan, count: int) -> str:
+    return f"{count} GPU(s)" if plan.cpu_memory_gib is None else f"{count} CPU process(es)"
+
+
 def layout_section(plan: Plan, limit: int) -> list[str]:
     if plan.two_pools:
         return pools_section(plan, limit)
     world = plan.layout.world_size
-    return ([f"Parallel layout: {plan.nnodes} node(s) x {plan.gpus_per_node} GPU(s) = {world} ranks, "
+    return ([f"Parallel layout: {plan.nnodes} node(s) x {_ranks_on_a_node(plan, plan.gpus_per_node)} = {world} ranks, "
              f"Megatron-Core order tp-cp-ep-dp-pp (ranks of a TP group are neighbours)"]
             + _actor_lines(plan, limit) + _rollout_lines(plan, plan.layout, plan.groups, limit))
 
@@ -89,13 +93,13 @@ def pools_section(plan: Plan, limit: int) -> list[str]:
     """Two pools: the training pool's Megatron groups and the rollout pool's groups, both in global launch ranks."""
     train, rollout = plan.placement.pool("train"), plan.rollout_pool
     return ([placement_line(plan), "",
-             f"Training pool ({_ranks(train)}): {plan.nnodes} node(s) x {plan.gpus_per_node} GPU(s) = {train.size} "
-             f"ranks, Megatron-Core order tp-cp-ep-dp-pp over the pool (ranks of a TP group are neighbours); every "
-             f"rank receives each step's whole batch from the rollout pool"]
+             f"Training pool ({_ranks(train)}): {plan.nnodes} node(s) x {_ranks_on_a_node(plan, plan.gpus_per_node)} "
+             f"= {train.size} ranks, Megatron-Core order tp-cp-ep-dp-pp over the pool (ranks of a TP group are "
+             f"neighbours); every rank receives each step's whole batch from the rollout pool"]
             + _actor_lines(plan, limit)
             + ["", f"Rollout pool ({_ranks(rollout.pool)}): {rollout.pool.size // rollout.pool.per_node} node(s) x "
-                   f"{rollout.pool.per_node} GPU(s) = {rollout.pool.size} rank(s), no actor (weights pushed after "
-                   f"each training step)"]
+                   f"{_ranks_on_a_node(plan, rollout.pool.per_node)} = {rollout.pool.size} rank(s), no actor (weights "
+                   f"pushed after each training step)"]
             + _rollout_lines(plan, rollout.layout, rollout.groups, limit))
 
 
@@ -139,12 +143,13 @@ def schedule_section(plan: Plan) -> list[str]:
 
 def memory_section(plan: Plan) -> list[str]:
     run, stages = plan.run, plan.memory
-    header = ["stage 0", f"stage {plan.layout.pp - 1}"] if len(stages) > 1 else ["per GPU"]
+    header = ["stage 0", f"stage {plan.layout.pp - 1}"] if len(stages) > 1 else [f"per {plan.rank_unit}"]
     dtype = "bf16" if run.bf16 else "fp32"
     offloaded = [name for name, on in (("params", run.param_offload), ("grads", run.grad_offload),
                                        ("optimizer", run.optimizer_offload),
                                        ("reference params", run.reference and run.ref_param_offload)) if on]
-    lines = [f"Memory estimate per GPU{' of the training pool' if plan.two_pools else ''} (GiB; {dtype} weights, "
+    lines = [f"Memory estimate per {plan.rank_unit}{' of the training pool' if plan.two_pools else ''} (GiB; "
+             f"{dtype} weights, "
              + ("distributed" if run.distributed_optimizer else "replicated") + " optimizer, recompute "
              + run.recompute.describe() + f", micro-batch {run.micro_batch} x {run.sequence_length} tokens"
              + (f", offload: {', '.join(offloaded)}" if offloaded else "") + ")",
@@ -152,20 +157,28 @@ def memory_section(plan: Plan) -> list[str]:
     for key, label in _PARTS:
         values = [stage.parts[key] for stage in stages]
         if any(v > 0 for v in values):
-            lines.append(f"  {label:<42}" + "".join(f"{v:>11.1f}" for v in values))
+            lines.append(f"  {_label(plan, key, label):<42}" + "".join(f"{v:>11.1f}" for v in values))
     lines.append("  phase totals:")
     for phase in stages[0].phases:
         lines.append(f"    {phase:<40}" + "".join(f"{stage.phases[phase]:>11.1f}" for stage in stages))
     peak_stage = max(stages, key=lambda stage: stage.peak)
     phase = max(peak_stage.phases, key=peak_stage.phases.get)
     where = f"stage {peak_stage.stage}, {phase}" if len(stages) > 1 else phase
-    lines.append(_peak_line(peak_stage.peak, where, run.gpu_memory_gib,
+    lines.append(_peak_line(plan, peak_stage.peak, where, run.gpu_memory_gib,
                             "add ranks (TP/PP/EP, or DP with the distributed optimizer), offload, recompute, a smaller "
                             "micro-batch" + ("" if plan.two_pools else ", or a lower rollout.gpu_memory_utilization")))
     return lines
 
 
-def _peak_line(peak: float, where: str, size: float, fixes: str) -> str:
+def _label(plan: Plan, key: str, label: str) -> str:
+    return "torch runtime, gloo, allocator (assumed)" if key == "overhead" and plan.cpu_memory_gib is not None \
+        else label
+
+
+def _peak_line(plan: Plan, peak: float, where: str, size: float, fixes: str) -> str:
+    """The peak against one GPU; on a CPU run the peak alone (the node's processes share its RAM: machine_section)."""
+    if plan.cpu_memory_gib is not None:
+        return f"  peak {peak:.1f} GiB a process ({where})"
     if peak > size:
         return f"  WARNING: estimated peak {peak:.1f} GiB ({where}) exceeds the {size:.0f} GiB GPU: {fixes}"
     return f"  peak {peak:.1f} GiB ({where}) of {size:.0f} GiB: fits ({100 * peak / size:.0f}%)"
@@ -177,29 +190,47 @@ def rollout_memory_section(plan: Plan) -> list[str]:
     run, mem = plan.run, pool.memory
     dtype = "bf16" if run.rollout_bf16 else "fp32"
     vllm = plan.rollout_name == "vllm"
-    lines = [f"Memory estimate per GPU of the rollout pool (GiB; {plan.rollout_name}, {dtype} weights"
+    lines = [f"Memory estimate per {plan.rank_unit} of the rollout pool (GiB; {plan.rollout_name}, {dtype} weights"
              + (f" / rollout TP {pool.layout.rollout_tp}, gpu_memory_utilization {run.gpu_memory_utilization}"
                 f" = {run.gpu_memory_utilization * run.gpu_memory_gib:.1f} GiB" if vllm
                 else ", a full model copy per rank") + "; no actor, gradients or optimizer)",
-             f"  {'':<42}{'per GPU':>11}"]
+             f"  {'':<42}{'per ' + plan.rank_unit:>11}"]
     for key, label in _ROLLOUT_PARTS:
         value = mem.parts[key]
         if key == "rollout weights":
             label = f"{plan.rollout_name} weights ({dtype}" + (f", 1/{pool.layout.rollout_tp} each)"
                                                               if vllm and pool.layout.rollout_tp > 1 else ")")
         if value > 0:
-            lines.append(f"  {label:<42}{value:>11.1f}")
+            lines.append(f"  {_label(plan, key, label):<42}{value:>11.1f}")
     if vllm and mem.parts["kv cache"] <= 0:
         lines.append(f"  WARNING: vLLM's weights ({mem.parts['rollout weights']:.1f} GiB per GPU) leave no room for a "
                      f"KV cache in its {run.gpu_memory_utilization * run.gpu_memory_gib:.1f} GiB share: raise "
                      f"actor_rollout_ref.rollout.gpu_memory_utilization or the rollout TP")
-    lines.append(_peak_line(mem.peak, "rollout", run.gpu_memory_gib,
+    lines.append(_peak_line(plan, mem.peak, "rollout", run.gpu_memory_gib,
                             "lower actor_rollout_ref.rollout.gpu_memory_utilization or raise the rollout TP"))
     return lines
 
 
+def machine_section(plan: Plan) -> list[str]:
+    """A CPU run: the processes of one node (both pools' with two) against the memory they share."""
+    actor_peak = max(stage.peak for stage in plan.memory)
+    pools = [(plan.gpus_per_node, "", actor_peak)] if not plan.two_pools else [
+        (plan.placement.pool("train").per_node, "training ", actor_peak),
+        (plan.rollout_pool.pool.per_node, "rollout ", plan.rollout_pool.memory.peak)]
+    total, ram = sum(count * peak for count, _, peak in pools), plan.cpu_memory_gib
+    terms = " + ".join(f"{count} {kind}process(es) x {peak:.1f} GiB" for count, kind, peak in pools)
+    if total > ram:
+        verdict = ("WARNING: exceeds it: fewer processes a node (trainer.n_gpus_per_node), fewer "
+                   "actor_rollout_ref.model.trainable_top_layers, a smaller micro-batch or shorter sequences")
+    else:
+        verdict = f"fits ({100 * total / ram:.0f}%)"
+    return [f"Memory of one node (a CPU run: its processes share this machine's {ram:.1f} GiB of RAM)",
+            f"  {terms} = {total:.1f} GiB at their peaks, of {ram:.1f} GiB: {verdict}"]
+
+
 def render(plan: Plan, group_limit: int = 8) -> str:
     sections = [[f"dagrl plan for {model_line(plan)}"], layout_section(plan, group_limit), schedule_section(plan),
-                memory_section(plan)] + ([rollout_memory_section(plan)] if plan.two_pools else [])
+                memory_section(plan)] + ([rollout_memory_section(plan)] if plan.two_pools else []) \
+        + ([machine_section(plan)] if plan.cpu_memory_gib is not None else [])
     return "\n\n".join("\n".join(section) for section in sections) + "\n"
 

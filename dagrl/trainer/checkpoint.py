@@ -5,7 +5,8 @@ A checkpoint is written into `<root>/.tmp_global_step_N` (which gets `.dagrl_par
 knows it may remove it), gets its marker file last, and is renamed into place; `latest_checkpointed_iteration.txt`
 is replaced atomically after that. A kill at any moment therefore leaves either no `global_step_N` or a complete
 one, and resume picks the newest complete checkpoint (the tracker file is kept for verl/siiRL tooling; a directory
-newer than the tracker is complete by construction).
+newer than the tracker is complete by construction). Pruning moves a checkpoint back under its tmp name before
+removing it, so a kill (or a second Ctrl-C) during the removal leaves a partial save, not a checkpoint missing files.
 
 dagrl never deletes or overwrites what it did not write: a `global_step_N` without the marker or a
 `.tmp_global_step_N` without `.dagrl_partial` stops the run in pre-flight (`foreign_entries`), and a save never
@@ -207,7 +208,13 @@ class CheckpointManager:
         found = complete_checkpoints(self.root)
         for step, path in found[: max(len(found) - self.keep, 0)]:
             logger.info("removing old checkpoint %s (trainer.max_actor_ckpt_to_keep=%d)", path, self.keep)
-            shutil.rmtree(path)
+            # a partial save while it goes (see the module doc), never a global_step_N missing files
+            (path / PARTIAL_MARKER).touch()
+            doomed = self.root / f".tmp_{path.name}"
+            if doomed.exists():
+                shutil.rmtree(doomed)
+            os.rename(path, doomed)
+            shutil.rmtree(doomed)
 
 
 def _fault(phase: str, hooks: Callable[[str], None] | None) -> None:

@@ -69,8 +69,9 @@ class Trainer:
         self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, seed=cfg.data.seed,
                                     shuffle=cfg.data.shuffle)
         self.total_steps = total_steps(cfg, len(self.train_data))
-        say("data: %d training prompts, %d steps of %d; %s validation prompts", len(self.train_data),
-            self.total_steps, cfg.data.train_batch_size, len(self.val_data) if self.val_data is not None else "no")
+        say("data: %d training prompts, %d steps of %d; %s validation prompts (%.1f s)", len(self.train_data),
+            self.total_steps, cfg.data.train_batch_size, len(self.val_data) if self.val_data is not None else "no",
+            time.perf_counter() - started)
         self.checkpoints = CheckpointManager(trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, self.rank,
                                              dist.barrier)
         kl = cfg.algorithm.kl_ctrl
@@ -82,12 +83,16 @@ class Trainer:
         if build_engines and shape.pool != "rollout":
             say("building the actor%s from %s", " and the reference" if needs_reference(cfg) else "",
                 cfg.actor_rollout_ref.model.path)
+            built = time.perf_counter()
             actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
             critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
+            say("models built in %.1f s", time.perf_counter() - built)
         if build_engines and shape.pool != "train":
             say("starting the %s rollout engine", cfg.actor_rollout_ref.rollout.name)
             device = torch.cuda.current_device() if torch.cuda.is_available() else 0  # set by the process group
+            built = time.perf_counter()
             rollout = build.build_rollout(cfg, shape, self.tokenizer, build.device_for_rank(device))
+            say("rollout engine started in %.1f s", time.perf_counter() - built)
         if shape.pool == "rollout":  # the rollout's own GPUs: weights come from the training pool, nothing to offload
             from dagrl.trainer.pools import WeightInbox
             actor, rollout.colocated = WeightInbox(), False
@@ -101,7 +106,7 @@ class Trainer:
             from dagrl.nodes.partial_rollout import PartialPool
             self.ctx.pool = PartialPool(agent)
         self.consecutive_skips = 0
-        self.stop = StopRequest()  # SIGTERM/SIGUSR1: stop after the current step with a checkpoint
+        self.stop = StopRequest(trainer)  # SIGTERM/SIGUSR1/Ctrl-C: stop after the current step with a checkpoint
         if bridge is not None:  # ...unless the other pool was killed: then now (Bridge.check_peers_alive)
             stop = self.stop  # not the trainer: the bridge outlives it, and the trainer's engines hold process groups
             bridge.stop_signal = lambda: stop.signal
@@ -127,6 +132,7 @@ class Trainer:
         path = resume_target(self.cfg.trainer)
         if path is None:
             return 0
+        loading = time.perf_counter()
         state = torch.load(path / "data.pt", weights_only=True)  # no pickle from a checkpoint directory
         self.ctx.actor.load_checkpoint(str(path / "actor"))
         if self.ctx.critic is not None:  # pre-flight (check_resume) made sure the checkpoint has critic/
@@ -146,7 +152,7 @@ class Trainer:
             logger.warning("%s predates the prompt ledger: its steps have no lines in %s", path, LEDGER_FILE)
         self.start_validated = state.get("validated")  # None: a checkpoint from before the record
         self.ctx.versions = WeightVersions(actor=state["global_step"], rollout=-1)
-        logger.info("resumed from %s (step %d)", path, state["global_step"])
+        logger.info("resumed from %s (step %d) in %.1f s", path, state["global_step"], time.perf_counter() - loading)
         return int(state["global_step"])
 
     def save(self, step: int, validated: bool) -> None:
@@ -207,6 +213,7 @@ class Trainer:
 
     # ---- validation -----------------------------------------------------------------------------
     def validate(self, step: int) -> dict[str, float]:
+        fault_point("validation", step)
         if self.feed is not None:  # validation runs in the rollout pool
             return self.feed.val(step)
         from dagrl.trainer.validation import validate
@@ -244,7 +251,7 @@ class Trainer:
         tracker = Tracker(trainer.project_name, trainer.experiment_name, self.loggers, self.tensorboard_dir,
                           self.jsonl_path, self.total_steps, start_step, enabled=self.rank == 0,
                           config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir),
-                          keep_through=start_step if start_step > 0 else -1)
+                          keep_through=start_step if start_step > 0 else -1, validates=schedule.validated)
         bucket_bytes = int(self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
         try:
             if self.rank == 0:  # cut what steps after the checkpoint (or an end of run) wrote: they run again
@@ -257,6 +264,7 @@ class Trainer:
             if schedule.validated(start_step):
                 tracker.log(self.validate(start_step), start_step)
             restarts, stop = restart_count(), None
+            self.stop.keeps_work = True  # from here a stop signal waits for the step's end and its checkpoint
             for step in range(start_step + 1, self.total_steps + 1):
                 metrics = self.profiler.run(step, self.train_step)
                 if restarts:
@@ -289,14 +297,18 @@ class Trainer:
                 where = f"{trainer.default_local_dir} (newest: {latest[1].name})" if latest else "none written"
                 logger.info("%s", tracker.summary(self.total_steps, where, self.jsonl_path, self.tensorboard_dir))
         finally:
+            self.stop.keeps_work = False
             tracker.close()
             if self.ledger is not None:
                 self.ledger.close()
 
     def stop_after(self, step: int, signal_name: str, saved: bool, validated: bool) -> None:
-        """Preemption: checkpoint `step` (unless just saved) so that the requeued run resumes from it."""
+        """Preemption or Ctrl-C: checkpoint `step` (unless just saved) so that the relaunched run resumes from it."""
         if not saved:
             self.save(step, validated)
+        if signal_name == "SIGINT":  # Ctrl-C: no grace to compare with; main prints the line and exits 130
+            self.stop.stopped_after(step, self.total_steps, leader=self.rank == 0)
+            return
         seconds, grace = self.stop.seconds_since(), self.preemption_grace_s
         logger.warning("stopped on %s after step %d of %d: checkpoint global_step_%d written %.1f s after the signal "
                        "(trainer.preemption_grace_s=%g%s); relaunch to resume", signal_name, step, self.total_steps,

@@ -15,7 +15,6 @@ from dagrl.placement.bridge import Bridge
 from dagrl.trainer.pools import Schedule, unpack_bucket
 from dagrl.utils import dist, watchdog
 from dagrl.utils.faults import fault_point
-from dagrl.utils.preemption import StopRequest
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +116,8 @@ def _serve(trainer, bridge: Bridge) -> None:
     if cfg.async_training.partial_rollout:  # newer weights reach the requests in flight, not only the next batch
         trainer.ctx.weight_updates = receiver
     watchdog.started()
-    stop = StopRequest()  # a stop signal here reaches the training pool through the store; it decides when
-    bridge.stop_signal = lambda: stop.signal  # ...unless the training pool was killed (Bridge.check_peers_alive)
+    stop = trainer.stop  # a stop signal here reaches the training pool through the store; it decides when
+    stop.keeps_work = True  # so a first Ctrl-C waits for the training pool's step boundary too
     logger.info("rollout pool: batches %d..%d, staleness bound %d", start["step"] + 1, trainer.total_steps, staleness)
     for step in range(start["step"] + 1, trainer.total_steps + 1):
         # step's update starts from version step - 1: its samples may be at most K versions older

@@ -1,4 +1,5 @@
-"""Each graph node's seconds a step, under verl's timing names, with the node's fault point and profiler range."""
+"""Each graph node's seconds a step, under verl's timing names, with the node's fault point and profiler range; the
+console's progress lines of long phases and its estimates of the time left."""
 from __future__ import annotations
 
 import contextlib
@@ -47,3 +48,35 @@ def node_timer(timer: Timer, step: int) -> Callable[[str], contextlib.AbstractCo
             yield
 
     return timed
+
+
+def duration(seconds: float) -> str:
+    """A time left at the precision it deserves: '40s', '21m', '6h05m' (no colon: console lines split on it)."""
+    if seconds < 59.5:
+        return f"{max(seconds, 0):.0f}s"
+    minutes = round(seconds / 60)
+    return f"{minutes}m" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class Progress:
+    """A long phase on the console: at most one line every `every_s` seconds (none for a phase shorter than that),
+    with the share done, the seconds so far and those left at the rate so far; `finish` closes a phase that showed
+    progress with its total."""
+
+    def __init__(self, label: str, total: int, unit: str, say: Callable[..., None], every_s: float = 10.0) -> None:
+        self.label, self.total, self.unit, self.say, self.every_s = label, total, unit, say, every_s
+        self.start = self.last = time.perf_counter()
+        self.shown = False
+
+    def update(self, done: int) -> None:
+        now = time.perf_counter()
+        if done <= 0 or done >= self.total or now - self.last < self.every_s:
+            return
+        self.last, self.shown = now, True
+        elapsed = now - self.start
+        self.say("%s: %d/%d %s, %.0f s, about %.0f s left", self.label, done, self.total, self.unit, elapsed,
+                 elapsed * (self.total - done) / done)
+
+    def finish(self) -> None:
+        if self.shown:
+            self.say("%s: %d %s in %.0f s", self.label, self.total, self.unit, time.perf_counter() - self.start)

@@ -1,4 +1,5 @@
-"""Metric sinks: console, tensorboard, jsonl, wandb, mlflow (rank 0 only), and a progress bar with ETA.
+"""Metric sinks: console (each step's line ends with the time left), tensorboard, jsonl, wandb, mlflow (rank 0 only),
+and a progress bar on a terminal.
 
 wandb and mlflow are optional packages (`pip install 'dagrl[wandb]'` / `'dagrl[mlflow]'`), imported only when
 `trainer.logger` names them; pre-flight refuses a run that asks for one that is not installed. As in verl, the
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dagrl.config.loggers import OPTIONAL_LOGGERS
+from dagrl.trainer.timing import duration
 
 logger = logging.getLogger(__name__)
+_now = time.monotonic  # the clock of the time left (a name of its own, for tests)
 
 # Shown on the console line; everything goes to the other sinks.
 _CONSOLE_PREFIXES = ("critic/score/mean", "val-core/", "actor/pg_loss", "actor/entropy", "actor/grad_norm",
@@ -98,8 +101,11 @@ def _trim_rows(path: Path, keep_through: int) -> list[dict]:
     rows = [json.loads(line) for line in lines]
     kept = [(line, row) for line, row in zip(lines, rows) if row.get("step", -1) <= keep_through]
     if len(kept) < len(lines):
-        logger.info("%s: dropped the rows of %d steps after step %d: they run again", path, len(lines) - len(kept),
-                    keep_through)
+        dropped = sorted({row.get("step", -1) for row in rows if row.get("step", -1) > keep_through})
+        steps = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}..{dropped[-1]}"
+        logger.info("%s: dropped %d row(s) of %s, %s: they run again", path, len(lines) - len(kept), steps,
+                    f"written after the checkpoint of step {keep_through}" if keep_through >= 0 else
+                    "written by a run that left no checkpoint")
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(line for line, _ in kept), encoding="utf-8")
         os.replace(tmp, path)
@@ -110,13 +116,17 @@ class Tracker:
     def __init__(self, project_name: str, experiment_name: str, backends: list[str], tensorboard_dir: str | None,
                  jsonl_path: str | None, total_steps: int, start_step: int, enabled: bool,
                  config: Callable[[], dict[str, Any]] | None = None, mlflow_uri: str | None = None,
-                 keep_through: int | None = None) -> None:
+                 keep_through: int | None = None, validates: Callable[[int], bool] | None = None) -> None:
         """`config` is called only when a sink records the run's config (wandb, mlflow). `keep_through`: the
-        jsonl file loses its rows of later steps first (they run again: a resume from that step, or -1 for a run
-        that starts over without a checkpoint), so every step appears once."""
+        jsonl file loses its rows of later steps first and TensorBoard hides its events of those steps (they run
+        again: a resume from that step, or -1 for a run that starts over without a checkpoint), so every step
+        appears once. `validates(step)`: whether that step validates, for the time left on the step lines."""
         self.enabled = enabled
         self.backends = backends
+        self.total_steps, self.validates = total_steps, validates
         self.started, self.steps = time.time(), []  # for the end-of-run summary
+        self.clock = _now()  # when the last logged event ended: the next one's wall time runs from there
+        self.seconds: dict[str, list[float]] = {"step": [], "validation": []}  # wall times, for the time left
         self.validation: dict[str, list[tuple[int, float]]] = {}  # val-core/* key -> (step, value) as logged
         self.writer = None
         self.jsonl = None
@@ -127,7 +137,9 @@ class Tracker:
         if "tensorboard" in backends:
             from torch.utils.tensorboard import SummaryWriter
             Path(tensorboard_dir).mkdir(parents=True, exist_ok=True)
-            self.writer = SummaryWriter(log_dir=tensorboard_dir)
+            # purge_step: TensorBoard drops the events of the steps that run again (a killed run's, in earlier files)
+            self.writer = SummaryWriter(log_dir=tensorboard_dir,
+                                        purge_step=keep_through + 1 if keep_through is not None else None)
             logger.info("tensorboard events in %s", tensorboard_dir)
         if "jsonl" in backends:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
@@ -151,14 +163,25 @@ class Tracker:
     def log(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:
             return
+        now = _now()
+        wall, self.clock = now - self.clock, now
+        validation = metrics.get("timing_s/testing", 0.0)
         if "training/global_step" in metrics:
             self.steps.append(step)
+            self.seconds["step"].append(wall - validation)
+            if validation:
+                self.seconds["validation"].append(validation)
+        elif any(key.startswith("val-") for key in metrics):  # a validation before the steps: all of its wall time
+            self.seconds["validation"].append(wall)
         for key, value in metrics.items():
             if key.startswith("val-core/"):
                 self.validation.setdefault(key, []).append((step, value))
         if "console" in self.backends:
             shown = {k: v for k, v in sorted(metrics.items()) if k.startswith(_CONSOLE_PREFIXES)}
-            text = " - ".join(f"{k}:{v:.4g}" for k, v in shown.items())
+            parts = [f"{k}:{v:.4g}" for k, v in shown.items()]
+            if "training/global_step" in metrics:
+                parts.append(f"{step}/{self.total_steps} steps, eta {duration(self.seconds_left(step))}")
+            text = " - ".join(parts)
             (self.progress.write if self.progress else partial(print, flush=True))(f"step:{step} - {text}")
         if self.writer is not None:
             for key, value in metrics.items():
@@ -170,13 +193,32 @@ class Tracker:
         for sink in self.remote:
             sink.log(metrics, step)
 
+    def seconds_left(self, step: int) -> float:
+        """After `step`: the steps left x the mean step's wall time so far (its validation apart, checkpoints in),
+        plus the validations left x the mean validation's (every step's wall time when `validates` is unknown)."""
+        steps, validations = self.seconds["step"], self.seconds["validation"]
+        if not steps:
+            return 0.0
+        later = range(step + 1, self.total_steps + 1)
+        if self.validates is None:
+            return len(later) * (sum(steps) + sum(validations)) / len(steps)
+        mean_validation = sum(validations) / len(validations) if validations else 0.0
+        return len(later) * sum(steps) / len(steps) + sum(map(self.validates, later)) * mean_validation
+
     def summary(self, total_steps: int, checkpoints: str, jsonl_path: str | None, tensorboard_dir: str | None) -> str:
-        """How the run went, in a few lines: steps and wall time, each validation score's first/last/best, where
-        its checkpoints and metrics are."""
+        """How the run went, in a few lines: steps and wall time (and the time left of a run stopped early), each
+        validation score's first/last/best, where its checkpoints and metrics are."""
         seconds = time.time() - self.started
-        lines = [f"run summary: steps {self.steps[0]}..{self.steps[-1]} of {total_steps} in {seconds:.0f} s "
-                 f"({seconds / len(self.steps):.1f} s a step)" if self.steps else
-                 f"run summary: no step trained ({seconds:.0f} s)"]
+        if self.steps:
+            notes = [f"{seconds / len(self.steps):.1f} s a step"]
+            if self.seconds["validation"]:
+                notes.append(f"{sum(self.seconds['validation']):.0f} s of validation")
+            if self.steps[-1] < total_steps:
+                notes.append(f"about {duration(self.seconds_left(self.steps[-1]))} more to step {total_steps}")
+            lines = [f"run summary: steps {self.steps[0]}..{self.steps[-1]} of {total_steps} in {seconds:.0f} s "
+                     f"({'; '.join(notes)})"]
+        else:
+            lines = [f"run summary: no step trained ({seconds:.0f} s)"]
         for key, points in sorted(self.validation.items()):
             best = max(points, key=lambda point: point[1])
             lines.append(f"  {key}: first {points[0][1]:.4g} (step {points[0][0]}), last {points[-1][1]:.4g} "

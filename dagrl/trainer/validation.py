@@ -10,6 +10,7 @@ import torch
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
 from dagrl.placement import WorldLayout
+from dagrl.trainer.timing import Progress
 from dagrl.trainer.tracking import (Tracker, dump_generations, generation_records, log_generations,
                                     mlflow_tracking_uri)
 from dagrl.utils import dist
@@ -31,8 +32,13 @@ def validate(trainer, step: int) -> dict[str, float]:
     chunk = max(trainer.cfg.data.train_batch_size * cfg.n // rollout_dp, 1)
     records: list[dict] = []
     turn_metrics: dict[str, list[tuple[float, int]]] = defaultdict(list)  # multi-turn, with row counts
+    # rank 0's share stands for every rank's (np.array_split gives it the largest)
+    total = len(trainer.val_data)
+    progress = Progress(f"validation (step {step})", total, "prompts",
+                        logger.info if trainer.rank == 0 else logger.debug)
     with rollout_session(trainer.ctx):
         for start in range(0, len(positions), chunk):
+            progress.update(round(total * start / max(len(positions), 1)))
             beat("validation", step)
             prompts = trainer.val_data.rows(positions[start:start + chunk])
             seed = sampling_seed(cfg.seed, step, trainer.rollout_dp_rank, f"val{start}")
@@ -42,6 +48,7 @@ def validate(trainer, step: int) -> dict[str, float]:
                     turn_metrics[key].append((value, len(batch)))
             scores, _ = trainer.ctx.reward_fn(batch, trainer.tokenizer)
             records.extend(generation_records(batch, scores, trainer.tokenizer))
+    progress.finish()
     records = _gather_records(records, trainer.shape.layout)
     if trainer.cfg.trainer.validation_data_dir and trainer.rank == 0:
         dump_generations(trainer.cfg.trainer.validation_data_dir, step, records)

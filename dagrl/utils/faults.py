@@ -1,13 +1,15 @@
 """Fault injection for the reliability tests, driven by environment variables (no effect when unset).
 
-DAGRL_FAULT=<phase>[:<step>][@<rank>]  SIGKILL this process when it reaches <phase> (a node id, before_shards,
-                               between_shards, before_marker, before_tracker) of <step> (any step when omitted),
-                               on global rank <rank> only when given (a single worker dying in a multi-rank job).
+DAGRL_FAULT=<phase>[:<step>][@<rank>]  SIGKILL this process when it reaches <phase> (a node id, validation,
+                               before_shards, between_shards, before_marker, before_tracker) of <step> (any step
+                               when omitted), on global rank <rank> only when given (a single worker dying in a
+                               multi-rank job).
 DAGRL_FAULT_TRACE=<file>       append "<unix time> <phase> <step>" to <file> at every such point, so a harness that
                                kills the run at a random moment can tell which phase it hit.
 DAGRL_HANG=<phase>[:<step>][@<rank>]   sleep forever there instead (a hung rank, for the watchdog); with
 DAGRL_HANG_ONCE=<file>         only where <file> does not exist yet (it is created), so a restarted run goes on.
-DAGRL_SIGNAL=<phase>[:<step>][@<rank>] send this process SIGTERM there (a scheduler's preemption notice).
+DAGRL_SIGNAL=<phase>[:<step>][@<rank>][=<SIGNAL>],...  send this process SIGTERM (a scheduler's preemption notice)
+                               or the named signal there (SIGINT: a Ctrl-C), at each point listed.
 DAGRL_DELAY=<phase>:<seconds>  sleep that long at every such point of <phase> (a slow trainer or rollout, so that a test
                                of the asynchronous pools sees the other pool run ahead to its bound).
 DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engine must skip and count them).
@@ -51,10 +53,11 @@ def fault_point(phase: str, step: int) -> None:
         logger.warning("DAGRL_HANG: this process hangs at %s (step %d)", phase, step)
         while True:
             time.sleep(3600)
-    notice = os.environ.get("DAGRL_SIGNAL", "")
-    if notice and _matches(notice, phase, step):
-        logger.warning("DAGRL_SIGNAL: SIGTERM to this process at %s (step %d)", phase, step)
-        os.kill(os.getpid(), signal.SIGTERM)
+    for notice in filter(None, os.environ.get("DAGRL_SIGNAL", "").split(",")):
+        point, _, name = notice.partition("=")
+        if _matches(point, phase, step):
+            logger.warning("DAGRL_SIGNAL: %s to this process at %s (step %d)", name or "SIGTERM", phase, step)
+            os.kill(os.getpid(), signal.Signals[name or "SIGTERM"])
     spec = os.environ.get("DAGRL_FAULT", "")
     if spec and _matches(spec, phase, step):
         logger.warning("DAGRL_FAULT: killing this process at %s (step %d)", phase, step)

@@ -15,13 +15,19 @@ DATA_DIR=${DATA_DIR:-$HOME/data/$TASK}
 CKPT_DIR=${CKPT_DIR:-$HOME/ckpts/smollm2-135m_grpo_${TASK}_cpu}
 SEED=${SEED:-0}
 
+# Tool tasks: the hf engine prefills every row in flight again whenever a request joins, so tool answers join past
+# the response limit (tool_overlap_steps), and the run is 4 steps, validated at 0 and 4 (docs/agentic.md: its time
+# on 2 cores, and the 12-step curve with trainer.total_training_steps=12).
 case "$TASK" in
     products|marbles) TASK_ARGS=(actor_rollout_ref.rollout.multi_turn.tool_config_path="$HERE/tool_config.yaml"
                                  actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3
-                                 data.max_prompt_length=640 data.max_response_length=96) ;;
+                                 actor_rollout_ref.rollout.multi_turn.tool_overlap_steps=64
+                                 data.max_prompt_length=640 data.max_response_length=64)
+                      STEPS=4 TEST_FREQ=4 ;;
     addition_retry) TASK_ARGS=(actor_rollout_ref.rollout.multi_turn.interaction_config_path="$HERE/interaction_config.yaml"
                                actor_rollout_ref.rollout.multi_turn.max_user_turns=2
-                               data.max_prompt_length=96 data.max_response_length=48) ;;
+                               data.max_prompt_length=96 data.max_response_length=48)
+                    STEPS=60 TEST_FREQ=10 ;;
     *) echo "TASK must be products, marbles or addition_retry, got $TASK" >&2; exit 2 ;;
 esac
 
@@ -35,7 +41,7 @@ python3 -m dagrl.main_dag \
     actor_rollout_ref.model.trainable_top_layers=4 \
     actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1 \
     actor_rollout_ref.actor.megatron.seed="$SEED" \
-    actor_rollout_ref.actor.megatron.param_dtype=bfloat16 \
+    actor_rollout_ref.actor.megatron.param_dtype=auto \
     actor_rollout_ref.actor.optim.lr=3e-5 \
     actor_rollout_ref.actor.ppo_mini_batch_size=8 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
@@ -52,9 +58,9 @@ python3 -m dagrl.main_dag \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
     trainer.total_epochs=1 \
-    trainer.total_training_steps=60 \
-    trainer.test_freq=10 \
-    trainer.save_freq=10 \
+    trainer.total_training_steps="$STEPS" \
+    trainer.test_freq="$TEST_FREQ" \
+    trainer.save_freq=2 \
     trainer.val_before_train=True \
     trainer.resume_mode=auto \
     trainer.max_actor_ckpt_to_keep=2 \

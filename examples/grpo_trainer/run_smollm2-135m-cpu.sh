@@ -25,7 +25,7 @@ python3 -m dagrl.main_dag \
     actor_rollout_ref.actor.strategy=megatron \
     actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1 \
     actor_rollout_ref.actor.megatron.seed="$SEED" \
-    actor_rollout_ref.actor.megatron.param_dtype=bfloat16 \
+    actor_rollout_ref.actor.megatron.param_dtype=auto \
     actor_rollout_ref.actor.optim.lr=3e-5 \
     actor_rollout_ref.actor.ppo_mini_batch_size=16 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
@@ -41,7 +41,7 @@ python3 -m dagrl.main_dag \
     trainer.nnodes=1 \
     trainer.total_epochs=4 \
     trainer.test_freq=5 \
-    trainer.save_freq=10 \
+    trainer.save_freq=5 \
     trainer.val_before_train=True \
     trainer.resume_mode=auto \
     trainer.max_actor_ckpt_to_keep=2 \

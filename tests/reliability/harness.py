@@ -145,9 +145,11 @@ def _wait_and_kill(proc: Any, spec: KillSpec, trace: Path, timeout_s: float) -> 
     proc.wait(timeout=timeout_s)
 
 
-def launch(args: list[str], root: Path, trace: Path, spec: KillSpec | None, timeout_s: float = 600) -> Launch:
-    """One launch of the run whose checkpoints live in `root`, killed as `spec` says (None: left to finish)."""
-    env = {"DAGRL_FAULT_TRACE": str(trace), "DAGRL_FAULT": ""}
+def launch(args: list[str], root: Path, trace: Path, spec: KillSpec | None, timeout_s: float = 600,
+           env: dict[str, str] | None = None) -> Launch:
+    """One launch of the run whose checkpoints live in `root`, killed as `spec` says (None: left to finish), with
+    `env` added to its environment."""
+    env = {"DAGRL_FAULT_TRACE": str(trace), "DAGRL_FAULT": "", **(env or {})}
     if spec is not None and spec.phase:
         env["DAGRL_FAULT"] = f"{spec.phase}:{spec.step}"
     trace.unlink(missing_ok=True)

@@ -83,6 +83,7 @@ def test_sigusr1_is_a_stop_signal_too_and_a_world_of_one_agrees_on_it():
     finally:
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path,
