@@ -9,15 +9,30 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 ReduceSum = Callable[[torch.Tensor], torch.Tensor]
-ESTIMATOR_NAMES = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae")
 
 
 def _local(values: torch.Tensor) -> torch.Tensor:
     return values
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator registered in dagrl/algo/catalog.py receives, with the `algorithm` config section."""
+    token_level_rewards: torch.Tensor  # [B, R]
+    response_mask: torch.Tensor        # [B, R]; the loss mask where sequence masking rejected some
+    group_ids: Sequence                # [B]: the prompt each response answers
+    values: torch.Tensor | None = None  # [B, R]: the critic's, for estimators that declare needs=("values",)
+    reduce_sum: ReduceSum = _local     # sums a float64 tensor over the data-parallel ranks
+
+    @property
+    def scores(self) -> torch.Tensor:
+        return self.token_level_rewards.sum(dim=-1)
 
 
 def _groups(group_ids: Sequence) -> list[list[int]]:
@@ -138,3 +153,73 @@ def gae_advantage(token_level_rewards: torch.Tensor, values: torch.Tensor, respo
     returns = (advantages + values) * mask
     advantages = masked_whiten(advantages, response_mask, reduce_sum) * mask
     return advantages, returns
+
+
+# The registered estimators (dagrl/algo/catalog.py): fn(inputs, algorithm) -> (advantages, returns).
+def grpo(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return grpo_advantage(inputs.token_level_rewards, inputs.response_mask, inputs.group_ids,
+                          norm_by_std=algorithm.norm_adv_by_std_in_grpo)
+
+
+def rloo(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return rloo_advantage(inputs.token_level_rewards, inputs.response_mask, inputs.group_ids)
+
+
+def reinforce_plus_plus(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return reinforce_plus_plus_advantage(inputs.token_level_rewards, inputs.response_mask, algorithm.gamma,
+                                         inputs.reduce_sum)
+
+
+def reinforce_plus_plus_baseline(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return reinforce_plus_plus_baseline_advantage(inputs.token_level_rewards, inputs.response_mask,
+                                                  inputs.group_ids, inputs.reduce_sum)
+
+
+def gae(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return gae_advantage(inputs.token_level_rewards, inputs.values, inputs.response_mask, algorithm.gamma,
+                         algorithm.lam, inputs.reduce_sum)
+
+
+def _broadcast(per_response: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    advantages = per_response.unsqueeze(-1) * mask
+    return advantages, advantages
+
+
+def opo(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO: score minus the group's length-weighted mean score sum_j L_j r_j / sum_j L_j (L: response tokens);
+    a lone response's baseline is 0."""
+    scores, lengths = inputs.scores, inputs.response_mask.sum(dim=-1).to(inputs.scores.dtype)
+    baseline = torch.zeros_like(scores)
+    for rows in _groups(inputs.group_ids):
+        if len(rows) > 1:
+            baseline[rows] = (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()
+    return _broadcast(scores - baseline, inputs.response_mask)
+
+
+def grpo_passk(inputs: AdvantageInputs, algorithm: Any, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k: each group's best response gets r_max - r_second (over the group's unbiased std + epsilon with
+    norm_adv_by_std_in_grpo), every other response 0; a tie for the best gives the group 0."""
+    scores = inputs.scores
+    advantage = torch.zeros_like(scores)
+    for rows in _groups(inputs.group_ids):
+        if len(rows) < 2:
+            raise ValueError(f"grpo_passk needs 2 or more responses per prompt; a group has {len(rows)}")
+        top = torch.topk(scores[rows], 2)
+        margin = top.values[0] - top.values[1]
+        if algorithm.norm_adv_by_std_in_grpo:
+            margin = margin / (scores[rows].std() + epsilon)
+        advantage[rows[int(top.indices[0])]] = margin
+    return _broadcast(advantage, inputs.response_mask)
+
+
+def gpg(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG: alpha * (score - group mean), alpha = responses / responses with a non-zero score over the global
+    batch (verl's f_norm is 1); a lone response's mean is 0."""
+    scores = inputs.scores
+    count, nonzero = inputs.reduce_sum(torch.tensor([scores.numel(), torch.count_nonzero(scores).item()],
+                                                    dtype=torch.float64)).tolist()
+    mean = torch.zeros_like(scores)
+    for rows in _groups(inputs.group_ids):
+        if len(rows) > 1:
+            mean[rows] = scores[rows].mean()
+    return _broadcast(count / max(nonzero, 1.0) * (scores - mean), inputs.response_mask)

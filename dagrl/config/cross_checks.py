@@ -101,10 +101,11 @@ def check_transformer_overrides(cfg: Cfg) -> None:
 
 def check_greedy_groups(cfg: Cfg) -> None:
     """Greedy training rollouts give a group n identical responses: a group estimator's advantages are all 0."""
-    from dagrl.config.sections import GROUP_ESTIMATORS
+    from dagrl.algo.catalog import ADV_ESTIMATORS
 
     rollout, estimator = cfg.actor_rollout_ref.rollout, cfg.algorithm.adv_estimator
-    require(rollout.do_sample is not False or estimator not in GROUP_ESTIMATORS or rollout.n == 1,
+    group = estimator in ADV_ESTIMATORS and ADV_ESTIMATORS[estimator].group
+    require(rollout.do_sample is not False or not group or rollout.n == 1,
             "actor_rollout_ref.rollout.do_sample",
             f"actor_rollout_ref.rollout.do_sample=false samples greedily: the {rollout.n} responses of a prompt are "
             f"the same, so algorithm.adv_estimator={estimator} gives every advantage 0 and nothing trains; set "

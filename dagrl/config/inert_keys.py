@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Callable
 
+from dagrl.algo.catalog import ADV_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from dagrl.algo.registry import Registry
 from dagrl.config.errors import ConfigError
 from dagrl.config.tree import Cfg, leaves
 
@@ -23,7 +25,7 @@ A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
 class Inert:
     keys: str                                  # a key, or an fnmatch pattern over keys
     read: Callable[[dict[str, Any]], bool]     # the code reads the key(s) in this config (False only when sure)
-    because: str                               # why not here, naming the switch ({estimator}: its value)
+    because: str | Callable[[dict[str, Any]], str]  # why not here, naming the switch (and its value)
     fix: str                                   # how to make it apply
 
 
@@ -45,22 +47,10 @@ INERT = (
           f"{A}.use_kl_loss=false (no KL term in the loss)", f"set {A}.use_kl_loss=true"),
     Inert(f"{A}.kl_loss_type", lambda c: not _off(c.get(f"{A}.use_kl_loss")),
           f"{A}.use_kl_loss=false (no KL term in the loss)", f"set {A}.use_kl_loss=true"),
-    Inert(f"{A}.loss_scale_factor", lambda c: c.get(f"{A}.loss_agg_mode") == "seq-mean-token-sum-norm",
-          f"it divides token sums only under {A}.loss_agg_mode=seq-mean-token-sum-norm",
-          f"set {A}.loss_agg_mode=seq-mean-token-sum-norm"),
     Inert("algorithm.kl_ctrl.*", lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
           "algorithm.use_kl_in_reward=false (no KL penalty in the reward)", "set algorithm.use_kl_in_reward=true"),
     Inert("algorithm.kl_penalty", lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
           "algorithm.use_kl_in_reward=false (no KL penalty in the reward)", "set algorithm.use_kl_in_reward=true"),
-    Inert("algorithm.gamma", lambda c: c.get("algorithm.adv_estimator") in ("reinforce_plus_plus", "gae"),
-          "algorithm.adv_estimator={estimator} does not discount (reinforce_plus_plus and gae do)",
-          "set algorithm.adv_estimator=reinforce_plus_plus (or gae with dag=ppo)"),
-    Inert("algorithm.lam", lambda c: c.get("algorithm.adv_estimator") == "gae",
-          "algorithm.adv_estimator={estimator} has no lambda (gae does)",
-          "set algorithm.adv_estimator=gae with dag=ppo"),
-    Inert("algorithm.norm_adv_by_std_in_grpo", lambda c: c.get("algorithm.adv_estimator") == "grpo",
-          "algorithm.adv_estimator={estimator} does not normalise by the group's std (grpo does)",
-          "set algorithm.adv_estimator=grpo"),
     Inert(f"{R}.val_kwargs.temperature", lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
           f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
     Inert(f"{R}.val_kwargs.top_[pk]", lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
@@ -84,6 +74,47 @@ for _prefix in (f"{A}.optim", "critic.optim"):
                                               and c.get(f"{p}.lr_warmup_steps") >= 0),
                     f"{_prefix}.lr_warmup_steps is set (>= 0: it replaces the ratio)",
                     f"set {_prefix}.lr_warmup_steps=-1 to use the ratio"))
+VERBS = {"algorithm.gamma": "does not discount", "algorithm.lam": "has no lambda",
+         "algorithm.norm_adv_by_std_in_grpo": "does not normalise by the group's std",
+         f"{A}.loss_scale_factor": "does not divide token sums by it"}
+
+
+def _named(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def option_rules(registry: Registry) -> tuple[Inert, ...]:
+    """Each key an entry of `registry` declares in `uses` is read only when the registry's key names such an
+    entry; needs=("values",) adds the PPO graph to the fix."""
+    switch, rules = registry.keys[0], []
+    for use in dict.fromkeys(use for entry in registry for use in entry.uses):
+        readers = [entry for entry in registry if use in entry.uses]
+        names = {name for entry in readers for name in (entry.name, *entry.aliases)}
+        fixes = [entry.name + (" with dag=ppo" if "values" in entry.needs else "") for entry in readers]
+        key = f"{registry.section}.{use}"
+        verb = VERBS.get(key, f"does not read {use}")
+        rules.append(Inert(key, lambda c, s=switch, n=names: c.get(s) in n,
+                           lambda c, s=switch, v=verb, r=readers: f"{s}={c.get(s)} {v} "
+                           f"({_named([e.name for e in r])} {'does' if len(r) == 1 else 'do'})",
+                           f"set {switch}={fixes[0]}" + (f" (or {', '.join(fixes[1:])})" if fixes[1:] else "")))
+    return tuple(rules)
+
+
+def _fixed_aggregation(config: dict[str, Any]) -> str | None:
+    loss = POLICY_LOSSES.get(config.get(f"{A}.policy_loss.loss_mode"))
+    return loss.aggregation if loss else None
+
+
+FIXED_AGGREGATION = Inert(f"{A}.loss_agg_mode", lambda c: _fixed_aggregation(c) in (None, c.get(f"{A}.loss_agg_mode")),
+                          lambda c: f"{A}.policy_loss.loss_mode={c.get(f'{A}.policy_loss.loss_mode')} aggregates "
+                                    f"with {_fixed_aggregation(c)}, as in verl",
+                          f"set {A}.policy_loss.loss_mode to a loss without its own aggregation (e.g. vanilla)")
+
+
+def rules() -> tuple[Inert, ...]:
+    """INERT and the rules of what the catalog's entries read, as registered now."""
+    catalog = (rule for kind in (ADV_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS) for rule in option_rules(kind))
+    return (*INERT, *catalog, FIXED_AGGREGATION)
 FLOORS = {f"{p}.{name}" for p in (f"{A}.optim", "critic.optim") for name in ("min_lr", "min_lr_ratio")}
 
 
@@ -118,9 +149,9 @@ def check_inert_keys(cfg: Cfg, reported: set[str] | frozenset = frozenset()) -> 
     config = leaves(cfg.snapshot())
     changed = _set_keys(config)
     for key in changed:
-        rule = next((r for r in INERT if fnmatchcase(key, r.keys)), None)
+        rule = next((r for r in rules() if fnmatchcase(key, r.keys)), None)
         if rule is not None and key not in reported and not rule.read(config):
-            because = rule.because.replace("{estimator}", str(config.get("algorithm.adv_estimator")))
+            because = rule.because(config) if callable(rule.because) else rule.because
             raise ConfigError(key, f"{key}={show(config[key])} has no effect: {because}; {rule.fix}, or drop {key}")
     critic = [key for key in changed if key.startswith("critic.")]
     if not critic or any(key.startswith("critic.") for key in reported):
@@ -130,7 +161,7 @@ def check_inert_keys(cfg: Cfg, reported: set[str] | frozenset = frozenset()) -> 
     except Exception:  # noqa: BLE001 - a pipeline function that fails is dag.graph.preflight_graph's to name
         return
     if "critic" not in roles:
-        key = critic[0]
+        key, estimator = critic[0], next(e.name for e in ADV_ESTIMATORS if "values" in e.needs)
         raise ConfigError(key, f"{key}={show(config[key])} has no effect: the graph has no critic node (critic.* is "
                                f"read by the critic nodes of dag=ppo); for PPO with a critic set dag=ppo "
-                               f"algorithm.adv_estimator=gae, or drop {key}")
+                               f"algorithm.adv_estimator={estimator}, or drop {key}")

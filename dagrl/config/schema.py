@@ -110,6 +110,9 @@ RANGES: dict[str, Range] = {
     "*.behav_imp_weight_cap": hinted(ABOVE_ONE, "AReaL masks tokens whose pi_prox/pi_behav exceeds it, e.g. 5; "
                                                 "null for no cap"),
     "*.grad_clip": POSITIVE, "*.clip_grad": POSITIVE,
+    "*.clip_cov_ratio": OPEN_UNIT, "*.kl_cov_ratio": OPEN_UNIT, "*.ppo_kl_coef": NON_NEGATIVE,
+    "*.clip_cov_lb": Range(_finite, "=a number"), "*.clip_cov_ub": Range(_finite, "=a number"),
+    "*.tau_pos": POSITIVE, "*.tau_neg": POSITIVE,
     "*.optim.lr": Range(lambda v: _finite(v) and 0 < v <= 1, "> 0 and <= 1",
                         "a peak learning rate, e.g. 1e-6; at 0 nothing would train"),
     "*.optim.min_lr": NON_NEGATIVE, "*.optim.weight_decay": NON_NEGATIVE,
@@ -257,12 +260,13 @@ def show(value: Any) -> str:
 
 def check_value(key: str, kind: str, value: Any, config: dict[str, Any] | None = None) -> None:
     """Raise ConfigError unless `value` has the key's type and lies in its range (null passes a nullable key)."""
+    from dagrl.config.algorithm_checks import choice_error
     from dagrl.config.sections import CHOICES
 
     if key in CHOICES and value is not None:
         allowed = CHOICES[key]
         if isinstance(value, bool) or value not in allowed:
-            raise ConfigError(key, f"{key}={show(value)} is not one of: {', '.join(map(str, allowed))}")
+            raise ConfigError(key, choice_error(key, show(value), allowed))
     bound = range_of(key) if kind.rstrip("?") in ("int", "float", "list") else None
     if not type_ok(kind, value):
         ratio = f"{key}_ratio"  # lr_warmup_steps=0.1: a fraction meant for lr_warmup_steps_ratio

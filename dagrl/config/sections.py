@@ -8,6 +8,9 @@ import logging
 import math
 import os
 
+from dagrl.algo.catalog import ADV_ESTIMATORS, REGISTRIES
+from dagrl.config import algorithm_checks
+from dagrl.config.algorithm_checks import N_FIX, N_KEY, choice_error
 from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, named, non_negative, positive_int,
                                  read_hf_config, require)
 from dagrl.config.derived import needs_reference, skips_old_log_prob
@@ -20,17 +23,11 @@ logger = logging.getLogger(__name__)
 CHOICES = {
     "actor_rollout_ref.actor.strategy": ("megatron",),
     "actor_rollout_ref.rollout.name": ("hf", "vllm"),
-    "actor_rollout_ref.actor.loss_agg_mode": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                              "seq-mean-token-sum-norm"),
-    "actor_rollout_ref.actor.policy_loss.loss_mode": ("vanilla", "gspo", "cispo"),
     "actor_rollout_ref.actor.policy_loss.off_policy": ("none", "decoupled"),
-    "actor_rollout_ref.actor.kl_loss_type": ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl"),
     "actor_rollout_ref.actor.optim.lr_decay_style": ("constant", "linear", "cosine"),
     "actor_rollout_ref.actor.megatron.param_dtype": precision.CHOICES,
     "actor_rollout_ref.rollout.dtype": precision.CHOICES,
     "actor_rollout_ref.rollout.load_format": ("dummy", "auto", "safetensors"),
-    "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"),
-    "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "data.truncation": ("error", "left", "right", "middle"),
     "reward_model.reward_manager": ("naive", "dapo"),
@@ -42,9 +39,11 @@ CHOICES = {
 }
 CHOICES.update({  # the critic's keys accept what the actor's do
     "critic.strategy": CHOICES["actor_rollout_ref.actor.strategy"],
-    "critic.loss_agg_mode": CHOICES["actor_rollout_ref.actor.loss_agg_mode"],
     "critic.optim.lr_decay_style": CHOICES["actor_rollout_ref.actor.optim.lr_decay_style"],
 })
+CHOICES.update({key: registry.choices for registry in REGISTRIES for key in registry.keys})  # dagrl/algo/catalog.py
+
+
 def check_run_length_and_sampling(cfg: Cfg) -> None:
     positive_int(cfg, "trainer.total_epochs")
     steps = cfg.trainer.total_training_steps
@@ -67,7 +66,7 @@ def check_choices(cfg: Cfg) -> None:
     for key, allowed in CHOICES.items():
         value = get(cfg, key)
         filed, name = named(cfg, key)
-        require(value in allowed, filed, f"{name}={value!r} is not one of: {', '.join(map(str, allowed))}")
+        require(value in allowed, filed, choice_error(name, repr(value), allowed))
 
 
 def check_batches(cfg: Cfg, world: WorldLayout, rollout_dp: int | None = None) -> None:
@@ -179,35 +178,21 @@ def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool =
     return max_model_len
 
 
-GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")  # advantages relative to the prompt's group
-LONE_RESPONSE = {  # what each computes for a group of one response (dagrl/algo/advantage.py, as verl)
-    "grpo": "as in verl a group of one counts as mean 0, std 1, so each advantage would be the raw score / (1 + 1e-6)",
-    "rloo": "with no other response to leave out, each would keep its raw reward as its advantage",
-    "reinforce_plus_plus_baseline": "with no group mean to subtract, each would keep its raw reward before whitening"}
-
-
 def check_algorithm(cfg: Cfg) -> None:
-    """Advantage-estimator, loss-aggregation and KL-controller keys (the names themselves are in CHOICES)."""
+    """Advantage-estimator, policy-loss, loss-aggregation and KL-controller keys (the names themselves are in
+    CHOICES; what the estimator and the loss need is config/algorithm_checks.py's)."""
     algorithm = cfg.algorithm
     for key in ("gamma", "lam"):
         value = algorithm[key]
         require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1,
                 f"algorithm.{key}", f"algorithm.{key}={value!r} must be a number in [0, 1]")
-    if algorithm.adv_estimator == "gae":
-        require("critic" in graph_roles(cfg), "algorithm.adv_estimator",
-                "algorithm.adv_estimator=gae needs the critic's values, but the graph has no node with role critic: "
-                "use the PPO graph (dag=ppo) or add a critic node, or pick an estimator without a critic "
-                "(grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
-    n, estimator = cfg.actor_rollout_ref.rollout.n, algorithm.adv_estimator  # n = 1: no group baseline, no variance
-    lone, fix = isinstance(n, int) and n < 2, "set actor_rollout_ref.rollout.n to 2 or more (verl's scripts use 5-16)"
-    require(not lone or estimator not in GROUP_ESTIMATORS, "actor_rollout_ref.rollout.n",
-            f"actor_rollout_ref.rollout.n={n} gives algorithm.adv_estimator={estimator} groups of one response, and "
-            f"{LONE_RESPONSE.get(estimator)}: {estimator} without its group baseline; {fix}, or use "
-            f"algorithm.adv_estimator=reinforce_plus_plus, which needs no groups")
-    require(not lone or algorithm.filter_groups.enable is not True, "actor_rollout_ref.rollout.n",
-            f"algorithm.filter_groups.enable=true keeps the groups whose metric varies, but actor_rollout_ref.rollout."
-            f"n={n} makes every group one response, which never varies: no group would ever be kept; {fix}, or set "
+    algorithm_checks.check_estimator(cfg, graph_roles)
+    n = cfg.actor_rollout_ref.rollout.n
+    require(not (isinstance(n, int) and n < 2) or algorithm.filter_groups.enable is not True, N_KEY,
+            f"algorithm.filter_groups.enable=true keeps the groups whose metric varies, but {N_KEY}={n} makes every "
+            f"group one response, which never varies: no group would ever be kept; {N_FIX}, or set "
             f"algorithm.filter_groups.enable=false")
+    algorithm_checks.check_loss_options(cfg)
     scale = cfg.actor_rollout_ref.actor.loss_scale_factor
     require(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0),
             "actor_rollout_ref.actor.loss_scale_factor",
@@ -309,9 +294,11 @@ def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
     require(warmup == 0 or has_critic, "trainer.critic_warmup",
             f"trainer.critic_warmup={warmup} holds the actor back while a critic warms up, but the graph has no "
             f"critic node (the actor would just not learn): set it to 0, or use dag=ppo")
-    require(not has_critic or cfg.algorithm.adv_estimator == "gae", "algorithm.adv_estimator",
+    estimator = ADV_ESTIMATORS.get(cfg.algorithm.adv_estimator)
+    readers = [e.name for e in ADV_ESTIMATORS if "values" in e.needs]
+    require(not has_critic or estimator is None or "values" in estimator.needs, "algorithm.adv_estimator",
             f"the graph has a critic node but algorithm.adv_estimator={cfg.algorithm.adv_estimator} never uses its "
-            f"values: set algorithm.adv_estimator=gae (or use a graph without a critic)")
+            f"values: set algorithm.adv_estimator={' or '.join(readers)} (or use a graph without a critic)")
     return grad_clip
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from dagrl.algo.off_policy import off_policy_metrics, off_policy_sums
-from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, token_weights
+from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, loss_options, token_weights
 from dagrl.config.derived import skips_old_log_prob
 from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
@@ -32,7 +32,7 @@ def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
         loss_agg_mode=actor.loss_agg_mode,
         loss_scale_factor=actor.loss_scale_factor or ctx.shape.response_length,
         tis_imp_ratio_cap=actor.tis_imp_ratio_cap, off_policy=actor.policy_loss.off_policy,
-        behav_imp_weight_cap=actor.policy_loss.behav_imp_weight_cap)
+        behav_imp_weight_cap=actor.policy_loss.behav_imp_weight_cap, **loss_options(actor))
 
 
 def token_budget(section: Cfg, switch: str, budget: str) -> int | None:

@@ -1,4 +1,5 @@
-"""Advantage node: algorithm.adv_estimator over token-level rewards (and the critic's `values` for gae).
+"""Advantage node: algorithm.adv_estimator (dagrl/algo/catalog.py) over token-level rewards, and the critic's
+`values` for an estimator that needs them.
 
 Sequence masking (actor.mis_ratio_low/high, dagrl/algo/off_policy.py) is applied here, before the advantage, as
 verl's trainer applies its rejection to response_mask before compute_advantage: the dropped sequences get a
@@ -11,7 +12,8 @@ import functools
 
 import torch
 
-from dagrl.algo import advantage as estimators
+from dagrl.algo.advantage import AdvantageInputs, ReduceSum
+from dagrl.algo.catalog import ADV_ESTIMATORS
 from dagrl.algo.off_policy import sequence_keep
 from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
@@ -27,25 +29,14 @@ def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
     rewards, mask = batch["token_level_rewards"], batch.get("loss_mask", batch["response_mask"])
     # statistics over the global batch: every model-parallel rank of a DP shard holds the same rows
     reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
-    if name == "grpo":
-        advantages, returns = estimators.grpo_advantage(rewards, mask, batch["uid"],
-                                                        norm_by_std=algorithm.norm_adv_by_std_in_grpo)
-    elif name == "rloo":
-        advantages, returns = estimators.rloo_advantage(rewards, mask, batch["uid"])
-    elif name == "reinforce_plus_plus":
-        advantages, returns = estimators.reinforce_plus_plus_advantage(rewards, mask, algorithm.gamma, reduce_sum)
-    elif name == "reinforce_plus_plus_baseline":
-        advantages, returns = estimators.reinforce_plus_plus_baseline_advantage(rewards, mask, batch["uid"],
-                                                                                reduce_sum)
-    elif name == "gae":
-        advantages, returns = estimators.gae_advantage(rewards, batch["values"], mask, algorithm.gamma,
-                                                       algorithm.lam, reduce_sum)
-    else:  # pre-flight rejects unknown names; this guards custom graphs that bypass it
-        raise ValueError(f"algorithm.adv_estimator={name!r} is not one of: {', '.join(estimators.ESTIMATOR_NAMES)}")
+    estimator = ADV_ESTIMATORS[name]  # pre-flight rejects unknown names; this guards graphs that bypass it
+    critic = "values" in estimator.needs
+    inputs = AdvantageInputs(rewards, mask, batch["uid"], batch["values"] if critic else None, reduce_sum)
+    advantages, returns = estimator(inputs, algorithm)
     batch["advantages"], batch["returns"] = advantages, returns
     metrics = {**masked_stats("critic/advantages", advantages, mask, reduce_sum),
                **masked_stats("critic/returns", returns, mask, reduce_sum)}
-    if name == "gae":
+    if critic:
         metrics.update(masked_stats("critic/values", batch["values"], mask, reduce_sum))
         metrics["critic/vf_explained_var"] = explained_variance(returns, batch["values"], mask, reduce_sum)
     return batch, metrics
@@ -70,7 +61,7 @@ def reject_sequences(cfg: Cfg, batch: Batch) -> Batch:
 
 
 def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor,
-                 reduce_sum: estimators.ReduceSum) -> dict[str, float]:
+                 reduce_sum: ReduceSum) -> dict[str, float]:
     """<prefix>/mean, /max, /min over the response tokens of the global batch (0 when it has none)."""
     valid = values[mask.bool()].double()
     count, total = reduce_sum(torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64),
@@ -83,7 +74,7 @@ def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor,
 
 
 def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-                       reduce_sum: estimators.ReduceSum) -> float:
+                       reduce_sum: ReduceSum) -> float:
     """1 - Var(returns - values) / Var(returns) over the response tokens of the global batch (verl's metric)."""
     mask = mask.double()
     residual = (returns - values).double()

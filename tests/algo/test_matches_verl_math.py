@@ -160,7 +160,7 @@ def test_grpo_advantage_equals_verls(seed, norm_by_std):
 def test_vanilla_per_token_loss_equals_verls(seed):
     mask, rewards, uid, old, log_prob = job_batch(seed)
     adv, _ = grpo_advantage(rewards, mask, uid)
-    loss, _ = vanilla_policy_loss(log_prob, old, adv, clip_low=0.2, clip_high=0.2, clip_c=3.0)
+    loss, _ = vanilla_policy_loss(log_prob, old, adv, torch.ones_like(adv), PolicyLossSpec())
     want = verl_vanilla_pg_losses(old, log_prob, adv)
     valid = mask.bool()
     dual = valid & (adv < 0) & ((log_prob - old).exp() > 3.0)

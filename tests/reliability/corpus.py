@@ -1691,6 +1691,17 @@ CASES: tuple[Case, ...] = (
          ("has no effect", "algorithm.adv_estimator=grpo does not discount")),
     Case("val_temperature_without_sampling", "`val_kwargs.temperature=0.6` with val_kwargs.do_sample=false",
          ("actor_rollout_ref.rollout.val_kwargs.temperature=0.6",), ("has no effect", "val_kwargs.do_sample=true")),
+    Case("clip_cov_ratio_with_vanilla", "`policy_loss.clip_cov_ratio=0.01` with loss_mode=vanilla",
+         ("actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.01",),
+         ("has no effect", "set actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov")),
+    Case("loss_agg_mode_with_sapo", "`actor.loss_agg_mode=token-sum` with loss_mode=sapo (which fixes its own)",
+         ("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.loss_agg_mode=token-sum"),
+         ("loss_agg_mode='token-sum' has no effect", "aggregates with seq-mean-token-mean")),
+    Case("remax_estimator", "`algorithm.adv_estimator=remax` (verl's; needs a greedy baseline generation)",
+         ("algorithm.adv_estimator=remax",), ("algorithm.adv_estimator='remax'", "use grpo or rloo")),
+    Case("passk_with_one_sample", "`algorithm.adv_estimator=grpo_passk` with `rollout.n=1`",
+         ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo_passk"),
+         ("actor_rollout_ref.rollout.n=1", "second best", "2 or more")),
     # ---- the fifth unseen set (session 17): path values by their schema kind, numbers as text, Hydra's index and
     # map syntax, run directories holding a model, data or a dangling tracker ----
     Case("number_quoted_as_text", "`critic.optim.lr='1e-5'` (quoted: a string; was: must be a number)",

@@ -86,3 +86,18 @@ def test_from_verl_defaults_table_gives_dagrls_defaults():
         assert re.split(r" [(/]", cells[2].replace("`", ""))[0] == value, line
         checked += 1
     assert checked >= 15
+
+
+def test_algorithm_table_and_choice_rows_come_from_the_catalog():
+    from dagrl.algo.catalog import REGISTRIES
+    generator = load_generator()
+    page = (ROOT / "docs" / "algorithms.md").read_text()
+    assert page == generator.render_between(page, generator.ALGORITHM_MARKS, generator.algorithms_table()), \
+        "docs/algorithms.md's table is stale: run python3 scripts/gen_config_reference.py"
+    table = page[page.index(generator.ALGORITHM_MARKS[0]):page.index(generator.ALGORITHM_MARKS[1])]
+    reference = generator.render()
+    for registry in REGISTRIES:
+        assert all(f"`{name}`" in table for name in (*registry.names(), *registry.refused))
+        for key in registry.keys:  # the reference names exactly what pre-flight takes
+            row = next(line for line in reference.splitlines() if line.startswith(f"| `{key}` |"))
+            assert row.endswith(f"one of: {', '.join(registry.names())} (docs/algorithms.md) |"), row
