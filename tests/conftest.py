@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny chat model directory (random Llama + a trained BPE tokenizer) and arithmetic data."""
+"""The session's own home and temporary directory (nothing written outside them), and shared fixtures: a tiny chat
+model directory (random Llama + a trained BPE tokenizer) and arithmetic data."""
 from __future__ import annotations
 
 import multiprocessing.util
@@ -6,12 +7,69 @@ import os
 import random
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tests.helpers import make_row, make_tiny_tokenizer, write_parquet
+
+# The user's cache, read before the session points HOME elsewhere: the one file a test reads from it is one the user
+# fetched by hand for an opt-in slow test (the converter's wheel); nothing is written there.
+USER_CACHE = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+SESSION_HOME = pytest.StashKey[Path]()
+_HOME_KEYS = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "HF_HOME",
+              "HF_HUB_OFFLINE", "RAY_AUTH_TOKEN_PATH", "RUSTUP_HOME", "CARGO_HOME")
+_saved_home_env: dict[str, str | None] = {}
+
+
+def pytest_configure(config) -> None:
+    """The session and every process it starts get a home of their own, set before any test module imports a
+    library that reads it (huggingface_hub reads HF_HOME at import): the XDG directories, Hugging Face's HF_HOME and
+    Ray's auth token (ray.init writes a new one to ~/.ray/auth_token unless RAY_AUTH_TOKEN_PATH names an existing
+    file) each point into one temporary directory, and HOME at an empty one inside it. So the tests write nothing
+    into the user's home, and read nothing the user keeps there (~/models, ~/.netrc, wandb's settings): they run
+    the same on a fresh machine. The hub is offline: every model a test loads is built on the spot."""
+    root = Path(tempfile.mkdtemp(prefix="dagrl-tests-home-"))
+    (root / "home").mkdir()
+    token = root / "ray_auth_token"
+    token.write_text(uuid.uuid4().hex)
+    config.stash[SESSION_HOME] = root
+    _saved_home_env.update({key: os.environ.get(key) for key in _HOME_KEYS})
+    os.environ.update({"HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "cache"),
+                       "XDG_CONFIG_HOME": str(root / "config"), "XDG_DATA_HOME": str(root / "data"),
+                       "XDG_STATE_HOME": str(root / "state"), "HF_HOME": str(root / "huggingface"),
+                       "HF_HUB_OFFLINE": "1", "RAY_AUTH_TOKEN_PATH": str(token)})
+    # A toolchain installed in the user's home stays where it is: the wheel build runs rustup's proxies (on PATH
+    # through ~/.cargo/bin), which would set up a fresh rustup home in the empty HOME
+    for key, default in (("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")):
+        installed = _saved_home_env[key] or os.path.join(_saved_home_env["HOME"] or "/nonexistent", default)
+        if os.path.isdir(installed):
+            os.environ[key] = installed
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """HOME stays empty: what the tests' libraries keep has a directory of its own above, so a file in HOME is a
+    writer that would have written into a user's home; the run fails naming it."""
+    root = session.config.stash.get(SESSION_HOME, None)
+    written = sorted(str(path.relative_to(root / "home")) for path in (root / "home").rglob("*")) if root else []
+    if written:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"FAILED: the tests wrote into HOME, which is a user's home outside the suite: {', '.join(written[:20])}; "
+            f"point that writer at a temporary directory in tests/conftest.py (pytest_configure)", red=True)
+
+
+def pytest_unconfigure(config) -> None:
+    for key, value in _saved_home_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    root = config.stash.get(SESSION_HOME, None)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -73,9 +131,12 @@ def tiny_data(tmp_path_factory) -> dict[str, str]:
 
 
 def cpu_run_overrides(model: Path, data: dict[str, str], out: Path, **extra) -> list[str]:
-    """Overrides for a seconds-long CPU run on the tiny model."""
+    """Overrides for a seconds-long CPU run on the tiny model. float32 throughout, whatever the machine (`auto`
+    would choose bf16 on a CPU with bf16 instructions): the same run everywhere, and seconds long on a CPU without
+    them, where bf16 is several times slower even at this size. A test about bf16 asks for it."""
     base = {
         "actor_rollout_ref.model.path": str(model),
+        "actor_rollout_ref.actor.megatron.param_dtype": "float32", "actor_rollout_ref.rollout.dtype": "float32",
         "data.train_files": data["train"], "data.val_files": data["test"],
         "data.train_batch_size": 4, "data.max_prompt_length": 32, "data.max_response_length": 6,
         "actor_rollout_ref.rollout.n": 2,

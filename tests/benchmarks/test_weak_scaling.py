@@ -150,7 +150,7 @@ def test_execute_records_exit_and_ends_a_run_past_its_timeout(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["rc"] == 0
     start = time.perf_counter()
     assert ws.execute([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, 1, 1) == 124
-    assert time.perf_counter() - start < 20
+    assert time.perf_counter() - start < 45  # ended at its timeout, not at the child's 60 s, however loaded
     assert json.loads((tmp_path / "run.json").read_text())["rc"] == 124
 
 

@@ -1,8 +1,8 @@
-"""Every model family at every 2-rank layout, in one torchrun launch per group of families (test_family_matrix.py).
+"""Every model family at every 2-rank layout (test_family_matrix.py's jobs in the engine world, world.py).
 
-usage: torchrun --nproc-per-node 2 roundtrip_worker.py WORK_DIR FAMILY [FAMILY ...]
-WORK_DIR/<family> holds the family's tiny HF model (4 layers, so that PP2xVPP2 has a layer per chunk). Each layout
-goes through mp_worker.check_layout against HF transformers on the full batch: the export of the fresh import is
+check_families(WORK_DIR, FAMILIES) runs on both ranks of an initialized 2-rank world. WORK_DIR/<family> holds the
+family's tiny HF model (4 layers, so that PP2xVPP2 has a layer per chunk). Each layout goes through
+mp_worker.check_layout against HF transformers on the full batch: the export of the fresh import is
 bit-exact, log-probs and entropy within 1e-5 (fp32), loss and grad norm of one step, the weights after one
 Adam step, and where a checkpoint label is named, the checkpoint saved at that other layout gives the same next
 step. Qwen3 and Qwen3-MoE also run the SP/DP/distributed-optimizer layouts and the packed/dynamic-batch cases of
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import warnings
 from pathlib import Path
 
 import torch.distributed as dist
@@ -45,14 +44,11 @@ BATCHES = {"qwen3": BATCHING["batching"], "qwen3_moe": BATCHING["batching_moe"]}
 
 
 def labels(family: str) -> list[str]:
-    """What a launch checks for `family`, in order."""
+    """What check_families checks for `family`, in order."""
     return [f"{family}/{case[0]}" for case in LAYOUTS[family] + BATCHES.get(family, [])]
 
 
-def main() -> None:
-    warnings.filterwarnings("ignore")
-    work_dir, families = Path(sys.argv[1]), sys.argv[2:]
-    dist.init_process_group("gloo")
+def check_families(work_dir: Path, families: tuple[str, ...]) -> None:
     batch = make_batch(rows=4)
     for family in families:
         model_dir = str(work_dir / family)
@@ -67,9 +63,3 @@ def main() -> None:
             check_batching(label, layout, kwargs, max_token_len, model_dir, reference, batch)
     if dist.get_rank() == 0:
         (work_dir / "done.json").write_text(json.dumps([name for family in families for name in labels(family)]))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":  # dist_checkpointing's writer processes re-import this module: no work at import
-    main()

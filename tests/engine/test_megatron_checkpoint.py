@@ -2,12 +2,10 @@
 trainer's actor/huggingface and scripts/model_merger.py), the reference's own offload flag, and checkpoints that
 cross tensor- and expert-parallel layouts.
 
-The multi-process cases run this file as a worker under `torchrun --nproc-per-node 2` (gloo):
-    python -m torch.distributed.run --nproc-per-node 2 test_megatron_checkpoint.py SCENARIO MODEL_DIR WORK_DIR
+The multi-process cases are jobs of the shared 2-rank engine world (world.py): prepare_world_job and run_world_job.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +24,7 @@ from tiny_models import load_hf, make_model_dir  # noqa: E402
 
 ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
 MERGER = ROOT / "scripts" / "model_merger.py"
-MOE_OPTIMIZERS = {"moe": {}, "moe_distopt": {"use_distributed_optimizer": True}}  # worker scenario: engine kwargs
+MOE_OPTIMIZERS = {"moe": {}, "moe_distopt": {"use_distributed_optimizer": True}}  # world job: engine kwargs
 
 
 def engine(path: Path, optim: OptimSpec | None = None, **kwargs):
@@ -279,23 +277,13 @@ def test_reference_param_offload_is_its_own_flag(tiny_model, tiny_data, tmp_path
     assert (log_probs - hf_log_probs(load_hf(tiny_model), batch)[0]).abs().max() <= 1e-5  # brought back intact
 
 
-# ---- across layouts: TP2 -> merged HF, EP2 <-> EP1 (2 gloo processes) -----------------------------------
+# ---- across layouts: TP2 -> merged HF, EP2 <-> EP1 (jobs of the 2-rank engine world, world.py) ---------------
 
-def run_worker(scenario: str, model_dir: Path, work_dir: Path) -> None:
-    from engine_helpers import free_port
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-               str(free_port()), __file__, scenario, str(model_dir), str(work_dir)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{scenario} failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
-
-
-def worker_engine(layout: ParallelLayout, model_dir: str, **kwargs):
+def worker_engine(layout: ParallelLayout, model_dir: Path, **kwargs):
     from megatron.core import parallel_state
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
-    return engine(Path(model_dir), ADAM, layout=layout, **kwargs)
+    return engine(model_dir, ADAM, layout=layout, **kwargs)
 
 
 def dp_rows(batch):
@@ -319,23 +307,38 @@ def continuation(actor, batch) -> dict:
     return {"log_probs": full_log_probs(actor, batch), "next": actor.train_step(dp_rows(batch), sum_loss, 1, 1.0)}
 
 
-def worker_main(scenario: str, model_dir: str, work_dir: Path) -> None:
+def prepare_world_job(name: str, work_dir: Path) -> None:
+    """tp2: a tied Llama; moe/moe_distopt: a Qwen3-MoE and, for the ranks to load, its checkpoint after a step at
+    EP1 (this process) with what that checkpoint must reproduce (expected_ep1.pt)."""
+    if name == "tp2":
+        make_model_dir(work_dir / "model", "llama", tie=True, seed=6)
+        return
+    model_dir = make_model_dir(work_dir / "model", "qwen3_moe", num_layers=2, seed=7)
+    batch = make_batch(rows=4)
+    ep1 = engine(model_dir, ADAM, **MOE_OPTIMIZERS[name])
+    ep1.train_step(batch, sum_loss, 1, 1.0)
+    ep1.save_checkpoint(str(work_dir / "ep1"))
+    torch.save(continuation(ep1, batch), work_dir / "expected_ep1.pt")
+
+
+def run_world_job(name: str, work_dir: Path) -> None:
+    """On both ranks. tp2: train a step, save with the HF export beside, record what the engine computes. moe: EP2
+    (x DP2) trains a step and saves; then a fresh EP2 engine loads the EP1 checkpoint."""
     import torch.distributed as dist
 
     from dagrl.engine.megatron.checkpoint import HF_DIR, write_hf_model
 
-    dist.init_process_group("gloo")
-    batch = make_batch(rows=4)
+    batch, model_dir = make_batch(rows=4), work_dir / "model"
     records = {}
-    if scenario == "tp2":  # train, save with the HF export beside, record what the engine computes
+    if name == "tp2":
         actor = worker_engine(ParallelLayout(tensor_model_parallel_size=2), model_dir)
         actor.train_step(batch, sum_loss, 2, 1.0)
         actor_dir = work_dir / "global_step_1" / "actor"
         actor.save_checkpoint(str(actor_dir))
-        write_hf_model(actor.export_weights(1 << 14), actor_dir / HF_DIR, model_dir, write=dist.get_rank() == 0)
+        write_hf_model(actor.export_weights(1 << 14), actor_dir / HF_DIR, str(model_dir), write=dist.get_rank() == 0)
         records["log_probs"], records["entropy"] = actor.compute_log_prob(batch, 2, 1.0, with_entropy=True)
-    else:  # moe: EP2 (x DP2) trains a step and saves; then a fresh EP2 engine loads the test's EP1 checkpoint
-        layout, kwargs = ParallelLayout(expert_model_parallel_size=2), MOE_OPTIMIZERS[scenario]
+    else:
+        layout, kwargs = ParallelLayout(expert_model_parallel_size=2), MOE_OPTIMIZERS[name]
         actor = worker_engine(layout, model_dir, **kwargs)
         actor.train_step(dp_rows(batch), sum_loss, 1, 1.0)
         actor.save_checkpoint(str(work_dir / "ep2"))
@@ -344,54 +347,41 @@ def worker_main(scenario: str, model_dir: str, work_dir: Path) -> None:
         from_ep1.load_checkpoint(str(work_dir / "ep1"))
         records["ep2_from_ep1"] = continuation(from_ep1, batch)
     if dist.get_rank() == 0:
-        torch.save(records, work_dir / f"{scenario}.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+        torch.save(records, work_dir / "records.pt")
 
 
-def test_tp2_checkpoint_merges_into_the_trained_model(tmp_path):
+@pytest.mark.engine_world("test_megatron_checkpoint:tp2")
+def test_tp2_checkpoint_merges_into_the_trained_model(engine_world, tmp_path):
     """TP2 (2 processes, tied embeddings) -> scripts/model_merger.py on the command line -> transformers."""
     from safetensors.torch import load_file
 
-    model_dir = make_model_dir(tmp_path / "llama", "llama", tie=True, seed=6)
-    run_worker("tp2", model_dir, tmp_path)
-    record = torch.load(tmp_path / "tp2.pt")
+    work_dir = engine_world.result("test_megatron_checkpoint:tp2")
+    record = torch.load(work_dir / "records.pt")
     merged = tmp_path / "merged"
     done = subprocess.run([sys.executable, str(MERGER), "merge", "--backend", "megatron", "--local_dir",
-                           str(tmp_path / "global_step_1" / "actor"), "--target_dir", str(merged)],
+                           str(work_dir / "global_step_1" / "actor"), "--target_dir", str(merged)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     got, got_entropy = hf_log_probs(load_hf(merged), make_batch(rows=4))
     assert (got - record["log_probs"]).abs().max() <= 1e-5
     assert (got_entropy - record["entropy"]).abs().max() <= 1e-5
     tensors = load_file(str(merged / "model.safetensors"))
-    exported_by_trainer = load_file(str(tmp_path / "global_step_1" / "actor" / "huggingface" / "model.safetensors"))
+    exported_by_trainer = load_file(str(work_dir / "global_step_1" / "actor" / "huggingface" / "model.safetensors"))
     assert "lm_head.weight" not in tensors and set(tensors) == set(exported_by_trainer)
     assert all(torch.equal(tensors[name], exported_by_trainer[name]) for name in tensors)
 
 
-@pytest.mark.parametrize("scenario", sorted(MOE_OPTIMIZERS))
-def test_moe_checkpoints_cross_expert_parallel_layouts(tmp_path, scenario):
+@pytest.mark.parametrize("scenario", [pytest.param(name, marks=pytest.mark.engine_world(f"test_megatron_checkpoint:{name}"))
+                                      for name in sorted(MOE_OPTIMIZERS)])
+def test_moe_checkpoints_cross_expert_parallel_layouts(engine_world, scenario):
     """Qwen3-MoE: a checkpoint saved at EP2 (x DP2) loads at EP1 and one saved at EP1 loads at EP2, each giving
     the saving run's log-probs and next step (loss, grad norm, LR); plain and distributed optimizer."""
-    model_dir = make_model_dir(tmp_path / "moe", "qwen3_moe", num_layers=2, seed=7)
-    batch = make_batch(rows=4)
-    ep1 = engine(model_dir, ADAM, **MOE_OPTIMIZERS[scenario])
-    ep1.train_step(batch, sum_loss, 1, 1.0)
-    ep1.save_checkpoint(str(tmp_path / "ep1"))
-    expected_ep1 = continuation(ep1, batch)
-
-    run_worker(scenario, model_dir, tmp_path)
-    records = torch.load(tmp_path / f"{scenario}.pt")
-    ep2_loaded = engine(model_dir, ADAM, **MOE_OPTIMIZERS[scenario])
-    ep2_loaded.load_checkpoint(str(tmp_path / "ep2"))
-    for got, want in ((continuation(ep2_loaded, batch), records["ep2"]), (records["ep2_from_ep1"], expected_ep1)):
+    work_dir = engine_world.result(f"test_megatron_checkpoint:{scenario}")
+    records, expected_ep1 = torch.load(work_dir / "records.pt"), torch.load(work_dir / "expected_ep1.pt")
+    ep2_loaded = engine(work_dir / "model", ADAM, **MOE_OPTIMIZERS[scenario])
+    ep2_loaded.load_checkpoint(str(work_dir / "ep2"))
+    for got, want in ((continuation(ep2_loaded, make_batch(rows=4)), records["ep2"]),
+                      (records["ep2_from_ep1"], expected_ep1)):
         assert (got["log_probs"] - want["log_probs"]).abs().max() <= 1e-5
         for key in ("loss", "actor/grad_norm", "actor/lr"):
             assert got["next"][key] == pytest.approx(want["next"][key], rel=1e-5), key
-
-
-if __name__ == "__main__":
-    import warnings
-    warnings.filterwarnings("ignore")
-    worker_main(sys.argv[1], sys.argv[2], Path(sys.argv[3]))

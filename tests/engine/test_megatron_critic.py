@@ -1,12 +1,9 @@
 """The Megatron critic (value head) on tiny random HF models: values against HF hidden states, training, checkpoints,
-and (slow, under torchrun with 2 gloo ranks) the same values, loss and grad norm at TP2, TP2+SP, PP2 and DP2.
-
-Run as a script by torchrun: `test_megatron_critic.py MODEL_DIR WORK_DIR` (see `_worker`).
+and (on 2 ranks, a job of the shared engine world: world.py) the same values, loss and grad norm at TP2, TP2+SP, PP2
+and DP2.
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -132,19 +129,22 @@ def _reference(model_dir: Path, batch) -> dict:
     return {"values": values, "metrics": metrics, "values_after": engine.compute_values(batch, 1)}
 
 
-def _worker(model_dir: str, work_dir: Path) -> None:
+def prepare_world_job(name: str, work_dir: Path) -> None:
+    model_dir = make_model_dir(work_dir / "qwen3", "qwen3", num_layers=4, seed=3)
+    torch.save(_reference(model_dir, with_targets(make_batch(rows=4))), work_dir / "reference.pt")
+
+
+def run_world_job(name: str, work_dir: Path) -> None:
+    """On both ranks: each layout's values, loss, grad norm and values after a step against the reference."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     batch = with_targets(make_batch(rows=4))
     reference = torch.load(work_dir / "reference.pt", weights_only=False, map_location=DEVICE)
     for label, layout, load_from in _layouts():
         if ps.model_parallel_is_initialized():
             ps.destroy_model_parallel()
-        engine = critic(Path(model_dir), layout=layout)
+        engine = critic(work_dir / "qwen3", layout=layout)
         dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
         rows = batch.chunk(dp_size)[dp_rank]
 
@@ -166,27 +166,9 @@ def _worker(model_dir: str, work_dir: Path) -> None:
             assert (loaded - mine(reference["values_after"])).abs().max() <= 10 * TOL, f"{label} from {load_from}"
         if dist.get_rank() == 0:
             print(f"OK {label}: loss {metrics['loss']:.6f} grad_norm {metrics['critic/grad_norm']:.6f}", flush=True)
-    dist.barrier()
-    if dist.get_rank() == 0:
-        (work_dir / "done").write_text("ok")
-    dist.destroy_process_group()
 
 
-def test_values_loss_and_grad_norm_agree_across_layouts(tmp_path):
-    from engine_helpers import free_port
-
-    model_dir = make_model_dir(tmp_path / "qwen3", "qwen3", num_layers=4, seed=3)
-    work_dir = tmp_path / "work"
-    work_dir.mkdir()
-    torch.save(_reference(model_dir, with_targets(make_batch(rows=4))), work_dir / "reference.pt")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-               str(free_port()), __file__, str(model_dir), str(work_dir)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
-    assert (work_dir / "done").read_text() == "ok"
-    assert done.stdout.count("OK ") == len(_layouts())
-
-
-if __name__ == "__main__":
-    _worker(sys.argv[1], Path(sys.argv[2]))
+@pytest.mark.engine_world("test_megatron_critic:layouts")
+def test_values_loss_and_grad_norm_agree_across_layouts(engine_world):
+    work_dir = engine_world.result("test_megatron_critic:layouts")
+    assert (work_dir / "stdout.txt").read_text().count("OK ") == len(_layouts())

@@ -124,10 +124,13 @@ def test_lr_schedule_step_by_step(model_dirs, style):
     assert seen == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.parametrize("distributed_optimizer", [False, True])
-def test_save_load_continues_bit_identically(model_dirs, tmp_path, distributed_optimizer):
+@pytest.mark.parametrize("distributed_optimizer, param_dtype", [(False, torch.float32), (True, torch.float32),
+                                                                 (False, torch.bfloat16)],
+                         ids=["fp32", "fp32_distopt_offload", "bf16"])
+def test_save_load_continues_bit_identically(model_dirs, tmp_path, distributed_optimizer, param_dtype):
+    """bf16 too: its fp32 main params are saved and restored, or the resumed step would differ."""
     kwargs = dict(use_distributed_optimizer=distributed_optimizer, param_offload=distributed_optimizer,
-                  grad_offload=distributed_optimizer, optimizer_offload=distributed_optimizer)
+                  grad_offload=distributed_optimizer, optimizer_offload=distributed_optimizer, param_dtype=param_dtype)
     batch = make_batch(rows=4)
     first = engine(model_dirs["qwen3"], ADAM, **kwargs)
     first.train_step(batch, sum_loss, 2, 1.0)

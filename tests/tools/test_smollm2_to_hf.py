@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import USER_CACHE
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "smollm2_to_hf.py"
 
 
@@ -69,7 +71,7 @@ def test_existing_model_is_left_alone(converter, tmp_path, monkeypatch, caplog):
     assert (tmp_path / "model.safetensors").read_bytes() == b"x"
 
 
-WHEEL_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dagrl")
+WHEEL_CACHE = os.path.join(USER_CACHE, "dagrl")  # where the quickstart keeps it, in the user's own cache
 
 
 @pytest.mark.slow

@@ -50,8 +50,7 @@ def run_args(tiny_model, tiny_data):
             "actor_rollout_ref.actor.ppo_epochs": 2, "actor_rollout_ref.actor.shuffle": True,
             "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": 0.5,
             "actor_rollout_ref.actor.optim.lr_decay_style": "cosine",
-            "actor_rollout_ref.model.trainable_top_layers": 1, "actor_rollout_ref.actor.megatron.param_dtype": "bf16",
-            **extra})
+            "actor_rollout_ref.model.trainable_top_layers": 1, **extra})
     return make
 
 
@@ -117,19 +116,25 @@ def test_scoring_in_the_background_trains_exactly_as_scoring_in_line(run_args, t
     assert all(row["timing_s/reward_background"] > 0 for row in timings if row["step"] > 0)
 
 
-def test_two_processes_under_torchrun(run_args, tmp_path):
+def test_two_processes_under_torchrun_in_bf16(run_args, tmp_path):
     """DP=2 on CPU: each rank samples its own prompts; metrics and validation cover both ranks; scores are made in
-    the background, in the actor layout, and their all-failed check is a collective of the main thread."""
+    the background, in the actor layout, and their all-failed check is a collective of the main thread. In bf16
+    (the other runs here are float32): bf16 parameters with fp32 main params, a bf16 rollout fed from them."""
+    from dagrl.engine.megatron.checkpoint import describe
+
     out = tmp_path / "dp2"
     args = run_args(out, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2,
                             "trainer.save_freq": 2, "trainer.test_freq": 2,
-                            "reward_model.launch_reward_fn_async": True})
+                            "reward_model.launch_reward_fn_async": True,
+                            "actor_rollout_ref.actor.megatron.param_dtype": "bf16",
+                            "actor_rollout_ref.rollout.dtype": "bfloat16"})
     code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                                    "--master-port", str(free_port()), "-m", "dagrl.main_dag", *args])
     assert code == 0, stderr[-3000:]
     records = metrics_by_step(out)
     assert sorted(records) == [0, 1, 2] and records[2]["actor/grad_norm"] > 0
     assert (out / "global_step_2" / "dagrl_checkpoint.json").is_file()
+    assert describe(str(out / "global_step_2" / "actor"))["param_dtype"] == "bfloat16"
 
 
 def test_non_finite_steps_are_skipped_then_the_run_stops_keeping_the_last_good_checkpoint(run_args, tmp_path):
