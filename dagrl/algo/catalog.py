@@ -20,8 +20,8 @@ ADV_ESTIMATORS = Registry("advantage estimator", ("algorithm.adv_estimator",), "
 POLICY_LOSSES = Registry("policy loss", ("actor_rollout_ref.actor.policy_loss.loss_mode",), "actor_rollout_ref.actor")
 LOSS_AGGREGATIONS = Registry("loss aggregation", ("actor_rollout_ref.actor.loss_agg_mode", "critic.loss_agg_mode"),
                              "actor_rollout_ref.actor")
-KL_ESTIMATORS = Registry("KL estimator", ("actor_rollout_ref.actor.kl_loss_type", "algorithm.kl_penalty"),
-                         "algorithm")
+KL_ESTIMATORS = Registry("KL estimator", ("actor_rollout_ref.actor.kl_loss_type", "algorithm.kl_penalty",
+                                         "distillation.distillation_loss.loss_mode"), "algorithm")
 REGISTRIES = (ADV_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS)
 
 est = ADV_ESTIMATORS.register

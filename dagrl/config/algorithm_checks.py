@@ -38,7 +38,9 @@ def check_estimator(cfg: Cfg, graph_roles: Callable[[Cfg], set[str]]) -> None:
                           f"role critic: use the PPO graph (dag=ppo) or add a critic node, or pick an estimator "
                           f"without a critic ({others})")
     n = cfg.actor_rollout_ref.rollout.n  # n = 1: no group baseline, no variance
-    if estimator.group and isinstance(n, int) and n < 2:
+    loss = cfg.distillation.distillation_loss  # pure distillation replaces the task's advantage: no groups needed
+    if estimator.group and isinstance(n, int) and n < 2 and not (cfg.distillation.enabled
+                                                                  and not loss.use_task_rewards):
         raise ConfigError(N_KEY, f"{N_KEY}={n} gives algorithm.adv_estimator={name} groups of one response, and "
                                  f"{estimator.lone}; {N_FIX}, or use "
                                  f"algorithm.adv_estimator=reinforce_plus_plus, which needs no groups")

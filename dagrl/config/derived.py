@@ -8,11 +8,12 @@ def skips_old_log_prob(cfg: Cfg) -> bool:
     """One optimizer step per batch: old log-probs equal the update's own (detached) log-probs, so the extra
     forward is skipped. Not when KL-in-reward needs them first, nor when the rollout returned its own log-probs
     (comparing the two is the point of asking for them), nor when off-policy correction reads them as pi_prox
-    before the update (AReaL's decoupled loss likewise requires recomputing them)."""
+    before the update (AReaL's decoupled loss likewise requires recomputing them), nor when distillation compares
+    them with the teacher's."""
     actor = cfg.actor_rollout_ref.actor
     return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == cfg.data.train_batch_size
             and not cfg.algorithm.use_kl_in_reward and not cfg.actor_rollout_ref.rollout.calculate_log_probs
-            and not corrects_off_policy(cfg))
+            and not corrects_off_policy(cfg) and not cfg.distillation.enabled)
 
 
 def corrects_off_policy(cfg: Cfg) -> bool:

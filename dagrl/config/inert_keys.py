@@ -18,7 +18,7 @@ from dagrl.algo.registry import Registry
 from dagrl.config.errors import ConfigError
 from dagrl.config.tree import Cfg, leaves
 
-A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+A, R, D = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "distillation.distillation_loss"
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ INERT = (
           f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
     Inert(f"{R}.top_[pk]", lambda c: not _off(c.get(f"{R}.do_sample")),
           f"{R}.do_sample=false (greedy rollouts)", f"set {R}.do_sample=true"),
+    Inert(f"{D}.distillation_loss_coef", lambda c: c.get("distillation.enabled") is not True
+          or not _off(c.get(f"{D}.use_task_rewards")),
+          f"{D}.use_task_rewards=false (the distillation term alone, weight 1)", f"set {D}.use_task_rewards=true"),
+    Inert("distillation.*", lambda c: not _off(c.get("distillation.enabled")),
+          "distillation.enabled=false (no teacher)", "run dag=opd"),
 )
 # what validation does is read only when there is a validation set (null and [] alike: no validation)
 INERT += tuple(Inert(f"trainer.{key}", lambda c: bool(c.get("data.val_files")),

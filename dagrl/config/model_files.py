@@ -142,37 +142,37 @@ def _truncated(shard: Path) -> str | None:
     return f"{size} bytes, but its header places tensors up to byte {needed}" if size < needed else None
 
 
-def check_weight_files(model_path: str) -> None:
-    """The HF weights the actor (and critic) import: safetensors files, every shard that
+def check_weight_files(model_path: str, key: str = KEY) -> None:
+    """The HF weights the actor (critic, teacher) import: safetensors files, every shard that
     model.safetensors.index.json names present, none truncated (an interrupted download or copy)."""
     model_dir = Path(os.path.expanduser(model_path))
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         content = _json(index)
         require(content is not None, str(index), f"{index} is not valid JSON (cut short by an interrupted download?): "
-                                                 f"re-download it into the directory {KEY} names")
+                                                 f"re-download it into the directory {key} names")
         weight_map = content.get("weight_map") if isinstance(content, dict) else None
         require(isinstance(weight_map, dict) and weight_map, str(index),
-                f"{index} has no weight_map: it is not a safetensors index; re-download the model {KEY} names")
+                f"{index} has no weight_map: it is not a safetensors index; re-download the model {key} names")
         shards = sorted(set(map(str, weight_map.values())))
         missing = [name for name in shards if not (model_dir / name).is_file()]
         require(not missing, str(index),
                 f"{index} names {len(missing)} shard(s) missing from {model_dir} (first: "
-                f"{missing[0] if missing else ''}): the download is incomplete; re-download the model {KEY} names")
+                f"{missing[0] if missing else ''}): the download is incomplete; re-download the model {key} names")
     else:
         shards = sorted(path.name for path in model_dir.glob("*.safetensors"))
         require(bool(shards), str(model_dir / "model.safetensors"),
                 f"{model_dir} has no *.safetensors weights (dagrl imports the HF weights from safetensors): re-save "
-                f"the model with save_pretrained(safe_serialization=True), or point {KEY} at a complete model")
+                f"the model with save_pretrained(safe_serialization=True), or point {key} at a complete model")
     for name in shards:
         shard = model_dir / name
         try:
             problem = _truncated(shard)
         except OSError as error:
-            raise ConfigError(str(shard), f"weight file {shard} cannot be read ({error}); fix the model {KEY} "
+            raise ConfigError(str(shard), f"weight file {shard} cannot be read ({error}); fix the model {key} "
                                           f"names") from None
         require(problem is None, str(shard), f"weight file {shard} is truncated ({problem}): an interrupted download "
-                                             f"or copy; re-download the model {KEY} names")
+                                             f"or copy; re-download the model {key} names")
 
 
 JSON_FILES = ("tokenizer.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",

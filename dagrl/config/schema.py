@@ -92,6 +92,8 @@ TYPES: dict[str, str] = {
     "algorithm.kl_ctrl.horizon": "int", "trainer.hang_timeout_s": "float", "trainer.hang_startup_timeout_s": "float",
     "trainer.preemption_grace_s": "float", "actor_rollout_ref.nccl_timeout": "float",
     "global_profiler.tool": "str?", "global_profiler.steps": "list?", "global_profiler.save_path": "outdir",
+    "distillation.teacher_model.model_path": "model?", "distillation.distillation_loss.loss_max_clamp": "float?",
+    "distillation.distillation_loss.log_prob_min_clamp": "float?",
 }
 
 MIS_BAND = "null for no bound; the band of kept sequence ratios must hold 1, an on-policy sequence's ratio"
@@ -132,6 +134,10 @@ RANGES: dict[str, Range] = {
     "actor_rollout_ref.rollout.multi_turn.tool_overlap_steps": NON_NEGATIVE_INT,
     "reward_model.timeout_s": POSITIVE, "reward_model.overlong_buffer.len": NON_NEGATIVE_INT,
     "reward_model.overlong_buffer.penalty_factor": NON_NEGATIVE,
+    "distillation.distillation_loss.distillation_loss_coef": POSITIVE,
+    "distillation.distillation_loss.loss_max_clamp": hinted(POSITIVE, "null for no cap"),
+    "distillation.distillation_loss.log_prob_min_clamp": Range(lambda v: _finite(v) and v < 0, "< 0",
+                                                               "a log-prob floor, e.g. -10; null for none"),
     "algorithm.gamma": UNIT, "algorithm.lam": UNIT, "algorithm.kl_ctrl.kl_coef": NON_NEGATIVE,
     "algorithm.kl_ctrl.target_kl": NON_NEGATIVE, "algorithm.kl_ctrl.horizon": POSITIVE_INT,
     "algorithm.filter_groups.max_num_gen_batches": hinted(NON_NEGATIVE_INT, "0 = no limit"),

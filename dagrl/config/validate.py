@@ -10,8 +10,8 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 
-from dagrl.config import (async_checks, checkpoints, cross_checks, inert_keys, model_files, model_shapes,
-                          path_values, profiler_checks, reward_checks, schema, sections)
+from dagrl.config import (async_checks, checkpoints, cross_checks, distill_checks, inert_keys, model_files,
+                          model_shapes, path_values, profiler_checks, reward_checks, schema, sections)
 from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
                                  as_list,
                                  check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
@@ -290,6 +290,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(sections.check_dynamic_batching, cfg, sequence_length)
     critic_grad_clip = check(sections.check_critic, cfg, hf_config, world)
     check(model_shapes.check_critic_model, cfg.critic.model.path, sequence_length, hf_config)
+    check(lambda: distill_checks.check_graph(cfg, graph_roles(cfg)))
+    check(distill_checks.check_teacher, cfg, hf_config, parallel, world_size, sequence_length, planning)
     grad_clip = check(check_actor, cfg, hf_config)
     check(check_overlong_buffer, cfg, SKIPPED if lengths is SKIPPED else lengths[1])
     check(cross_checks.check_overlong_manager, cfg)

@@ -28,7 +28,7 @@ from dagrl.config.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("rollout", "actor", "reference", "critic", "reward", "advantage", "custom")
+ROLES = ("rollout", "actor", "reference", "teacher", "critic", "reward", "advantage", "custom")
 REQUIRED_ROLES = ("rollout", "advantage", "actor")
 BACKGROUND_ROLES = ("reward", "custom")  # the others drive engines and collectives, which only the main thread may
 NODE_KEYS = {"id", "role", "fn", "deps", "config", "background"}

@@ -27,6 +27,7 @@ class StepContext:
     kl_ctrl: Any                # KLController for KL-in-reward
     versions: WeightVersions
     critic: Any | None = None   # the critic engine (MegatronCriticEngine) when the graph has critic nodes
+    teacher: Any | None = None  # the frozen distillation teacher (ActorEngine) when the graph has a teacher node
     rank: int = 0
     step: int = 0
     node_config: dict[str, Any] = field(default_factory=dict)

@@ -32,7 +32,7 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
 
     Optimizer state and grads leave the device first (training does not need them until the update), the
     rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
-    reference's and critic's) parameters leave too, and only then does the rollout take its KV cache; with
+    reference's, teacher's and critic's) parameters leave too, and only then does the rollout take its KV cache; with
     rollout.offload_train_state=false nothing leaves beyond what the *_offload flags keep on the host. After
     generating, the rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics, and
     `timing_s/rollout_switch`: the seconds of this choreography (offloads, wake-ups, weight sync, sleep), which a
@@ -51,7 +51,7 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
     ctx.rollout.wake_weights()
     metrics = sync_weights(ctx)
     if offload:
-        for engine in (*trainable, ctx.reference):
+        for engine in (*trainable, ctx.reference, ctx.teacher):
             if engine is not None:
                 engine.offload_params()
     elif colocated and torch.cuda.is_available():

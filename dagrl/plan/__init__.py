@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from dagrl.config.tree import Cfg
+from dagrl.config.distill_checks import teacher_config
 from dagrl.config.validate import RunShape
 from dagrl.placement import Placement, Pool, WorldLayout
 from dagrl.plan.memory import (CriticSettings, RunSettings, StageMemory, estimate, recompute_from_config,
@@ -81,6 +82,16 @@ def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overr
         optimizer_offload=bool(critic.megatron.optimizer_offload))
 
 
+def teacher_settings(cfg: Cfg) -> dict:
+    """dag=opd's teacher for RunSettings: its shape (from its config.json), offload and forward micro-batch."""
+    config = teacher_config(cfg)
+    if config is None:
+        return {}
+    teacher = cfg.distillation.teacher_model
+    return {"teacher": ModelShape.from_hf(config), "teacher_param_offload": bool(teacher.param_offload),
+            "teacher_log_prob_micro_batch": teacher.log_prob_micro_batch_size_per_gpu}
+
+
 def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_memory_gib: float | None = None) -> Plan:
     """The plan of a config that passed pre-flight (`shape` is what preflight returned; with two pools, that of
     either pool); `cpu_memory_gib`: a CPU run on nodes of that much memory."""
@@ -110,7 +121,8 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
         rollout_bf16=precision.resolve(rollout.dtype, machine) == "bfloat16",
         gpu_memory_utilization=float(rollout.gpu_memory_utilization),
         free_cache_engine=bool(rollout.free_cache_engine), gpu_memory_gib=gpu_memory_gib,
-        critic=critic_settings(cfg, schedule, model, overrides) if schedule.critic else None)
+        critic=critic_settings(cfg, schedule, model, overrides) if schedule.critic else None,
+        **teacher_settings(cfg))
     if not shape.two_pools:
         return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model,
                     layout=layout, groups=groups, schedule=schedule, run=run, memory=estimate(model, layout, run),

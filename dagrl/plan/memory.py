@@ -117,6 +117,9 @@ class RunSettings:
     free_cache_engine: bool = True
     gpu_memory_gib: float = 141.0
     critic: CriticSettings | None = None
+    teacher: ModelShape | None = None    # dag=opd's frozen teacher (the actor's layout and dtype)
+    teacher_param_offload: bool = False
+    teacher_log_prob_micro_batch: int | None = None
 
 
 def rollout_weight_bytes(shape: ModelShape, run: RunSettings, tp: int = 1) -> float:
@@ -212,6 +215,11 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
                          trainable_top_layers=run.trainable_top_layers)
     weights, grads, optimizer = model_state_bytes(params, layout, run)
     reference = weights if run.reference else 0.0
+    teacher = 0.0
+    if run.teacher is not None:
+        teacher_params = rank_params(run.teacher, tp=layout.tp, pp=layout.pp, ep=layout.ep, etp=layout.etp,
+                                     stage=stage, vpp=layout.vpp)
+        teacher = teacher_params.total * (2 if run.bf16 else 4)
     last = stage == layout.pp - 1
     train = training_activation_bytes(shape, layout, run, stage)
     train_logits = logits_bytes(shape, layout, run, run.micro_batch, True, True) if last else 0.0
@@ -222,6 +230,11 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
         if rows:
             logits = logits_bytes(shape, layout, run, rows, entropy, False) if last else 0.0
             forward = max(forward, rows * per_row + logits)
+    if run.teacher is not None and run.teacher_log_prob_micro_batch:
+        rows = run.teacher_log_prob_micro_batch
+        teacher_row = layer_activation_elements(run.teacher, layout, Recompute()) * run.sequence_length * act_bytes
+        logits = logits_bytes(run.teacher, layout, run, rows, False, False) if last else 0.0
+        forward = max(forward, rows * teacher_row + logits)
     hf_rollout = rollout_weight_bytes(shape, run) if run.rollout == "hf" else 0.0
     vllm = vllm_bytes(run) if run.rollout == "vllm" else 0.0
     vllm_asleep = 0.0 if run.free_cache_engine else vllm
@@ -239,22 +252,24 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
         critic_per_row = layer_activation_elements(critic.shape, layout, Recompute()) * run.sequence_length
         forward = max(forward, critic.forward_micro_batch * critic_per_row * act_bytes)
 
-    actor_idle = ((0 if run.param_offload else weights) + (0 if run.ref_param_offload else reference)
+    frozen_idle = (0 if run.ref_param_offload else reference) + (0 if run.teacher_param_offload else teacher)
+    actor_idle = ((0 if run.param_offload else weights) + frozen_idle
                   + (0 if run.grad_offload else grads) + (0 if run.optimizer_offload else optimizer))
     idle = actor_idle + critic_idle + hf_rollout
     overhead = RUNTIME_OVERHEAD_GIB * GIB
     # a log-prob or values pass onloads the one model it runs: at most the larger of the offloaded weights
     onloaded = max(weights if run.param_offload else 0.0, reference if run.ref_param_offload else 0.0,
+                   teacher if run.teacher_param_offload else 0.0,
                    critic_weights if critic and critic.param_offload else 0.0)
     phases = {} if run.rollout is None else {"rollout": idle + vllm + overhead}  # None: the rollout pool generates
     phases |= {
         "log-prob": idle + onloaded + forward + vllm_asleep + overhead,
-        "update": (weights + grads + optimizer + (0 if run.ref_param_offload else reference) + critic_idle + hf_rollout
+        "update": (weights + grads + optimizer + frozen_idle + critic_idle + hf_rollout
                    + train + train_logits + vllm_asleep + overhead),
     }
     if critic:
         phases["critic update"] = actor_idle + critic_state + hf_rollout + critic_train + vllm_asleep + overhead
-    parts = {"weights": weights, "gradients": grads, "optimizer": optimizer, "reference": reference,
+    parts = {"weights": weights, "gradients": grads, "optimizer": optimizer, "reference": reference, "teacher": teacher,
              "activations": train, "logits": train_logits, "log-prob pass": forward, "hf rollout": hf_rollout,
              "critic state": critic_state, "critic activations": critic_train, "vllm": vllm, "overhead": overhead}
     return StageMemory(stage=stage, parts={k: v / GIB for k, v in parts.items()},

@@ -11,6 +11,7 @@ _PARTS = (  # (key in StageMemory.parts, label); rows that are zero everywhere a
     ("gradients", "gradients (fp32 buffers)"),
     ("optimizer", "optimizer state"),
     ("reference", "reference weights (KL term)"),
+    ("teacher", "teacher weights (dag=opd)"),
     ("activations", "activations kept for backward"),
     ("logits", "logits of one micro-batch (update)"),
     ("log-prob pass", "log-prob/values pass (one layer + logits)"),
@@ -132,6 +133,9 @@ def schedule_section(plan: Plan) -> list[str]:
                                        else "skipped (one optimizer step per batch: the update's own log-probs)"))
     lines.append("  ref log-prob: " + (f"{s.log_prob_micro_batches(ref)} micro-batch(es) of {ref} per rank" if ref
                                        else "none (no KL term, no reference model)"))
+    if plan.run.teacher is not None:
+        rows = plan.run.teacher_log_prob_micro_batch
+        lines.append(f"  teacher log-prob: {s.log_prob_micro_batches(rows)} micro-batch(es) of {rows} per rank")
     if s.critic:
         c = s.critic
         lines.append(f"  critic:  {c.mini_batches} mini-batch(es) x ppo_epochs {c.ppo_epochs}; per rank and "
@@ -147,7 +151,9 @@ def memory_section(plan: Plan) -> list[str]:
     dtype = "bf16" if run.bf16 else "fp32"
     offloaded = [name for name, on in (("params", run.param_offload), ("grads", run.grad_offload),
                                        ("optimizer", run.optimizer_offload),
-                                       ("reference params", run.reference and run.ref_param_offload)) if on]
+                                       ("reference params", run.reference and run.ref_param_offload),
+                                       ("teacher params", run.teacher is not None and run.teacher_param_offload))
+                 if on]
     lines = [f"Memory estimate per {plan.rank_unit}{' of the training pool' if plan.two_pools else ''} (GiB; "
              f"{dtype} weights, "
              + ("distributed" if run.distributed_optimizer else "replicated") + " optimizer, recompute "

@@ -112,6 +112,17 @@ def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: i
     return actor, reference
 
 
+def build_teacher(cfg: Cfg, shape: RunShape):
+    """The frozen distillation teacher: the actor's layout and dtype, its own weights and parameter offload."""
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    teacher = cfg.distillation.teacher_model
+    return MegatronActorEngine(dataclasses.replace(
+        megatron_spec(cfg, shape, optim=None), model_path=os.path.expanduser(teacher.model_path),
+        param_offload=teacher.param_offload, grad_offload=False, optimizer_offload=False, trainable_top_layers=None,
+        dist_checkpoint_path=None))
+
+
 def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
     """The Megatron critic: the actor's layout, dtype and optimizer kind, with critic.* for the rest."""
     from dagrl.engine.megatron.critic import MegatronCriticEngine

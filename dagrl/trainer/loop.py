@@ -76,7 +76,7 @@ class Trainer:
                                              dist.barrier)
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = KLController(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-        actor = reference = critic = rollout = None
+        actor = reference = critic = teacher = rollout = None
         # a colocated run that already finished builds no model or engine: fit says so and returns
         self.finished_at = None if trainer.val_only or shape.two_pools else finished_step(trainer, self.total_steps)
         build_engines = self.finished_at is None
@@ -86,6 +86,9 @@ class Trainer:
             built = time.perf_counter()
             actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
             critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
+            if "teacher" in self.graph.roles():
+                say("building the teacher from %s", cfg.distillation.teacher_model.model_path)
+                teacher = build.build_teacher(cfg, shape)
             say("models built in %.1f s", time.perf_counter() - built)
         if build_engines and shape.pool != "train":
             say("starting the %s rollout engine", cfg.actor_rollout_ref.rollout.name)
@@ -101,7 +104,7 @@ class Trainer:
         self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
-                               draw_prompts=self.local_prompts, agent=agent)
+                               draw_prompts=self.local_prompts, agent=agent, teacher=teacher)
         if cfg.async_training.partial_rollout and shape.pool != "train":
             from dagrl.nodes.partial_rollout import PartialPool
             self.ctx.pool = PartialPool(agent)

@@ -367,6 +367,22 @@ def model_file_text(name: str, text: str) -> Callable[[Path, Paths], None]:
     return make
 
 
+def teacher_with_swapped_tokens(ws: Path, paths: Paths) -> None:
+    """{ws}/teacher: the tiny model whose tokenizer gives two tokens each other's ids."""
+    shutil.copytree(paths.model, ws / "teacher")
+    tokenizer = json.loads((ws / "teacher" / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    vocab["a"], vocab["b"] = vocab["b"], vocab["a"]
+    (ws / "teacher" / "tokenizer.json").write_text(json.dumps(tokenizer))
+
+
+def teacher_with_vocab(size: int) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        model_copy(patch={"vocab_size": size})(ws, paths)
+        shutil.move(ws / "model", ws / "teacher")
+    return make
+
+
 def critic_with_other_vocab(ws: Path, paths: Paths) -> None:
     model_copy(patch={"vocab_size": 800})(ws, paths)
     shutil.move(ws / "model", ws / "critic")
@@ -562,7 +578,7 @@ CASES: tuple[Case, ...] = (
     Case("plus_on_existing_key", "`+trainer.nnodes=2` (`+` on a key that exists)", ("+trainer.nnodes=2",),
          ("'+trainer.nnodes=2'", "drop the '+': trainer.nnodes=2")),
     Case("unknown_group_option", "`dag=nope` (no conf/dag/nope.yaml)", ("dag=nope",),
-         ("'dag=nope'", "choose one of dapo, grpo, ppo")),
+         ("'dag=nope'", "choose one of dapo, grpo, opd, ppo")),
     Case("unknown_single_option_group", "`actor_rollout_ref=nope` (a section set as a whole)",
          ("actor_rollout_ref=nope",), ("'actor_rollout_ref=nope'", "actor_rollout_ref.<key>=")),
     Case("missing_interpolation", "`trainer.project_name=${trainer.experimnt_name}` (a misspelt key)",
@@ -1673,6 +1689,25 @@ CASES: tuple[Case, ...] = (
     Case("eos_id_beyond_vocab", "config.json eos_token_id=50000 with vocab_size 400 (was trained without an eos)",
          ("actor_rollout_ref.model.path={ws}/model",), ("eos_token_id=50000", "vocab_size=400"),
          make=eos_beyond_vocab),
+    # ---- on-policy distillation (distillation.*, dag=opd) ----
+    Case("distillation_enabled_on_grpo", "`distillation.enabled=true` on the GRPO graph (no teacher node)",
+         ("distillation.enabled=true", "distillation.teacher_model.model_path={model}"),
+         ("distillation.enabled=true but the graph has no teacher node", "run dag=opd")),
+    Case("opd_without_teacher", "dag=opd without distillation.teacher_model.model_path", ("dag=opd",),
+         ("distillation.teacher_model.model_path is not set", "the student's tokenizer")),
+    Case("opd_teacher_other_tokenizer", "a teacher whose tokenizer gives tokens other ids than the student's",
+         ("dag=opd", "distillation.teacher_model.model_path={ws}/teacher"),
+         ("the teacher's tokenizer (<tmp>/teacher) differs from the student's", "2 tokens have other ids",
+          "use a teacher with the student's tokenizer"), make=teacher_with_swapped_tokens),
+    Case("opd_teacher_small_vocabulary", "a teacher whose embedding has fewer rows than the student's token ids",
+         ("dag=opd", "distillation.teacher_model.model_path={ws}/teacher"),
+         ("the teacher's vocab_size=100", "has no row for the student's token id"), make=teacher_with_vocab(100)),
+    Case("opd_supervised_distillation", "`distillation.distillation_loss.use_policy_gradient=false` (verl's "
+         "supervised KL loss)", ("dag=opd", "distillation.teacher_model.model_path={model}",
+                                 "distillation.distillation_loss.use_policy_gradient=false"),
+         ("use_policy_gradient=false", "set it true")),
+    Case("distillation_key_without_opd", "`distillation.distillation_loss.loss_mode=k3` on the GRPO graph",
+         ("distillation.distillation_loss.loss_mode=k3",), ("has no effect", "distillation.enabled=false", "dag=opd")),
     # ---- settings another key switches off (they were silently ignored) ----
     Case("critic_model_path_on_grpo", "`critic.model.path=...` on dag=grpo (no critic)", ("critic.model.path={model}",),
          ("critic.model.path='<model>' has no effect", "dag=ppo")),
