@@ -21,6 +21,26 @@ MORE_VERL_KEYS = {
                                             "actor_rollout_ref.actor.policy_loss.off_policy=decoupled; drop the key",
 }
 
+# verl's on-policy distillation serves the teacher from its own inference pool and offers supervised top-k losses;
+# dagrl's teacher is a frozen Megatron model in the training processes, its KL a per-token reward
+TEACHER = "dagrl's teacher is a frozen Megatron model in the training processes (the actor's layout), not a server"
+MORE_VERL_KEYS.update({
+    "distillation.num_workers": f"{TEACHER}; drop the key",
+    "distillation.teacher_model.enable_resource_pool": f"{TEACHER}; drop the key",
+    "distillation.teacher_model.n_gpus_per_node": f"{TEACHER}; drop the key",
+    "distillation.teacher_model.nnodes": f"{TEACHER}; drop the key",
+    "distillation.teacher_model.inference": f"{TEACHER}: its forward micro-batch is "
+                                            f"distillation.teacher_model.log_prob_micro_batch_size_per_gpu; drop the key",
+    "distillation.distillation_loss.topk": "dagrl's distillation reads the sampled tokens' log-probs only (the "
+                                           "distillation_loss.loss_mode estimators), not the teacher's top-k; drop the key",
+    "distillation.distillation_loss.policy_loss_mode": "the distillation term trains through "
+                                                       "actor_rollout_ref.actor.policy_loss.loss_mode with the task's; "
+                                                       "drop the key",
+})
+MORE_VERL_KEYS.update({f"distillation.distillation_loss.{name}": f"the distillation term is clipped with the task's "
+                       f"policy loss, by actor_rollout_ref.actor.{name}; drop the key"
+                       for name in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")})
+
 # verl's rollout correction (algorithm.rollout_correction.*, verl/trainer/config/algorithm/rollout_correction.yaml):
 # dagrl's exact counterparts are the token-level truncated IS cap and the geometric sequence band
 TIS, LOW, HIGH = ("actor_rollout_ref.actor.tis_imp_ratio_cap", "actor_rollout_ref.actor.mis_ratio_low",
