@@ -93,7 +93,7 @@ def _worker_class():
         def train(self, cfg_data: dict, env: dict[str, str]) -> tuple[int, str]:
             """(exit code, one-line message): 2 for bad input, 1 for a stopped run, 0 when done."""
             os.environ.update(env)
-            from dagrl.main_dag import setup_logging, train_process
+            from dagrl.launch.process import setup_logging, train_process
 
             setup_logging()
             return train_process(cfg_data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import dagrl.config.validate as validate
-from dagrl.main_dag import exit_message, train_process
+from dagrl.launch.process import exit_message, train_process
 
 
 def user_node(ctx, batch):
