@@ -29,6 +29,7 @@ class AdvantageInputs:
     group_ids: Sequence                # [B]: the prompt each response answers
     values: torch.Tensor | None = None  # [B, R]: the critic's, for estimators that declare needs=("values",)
     reduce_sum: ReduceSum = _local     # sums a float64 tensor over the data-parallel ranks
+    baselines: torch.Tensor | None = None  # [B]: the prompt's greedy response's score, needs=("reward_baselines",)
 
     @property
     def scores(self) -> torch.Tensor:
@@ -223,3 +224,11 @@ def gpg(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Te
         if len(rows) > 1:
             mean[rows] = scores[rows].mean()
     return _broadcast(count / max(nonzero, 1.0) * (scores - mean), inputs.response_mask)
+
+
+def remax(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (verl 0.9's compute_remax_outcome_advantage, core_algos.py): each token's undiscounted return to go
+    minus the score of the prompt's greedy response, which the rollout node generates and scores; not whitened."""
+    mask = inputs.response_mask
+    returns = (inputs.token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+    return returns - inputs.baselines.to(returns.dtype).unsqueeze(-1) * mask, returns

@@ -55,9 +55,9 @@ est("gpg", f"{ADV}:gpg", "score minus its group's mean, times batch size / respo
     "no std division); pair with policy_loss.loss_mode=gpg", verl="gpg", group=True,
     lone="as in verl a group of one counts as mean 0, so each would keep its raw score (times the batch's scale): "
          "gpg without its group baseline")
-ADV_ESTIMATORS.refuse("remax", "is verl's ReMax, whose baseline is the score of one extra greedy response per prompt: "
-                               "dagrl's rollout node does not generate it; use grpo or rloo (a baseline from the "
-                               "sampled responses)")
+est("remax", f"{ADV}:remax", "return to go minus the score of the prompt's greedy response (ReMax): a baseline "
+    "without groups (rollout.n=1 works), for one extra greedy generation and scoring per prompt each step",
+    verl="remax", needs=("reward_baselines",))
 
 loss = POLICY_LOSSES.register
 loss("vanilla", f"{LOSS}:vanilla_policy_loss", "PPO's clipped ratio (clip_ratio_low/high) with the dual clip "

@@ -37,6 +37,18 @@ def check_estimator(cfg: Cfg, graph_roles: Callable[[Cfg], set[str]]) -> None:
                           f"algorithm.adv_estimator={name} needs the critic's values, but the graph has no node with "
                           f"role critic: use the PPO graph (dag=ppo) or add a critic node, or pick an estimator "
                           f"without a critic ({others})")
+    if "reward_baselines" in estimator.needs:  # the rollout node's one greedy response per prompt, made only there
+        others = (("actor_rollout_ref.rollout.multi_turn.enable", cfg.actor_rollout_ref.rollout.multi_turn.enable,
+                   "multi-turn trajectories"),
+                  ("async_training.partial_rollout", cfg.async_training.partial_rollout, "partial rollout"),
+                  ("algorithm.filter_groups.enable", cfg.algorithm.filter_groups.enable,
+                   "dynamic sampling's extra prompts"))
+        clash = next(((key, what) for key, on, what in others if on is True), None)
+        if clash:
+            raise ConfigError("algorithm.adv_estimator",
+                              f"algorithm.adv_estimator={name} takes its baseline from one greedy response per prompt, "
+                              f"which the rollout node generates for single-turn batches only, not for {clash[1]} "
+                              f"({clash[0]}=true): use grpo or rloo, or set {clash[0]}=false")
     n = cfg.actor_rollout_ref.rollout.n  # n = 1: no group baseline, no variance
     loss = cfg.distillation.distillation_loss  # pure distillation replaces the task's advantage: no groups needed
     if estimator.group and isinstance(n, int) and n < 2 and not (cfg.distillation.enabled

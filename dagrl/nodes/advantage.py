@@ -31,7 +31,8 @@ def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
     reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
     estimator = ADV_ESTIMATORS[name]  # pre-flight rejects unknown names; this guards graphs that bypass it
     critic = "values" in estimator.needs
-    inputs = AdvantageInputs(rewards, mask, batch["uid"], batch["values"] if critic else None, reduce_sum)
+    baselines = batch["reward_baselines"] if "reward_baselines" in estimator.needs else None
+    inputs = AdvantageInputs(rewards, mask, batch["uid"], batch["values"] if critic else None, reduce_sum, baselines)
     advantages, returns = estimator(inputs, algorithm)
     batch["advantages"], batch["returns"] = advantages, returns
     metrics = {**masked_stats("critic/advantages", advantages, mask, reduce_sum),

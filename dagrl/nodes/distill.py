@@ -15,11 +15,11 @@ from dagrl.utils.dist import data_parallel_sums
 
 def teacher_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     teacher = ctx.cfg.distillation.teacher_model
-    ref = ctx.cfg.actor_rollout_ref.ref  # the teacher forwards as the reference does: the same token budget
+    rollout = ctx.cfg.actor_rollout_ref.rollout  # the teacher reads what the old log-prob pass reads: its budget
     log_probs, _ = ctx.teacher.compute_log_prob(
-        batch, micro_batch_size=teacher.log_prob_micro_batch_size_per_gpu,
-        temperature=ctx.cfg.actor_rollout_ref.rollout.temperature, with_entropy=False,
-        max_token_len=token_budget(ref, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"))
+        batch, micro_batch_size=teacher.log_prob_micro_batch_size_per_gpu, temperature=rollout.temperature,
+        with_entropy=False,
+        max_token_len=token_budget(rollout, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"))
     batch["teacher_log_probs"] = log_probs
     return batch, {}
 

@@ -5,10 +5,12 @@ import contextlib
 import numbers
 import time
 import zlib
+from dataclasses import replace
 from typing import Iterator
 
 import torch
 
+from dagrl.algo.catalog import ADV_ESTIMATORS
 from dagrl.config.errors import ConfigError
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import SamplingSpec
@@ -132,12 +134,36 @@ def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     if ctx.pool is not None:
         out, metrics = generate_partial(ctx, batch, sampling, seed)
     else:
+        greedy = None
         with rollout_session(ctx) as metrics:
             out, sampled = sample(ctx, batch, sampling, seed)
+            if needs_greedy_baseline(ctx.cfg):  # ReMax: in the same session, no second weight sync or wake-up
+                greedy, _ = sample(ctx, batch, replace(sampling, n=1, do_sample=False), seed)
         metrics.update(sampled)
         metrics.update(response_metrics(out, sampling.response_length))
+        if greedy is not None:
+            out, baseline_metrics = attach_greedy_baselines(ctx, out, greedy)
+            metrics.update(baseline_metrics)
     metrics["timing_s/gen_rank_spread"] = wait_for_the_slowest_rank(time.perf_counter() - start)
     return out, metrics
+
+
+def needs_greedy_baseline(cfg) -> bool:
+    """The estimator's baseline is the score of one greedy response per prompt (ReMax)."""
+    estimator = ADV_ESTIMATORS.get(cfg.algorithm.adv_estimator)
+    return estimator is not None and "reward_baselines" in estimator.needs
+
+
+def attach_greedy_baselines(ctx: StepContext, out: Batch, greedy: Batch) -> tuple[Batch, dict[str, float]]:
+    """`reward_baselines`: each response's prompt's greedy-response score, scored as the sampled ones are (verl
+    generates and scores ReMax's baseline in its trainer the same way)."""
+    start = time.perf_counter()
+    scores, _, _ = ctx.reward_fn.score_batch(greedy, ctx.tokenizer)
+    by_prompt = dict(zip(greedy["uid"], scores.sum(-1).tolist()))
+    out["reward_baselines"] = torch.tensor([by_prompt[uid] for uid in out["uid"]], dtype=torch.float32,
+                                           device=out["responses"].device)
+    return out, {"critic/reward_baseline/mean": sum(by_prompt.values()) / max(len(by_prompt), 1),
+                 "timing_s/reward_baseline": time.perf_counter() - start}
 
 
 def wait_for_the_slowest_rank(seconds: float) -> float:

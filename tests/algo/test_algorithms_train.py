@@ -79,3 +79,22 @@ def test_off_policy_correction_trains_two_steps(tiny_model, tiny_data, tmp_path)
         # E_behav[pi_prox / pi_behav] = 1: the sampled tokens' mean weight is near it
         assert metrics["actor/behav_imp_weight/mean"] == pytest.approx(1.0, abs=0.25)
         assert 0 <= metrics["actor/behav_imp_weight_capped_fraction"] < 1
+
+
+def test_remax_scores_a_greedy_response_per_prompt_as_its_baseline(tiny_model, tiny_data, tmp_path):
+    """remax on one response per prompt: the rollout node also generates each prompt's greedy response in the same
+    session and scores it; the advantage is the return minus that score."""
+    from tests.helpers import undocumented_metrics
+
+    out = tmp_path / "run"
+    train(cpu_run_overrides(tiny_model, tiny_data, out, **{
+        "algorithm.adv_estimator": "remax", "actor_rollout_ref.rollout.n": 1,
+        "custom_reward_function.path": str(REWARD), "trainer.val_before_train": False, "trainer.test_freq": -1}))
+    records = metrics_by_step(out)
+    assert sorted(records) == [1, 2]
+    for metrics in records.values():
+        assert math.isfinite(metrics["critic/reward_baseline/mean"])
+        # returns to go minus a per-prompt baseline: not centred like grpo's
+        assert metrics["critic/advantages/max"] > metrics["critic/advantages/min"]
+        assert metrics["actor/grad_norm"] > 0
+    assert not undocumented_metrics(out)

@@ -97,12 +97,13 @@ def test_a_registered_loss_is_called_with_the_common_convention():
 
 
 @pytest.mark.parametrize("overrides,key,says", [
-    (("algorithm.adv_estimator=remax",), "algorithm.adv_estimator", "greedy response"),
+    (("algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true"), "algorithm.adv_estimator",
+     "greedy response per prompt"),
     (("actor_rollout_ref.actor.policy_loss.loss_mode=dro",), "actor_rollout_ref.actor.policy_loss.loss_mode",
      "Direct Reward Optimization"),
     (("algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full"), "algorithm.kl_penalty", "use k3"),
 ])
-def test_verls_names_dagrl_lacks_are_refused_with_the_reason(overrides, key, says):
+def test_verls_names_dagrl_lacks_or_cannot_combine_are_refused_with_the_reason(overrides, key, says):
     with pytest.raises(ConfigError) as info:
         preflight(Cfg(compose(["actor_rollout_ref.rollout.n=2", *overrides])))
     assert info.value.key == key and says in str(info.value).splitlines()[0]

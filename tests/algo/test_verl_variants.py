@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dagrl.algo.advantage import AdvantageInputs, gpg, grpo_passk, opo
+from dagrl.algo.advantage import AdvantageInputs, gpg, grpo_passk, opo, remax
 from dagrl.algo.kl import kl_penalty
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights
 from dagrl.algo.policy_variants import (clip_cov_policy_loss, dppo_kl_policy_loss, dppo_tv_policy_loss,
@@ -31,6 +31,18 @@ def test_opo_baseline_is_the_length_weighted_group_mean():
     advantages, returns = opo(AdvantageInputs(rewards, mask, ["a", "a", "b"]), None)
     close(advantages, [[1 / 3, 1 / 3, 0.0], [-2 / 3, 0.0, 0.0], [3.0, 3.0, 3.0]])
     assert torch.equal(returns, advantages)
+
+
+def test_remax_is_the_return_to_go_minus_the_greedy_score():
+    # compute_remax_outcome_advantage: returns = reverse cumsum of rewards x mask, advantages = returns - baseline x
+    # mask. Row a: reward 1 at its last token, greedy score 0.25 -> returns 1, advantages 0.75 at each token; row b:
+    # 0.5 at its second token, one masked token, greedy score 1 -> returns [0.5, 0.5, 0], advantages [-0.5, -0.5, 0]
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    advantages, returns = remax(AdvantageInputs(rewards, mask, ["a", "b"], baselines=torch.tensor([0.25, 1.0])),
+                                SimpleNamespace())
+    close(returns, [[1.0, 1.0, 1.0], [0.5, 0.5, 0.0]])
+    close(advantages, [[0.75, 0.75, 0.75], [-0.5, -0.5, 0.0]])
 
 
 @pytest.mark.parametrize("norm_by_std,best", [(True, 0.5 / (0.5 + 1e-6)), (False, 0.5)])

@@ -1732,8 +1732,10 @@ CASES: tuple[Case, ...] = (
     Case("loss_agg_mode_with_sapo", "`actor.loss_agg_mode=token-sum` with loss_mode=sapo (which fixes its own)",
          ("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.loss_agg_mode=token-sum"),
          ("loss_agg_mode='token-sum' has no effect", "aggregates with seq-mean-token-mean")),
-    Case("remax_estimator", "`algorithm.adv_estimator=remax` (verl's; needs a greedy baseline generation)",
-         ("algorithm.adv_estimator=remax",), ("algorithm.adv_estimator='remax'", "use grpo or rloo")),
+    Case("remax_with_partial_rollout", "`algorithm.adv_estimator=remax` with partial rollout (its greedy baseline "
+         "is made for single-turn batches only)", ("algorithm.adv_estimator=remax", "async_training.partial_rollout=true"),
+         ("algorithm.adv_estimator=remax takes its baseline from one greedy response per prompt", "partial rollout",
+          "set async_training.partial_rollout=false")),
     Case("passk_with_one_sample", "`algorithm.adv_estimator=grpo_passk` with `rollout.n=1`",
          ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo_passk"),
          ("actor_rollout_ref.rollout.n=1", "second best", "2 or more")),
