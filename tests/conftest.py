@@ -6,6 +6,7 @@ import multiprocessing.util
 import os
 import random
 import shutil
+import signal
 import tempfile
 import uuid
 from pathlib import Path
@@ -47,6 +48,10 @@ def pytest_configure(config) -> None:
         installed = _saved_home_env[key] or os.path.join(_saved_home_env["HOME"] or "/nonexistent", default)
         if os.path.isdir(installed):
             os.environ[key] = installed
+    # The Ctrl-C tests send SIGINT as a terminal does. A suite started as a shell's background job (`cmd &` in a
+    # script) begins with SIGINT ignored, which its processes would inherit and dagrl honour: take it back here
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

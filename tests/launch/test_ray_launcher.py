@@ -42,6 +42,7 @@ def test_worker_death_stops_the_job_naming_the_rank_and_a_relaunch_resumes(tiny_
     assert metrics[3]["training/global_step"] == 3.0
 
 
+@pytest.mark.slow  # two pools run under torchrun in CI (tests/trainer/test_two_pools.py); Ray's launch of them here
 def test_separate_pools_on_ray_workers_train_and_match_torchrun(tiny_model, tiny_data, tmp_path):
     """actor_rollout_ref.hybrid_engine=false under Ray: one placement group per pool, the rollout pool's worker first;
     at K=0 the run equals the same pools under torchrun."""

@@ -39,6 +39,7 @@ def run_args(tiny_model, tiny_data):
     return make
 
 
+@pytest.mark.slow  # a chain of kills; CI kills and resumes in test_end_to_end.py and tests/reliability/test_ctrl_c.py
 def test_three_named_kills_then_the_run_matches_an_uninterrupted_one(run_args, tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     plan = iter([KillSpec("between_shards", 1),   # leaves .tmp_global_step_1 behind

@@ -99,6 +99,7 @@ def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(t
     assert records[4]["training/restarts"] == 1.0
 
 
+@pytest.mark.slow  # the torchrun variant above runs in CI: the watchdog, the restart and the exact resume are the same
 def test_ray_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path, straight):
     pytest.importorskip("ray")
     out = tmp_path / "run"

@@ -127,7 +127,7 @@ def test_a_synchronous_run_killed_and_resumed_writes_the_uninterrupted_runs_ledg
     assert saved_length(resumed, 2)["lines"] == 2 * BATCH and saved_length(resumed, 4)["lines"] == 4 * BATCH
 
 
-@pytest.mark.parametrize("staleness,kill", [(1, KILL), (3, "before_marker:4")])
+@pytest.mark.parametrize("staleness,kill", [pytest.param(1, KILL, marks=pytest.mark.slow), (3, "before_marker:4")])
 def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(args, tmp_path, staleness, kill):
     """K=3 is killed while saving the last step, after the ledger has its lines: the resume cuts steps 3-4's lines
     and writes them again. Then the finished run is extended by a step: its in_flight lines are replaced."""
