@@ -174,7 +174,8 @@ def _ctx(estimator: str, **algorithm) -> SimpleNamespace:
 def _batch() -> Batch:
     return Batch({"token_level_rewards": torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0], [0.0, 4.0]]),
                   "response_mask": torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]]),
-                  "values": torch.tensor([[0.5, 0.5], [0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])},
+                  "values": torch.tensor([[0.5, 0.5], [0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]),
+                  "reward_baselines": torch.tensor([0.5, 0.5, 3.0, 3.0])},  # remax's: per prompt, a score
                  {"uid": ["a", "a", "b", "b"]})
 
 
