@@ -12,7 +12,7 @@ from dagrl.data.layout import to_actor_layout as move
 from dagrl.nodes.context import StepContext
 
 # Node roles that need the actor layout: everything after the move.
-ACTOR_SIDE_ROLES = ("actor", "reference", "critic", "advantage")
+ACTOR_SIDE_ROLES = ("actor", "reference", "teacher", "critic", "advantage")
 ROLLOUT_SIDE_FNS = ("dagrl.nodes.dynamic_sampling",)  # modules whose nodes count groups in the rollout layout
 
 
