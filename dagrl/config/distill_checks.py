@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from dagrl.config.checks import read_hf_config, require
 from dagrl.config.errors import ConfigError
 from dagrl.config.model_files import _json, check_weight_files, highest_token_id
-from dagrl.config.model_shapes import check_weight_shapes
+from dagrl.config.model_shapes import check_weight_shapes, position_limit
 from dagrl.config.tree import Cfg
 
 KEY = "distillation.teacher_model.model_path"
@@ -78,7 +78,7 @@ def check_teacher(cfg: Cfg, student_config: dict, parallel, world_size: int, seq
     require(teacher_config["vocab_size"] > top, KEY,
             f"the teacher's vocab_size={teacher_config['vocab_size']} ({teacher_path}/config.json) has no row for "
             f"the student's token id {top}: use a teacher with the student's tokenizer")
-    limit = teacher_config.get("max_position_embeddings")
+    limit = position_limit(teacher_config)
     require(not isinstance(limit, int) or sequence_length <= limit, KEY,
             f"data.max_prompt_length + data.max_response_length = {sequence_length} is longer than the teacher's "
             f"max_position_embeddings={limit} ({teacher_path}/config.json): use a teacher with as many positions, "
@@ -95,10 +95,7 @@ def check_teacher(cfg: Cfg, student_config: dict, parallel, world_size: int, seq
 
 
 def teacher_config(cfg: Cfg) -> dict | None:
-    """The teacher's config.json when distillation is on and it can be read (dagrl.plan's memory), else None."""
-    if not cfg.distillation.enabled or not cfg.distillation.teacher_model.model_path:
+    """The teacher's config.json when distillation is on (dagrl.plan's memory; pre-flight has read it), else None."""
+    if not cfg.distillation.enabled:
         return None
-    try:
-        return read_hf_config(cfg.distillation.teacher_model.model_path, key=KEY)
-    except ConfigError:
-        return None
+    return read_hf_config(cfg.distillation.teacher_model.model_path, key=KEY)

@@ -57,9 +57,11 @@ INERT = (
           f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
     Inert(f"{R}.top_[pk]", lambda c: not _off(c.get(f"{R}.do_sample")),
           f"{R}.do_sample=false (greedy rollouts)", f"set {R}.do_sample=true"),
-    Inert(f"{D}.distillation_loss_coef", lambda c: c.get("distillation.enabled") is not True
-          or not _off(c.get(f"{D}.use_task_rewards")),
-          f"{D}.use_task_rewards=false (the distillation term alone, weight 1)", f"set {D}.use_task_rewards=true"),
+    Inert(f"{D}.distillation_loss_coef",
+          lambda c: not _off(c.get("distillation.enabled")) and not _off(c.get(f"{D}.use_task_rewards")),
+          lambda c: "distillation.enabled=false (no teacher)" if _off(c.get("distillation.enabled")) else
+          f"{D}.use_task_rewards=false (the distillation term alone, weight 1)",
+          f"run dag=opd with {D}.use_task_rewards=true"),
     Inert("distillation.*", lambda c: not _off(c.get("distillation.enabled")),
           "distillation.enabled=false (no teacher)", "run dag=opd"),
 )

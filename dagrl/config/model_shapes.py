@@ -85,6 +85,16 @@ def check_weight_shapes(model_path: str, hf_config: dict, key: str = "actor_roll
             f"{model_dir / 'config.json'} has num_hidden_layers={configured}: {fix}")
 
 
+def position_limit(hf_config: dict):
+    """The positions a model takes: max_position_embeddings, times its rope scaling factor (None: not said)."""
+    limit = hf_config.get("max_position_embeddings")
+    scaling = hf_config.get("rope_scaling") or {}
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if isinstance(limit, int) and isinstance(factor, (int, float)) and factor > 1:
+        limit = int(limit * factor)
+    return limit
+
+
 def check_critic_model(critic_path: str | None, sequence_length: int, actor_config: dict) -> None:
     """critic.model.path, when set: a prompt + response fits its positions, and its weights fit its config.json
     (the actor's model is checked in validate.preflight; the critic's tokenizer is the actor's, sections.check_critic)."""
@@ -94,11 +104,7 @@ def check_critic_model(critic_path: str | None, sequence_length: int, actor_conf
 
     key = "critic.model.path"
     critic_config = read_hf_config(critic_path, key=key)
-    limit = critic_config.get("max_position_embeddings")
-    scaling = critic_config.get("rope_scaling") or {}
-    factor = scaling.get("factor") if isinstance(scaling, dict) else None
-    if isinstance(limit, int) and isinstance(factor, (int, float)) and factor > 1:
-        limit = int(limit * factor)
+    limit = position_limit(critic_config)
     require(not isinstance(limit, int) or sequence_length <= limit, key,
             f"data.max_prompt_length + data.max_response_length = {sequence_length} is longer than the critic's "
             f"max_position_embeddings={limit} ({critic_path}/config.json of critic.model.path, the actor's model "

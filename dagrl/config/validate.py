@@ -116,11 +116,7 @@ def planned_world_size(cfg: Cfg) -> int:
 
 def check_position_limit(total: int, hf_config: dict) -> None:
     """A prompt + response longer than the model's positions (max_position_embeddings, x a rope scaling factor)."""
-    limit = hf_config.get("max_position_embeddings")
-    scaling = hf_config.get("rope_scaling") or {}
-    factor = scaling.get("factor") if isinstance(scaling, dict) else None
-    if isinstance(limit, int) and isinstance(factor, (int, float)) and factor > 1:
-        limit = int(limit * factor)
+    limit = model_shapes.position_limit(hf_config)
     require(not isinstance(limit, int) or total <= limit, "data.max_response_length",
             f"data.max_prompt_length + data.max_response_length = {total} is longer than the model's "
             f"max_position_embeddings={limit} (config.json of actor_rollout_ref.model.path): lower "

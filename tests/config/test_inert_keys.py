@@ -29,6 +29,11 @@ def test_settings_that_apply_or_are_zeroed_pass(overrides):
      "use_kl_in_reward=true"),
     (("actor_rollout_ref.rollout.val_kwargs.do_sample=false", "actor_rollout_ref.rollout.val_kwargs.temperature=0.6"),
      "actor_rollout_ref.rollout.val_kwargs.temperature", "do_sample=true"),
+    (("distillation.distillation_loss.distillation_loss_coef=2",),
+     "distillation.distillation_loss.distillation_loss_coef", "dag=opd"),
+    (("dag=opd", "distillation.distillation_loss.use_task_rewards=false",
+      "distillation.distillation_loss.distillation_loss_coef=2"),
+     "distillation.distillation_loss.distillation_loss_coef", "use_task_rewards=true"),
 ])
 def test_a_setting_its_switch_turns_off_is_named_with_the_switch(overrides, key, switch):
     with pytest.raises(ConfigError) as err:
