@@ -1,17 +1,19 @@
 """On-policy distillation against GRPO from the same start: held-out accuracy per step, same seeds, one table.
 
-usage: python3 benchmarks/opd_learn.py --out DIR (--teacher HF_DIR | --teacher-from-grpo) [--arms grpo,opd,opd_pure]
-           [--seeds 0[,1]] [--steps 20] [--test-freq 5] [--script examples/grpo_trainer/run_smollm2-135m-cpu.sh]
-           [--report] [--extra "k=v ..."]
+usage: python3 benchmarks/opd_learn.py --out DIR (--teacher HF_DIR | --teacher-from-grpo [--teacher-steps N])
+           [--arms grpo,opd,opd_pure,remax] [--seeds 0[,1]] [--steps 20] [--test-freq 5]
+           [--script examples/grpo_trainer/run_smollm2-135m-cpu.sh] [--report] [--extra "k=v ..."]
 
 Each arm runs the --script (the CPU quickstart by default, or run_smollm2-135m-vllm.sh on a GPU) for --steps steps
 with greedy held-out accuracy every --test-freq steps, one after the other, each in DIR/<arm>_seed<S>/:
   grpo      the script as it is: GRPO on the task reward (the baseline)
   opd       dag=opd with the --teacher: GRPO's advantage plus the teacher's per-token reverse KL
   opd_pure  dag=opd without the task reward (distillation.distillation_loss.use_task_rewards=false)
+  remax     GRPO's graph with algorithm.adv_estimator=remax (a greedy baseline per prompt; no teacher)
 With --teacher-from-grpo the teacher is the grpo arm's last step, merged with scripts/model_merger.py into
 DIR/teacher (the grpo arm runs first; later seeds reuse the first seed's): distillation then has to beat the
-very run that made its teacher.
+very run that made its teacher. With --teacher-steps N (> --steps) the teacher is instead a GRPO run of N steps of
+the first seed (DIR/teacher_train, more epochs over the same prompts): a teacher stronger than the run it races.
 Every arm samples the same prompts in the same order (data.seed) from the same student. The table gives each arm's
 accuracy at every evaluated step (the mean over seeds, with min-max when there are several), its seconds a step
 (median), and the first evaluated step at which it reaches the teacher's accuracy less 0.05 (the teacher's is
@@ -32,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = {"grpo": [], "opd": ["dag=opd", "distillation.teacher_model.model_path={teacher}"],
         "opd_pure": ["dag=opd", "distillation.teacher_model.model_path={teacher}",
-                     "distillation.distillation_loss.use_task_rewards=False"]}
+                     "distillation.distillation_loss.use_task_rewards=False"],
+        "remax": ["algorithm.adv_estimator=remax"]}
 ACC = "val-core/"
 
 
@@ -41,6 +44,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--teacher", default=str(Path.home() / "models" / "smollm2-grpo"))
     parser.add_argument("--teacher-from-grpo", action="store_true")
+    parser.add_argument("--teacher-steps", type=int, default=0, help="train the teacher this long (> --steps)")
     parser.add_argument("--arms", default="grpo,opd,opd_pure")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--steps", type=int, default=20)
@@ -51,15 +55,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(name: str, overrides: list[str], seed: int, args: argparse.Namespace, model: str | None = None) -> None:
+def run(name: str, overrides: list[str], seed: int, args: argparse.Namespace, model: str | None = None,
+        steps: int = 0, keep: bool = False) -> None:
+    """One run of the script into DIR/name; `keep` saves its last step (to become the teacher)."""
+    steps = steps or args.steps
     out = args.out / name
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SEED": str(seed), "CKPT_DIR": str(out / "ckpt"), "NGPUS": "1", "PYTHONUNBUFFERED": "1"}
     if model:
         env["MODEL_PATH"] = model
-    keep = name.startswith("grpo") and args.teacher_from_grpo  # its last step becomes the teacher
-    common = [f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.test_freq}",
-              f"trainer.save_freq={args.steps if keep else -1}", "trainer.resume_mode=disable",
+    common = [f"trainer.total_training_steps={steps}", f"trainer.test_freq={args.test_freq}",
+              f"trainer.save_freq={steps if keep else -1}", "trainer.resume_mode=disable",
               "trainer.val_before_train=True",
               "trainer.logger=[console,jsonl]"]
     command = ["bash", args.script, *common, *overrides, *shlex.split(args.extra)]
@@ -129,20 +135,28 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         sys.exit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(ARMS)}")
     arms = args.arms.split(",")
+    if args.teacher_steps and (not args.teacher_from_grpo or args.teacher_steps <= args.steps):
+        sys.exit("--teacher-steps needs --teacher-from-grpo and more steps than --steps")
+    seeds = [int(s) for s in args.seeds.split(",")]
     if args.teacher_from_grpo:
         args.teacher = str(args.out / "teacher")
         arms = ["grpo"] + [arm for arm in arms if arm != "grpo"]
     if not args.report:
-        for seed in (int(s) for s in args.seeds.split(",")):
-            measured = False
+        if args.teacher_steps and not Path(args.teacher, "config.json").is_file():
+            run("teacher_train", ["trainer.total_epochs=100"], seeds[0], args, steps=args.teacher_steps, keep=True)
+            merge(args.out / "teacher_train" / "ckpt" / f"global_step_{args.teacher_steps}" / "actor", args.teacher)
+        measured = False  # greedy validation: the teacher's accuracy is the same for every seed
+        for seed in seeds:
             for arm in arms:
-                if arm != "grpo" and not measured:  # the teacher's own held-out accuracy, once it exists
+                taught = any("{teacher}" in o for o in ARMS[arm])
+                if taught and not measured:  # the teacher's own held-out accuracy, once it exists
                     if args.teacher_from_grpo and not Path(args.teacher, "config.json").is_file():
                         merge(args.out / f"grpo_seed{seed}" / "ckpt" / f"global_step_{args.steps}" / "actor",
                               args.teacher)
                     run(f"teacher_seed{seed}", ["trainer.val_only=True"], seed, args, model=args.teacher)
                     measured = True
-                run(f"{arm}_seed{seed}", [o.format(teacher=args.teacher) for o in ARMS[arm]], seed, args)
+                keep = arm == "grpo" and args.teacher_from_grpo and not args.teacher_steps
+                run(f"{arm}_seed{seed}", [o.format(teacher=args.teacher) for o in ARMS[arm]], seed, args, keep=keep)
     table = report(args)
     (args.out / "report.md").write_text(table + "\n")
     print(table)

@@ -3,10 +3,10 @@
 # by git): the kit's 14 chunks (../shared/devkit/setup.sh --te), SmolLM2-135M-Instruct in bf16 cut into five
 # 56 MiB parts (.devkit/m0..m4), its tokenizer (.devkit/tok), the wheels dagrl needs beyond the GPU image
 # (.devkit/extra), the arithmetic parquet (.devkit/data) and a frozen copy of HEAD (.devkit/head). Prints the calls.
-#   bash scripts/device_prep.sh [JOB]      JOB: a script of benchmarks/device/ (default issue24.sh)
+#   bash scripts/device_prep.sh [JOB]      JOB: a script of benchmarks/device/ (default opd_strong_teacher.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-JOB=${1:-issue24.sh}
+JOB=${1:-opd_strong_teacher.sh}
 PY=.venv/bin/python
 [ -x $PY ] || bash scripts/setup_cpu.sh
 [ -d .devkit/kit/c14 ] || bash ../shared/devkit/setup.sh --te
