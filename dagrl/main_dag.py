@@ -32,7 +32,8 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from dagrl.config.errors import ConfigError  # noqa: E402
-from dagrl.config.load import CONF_DIR, CONFIG_NAME, compose, to_plain  # noqa: E402
+from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME  # noqa: E402
+from dagrl.config.load import compose, to_plain  # noqa: E402
 from dagrl.launch.process import setup_logging, train_process  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def run(cfg_data: dict) -> None:
         from dagrl.config.validate import placement, planned_world_size, preflight
 
         cfg = Cfg(cfg_data)
-        from dagrl.launch.ray_cluster import WorkerFailed, check_ray_address, launch
+        from dagrl.launch.ray_cluster import Interrupted, WorkerFailed, check_ray_address, launch
 
         try:  # every input check before a single worker starts
             preflight(cfg, world_size=planned_world_size(cfg))
@@ -62,13 +63,16 @@ def run(cfg_data: dict) -> None:
         except ConfigError as error:
             fail(str(error), 2)
 
+        from dagrl.utils.preemption import resume_advice
         try:
             launch(cfg_data)
         except WorkerFailed as error:
             fail(str(error), error.exit_code)
-        except KeyboardInterrupt:  # the workers do not get the terminal's Ctrl-C (Ray blocks it): launch() killed them
-            from dagrl.utils.preemption import resume_advice
-            interrupted(f"Ctrl-C: the Ray workers were stopped without a checkpoint; "
+        except Interrupted as stop:  # the workers stopped on the Ctrl-C the driver passed on
+            interrupted(str(stop) or f"Ctrl-C with no step under way: the Ray workers stopped at once, nothing "
+                                     f"unsaved; {resume_advice(cfg.trainer, 'intact')}")
+        except KeyboardInterrupt:  # a second Ctrl-C, or one before the workers trained: launch() killed them
+            interrupted(f"Ctrl-C: the Ray workers were stopped at once without a checkpoint; "
                         f"{resume_advice(cfg.trainer, 'intact')}")
         return
     code, message = train_process(cfg_data)
@@ -113,7 +117,7 @@ def check_flags(argv: list[str]) -> None:
     """Arguments with a leading '-' that Hydra would answer with its usage text or a multi-line error: an override
     written as an option (--data.train_batch_size=8), and verl's --config-name/--config-path (dagrl has one
     primary config, conf/dagrl.yaml)."""
-    from dagrl.config.load import CONFIG_NAME
+    from dagrl.config.conf_dir import CONFIG_NAME
 
     for index, arg in enumerate(argv):
         name, has_value, value = arg.partition("=")

@@ -139,7 +139,7 @@ def _package(path: Path, group: str) -> str:
 
 
 def render() -> str:
-    from dagrl.config.load import FREEFORM_MAPS
+    from dagrl.config.conf_dir import FREEFORM_MAPS
 
     defaults = yaml.safe_load((CONF / "dagrl.yaml").read_text())["defaults"]
     groups = [(group, option) for item in defaults if isinstance(item, dict)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from dagrl.agent.prompting import FORMATS
-from dagrl.config.checks import positive_int, require
+from dagrl.config.checks import positive_int
+from dagrl.config.errors import require
 from dagrl.config.errors import ConfigError
 from dagrl.config.tree import Cfg
 

@@ -2,7 +2,7 @@
 stale samples. The pools' sizes are checked where the world size is (config/validate.py)."""
 from __future__ import annotations
 
-from dagrl.config.checks import require
+from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
 
 

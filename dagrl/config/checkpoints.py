@@ -6,7 +6,8 @@ import os
 import re
 from pathlib import Path
 
-from dagrl.config.checks import as_list, get, require
+from dagrl.config.checks import as_list, get
+from dagrl.config.errors import require
 from dagrl.config.errors import ConfigError
 from dagrl.config.path_values import check_writable_dir
 from dagrl.config.tree import Cfg

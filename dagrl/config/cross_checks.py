@@ -3,7 +3,8 @@ schedule whose floor is above its peak, a setting that has no effect without ano
 reaches."""
 from __future__ import annotations
 
-from dagrl.config.checks import get, require
+from dagrl.config.checks import get
+from dagrl.config.errors import require
 from dagrl.config.errors import ConfigError
 from dagrl.config.derived import total_steps
 from dagrl.config.tree import Cfg

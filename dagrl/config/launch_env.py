@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from dagrl.config.checks import require
+from dagrl.config.errors import require
 from dagrl.config.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""Where conf/ lives, composing it outside `@hydra.main`, and checking command-line overrides early.
+"""Composing conf/ outside `@hydra.main`, and checking command-line overrides early.
 
 Hydra in struct mode already rejects unknown keys, but its message does not say which key was meant, and a
 `+key` would be appended silently anywhere. `check_overrides` runs first: an unknown key fails naming the
@@ -11,25 +11,11 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from pathlib import Path
 from typing import Any, Callable
 
+from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME, FREEFORM_MAPS
 from dagrl.config.errors import ConfigError
 from dagrl.config.override_hints import key_fix, not_an_override, parse_fix, stray_word, sweep_fix, value_fix
-
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
-# A source checkout keeps conf/ beside the package; an installed wheel ships it as dagrl/conf.
-CONF_DIR = next((p for p in (_PACKAGE_DIR.parent / "conf", _PACKAGE_DIR / "conf") if (p / "dagrl.yaml").is_file()),
-                _PACKAGE_DIR / "conf")
-CONFIG_NAME = "dagrl"
-
-# Maps whose keys are the user's own: `+<map>.<key>=value` adds to them and reaches the code that reads them.
-FREEFORM_MAPS = (
-    "actor_rollout_ref.actor.megatron.override_transformer_config",
-    "custom_reward_function.reward_kwargs",
-    "actor_rollout_ref.rollout.engine_kwargs.vllm",
-)
-
 
 # verl's keys that dagrl names or shapes differently: an override of one gets the dagrl key in its error line
 VERL_KEYS = {

@@ -12,11 +12,11 @@ import json
 import os
 from pathlib import Path
 
-from dagrl.config.checks import require
-from dagrl.config.errors import ConfigError
+from dagrl.config.errors import ConfigError, require
+from dagrl.config.model_dir import safetensors_header
+from dagrl.config.model_shapes import tensor_shapes
 
 KEY = "actor_rollout_ref.model.path"
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 
 
 def _json(path: Path):
@@ -24,34 +24,6 @@ def _json(path: Path):
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # a broken tokenizer file is the tokenizer check's (or transformers') to name
-
-
-def missing_config_hint(path: Path, key: str) -> str:
-    """What a directory without config.json holds instead, and where the model is ('' when nothing is known)."""
-    ggufs = sorted(p.name for p in path.glob("*.gguf"))
-    if ggufs:
-        return (f"; {path} holds {ggufs[0]}, a GGUF file (llama.cpp's format), which dagrl cannot train: convert it "
-                f"to an HF directory (transformers' from_pretrained(..., gguf_file=...) then save_pretrained) or point "
-                f"{key} at the original HF model")
-    snapshots = sorted(p.parent for p in path.glob("snapshots/*/config.json"))
-    if snapshots:  # the hub cache's models--org--name: the files are in snapshots/<revision>
-        return (f"; {path} is the hub cache's folder of a model, whose files are in snapshots/<revision>: point {key} "
-                f"at {snapshots[-1]}")
-    if (path / "snapshots").is_dir() and (path / "refs").is_dir():  # that folder, its download not finished
-        return (f"; {path} is the hub cache's folder of a model, but no snapshots/<revision> in it holds config.json "
-                f"(a download that did not finish): download the model again (huggingface-cli download), then point "
-                f"{key} at {path}/snapshots/<revision>")
-    hf = path / "huggingface"
-    if (hf / "config.json").is_file() and ((path / "metadata.json").is_file() or any(path.glob("*.distcp"))):
-        if any(hf.glob("*.safetensors")):
-            return f"; {path} is a Megatron checkpoint whose HF copy is in {hf}: point {key} at {hf}"
-        return (f"; {path} is a Megatron checkpoint (its HF config and tokenizer in {hf}, no HF weights): start from "
-                f"it with {key}={hf} actor_rollout_ref.actor.megatron.use_dist_checkpointing=true "
-                f"actor_rollout_ref.actor.megatron.dist_checkpointing_path={path}")
-    inside = sorted(p.parent for p in path.glob("*/config.json"))
-    if inside:
-        return f"; {inside[0]} has one: point {key} at it"
-    return ""
 
 
 def highest_token_id(model_dir: Path) -> tuple[int, str] | None:
@@ -89,7 +61,6 @@ def check_vocab(model_path: str, hf_config: dict) -> None:
     highest = highest_token_id(model_dir)
     if not isinstance(vocab_size, int) or highest is None:
         return
-    from dagrl.config.model_shapes import tensor_shapes
     embedding = tensor_shapes(model_dir).get("model.embed_tokens.weight")
     if embedding is not None and embedding[0][:1] != [vocab_size]:
         return  # config.json disagrees with its own weights: model_shapes.check_weight_shapes names that instead
@@ -122,20 +93,10 @@ def check_special_ids(model_path: str, hf_config: dict) -> None:
 
 def _truncated(shard: Path) -> str | None:
     """Why the safetensors file `shard` is unusable (cut short, or no header), or None; reads its header only."""
+    header, length, why = safetensors_header(shard)
+    if header is None:
+        return why
     size = shard.stat().st_size
-    with open(shard, "rb") as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            return f"{size} bytes, shorter than a safetensors header"
-        length = int.from_bytes(head, "little")
-        if length > MAX_HEADER_BYTES:
-            return f"its header length {length} is not a safetensors header's"
-        if 8 + length > size:
-            return f"{size} bytes, shorter than its own {length}-byte header"
-        try:
-            header = json.loads(handle.read(length))
-        except ValueError:
-            return "its header is not valid JSON"
     ends = [entry["data_offsets"][1] for name, entry in header.items()
             if name != "__metadata__" and isinstance(entry, dict) and len(entry.get("data_offsets") or ()) == 2]
     needed = 8 + length + max(ends, default=0)

@@ -8,15 +8,12 @@ names none of them (another layout) is left to the engine.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
-from dagrl.config.checks import require
-from dagrl.config.errors import ConfigError
-
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+from dagrl.config.errors import ConfigError, require
+from dagrl.config.model_dir import read_hf_config, safetensors_header
 
 
 def tensor_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
@@ -25,12 +22,8 @@ def tensor_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
     found: dict[str, tuple[list[int], str]] = {}
     for shard in sorted(model_dir.glob("*.safetensors")):
         try:
-            with open(shard, "rb") as handle:
-                length = int.from_bytes(handle.read(8), "little")
-                if length > MAX_HEADER_BYTES:
-                    continue
-                header = json.loads(handle.read(length))
-        except (OSError, ValueError):
+            header = safetensors_header(shard)[0] or {}
+        except OSError:
             continue
         for name, entry in header.items():
             if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
@@ -100,7 +93,6 @@ def check_critic_model(critic_path: str | None, sequence_length: int, actor_conf
     (the actor's model is checked in validate.preflight; the critic's tokenizer is the actor's, sections.check_critic)."""
     if not critic_path:
         return
-    from dagrl.config.checks import read_hf_config
 
     key = "critic.model.path"
     critic_config = read_hf_config(critic_path, key=key)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dagrl.config.schema import LOOKALIKES, MISSING, default_config, default_value, schema
+
 
 def _kind(key: str) -> str:
-    from dagrl.config.schema import schema
     return schema().get(key, "").rstrip("?")
 
 
@@ -57,7 +58,6 @@ def stray_word(before: str | None, arg: str) -> str | None:
     space (`trainer.logger=console tensorboard`). The message, or None when that is not what happened."""
     if not before or "=" not in before or before.endswith("=") or arg.startswith(("~", "-")):
         return None
-    from dagrl.config.schema import default_config
     # a key written without its value (`trainer.total_epochs`, YAML's `data.train_batch_size:`, a misspelt
     # `trainer.totl_epochs`) starts with a section name: that is not a split value
     if arg.lstrip("+").rstrip(":").split(".")[0] in default_config():
@@ -70,12 +70,6 @@ def stray_word(before: str | None, arg: str) -> str | None:
         fix = f"\"{key}='{value} {arg}'\" (quoted)"
     return (f"override '{arg}' follows '{before}' and is not key=value: the shell splits a value at a space; "
             f"write {fix}")
-
-
-# characters a value copied from a web page or a word processor brings along: Hydra's grammar refuses them
-LOOKALIKES = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u201c": '"',
-              "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ", "\u2009": " ",
-              "\u202f": " ", "\u00d7": "x"}
 
 
 def _ascii_value(value: str) -> str:
@@ -91,7 +85,6 @@ def key_fix(key: str, value: str) -> str | None:
     `trainer.logger+=[wandb]`."""
     bare = key.lstrip("+~")
     if bare.endswith("+"):  # `key+=[...]`: Hydra reads the key `key+`
-        from dagrl.config.schema import MISSING, default_value
         name, default = bare[:-1], default_value(bare[:-1])
         items = [str(v) for v in default] if isinstance(default, list) else ["<current items>"]
         added = value.strip("[]")

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dagrl.config.checks import require
+from dagrl.config.errors import require
 from dagrl.config.errors import ConfigError
 from dagrl.config.tree import Cfg, leaves
 

@@ -3,7 +3,7 @@ keys are the schema's (dagrl/config/schema.py); these are the rules between them
 from __future__ import annotations
 
 from dagrl.config.path_values import check_writable_dir
-from dagrl.config.checks import require
+from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
 
 TOOLS = ("torch",)

@@ -16,7 +16,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable
 
-from dagrl.config.checks import as_list, require
+from dagrl.config.checks import as_list
+from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
 
 

@@ -16,9 +16,20 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Callable
 
+from omegaconf import OmegaConf
+
+from dagrl.config.algorithm_checks import choice_error
+from dagrl.config.conf_dir import CONF_DIR, FREEFORM_MAPS, followers, interpolated_defaults
 from dagrl.config.errors import ConfigError
+from dagrl.config.sections import CHOICES
+from dagrl.config.tree import Cfg, leaves
 
 MISSING = object()
+
+# characters a value copied from a web page or a word processor brings along: Hydra's grammar refuses them
+LOOKALIKES = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u201c": '"',
+              "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ", "\u2009": " ",
+              "\u202f": " ", "\u00d7": "x"}
 
 
 @dataclass(frozen=True)
@@ -176,9 +187,6 @@ def _kind(value: Any) -> str:
 @functools.lru_cache(maxsize=1)
 def default_config() -> dict[str, Any]:
     """conf/ with every group at its default option, resolved (as compose() without overrides, minus Hydra)."""
-    from omegaconf import OmegaConf
-
-    from dagrl.config.load import CONF_DIR
     defaults = [entry for entry in OmegaConf.load(CONF_DIR / "dagrl.yaml").defaults if not isinstance(entry, str)]
     options = {group: option for entry in defaults for group, option in entry.items() if " " not in group}
     tree = {group: OmegaConf.load(CONF_DIR / group / f"{option}.yaml") for group, option in options.items()}
@@ -186,26 +194,8 @@ def default_config() -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def followers() -> dict[str, list[str]]:
-    """{key: the keys whose default is exactly `${key}`} (critic.shuffle follows actor_rollout_ref.actor.shuffle)."""
-    from omegaconf import OmegaConf
-
-    from dagrl.config.load import CONF_DIR
-    from dagrl.config.tree import leaves
-    found: dict[str, list[str]] = {}
-    for group in sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and (p / "default.yaml").is_file()):
-        raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / "default.yaml"), resolve=False)
-        for key, value in leaves(raw, group).items():
-            if isinstance(value, str) and value.startswith("${") and value.endswith("}") and value.count("$") == 1:
-                found.setdefault(value[2:-1], []).append(key)
-    return found
-
-
-@functools.lru_cache(maxsize=1)
 def schema() -> dict[str, str]:
     """{dotted key: type} of every leaf of the default config ("T?" = T or null); free-form maps are "dict"."""
-    from dagrl.config.load import FREEFORM_MAPS
-    from dagrl.config.tree import leaves
 
     found = {key: TYPES.get(key, _kind(value)) for key, value in leaves(default_config()).items()}
     found.update({key: "dict" for key in FREEFORM_MAPS})
@@ -266,9 +256,6 @@ def show(value: Any) -> str:
 
 def check_value(key: str, kind: str, value: Any, config: dict[str, Any] | None = None) -> None:
     """Raise ConfigError unless `value` has the key's type and lies in its range (null passes a nullable key)."""
-    from dagrl.config.algorithm_checks import choice_error
-    from dagrl.config.sections import CHOICES
-
     if key in CHOICES and value is not None:
         allowed = CHOICES[key]
         if isinstance(value, bool) or value not in allowed:
@@ -297,7 +284,6 @@ def _number_as_text(key: str, kind: str, value: Any) -> str:
     (Hydra keeps '1e-5' a string), or with a line continuation's backslash or a lookalike minus pasted in."""
     if kind.rstrip("?") not in ("int", "float") or not isinstance(value, str):
         return ""
-    from dagrl.config.override_hints import LOOKALIKES
     cleaned = "".join(LOOKALIKES.get(char, char) for char in value).strip().rstrip("\\").strip().strip("'\"")
     try:
         number = float(cleaned)
@@ -323,8 +309,6 @@ def _followed(key: str, value: Any, config: dict[str, Any] | None) -> str:
 def check_schema(config: dict[str, Any], problems=None) -> None:
     """Every key of the schema, in conf/'s order: the first wrong type or out-of-range value raises ConfigError;
     with `problems` (checks.Problems), every such key not reported yet is."""
-    from dagrl.config.checks import interpolated_defaults
-
     for key, kind in schema().items():
         value = _lookup(config, key)
         if value is MISSING:  # a key another group option lacks is not checked
@@ -355,8 +339,6 @@ def check_sampling(config: Any) -> None:
     """Validation that samples at temperature 0 contradicts itself (vLLM and HF both refuse or divide by zero).
     `config` a Cfg (pre-flight: its reads are recorded, so a do_sample that failed its type check is not reread
     here as true) or plain data."""
-    from dagrl.config.tree import Cfg
-
     val = (Cfg(config) if isinstance(config, dict) else config).actor_rollout_ref.rollout.val_kwargs
     key = "actor_rollout_ref.rollout.val_kwargs.temperature"
     if val.do_sample and val.temperature == 0:

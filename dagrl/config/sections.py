@@ -11,8 +11,9 @@ import os
 from dagrl.algo.catalog import ADV_ESTIMATORS, REGISTRIES
 from dagrl.config import algorithm_checks
 from dagrl.config.algorithm_checks import N_FIX, N_KEY, choice_error
-from dagrl.config.checks import (alias, as_config_error, as_list, divides, get, named, non_negative, positive_int,
-                                 read_hf_config, require)
+from dagrl.config.checks import alias, as_config_error, as_list, divides, get, named, non_negative, positive_int
+from dagrl.config.errors import require
+from dagrl.config.model_dir import read_hf_config
 from dagrl.config.derived import needs_reference, skips_old_log_prob
 from dagrl.config.tree import Cfg
 from dagrl.placement import WorldLayout

@@ -7,60 +7,19 @@ from __future__ import annotations
 
 import logging
 import os
-import dataclasses
-from dataclasses import dataclass, field
 
 from dagrl.config import (async_checks, checkpoints, cross_checks, distill_checks, inert_keys, model_files,
                           model_shapes, path_values, profiler_checks, reward_checks, schema, sections)
-from dagrl.config.checks import (SKIPPED, SUPPORTED_MODEL_TYPES, Problems, alias, as_config_error,  # noqa: F401
-                                 as_list,
-                                 check_finite_numbers, check_tokenizer_files, divides, get, layout_from_config,
-                                 positive_int, read_hf_config, require)
-from dagrl.config.errors import ConfigError
-from dagrl.config.loggers import LOGGERS, check_loggers  # noqa: F401  (LOGGERS re-exported)
-from dagrl.config.sections import CHOICES, graph_roles  # noqa: F401  (re-exported)
+from dagrl.config.checks import (alias, as_config_error, as_list, check_finite_numbers, divides, layout_from_config, positive_int)
+from dagrl.config.errors import SKIPPED, ConfigError, Problems, require
+from dagrl.config.loggers import check_loggers
+from dagrl.config.model_dir import check_tokenizer_files, read_hf_config
+from dagrl.config.sections import graph_roles
+from dagrl.config.shape import RunShape
 from dagrl.config.tree import Cfg
 from dagrl.placement import ParallelLayout, Placement, WorldLayout
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunShape:
-    """Quantities derived once from the config and the environment."""
-    world_size: int
-    rollout_tp: int
-    prompt_length: int
-    response_length: int
-    grad_clip: float
-    train_rows: int | None          # None: a plan made without the data files (the step count is unknown)
-    hf_config: dict
-    max_model_len: int = 0  # the rollout's longest sequence (vLLM's max_model_len)
-    critic_grad_clip: float | None = None  # critic.grad_clip (or its alias critic.optim.clip_grad)
-    parallel: ParallelLayout = field(default_factory=ParallelLayout)  # the actor's Megatron sizes
-    pool: str = "colocated"  # this process's pool: colocated, or rollout / train (world_size is the pool's size)
-    placement: Placement | None = None
-
-    @property
-    def layout(self) -> WorldLayout:
-        """This pool's layouts (actor and rollout): the one source of DP sizes and rank coordinates. The training
-        pool of two receives every step's whole batch on each rank (as if one rollout-TP group spanned the pool);
-        the rollout pool holds no actor, so its actor layout is a single rank's."""
-        if self.pool == "train":
-            return WorldLayout(self.world_size, self.parallel, rollout_tp=self.world_size)
-        if self.pool == "rollout":
-            return WorldLayout(self.world_size, ParallelLayout(), self.rollout_tp)
-        return WorldLayout(self.world_size, self.parallel, self.rollout_tp)
-
-    @property
-    def two_pools(self) -> bool:
-        return self.pool != "colocated"
-
-    def in_pool(self, name: str) -> "RunShape":
-        """The shape a process of pool `name` ("rollout" or "train") of the same run sees."""
-        if self.placement is None or self.placement.is_colocated:
-            return self
-        return dataclasses.replace(self, pool=name, world_size=self.placement.pool(name).size)
 
 
 def world_size_from_env(cfg: Cfg) -> int:

@@ -50,6 +50,7 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
 
     cfg = Cfg(cfg_data)
     StopRequest(cfg.trainer, (signal.SIGINT,))  # Ctrl-C before the trainer's own handler: nothing to save yet
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # Ray's workers block it; their driver passes it on
     try:
         composed = time.perf_counter()
         shape = preflight(cfg)

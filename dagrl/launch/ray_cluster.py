@@ -5,17 +5,25 @@ The driver (the `python3 -m dagrl.main_dag` process) has already validated the c
 per node with `trainer.n_gpus_per_node` bundles (STRICT_PACK, so a node's ranks share a machine) — with separate
 pools (actor_rollout_ref.hybrid_engine=false) the rollout pool's nodes first, each pool its own placement groups —
 starts one worker actor per bundle and gives each the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR/PORT; launch-wide ranks with separate pools, which split them themselves: placement/bridge.py). Workers then rendezvous through torch.distributed (NCCL on GPU, gloo on CPU) and run exactly
-what a torchrun rank runs. The driver only watches: the first worker to fail or die ends the job — every other
+MASTER_ADDR/PORT; launch-wide ranks with separate pools, which split them themselves: placement/bridge.py).
+Workers then rendezvous through torch.distributed (NCCL on GPU, gloo on CPU) and run exactly what a torchrun rank
+runs. The driver only watches: the first worker to fail or die ends the job — every other
 worker is killed (so nobody waits on a dead gloo/NCCL peer) and the driver exits non-zero naming that rank.
+
+Ctrl-C reaches the driver only (Ray starts each worker in a session of its own, SIGINT blocked). The driver passes
+the first one on to every worker, on its node, as torchrun does: the workers stop after the same step with a
+checkpoint and the driver exits 130 with their line. A second Ctrl-C kills the workers at once.
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import time
 from typing import Any
+
+from dagrl.utils.preemption import INTERRUPTED
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +75,25 @@ class WorkerFailed(RuntimeError):
     def __init__(self, rank: int, message: str, exit_code: int = 1) -> None:
         super().__init__(f"rank {rank} failed: {message}")
         self.rank, self.exit_code = rank, exit_code
+
+
+class Interrupted(Exception):
+    """The workers stopped on a Ctrl-C the driver passed on: str() is their line for the user ('' when they stopped
+    at once, with no step under way)."""
+
+
+def _send_ctrl_c(pid: int) -> None:
+    os.kill(pid, signal.SIGINT)
+
+
+def _forward_ctrl_c(where: list[tuple[str, int]]) -> None:
+    """SIGINT to every worker, (node id, pid), sent from a task on the worker's own node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    send = ray.remote(num_cpus=0)(_send_ctrl_c)
+    ray.get([send.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(pid)
+             for node, pid in where])
 
 
 def _worker_class():
@@ -184,9 +211,9 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
                                                       scheduling_strategy=strategy).remote())
         master_addr, master_port = ray.get(workers[0].address.remote())
         pids = ray.get([worker.pid.remote() for worker in workers])
-        nodes = len(set(ray.get([worker.node.remote() for worker in workers])))
-        logger.info("ray: %d worker(s) on %d node(s), pids %s; rendezvous at %s:%d%s", world, nodes, pids, master_addr,
-                    master_port, f" (restart {attempt})" if attempt else "")
+        nodes = ray.get([worker.node.remote() for worker in workers])
+        logger.info("ray: %d worker(s) on %d node(s), pids %s; rendezvous at %s:%d%s", world, len(set(nodes)), pids,
+                    master_addr, master_port, f" (restart {attempt})" if attempt else "")
         runs = {}
         for rank, worker in enumerate(workers):
             env = {**placement.pool_of(rank).local_env(rank), "MASTER_ADDR": master_addr,
@@ -196,7 +223,7 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
             if on_gpu:  # Ray gives each GPU worker only its own device (CUDA_VISIBLE_DEVICES): device 0 there
                 env["LOCAL_RANK"] = "0"
             runs[worker.train.remote(cfg_data, env)] = rank
-        return _watch(runs, workers)
+        return _watch(runs, workers, list(zip(nodes, pids)))
     finally:
         for worker in workers:
             ray.kill(worker, no_restart=True)
@@ -204,29 +231,48 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
             remove_placement_group(group)
 
 
-def _watch(runs: dict, workers: list) -> int:
+def _watch(runs: dict, workers: list, where: list[tuple[str, int]]) -> int:
     """Wait for every rank; on the first failure kill the rest and report that rank. A rank that died is the cause
     over a peer's error: when a rank fails with an error, the others get DEATH_GRACE_S to show a death (a rank killed
-    outright ends its peers' collectives with "Connection reset by peer" before Ray notices it died)."""
+    outright ends its peers' collectives with "Connection reset by peer" before Ray notices it died). A Ctrl-C is
+    passed on to the workers (`where`: their node ids and pids), whose stop then raises Interrupted; a second one
+    raises KeyboardInterrupt, and the workers are killed on the way out."""
     import ray
 
-    pending = list(runs)
+    pending, interrupted, lines = list(runs), False, {}
     while pending:
-        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            done, pending = ray.wait(pending, num_returns=1)
+        except KeyboardInterrupt:
+            if interrupted:
+                raise
+            interrupted = True
+            logger.warning("Ctrl-C: the workers stop with a checkpoint once this step ends (its validation and save "
+                           "included); Ctrl-C again stops them at once without one")
+            _forward_ctrl_c(where)
+            continue
         rank = runs[done[0]]
         code, message, died = _outcome(done[0])
-        if code != 0:
-            if not died and pending:
-                late, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
-                deaths = [(runs[ref], outcome) for ref in late if (outcome := _outcome(ref))[2]]
-                if deaths:
-                    rank, (code, message, died) = min(deaths, key=lambda death: death[0])
-            started = time.perf_counter()
-            for worker in workers:
-                ray.kill(worker, no_restart=True)
-            logger.error("rank %d failed; stopped the other %d worker(s) in %.1f s", rank, len(workers) - 1,
-                         time.perf_counter() - started)
-            raise WorkerFailed(rank, message, exit_code=code)
+        if interrupted and died:  # no step under way: each worker stopped at once (os._exit), or will
+            ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
+            raise Interrupted("")
+        if code in (0, INTERRUPTED):
+            if code == INTERRUPTED:
+                lines[rank] = message
+            continue
+        if not died and pending:
+            late, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
+            deaths = [(runs[ref], outcome) for ref in late if (outcome := _outcome(ref))[2]]
+            if deaths:
+                rank, (code, message, died) = min(deaths, key=lambda death: death[0])
+        started = time.perf_counter()
+        for worker in workers:
+            ray.kill(worker, no_restart=True)
+        logger.error("rank %d failed; stopped the other %d worker(s) in %.1f s", rank, len(workers) - 1,
+                     time.perf_counter() - started)
+        raise WorkerFailed(rank, message, exit_code=code)
+    if lines:  # stopped on a Ctrl-C; the training side's rank 0 reports where
+        raise Interrupted(next((line for line in lines.values() if line), ""))
     return 0
 
 

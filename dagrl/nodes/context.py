@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import RunShape
+from dagrl.config.shape import RunShape
 
 
 @dataclass

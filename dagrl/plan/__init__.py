@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 
 from dagrl.config.tree import Cfg
 from dagrl.config.distill_checks import teacher_config
-from dagrl.config.validate import RunShape
+from dagrl.config.shape import RunShape
 from dagrl.placement import Placement, Pool, WorldLayout
 from dagrl.plan.memory import (CriticSettings, RunSettings, StageMemory, estimate, recompute_from_config,
                                rollout_pool_memory)
@@ -69,7 +69,7 @@ def offset_groups(groups: ParallelGroups, first_rank: int) -> ParallelGroups:
 
 
 def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overrides: dict) -> CriticSettings:
-    from dagrl.config.validate import read_hf_config
+    from dagrl.config.model_dir import read_hf_config
 
     critic = cfg.critic
     model = ModelShape.from_hf(read_hf_config(critic.model.path)) if critic.model.path else actor_model

@@ -31,7 +31,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def on_cpu(args: argparse.Namespace, cfg) -> bool:
     """--cpu, or neither flag on a machine without a GPU for a run it could start (vLLM needs GPUs)."""
-    from dagrl.config.checks import require
+    from dagrl.config.errors import require
     from dagrl.plan.machine import has_gpu
 
     vllm = cfg.actor_rollout_ref.rollout.name == "vllm"

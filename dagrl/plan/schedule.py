@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from dagrl.config.derived import needs_reference, skips_old_log_prob, total_steps
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import RunShape
+from dagrl.config.shape import RunShape
 from dagrl.placement import WorldLayout
 
 
@@ -92,7 +92,7 @@ def critic_schedule(cfg: Cfg, shape: RunShape) -> CriticSchedule:
 
 
 def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
-    from dagrl.config.validate import graph_roles
+    from dagrl.config.sections import graph_roles
 
     actor = cfg.actor_rollout_ref.actor
     n = cfg.actor_rollout_ref.rollout.n

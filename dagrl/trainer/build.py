@@ -13,7 +13,7 @@ import torch
 from dagrl.config.checks import as_list
 from dagrl.config.derived import needs_reference
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import RunShape
+from dagrl.config.shape import RunShape
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.utils import precision
 

@@ -14,7 +14,7 @@ from dagrl.algo.kl import KLController
 from dagrl.config.derived import needs_reference, total_steps
 from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import RunShape
+from dagrl.config.shape import RunShape
 from dagrl.dag.graph import graph_from_config, run_graph
 from dagrl.data.batch import Batch
 from dagrl.data.sampler import ORDERS, EpochSampler, rank_share

@@ -19,7 +19,8 @@ from dagrl.algo.advantage import (
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import CHOICES, preflight
+from dagrl.config.sections import CHOICES
+from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
 from dagrl.placement import WorldLayout
 from dagrl.nodes.advantage import compute_advantage

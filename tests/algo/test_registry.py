@@ -14,7 +14,8 @@ from dagrl.config.errors import ConfigError
 from dagrl.config.inert_keys import check_inert_keys
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import CHOICES, preflight
+from dagrl.config.sections import CHOICES
+from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
 from dagrl.nodes.advantage import compute_advantage
 from dagrl.placement import WorldLayout

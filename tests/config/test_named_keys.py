@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dagrl.config.checks import interpolated_defaults, named, positive_int, source_key
+from dagrl.config.checks import named, positive_int, source_key
+from dagrl.config.conf_dir import interpolated_defaults
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg

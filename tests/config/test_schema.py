@@ -6,7 +6,8 @@ import pytest
 
 from dagrl.config import schema
 from dagrl.config.errors import ConfigError
-from dagrl.config.load import FREEFORM_MAPS, compose
+from dagrl.config.conf_dir import FREEFORM_MAPS
+from dagrl.config.load import compose
 from dagrl.config.tree import leaves
 
 

@@ -1,7 +1,10 @@
 """trainer.launcher=ray on CPU: two Ray workers rendezvous over gloo and train; one worker dying ends the whole
-job within 60 s naming its rank, and a relaunch resumes; two emulated Ray nodes (slow)."""
+job within 60 s naming its rank, and a relaunch resumes; Ctrl-C to the driver stops the workers with a checkpoint;
+two emulated Ray nodes (slow)."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -9,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cpu_run_overrides
-from tests.helpers import metrics_by_step, run_concurrently, run_in_session
+from tests.helpers import metrics_by_step, run_concurrently, run_in_session, session_process
+from tests.reliability.harness import complete_steps
 
 pytest.importorskip("ray")
 REWARD = Path(__file__).resolve().parents[1] / "trainer" / "reward_by_length.py"
@@ -40,6 +44,31 @@ def test_worker_death_stops_the_job_naming_the_rank_and_a_relaunch_resumes(tiny_
     metrics = metrics_by_step(out)
     assert sorted(step for step in metrics if step > 0) == [1, 2, 3]
     assert metrics[3]["training/global_step"] == 3.0
+
+
+def test_ctrl_c_to_the_driver_stops_every_worker_after_one_step_with_a_checkpoint(tiny_model, tiny_data, tmp_path):
+    """The terminal's Ctrl-C (SIGINT to the driver's process group; Ray's workers run in sessions of their own with
+    SIGINT blocked) is passed on to each worker: both stop after the same step with a checkpoint, the driver prints
+    the training rank 0's line and exits 130. (That a checkpoint a Ctrl-C wrote resumes exactly:
+    tests/reliability/test_ctrl_c.py.)"""
+    out, trace = tmp_path / "run", tmp_path / "trace"
+    args = ray_args(tiny_model, tiny_data, out, **{"trainer.total_training_steps": 4, "trainer.save_freq": 4})
+    slow = {"DAGRL_FAULT_TRACE": str(trace), "DAGRL_DELAY": "actor_update:3"}  # a step outlasts the passing-on
+    with session_process(args, slow) as (proc, err):
+        while not (trace.exists() and " actor_update 2" in trace.read_text()):
+            assert proc.poll() is None, "the run ended before its second step"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=180)
+        err.seek(0)
+        stderr = err.read()
+    saved = complete_steps(out)
+    assert code == 130 and saved == [2], stderr[-3000:]
+    assert stderr.splitlines()[-1] == (f"dagrl: Ctrl-C: stopped after step {saved[0]} of 4; checkpoint "
+                                       f"{out / f'global_step_{saved[0]}'} written: run the same command again to "
+                                       f"resume from it"), stderr[-3000:]
+    assert "Traceback" not in stderr and "stopped at once" not in stderr, stderr[-3000:]
+    assert sorted(step for step in metrics_by_step(out) if step > 0) == [1, 2]
 
 
 @pytest.mark.slow  # two pools run under torchrun in CI (tests/trainer/test_two_pools.py); Ray's launch of them here

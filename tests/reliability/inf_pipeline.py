@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dagrl.config.load import CONF_DIR
+from dagrl.config.conf_dir import CONF_DIR
 
 
 def pipeline() -> list[dict]:

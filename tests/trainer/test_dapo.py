@@ -12,7 +12,7 @@ import torch
 
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import RunShape
+from dagrl.config.shape import RunShape
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext, WeightVersions
 from dagrl.nodes.dynamic_sampling import filter_groups, group_metric, keep_counts, varied_groups
