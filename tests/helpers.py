@@ -157,3 +157,17 @@ def undocumented_metrics(*roots: Path) -> list[str]:
     keys = {key for root in roots for line in (root / "metrics.jsonl").read_text().splitlines()
             for key in json.loads(line)} - {"step", "time"}
     return sorted(key for key in keys if not any(p.match(key) for p in patterns))
+
+
+def node_context(cfg, layout=None, **fields):
+    """A StepContext for calling one node directly on one rank: `layout` (a WorldLayout, one rank by default) as the
+    shape's, no engines but those given in `fields` (actor=..., critic=..., kl_ctrl=..., step=...)."""
+    from types import SimpleNamespace
+
+    from dagrl.nodes.context import StepContext, WeightVersions
+    from dagrl.placement import WorldLayout
+
+    shape = SimpleNamespace(layout=layout or WorldLayout(1), response_length=fields.pop("response_length", None))
+    engines = {"actor": None, "rollout": None, "reference": None, "reward_fn": None, "tokenizer": None,
+               "kl_ctrl": None, "versions": WeightVersions(actor=0)}
+    return StepContext(cfg=cfg, shape=shape, **{**engines, **fields})

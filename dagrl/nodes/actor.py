@@ -16,7 +16,6 @@ from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
 from dagrl.nodes.advantage import NO_ROLLOUT_LOG_PROBS, reject_sequences
 from dagrl.nodes.context import StepContext
-from dagrl.utils.dist import data_parallel_sums
 from dagrl.utils.faults import nan_injected
 
 
@@ -58,7 +57,7 @@ def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg
         for mini_batch in batch.select(order).split(rows_per_mini_batch):
             mask = mini_batch.get("loss_mask", mini_batch["response_mask"])
             counts = torch.stack([aggregation_counts(mask)[0], aggregation_counts(mini_batch["response_mask"])[1]])
-            tokens, sequences = data_parallel_sums(counts, layout.model_parallel_size).tolist()
+            tokens, sequences = ctx.dp_sums(counts).tolist()
             mini_batch["token_weights"] = token_weights(mask, loss_agg_mode, tokens, sequences, loss_scale_factor)
             mini_batch["token_mean_weights"] = token_weights(mask, "token-mean", tokens)  # clip fractions, ppo_kl
             yield mini_batch
@@ -89,7 +88,7 @@ def off_policy_view(ctx: StepContext, batch: Batch, spec: PolicyLossSpec) -> tup
     prox, behav, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
     keep = batch.get("loss_mask", mask).bool().any(-1)  # rows without response tokens count as neither
     sums = off_policy_sums(prox, behav, mask, keep, spec.behav_imp_weight_cap)
-    sums = data_parallel_sums(sums, ctx.shape.layout.model_parallel_size).tolist()
+    sums = ctx.dp_sums(sums).tolist()
     return batch, off_policy_metrics(sums, decoupled=spec.off_policy == "decoupled", masking=masking)
 
 

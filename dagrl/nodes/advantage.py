@@ -8,7 +8,6 @@ update all read in place of response_mask. response_mask itself stays: the engin
 """
 from __future__ import annotations
 
-import functools
 
 import torch
 
@@ -19,7 +18,7 @@ from dagrl.config.errors import RunError
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
-from dagrl.utils.dist import data_parallel_sums, global_max
+from dagrl.utils.dist import global_max
 
 
 def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -28,7 +27,7 @@ def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
     batch = reject_sequences(ctx.cfg, batch)
     rewards, mask = batch["token_level_rewards"], batch.get("loss_mask", batch["response_mask"])
     # statistics over the global batch: every model-parallel rank of a DP shard holds the same rows
-    reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
+    reduce_sum = ctx.dp_sums
     estimator = ADV_ESTIMATORS[name]  # pre-flight rejects unknown names; this guards graphs that bypass it
     critic = "values" in estimator.needs
     baselines = batch["reward_baselines"] if "reward_baselines" in estimator.needs else None

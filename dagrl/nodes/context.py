@@ -4,8 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from dagrl.config.tree import Cfg
+import torch
+
 from dagrl.config.shape import RunShape
+from dagrl.config.tree import Cfg
+from dagrl.utils.dist import data_parallel_sums
 
 
 @dataclass
@@ -47,3 +50,8 @@ class StepContext:
     # ledger uid (column `ledger_uid`, "<epoch>:<dataset index>") -> why a node dropped that prompt this step
     # (dynamic sampling: zero_variance, surplus); the trainer resets it every step and writes it to the prompt ledger
     dropped: dict[str, str] = field(default_factory=dict)
+
+    def dp_sums(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` (a small tensor) summed element-wise over the actor's data-parallel ranks, in float64: each DP
+        shard counted once, whatever the model-parallel layout (one all-reduce; every rank calls it)."""
+        return data_parallel_sums(values, self.shape.layout.model_parallel_size)

@@ -2,7 +2,6 @@
 reverse KL(student || teacher) as per-token advantage (dagrl/algo/distill.py)."""
 from __future__ import annotations
 
-import functools
 
 from dagrl.algo.distill import DistillSpec, distill_advantages
 from dagrl.config.tree import Cfg
@@ -10,7 +9,6 @@ from dagrl.data.batch import Batch
 from dagrl.nodes.actor import token_budget
 from dagrl.nodes.advantage import masked_stats
 from dagrl.nodes.context import StepContext
-from dagrl.utils.dist import data_parallel_sums
 
 
 def teacher_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -38,7 +36,7 @@ def distill_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
     advantages, kl = distill_advantages(batch["advantages"], batch["old_log_probs"], batch["teacher_log_probs"],
                                         mask, distill_spec(ctx.cfg))
     batch["advantages"] = advantages
-    reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
+    reduce_sum = ctx.dp_sums
     gap = masked_stats("gap", batch["old_log_probs"].float() - batch["teacher_log_probs"].float(), mask, reduce_sum)
     loss = masked_stats("loss", kl, mask, reduce_sum)
     return batch, {"distillation/reverse_kl": gap["gap/mean"], "distillation/loss": loss["loss/mean"],

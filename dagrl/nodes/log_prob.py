@@ -1,7 +1,6 @@
 """Log-prob nodes: the actor's log-probs before the update (old) and the frozen reference's."""
 from __future__ import annotations
 
-import functools
 
 import torch
 
@@ -11,7 +10,6 @@ from dagrl.data.batch import Batch
 from dagrl.nodes.actor import token_budget
 from dagrl.nodes.advantage import masked_stats
 from dagrl.nodes.context import StepContext
-from dagrl.utils.dist import data_parallel_sums
 
 
 def rollout_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
@@ -41,8 +39,7 @@ def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     mask = batch["response_mask"].float()
     metrics = {"actor/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()}
     if "rollout_log_probs" in batch:
-        reduce_sum = functools.partial(data_parallel_sums, model_parallel_size=ctx.shape.layout.model_parallel_size)
-        metrics.update(rollout_mismatch(log_probs, batch["rollout_log_probs"], batch["response_mask"], reduce_sum))
+        metrics.update(rollout_mismatch(log_probs, batch["rollout_log_probs"], batch["response_mask"], ctx.dp_sums))
     return batch, metrics
 
 

@@ -108,8 +108,8 @@ def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str,
     # the controller is global state: update it with the mean over every DP shard so all ranks (and a run at
     # another layout) keep the same coefficient
     per_sequence = kl.sum(-1) / mask.sum(-1).clamp(min=1)
-    totals = data_parallel_sums(torch.stack([per_sequence.sum().double(), torch.tensor(float(len(batch)),
-                                             dtype=torch.float64)]), ctx.shape.layout.model_parallel_size)
+    totals = ctx.dp_sums(torch.stack([per_sequence.sum().double(),
+                                      torch.tensor(float(len(batch)), dtype=torch.float64)]))
     responses = int(round(float(totals[1])))
     sequence_kl = float(totals[0]) / max(responses, 1)
     ctx.kl_ctrl.update(sequence_kl, n_steps=responses)

@@ -22,8 +22,8 @@ from dagrl.config.tree import Cfg
 from dagrl.config.sections import CHOICES
 from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
-from dagrl.placement import WorldLayout
 from dagrl.nodes.advantage import compute_advantage
+from tests.helpers import node_context
 
 
 def close(actual: torch.Tensor, expected: list) -> None:
@@ -169,7 +169,7 @@ def _ctx(estimator: str, **algorithm) -> SimpleNamespace:
     cfg = Cfg({"algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0,
                              "lam": 1.0, **algorithm},
                "actor_rollout_ref": {"actor": {"mis_ratio_low": None, "mis_ratio_high": None}}})
-    return SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1)))
+    return node_context(cfg)
 
 
 def _batch() -> Batch:

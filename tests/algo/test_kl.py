@@ -8,8 +8,8 @@ import torch
 from dagrl.algo.kl import KLController, kl_penalty
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
-from dagrl.placement import WorldLayout
 from dagrl.nodes.reward import apply_kl_in_reward
+from tests.helpers import node_context
 
 
 @pytest.mark.parametrize("kind,expected", [
@@ -56,8 +56,7 @@ def test_unknown_controller_type_is_an_error():
 
 def _kl_ctx(kind: str) -> SimpleNamespace:
     cfg = Cfg({"algorithm": {"use_kl_in_reward": True, "kl_penalty": "k1"}})
-    return SimpleNamespace(cfg=cfg, kl_ctrl=KLController(kind, kl_coef=0.1, target_kl=0.1, horizon=100),
-                           shape=SimpleNamespace(layout=WorldLayout(1)))
+    return node_context(cfg, kl_ctrl=KLController(kind, kl_coef=0.1, target_kl=0.1, horizon=100))
 
 
 def _kl_batch() -> Batch:

@@ -20,7 +20,7 @@ from dagrl.data.batch import Batch
 from dagrl.nodes.actor import update_actor
 from dagrl.nodes.advantage import compute_advantage
 from dagrl.nodes.critic import update_critic
-from dagrl.placement import WorldLayout
+from tests.helpers import node_context
 
 LN = math.log
 
@@ -125,9 +125,8 @@ class _RecordingEngine:
 def _ctx(*overrides: str) -> SimpleNamespace:
     cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=4", "critic.ppo_mini_batch_size=4",
                        "actor_rollout_ref.actor.ppo_mini_batch_size=4", *overrides]))
-    return SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1), response_length=3),
-                           actor=_RecordingEngine(), critic=_RecordingEngine(evaluate=False), step=1,
-                           versions=SimpleNamespace(actor=0))
+    return node_context(cfg, response_length=3, actor=_RecordingEngine(), critic=_RecordingEngine(evaluate=False),
+                        step=1)
 
 
 def _update(batch: Batch, *overrides: str) -> tuple[_RecordingEngine, dict[str, float]]:

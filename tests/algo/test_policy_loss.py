@@ -2,7 +2,6 @@
 gives the same loss and gradient whether a mini-batch is computed whole or split into DP shards and
 micro-batches, and equals the mode's global definition."""
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,8 +20,8 @@ from dagrl.algo.policy_loss import (
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
-from dagrl.placement import WorldLayout
 from dagrl.nodes.actor import policy_loss_spec, update_actor
+from tests.helpers import node_context
 
 
 def test_vanilla_policy_loss_clip_and_dual_clip():
@@ -236,8 +235,7 @@ def test_actor_node_weights_each_mini_batch_by_the_configured_mode(loss_mode, mo
                        f"actor_rollout_ref.actor.loss_agg_mode={mode}", "actor_rollout_ref.rollout.n=1",
                        "data.train_batch_size=7", "actor_rollout_ref.actor.ppo_mini_batch_size=7"]))
     engine = _RecordingEngine()
-    ctx = SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1), response_length=4),
-                          actor=engine, step=1, versions=SimpleNamespace(actor=0))
+    ctx = node_context(cfg, response_length=4, actor=engine, step=1)
     spec = policy_loss_spec(ctx)
     assert (spec.loss_mode, spec.loss_agg_mode, spec.loss_scale_factor) == (loss_mode, mode, 4)
     batch, _, _ = _mini_batch()
@@ -262,8 +260,7 @@ def test_actor_update_computes_entropy_only_when_the_loss_or_the_metric_needs_it
     cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=7",
                        "actor_rollout_ref.actor.ppo_mini_batch_size=3", *overrides]))
     engine = _RecordingEngine()
-    ctx = SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1), response_length=4),
-                          actor=engine, step=1, versions=SimpleNamespace(actor=0))
+    ctx = node_context(cfg, response_length=4, actor=engine, step=1)
     batch, _, _ = _mini_batch()
     _, metrics = update_actor(ctx, batch)
     assert engine.with_entropy and set(engine.with_entropy) == {with_entropy}

@@ -2,7 +2,6 @@
 makes pre-flight take its name, the trainer call it and the inert-key rules follow what it reads."""
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from dagrl.config.sections import CHOICES
 from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
 from dagrl.nodes.advantage import compute_advantage
-from dagrl.placement import WorldLayout
+from tests.helpers import node_context
 
 
 def half_score(inputs: AdvantageInputs, algorithm) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,7 +49,7 @@ def test_a_registration_alone_reaches_preflight_the_node_and_the_inert_rules(reg
                "actor_rollout_ref": {"actor": {"mis_ratio_low": None, "mis_ratio_high": None}}})
     batch = Batch({"token_level_rewards": torch.tensor([[0.0, 4.0], [2.0, 0.0]]),
                    "response_mask": torch.tensor([[1, 1], [1, 0]])}, {"uid": ["a", "b"]})
-    out, metrics = compute_advantage(SimpleNamespace(cfg=cfg, shape=SimpleNamespace(layout=WorldLayout(1))), batch)
+    out, metrics = compute_advantage(node_context(cfg), batch)
     torch.testing.assert_close(out["advantages"], torch.tensor([[1.0, 1.0], [0.5, 0.0]]))
     assert "critic/vf_explained_var" not in metrics  # it declares no need of the critic's values
     # what it reads (uses=("lam",)) is no longer inert with it; with grpo it still is
