@@ -26,8 +26,9 @@ def replay(rows: int, mean: float, max_len: int, batch: int, n: int, draws: int,
            data_seed: int = 1, order: str = "verl_workers") -> np.ndarray:
     """Response lengths, n per prompt, in the order the trainer's sampler (data.seed, default 1) draws the prompts
     of benchmarks/long_tail_data.py's data set (--seed, default 0): a random-weight model never stops early, so
-    each prompt's limit is its length. `order`: the sampler's (dagrl.data.sampler.ORDERS); runs measured before
-    dagrl drew verl's order drew "numpy", those of sessions 22-23 "verl"."""
+    each prompt's limit is its length. `order`: the sampler's (dagrl.data.sampler.ORDERS); runs measured with
+    older versions drew "numpy" (before dagrl drew verl's order) or "verl" (before it drew as verl's loader with
+    worker processes does)."""
     from dagrl.data.sampler import EpochSampler
 
     limits = long_tail_lengths(np.random.default_rng(limit_seed), rows, mean, max_len)

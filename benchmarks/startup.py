@@ -1,4 +1,4 @@
-"""Launch to the first training step, with vLLM's cache cold and kept with the run (issue 24, item 4).
+"""Launch to the first training step, with vLLM's cache cold and kept with the run.
 
 Three launches of the same job in one run directory, one training step each:
   1. fresh   — a new run; its vLLM cache (actor_rollout_ref.rollout.cache_dir=<run>/vllm_cache) is empty

@@ -1,4 +1,4 @@
-"""The throughput job's prompts for benchmarks/vs_verl.py (issue 19, item 3): the arithmetic parquet with each prompt's
+"""The throughput job's prompts for benchmarks/vs_verl.py: the arithmetic parquet with each prompt's
 last user message padded by deterministic filler words, so that the chat-templated prompt is exactly --prompt-length
 tokens with --tokenizer. One set of files feeds both sides, so both prefill the same tokens.
 

@@ -4,7 +4,7 @@ usage (GPU machine, vLLM installed): python3 benchmarks/vllm_drive.py --out DIR 
            [--tokenizer /tmp/smol] [--modes inproc,detok,async_mp,async_mp_final] [--prompts 32] [--n 8]
            [--prompt-length 512] [--response-length 1024] [--repeats 3] [--timeout 600] [--report] [--dry-run]
 
-Issue 19's throughput job generated the same 256 x 1,024 tokens in 15.5 s under dagrl and 23.8 s under verl, with
+vs_verl.py's throughput job generated the same 256 x 1,024 tokens in 15.5 s under dagrl and 23.8 s under verl, with
 the same vLLM 0.26.0 and scheduler settings; the two differ in how they drive the engine. Each mode runs in a process
 of its own (one after the other, its own engine) on --model (a Qwen3-1.7B shape with a tokenizer, as vs_verl.py
 builds it, or config only with --tokenizer's when absent; vLLM loads dummy weights), CUDA graphs on,

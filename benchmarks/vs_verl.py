@@ -1,16 +1,15 @@
-"""dagrl against verl 0.9.1 on one GPU: the same GRPO job run by each trainer, one after the other, and the tables
-(issue 19, items 2-4).
+"""dagrl against verl 0.9.1 on one GPU: the same GRPO job run by each trainer, one after the other, and the tables.
 
 usage: python3 benchmarks/vs_verl.py --job learn|throughput --out DIR [--sides verl,dagrl] [--report] [--steps N]
            [--seeds 0[,1...]] [--smol DIR] [--arith DIR] [--model DIR] [--data DIR] [--train-tokens 6144]
            [--logprob-tokens 24576] [--timeout 560] [--verl-extra "k=v ..."] [--dagrl-extra "k=v ..."] [--dry-run]
            [--parallel] [--plot FILE.svg] [--repeat-of DIR]
 
-On the GPU machine (the kits received, `eval "$(bash .devkit/bin/gpu.sh env)"`; benchmarks/verl_kit/README.md,
-"Rerun") it runs each side in --sides as a subprocess, then prints the tables; `--report` runs nothing and prints the
-tables of the files already in --out, on any machine. With several --seeds each seed runs (both sides, one after the
+On a GPU machine with verl installed apart from dagrl (benchmarks/verl_kit/README.md, "Rerun") it runs each side in
+--sides as a subprocess, then prints the tables; `--report` runs nothing and prints the tables of the files already
+in --out, on any machine. With several --seeds each seed runs (both sides, one after the
 other) into --out/seed<S>/, and the report adds the held-out accuracy of every seed and whether dagrl's mean reaches
-verl's within the seeds' spread at each evaluated step (issue 19's goal on the learn job); `--repeat-of EARLIER`
+verl's within the seeds' spread at each evaluated step (the learn job's goal); `--repeat-of EARLIER`
 (with --report) adds whether each side's runs repeat those of an earlier --out, value for value (a trainer whose
 reruns differ has a run-to-run spread that two seeds do not show). The tables are vs_verl_report.py's. `--parallel` (learn only)
 starts every seed of every side at once on the one GPU, each vLLM with a fixed KV cache (`shared_gpu`): the accuracy

@@ -1,5 +1,5 @@
 """The reading half of benchmarks/vs_verl.py, on any machine: both sides' files parsed into the step table, the
-held-out accuracy of every seed against issue 19's goal, the curves as an SVG, and whether a rerun repeated an earlier
+held-out accuracy of every seed against the learn job's goal, the curves as an SVG, and whether a rerun repeated an earlier
 run of the same side (`--repeat-of`). File layout and table definitions: vs_verl.py's docstring."""
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def report(args: argparse.Namespace) -> str:
         lines.append(f"same prompts (equal prompt_length/mean): {len(same)} of {len(both)} steps")
     if sums["verl"].get("tokens/s/GPU") and sums["dagrl"].get("tokens/s/GPU"):
         gain = sums["dagrl"]["tokens/s/GPU"] / sums["verl"]["tokens/s/GPU"]
-        lines.append(f"dagrl/verl tokens/s/GPU: {gain:.2f}x (issue 19's goal on the throughput job: >= 1.3x)")
+        lines.append(f"dagrl/verl tokens/s/GPU: {gain:.2f}x (the throughput job's goal: >= 1.3x)")
     return "\n".join(lines)
 
 

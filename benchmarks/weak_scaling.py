@@ -1,4 +1,4 @@
-"""Weak scaling of colocated GRPO from 1 to 8 GPUs, and the 8-GPU seed script, each beside dagrl.plan (issue 23).
+"""Weak scaling of colocated GRPO from 1 to 8 GPUs, and the 8-GPU seed script, each beside dagrl.plan.
 
 usage: python3 benchmarks/weak_scaling.py --out DIR [--gpus 1,2,4,8] [--layouts dp,tp2] [--steps 5]
            [--prompts-per-gpu 16] [--mini-per-gpu 8] [--n 8] [--tokenizer DIR] [--models DIR] [--arith DIR]
@@ -357,7 +357,8 @@ def main() -> None:
                         help="ppo_max_token_len_per_gpu")
     parser.add_argument("--logprob-tokens", type=int, default=16 * (PROMPT_LEN + RESPONSE_LEN),
                         help="rollout.log_prob_max_token_len_per_gpu")
-    parser.add_argument("--tokenizer", default=str(ROOT / ".devkit/tok"), help="a SmolLM2 tokenizer directory")
+    parser.add_argument("--tokenizer", default=str(Path.home() / "models" / "SmolLM2-135M-Instruct"),
+                        help="a SmolLM2 tokenizer directory (the quickstart's model has one)")
     parser.add_argument("--models", default="/tmp/weak_scaling", help="where the models and prompts are built")
     parser.add_argument("--arith", default="/tmp/weak_scaling/arithmetic", help="the arithmetic parquet directory")
     parser.add_argument("--gpu-memory-gb", type=float, default=None, help="for dagrl.plan (default: this GPU, or 80)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU machine, before a device session: everything a GPU run of benchmarks/device/ carries, under .devkit/ (ignored
+# CPU machine, before a GPU run: everything a GPU run of benchmarks/device/ carries, under .devkit/ (ignored
 # by git): the kit's 14 chunks (../shared/devkit/setup.sh --te), SmolLM2-135M-Instruct in bf16 cut into five
 # 56 MiB parts (.devkit/m0..m4), its tokenizer (.devkit/tok), the wheels dagrl needs beyond the GPU image
 # (.devkit/extra), the arithmetic parquet (.devkit/data) and a frozen copy of HEAD (.devkit/head). Prints the calls.
@@ -47,7 +47,7 @@ rm -rf .devkit/head && mkdir -p .devkit/head && git archive HEAD | tar -x -C .de
 git rev-parse --short HEAD > .devkit/head/.commit
 [ -z "$(git status --porcelain --untracked-files=no)" ] || echo "note: .devkit/head is HEAD; uncommitted changes are not in it"
 grep '^send' .devkit/CALLS.md | grep -v 'pytest' > .devkit/CALLS_JOB.md
-if [[ "$JOB" == issue19* ]]; then  # verl and its dependencies, apart from dagrl's stack (benchmarks/verl_kit)
+if [[ "$JOB" == verl_compare* ]]; then  # verl and its dependencies, apart from dagrl's stack (benchmarks/verl_kit)
   [ -d .devkit/verl/c1 ] || bash benchmarks/verl_kit/build.sh
   echo "send [\".devkit/verl/c1\"]  command: bash benchmarks/verl_kit/build.sh recv .devkit/verl/c1" >> .devkit/CALLS_JOB.md
 fi

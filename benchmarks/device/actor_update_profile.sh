@@ -1,6 +1,6 @@
-# Issue 24, what was left after session 19 (sourced by run.sh; ~9 min after the kit): the 0.6B update against bare
-# with more rounds, one profiled step of each (kernels against wall, host ops, Python), the 1.7B update, and the
-# SmolLM2 GRPO job's phases (item 3: old log-prob against update, step against their sum).
+# The actor update on one GPU (sourced by run.sh; ~9 min after the kit): the 0.6B update against bare with 48
+# rounds, one profiled step of each (kernels against wall, host ops, Python), the 1.7B update, and the SmolLM2 GRPO
+# job's phases (old log-prob against update, step against their sum).
 step mfu06 timeout 600 python3 -m torch.distributed.run --nproc-per-node 1 benchmarks/actor_mfu.py --size 0.6b \
   --rounds 48 --steps 1
 step prof06 timeout 400 python3 -m torch.distributed.run --nproc-per-node 1 benchmarks/actor_mfu.py --size 0.6b \

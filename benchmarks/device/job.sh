@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine: runs a job script of benchmarks/device/ detached from a frozen copy of the commit (.devkit/head), so
 # that the checkout copies of later calls do not change the code under it. Progress: /tmp/out/progress.
-#   bash benchmarks/device/job.sh issue24.sh      (then poll: cat /tmp/out/progress)
+#   bash benchmarks/device/job.sh startup_rollout_update.sh      (then poll: cat /tmp/out/progress)
 set -uo pipefail
 R=$(pwd)
 rm -rf /tmp/head && cp -r .devkit/head /tmp/head && mkdir -p /tmp/out

@@ -1,5 +1,6 @@
-# Issue 24 on one GPU (sourced by run.sh; ~24 min after the kit): pinned-memory allocation, the 1.7B and 135M
-# start-up (fresh / empty cache / the run's cache), rollout, the 0.6B update against bare, the SmolLM2 phases.
+# Start-up, rollout and actor update on one GPU (sourced by run.sh; ~24 min after the kit): pinned-memory allocation,
+# the 1.7B and 135M start-up (fresh / empty cache / the run's cache), rollout, the 0.6B update against bare, the
+# SmolLM2 phases.
 step pinned python3 benchmarks/pinned_host.py --sizes 16 4 1
 step init17 python3 scripts/init_random_model.py --family qwen3 --size 1.7b --out /tmp/q17 --tokenizer /tmp/smol \
   --dtype bf16 --device cuda
@@ -14,7 +15,7 @@ gpu_used
 step st135 timeout 600 python3 benchmarks/startup.py --out $O/st135 -- env NGPUS=1 MODEL_PATH=/tmp/smol \
   DATA_DIR=/tmp/data/arithmetic bash examples/grpo_trainer/run_smollm2-135m-vllm.sh
 rm -rf $O/st135/run/global_step_*
-# item 3: the SmolLM2 GRPO job's phases (old log-prob against update, step against their sum), 16 steps
+# the SmolLM2 GRPO job's phases (old log-prob against update, step against their sum), 16 steps
 step smol16 env NGPUS=1 MODEL_PATH=/tmp/smol DATA_DIR=/tmp/data/arithmetic bash examples/grpo_trainer/run_smollm2-135m-vllm.sh \
   trainer.total_training_steps=16 trainer.val_before_train=False trainer.test_freq=-1 trainer.save_freq=-1 \
   trainer.default_local_dir=$O/smol16

@@ -1,6 +1,6 @@
-# Issue 19, both jobs from one run on one host of two GPUs (sourced by run.sh; the verl kit received): the throughput
-# job on GPU 0 and the two-seed learn job on GPU 1 at the same time. One after the other they take about 36 minutes of
-# one H200 (18 + 17.5 in sessions 21-22), more than a session's device time; side by side about 18. Each job's
+# dagrl against verl, both jobs from one run on one host of two GPUs (sourced by run.sh; the verl kit received): the
+# throughput job on GPU 0 and the two-seed learn job on GPU 1 at the same time. One after the other they take about
+# 36 minutes of one H200 (18 + 17.5); side by side about 18. Each job's
 # nvidia-smi samples watch its own GPU (vs_verl.py: the first of CUDA_VISIBLE_DEVICES, PCI bus order); the learn
 # job's torchrun takes another port than the throughput job's (both run dagrl's script without --standalone); verl's
 # two Ray clusters run without their dashboards, which would both ask for port 8265.

@@ -1,3 +1,3 @@
-# Issue 19, the throughput job (sourced by run.sh; the verl kit received): dagrl first, so that a run cut by the device
-# budget still leaves one whole side (18 min on one H200 in session 21: dagrl 324 s, verl 669 s with its fused kernels).
+# dagrl against verl, the throughput job (sourced by run.sh; the verl kit received): dagrl first, so that a run stopped
+# early still leaves one whole side (18 min on one H200: dagrl 324 s, verl 669 s with its fused kernels).
 step tput python3 benchmarks/vs_verl.py --job throughput --out $O/tput --sides dagrl,verl --timeout 1200

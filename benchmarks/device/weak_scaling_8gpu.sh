@@ -1,6 +1,6 @@
-# Issue 23 on an 8-GPU machine (sourced by run.sh), most wanted first, so that a run cut by the device budget keeps
-# what it finished: the seed script as written (5 steps, random Qwen3-8B shape), the 8-GPU weak-scaling points with
-# this machine's 1-GPU baseline, then item 3: 4 + 4 separate pools against 8 colocated processes, the same model,
+# Weak scaling on an 8-GPU machine (sourced by run.sh), most wanted first, so that a run stopped early keeps what it
+# finished: the seed script as written (5 steps, random Qwen3-8B shape), the 8-GPU weak-scaling points with this
+# machine's 1-GPU baseline, then 4 + 4 separate pools against 8 colocated processes, the same model,
 # prompts and batch (16 prompts x 8 per GPU), staleness 1 (benchmarks/async_pipeline.py).
 step seed python3 benchmarks/weak_scaling.py --out $O/ws --seed-script --tokenizer /tmp/smol --timeout 1200
 for point in "dp 8" "dp 1" "tp2 8"; do

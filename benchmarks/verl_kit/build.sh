@@ -1,5 +1,5 @@
 #!/bin/bash
-# verl 0.9.1 kit for the offline GPU machines (issue 19): the wheels verl needs beyond the GPU image and the
+# verl 0.9.1 kit for the offline GPU machines: the wheels verl needs beyond the GPU image and the
 # vLLM 0.26.0 kit of ../shared/devkit, pinned by sha256 in lock.txt, installed apart in /tmp/verl/site.
 #   CPU machine (PyPI reachable):  bash benchmarks/verl_kit/build.sh [--chunk-mb N]
 #       -> .devkit/verl/files (downloads, kept), .devkit/verl/c1..cN (one run-tool carry each), .devkit/verl/CALLS.md

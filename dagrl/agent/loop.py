@@ -135,7 +135,7 @@ class AgentLoop:
         """Advance every trajectory not done until all are, or until `enough()` (partial rollout: what is in
         flight is then aborted, its turn kept in `pending`, and the calls under way answer first, so every
         trajectory stops ready for its next request). `updates`: the rollout pool's weight pushes, loaded between
-        engine steps as in PartialPool.run. Returns the number of such loads."""
+        engine steps as in PartialRolloutBuffer.run. Returns the number of such loads."""
         by_id: dict[str, Trajectory] = {}
 
         def submit(batch: list[Trajectory]) -> None:

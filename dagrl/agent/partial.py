@@ -1,10 +1,10 @@
 """Multi-turn trajectories under partial rollout (`multi_turn.enable` with `async_training.partial_rollout`).
 
-A partial-rollout group's samples are then the agent loop's trajectories. The pool's run drives them with the
+A partial-rollout group's samples are then the agent loop's trajectories. The buffer's run drives them with the
 loop's own turn driver (`AgentLoop.drive`) until the rank's share of groups has finished every trajectory; the rest
 stop where they are: a turn in progress is kept as sampled so far (its next request continues it under the
 weights of the next step, KV recomputed), calls under way answer first. A carried trajectory is plain data
-(`state`/`restore`), saved in every checkpoint with the pool. Tool instances are not: a resumed trajectory creates
+(`state`/`restore`), saved in every checkpoint with the buffer. Tool instances are not: a resumed trajectory creates
 its tools' instances again with the row's `create_kwargs`, so state a tool built up in `execute` before the
 checkpoint is not there after it (stateless tools, such as the shipped ones, resume exactly); an interaction is
 started again under a new instance id.
@@ -26,42 +26,42 @@ _SAVED = ("messages", "ids", "mask", "log_probs", "versions", "done", "assistant
           "last_eos")
 
 
-def start_groups(agent: AgentLoop, pool: Any, sampling: SamplingSpec) -> None:
-    """Trajectories for the pool's groups that have none yet (new, or restarted for staleness); the dropped ones'
+def start_groups(agent: AgentLoop, buffer: Any, sampling: SamplingSpec) -> None:
+    """Trajectories for the buffer's groups that have none yet (new, or restarted for staleness); the dropped ones'
     tools are released first."""
-    if pool.dropped:
-        agent._run([agent._finish(t) for t in pool.dropped])
-        pool.dropped = []
-    for group in pool.groups:
+    if buffer.dropped:
+        agent._run([agent._finish(t) for t in buffer.dropped])
+        buffer.dropped = []
+    for group in buffer.groups:
         if all(s is None for s in group.samples):
             own = dataclasses.replace(sampling.with_limit(group.limit), n=len(group.samples))
-            fresh = agent._start(pool.rows[group.uid], own, group.seed)
+            fresh = agent._start(buffer.rows[group.uid], own, group.seed)
             for t in fresh:
                 t.key = group.uid
             group.samples = fresh
 
 
-def run_groups(agent: AgentLoop, pool: Any, engine: Any, sampling: SamplingSpec, wanted: int,
+def run_groups(agent: AgentLoop, buffer: Any, engine: Any, sampling: SamplingSpec, wanted: int,
                updates: Any = None) -> list:
-    """PartialPool.run for multi-turn groups: the first `wanted` groups whose every trajectory finished, oldest
-    first (their tools released); the rest stay in the pool."""
+    """PartialRolloutBuffer.run for multi-turn groups: the first `wanted` groups whose every trajectory finished,
+    oldest first (their tools released); the rest stay in the buffer."""
     agent.eos_token_ids = set(engine.eos_token_ids)
-    start_groups(agent, pool, sampling)
+    start_groups(agent, buffer, sampling)
     agent.tool_wait = 0.0
-    trajectories = [t for group in pool.groups for t in group.samples]
-    pool.reloads = agent.drive(engine, trajectories, sampling,
-                               enough=lambda: sum(g.finished for g in pool.groups) >= wanted, updates=updates)
-    done = [g for g in pool.groups if g.finished][:wanted]
+    trajectories = [t for group in buffer.groups for t in group.samples]
+    buffer.reloads = agent.drive(engine, trajectories, sampling,
+                                 enough=lambda: sum(g.finished for g in buffer.groups) >= wanted, updates=updates)
+    done = [g for g in buffer.groups if g.finished][:wanted]
     agent._run([agent._finish(t) for group in done for t in group.samples])
     taken = {g.uid for g in done}
-    pool.groups = [g for g in pool.groups if g.uid not in taken]
+    buffer.groups = [g for g in buffer.groups if g.uid not in taken]
     return done
 
 
-def batch_of(agent: AgentLoop, pool: Any, groups: list, response_length: int) -> tuple[Batch, dict[str, float]]:
+def batch_of(agent: AgentLoop, buffer: Any, groups: list, response_length: int) -> tuple[Batch, dict[str, float]]:
     """The trained rows of finished multi-turn `groups` (the loop's layout, plus each token's `token_versions`)
     and the multi-turn metrics of their trajectories."""
-    rows = Batch.concat([pool.rows.pop(g.uid) for g in groups])
+    rows = Batch.concat([buffer.rows.pop(g.uid) for g in groups])
     trajectories = [t for g in groups for t in g.samples]
     batch = agent._batch(rows, trajectories, len(groups[0].samples), response_length)
     versions = torch.full(batch["responses"].shape, -1, dtype=torch.long)

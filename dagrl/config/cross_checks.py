@@ -30,10 +30,10 @@ def check_overlong_manager(cfg: Cfg) -> None:
 
 
 def check_async_reward(cfg: Cfg) -> None:
-    """Scoring in the background happens behind the layout node, where dynamic sampling no longer sees the scores."""
+    """Scoring in the background happens behind the reshard node, where dynamic sampling no longer sees the scores."""
     require(not (cfg.reward_model.launch_reward_fn_async and cfg.algorithm.filter_groups.enable),
             "reward_model.launch_reward_fn_async",
-            "reward_model.launch_reward_fn_async=true scores behind the layout node, beside the log-prob passes, but "
+            "reward_model.launch_reward_fn_async=true scores behind the reshard node, beside the log-prob passes, but "
             "dynamic sampling (algorithm.filter_groups.enable=true) filters on the scores before it: set one of them "
             "false")
 

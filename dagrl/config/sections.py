@@ -15,6 +15,7 @@ from dagrl.config.checks import alias, as_config_error, as_list, divides, get, n
 from dagrl.config.errors import require
 from dagrl.config.model_dir import read_hf_config
 from dagrl.config.derived import needs_reference, skips_old_log_prob
+from dagrl.dag.graph import RESHARD, RESHARD_FN
 from dagrl.config.tree import Cfg
 from dagrl.placement import WorldLayout
 from dagrl.utils import precision
@@ -265,18 +266,8 @@ def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
             f"{actor_dp} actor-DP ranks")
     divides(mini * n // actor_dp, micro, "critic.ppo_micro_batch_size_per_gpu",
             "responses per critic mini-batch per rank by critic.ppo_micro_batch_size_per_gpu")
-    for key in ("shuffle", "model.enable_gradient_checkpointing", "megatron.param_offload", "megatron.grad_offload",
-                "megatron.optimizer_offload"):
-        value = get(cfg, f"critic.{key}")
-        filed, name = named(cfg, f"critic.{key}")
-        require(isinstance(value, bool), filed, f"{name}={value!r} must be true or false")
-    seed = critic.megatron.seed
-    filed, name = named(cfg, "critic.megatron.seed")
-    require(isinstance(seed, int) and not isinstance(seed, bool), filed, f"{name}={seed!r} must be an integer")
-    require(non_negative(cfg, "critic.cliprange_value") > 0, "critic.cliprange_value",
-            "critic.cliprange_value must be > 0")
+    # (the critic's keys' types and ranges, its grad clip's included, are the schema's: schema.py)
     grad_clip = alias(cfg, "critic.grad_clip", "critic.optim.clip_grad")
-    require(grad_clip is None or grad_clip > 0, "critic.grad_clip", f"critic.grad_clip={grad_clip} must be positive")
     check_optim(cfg, "critic.optim")
     if critic.model.path:
         critic_hf = read_hf_config(critic.model.path, key="critic.model.path")
@@ -319,18 +310,27 @@ def check_filter_groups(cfg: Cfg) -> None:
 
 
 def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
-    """What dag.nodes shows without importing them (dag.graph.preflight_graph checks the graph itself)."""
-    if cfg.dag.custom_pipeline_fn:
+    """What the node dicts (dag.nodes, or what dag.custom_pipeline_fn returns) show without importing their
+    functions (dag.graph.preflight_graph checks the graph itself)."""
+    from dagrl.dag.graph import pipeline_nodes
+
+    custom = cfg.dag.custom_pipeline_fn
+    source = "dag.custom_pipeline_fn" if custom else "dag.nodes"
+    nodes = pipeline_nodes(custom) if custom else cfg.dag.nodes
+    if not isinstance(nodes, (list, tuple)):  # preflight_graph names it
         return
-    ids = [node.get("id") for node in cfg.dag.nodes if hasattr(node, "get")]  # else: preflight_graph names it
+    nodes = [node for node in nodes if hasattr(node, "get")]  # else: preflight_graph names it
+    ids = [node.get("id") for node in nodes]
     twice = next((i for i in ids if ids.count(i) > 1), None)
-    require(twice is None, "dag.nodes",
+    require(twice is None or custom, "dag.nodes",  # (a pipeline's own duplicate: build_graph's line names it)
             f"dag.nodes: node id {twice!r} appears twice (nodes {', '.join(str(n) for n, i in enumerate(ids) if i == twice)})"
             f": give each node its own id (deps name nodes by id)")
-    fns = [str(node.get("fn", "")) for node in cfg.dag.nodes if hasattr(node, "get")]
-    require(world_size == 1 or "dagrl.nodes.layout:to_actor_layout" in fns, "dag.nodes",
-            f"{world_size} processes but the graph has no node with fn dagrl.nodes.layout:to_actor_layout: add it "
-            f"after scoring (as conf/dag/grpo.yaml does) so that batches reach the actor layout")
+    fns = [str(node.get("fn", "")) for node in nodes]
+    roles = [node.get("role") for node in nodes]
+    require(world_size == 1 or RESHARD in roles, source,
+            f"{world_size} processes but the graph{f' {custom} returns' if custom else ''} has no node with role "
+            f"{RESHARD} ({RESHARD_FN}): add it after scoring (as conf/dag/grpo.yaml does) so that batches reach the "
+            f"actor layout")
     require(not cfg.algorithm.filter_groups.enable or any(fn.startswith("dagrl.nodes.dynamic_sampling:")
                                                            for fn in fns), "algorithm.filter_groups.enable",
             "algorithm.filter_groups.enable=true but the graph has no dynamic_sampling node: use dag=dapo")

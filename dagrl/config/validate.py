@@ -10,7 +10,8 @@ import os
 
 from dagrl.config import (async_checks, checkpoints, cross_checks, distill_checks, inert_keys, model_files,
                           model_shapes, path_values, profiler_checks, reward_checks, schema, sections)
-from dagrl.config.checks import (alias, as_config_error, as_list, check_finite_numbers, divides, layout_from_config, positive_int)
+from dagrl.config.checks import (alias, as_config_error, as_list, check_finite_numbers, divides, layout_from_config,
+                                 positive_int)
 from dagrl.config.errors import SKIPPED, ConfigError, Problems, require
 from dagrl.config.loggers import check_loggers
 from dagrl.config.model_dir import check_tokenizer_files, read_hf_config
@@ -157,11 +158,7 @@ def check_actor(cfg: Cfg, hf_config: dict):
     """The actor's own keys; returns its grad clip."""
     grad_clip = alias(cfg, "actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.clip_grad")
     sections.check_optim(cfg, "actor_rollout_ref.actor.optim")
-    require(grad_clip is None or grad_clip > 0, "actor_rollout_ref.actor.grad_clip",
-            f"actor_rollout_ref.actor.grad_clip={grad_clip} must be positive")
     actor = cfg.actor_rollout_ref.actor
-    require(actor.clip_ratio_c > 1.0, "actor_rollout_ref.actor.clip_ratio_c",
-            f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual clip)")
     # the ratio is clipped to [1 - low, 1 + high]: a low >= 1 (a percentage? 20 for 0.2) clips nothing below;
     # CISPO alone means that (no lower bound on its detached weight)
     low_key = "actor_rollout_ref.actor.clip_ratio" + ("" if actor.clip_ratio_low is None else "_low")
@@ -183,15 +180,6 @@ def check_overlong_buffer(cfg: Cfg, response_length: int) -> None:
     buffer = cfg.reward_model.overlong_buffer
     require(not buffer.enable or 0 < buffer.len < response_length, "reward_model.overlong_buffer.len",
             f"reward_model.overlong_buffer.len={buffer.len} must be in 1..{response_length - 1} when enabled")
-    require(buffer.penalty_factor >= 0, "reward_model.overlong_buffer.penalty_factor",
-            "reward_model.overlong_buffer.penalty_factor must be >= 0")
-
-
-def check_trainer_limits(cfg: Cfg) -> None:
-    skips = cfg.trainer.max_consecutive_skips
-    require(isinstance(skips, int) and skips >= 0, "trainer.max_consecutive_skips",
-            f"trainer.max_consecutive_skips={skips!r} must be an integer >= 0 (0 = never stop)")
-    require(cfg.reward_model.timeout_s > 0, "reward_model.timeout_s", "reward_model.timeout_s must be > 0")
 
 
 def check_data(cfg: Cfg) -> int:
@@ -266,7 +254,6 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     from dagrl.dag.graph import preflight_graph  # user node functions' signatures, the pipeline factory's dry call
     check(preflight_graph, cfg.dag)
     check(sections.check_launcher, cfg)
-    check(check_trainer_limits, cfg)
     check(profiler_checks.check_global_profiler, cfg, launch_size)
     max_model_len = check(sections.check_rollout_engine, cfg, sequence_length, check_installed=not planning)
     if planning and not any(os.path.exists(path) for path in as_list(cfg.data.train_files)):

@@ -28,7 +28,12 @@ from dagrl.config.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("rollout", "actor", "reference", "teacher", "critic", "reward", "advantage", "custom")
+ROLES = ("rollout", "actor", "reference", "teacher", "critic", "reward", "advantage", "reshard", "custom")
+# The reshard node moves the batch from the rollout layout to the actor layout (dagrl.nodes.layout:to_actor_layout):
+# the nodes before it run on the rollout's shards, those after it on the actor's. A graph has at most one; the layout
+# check, the split into separate pools and background scoring read its place in the graph.
+RESHARD = "reshard"
+RESHARD_FN = "dagrl.nodes.layout:to_actor_layout"
 REQUIRED_ROLES = ("rollout", "advantage", "actor")
 BACKGROUND_ROLES = ("reward", "custom")  # the others drive engines and collectives, which only the main thread may
 NODE_KEYS = {"id", "role", "fn", "deps", "config", "background"}
@@ -53,6 +58,11 @@ class Graph:
 
     def has(self, node_id: str) -> bool:
         return any(node.id == node_id for node in self.nodes)
+
+    @property
+    def reshard(self) -> int | None:
+        """The reshard node's position in execution order (None: the graph has none)."""
+        return next((i for i, node in enumerate(self.nodes) if node.role == RESHARD), None)
 
 
 def import_function(spec: str, key: str) -> Callable[..., Any]:
@@ -161,6 +171,13 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
             raise ConfigError(source, f"{source}: node {node_id!r} has role {role!r}; valid roles: {', '.join(ROLES)}")
         if "fn" not in spec:
             raise ConfigError(source, f"{source}: node {node_id!r} has no fn (module:function)")
+        if spec["fn"] == RESHARD_FN and role != RESHARD:
+            raise ConfigError(source, f"{source}: node {node_id!r} runs {RESHARD_FN} with role {role}: give it role "
+                                      f"{RESHARD} (the move to the actor layout)")
+        if role == RESHARD and any(node.role == RESHARD for node in by_id.values()):
+            raise ConfigError(source, f"{source}: nodes {next(n.id for n in by_id.values() if n.role == RESHARD)!r} "
+                                      f"and {node_id!r} both have role {RESHARD}: a graph moves its batch to the "
+                                      f"actor layout once")
         deps = spec.get("deps") or ()
         # deps=rollout (a string) would be read letter by letter: "depends on unknown node 'r'"
         if not isinstance(deps, (list, tuple)) or not all(isinstance(dep, str) for dep in deps):

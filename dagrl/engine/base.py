@@ -87,3 +87,27 @@ class ActorEngine(Protocol):
     def load_checkpoint(self, path: str) -> None: ...
 
     def state_is_finite(self) -> bool: ...  # collective: no NaN/inf in parameters and optimizer state, any rank
+
+
+class CriticEngine(Protocol):
+    """A trainable value model on the actor's layout: one value per token of the response."""
+
+    def compute_values(self, batch: Batch, micro_batch_size: int,
+                       max_token_len: int | None = None) -> torch.Tensor: ...  # [B, R] float32, 0 off the mask
+
+    # loss_fn gets the values where the actor's gets log-probs
+    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int,
+                   max_token_len: int | None = None) -> dict[str, float]: ...
+
+    def offload_params(self) -> None: ...
+
+    def offload_grads(self) -> None: ...
+
+    def offload_optimizer(self) -> None: ...
+
+    def save_checkpoint(self, path: str) -> None: ...
+
+    def load_checkpoint(self, path: str) -> None: ...
+
+    def state_is_finite(self) -> bool: ...
+

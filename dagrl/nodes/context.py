@@ -8,6 +8,8 @@ import torch
 
 from dagrl.config.shape import RunShape
 from dagrl.config.tree import Cfg
+from dagrl.engine.base import ActorEngine, CriticEngine
+from dagrl.engine.rollout.interface import RolloutEngine
 from dagrl.utils.dist import data_parallel_sums
 
 
@@ -22,23 +24,24 @@ class WeightVersions:
 class StepContext:
     cfg: Cfg
     shape: RunShape
-    actor: Any                  # ActorEngine
-    rollout: Any                # RolloutEngine
-    reference: Any | None       # ActorEngine without optimizer; None when no KL term needs it
+    actor: ActorEngine          # the rollout pool of two has none: a relay of the pushed weights stands in
+    rollout: RolloutEngine
+    reference: ActorEngine | None  # without optimizer; None when no KL term needs it
     reward_fn: Any              # RewardManager
     tokenizer: Any
     kl_ctrl: Any                # KLController for KL-in-reward
     versions: WeightVersions
-    critic: Any | None = None   # the critic engine (MegatronCriticEngine) when the graph has critic nodes
-    teacher: Any | None = None  # the frozen distillation teacher (ActorEngine) when the graph has a teacher node
+    critic: CriticEngine | None = None   # when the graph has critic nodes
+    teacher: ActorEngine | None = None   # the frozen distillation teacher, when the graph has a teacher node
     rank: int = 0
     step: int = 0
     node_config: dict[str, Any] = field(default_factory=dict)
     # (step, round) -> this rank's rollout shard of the next global prompt batch from the seeded, checkpointed
     # sampler; nodes that need more prompts in a step (dynamic sampling) call it with round 1, 2, ...
     draw_prompts: Callable[[int, int], Any] | None = None
-    # async_training.partial_rollout: this rank's groups carried between steps (nodes/partial_rollout.py)
-    pool: Any | None = None
+    # async_training.partial_rollout: this rank's partial-rollout buffer, the groups carried between steps
+    # (nodes/partial_rollout.py)
+    partial: Any | None = None
     # the weight version the update that trains this step's batch starts from: the staleness bound counts from it.
     # None: the actor's current version (colocated); the rollout pool of two sets step - 1 (trainer/pools.py)
     update_base: int | None = None

@@ -5,7 +5,7 @@ zero GRPO advantage and teaches nothing — and, while fewer than data.train_bat
 ranks, draws the next global prompt batch from the trainer's seeded sampler (its state is checkpointed, so a
 resumed run draws the same prompts), generates and scores it, and filters again. Counts are all-reduced, so every
 rank runs the same number of rounds. The kept groups are then trimmed to exactly train_batch_size, taking them in
-(round, rollout-DP shard) order; the layout node after this one moves them to the actor layout.
+(round, rollout-DP shard) order; the reshard node after this one moves them to the actor layout.
 
 When algorithm.filter_groups.max_num_gen_batches rounds (> 0) are not enough, `on_limit` decides: `raise` stops
 the run naming the keys, `smaller_batch` trains on the groups found (rounded down to a multiple of the actor DP

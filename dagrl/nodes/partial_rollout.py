@@ -1,15 +1,16 @@
-"""Colocated partial rollout (`async_training.partial_rollout=true`): the rollout node's long-tail lever on one pool.
+"""Colocated partial rollout (`async_training.partial_rollout=true`): the rollout node's long-tail lever when the
+actor and the rollout share the GPUs.
 
-Each rank keeps a pool of prompt groups in flight (its rollout shard). A step adds the prompts the trainer drew
-for it, tops the pool up to `oversample_ratio` x its share of `data.train_batch_size` with further draws from the
-sampler (the first step), syncs weights, and submits every unfinished sample through the engine's request level
-(a carried sample as its prompt + the prefix sampled so far: its KV is recomputed under the new weights). It
-advances the engine until its share of groups has finished, trains on those (the oldest first when several finish
-together) and aborts the rest, which wait in the pool, partial, for the next step. Tokens carry the weight version
-that sampled them; a group whose oldest token would be more than `max_staleness` versions behind the weights the
-next update starts from is restarted from its prompt (never dropped). The pool is part of every checkpoint
-(`PartialPool.state_dict`: plain lists), so a resumed run continues exactly; with `oversample_ratio=1` every
-group finishes every step and nothing is carried.
+Each rank keeps a partial-rollout buffer of prompt groups in flight (its rollout shard). A step adds the prompts the
+trainer drew for it, tops the buffer up to `oversample_ratio` x its share of `data.train_batch_size` with further
+draws from the sampler (the first step), syncs weights, and submits every unfinished sample through the engine's
+request level (a carried sample as its prompt + the prefix sampled so far: its KV is recomputed under the new
+weights). It advances the engine until its share of groups has finished, trains on those (the oldest first when
+several finish together) and aborts the rest, which wait in the buffer, partial, for the next step. Tokens carry the
+weight version that sampled them; a group whose oldest token would be more than `max_staleness` versions behind the
+weights the next update starts from is restarted from its prompt (never dropped). The buffer is part of every
+checkpoint (`PartialRolloutBuffer.state_dict`: plain lists), so a resumed run continues exactly; with
+`oversample_ratio=1` every group finishes every step and nothing is carried.
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class Group:
                        seed=self.seed + sample)
 
 
-class PartialPool:
+class PartialRolloutBuffer:
     """A rank's groups in flight between steps (see the module docstring)."""
 
     def __init__(self, agent: Any = None) -> None:
@@ -205,7 +206,7 @@ class PartialPool:
             self.rows[group.uid] = rows.select([row])
 
 
-def pool_target(ctx: StepContext, share: int) -> int:
+def buffer_target(ctx: StepContext, share: int) -> int:
     """Groups a rank keeps in flight: oversample_ratio x its share of the batch."""
     return math.ceil(ctx.cfg.async_training.oversample_ratio * share)
 

@@ -6,7 +6,7 @@ import torch
 
 from dagrl.algo.kl import kl_penalty
 from dagrl.config.errors import ConfigError, RunError
-from dagrl.dag.graph import Graph, build_graph
+from dagrl.dag.graph import RESHARD_FN, Graph, build_graph
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import data_parallel_sums
@@ -59,24 +59,22 @@ def stop_if_every_score_failed(ctx: StepContext, failed: torch.Tensor, model_par
 
 def score_in_background(graph: Graph) -> Graph:
     """reward_model.launch_reward_fn_async (verl's key): the score node runs in a thread beside the log-prob passes.
-    It moves behind the layout node (it then scores the rows this rank trains; the ranks of a model-parallel group
+    It moves behind the reshard node (it then scores the rows this rank trains; the ranks of a model-parallel group
     score the same rows) and becomes score_rows; the nodes that came after it for order come after what it came
     after, and the KL-in-reward node waits for it. A graph without the built-in score node is left as it is."""
-    from dagrl.nodes.layout import to_actor_layout
-
     scorer = next((node for node in graph.nodes if node.fn is score), None)
     if scorer is None:
         return graph
-    layout = next((node for node in graph.nodes if node.fn is to_actor_layout), None)
+    layout = None if graph.reshard is None else graph.nodes[graph.reshard]
     waiter = next((node for node in graph.nodes if node.fn is apply_kl_in_reward), None)
     readers = [node.id for node in graph.nodes if scorer.id in node.deps and node is not layout]
-    why = (f"node {readers[0]!r} reads the scores before the layout node" if readers else
-           "the graph has no layout node (dagrl.nodes.layout:to_actor_layout) to score behind" if layout is None else
+    why = (f"node {readers[0]!r} reads the scores before the reshard node" if readers else
+           f"the graph has no reshard node ({RESHARD_FN}) to score behind" if layout is None else
            "the graph has no node dagrl.nodes.reward:apply_kl_in_reward to wait for the scores" if waiter is None
            else None)
     if why:
         raise ConfigError("reward_model.launch_reward_fn_async",
-                          f"reward_model.launch_reward_fn_async=true scores in the background behind the layout node, "
+                          f"reward_model.launch_reward_fn_async=true scores in the background behind the reshard node, "
                           f"but {why}; set reward_model.launch_reward_fn_async=false")
     specs = []
     for node in graph.nodes:

@@ -131,7 +131,7 @@ def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     start = time.perf_counter()
     sampling = train_sampling(ctx, batch)
     seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx), "train")
-    if ctx.pool is not None:
+    if ctx.partial is not None:
         out, metrics = generate_partial(ctx, batch, sampling, seed)
     else:
         greedy = None
@@ -185,35 +185,35 @@ def sample(ctx: StepContext, prompts: Batch, sampling: SamplingSpec, seed: int) 
 
 def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, seed: int
                      ) -> tuple[Batch, dict[str, float]]:
-    """async_training.partial_rollout: the step's prompts join the rank's pool, whose first `share` groups to
+    """async_training.partial_rollout: the step's prompts join the rank's buffer, whose first `share` groups to
     finish are trained on; the rest are carried (nodes/partial_rollout.py)."""
-    from dagrl.nodes.partial_rollout import pool_target, staleness_metrics
+    from dagrl.nodes.partial_rollout import buffer_target, staleness_metrics
 
-    pool, share = ctx.pool, len(batch)
-    pool.add(batch, batch["position"], seed, sampling)
+    buffer, share = ctx.partial, len(batch)
+    buffer.add(batch, batch["position"], seed, sampling)
     round_index = 1
-    while len(pool.groups) < pool_target(ctx, share):  # the first step fills the pool beyond one batch
+    while len(buffer.groups) < buffer_target(ctx, share):  # the first step fills the buffer beyond one batch
         extra = ctx.draw_prompts(ctx.step, round_index)
-        pool.add(extra, extra["position"], sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step,
+        buffer.add(extra, extra["position"], sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step,
                                                          rollout_dp_rank(ctx), f"train{round_index}"),
                  train_sampling(ctx, extra))
         round_index += 1
     # the update of this step starts from version `base`: tokens more than K versions behind it restart
     base = ctx.versions.actor if ctx.update_base is None else ctx.update_base
     options = ctx.cfg.async_training
-    restarted = pool.restart_stale(base - options.max_staleness) if options.restart_stale else 0
+    restarted = buffer.restart_stale(base - options.max_staleness) if options.restart_stale else 0
     with rollout_session(ctx) as metrics:
-        groups = pool.run(ctx.rollout, sampling, share, ctx.weight_updates)
-    if pool.agent is not None:  # multi-turn trajectories
+        groups = buffer.run(ctx.rollout, sampling, share, ctx.weight_updates)
+    if buffer.agent is not None:  # multi-turn trajectories
         from dagrl.agent.partial import batch_of
-        out, turns = batch_of(pool.agent, pool, groups, sampling.response_length)
+        out, turns = batch_of(buffer.agent, buffer, groups, sampling.response_length)
         metrics.update(turns)
     else:
-        out = pool.batch(groups, sampling.response_length, sampling.stop_ids(ctx.rollout.eos_token_ids),
+        out = buffer.batch(groups, sampling.response_length, sampling.stop_ids(ctx.rollout.eos_token_ids),
                          ctx.rollout.pad_token_id)
     metrics.update(response_metrics(out, sampling.response_length))
     metrics.update(staleness_metrics(out, base))
-    metrics.update({"async/buffer_groups": float(len(pool.groups)), "async/restarted_groups": float(restarted)})
+    metrics.update({"async/buffer_groups": float(len(buffer.groups)), "async/restarted_groups": float(restarted)})
     if ctx.weight_updates is not None:
-        metrics["async/mid_batch_loads"] = float(pool.reloads)
+        metrics["async/mid_batch_loads"] = float(buffer.reloads)
     return out, metrics

@@ -3,7 +3,7 @@
 A prompt's uid is "<epoch>:<dataset index>" (the sampler visits each row once per epoch). Its line is one of
     {"uid": u, "fate": "trained@<step>"}
     {"uid": u, "fate": "filtered:<reason>", "step": s}  dropped by a node (dynamic sampling: zero_variance, surplus)
-    {"uid": u, "fate": "in_flight", "step": s}          still in a partial-rollout pool when the run ended
+    {"uid": u, "fate": "in_flight", "step": s}          still in a partial-rollout buffer when the run ended
 
 Rank 0 appends a step's lines after the step's graph ran (flushed and fsynced). Every checkpoint records the
 ledger's length, and a resumed run truncates the ledger to it before replaying the steps after the checkpoint,

@@ -23,7 +23,7 @@ from dagrl.nodes.layout import check_graph as check_layout_node
 from dagrl.trainer import build
 from dagrl.trainer.checkpoint import CONFIG_FILE, CheckpointManager, finished_step, resume_target
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
-from dagrl.trainer.pool_state import read_pool, read_pools, restore_pool, write_pools
+from dagrl.trainer.partial_state import read_partial, read_partials, restore_partial, write_partials
 from dagrl.trainer.profiler import StepProfiler
 from dagrl.trainer.timing import Timer, node_timer
 from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
@@ -106,8 +106,8 @@ class Trainer:
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
                                draw_prompts=self.local_prompts, agent=agent, teacher=teacher)
         if cfg.async_training.partial_rollout and shape.pool != "train":
-            from dagrl.nodes.partial_rollout import PartialPool
-            self.ctx.pool = PartialPool(agent)
+            from dagrl.nodes.partial_rollout import PartialRolloutBuffer
+            self.ctx.partial = PartialRolloutBuffer(agent)
         self.consecutive_skips = 0
         self.stop = StopRequest(trainer)  # SIGTERM/SIGUSR1/Ctrl-C: stop after the current step with a checkpoint
         if bridge is not None:  # ...unless the other pool was killed: then now (Bridge.check_peers_alive)
@@ -145,11 +145,11 @@ class Trainer:
             logger.info("%s predates dagrl's drawing of verl's prompt order (%s): the run goes on in the %s order it "
                         "began with", path, ORDERS[0], self.sampler.order)
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
-        if self.ctx.pool is not None:
-            restore_pool(self.ctx, self.train_data, read_pool(path, self.rollout_dp_rank))
+        if self.ctx.partial is not None:
+            restore_partial(self.ctx, self.train_data, read_partial(path, self.rollout_dp_rank))
         if self.feed is not None:  # the rollout pool continues from the checkpoint's rollout state
             shards = self.shape.placement.pool("rollout").size // self.shape.rollout_tp
-            self.rollout_resume = {"sampler": state["sampler"], "pools": read_pools(path, shards)}
+            self.rollout_resume = {"sampler": state["sampler"], "partials": read_partials(path, shards)}
         self.ledger_resume = (state.get("prompt_ledger"), path.parent / LEDGER_FILE)
         if self.ledger_resume[0] is None:
             logger.warning("%s predates the prompt ledger: its steps have no lines in %s", path, LEDGER_FILE)
@@ -177,7 +177,7 @@ class Trainer:
             if self.ctx.critic is not None:
                 watchdog.beat("checkpoint: critic", step)
                 self.ctx.critic.save_checkpoint(str(directory / "critic"))
-            write_pools(directory, self.pool_states())
+            write_partials(directory, self.partial_states())
             fault_point("between_shards", step)
             if self.rank == 0:
                 torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
@@ -189,21 +189,21 @@ class Trainer:
 
         self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
 
-    def pool_states(self) -> dict[int, list]:
-        """The partial-rollout pools this rank saves, by rollout shard: its own (colocated), or every shard's as
+    def partial_states(self) -> dict[int, list]:
+        """The partial-rollout buffers this rank saves, by rollout shard: its own (colocated), or every shard's as
         the rollout pool sent them with the step's batch (the training pool's rank 0)."""
         if self.feed is not None:
-            pools = self.message["pools"] if self.message is not None and self.rank == 0 else None
-            return dict(enumerate(pools)) if pools is not None else {}
-        if self.ctx.pool is not None and self.shape.layout.is_rollout_tp_leader(self.rank):
-            return {self.rollout_dp_rank: self.ctx.pool.state_dict()}
+            partials = self.message["partials"] if self.message is not None and self.rank == 0 else None
+            return dict(enumerate(partials)) if partials is not None else {}
+        if self.ctx.partial is not None and self.shape.layout.is_rollout_tp_leader(self.rank):
+            return {self.rollout_dp_rank: self.ctx.partial.state_dict()}
         return {}
 
     def restore_rollout_state(self, state: dict) -> None:
-        """The rollout pool: the sampler and this shard's partial-rollout pool the training pool resumed with."""
+        """The rollout pool: the sampler and this shard's partial-rollout buffer the training pool resumed with."""
         self.sampler.load_state_dict(state["sampler"])
-        if self.ctx.pool is not None and state["pools"] is not None:
-            restore_pool(self.ctx, self.train_data, state["pools"][self.rollout_dp_rank])
+        if self.ctx.partial is not None and state["partials"] is not None:
+            restore_partial(self.ctx, self.train_data, state["partials"][self.rollout_dp_rank])
 
     def save_hf_model(self, actor_dir: Path) -> None:
         """actor/huggingface (verl's layout): the actor's weights as an HF model directory, with config and
@@ -332,7 +332,7 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, float]:
         self.ctx.step = step
         self.ctx.dropped, self.drawn = {}, []
-        carried = self.ctx.pool.ledger_uids() if self.ctx.pool is not None else []
+        carried = self.ctx.partial.ledger_uids() if self.ctx.partial is not None else []
         timer = Timer()
         start = time.perf_counter()
         if self.feed is None:
@@ -371,7 +371,7 @@ class Trainer:
             parts = [(uids, [], [], {}) for uids in dist.all_gather_objects(trained)]
             parts.append(([], [*message["carried"], *message["drawn"]], message["in_flight"], message["dropped"]))
         else:
-            in_flight = self.ctx.pool.ledger_uids() if self.ctx.pool is not None else []
+            in_flight = self.ctx.partial.ledger_uids() if self.ctx.partial is not None else []
             parts = dist.all_gather_objects((trained, [*carried, *self.drawn], in_flight, self.ctx.dropped))
         reasons = {uid: reason for *_, dropped in parts for uid, reason in dropped.items()}
         self.write_ledger(step_records(step, (u for part in parts for u in part[0]),
@@ -379,12 +379,12 @@ class Trainer:
                                        (u for part in parts for u in part[2]), reasons))
 
     def in_flight_uids(self) -> list[str]:
-        """Prompts still in a partial-rollout pool after the last step (collective when colocated)."""
+        """Prompts still in a partial-rollout buffer after the last step (collective when colocated)."""
         if self.feed is not None:
             return list(self.message["in_flight"]) if self.message is not None else []
-        if self.ctx.pool is None:
+        if self.ctx.partial is None:
             return []
-        return [uid for part in dist.all_gather_objects(self.ctx.pool.ledger_uids()) for uid in part]
+        return [uid for part in dist.all_gather_objects(self.ctx.partial.ledger_uids()) for uid in part]
 
     def write_ledger(self, records: list[dict]) -> None:
         if self.ledger is not None:

@@ -1,6 +1,6 @@
 """Separate rollout and training pools (`actor_rollout_ref.hybrid_engine=false`): a placement and a schedule.
 
-The same graph runs, cut at the layout node: the rollout pool runs the nodes before it (rollout, score, filters)
+The same graph runs, cut at the reshard node: the rollout pool runs the nodes before it (rollout, score, filters)
 for batch b = 1, 2, ..., the training pool the rest for step s = b. They meet on the bridge (placement/bridge.py):
 
 - weights: after step s the training pool exports the actor's weights (collective) and its rank 0 sends them,
@@ -8,7 +8,7 @@ for batch b = 1, 2, ..., the training pool the rest for step s = b. They meet on
   validation step and at the start: version = the step resumed from). A push waits until the previous one was
   received, so at most one is in transit;
 - batches: the rollout pool's rank 0 sends batch b (every shard, its metrics, the prompt-ledger view and the rollout
-  state after b: sampler and partial-rollout pools) to the training pool's rank 0, which hands it to every training
+  state after b: sampler and partial-rollout buffers) to the training pool's rank 0, which hands it to every training
   rank. Generating batch b needs weights of version >= b - 1 - K (K = `async_training.max_staleness`): step b's
   update starts from version b - 1, so no trained token is more than K versions behind, and the rollout pool runs at
   most K + 1 batches ahead of training (the admission bound). K = 0 is the colocated schedule, exactly;
@@ -38,10 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 def split_graph(graph: Graph) -> tuple[Graph, Graph]:
-    """(the rollout pool's nodes, the training pool's): before the layout node, and from it on."""
-    from dagrl.nodes.layout import to_actor_layout
-
-    cut = next(i for i, node in enumerate(graph.nodes) if node.fn is to_actor_layout)
+    """(the rollout pool's nodes, the training pool's): before the reshard node, and from it on."""
+    cut = graph.reshard
     return Graph(graph.nodes[:cut]), Graph(graph.nodes[cut:])
 
 

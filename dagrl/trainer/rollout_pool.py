@@ -140,7 +140,7 @@ def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
     ctx = trainer.ctx
     ctx.step, ctx.update_base = step, step - 1
     ctx.dropped, trainer.drawn = {}, []
-    carried = ctx.pool.ledger_uids() if ctx.pool is not None else []
+    carried = ctx.partial.ledger_uids() if ctx.partial is not None else []
     timer = Timer()
     start = time.perf_counter()
     batch, metrics = run_graph(trainer.graph, ctx, trainer.local_prompts(step), timer=node_timer(timer, step))
@@ -155,8 +155,8 @@ def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
     metrics = dist.mean_over_ranks(metrics)
     layout = trainer.shape.layout
     leads = layout.is_rollout_tp_leader(ctx.rank)
-    in_flight = ctx.pool.ledger_uids() if ctx.pool is not None else []
-    part = (batch.to("cpu") if leads else None, ctx.pool.state_dict() if leads and ctx.pool is not None else None,
+    in_flight = ctx.partial.ledger_uids() if ctx.partial is not None else []
+    part = (batch.to("cpu") if leads else None, ctx.partial.state_dict() if leads and ctx.partial is not None else None,
             trainer.drawn, carried, in_flight, ctx.dropped)
     parts = [p for rank, p in enumerate(dist.all_gather_objects(part)) if layout.is_rollout_tp_leader(rank)]
     if dist.rank() != 0:
@@ -168,6 +168,6 @@ def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
     unique = lambda index: list(dict.fromkeys(uid for p in parts for uid in p[index]))  # noqa: E731
     return {"step": step, "shards": [p[0] for p in parts], "metrics": metrics,
             "sampler": trainer.sampler.state_dict(),
-            "pools": [p[1] for p in parts] if ctx.pool is not None else None,
+            "partials": [p[1] for p in parts] if ctx.partial is not None else None,
             "drawn": unique(2), "carried": unique(3), "in_flight": unique(4),
             "dropped": {uid: reason for p in parts for uid, reason in p[5].items()}}

@@ -3,7 +3,7 @@
 A trainer killed with SIGKILL runs no cleanup code, so a process it forked must notice by itself: `children_die_with_us`
 makes every process forked by the calling thread inside the block ask the kernel (Linux PR_SET_PDEATHSIG) for a SIGKILL
 when its parent goes. Used around checkpoint writes, whose writer processes (megatron's FileSystemWriterAsync forks
-one per file) otherwise hang forever in a queue read once the trainer is gone (issue 21).
+one per file) otherwise hang forever in a queue read once the trainer is gone.
 """
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def test_multi_turn_partial_rollout_carries_trajectories_and_resumes_exactly(arg
     assert max(expected[s]["multi_turn/num_turns/max"] for s in steps) >= 3
     # the checkpoint holds carried trajectories as plain data: conversations under way, some with turns to go
     import json
-    saved = json.loads((straight / "global_step_2" / "rollout_pool" / "dp0.json").read_text())
+    saved = json.loads((straight / "global_step_2" / "partial_rollout" / "dp0.json").read_text())
     turns = [s["turns"] for group in saved for s in group["samples"] if s is not None]
     assert turns and any(not t["done"] for t in turns) and any(len(t["messages"]) > 2 for t in turns)
     assert "val-core/dagrl/arithmetic/acc/mean@1" in expected[4]

@@ -116,7 +116,7 @@ def test_partial_rollout_trains_a_shorter_mix_under_restarts_and_not_without(see
 
 
 def test_each_rank_trains_its_own_share():
-    """dagrl's partial-rollout pools are per rank: a rank whose pool holds only long groups waits for its share of
+    """dagrl's partial-rollout buffers are per rank: a rank whose pool holds only long groups waits for its share of
     them, however many short groups the other rank has finished."""
     replay = np.repeat(np.array([4000.0, 4000, 100, 100] * 2), 2)  # each draw: rank 0 two long prompts, rank 1 short
     w = Workload(batch=4, n=2, prompt_len=0, replay=replay)

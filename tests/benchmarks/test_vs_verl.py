@@ -186,7 +186,7 @@ def test_run_side_logs_versions_and_stamps_step_lines(tmp_path, monkeypatch):
 
 
 def test_run_json_is_written_at_each_step_line_then_closed_with_the_exit_code(tmp_path, monkeypatch):
-    """A side cut by the device budget (no exit) still leaves its step times: S_run.json is rewritten at every new
+    """A side cut short (no exit) still leaves its step times: S_run.json is rewritten at every new
     step line with exit code null, and the final write (the exit code) is the last one."""
     writes = []
     real = vs_verl.write_run

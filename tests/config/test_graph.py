@@ -236,5 +236,5 @@ def test_launch_reward_fn_async_scores_behind_the_layout_node_beside_the_log_pro
         assert by_id["score"].background and by_id["score"].fn is score_rows
         assert by_id["score"].deps == ("to_actor_layout",) and by_id["to_actor_layout"].deps == ("rollout",)
         assert "score" in by_id[waiter].deps
-    with pytest.raises(ConfigError, match="node 'dynamic_sampling' reads the scores before the layout node"):
+    with pytest.raises(ConfigError, match="node 'dynamic_sampling' reads the scores before the reshard node"):
         score_in_background(graph_from_config(Cfg(compose(["dag=dapo"])).dag))

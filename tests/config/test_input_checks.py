@@ -1,4 +1,4 @@
-"""Unit tests of the pre-flight checks added for the third unseen set (session 14): megatron's TransformerConfig
+"""Unit tests of the pre-flight checks for mistyped and misplaced inputs: megatron's TransformerConfig
 fields read from source, the rank variables of the launch, unknown keys answered without a misleading key."""
 from __future__ import annotations
 

@@ -192,23 +192,31 @@ def test_multi_process_graphs_need_the_layout_node_between_rollout_and_actor_sid
         return build_graph([{"id": i, "role": role, "fn": fn, "deps": list(deps)} for i, role, fn, deps in nodes])
 
     good = graph(("gen", "rollout", noop, []), ("filter", "custom", filter_fn, ["gen"]),
-                 ("move", "custom", layout, ["filter"]), ("adv", "advantage", noop, ["move"]),
+                 ("move", "reshard", layout, ["filter"]), ("adv", "advantage", noop, ["move"]),
                  ("update", "actor", noop, ["adv"]))
     check_graph(good, world_size=4)
     without = graph(("gen", "rollout", noop, []), ("adv", "advantage", noop, ["gen"]),
                     ("update", "actor", noop, ["adv"]))
     check_graph(without, world_size=1)  # one process: both layouts are the same
-    with pytest.raises(ConfigError, match="no node with fn dagrl.nodes.layout:to_actor_layout"):
+    with pytest.raises(ConfigError, match="no node with role reshard \\(dagrl.nodes.layout:to_actor_layout\\)"):
         check_graph(without, world_size=2)
     early = graph(("gen", "rollout", noop, []), ("adv", "advantage", noop, ["gen"]),
-                  ("move", "custom", layout, ["adv"]), ("update", "actor", noop, ["move"]))
-    with pytest.raises(ConfigError, match="node 'adv' \\(role advantage\\) runs before to_actor_layout"):
+                  ("move", "reshard", layout, ["adv"]), ("update", "actor", noop, ["move"]))
+    with pytest.raises(ConfigError, match="node 'adv' \\(role advantage\\) runs before the reshard node 'move'"):
         check_graph(early, world_size=2)
-    late = graph(("gen", "rollout", noop, []), ("move", "custom", layout, ["gen"]),
+    late = graph(("gen", "rollout", noop, []), ("move", "reshard", layout, ["gen"]),
                  ("filter", "custom", filter_fn, ["move"]), ("adv", "advantage", noop, ["filter"]),
                  ("update", "actor", noop, ["adv"]))
-    with pytest.raises(ConfigError, match="node 'filter' must run before to_actor_layout"):
+    with pytest.raises(ConfigError, match="node 'filter' must run before the reshard node 'move'"):
         check_graph(late, world_size=2)
+    with pytest.raises(ConfigError, match="node 'move' runs dagrl.nodes.layout:to_actor_layout with role custom: "
+                                          "give it role reshard"):
+        graph(("gen", "rollout", noop, []), ("move", "custom", layout, ["gen"]), ("adv", "advantage", noop, ["move"]),
+              ("update", "actor", noop, ["adv"]))
+    with pytest.raises(ConfigError, match="nodes 'move' and 'again' both have role reshard"):
+        graph(("gen", "rollout", noop, []), ("move", "reshard", layout, ["gen"]),
+              ("again", "reshard", noop, ["move"]), ("adv", "advantage", noop, ["again"]),
+              ("update", "actor", noop, ["adv"]))
 
 
 def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, tiny_data, tmp_path, monkeypatch):
@@ -224,11 +232,15 @@ def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, ti
     tp2 = compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path, **{
         "trainer.n_gpus_per_node": 2, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}))
-    shape = preflight(Cfg(tp2))  # rollout DP 2, actor DP 1: the layout node bridges them
+    shape = preflight(Cfg(tp2))  # rollout DP 2, actor DP 1: the reshard node bridges them
     assert (shape.layout.rollout_dp, shape.layout.dp, shape.layout.tp, shape.layout.world_size) == (2, 1, 2, 2)
     data["dag"]["nodes"] = [node for node in data["dag"]["nodes"] if node["id"] != "to_actor_layout"]
-    with pytest.raises(ConfigError, match="2 processes but the graph has no node with fn "
-                                          "dagrl.nodes.layout:to_actor_layout"):
+    with pytest.raises(ConfigError, match="2 processes but the graph has no node with role reshard "
+                                          "\\(dagrl.nodes.layout:to_actor_layout\\)"):
+        preflight(Cfg(data))
+    data["dag"]["custom_pipeline_fn"] = "tests.dag_test_nodes:custom_pipeline"  # a pipeline's graph, likewise
+    with pytest.raises(ConfigError, match="2 processes but the graph tests.dag_test_nodes:custom_pipeline returns "
+                                          "has no node with role reshard"):
         preflight(Cfg(data))
 
 

@@ -1,4 +1,4 @@
-"""docs/first_gpu_run.md works as printed (issue 26 item 2).
+"""docs/first_gpu_run.md works as printed.
 
 Every bash block of the guide carries a marker comment before its fence:
   <!-- tested: NAME -->       run here, in document order, in a fresh shell after `. .venv/bin/activate`, with HOME a

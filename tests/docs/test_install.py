@@ -1,4 +1,4 @@
-"""Install off this machine (issue 26 item 1): the extras the docs name exist in setup.py, a hub preprocessor without
+"""Install off this machine: the extras the docs name exist in setup.py, a hub preprocessor without
 `datasets` names the extra in one line, and docs/install.md's check commands work as printed."""
 from __future__ import annotations
 

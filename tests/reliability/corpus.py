@@ -313,7 +313,7 @@ def world(n: int) -> tuple[str, ...]:
     return (f"trainer.n_gpus_per_node={n}",)
 
 
-# ---- session 14's unseen set: files a hurried user leaves behind --------------------------------------------------
+# ---- third unseen set: files a hurried user leaves behind ---------------------------------------------------------
 def _messages(change: Callable[[dict], dict]) -> Callable[[list[dict]], None]:
     """Every row's prompt messages rewritten by `change`."""
     def apply(rows: list[dict]) -> None:
@@ -435,7 +435,7 @@ CALC = "  - class_name: dagrl.agent.calculator.CalculatorTool\n    " + CALC_SCHE
 MT_TOOLS = (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml")
 
 
-# ---- session 15's unseen set: model directories, checkpoints and files a hurried user leaves ----------------------
+# ---- fourth unseen set: model directories, checkpoints and files a hurried user leaves ----------------------------
 def model_of_vocab(size: int) -> Callable[[Path, Paths], None]:
     """{ws}/model: the tiny model's tokenizer with a model whose embedding (config.json and weights alike) has `size`
     rows (another model's tokenizer, not an edited config.json: config_vocab_not_weights is that)."""
@@ -485,7 +485,7 @@ def file_list_txt(ws: Path, paths: Paths) -> None:
     (ws / "files.txt").write_text(f"{paths.train}\n{paths.train}\n")
 
 
-# ---- session 16's unseen set: other trainers' habits, files from other tools ---------------------------------------
+# ---- unseen set: other trainers' habits, files from other tools ----------------------------------------------------
 INTERACTION_CONFIG = TOOL_CONFIG.with_name("interaction_config.yaml")
 RUN_YAML = "data:\n  train_batch_size: 8\ntrainer:\n  total_epochs: 2\n"
 REWARD_OK = "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n"
@@ -622,7 +622,7 @@ CASES: tuple[Case, ...] = (
     Case("trainable_layers_out_of_range", "`actor_rollout_ref.model.trainable_top_layers=5` (the model has 2)",
          ("actor_rollout_ref.model.trainable_top_layers=5",),
          ("actor_rollout_ref.model.trainable_top_layers", "1..2")),
-    # ---- batching, packing, checkpoints (session 3 keys) ----
+    # ---- batching, packing, checkpoints ----
     Case("token_budget_too_small", "`actor.use_dynamic_bsz=true` with a budget below one prompt + response",
          ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4"),
          ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4", "max_prompt_length + max_response_length")),
@@ -722,7 +722,7 @@ CASES: tuple[Case, ...] = (
     # ---- the graph ----
     Case("pipeline_fn_missing", "`dag.custom_pipeline_fn=no_such_pkg.graphs:build`",
          ("dag.custom_pipeline_fn=no_such_pkg.graphs:build",), ("dag.custom_pipeline_fn", "cannot import module")),
-    # ---- user code that does not fit the trainer's call (issue 25 item 8) ----
+    # ---- user code that does not fit the trainer's call ----
     Case("node_fn_wrong_signature", "a node function `def node(batch)` in dag.nodes (the trainer calls fn(ctx, "
          "batch))", (f"dag.nodes.1.fn={USER_CODE}:node_without_ctx",),
          ("dag.nodes[score].fn", "node_without_ctx(batch)", "fn(ctx, batch)", "def fn(ctx, batch)")),
@@ -992,7 +992,7 @@ CASES: tuple[Case, ...] = (
     Case("nnodes_two_on_one_node", "`trainer.nnodes=2 trainer.n_gpus_per_node=2` on a 2-process (one node) launch",
          ("trainer.nnodes=2", *world(2)), ("trainer.nnodes=2 x trainer.n_gpus_per_node=2 = 4", "2 process(es)",
                                            "set trainer.nnodes=1 or trainer.n_gpus_per_node=1"), env=WORLD),
-    # ---- found before the first step, not when a row is drawn or a save attempted (issue 25 item 9) ----
+    # ---- found before the first step, not when a row is drawn or a save attempted ----
     Case("tensorboard_dir_not_writable", "`trainer.tensorboard_dir` under a regular file (with the tensorboard "
          "logger)", ("trainer.logger=[console,tensorboard]", "trainer.tensorboard_dir={ws}/a_file/tb"),
          ("trainer.tensorboard_dir", "<tmp>/a_file", "not a directory"), make=text_file("a_file", "")),
@@ -1027,7 +1027,7 @@ CASES: tuple[Case, ...] = (
     Case("every_prompt_filtered", "`data.filter_overlong_prompts=true` with a max_prompt_length no prompt fits",
          ("data.filter_overlong_prompts=true", "data.max_prompt_length=4"),
          ("data.max_prompt_length=4", "filter_overlong_prompts=True left none"), found=STARTUP),
-    # ---- inputs that would wait forever (issue 25 item 10) ----
+    # ---- inputs that would wait forever ----
     Case("data_file_is_fifo", "data.train_files names a FIFO (reading it would wait for a writer forever)",
          ("data.train_files={ws}/bad.parquet",), ("<tmp>/bad.parquet", "FIFO", "not a regular file"),
          make=fifo()),
@@ -1045,7 +1045,7 @@ CASES: tuple[Case, ...] = (
          ("actor_rollout_ref.rollout.temperature=0", "> 0"),
          also=(("reward_model.timeout_s=0", "> 0"),
                ("1 is not divisible by 2", f"change {MEGATRON}.tensor_model_parallel_size"))),
-    # ---- unseen inputs (issue 25's measure): what a hurried user, often coming from verl, types ----
+    # ---- unseen inputs, first measure: what a hurried user, often coming from verl, types ----
     Case("lr_trailing_comma", "`actor_rollout_ref.actor.optim.lr=1e-6,` (a trailing comma)",
          ("actor_rollout_ref.actor.optim.lr=1e-6,",),
          ("override 'actor_rollout_ref.actor.optim.lr=1e-6,'", "drop the trailing comma")),
@@ -1139,7 +1139,7 @@ CASES: tuple[Case, ...] = (
     Case("resume_path_is_the_root", "resume_from_path names trainer.default_local_dir, not a global_step_N in it",
          ("trainer.resume_mode=resume_path", "trainer.resume_from_path={ckpt}"),
          ("trainer.resume_from_path", "global_step_N")),
-    # ---- unseen inputs, second measure (session 13): what a hurried verl/siiRL user types ----
+    # ---- unseen inputs, second measure: what a hurried verl/siiRL user types ----
     Case("min_lr_above_lr", "`optim.min_lr=0.01` above `optim.lr=1e-3` with cosine decay (Megatron's scheduler "
          "asserted once the models were built)", ("actor_rollout_ref.actor.optim.lr_decay_style=cosine",
                                                    "actor_rollout_ref.actor.optim.min_lr=0.01"),
@@ -1227,7 +1227,7 @@ CASES: tuple[Case, ...] = (
     Case("builtin_node_fn_misspelt", "`dag.nodes.1.fn=dagrl.nodes.rollout:no_such_fn` (found in pre-flight now, "
          "without importing the module)", ("dag.nodes.1.fn=dagrl.nodes.rollout:no_such_fn",),
          ("dag.nodes[score].fn", "has no function 'no_such_fn'", "generate")),
-    # ---- unseen inputs, third measure (session 14): a hurried verl/siiRL user's command lines, files and env ----
+    # ---- unseen inputs, third measure: a hurried verl/siiRL user's command lines, files and env ----
     Case("config_name_flag", "verl's `--config-name=ppo_megatron_trainer` (was Hydra's multi-line error, exit 1)",
          ("--config-name=ppo_megatron_trainer",), ("--config-name=ppo_megatron_trainer", "conf/dagrl.yaml",
                                                    "drop --config-name")),
@@ -1338,7 +1338,7 @@ CASES: tuple[Case, ...] = (
          ("trainer.del_local_ckpt_after_load=true",), ("is verl's", "max_actor_ckpt_to_keep")),
     Case("async_reward_with_dynamic_sampling", "`reward_model.launch_reward_fn_async=true` with dag=dapo's filter",
          ("dag=dapo", "reward_model.launch_reward_fn_async=true"),
-         ("reward_model.launch_reward_fn_async=true scores behind the layout node",
+         ("reward_model.launch_reward_fn_async=true scores behind the reshard node",
           "filter_groups.enable=true) filters on the scores before it")),
     Case("verl_compute_prox_log_prob", "verl's `async_training.compute_prox_log_prob=true`",
          ("async_training.compute_prox_log_prob=true",), ("is verl's", "off_policy=decoupled")),
@@ -1492,7 +1492,7 @@ CASES: tuple[Case, ...] = (
          ("actor_rollout_ref.rollout.multi_turn.max_parallel_calls=0",), ("max_parallel_calls=0", "positive integer")),
     Case("tool_overlap_negative", "`multi_turn.tool_overlap_steps=-1`",
          ("actor_rollout_ref.rollout.multi_turn.tool_overlap_steps=-1",), ("tool_overlap_steps=-1", ">= 0")),
-    # ---- unseen inputs, fourth measure (session 15): nested typos, verl values, env, model files, checkpoints ----
+    # ---- unseen inputs, fourth measure: nested typos, verl values, env, model files, checkpoints ----
     Case("key_cut_short", "`reward_model.overlong_buffer.penalty=0.5` (was answered with overlong_buffer.enable)",
          ("reward_model.overlong_buffer.penalty=0.5",),
          ("did you mean 'reward_model.overlong_buffer.penalty_factor'?",)),
@@ -1575,7 +1575,7 @@ CASES: tuple[Case, ...] = (
          ("dag.nodes.3.deps=rollout",), ("has deps='rollout', not a list of node ids", "[rollout]")),
     Case("profiler_trace_without_tool", "`global_profiler.with_trace=true` with the tool left null (traced nothing)",
          ("global_profiler.with_trace=true",), ("global_profiler.with_trace=true", "global_profiler.tool is null")),
-    # ---- session 16's unseen set: options of other trainers (TRL, OpenRLHF, NeMo-RL) ----
+    # ---- unseen set: options of other trainers (TRL, OpenRLHF, NeMo-RL) ----
     Case("trl_learning_rate", "TRL's `learning_rate=1e-6` (was: unknown key, the sections listed)",
          ("learning_rate=1e-6",), ("'learning_rate' is not a dagrl key", "write actor_rollout_ref.actor.optim.lr=1e-6")),
     Case("trl_num_generations", "TRL's `num_generations=8`", ("num_generations=8",),
@@ -1739,7 +1739,7 @@ CASES: tuple[Case, ...] = (
     Case("passk_with_one_sample", "`algorithm.adv_estimator=grpo_passk` with `rollout.n=1`",
          ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo_passk"),
          ("actor_rollout_ref.rollout.n=1", "second best", "2 or more")),
-    # ---- the fifth unseen set (session 17): path values by their schema kind, numbers as text, Hydra's index and
+    # ---- the fifth unseen set: path values by their schema kind, numbers as text, Hydra's index and
     # map syntax, run directories holding a model, data or a dangling tracker ----
     Case("number_quoted_as_text", "`critic.optim.lr='1e-5'` (quoted: a string; was: must be a number)",
          ("dag=ppo", "algorithm.adv_estimator=gae", "critic.optim.lr='1e-5'"),

@@ -18,7 +18,7 @@ from dagrl.data.dataset import PromptDataset
 from dagrl.engine.rollout.hf import HFRollout
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.engine.rollout.vllm_io import request_params, unpack_outputs
-from dagrl.nodes.partial_rollout import PartialPool
+from dagrl.nodes.partial_rollout import PartialRolloutBuffer
 from dagrl.nodes.rollout import response_limits, response_metrics
 from tests.helpers import metrics_by_step, straight_and_resumed
 from tests.trainer.test_partial_rollout import args, long_tail_model  # noqa: F401  (fixtures)
@@ -128,7 +128,7 @@ def test_partial_rollout_groups_keep_their_limits_across_abort_continue_and_resu
     prompts["uid"] = ["a", "b", "c"]
     prompts["position"] = [0, 1, 2]
     sampling = SamplingSpec(n=2, temperature=1.0, response_length=R, response_lengths=response_limits(prompts, R))
-    pool = PartialPool()
+    pool = PartialRolloutBuffer()
     pool.add(prompts, prompts["position"], seed=3, sampling=sampling)
     first = pool.run(rollout, sampling, 1)
     assert [g.uid for g in first] == ["a"] and rollout.in_flight() == 0
@@ -137,7 +137,7 @@ def test_partial_rollout_groups_keep_their_limits_across_abort_continue_and_resu
     # a checkpoint round trip re-derives each group's limit from its dataset row
     state = json.loads(json.dumps(pool.state_dict()))
     rows = Batch.concat([pool.rows[g.uid] for g in pool.groups])
-    resumed = PartialPool()
+    resumed = PartialRolloutBuffer()
     resumed.load_state_dict(state, rows, SamplingSpec(n=2, temperature=1.0, response_length=R,
                                                        response_lengths=response_limits(rows, R)))
     assert [g.limit for g in resumed.groups] == [5, R]

@@ -1,6 +1,6 @@
 """A colocated rollout engine sleeps from its construction until the first rollout wakes it, so that a resume's
 checkpoint load has the engine's memory: on one H100 a Qwen3-1.7B resume beside an awake vLLM at
-gpu_memory_utilization=0.5 ran out of memory loading the optimizer state (session 18). Around each rollout the
+gpu_memory_utilization=0.5 ran out of memory loading the optimizer state. Around each rollout the
 actor's state goes to the host (rollout.offload_train_state), or stays (false) and trains to the same numbers."""
 import json
 import sys

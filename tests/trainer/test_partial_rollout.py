@@ -13,7 +13,7 @@ import torch
 
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Progress, Request, SamplingSpec, finish_reason
-from dagrl.nodes.partial_rollout import PartialPool, staleness_metrics
+from dagrl.nodes.partial_rollout import PartialRolloutBuffer, staleness_metrics
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_concurrently, run_in_session
 
@@ -69,7 +69,7 @@ def prompts(step: int, count: int) -> Batch:
 
 @pytest.mark.parametrize("staleness", [0, 1, 3])
 def test_every_prompt_is_trained_once_within_the_staleness_bound(staleness):
-    engine, pool, share = ScriptedEngine(), PartialPool(), 2
+    engine, pool, share = ScriptedEngine(), PartialRolloutBuffer(), 2
     added, trained, carried_prefixes, mixed = set(), [], 0, 0.0
     for step in range(1, 13):
         version = step - 1  # the weights this step's update starts from
@@ -96,13 +96,13 @@ def test_every_prompt_is_trained_once_within_the_staleness_bound(staleness):
 
 
 def test_the_pool_round_trips_through_its_checkpoint_state():
-    engine, pool = ScriptedEngine(), PartialPool()
+    engine, pool = ScriptedEngine(), PartialRolloutBuffer()
     batch = prompts(1, 6)
     pool.add(batch, batch["position"], seed=1, sampling=SAMPLING)
     pool.run(engine, SAMPLING, 2)
     state = json.loads(json.dumps(pool.state_dict()))
     rows = Batch.concat([pool.rows[g.uid] for g in pool.groups])
-    again = PartialPool()
+    again = PartialRolloutBuffer()
     again.load_state_dict(state, rows, SAMPLING)
     assert again.state_dict() == pool.state_dict()
     assert [g.prompt_ids for g in again.groups] == [g.prompt_ids for g in pool.groups]
@@ -150,8 +150,8 @@ def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_sync
         ([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {**one_thread, "DAGRL_FAULT": "actor_update:3"})])
     assert code == 0, stderr[-3000:]
     assert killed == -9
-    pool_files = sorted(p.name for p in (resumed / "global_step_2" / "rollout_pool").iterdir())
-    assert pool_files == ["dp0.json"] and json.loads((resumed / "global_step_2" / "rollout_pool" / "dp0.json"
+    pool_files = sorted(p.name for p in (resumed / "global_step_2" / "partial_rollout").iterdir())
+    assert pool_files == ["dp0.json"] and json.loads((resumed / "global_step_2" / "partial_rollout" / "dp0.json"
                                                       ).read_text())  # groups were carried over the checkpoint
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], one_thread)
     assert code == 0, stderr[-3000:]
@@ -173,7 +173,7 @@ def test_partial_rollout_on_two_ranks_keeps_a_pool_per_rollout_shard(args, tmp_p
     # every process group ended with the run: no gloo worker may free a collective's tensors at interpreter shutdown,
     # which aborted rank 1 after a finished run once in CI ("terminate called without an active exception")
     assert stderr.count("gloo threads at exit: 0") == 2 and "terminate called" not in stderr, stderr[-3000:]
-    pools = {p.name: json.loads(p.read_text()) for p in (out / "global_step_4" / "rollout_pool").iterdir()}
+    pools = {p.name: json.loads(p.read_text()) for p in (out / "global_step_4" / "partial_rollout").iterdir()}
     assert sorted(pools) == ["dp0.json", "dp1.json"]
     assert len(pools["dp0.json"]) == len(pools["dp1.json"]) == 2  # 2 x 2 prompts in flight per rank, 2 trained
     assert not {g["uid"] for g in pools["dp0.json"]} & {g["uid"] for g in pools["dp1.json"]}
@@ -194,7 +194,7 @@ def test_a_response_longer_than_the_staleness_window_restarts_forever_unless_res
     """async_training.restart_stale: restarting groups older than K keeps every token within K versions, but a
     response that needs more than K+1 steps of decoding never finishes (a silent length bias); without restarts it
     finishes under newer weights, older than K, and every prompt is trained."""
-    engine, pool, share, staleness = OneLongPrompt(), PartialPool(), 2, 1
+    engine, pool, share, staleness = OneLongPrompt(), PartialRolloutBuffer(), 2, 1
     sampling = SamplingSpec(n=N, response_length=32)
     trained, restarts, oldest = [], 0, 0
     for step in range(1, 13):

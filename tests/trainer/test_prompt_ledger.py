@@ -1,4 +1,4 @@
-"""The prompt ledger (issue 17 item 6): every prompt the trainer draws gets exactly one line in
+"""The prompt ledger: every prompt the trainer draws gets exactly one line in
 <trainer.default_local_dir>/prompt_ledger.jsonl — trained, filtered (with the reason) or still in flight at the end —
 across kill -9 and an auto-resume, synchronous and with colocated partial rollout. Runs whose order does not matter
 go two at a time (the tiny model's runs are mostly start-up)."""
@@ -140,7 +140,7 @@ def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(args, tmp_pa
     fates = Counter(record["fate"] for record in records)
     assert fates == {**{f"trained@{step}": BATCH for step in range(1, 5)}, "in_flight": BATCH}  # 2 x 4 in flight
     assert [record["fate"] for record in records[-BATCH:]] == ["in_flight"] * BATCH  # at the end, after step 4
-    pool = json.loads((resumed / "global_step_4" / "rollout_pool" / "dp0.json").read_text())
+    pool = json.loads((resumed / "global_step_4" / "partial_rollout" / "dp0.json").read_text())
     assert {record["uid"] for record in records[-BATCH:]} == {group["ledger_uid"] for group in pool}
     assert saved_length(resumed, 4)["lines"] == len(records) - BATCH  # the in_flight lines come after it
     if staleness != 3:
@@ -151,7 +151,7 @@ def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(args, tmp_pa
     assert_exactly_once(extended)
     assert extended[:len(records) - BATCH] == records[:-BATCH]  # the old in_flight lines are gone
     assert {record["uid"] for record in records[-BATCH:]} <= {record["uid"] for record in extended}  # decided now
-    pool = json.loads((resumed / "global_step_5" / "rollout_pool" / "dp0.json").read_text())
+    pool = json.loads((resumed / "global_step_5" / "partial_rollout" / "dp0.json").read_text())
     assert [record for record in extended if record["fate"] == "in_flight"] == extended[-BATCH:]
     assert {record["uid"] for record in extended[-BATCH:]} == {group["ledger_uid"] for group in pool}
     assert Counter(record["fate"] for record in extended)["trained@5"] == BATCH

@@ -78,7 +78,7 @@ def keep_write_results_in_process() -> None:
     """Before a save: megatron's FileSystemWriterAsync passes its write results through a queue of a multiprocessing
     Manager it spawns at the first save and keeps for good: a server process that re-imports the trainer's main
     module (torch, ~300 MB, the log file open as its stderr) and the resource tracker the spawn starts. Neither
-    watches its parent, so a trainer killed with SIGKILL left both running forever (issue 21). dagrl saves
+    watches its parent, so a trainer killed with SIGKILL left both running forever. dagrl saves
     synchronously (save_strategy, no async_sharded_save): the results never leave this process, so a plain queue
     does, and no helper process is started."""
     import queue
