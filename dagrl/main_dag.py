@@ -152,13 +152,16 @@ def early_override_check(argv: list[str]) -> dict | None:
     Hydra's multi-line message or traceback: an unknown key names the closest valid one. Returns the composed
     config when it is the whole job's: every argument an override, none of Hydra's own (hydra.*); else None."""
     check_flags(argv)
-    overrides, flag_value = [], False
-    for arg in argv:
+    overrides, config_dirs, flag_value = [], [], False
+    for index, arg in enumerate(argv):
         if not flag_value and not arg.startswith("-"):
             overrides.append(arg)
+        name, has_value, value = arg.partition("=")
+        if name in CONFIG_DIR_FLAGS:  # Hydra searches it for group options: so does the check
+            config_dirs.append(value if has_value else argv[index + 1] if index + 1 < len(argv) else "")
         flag_value = arg in VALUE_FLAGS
     if overrides and not HYDRA_ONLY_FLAGS & {arg.split("=", 1)[0] for arg in argv}:
-        cfg_data = compose(overrides)
+        cfg_data = compose(overrides, config_dirs)
         if len(overrides) == len(argv) and not any(arg.lstrip("+~").startswith("hydra") for arg in overrides):
             return cfg_data
     return None

@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME, FREEFORM_MAPS
 from dagrl.config.errors import ConfigError
@@ -82,8 +83,10 @@ def config_groups() -> set[str]:
     return {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
 
 
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def group_options(group: str, extra_dirs: Sequence[str] = ()) -> list[str]:
+    """The options of conf/<group>/, and of <dir>/<group>/ for each --config-dir (which Hydra searches too)."""
+    found = {p.stem for root in (CONF_DIR, *map(Path, extra_dirs)) for p in (root / group).glob("*.yaml")}
+    return sorted(found)
 
 
 def _lookup(tree: Any, dotted: str) -> tuple[bool, Any]:
@@ -190,9 +193,11 @@ def _required(key: str, section: bool) -> str:
     return f"{key} is required and cannot be deleted: set {what}"
 
 
-def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], dict[str, Any]]) -> dict[str, Any]:
+def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], dict[str, Any]],
+                    extra_dirs: Sequence[str] = ()) -> dict[str, Any]:
     """Raise ConfigError for an override Hydra would refuse (with a multi-line message) or misread; return the
-    config the key overrides apply to: `compose_base(group choices)`, composed once the choices are checked."""
+    config the key overrides apply to: `compose_base(group choices)`, composed once the choices are checked.
+    `extra_dirs`: the --config-dir directories, whose group options count."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType
     from hydra.errors import OverrideParseException
@@ -227,7 +232,7 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         if key not in groups:
             changes.append(override)
             continue
-        options = group_options(key)
+        options = group_options(key, extra_dirs)
         if override.is_delete():
             raise ConfigError(key, f"override '{text}': {_required(key, True)}")
         given = None if override.is_sweep_override() else override.value()
@@ -241,7 +246,8 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         if override.is_sweep_override() or value not in options:
             fix = (f"choose one of {', '.join(options)}" if len(options) > 1 else
                    f"it has only {options[0]}.yaml; set its keys instead ({key}.<key>=...)")
-            raise ConfigError(key, f"override '{text}': conf/{key}/ has no '{value}': {fix}")
+            where = " or ".join([f"conf/{key}/", *(f"{d}/{key}/" for d in extra_dirs)])
+            raise ConfigError(key, f"override '{text}': {where} has no '{value}': {fix}")
         choices.append(text)
     base = compose_base(choices)
     for override in changes:
@@ -333,9 +339,10 @@ def shape_fix(key: str, base: dict[str, Any]) -> str:
     return f"{key} takes neither a list nor a map here: see docs/config_reference.md"
 
 
-def compose(overrides: list[str] | None = None) -> dict[str, Any]:
+def compose(overrides: list[str] | None = None, config_dirs: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config as plain data, exactly as `python3 -m dagrl.main_dag <overrides>` would see it; a bad
-    override raises ConfigError (one line) instead of Hydra's error."""
+    override raises ConfigError (one line) instead of Hydra's error. `config_dirs`: directories of further group
+    options (main_dag's --config-dir; e.g. DIR/dag/my_graph.yaml, chosen with dag=my_graph)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -343,11 +350,13 @@ def compose(overrides: list[str] | None = None) -> dict[str, Any]:
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = list(overrides or [])
+    dirs = [os.path.abspath(os.path.expanduser(d)) for d in config_dirs]
+    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]"] if dirs else []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         base = check_overrides(overrides, lambda choices: OmegaConf.to_container(
-            hydra_compose(CONFIG_NAME, overrides=choices), resolve=False))
+            hydra_compose(CONFIG_NAME, overrides=[*search, *choices]), resolve=False), dirs)
         try:
-            return to_plain(hydra_compose(CONFIG_NAME, overrides=overrides))
+            return to_plain(hydra_compose(CONFIG_NAME, overrides=[*search, *overrides]))
         except (HydraException, OmegaConfBaseException) as err:
             raise composition_error(err, overrides, base) from None
 

@@ -2,12 +2,16 @@
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from tests.conftest import cpu_run_overrides
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args, timeout=60):
@@ -163,3 +167,19 @@ def test_verls_rollout_correction_is_answered_on_the_command_line():
     proc, seconds = run_cli(f"{CORRECTION}.rollout_rs=seq_mean_k1", f"{CORRECTION}.rollout_rs_threshold=0.5_2")
     assert proc.returncode == 2 and seconds < PREFLIGHT_S
     assert "actor_rollout_ref.actor.mis_ratio_low=1/U" in error_line(proc)
+
+
+def test_config_dir_adds_group_options_that_dag_can_choose(tmp_path):
+    """--config-dir DIR: DIR/dag/my_graph.yaml is chosen with dag=my_graph (Hydra searches DIR, and the early check
+    of overrides does too); an option in neither directory is named with both."""
+    (tmp_path / "dag").mkdir()
+    graph = (ROOT / "conf" / "dag" / "grpo.yaml").read_text().replace("deps: [ref_log_prob]}", "deps: [old_log_prob]}")
+    (tmp_path / "dag" / "my_graph.yaml").write_text(graph)
+    proc, _ = run_cli("--config-dir", str(tmp_path), "dag=my_graph", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    nodes = yaml.safe_load(proc.stdout)["dag"]["nodes"]
+    assert next(node for node in nodes if node["id"] == "reward")["deps"] == ["old_log_prob"]
+    proc, _ = run_cli(f"--config-dir={tmp_path}", "dag=my_grap", "--cfg", "job")
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"dagrl: error: override 'dag=my_grap': conf/dag/ or {tmp_path}/dag/ has no 'my_grap': choose one of dapo, "
+        f"grpo, my_graph, opd, ppo"), proc.stderr
