@@ -35,7 +35,8 @@ setup(
         # the pins the GPU tests (tests/gpu) ran with
         "gpu": ["megatron-core==0.19.2", "transformer-engine[pytorch]==2.17.1", "vllm==0.26.0"],
         "test": ["pytest>=8", "wandb>=0.17", "mlflow-skinny>=2.10",
-                 "torchdata==0.11.0"],  # so CI runs the logger tests, and the sampler's test against verl's loader
+                 "torchdata==0.11.0",  # so CI runs the logger tests, and the sampler's test against verl's loader
+                 "ruff==0.17.6"],  # scripts/test.sh runs `ruff check .` (ruff.toml) before pytest
         # trainer.logger=[...,wandb] / [...,mlflow]; imported only when asked for (tested: wandb 0.31, mlflow 3.17)
         "wandb": ["wandb>=0.17"],
         "mlflow": ["mlflow-skinny>=2.10"],

@@ -39,11 +39,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights  # noqa: E402
-from dagrl.data.batch import Batch  # noqa: E402
-from benchmarks.common import cpu_profile, random_actor, shared_config_dir  # noqa: E402
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
+from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights
+from dagrl.data.batch import Batch
+from benchmarks.common import cpu_profile, random_actor, shared_config_dir
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.placement import ParallelLayout
 
 DATASHEET_TFLOPS = 989.0
 
@@ -102,7 +102,8 @@ def profile_step(step, name: str, out_dir: str) -> None:
     host = sum(e.self_cpu_time_total for e in averages if e.device_type == DeviceType.CPU) / 1e6
     if dist.get_rank() == 0:
         tables = [averages.table(sort_by=key, row_limit=40, max_name_column_width=90)
-                  for key in (["self_device_time_total"] if torch.cuda.is_available() else []) + ["self_cpu_time_total"]]
+                  for key in (["self_device_time_total"] if torch.cuda.is_available() else [])
+                  + ["self_cpu_time_total"]]
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         Path(out_dir, f"{name}_kernels.txt").write_text("\n\n".join(tables))
         print(f"{name}: profiled step {wall:.3f} s (with profiler overhead), kernels {busy:.3f} s "
@@ -180,8 +181,9 @@ def bare_step_fn(hf_config, tf_config, tokens: torch.Tensor, mbs: int, device: t
         tf_config.no_sync_func = ddp.no_sync
         tf_config.grad_sync_func = ddp.start_grad_sync
     tf_config.finalize_model_grads_func = finalize_model_grads
-    optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-6, bf16=True, params_dtype=torch.bfloat16,
-                                                       use_distributed_optimizer=True, clip_grad=1.0), [ddp])
+    optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-6, bf16=True,
+                                                       params_dtype=torch.bfloat16, use_distributed_optimizer=True,
+                                                       clip_grad=1.0), [ddp])
     seq = tokens.shape[1] - 1  # tokens carry one extra column: the last position's label
     inputs = tokens[:, :-1].contiguous().to(device)
     labels = tokens[:, 1:].contiguous().to(device)

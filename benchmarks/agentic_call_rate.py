@@ -62,7 +62,7 @@ def step0(args: argparse.Namespace, examples_in: str, extra: list[str]) -> dict:
 
 def table_line(examples_in: str, row: dict, task: str) -> str:
     """One line of the table from the step-0 metrics row: valid call, calls, turns, accuracy, truncated."""
-    get = lambda key: row.get(f"val-aux/multi_turn/{key}", float("nan"))  # noqa: E731
+    get = lambda key: row.get(f"val-aux/multi_turn/{key}", float("nan"))  # noqa: E731 - a short local helper
     acc = next(v for k, v in row.items() if k.startswith(f"val-core/dagrl/{task}/acc/mean@"))
     return (f"{VARIANTS[examples_in]:<22}{get('valid_call_ratio'):>11.3f}{get('tool_calls/mean'):>7.2f}"
             f"{get('num_turns/mean'):>7.2f}{acc:>7.3f}{get('truncated_ratio'):>10.3f}")

@@ -46,7 +46,7 @@ NONE = np.iinfo(np.int64).max  # a group's first-token version before it has one
 
 def _clipped_mean(mu: float, sigma: float, lo: float, hi: float) -> float:
     """E[clip(X, lo, hi)] for X ~ lognormal(mu, sigma), in closed form."""
-    cdf = lambda x: 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))  # noqa: E731
+    cdf = lambda x: 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))  # noqa: E731 - a short local helper
     a, b = math.log(lo), math.log(hi)
     body = math.exp(mu + sigma**2 / 2) * (cdf((b - mu - sigma**2) / sigma) - cdf((a - mu - sigma**2) / sigma))
     return body + lo * cdf((a - mu) / sigma) + hi * (1.0 - cdf((b - mu) / sigma))
@@ -164,7 +164,10 @@ class _Engine:
         until = np.broadcast_to(np.asarray(until, float), self.offset.shape)
         tau = np.clip(until - self.offset, 0.0, None)
         phase = (self.cum <= tau[:, None]).sum(1)  # sequences (in length order, empty slots first) finished per GPU
-        at = lambda a: np.where(phase > 0, np.take_along_axis(a, np.maximum(phase - 1, 0)[:, None], 1)[:, 0], 0.)  # noqa: E731
+
+        def at(a):
+            return np.where(phase > 0, np.take_along_axis(a, np.maximum(phase - 1, 0)[:, None], 1)[:, 0], 0.)
+
         level = at(self.sorted) + (tau - at(self.cum)) / self.tick[np.minimum(phase, len(self.tick) - 1)]
         finished = act & (self.done <= until[:, None])
         made = np.where(finished, self.rem, np.where(act, np.minimum(self.rem, level[:, None]), 0.0))
@@ -305,7 +308,7 @@ def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: 
     begins, a group holding a token older than version b-1-K starts again from its prompt."""
     pools, R = _Pools(w, rates, rollout_gpus, steps, oversample if partial else 1.0), rollout_gpus
     t, ends, spans, idle = 0.0, [0.0], [], []  # ends[s]: when version s is available (0: at the start)
-    newest = lambda now: max(s for s, end in enumerate(ends) if end <= now)  # noqa: E731
+    newest = lambda now: max(s for s, end in enumerate(ends) if end <= now)  # noqa: E731 - a short local helper
     for b in range(1, steps + 1):
         need = max(0, b - 1 - K)
         if ends[need] > t:  # the staleness bound: wait for the weights

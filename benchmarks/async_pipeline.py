@@ -93,11 +93,11 @@ def rows_of(name: str, args: argparse.Namespace) -> list[dict] | None:
 
 def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
     steady = rows  # every step: partial rollout's pool fill in step 1 is work its later steps train on
-    mean = lambda key: sum(row.get(key, 0.0) for row in steady) / len(steady)  # noqa: E731
+    mean = lambda key: sum(row.get(key, 0.0) for row in steady) / len(steady)  # noqa: E731 - a short local helper
     # a scored batch: generation and the rule scorer. Runs before the rollout node waited for the slowest rank
     # (timing_s/gen_rank_spread) logged that wait as the scorer's (its all-reduce), each a mean over ranks
-    produce = lambda row: row["timing_s/gen"] + row.get("timing_s/reward", 0.0)  # noqa: E731
-    train = lambda row: row["timing_s/step"] - row.get("timing_s/trainer_wait", produce(row))  # noqa: E731
+    produce = lambda row: row["timing_s/gen"] + row.get("timing_s/reward", 0.0)  # noqa: E731 - a short local helper
+    train = lambda row: row["timing_s/step"] - row.get("timing_s/trainer_wait", produce(row))  # noqa: E731 - a short local helper
     seconds = sum(row["timing_s/step"] for row in steady)
     tokens = sum(row["response_length/mean"] * args.batch * args.n for row in steady)
     return {"step_s": mean("timing_s/step"), "gen_s": sum(map(produce, steady)) / len(steady),
@@ -133,7 +133,7 @@ def model_inputs(args: argparse.Namespace) -> tuple:
     replayed, source = None, "drawn"
     if args.long_tail:
         mean, longest, *more = (float(v) for v in args.long_tail.split(","))
-        lengths = lambda rng, count: np.repeat(long_tail_lengths(rng, count // args.n, mean, int(longest)),  # noqa
+        lengths = lambda rng, count: np.repeat(long_tail_lengths(rng, count // args.n, mean, int(longest)),  # noqa: E731 - a short local helper
                                                args.n)
         log = Path(args.out) / "plain.log"
         found = re.search(r"data: (\d+) training prompts", log.read_text()) if log.exists() else None
@@ -149,7 +149,7 @@ def model_inputs(args: argparse.Namespace) -> tuple:
                     break
     else:
         mean_len = sum(r["response_length/mean"] for r in rows) / len(rows)
-        lengths = lambda rng, count: np.full(count, mean_len)  # noqa: E731
+        lengths = lambda rng, count: np.full(count, mean_len)  # noqa: E731 - a short local helper
     work = Workload(batch=args.batch, n=args.n, prompt_len=prompt, lengths=lengths, replay=replayed)
     rates, fit = fit_rates(rows, args.nproc, args.batch, args.n, replayed, grouped=bool(args.long_tail))
     return rates, fit, work, source
@@ -233,16 +233,18 @@ def main() -> None:
             predicted[name] = predicted_step(args, name, (push, *inputs[1:]))
             if name.startswith("pools") and name in results:
                 own[name] = predicted_step(args, name, (push, *inputs[1:]), own=results[name])
-    columns = ["step_s", "gen_s", "train_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip", "stale",
-               "partial", "restarted", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
-    print(f"steps {args.first_step}..{args.steps}, {args.batch} prompts x {args.n}, response limit {args.response_length}, "
+    columns = ["step_s", "gen_s", "train_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip",
+               "stale", "partial", "restarted", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
+    print(f"steps {args.first_step}..{args.steps}, {args.batch} prompts x {args.n}, "
+          f"response limit {args.response_length}, "
           f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
           f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}, "
           f"stale groups {'kept (restart_stale=false)' if args.keep_stale else 'restarted'}"
           + (f"; per-prompt limits long-tailed, mean {', max '.join(args.long_tail.split(',')[:2])}" if args.long_tail
              else ""))
     if inputs is not None:
-        print(f"model fitted to plain: decode iteration {1e3 * fit['a']:.3f} ms + {1e3 * fit['c']:.4f} ms a sequence in "
+        print(f"model fitted to plain: decode iteration {1e3 * fit['a']:.3f} ms + "
+              f"{1e3 * fit['c']:.4f} ms a sequence in "
               f"flight (a lone sequence {1 / (fit['a'] + fit['c']):.0f} tok/s), training {rates.train_tok_s:.0f} "
               f"tok/s/GPU, prefill {rates.prefill_tok_s:.0f} tok/s/GPU, switch {rates.switch_s:.2f} s a step; step 1 "
               f"extra: training {rates.first_train_s:.1f} s, first wake-up {rates.first_switch_s:.1f} s; lengths "
@@ -253,7 +255,7 @@ def main() -> None:
           "as the measurement, each against the model's plain run")
     print("| run | " + " | ".join(columns) + " | model step_s | model' step_s |")
     print("|---" * (len(columns) + 3) + "|")
-    fmt = lambda table, name: f"{table[name]['step_s']:.3f}" if name in table else "-"  # noqa: E731
+    fmt = lambda table, name: f"{table[name]['step_s']:.3f}" if name in table else "-"  # noqa: E731 - a short local helper
     for name in names:
         cells = [f"{results[name][c]:.3f}" if name in results else "-" for c in columns]
         print(f"| {name} | " + " | ".join(cells) + f" | {fmt(predicted, name)} | {fmt(own, name)} |")

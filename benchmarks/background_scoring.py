@@ -62,7 +62,7 @@ def join(ctx, batch):
 
 
 def graph(background: bool, logprob):
-    noop = lambda ctx, batch: (batch, {})  # noqa: E731
+    noop = lambda ctx, batch: (batch, {})  # noqa: E731 - a short local helper
     nodes = [{"id": "rollout", "role": "rollout", "fn": noop, "deps": []},
              {"id": "score", "role": "reward", "fn": score_rows, "deps": ["rollout"], "background": background},
              {"id": "old_log_prob", "role": "actor", "fn": logprob, "deps": ["rollout"] + ([] if background else

@@ -20,10 +20,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dagrl.engine.base import MegatronEngineSpec  # noqa: E402
-from dagrl.engine.rollout.interface import SamplingSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
-from dagrl.engine.logits import hf_response_log_probs  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec
+from dagrl.engine.rollout.interface import SamplingSpec
+from dagrl.placement import ParallelLayout
+from dagrl.engine.logits import hf_response_log_probs
 
 
 # Actor numerics to compare: TransformerEngine's fused RoPE computes in fp32 and the fused SwiGLU rounds once, where

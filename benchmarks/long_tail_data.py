@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.async_model import long_tail_lengths  # noqa: E402
+from benchmarks.async_model import long_tail_lengths
 
 
 def with_limits(table: pa.Table, limits: np.ndarray) -> pa.Table:

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dagrl.engine.megatron.offload import PinnedHostMemory, fault_in  # noqa: E402
+from dagrl.engine.megatron.offload import PinnedHostMemory, fault_in
 
 
 def copy_rates(host: torch.Tensor) -> tuple[float, float]:

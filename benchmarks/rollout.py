@@ -6,9 +6,9 @@ one engine dagrl builds, so the comparison isolates what dagrl adds: request bui
 per-request seeds, and unpacking into the padded training layout. The baseline is vLLM without per-request seeds;
 bare with them measures the seeds' cost alone (vLLM draws a seeded request's noise with its own kernel launch per
 decode step; on one H200, 1.7B shape: 0.949 of unseeded, dagrl 0.924). Reseeding the process generator once per
-call instead was measured too and dropped: vLLM did not sample a call alike twice that way. Median of --repeats interleaved
-runs (each from an empty prefix cache) after a warm-up; prints a table, whether each dagrl path sampled the
-same tokens in every repeat, and how dagrl's call splits between vLLM's generate and dagrl's own work around it.
+call instead was measured too and dropped: vLLM did not sample a call alike twice that way. Median of --repeats
+interleaved runs (each from an empty prefix cache) after a warm-up; prints a table, whether each dagrl path sampled
+the same tokens in every repeat, and how dagrl's call splits between vLLM's generate and dagrl's own work around it.
 With vLLM's model runner V2 (0.26's default) per-request seeds cost nothing (one H200: 1.002 of unseeded) and
 dagrl was 0.953.
 """
@@ -27,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import cpu_profile  # noqa: E402
-from dagrl.data.batch import Batch  # noqa: E402
-from dagrl.engine.rollout.interface import SamplingSpec  # noqa: E402
+from benchmarks.common import cpu_profile
+from dagrl.data.batch import Batch
+from dagrl.engine.rollout.interface import SamplingSpec
 
 
 def random_prompts(rows: int, length: int, vocab: int) -> Batch:

@@ -95,7 +95,7 @@ def child(args: argparse.Namespace, mode: str) -> dict:
             return sum(counts)
 
         loop = asyncio.new_event_loop()
-        generate = lambda repeat: loop.run_until_complete(round_(repeat))  # noqa: E731
+        generate = lambda repeat: loop.run_until_complete(round_(repeat))  # noqa: E731 - a short local helper
         close = engine.shutdown
     else:
         from vllm import LLM
@@ -108,7 +108,7 @@ def child(args: argparse.Namespace, mode: str) -> dict:
             outputs = llm.generate(requests, params, use_tqdm=False)
             return sum(len(c.token_ids) for o in outputs for c in o.outputs)
 
-        close = lambda: None  # noqa: E731
+        close = lambda: None  # noqa: E731 - a short local helper
     startup = time.perf_counter() - start
     generate(-1)  # warm-up: first-call allocations and lazy compiles
     seconds, tokens = [], 0

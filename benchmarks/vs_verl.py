@@ -11,9 +11,10 @@ in --out, on any machine. With several --seeds each seed runs (both sides, one a
 other) into --out/seed<S>/, and the report adds the held-out accuracy of every seed and whether dagrl's mean reaches
 verl's within the seeds' spread at each evaluated step (the learn job's goal); `--repeat-of EARLIER`
 (with --report) adds whether each side's runs repeat those of an earlier --out, value for value (a trainer whose
-reruns differ has a run-to-run spread that two seeds do not show). The tables are vs_verl_report.py's. `--parallel` (learn only)
-starts every seed of every side at once on the one GPU, each vLLM with a fixed KV cache (`shared_gpu`): the accuracy
-tables in the time of the slowest run; their step tables are left out, since shared times measure the sharing. Jobs:
+reruns differ has a run-to-run spread that two seeds do not show). The tables are vs_verl_report.py's. `--parallel`
+(learn only) starts every seed of every side at once on the one GPU, each vLLM with a fixed KV cache (`shared_gpu`):
+the accuracy tables in the time of the slowest run; their step tables are left out, since shared times measure the
+sharing. Jobs:
   learn       SmolLM2-135M-Instruct (--smol) on the arithmetic task (--arith): 32 prompts x 8, responses <= 12,
               lr 1e-5, grad clip 1.0, KL off, T=1, greedy held-out every 4 steps, 32 steps. verl runs
               benchmarks/verl_kit/run_smollm2_grpo.sh, dagrl examples/grpo_trainer/run_smollm2-135m-vllm.sh.
@@ -244,7 +245,8 @@ def main() -> None:
     parser.add_argument("--dagrl-extra", default="", help="more dagrl overrides, one string")
     parser.add_argument("--plot", default=None, help="with several --seeds: the held-out accuracy curves as an SVG")
     parser.add_argument("--repeat-of", default=None,
-                        help="with --report: whether the runs in --out repeat those in this earlier --out, value for value")
+                        help="with --report: whether the runs in --out repeat those in this earlier --out, "
+                             "value for value")
     parser.add_argument("--parallel", action="store_true",
                         help="learn: start every seed of every side at once on the one GPU (accuracy only)")
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 """The reading half of benchmarks/vs_verl.py, on any machine: both sides' files parsed into the step table, the
-held-out accuracy of every seed against the learn job's goal, the curves as an SVG, and whether a rerun repeated an earlier
-run of the same side (`--repeat-of`). File layout and table definitions: vs_verl.py's docstring."""
+held-out accuracy of every seed against the learn job's goal, the curves as an SVG, and whether a rerun repeated an
+earlier run of the same side (`--repeat-of`). File layout and table definitions: vs_verl.py's docstring."""
 from __future__ import annotations
 
 import argparse
@@ -166,8 +166,8 @@ def curves_svg(curves: dict[str, dict[str, dict[int, float]]], title: str) -> st
     width, height, left, bottom, top, right = 640, 360, 50, 40, 30, 120
     steps = sorted({step for side in curves for curve in curves[side].values() for step in curve}) or [0]
     last = max(steps[-1], 1)
-    x = lambda step: left + (width - left - right) * step / last  # noqa: E731
-    y = lambda acc: height - bottom - (height - bottom - top) * acc  # noqa: E731
+    x = lambda step: left + (width - left - right) * step / last  # noqa: E731 - a short local helper
+    y = lambda acc: height - bottom - (height - bottom - top) * acc  # noqa: E731 - a short local helper
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
              f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
              f'<text x="{left}" y="18">{title}</text>']
@@ -199,7 +199,8 @@ def seeds_report(out: Path) -> str:
     steps = sorted({step for side in curves for curve in curves[side].values() for step in curve})
     lines = [f"held-out greedy accuracy over {len(names)} seeds ({', '.join(names)})",
              "| step | " + " | ".join(f"verl {n}" for n in names) + " | " + " | ".join(f"dagrl {n}" for n in names)
-             + " | verl mean | dagrl mean | spread | dagrl >= verl - spread |", "|---:|" + "---:|" * (2 * len(names) + 4)]
+             + " | verl mean | dagrl mean | spread | dagrl >= verl - spread |",
+             "|---:|" + "---:|" * (2 * len(names) + 4)]
     met_all = bool(steps)
     for step in steps:
         values = {side: [curve.get(step) for curve in curves[side].values()] for side in curves}

@@ -24,9 +24,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import cpu_profile, random_actor, shared_config_dir  # noqa: E402
-from dagrl.engine.base import MegatronEngineSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
+from benchmarks.common import cpu_profile, random_actor, shared_config_dir
+from dagrl.engine.base import MegatronEngineSpec
+from dagrl.placement import ParallelLayout
 
 
 def timed(fn, repeats: int) -> float:

@@ -28,13 +28,13 @@ def _not_started(signum: int, frame) -> None:
 if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _not_started)
 
-import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+import hydra  # noqa: E402 - after the Ctrl-C handler above
+from omegaconf import DictConfig  # noqa: E402 - after the Ctrl-C handler above
 
-from dagrl.config.errors import ConfigError  # noqa: E402
-from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME  # noqa: E402
-from dagrl.config.load import compose, to_plain  # noqa: E402
-from dagrl.launch.process import setup_logging, train_process  # noqa: E402
+from dagrl.config.errors import ConfigError  # noqa: E402 - after the Ctrl-C handler above
+from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME  # noqa: E402 - after the Ctrl-C handler above
+from dagrl.config.load import compose, to_plain  # noqa: E402 - after the Ctrl-C handler above
+from dagrl.launch.process import setup_logging, train_process  # noqa: E402 - after the Ctrl-C handler above
 
 
 

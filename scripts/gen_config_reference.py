@@ -199,7 +199,8 @@ def render_from_verl(page: str) -> str:
 def algorithms_table() -> list[str]:
     """One row per registered name (aliases with theirs) and per name verl has that dagrl refuses."""
     from dagrl.algo.catalog import REGISTRIES
-    rows = ["| key | name | verl 0.9's name | what it is, when to use it | difference from verl |", "|---|---|---|---|---|"]
+    rows = ["| key | name | verl 0.9's name | what it is, when to use it | difference from verl |",
+            "|---|---|---|---|---|"]
     for registry in REGISTRIES:
         key = " / ".join(f"`{k}`" for k in registry.keys)
         for entry in registry:

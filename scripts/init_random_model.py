@@ -21,8 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dagrl from a checkout
 
-from dagrl.plan import presets  # noqa: E402
-from dagrl.plan.model import ModelShape  # noqa: E402
+from dagrl.plan import presets
+from dagrl.plan.model import ModelShape
 
 logger = logging.getLogger("init_random_model")
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp32": "float32", "float32": "float32"}

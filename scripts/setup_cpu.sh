@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 # A rerun skips pip (14 s) when .venv was set up by this very script and setup.py (the pins live in the two) and
-# its python still imports the key packages; the stamp is written only after a complete install.
+# its python still imports the key packages (and .venv/bin/ruff, which scripts/test.sh runs, is there); the stamp is
+# written only after a complete install.
 STAMP=.venv/.dagrl-setup-stamp
 WANT=$(cat setup.py scripts/setup_cpu.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && .venv/bin/python -I -c '
@@ -14,7 +15,7 @@ import importlib.util, os, sys, torch, transformers, hydra  # torch: the binary 
 missing = [m for m in ("megatron.core", "gguf", "accelerate", "pytest") if importlib.util.find_spec(m) is None]
 dagrl = importlib.util.find_spec("dagrl")  # the editable install of this checkout, not a moved or other one
 sys.exit(bool(missing) or dagrl is None or os.path.dirname(dagrl.origin) != os.path.abspath("dagrl")
-         or torch.__version__ not in ("2.13.0+cpu", "2.13.0"))' 2>/dev/null; then
+         or torch.__version__ not in ("2.13.0+cpu", "2.13.0"))' 2>/dev/null && [ -x .venv/bin/ruff ]; then
   echo "dagrl already installed in $(pwd)/.venv (setup.py and scripts/setup_cpu.sh unchanged); skipping pip"
   exit 0
 fi

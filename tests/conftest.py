@@ -154,3 +154,35 @@ def cpu_run_overrides(model: Path, data: dict[str, str], out: Path, **extra) -> 
     }
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]
+
+
+EOS_SCALE = 8.0
+
+
+@pytest.fixture(scope="module")
+def long_tail_model(tiny_model, tmp_path_factory) -> Path:
+    """The tiny model with its eos logit scaled up: responses end anywhere from the first token to the limit."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = tmp_path_factory.mktemp("long_tail") / "model"
+    shutil.copytree(tiny_model, path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    eos = model.generation_config.eos_token_id or model.config.eos_token_id
+    with torch.no_grad():
+        model.get_output_embeddings().weight[eos] *= EOS_SCALE
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def partial_rollout_args(long_tail_model, tiny_data):
+    """`make(out, **extra)`: the overrides of a 4-step colocated partial-rollout run on the long-tail model
+    (tests/trainer/test_partial_rollout.py, the prompt ledger's and the response limits' tests)."""
+    def make(out: Path, **extra) -> list[str]:
+        return cpu_run_overrides(long_tail_model, tiny_data, out, **{
+            "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
+            "async_training.max_staleness": 1, "trainer.total_training_steps": 4, "trainer.save_freq": 2,
+            "trainer.test_freq": -1, "trainer.val_before_train": False, "data.max_response_length": 16,
+            **extra})
+    return make

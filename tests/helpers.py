@@ -167,7 +167,8 @@ def node_context(cfg, layout=None, **fields):
     from dagrl.nodes.context import StepContext, WeightVersions
     from dagrl.placement import WorldLayout
 
-    shape = SimpleNamespace(layout=layout or WorldLayout(1), response_length=fields.pop("response_length", None))
+    shape = SimpleNamespace(layout=layout or WorldLayout(1), response_length=fields.pop("response_length", None),
+                            train_rows=None)
     engines = {"actor": None, "rollout": None, "reference": None, "reward_fn": None, "tokenizer": None,
                "kl_ctrl": None, "versions": WeightVersions(actor=0)}
     return StepContext(cfg=cfg, shape=shape, **{**engines, **fields})

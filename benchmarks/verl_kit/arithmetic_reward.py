@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: verl loads this file by path
-from dagrl.reward.scorers.arithmetic import compute_score as _arithmetic  # noqa: E402
+from dagrl.reward.scorers.arithmetic import compute_score as _arithmetic
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **_):

@@ -7,9 +7,10 @@ the calls of every trajectory that finished in that engine step run concurrently
 stop). The observations' token segment is appended (never sampled: `response_mask` 0) and the trajectory is
 re-submitted; the others keep decoding. Calls run on the tools' own event loop in a thread, so the engine goes on
 decoding while they work: a trajectory's observations join at the engine step `tool_overlap_steps` after its
-turn ended (the engine waits there for calls not yet done; 0: it waits for each step's calls at once). Trajectories leave when a turn has no call and no interaction continues
-it, when `max_assistant_turns` / `max_user_turns` are used up, or when the response budget
-(`data.max_response_length`, counted over every token after the prompt) runs out (`truncated`).
+turn ended (the engine waits there for calls not yet done; 0: it waits for each step's calls at once). Trajectories
+leave when a turn has no call and no interaction continues it, when `max_assistant_turns` / `max_user_turns` are
+used up, or when the response budget (`data.max_response_length`, counted over every token after the prompt) runs
+out (`truncated`).
 
 Observations join at engine steps fixed by when their turn ended, never by how long the calls took, so with
 deterministic tools a seeded run samples the same trajectories again (and a resumed run continues exactly), for

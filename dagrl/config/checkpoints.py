@@ -36,7 +36,8 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
     foreign = foreign_entries(root)
     require(not foreign, "trainer.default_local_dir",
             f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
-            f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another trainer.default_local_dir")
+            f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another "
+            "trainer.default_local_dir")
     check_markers(root)
     from dagrl.trainer.checkpoint import TRACKER
     tracker = root / TRACKER  # replaced after every save (for verl's tooling): a directory there fails the first save
@@ -64,7 +65,8 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
     if cfg.trainer.resume_mode == "disable":
         found = complete_checkpoints(root)
         require(not found, "trainer.resume_mode",
-                f"trainer.resume_mode=disable but {root} already holds checkpoints (newest: {found[-1][1].name if found else ''}) "
+                f"trainer.resume_mode=disable but {root} already holds checkpoints "
+                f"(newest: {found[-1][1].name if found else ''}) "
                 f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
 
 
@@ -82,7 +84,8 @@ def check_run_dir_contents(root: Path, tracker: Path, resume_mode: str) -> None:
     found = (["config.json", *weights[:2]] if "config.json" in names and weights else []) + data[:2]
     require(not found, "trainer.default_local_dir",
             f"trainer.default_local_dir={root} holds {', '.join(found)}: a {'model' if weights else 'data'} directory, "
-            f"not a checkpoint root (swapped with {'actor_rollout_ref.model.path' if weights else 'data.train_files'}?); "
+            "not a checkpoint root (swapped with "
+            f"{'actor_rollout_ref.model.path' if weights else 'data.train_files'}?); "
             f"checkpoints would be written among those files: choose a directory of the run's own")
     if resume_mode != "auto" or not tracker.is_file():
         return
@@ -95,7 +98,8 @@ def check_run_dir_contents(root: Path, tracker: Path, resume_mode: str) -> None:
     newest = max((step for step, _ in complete_checkpoints(root)), default=0)
     require(not text.isdigit() or int(text) <= newest, "trainer.default_local_dir",
             f"{tracker} names step {text}, but {root} has no complete global_step_{text} (newest complete: "
-            f"{newest or 'none'}): trainer.resume_mode=auto would start from {f'step {newest}' if newest else 'scratch'}; "
+            f"{newest or 'none'}): trainer.resume_mode=auto would start from "
+            f"{f'step {newest}' if newest else 'scratch'}; "
             f"restore global_step_{text}, or remove the tracker file to accept that")
 
 

@@ -30,9 +30,11 @@ MORE_VERL_KEYS.update({
     "distillation.teacher_model.n_gpus_per_node": f"{TEACHER}; drop the key",
     "distillation.teacher_model.nnodes": f"{TEACHER}; drop the key",
     "distillation.teacher_model.inference": f"{TEACHER}: its forward micro-batch is "
-                                            f"distillation.teacher_model.log_prob_micro_batch_size_per_gpu; drop the key",
+                                            "distillation.teacher_model.log_prob_micro_batch_size_per_gpu; "
+                                            "drop the key",
     "distillation.distillation_loss.topk": "dagrl's distillation reads the sampled tokens' log-probs only (the "
-                                           "distillation_loss.loss_mode estimators), not the teacher's top-k; drop the key",
+                                           "distillation_loss.loss_mode estimators), not the teacher's top-k; "
+                                           "drop the key",
     "distillation.distillation_loss.policy_loss_mode": "the distillation term trains through "
                                                        "actor_rollout_ref.actor.policy_loss.loss_mode with the task's; "
                                                        "drop the key",

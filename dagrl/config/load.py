@@ -73,7 +73,7 @@ VERL_KEYS.update({
                 "sequence_parallel", "use_distributed_optimizer", "param_dtype", "dtype")
 })
 
-from dagrl.config.foreign_keys import (  # noqa: E402
+from dagrl.config.foreign_keys import (  # noqa: E402 - beside the VERL_KEYS table it extends
     MORE_VERL_KEYS, foreign_key_hint, other_trainer_hint, rollout_correction_hint)
 
 VERL_KEYS.update(MORE_VERL_KEYS)
@@ -307,7 +307,7 @@ def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]
         return ConfigError(key, f"{where}: the interpolation ${{{missing[1]}}} names no config key; {fix}")
     resolver = re.search(r"Unsupported interpolation type (\S+)", str(err))
     if resolver:  # ${env:HOME} (OmegaConf 1's name), a resolver nobody registered
-        fix = (f"OmegaConf 2 names it oc.env: ${{oc.env:...}}" if resolver[1] == "env" else
+        fix = ("OmegaConf 2 names it oc.env: ${oc.env:...}" if resolver[1] == "env" else
                "the resolvers are oc.env, oc.decode, oc.select, oc.create, oc.dict.keys, oc.dict.values")
         return ConfigError(key, f"{where}: no interpolation resolver '{resolver[1]}': {fix}")
     merged = re.search(r"Error merging override ([^=\s]+)=.*Cannot merge (\w+) with (\w+)",

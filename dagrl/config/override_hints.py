@@ -101,7 +101,7 @@ def key_fix(key: str, value: str) -> str | None:
     negative = next((p for p in parts if re.fullmatch(r"-\d+", p)), None)
     if negative:
         at = parts.index(negative)
-        where, rest = ".".join(parts[:at]), ".".join([f"<index>", *parts[at + 1:]])
+        where, rest = ".".join(parts[:at]), ".".join(["<index>", *parts[at + 1:]])
         return (f"a list index counts from 0 ({where}.0 is the first item); Hydra takes no negative index: write "
                 f"{where}.{rest}={value}")
     return None

@@ -111,7 +111,8 @@ def check_writable_dir(key: str, configured: str, what: str | None = None) -> Pa
     dangling = next((p for p in [root, *root.parents] if p.is_symlink() and not p.exists()), None)
     require(dangling is None, key,
             f"{name}{sep}{root} cannot be created: {dangling} is a symlink that leads nowhere "
-            f"({'a loop' if dangling is not None and _loops(dangling) else 'its target is gone'}); fix the link or {key}")
+            f"({'a loop' if dangling is not None and _loops(dangling) else 'its target is gone'}); "
+            f"fix the link or {key}")
     existing = next((p for p in [root, *root.parents] if p.exists()), None)
     require(existing is None or existing.is_dir(), key,
             f"{name}{sep}{root} cannot be created: {existing} is not a directory; fix {key}")

@@ -111,5 +111,6 @@ def _check_kwargs(source: str, module: str, reward_kwargs: dict[str, Any]) -> No
     require(takes_any or not unknown, "custom_reward_function.reward_kwargs",
             f"custom_reward_function.reward_kwargs has {', '.join(unknown)}, but the built-in scorer of data_source "
             f"{source!r} (dagrl.reward.scorers.{module}.compute_score({', '.join(names)})) takes no such argument, so "
-            f"every response would fail to score: drop +custom_reward_function.reward_kwargs.{unknown[0] if unknown else ''}, "
+            "every response would fail to score: drop "
+            f"+custom_reward_function.reward_kwargs.{unknown[0] if unknown else ''}, "
             f"or set custom_reward_function.path to your own scorer")

@@ -323,7 +323,8 @@ def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
     ids = [node.get("id") for node in nodes]
     twice = next((i for i in ids if ids.count(i) > 1), None)
     require(twice is None or custom, "dag.nodes",  # (a pipeline's own duplicate: build_graph's line names it)
-            f"dag.nodes: node id {twice!r} appears twice (nodes {', '.join(str(n) for n, i in enumerate(ids) if i == twice)})"
+            f"dag.nodes: node id {twice!r} appears twice "
+            f"(nodes {', '.join(str(n) for n, i in enumerate(ids) if i == twice)})"
             f": give each node its own id (deps name nodes by id)")
     fns = [str(node.get("fn", "")) for node in nodes]
     roles = [node.get("role") for node in nodes]

@@ -108,7 +108,8 @@ def check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -
                          f"data.val_files")
     repeated = sorted({name for name in schema.names if schema.names.count(name) > 1})
     if repeated:
-        raise ValueError(f"data file {path!r} has {len(repeated)} column name(s) twice ({', '.join(map(repr, repeated))}"
+        raise ValueError(f"data file {path!r} has {len(repeated)} column name(s) twice "
+                         f"({', '.join(map(repr, repeated))}"
                          f"): a reader cannot tell which one holds the data; write each column once (e.g. "
                          f"df.loc[:, ~df.columns.duplicated()].to_parquet(...))")
     for column in required_columns(prompt_key):

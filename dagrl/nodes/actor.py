@@ -16,6 +16,7 @@ from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
 from dagrl.nodes.advantage import NO_ROLLOUT_LOG_PROBS, reject_sequences
 from dagrl.nodes.context import StepContext
+from dagrl.plan.schedule import CriticSchedule, Schedule
 from dagrl.utils.faults import nan_injected
 
 
@@ -40,21 +41,20 @@ def token_budget(section: Cfg, switch: str, budget: str) -> int | None:
     return section[budget] if section[switch] else None
 
 
-def weighted_mini_batches(ctx: StepContext, batch: Batch, section: Cfg, loss_agg_mode: str,
-                          loss_scale_factor: float | None) -> Iterator[Batch]:
-    """`section.ppo_epochs` passes over this rank's rows in mini-batches of `section.ppo_mini_batch_size` prompts
-    (actor or critic section; reshuffled each pass when `section.shuffle`). Each mini-batch gets `token_weights`
-    for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for metrics), both
-    from token and sequence counts summed over the DP ranks. Tokens are those of `loss_mask` where the batch has one
-    (sequence masking), else of `response_mask`; sequences are those with a response token, masked or not, since
-    verl's seq-mean modes divide by the nominal ppo_mini_batch_size x rollout.n however many it rejected."""
-    layout = ctx.shape.layout
-    rows_per_mini_batch = section.ppo_mini_batch_size * ctx.cfg.actor_rollout_ref.rollout.n // layout.dp
-    for epoch in range(section.ppo_epochs):
+def weighted_mini_batches(ctx: StepContext, batch: Batch, cut: Schedule | CriticSchedule, shuffle: bool,
+                          loss_agg_mode: str, loss_scale_factor: float | None) -> Iterator[Batch]:
+    """`cut.ppo_epochs` passes over this rank's rows in mini-batches of `cut.mini_batch_rows_per_rank` rows (the step's
+    schedule, the actor's or the critic's; reshuffled each pass when `shuffle`). Each mini-batch gets
+    `token_weights` for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for
+    metrics), both from token and sequence counts summed over the DP ranks. Tokens are those of `loss_mask` where
+    the batch has one (sequence masking), else of `response_mask`; sequences are those with a response token, masked
+    or not, since verl's seq-mean modes divide by the nominal ppo_mini_batch_size x rollout.n however many it
+    rejected."""
+    for epoch in range(cut.ppo_epochs):
         order = np.arange(len(batch))
-        if section.shuffle:
+        if shuffle:
             order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
-        for mini_batch in batch.select(order).split(rows_per_mini_batch):
+        for mini_batch in batch.select(order).split(cut.mini_batch_rows_per_rank):
             mask = mini_batch.get("loss_mask", mini_batch["response_mask"])
             counts = torch.stack([aggregation_counts(mask)[0], aggregation_counts(mini_batch["response_mask"])[1]])
             tokens, sequences = ctx.dp_sums(counts).tolist()
@@ -103,10 +103,11 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     with_entropy = spec.entropy_coeff != 0 or skips_old_log_prob(ctx.cfg)
     train_batch, correction = off_policy_view(ctx, batch, spec)
     steps = []
-    for mini_batch in weighted_mini_batches(ctx, train_batch, actor_cfg, spec.loss_agg_mode, spec.loss_scale_factor):
+    for mini_batch in weighted_mini_batches(ctx, train_batch, ctx.schedule, actor_cfg.shuffle, spec.loss_agg_mode,
+                                            spec.loss_scale_factor):
         if nan_injected(ctx.step):
             mini_batch["token_weights"] = mini_batch["token_weights"] * float("nan")
-        steps.append(ctx.actor.train_step(mini_batch, loss_fn, micro_batch_size=actor_cfg.ppo_micro_batch_size_per_gpu,
+        steps.append(ctx.actor.train_step(mini_batch, loss_fn, micro_batch_size=ctx.schedule.micro_batch,
                                           temperature=ctx.cfg.actor_rollout_ref.rollout.temperature,
                                           max_token_len=token_budget(actor_cfg, "use_dynamic_bsz",
                                                                      "ppo_max_token_len_per_gpu"),

@@ -1,6 +1,7 @@
 """What every node receives: engines, config and the step, plus the node's own config overrides."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -10,6 +11,7 @@ from dagrl.config.shape import RunShape
 from dagrl.config.tree import Cfg
 from dagrl.engine.base import ActorEngine, CriticEngine
 from dagrl.engine.rollout.interface import RolloutEngine
+from dagrl.plan.schedule import Schedule, step_schedule
 from dagrl.utils.dist import data_parallel_sums
 
 
@@ -53,6 +55,11 @@ class StepContext:
     # ledger uid (column `ledger_uid`, "<epoch>:<dataset index>") -> why a node dropped that prompt this step
     # (dynamic sampling: zero_variance, surplus); the trainer resets it every step and writes it to the prompt ledger
     dropped: dict[str, str] = field(default_factory=dict)
+
+    @functools.cached_property
+    def schedule(self) -> Schedule:
+        """How a step's batch is cut into mini- and micro-batches: the one schedule, which `dagrl.plan` prints."""
+        return step_schedule(self.cfg, self.shape)
 
     def dp_sums(self, values: torch.Tensor) -> torch.Tensor:
         """`values` (a small tensor) summed element-wise over the actor's data-parallel ranks, in float64: each DP

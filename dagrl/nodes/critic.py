@@ -37,7 +37,7 @@ def compute_values(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, flo
     """`values` [B, R]: the critic's value of the state before each response token (0 off the response)."""
     critic_cfg = ctx.cfg.critic
     batch["values"] = ctx.critic.compute_values(
-        batch, micro_batch_size=critic_cfg.forward_micro_batch_size_per_gpu,
+        batch, micro_batch_size=ctx.schedule.critic.forward_micro_batch,
         max_token_len=token_budget(critic_cfg, "use_dynamic_bsz", "forward_max_token_len_per_gpu"))
     return batch, {}
 
@@ -46,9 +46,11 @@ def update_critic(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
     """critic.ppo_epochs passes of critic mini-batches towards the advantage node's `returns`."""
     critic_cfg = ctx.cfg.critic
     loss_fn = functools.partial(value_loss, cliprange_value=critic_cfg.cliprange_value)
-    mini_batches = weighted_mini_batches(ctx, batch, critic_cfg, critic_cfg.loss_agg_mode, ctx.shape.response_length)
+    cut = ctx.schedule.critic
+    mini_batches = weighted_mini_batches(ctx, batch, cut, critic_cfg.shuffle, critic_cfg.loss_agg_mode,
+                                         ctx.shape.response_length)
     budget = token_budget(critic_cfg, "use_dynamic_bsz", "ppo_max_token_len_per_gpu")
-    steps = [ctx.critic.train_step(mini_batch, loss_fn, micro_batch_size=critic_cfg.ppo_micro_batch_size_per_gpu,
+    steps = [ctx.critic.train_step(mini_batch, loss_fn, micro_batch_size=cut.micro_batch,
                                    max_token_len=budget)
              for mini_batch in mini_batches]
     return batch, mean_over_mini_batches(steps)

@@ -32,7 +32,7 @@ def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
         return batch, {}
     rollout = ctx.cfg.actor_rollout_ref.rollout
     log_probs, entropy = ctx.actor.compute_log_prob(
-        batch, micro_batch_size=rollout.log_prob_micro_batch_size_per_gpu, temperature=rollout.temperature,
+        batch, micro_batch_size=ctx.schedule.old_log_prob_micro_batch, temperature=rollout.temperature,
         with_entropy=True, max_token_len=token_budget(rollout, "log_prob_use_dynamic_bsz",
                                                       "log_prob_max_token_len_per_gpu"))
     batch["old_log_probs"] = log_probs
@@ -48,7 +48,7 @@ def ref_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
         return batch, {}
     ref = ctx.cfg.actor_rollout_ref.ref
     log_probs, _ = ctx.reference.compute_log_prob(
-        batch, micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
+        batch, micro_batch_size=ctx.schedule.ref_log_prob_micro_batch,
         temperature=ctx.cfg.actor_rollout_ref.rollout.temperature, with_entropy=False,
         max_token_len=token_budget(ref, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"))
     batch["ref_log_prob"] = log_probs

@@ -63,11 +63,11 @@ class PartialRolloutBuffer:
     """A rank's groups in flight between steps (see the module docstring)."""
 
     def __init__(self, agent: Any = None) -> None:
-        self.agent = agent                    # the multi-turn loop: samples are its trajectories (dagrl/agent/partial.py)
-        self.dropped: list = []               # trajectories restarted for staleness, their tools not yet released
+        self.agent = agent                  # the multi-turn loop: samples are its trajectories (dagrl/agent/partial.py)
+        self.dropped: list = []             # trajectories restarted for staleness, their tools not yet released
         self.groups: list[Group] = []
-        self.reloads = 0                      # weight loads in the last run (mid-batch)
-        self.rows: dict[str, Batch] = {}      # uid -> the prompt's row (dataset columns), for the trained batch
+        self.reloads = 0                    # weight loads in the last run (mid-batch)
+        self.rows: dict[str, Batch] = {}    # uid -> the prompt's row (dataset columns), for the trained batch
 
     def add(self, prompts: Batch, positions: list[int], seed: int, sampling: SamplingSpec) -> None:
         """`sampling`: the prompts' own (their n samples each, their rows' response limits)."""

@@ -317,8 +317,8 @@ class Bridge:
                 raise PoolStopped(
                     f"launch rank {rank} (the {self.placement.pool_of(rank).name} pool) stopped answering "
                     f"{now - seen[1]:.0f} s after this process got {signal}: it was killed (or is stuck), so this "
-                    f"step cannot finish; stopping without a checkpoint (the newest complete one stands, and a restart resumes "
-                    f"from it)")
+                    f"step cannot finish; stopping without a checkpoint (the newest complete one stands, and a restart "
+                    f"resumes from it)")
 
 
 def _shares_device(store, rank: int, other: int) -> bool:

@@ -1,6 +1,7 @@
 """How one training step's batch is cut: per rollout rank, per actor rank, into mini- and micro-batches.
 
-The arithmetic mirrors the nodes: the rollout node generates `rollout.n` responses for each prompt of its
+One schedule for the plan and the run: `dagrl.plan` prints it, and the nodes cut their batches by it
+(`StepContext.schedule`). The rollout node generates `rollout.n` responses for each prompt of its
 rollout-DP slice; `nodes/actor.py::update_actor` splits each actor rank's responses into `ppo_mini_batch_size x n /
 actor-DP` rows per optimizer step for `ppo_epochs` passes, and the engine runs micro-batches of
 `ppo_micro_batch_size_per_gpu` rows through Megatron's pipeline schedule; the log-prob nodes run micro-batches of

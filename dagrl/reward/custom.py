@@ -81,7 +81,8 @@ def check_reward_kind(function: Callable, path: str, name: str) -> None:
     """The trainer calls the function and uses what it returns at once (a float or a dict with "score"): a class
     returns an instance, an `async def` a coroutine and a generator function a generator, never a score."""
     where = f"{name!r} in custom reward file {path!r}"
-    define = f"define it as def {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs) returning a float"
+    define = (f"define it as def {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs) "
+              "returning a float")
     if inspect.isclass(function):
         raise ValueError(f"{where} is a class: calling it makes an instance, not a score; {define}")
     if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):

@@ -165,9 +165,9 @@ class Trainer:
         for name, engine in (("actor", self.ctx.actor), ("critic", self.ctx.critic)):
             if engine is not None and not engine.state_is_finite():
                 latest = self.checkpoints.latest()
-                raise RunError(f"step {step}: the {name}'s parameters or optimizer state hold NaN/inf, so no checkpoint "
-                               f"is saved (check the optimizer settings, e.g. {name} optim.lr); last good checkpoint: "
-                               f"{latest[1] if latest else 'none'} (kept unchanged)")
+                raise RunError(f"step {step}: the {name}'s parameters or optimizer state hold NaN/inf, so no "
+                               f"checkpoint is saved (check the optimizer settings, e.g. {name} optim.lr); "
+                               f"last good checkpoint: {latest[1] if latest else 'none'} (kept unchanged)")
 
         def write(directory: Path) -> None:
             watchdog.beat("checkpoint: actor", step)

@@ -165,7 +165,7 @@ def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
 
     whole = Batch.concat([p[0] for p in parts])
     metrics.update(staleness_metrics(whole, step - 1))  # over every trajectory of the step, not a mean of ranks'
-    unique = lambda index: list(dict.fromkeys(uid for p in parts for uid in p[index]))  # noqa: E731
+    unique = lambda index: list(dict.fromkeys(uid for p in parts for uid in p[index]))  # noqa: E731 - a short local helper
     return {"step": step, "shards": [p[0] for p in parts], "metrics": metrics,
             "sampler": trainer.sampler.state_dict(),
             "partials": [p[1] for p in parts] if ctx.partial is not None else None,

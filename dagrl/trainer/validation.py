@@ -1,4 +1,5 @@
-"""Validation: sample the validation set with the rollout's current weights and score it (val-core/<source>/acc/mean@n)."""
+"""Validation: sample the validation set with the rollout's current weights and score it
+(val-core/<source>/acc/mean@n)."""
 from __future__ import annotations
 
 import logging

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 # Before any process group: its functions take group.WORLD as a default argument, so imported later (by
 # torch.distributed.checkpoint, at the first save) they would keep the default group alive past destroy_process_groups.
-import torch.distributed.nn  # noqa: F401
+import torch.distributed.nn  # noqa: F401 - imported for its effect (see above)
 
 
 def is_initialized() -> bool:

@@ -6,8 +6,8 @@ Rows need `problem` and either `answer` or a `solution` with a \\boxed{} final a
 """
 from __future__ import annotations
 
-from common import (schema_row, base_parser, convert_and_write, extract_last_boxed, fail, hold_out_test, read_hub_source,
-                    read_local_source, require_fields, setup_logging)
+from common import (schema_row, base_parser, convert_and_write, extract_last_boxed, fail, hold_out_test,
+                    read_hub_source, read_local_source, require_fields, setup_logging)
 
 DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."

@@ -50,8 +50,8 @@ def tools_kwargs(ground_truth: str) -> dict:
 def examples_in_system(examples: tuple[tuple[str, str, str], ...] = EXAMPLES) -> str:
     """The worked examples written out in the system message instead (--examples_in system)."""
     turns = example_turns(examples)
-    shown = "\n\n".join(f"Example {i}:\nUser: {m[0]['content']}\nAssistant: {m[1]['content']}\nTool: {m[2]['content']}\n"
-                        f"Assistant: {m[3]['content']}" for i, m in enumerate(
+    shown = "\n\n".join(f"Example {i}:\nUser: {m[0]['content']}\nAssistant: {m[1]['content']}\n"
+                        f"Tool: {m[2]['content']}\nAssistant: {m[3]['content']}" for i, m in enumerate(
                             (turns[4 * k: 4 * k + 4] for k in range(len(examples))), start=1))
     return f"{SYSTEM_PROMPT}\n\n{shown}"
 

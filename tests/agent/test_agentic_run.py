@@ -16,7 +16,6 @@ from dagrl.engine.rollout.hf import HFRollout
 from dagrl.engine.rollout.interface import SamplingSpec
 from tests.conftest import cpu_run_overrides, make_arithmetic_rows
 from tests.helpers import metrics_by_step, run_in_session, straight_and_resumed, write_parquet
-from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture: responses end early)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def retry_data(tmp_path_factory) -> dict[str, str]:
     return files
 
 
-def test_hf_turns_carry_the_log_probs_a_full_forward_gives(long_tail_model, retry_data):  # noqa: F811
+def test_hf_turns_carry_the_log_probs_a_full_forward_gives(long_tail_model, retry_data):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(long_tail_model)
@@ -72,7 +71,7 @@ def test_hf_turns_carry_the_log_probs_a_full_forward_gives(long_tail_model, retr
 
 
 @pytest.fixture(scope="module")
-def args(long_tail_model, retry_data):  # noqa: F811
+def args(long_tail_model, retry_data):
     def make(out: Path, **extra) -> list[str]:
         return cpu_run_overrides(long_tail_model, retry_data, out, **{
             "actor_rollout_ref.rollout.multi_turn.enable": True,
@@ -117,7 +116,7 @@ def test_multi_turn_in_two_pools_at_k0_is_the_colocated_run(args, tmp_path):
     from tests.trainer.test_two_pools import launch, ok, without_async
 
     colocated, pools = tmp_path / "colocated", tmp_path / "pools"
-    make = lambda out, **extra: args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": -1,  # noqa
+    make = lambda out, **extra: args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": -1,  # noqa: E731 - a short local helper
                                              "trainer.test_freq": 2, **extra})
     for result in launch((make(colocated), 1, {}),
                          (make(pools, **{"actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1,

@@ -122,9 +122,9 @@ class _RecordingEngine:
         return {name: float(value) for name, value in metrics.items()}
 
 
-def _ctx(*overrides: str) -> SimpleNamespace:
-    cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=4", "critic.ppo_mini_batch_size=4",
-                       "actor_rollout_ref.actor.ppo_mini_batch_size=4", *overrides]))
+def _ctx(*overrides: str):
+    cfg = Cfg(compose(["dag=ppo", "actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
+                       "critic.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", *overrides]))
     return node_context(cfg, response_length=3, actor=_RecordingEngine(), critic=_RecordingEngine(evaluate=False),
                         step=1)
 

@@ -252,9 +252,9 @@ def test_actor_node_weights_each_mini_batch_by_the_configured_mode(loss_mode, mo
 
 
 @pytest.mark.parametrize("overrides,with_entropy", [
-    ([], False),                                                   # entropy_coeff 0: the old-log-prob pass reports it
-    (["actor_rollout_ref.actor.entropy_coeff=0.01"], True),        # in the loss
-    (["actor_rollout_ref.actor.ppo_mini_batch_size=7"], True),     # one step per batch: no old-log-prob pass to report it
+    ([], False),                                                # entropy_coeff 0: the old-log-prob pass reports it
+    (["actor_rollout_ref.actor.entropy_coeff=0.01"], True),     # in the loss
+    (["actor_rollout_ref.actor.ppo_mini_batch_size=7"], True),  # one step per batch: no old-log-prob pass to report it
 ])
 def test_actor_update_computes_entropy_only_when_the_loss_or_the_metric_needs_it(overrides, with_entropy):
     cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=7",

@@ -7,7 +7,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import agentic_call_rate  # noqa: E402
+import agentic_call_rate  # noqa: E402 - after the sys.path insert above
 
 
 def test_greedy_runs_one_answer_per_prompt_and_sampled_runs_n(tmp_path):

@@ -81,7 +81,7 @@ def test_filling_the_tail_with_short_sequences_costs_only_their_per_sequence_par
     a, c = 1 / 400, 1 / 20_000
 
     def gen(k: int) -> float:
-        tail = lambda rng, count: np.array([4096.0] + [64.0] * (count - 1))  # noqa: E731
+        tail = lambda rng, count: np.array([4096.0] + [64.0] * (count - 1))  # noqa: E731 - a short local helper
         return colocated(Workload(batch=k + 1, n=1, prompt_len=0, lengths=tail), rates, 1, steps=2).step_s
 
     assert gen(0) == pytest.approx(4096 * (a + c), rel=1e-6)

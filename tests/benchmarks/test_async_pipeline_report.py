@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def write_run(out: Path, name: str, rows: list[dict]) -> None:
     (out / name).mkdir(parents=True)
-    (out / name / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i + 1, **row}) for i, row in enumerate(rows)))
+    (out / name / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i + 1, **row})
+                                                        for i, row in enumerate(rows)))
 
 
 def test_model_prime_uses_the_training_pools_own_seconds(tmp_path):
@@ -48,12 +49,15 @@ def test_keep_stale_turns_restarts_off_in_the_partial_runs_and_in_the_model(tmp_
     rows = [{"response_length/mean": 300.0 + 40 * i, "response_length/max": 2000.0 - 300 * i,
              "prompt_length/mean": 30.0, "timing_s/step": 12.0 - i, "timing_s/gen": 9.0 - i} for i in range(4)]
     write_run(tmp_path, "plain", rows)
-    report = lambda *flags: subprocess.run(  # noqa: E731
+    report = lambda *flags: subprocess.run(  # noqa: E731 - a short local helper
         [sys.executable, "benchmarks/async_pipeline.py", "--model", "m", "--data", "d", "--report", "--out",
          str(tmp_path), "--runs", "plain,pools0p", "--batch", "8", "--n", "2", "--nproc", "2", "--rollout-procs", "1",
          "--steps", "8", "--response-length", "2048", "--long-tail", "256,2048", *flags],
         cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    step = lambda out: float(next(l for l in out.splitlines() if l.startswith("| pools0p |")).split("|")[-3])  # noqa
+
+    def step(out):
+        return float(next(line for line in out.splitlines() if line.startswith("| pools0p |")).split("|")[-3])
+
     restarted, kept = report(), report("--keep-stale")
     assert "stale groups restarted" in restarted and "stale groups kept" in kept
     assert step(kept) != pytest.approx(step(restarted), rel=1e-3)

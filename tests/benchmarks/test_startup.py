@@ -9,7 +9,7 @@ from tests.conftest import cpu_run_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import startup  # noqa: E402
+import startup  # noqa: E402 - after the sys.path insert above
 
 
 def test_three_launches_resume_one_step_each(tmp_path, tiny_model, tiny_data):
@@ -39,8 +39,8 @@ def test_three_launches_resume_one_step_each(tmp_path, tiny_model, tiny_data):
 def test_report_reads_engine_start_and_first_step(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "fresh.json").write_text(json.dumps({"launch": "fresh", "rc": 0, "launched": 1000.0, "wall_s": 90.0}))
-    (tmp_path / "fresh.log").write_text("start-up: 0.4 s composing the config, 2.5 s of pre-flight, 9.1 s importing the "
-                                        "trainer and joining the process group\nx vLLM engine up in 61.5 s (TP=1)\n"
+    (tmp_path / "fresh.log").write_text("start-up: 0.4 s composing the config, 2.5 s of pre-flight, 9.1 s importing "
+                                        "the trainer and joining the process group\nx vLLM engine up in 61.5 s (TP=1)\n"
                                         "y vLLM engine up in 60.2 s (TP=1)\nready in 70 s\n")
     (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": 1080.0, "timing_s/step": 5.0,
                                                                  "timing_s/rollout_switch": 1.25}))

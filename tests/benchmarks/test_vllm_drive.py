@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import vllm_drive  # noqa: E402
+import vllm_drive  # noqa: E402 - after the sys.path insert above
 
 
 def write(out: Path, mode: str, seconds: list[float], tokens: int = 262144) -> None:
@@ -28,7 +28,7 @@ def test_report_gives_medians_and_speed_against_inproc(tmp_path):
 
 
 def test_dry_run_prints_one_child_per_mode_and_unknown_modes_fail(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "benchmarks/vllm_drive.py", "--out", str(tmp_path), *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "benchmarks/vllm_drive.py", "--out", str(tmp_path), *a],  # noqa: E731 - a short local helper
                                     cwd=ROOT, capture_output=True, text=True)
     proc = run("--dry-run", "--modes", "inproc,async_mp_final", "--repeats", "2")
     lines = proc.stdout.splitlines()

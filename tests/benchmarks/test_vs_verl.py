@@ -1,7 +1,7 @@
-"""benchmarks/vs_verl.py and vs_verl_report.py on CPU: verl's Ray-prefixed console lines and dagrl's jsonl rows parsed into the tables
-(accuracy per evaluated step, median phases of steps 3..N), and benchmarks/verl_data.py's exact prompt length. The
-verl lines are real lines of a verl 0.9.1 run on one H100 (benchmarks/verl_kit/run_smollm2_grpo.sh), cut to fewer
-keys; the jsonl rows are dagrl's from the same job."""
+"""benchmarks/vs_verl.py and vs_verl_report.py on CPU: verl's Ray-prefixed console lines and dagrl's jsonl rows parsed
+into the tables (accuracy per evaluated step, median phases of steps 3..N), and benchmarks/verl_data.py's exact prompt
+length. The verl lines are real lines of a verl 0.9.1 run on one H100 (benchmarks/verl_kit/run_smollm2_grpo.sh), cut
+to fewer keys; the jsonl rows are dagrl's from the same job."""
 import argparse
 import json
 import subprocess
@@ -12,8 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import vs_verl  # noqa: E402
-import vs_verl_report  # noqa: E402
+import vs_verl  # noqa: E402 - after the sys.path insert above
+import vs_verl_report  # noqa: E402 - after the sys.path insert above
 
 P = "\x1b[36m(TaskRunner pid=2153)\x1b[0m "
 VERL_LOG = "\n".join([

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import weak_scaling as ws  # noqa: E402
+import weak_scaling as ws  # noqa: E402 - after the sys.path insert above
 
 ARGS = argparse.Namespace(prompts_per_gpu=16, mini_per_gpu=8, n=8, train_tokens=6144, logprob_tokens=24576, steps=5)
 

@@ -49,7 +49,8 @@ def test_free_form_map_needs_plus_and_reaches_config():
         compose(["actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform"])
     cfg = compose(["+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
                    "+custom_reward_function.reward_kwargs.bonus=0.5"])
-    assert cfg["actor_rollout_ref"]["actor"]["megatron"]["override_transformer_config"] == {"recompute_method": "uniform"}
+    assert (cfg["actor_rollout_ref"]["actor"]["megatron"]["override_transformer_config"]
+            == {"recompute_method": "uniform"})
     assert cfg["custom_reward_function"]["reward_kwargs"] == {"bonus": 0.5}
 
 
@@ -135,7 +136,8 @@ CORRECTION = "algorithm.rollout_correction"
 
 
 @pytest.mark.parametrize("override,fix", [
-    (f"{CORRECTION}.rollout_is=token", "write actor_rollout_ref.actor.tis_imp_ratio_cap=C for its rollout_is_threshold"),
+    (f"{CORRECTION}.rollout_is=token",
+     "write actor_rollout_ref.actor.tis_imp_ratio_cap=C for its rollout_is_threshold"),
     (f"{CORRECTION}.rollout_is_threshold=3", "write actor_rollout_ref.actor.tis_imp_ratio_cap=3"),
     (f"{CORRECTION}.rollout_rs=seq_mean_k1", "write actor_rollout_ref.actor.mis_ratio_low=1/U"),
     # verl's k1 is log(pi_rollout / pi_old), the inverse of dagrl's ratio: L_U becomes 1/U, 1/L

@@ -22,7 +22,8 @@ def test_transformer_config_fields_from_source_match_the_dataclass():
 @pytest.mark.parametrize("env, key", [({"RANK": "1"}, "RANK"), ({"RANK": "-1"}, "RANK"), ({"RANK": "x"}, "RANK"),
                                       ({"LOCAL_RANK": "3"}, "LOCAL_RANK"),
                                       ({"LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE"),
-                                      ({"MASTER_PORT": "abc"}, "MASTER_PORT"), ({"MASTER_PORT": "70000"}, "MASTER_PORT")])
+                                      ({"MASTER_PORT": "abc"}, "MASTER_PORT"),
+                                      ({"MASTER_PORT": "70000"}, "MASTER_PORT")])
 def test_rank_variables_outside_the_launch_are_refused(monkeypatch, env, key):
     for name in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)

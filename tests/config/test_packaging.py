@@ -18,7 +18,8 @@ def test_wheel_ships_configs_and_composes(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = ("from dagrl.config.load import CONF_DIR, compose; "
-            "assert 'site' in str(CONF_DIR), CONF_DIR; print(compose(['trainer.total_epochs=9'])['trainer']['total_epochs'])")
+            "assert 'site' in str(CONF_DIR), CONF_DIR; "
+            "print(compose(['trainer.total_epochs=9'])['trainer']['total_epochs'])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                           env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr

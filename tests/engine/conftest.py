@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tiny_models, engine_helpers
 
-from world import job_dir  # noqa: E402
+from world import job_dir
 
 WORLD = Path(__file__).parent / "world.py"
 

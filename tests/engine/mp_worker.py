@@ -19,10 +19,10 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
-from engine_helpers import exported, hf_log_probs, make_batch, per_expert_names, sum_loss  # noqa: E402
-from tiny_models import load_hf  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.placement import ParallelLayout
+from engine_helpers import exported, hf_log_probs, make_batch, per_expert_names, sum_loss
+from tiny_models import load_hf
 
 ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
 L = ParallelLayout
@@ -176,7 +176,8 @@ def check_layout(label: str, layout: ParallelLayout, kwargs: dict, load_from: st
 
     log_probs, entropy = engine.compute_log_prob(rows, micro_batch_size=1, temperature=1.0, with_entropy=True)
     want = reference["log_probs"].chunk(len(batch) // len(rows))[my_dp_rank()]
-    assert (log_probs - want).abs().max() <= 1e-5 * TOL, f"{label}: log-probs differ by {(log_probs - want).abs().max()}"
+    assert (log_probs - want).abs().max() <= 1e-5 * TOL, (
+        f"{label}: log-probs differ by {(log_probs - want).abs().max()}")
     want_entropy = reference["entropy"].chunk(len(batch) // len(rows))[my_dp_rank()]
     assert (entropy - want_entropy).abs().max() <= 1e-5 * TOL, f"{label}: entropy differs"
 

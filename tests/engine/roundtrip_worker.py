@@ -19,9 +19,9 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.placement import ParallelLayout as L  # noqa: E402
-from engine_helpers import make_batch  # noqa: E402
-from mp_worker import BATCHING, SCENARIOS, check_batching, check_layout, hf_reference  # noqa: E402
+from dagrl.placement import ParallelLayout as L
+from engine_helpers import make_batch
+from mp_worker import BATCHING, SCENARIOS, check_batching, check_layout, hf_reference
 
 PP2 = L(pipeline_model_parallel_size=2)
 PP2_VPP2 = L(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2)

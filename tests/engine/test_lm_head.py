@@ -84,7 +84,8 @@ def test_engine_logits_are_the_exact_head_of_its_hidden_states_and_train_the_sam
     assert exact_error <= 1e-5 and rounded_error >= 1e-3, (exact_error, rounded_error)
     # the backward is Megatron's bf16 one: the same step up to the forward's logit rounding
     assert abs(exact_step["loss"] - rounded_step["loss"]) <= 0.02 * abs(rounded_step["loss"])
-    assert abs(exact_step["actor/grad_norm"] - rounded_step["actor/grad_norm"]) <= 0.05 * rounded_step["actor/grad_norm"]
+    assert (abs(exact_step["actor/grad_norm"] - rounded_step["actor/grad_norm"])
+            <= 0.05 * rounded_step["actor/grad_norm"])
 
 
 def test_hf_rollout_logits_are_the_exact_head_with_the_flag(tmp_path):

@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
-from engine_helpers import exported, hf_log_probs, make_batch, sum_loss  # noqa: E402
-from tiny_models import load_hf, make_model_dir  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402 - after the sys.path insert above
+from dagrl.placement import ParallelLayout  # noqa: E402 - after the sys.path insert above
+from engine_helpers import exported, hf_log_probs, make_batch, sum_loss  # noqa: E402 - after the sys.path insert above
+from tiny_models import load_hf, make_model_dir  # noqa: E402 - after the sys.path insert above
 
 ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
 MERGER = ROOT / "scripts" / "model_merger.py"
@@ -371,7 +371,8 @@ def test_tp2_checkpoint_merges_into_the_trained_model(engine_world, tmp_path):
     assert all(torch.equal(tensors[name], exported_by_trainer[name]) for name in tensors)
 
 
-@pytest.mark.parametrize("scenario", [pytest.param(name, marks=pytest.mark.engine_world(f"test_megatron_checkpoint:{name}"))
+@pytest.mark.parametrize("scenario", [pytest.param(name,
+                                                   marks=pytest.mark.engine_world(f"test_megatron_checkpoint:{name}"))
                                       for name in sorted(MOE_OPTIMIZERS)])
 def test_moe_checkpoints_cross_expert_parallel_layouts(engine_world, scenario):
     """Qwen3-MoE: a checkpoint saved at EP2 (x DP2) loads at EP1 and one saved at EP1 loads at EP2, each giving

@@ -13,10 +13,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
-from engine_helpers import make_batch  # noqa: E402
-from tiny_models import load_hf, make_model_dir  # noqa: E402
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.placement import ParallelLayout
+from engine_helpers import make_batch
+from tiny_models import load_hf, make_model_dir
 
 ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the same tests run on a GPU machine

@@ -198,7 +198,8 @@ def test_one_grad_norm_per_step_and_the_same_update_as_megatrons_step(model_dirs
     batch = make_batch(rows=4)
     norms = []
     reduce_norm = megatron_optimizer.get_grad_norm_fp32
-    monkeypatch.setattr(megatron_optimizer, "get_grad_norm_fp32", lambda *a, **k: norms.append(1) or reduce_norm(*a, **k))
+    monkeypatch.setattr(megatron_optimizer, "get_grad_norm_fp32",
+                        lambda *a, **k: norms.append(1) or reduce_norm(*a, **k))
     results = []
     for plain in (False, True):
         if plain:  # the reference: Megatron's step as it stands, norm and grad copy done again
@@ -220,7 +221,8 @@ def test_override_transformer_config_rejects_unknown_keys(model_dirs):
     hf_config = AutoConfig.from_pretrained(model_dirs["llama"])
     config = transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False, gradient_checkpointing=True,
                                 overrides={"recompute_num_layers": 2})
-    assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == ("full", "uniform", 2)
+    assert ((config.recompute_granularity, config.recompute_method, config.recompute_num_layers)
+            == ("full", "uniform", 2))
     with pytest.raises(ValueError, match="override_transformer_config.recompute_layerz"):
         transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False,
                            overrides={"recompute_layerz": 1})

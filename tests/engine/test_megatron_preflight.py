@@ -25,8 +25,10 @@ def test_valid_layouts_pass():
 
 
 @pytest.mark.parametrize("layout, world, key", [
-    (ParallelLayout(tensor_model_parallel_size=4), 4, "tensor_model_parallel_size=4 does not divide num_key_value_heads"),
-    (ParallelLayout(tensor_model_parallel_size=3), 3, "tensor_model_parallel_size=3 does not divide num_attention_heads"),
+    (ParallelLayout(tensor_model_parallel_size=4), 4,
+     "tensor_model_parallel_size=4 does not divide num_key_value_heads"),
+    (ParallelLayout(tensor_model_parallel_size=3), 3,
+     "tensor_model_parallel_size=3 does not divide num_attention_heads"),
     (ParallelLayout(pipeline_model_parallel_size=3), 3, "pipeline_model_parallel_size=3"),
     (ParallelLayout(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4), 2,
      "virtual_pipeline_model_parallel_size=4"),

@@ -23,11 +23,11 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dagrl.data.batch import Batch  # noqa: E402
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
-from dagrl.plan.presets import hf_config  # noqa: E402
-from tests.engine.engine_helpers import sum_loss  # noqa: E402
+from dagrl.data.batch import Batch
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.placement import ParallelLayout
+from dagrl.plan.presets import hf_config
+from tests.engine.engine_helpers import sum_loss
 
 # Big enough to use the real kernels and head shapes, small enough to build in seconds.
 SHAPES = {"qwen3": ("1.7b", 4), "qwen3_moe": ("30b-a3b", 2)}
@@ -159,7 +159,8 @@ def _packed_run(path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: 
     dist.all_gather(every, log_probs)  # rank order = DP order at CP1; at CP2 both ranks hold all rows
     metrics = engine.train_step(rows, sum_loss, micro_batch_size=1, temperature=1.0, max_token_len=max_token_len)
     return {"log_probs": torch.cat(every) if dp > 1 else log_probs, "loss": metrics["loss"],
-            "grad_norm": metrics["actor/grad_norm"], "ranks_equal": dp > 1 or all(torch.equal(every[0], x) for x in every)}
+            "grad_norm": metrics["actor/grad_norm"],
+            "ranks_equal": dp > 1 or all(torch.equal(every[0], x) for x in every)}
 
 
 def _compare(label: str, got: dict, want: dict, mask: torch.Tensor) -> dict:
@@ -213,7 +214,8 @@ def offload(work: Path) -> dict:
             model_path=str(path), param_dtype=torch.bfloat16, optim=OptimSpec(lr=1e-5, total_training_steps=10),
             **flags))
 
-    batch = random_batch(rows=4, prompt=32, response=96, vocab=hf_config("qwen3", SHAPES["qwen3"][0]).vocab_size).to(DEVICE)
+    batch = random_batch(rows=4, prompt=32, response=96,
+                         vocab=hf_config("qwen3", SHAPES["qwen3"][0]).vocab_size).to(DEVICE)
 
     def step(e) -> float:
         return e.train_step(batch, sum_loss, micro_batch_size=2, temperature=1.0)["loss"]

@@ -1,5 +1,5 @@
-"""bf16 parity with HF (dense and MoE), context parallelism against CP1 in bf16, bit-equal log-probs across tensor-parallel ranks, and offload bytes on GPU;
-each check runs in its own torchrun launch of engine_checks.py."""
+"""bf16 parity with HF (dense and MoE), context parallelism against CP1 in bf16, bit-equal log-probs across
+tensor-parallel ranks, and offload bytes on GPU; each check runs in its own torchrun launch of engine_checks.py."""
 from __future__ import annotations
 
 import json

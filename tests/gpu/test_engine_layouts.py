@@ -15,7 +15,8 @@ import torch
 from tests.engine.tiny_models import make_model_dir
 
 WORKER = Path(__file__).resolve().parents[1] / "engine" / "mp_worker.py"
-CASES = [("gpu_dense", "qwen3", 2), ("gpu_moe", "qwen3_moe", 2), ("gpu_dense4", "qwen3", 4), ("gpu_moe4", "qwen3_moe", 4)]
+CASES = [("gpu_dense", "qwen3", 2), ("gpu_moe", "qwen3_moe", 2), ("gpu_dense4", "qwen3", 4),
+         ("gpu_moe4", "qwen3_moe", 4)]
 # Context parallelism needs bf16 (TE's THD attention has no fp32 kernel): test_engine_checks.py compares it with CP1.
 
 

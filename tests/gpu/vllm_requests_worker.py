@@ -14,13 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dagrl.engine.rollout.interface import Request, SamplingSpec, run_to_completion  # noqa: E402
-from dagrl.engine.rollout.vllm_io import prompt_token_ids  # noqa: E402
-from tests.gpu.vllm_worker import EOS, PAD, make_model, prompts_batch  # noqa: E402
+from dagrl.engine.rollout.interface import Request, SamplingSpec, run_to_completion
+from dagrl.engine.rollout.vllm_io import prompt_token_ids
+from tests.gpu.vllm_worker import EOS, PAD, make_model, prompts_batch
 
 RESPONSE = 24
 

@@ -9,9 +9,9 @@ usage: torchrun --nproc-per-node N vllm_worker.py ACTOR_TP ROLLOUT_TP WORK_DIR [
       control: the sync after training leaves the cache alone, and the check against HF must fail.
 A launch builds a random Qwen3-shaped model, a bf16 Megatron actor at ACTOR_TP and an in-process vLLM engine at
 ROLLOUT_TP (load_format=dummy: only the sync gives it real weights), then runs the rollout node's memory
-choreography and checks: greedy tokens are HF's argmax on the synced weights (up to bf16 near-ties), vLLM's log-probs match the actor's,
-sleep frees the engine's memory, a training step + sync changes the output (and it still equals HF), and a
-bad tensor fails the sync by name. Rank 0 writes WORK_DIR/result.json; a failed check raises (exit != 0).
+choreography and checks: greedy tokens are HF's argmax on the synced weights (up to bf16 near-ties), vLLM's log-probs
+match the actor's, sleep frees the engine's memory, a training step + sync changes the output (and it still equals
+HF), and a bad tensor fails the sync by name. Rank 0 writes WORK_DIR/result.json; a failed check raises (exit != 0).
 """
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dagrl.data.batch import Batch  # noqa: E402
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402
-from dagrl.engine.rollout.interface import SamplingSpec  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
-from tests.engine.engine_helpers import sum_loss  # noqa: E402
+from dagrl.data.batch import Batch
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.engine.rollout.interface import SamplingSpec
+from dagrl.placement import ParallelLayout
+from tests.engine.engine_helpers import sum_loss
 
 EOS, PAD, VOCAB, PROMPTS, RESPONSE = 2, 0, 1024, 8, 16
 FAMILY = os.environ.get("DAGRL_FAMILY", "qwen3")
@@ -251,7 +251,8 @@ def main() -> None:
     after, later_sync = rollout_once(greedy, seed=0)
     result["later_sync_s"] = later_sync["timing_s/weight_sync"]  # the first sync also starts NCCL communicators
     plan = rollout.load_plan  # the syncs after the first replayed recorded copies: the checks below cover them
-    result["load_plan"] = {**plan.stats, "plans": len(plan.plans), "unplannable": dict(list(plan.unplannable.items())[:3])}
+    result["load_plan"] = {**plan.stats, "plans": len(plan.plans),
+                           "unplannable": dict(list(plan.unplannable.items())[:3])}
     assert plan.stats["replayed"] > 0 and len(plan.plans) > len(plan.unplannable), result["load_plan"]
     got_after = vllm_tokens(after)
     result["changed_after_train"] = sum(a != b for a, b in zip(got_after, got))

@@ -47,7 +47,8 @@ def test_three_named_kills_then_the_run_matches_an_uninterrupted_one(run_args, t
                  KillSpec("actor_update", 2)])    # mid-step, after a resume
     with ThreadPoolExecutor(1) as pool:  # the uninterrupted run alongside the killed one: two cores, half the wait
         baseline = pool.submit(run_in_session, [sys.executable, "-m", "dagrl.main_dag", *run_args(straight, 2, 1)])
-        chain = run_until_done(run_args(killed, 2, 1), killed, tmp_path / "trace", lambda newest, chain: next(plan, None))
+        chain = run_until_done(run_args(killed, 2, 1), killed, tmp_path / "trace",
+                               lambda newest, chain: next(plan, None))
         code, stderr = baseline.result()
     assert code == 0, stderr[-3000:]
 

@@ -1,6 +1,7 @@
 """kill -9 of the trainer leaves nothing behind: within seconds no process of the run is left (megatron's
 checkpoint writer left a spawned multiprocessing Manager holding torch and the log file, and the resource tracker,
-alive for good; a writer forked mid-save hung forever) and no temporary directory (megatron's `import wandb` made two)."""
+alive for good; a writer forked mid-save hung forever) and no temporary directory (megatron's `import wandb` made
+two)."""
 from __future__ import annotations
 
 import os

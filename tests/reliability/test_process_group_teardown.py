@@ -19,7 +19,7 @@ def _worker(rank: int, port: int, out: str) -> None:
 
     dist.init_process_group()
     init_model_parallel(ParallelLayout(), seed=0)  # Megatron's groups, as the engines build them
-    import torch.distributed.checkpoint  # noqa: F401  after the process group, as the first checkpoint save imports it
+    import torch.distributed.checkpoint  # noqa: F401 - after the process group, as the first checkpoint save imports it
     dist.all_gather_objects(["uid"] * 8)  # the run's last collective (the partial-rollout buffer's uids)
     running = gloo_threads()
     dist.destroy_process_groups()

@@ -104,7 +104,8 @@ def hf_tensors(seed: int, overlap: bool = False) -> list[tuple[str, torch.Tensor
         return torch.randn(*shape, generator=gen).to(torch.bfloat16)
 
     qkv = w(HEAD + 2 * KV, H)  # q, k and v as views of one buffer, as the actor's QKV split exports them
-    tensors = [("q_proj.weight", qkv[:HEAD]), ("k_proj.weight", qkv[HEAD:HEAD + KV]), ("v_proj.weight", qkv[HEAD + KV:]),
+    tensors = [("q_proj.weight", qkv[:HEAD]), ("k_proj.weight", qkv[HEAD:HEAD + KV]),
+               ("v_proj.weight", qkv[HEAD + KV:]),
                ("gate_proj.weight", w(INTER, H)), ("up_proj.weight", w(INTER, H)), ("down.weight", w(H, INTER)),
                ("embed.weight", w(VOCAB, H)), ("norm.weight", w(H)), ("head.weight", w(H, H)),
                ("transposed.weight", w(4, H)), ("scaled.weight", w(4, H)), ("hidden.weight", w(4, H))]

@@ -71,7 +71,8 @@ def test_a_partial_rollout_crosses_a_weight_sync_and_is_tagged_with_both_version
     with pytest.raises(RuntimeError, match="requests in flight"):
         rollout.load_weights(iter([]), version=1)
     partial = rollout.abort()
-    assert partial and rollout.in_flight() == 0 and all(c.finish_reason == "abort" and len(c.token_ids) == 2 for c in partial)
+    assert partial and rollout.in_flight() == 0 and all(c.finish_reason == "abort" and len(c.token_ids) == 2
+                                                        for c in partial)
     params = list(rollout.model.named_parameters())
     rollout.load_weights(iter([[(name, tensor.detach().clone()) for name, tensor in params]]), version=1)
     resumed = run_to_completion(rollout, [c.continuation() for c in partial])
@@ -164,4 +165,5 @@ def test_vllm_delta_outputs_become_progress_with_versions_and_the_stop_token():
     done = progress.completion("stop")
     assert done.token_ids == (9, 7, 8, 2)  # the matched stop token left out of token_ids ends the response
     assert done.versions == (0, 1, 2, 2)
-    assert done.log_probs == pytest.approx((-0.5, -0.1, -0.1, 0.0))  # per-step deltas; the stop token vLLM left out has none
+    # per-step deltas; the stop token vLLM left out has none
+    assert done.log_probs == pytest.approx((-0.5, -0.1, -0.1, 0.0))

@@ -21,7 +21,6 @@ from dagrl.engine.rollout.vllm_io import request_params, unpack_outputs
 from dagrl.nodes.partial_rollout import PartialRolloutBuffer
 from dagrl.nodes.rollout import response_limits, response_metrics
 from tests.helpers import metrics_by_step, straight_and_resumed
-from tests.trainer.test_partial_rollout import args, long_tail_model  # noqa: F401  (fixtures)
 
 R = 6  # data.max_response_length of these tests
 
@@ -164,7 +163,8 @@ def test_multi_turn_trajectories_stop_at_their_rows_limit(setup):
     assert all(info["truncated"] for info in batch["extra_info"])  # the model never ends a turn: the budget does
 
 
-def test_a_partial_rollout_run_keeps_the_row_limits_across_a_kill_and_resume(args, tiny_model, tiny_data, tmp_path):
+def test_a_partial_rollout_run_keeps_the_row_limits_across_a_kill_and_resume(partial_rollout_args, tiny_model,
+                                                                              tiny_data, tmp_path):
     """The trainer end to end (data.max_response_length=16, rows limited to 2..8 tokens, the random model that runs
     to the limit): no response runs past its row's limit, and a run killed after its checkpoint resumes its carried
     groups with their limits (the same metrics as the run never killed)."""
@@ -174,7 +174,8 @@ def test_a_partial_rollout_run_keeps_the_row_limits_across_a_kill_and_resume(arg
     rows = np.arange(len(table))  # every other row limited to 8, so that any prompt order trains one in 4 steps
     pq.write_table(with_limits(table, np.where(rows % 2 == 0, 8, 2 + rows % 6)), tmp_path / "train.parquet")
     overrides = {"data.train_files": str(tmp_path / "train.parquet"), "actor_rollout_ref.model.path": str(tiny_model)}
-    straight, resumed = straight_and_resumed(lambda out: args(out, **overrides), tmp_path, fault="actor_update:3")
+    straight, resumed = straight_and_resumed(lambda out: partial_rollout_args(out, **overrides), tmp_path,
+                                             fault="actor_update:3")
     expected = metrics_by_step(straight)
     assert metrics_by_step(resumed) == expected
     assert max(expected[s]["response_length/max"] for s in range(1, 5)) == 8.0  # never the 16 rows without one

@@ -262,8 +262,10 @@ def test_memory_components_follow_the_layout():
     assert offloaded.phases["update"] == pytest.approx(one.phases["update"])
     # the reference follows its own offload flag, not the actor's
     with_ref = RunSettings(**{**run.__dict__, "reference": True})
-    ref_kept = stage_memory(shape, WorldLayout.of(2, tp=2), RunSettings(**{**with_ref.__dict__, "param_offload": True}), 0)
-    ref_off = stage_memory(shape, WorldLayout.of(2, tp=2), RunSettings(**{**with_ref.__dict__, "ref_param_offload": True}), 0)
+    ref_kept = stage_memory(shape, WorldLayout.of(2, tp=2),
+                            RunSettings(**{**with_ref.__dict__, "param_offload": True}), 0)
+    ref_off = stage_memory(shape, WorldLayout.of(2, tp=2),
+                           RunSettings(**{**with_ref.__dict__, "ref_param_offload": True}), 0)
     base = stage_memory(shape, WorldLayout.of(2, tp=2), with_ref, 0)
     assert ref_kept.phases["rollout"] == pytest.approx(base.phases["rollout"] - base.parts["weights"])
     assert ref_off.phases["rollout"] == pytest.approx(base.phases["rollout"] - base.parts["reference"])
@@ -356,7 +358,8 @@ def test_memory_estimate_is_within_20_percent_of_the_measured_h200_peak(case, tm
         "data.max_prompt_length=1024", "data.max_response_length=3072", "actor_rollout_ref.rollout.name=vllm",
         f"data.train_batch_size={8 if 'tp2' in case else 16}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={8 if 'tp2' in case else 16}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
         "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true", "trainer.n_gpus_per_node=2",
         "algorithm.adv_estimator=reinforce_plus_plus",  # one response per prompt, as the measured runs had
         f"trainer.default_local_dir={tmp_path / 'ckpt'}", *layout]))
@@ -434,7 +437,8 @@ def test_two_pool_memory_splits_actor_and_engine(tmp_path, prompts):
     hf_cfg = Cfg(compose(overrides + ["actor_rollout_ref.rollout.name=hf",
                                       "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]))
     hf = make_plan(hf_cfg, preflight(hf_cfg, world_size=6)).rollout_pool.memory
-    assert hf.parts["rollout weights"] == pytest.approx(plan.model.total_params() * 2 / GIB) and hf.parts["kv cache"] == 0
+    assert (hf.parts["rollout weights"] == pytest.approx(plan.model.total_params() * 2 / GIB)
+            and hf.parts["kv cache"] == 0)
 
 
 @pytest.mark.parametrize("change,key", [

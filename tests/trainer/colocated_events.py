@@ -32,6 +32,6 @@ for name in ("sleep", "wake_weights", "wake_cache"):
 for name in ("load_checkpoint", "offload_params", "offload_grads", "offload_optimizer"):
     setattr(MegatronEngine, name, record(name, getattr(MegatronEngine, name)))
 
-from dagrl.main_dag import main  # noqa: E402
+from dagrl.main_dag import main  # noqa: E402 - after the recording patches above
 
 main()

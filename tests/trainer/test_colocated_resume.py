@@ -27,14 +27,16 @@ def test_engine_sleeps_before_the_checkpoint_loads_and_wakes_for_each_rollout(tm
     out = tmp_path / "run"
     fresh, = run_recording((tmp_path / "fresh", cpu_run_overrides(tiny_model, tiny_data, out,
                                                                   **{"trainer.total_training_steps": 1,
-                                                                     "trainer.val_before_train": False, "trainer.save_freq": 1})))
+                                                                     "trainer.val_before_train": False,
+                                                                     "trainer.save_freq": 1})))
     # asleep from the start; each rollout: grads and optimizer out, wake the weights (then sync), params out, wake the
     # cache, sleep again
     assert fresh == ["sleep", "offload_grads", "offload_optimizer", "wake_weights", "offload_params", "wake_cache",
                      "sleep"]
     resumed, = run_recording((tmp_path / "resumed", cpu_run_overrides(tiny_model, tiny_data, out,
                                                                       **{"trainer.total_training_steps": 2,
-                                                                         "trainer.val_before_train": False, "trainer.save_freq": 1})))
+                                                                         "trainer.val_before_train": False,
+                                                                         "trainer.save_freq": 1})))
     assert resumed[:2] == ["sleep", "load_checkpoint"], resumed
     assert resumed[2:] == ["offload_grads", "offload_optimizer", "wake_weights", "offload_params", "wake_cache",
                            "sleep"]

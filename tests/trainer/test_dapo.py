@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,30 +168,8 @@ def test_preflight_refuses_bad_dynamic_sampling_keys(overrides, key, message, ti
 
 
 # ---- CPU runs on the tiny model ---------------------------------------------------------------------------
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, mode="parity"):
-    """parity: prompts with an even answer score 1 for every response (a uniform group); the others score by the
-    parity of the response length, which varies between samples. constant: every response scores 1."""
-    if mode == "constant" or int(ground_truth) % 2 == 0:
-        return {"score": 1.0, "acc": 1.0}
-    return {"score": float(len(solution_str) % 2), "acc": float(len(solution_str) % 2)}
-'''
-
-
-@pytest.fixture(scope="module")
-def dapo_args(tiny_model, tiny_data, tmp_path_factory):
-    reward = tmp_path_factory.mktemp("reward") / "parity_reward.py"
-    reward.write_text(REWARD)
-
-    def make(out: Path, mode: str = "parity", **extra) -> list[str]:
-        return ["dag=dapo", *cpu_run_overrides(tiny_model, tiny_data, out, **{
-            "custom_reward_function.path": str(reward), "+custom_reward_function.reward_kwargs.mode": mode,
-            "actor_rollout_ref.rollout.n": 4, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
-            "trainer.val_before_train": False, "reward_model.overlong_buffer.enable": True,
-            "reward_model.overlong_buffer.len": 2, **extra})]
-    return make
-
-
+# dapo_args (dag=dapo with a parity reward that makes some groups uniform) is in tests/trainer/conftest.py, shared
+# with the prompt ledger's tests
 def launch(args: list[str]) -> tuple[int, str]:
     return run_in_session([sys.executable, "-m", "dagrl.main_dag", *args])
 

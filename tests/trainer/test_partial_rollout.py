@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import zlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +13,6 @@ import torch
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Progress, Request, SamplingSpec, finish_reason
 from dagrl.nodes.partial_rollout import PartialRolloutBuffer, staleness_metrics
-from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_concurrently, run_in_session
 
 EOS, PAD, N = 2, 0, 2
@@ -111,38 +109,10 @@ def test_the_pool_round_trips_through_its_checkpoint_state():
     assert [g.uid for g in pool.run(first, SAMPLING, 2)] == [g.uid for g in again.run(second, SAMPLING, 2)]
 
 
-@pytest.fixture(scope="module")
-def long_tail_model(tiny_model, tmp_path_factory) -> Path:
-    """The tiny model with its eos logit scaled up: responses end anywhere from the first token to the limit."""
-    import shutil
-
-    from transformers import AutoModelForCausalLM
-
-    path = tmp_path_factory.mktemp("long_tail") / "model"
-    shutil.copytree(tiny_model, path)
-    model = AutoModelForCausalLM.from_pretrained(path)
-    eos = model.generation_config.eos_token_id or model.config.eos_token_id
-    with torch.no_grad():
-        model.get_output_embeddings().weight[eos] *= EOS_SCALE
-    model.save_pretrained(path)
-    return path
-
-
-EOS_SCALE = 8.0
-
-
-@pytest.fixture(scope="module")
-def args(long_tail_model, tiny_data):
-    def make(out: Path, **extra) -> list[str]:
-        return cpu_run_overrides(long_tail_model, tiny_data, out, **{
-            "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
-            "async_training.max_staleness": 1, "trainer.total_training_steps": 4, "trainer.save_freq": 2,
-            "trainer.test_freq": -1, "trainer.val_before_train": False, "data.max_response_length": 16,
-            **extra})
-    return make
-
-
-def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_syncs(args, tmp_path):
+# the trainer end to end: partial_rollout_args and long_tail_model (whose eos ends responses early) are in
+# tests/conftest.py, shared with the prompt ledger's and the response limits' tests
+def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_syncs(partial_rollout_args, tmp_path):
+    args = partial_rollout_args
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     one_thread = {"OMP_NUM_THREADS": "1"}  # the first two runs go side by side on the two cores (all three: the same)
     (code, stderr), (killed, _) = run_concurrently([
@@ -163,7 +133,8 @@ def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_sync
     assert "training/rollout_log_probs_diff_mean" in expected[1]
 
 
-def test_partial_rollout_on_two_ranks_keeps_a_pool_per_rollout_shard(args, tmp_path):
+def test_partial_rollout_on_two_ranks_keeps_a_pool_per_rollout_shard(partial_rollout_args, tmp_path):
+    args = partial_rollout_args
     out = tmp_path / "dp2"
     from tests.engine.engine_helpers import free_port
     code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",

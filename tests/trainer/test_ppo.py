@@ -2,11 +2,14 @@
 and a kill -9 and relaunch reproduce an uninterrupted run exactly."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from dagrl.config.load import compose
+from dagrl.config.tree import leaf_keys
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_in_session
 from tests.trainer.test_end_to_end import REWARD, train
@@ -28,8 +31,9 @@ def ppo_args(tiny_model, tiny_data):
 
 
 def test_ppo_warms_up_the_critic_then_trains_both(ppo_args, tmp_path):
-    out = tmp_path / "ppo"
-    train(ppo_args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": 2}))
+    out, reads = tmp_path / "ppo", tmp_path / "reads.json"
+    train(ppo_args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": 2}),
+          {"DAGRL_RECORD_CONFIG_READS": str(reads)})
     records = metrics_by_step(out)
     first, second = records[1], records[2]
     # step 1 is critic warmup: no actor update; step 2 updates both
@@ -42,6 +46,11 @@ def test_ppo_warms_up_the_critic_then_trains_both(ppo_args, tmp_path):
     assert abs(first["critic/vpred_mean"] - first["critic/values/mean"]) > 1e-3
     assert second["critic/vf_loss"] < first["critic/vf_loss"]
     assert (out / "global_step_2" / "critic").is_dir() and (out / "global_step_2" / "actor").is_dir()
+    # no dead critic.* key: a PPO run reads every one (tests/trainer/test_end_to_end.py checks the others on GRPO)
+    read = set(json.loads(reads.read_text()))
+    unread = sorted(key for key in leaf_keys(compose([])) if key.startswith("critic.") and key not in read
+                    and not any(r.startswith(key + ".") for r in read))
+    assert not unread, f"critic keys a PPO run does not read: {unread}"
 
 
 def test_ppo_without_gae_or_with_warmup_but_no_critic_is_rejected(ppo_args, tmp_path):

@@ -17,13 +17,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "engine"))
 
-from dagrl.config.errors import ConfigError  # noqa: E402
-from dagrl.config.load import compose  # noqa: E402
-from dagrl.config.tree import Cfg  # noqa: E402
-from dagrl.placement import ParallelLayout  # noqa: E402
-from dagrl.trainer.resume_policy import check_changed_settings  # noqa: E402
-from dagrl.utils import precision  # noqa: E402
-from dagrl.utils.precision import PARAM_DTYPE, ROLLOUT_DTYPE, Machine  # noqa: E402
+from dagrl.config.errors import ConfigError  # noqa: E402 - after the sys.path insert above
+from dagrl.config.load import compose  # noqa: E402 - after the sys.path insert above
+from dagrl.config.tree import Cfg  # noqa: E402 - after the sys.path insert above
+from dagrl.placement import ParallelLayout  # noqa: E402 - after the sys.path insert above
+from dagrl.trainer.resume_policy import check_changed_settings  # noqa: E402 - after the sys.path insert above
+from dagrl.utils import precision  # noqa: E402 - after the sys.path insert above
+from dagrl.utils.precision import PARAM_DTYPE, ROLLOUT_DTYPE, Machine  # noqa: E402 - after the sys.path insert above
 
 AVX2 = Machine(gpu=False, bf16_native=False, isa="AVX2", slowdown=52.4)
 BF16_CPU = Machine(gpu=False, bf16_native=True, isa="AVX512")

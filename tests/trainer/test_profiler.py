@@ -3,7 +3,6 @@ and changes nothing in the run; a step profiled again never overwrites the earli
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import torch
 

@@ -15,8 +15,7 @@ import torch
 from dagrl.data.batch import Batch
 from dagrl.trainer.ledger import LEDGER_FILE, PromptLedger, in_flight_records, step_records
 from tests.helpers import metrics_by_step, run_concurrently
-from tests.trainer.test_dapo import dapo_args, first_round, make_ctx  # noqa: F401  (dapo_args: a fixture)
-from tests.trainer.test_partial_rollout import args, long_tail_model  # noqa: F401  (fixtures)
+from tests.trainer.test_dapo import first_round, make_ctx
 
 BATCH, STEPS, KILL = 4, 4, "actor_update:3"
 ENV = {"OMP_NUM_THREADS": "1"}  # two runs share the CPU cores
@@ -113,8 +112,8 @@ def test_dynamic_sampling_names_why_it_drops_each_group():
 
 
 # ---- runs on the tiny model ------------------------------------------------------------------------------------
-def test_a_synchronous_run_killed_and_resumed_writes_the_uninterrupted_runs_ledger(args, tmp_path):
-    straight, resumed, at_kill = straight_and_resumed(args, tmp_path, **{
+def test_a_synchronous_run_killed_and_resumed_writes_the_uninterrupted_runs_ledger(partial_rollout_args, tmp_path):
+    straight, resumed, at_kill = straight_and_resumed(partial_rollout_args, tmp_path, **{
         "async_training.partial_rollout": False, "async_training.oversample_ratio": 1.0,
         "async_training.max_staleness": 0})
     assert at_kill == 2 * BATCH  # killed in step 3's update: steps 1-2 had their lines
@@ -128,11 +127,11 @@ def test_a_synchronous_run_killed_and_resumed_writes_the_uninterrupted_runs_ledg
 
 
 @pytest.mark.parametrize("staleness,kill", [pytest.param(1, KILL, marks=pytest.mark.slow), (3, "before_marker:4")])
-def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(args, tmp_path, staleness, kill):
+def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(partial_rollout_args, tmp_path, staleness, kill):
     """K=3 is killed while saving the last step, after the ledger has its lines: the resume cuts steps 3-4's lines
     and writes them again. Then the finished run is extended by a step: its in_flight lines are replaced."""
     extra = {"async_training.max_staleness": staleness}
-    straight, resumed, at_kill = straight_and_resumed(args, tmp_path, kill=kill, **extra)
+    straight, resumed, at_kill = straight_and_resumed(partial_rollout_args, tmp_path, kill=kill, **extra)
     assert at_kill == (2 if staleness == 1 else 4) * BATCH  # before_marker:4: steps 3-4's lines are cut, rewritten
     records = ledger(resumed)
     assert (resumed / LEDGER_FILE).read_bytes() == (straight / LEDGER_FILE).read_bytes()
@@ -145,7 +144,7 @@ def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(args, tmp_pa
     assert saved_length(resumed, 4)["lines"] == len(records) - BATCH  # the in_flight lines come after it
     if staleness != 3:
         return
-    (code, stderr), = launch((args(resumed, **extra, **{"trainer.total_training_steps": 5}), {}))
+    (code, stderr), = launch((partial_rollout_args(resumed, **extra, **{"trainer.total_training_steps": 5}), {}))
     assert code == 0, stderr[-3000:]
     extended = ledger(resumed)
     assert_exactly_once(extended)

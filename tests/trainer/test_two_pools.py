@@ -25,7 +25,6 @@ from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, session_process, undocumented_metrics
 from tests.engine.engine_helpers import free_port
 from tests.trainer.test_end_to_end import REWARD
-from tests.trainer.test_partial_rollout import long_tail_model  # noqa: F401  (a fixture)
 
 ENV = {"OMP_NUM_THREADS": "1"}
 SLOW_TRAINER = {"DAGRL_DELAY": "actor_update:1.5"}  # the rollout pool runs ahead until the bound stops it
@@ -243,7 +242,7 @@ def run_killed_and_straight(make, tmp_path: Path, env: dict, kill: str) -> tuple
 
 def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kill_9(args, tmp_path):
     """K=1: batch b waits for version b-2, so from the third step every batch is exactly one version stale."""
-    make = lambda out: args(out, **{"async_training.max_staleness": 1, "trainer.total_training_steps": 6,  # noqa
+    make = lambda out: args(out, **{"async_training.max_staleness": 1, "trainer.total_training_steps": 6,  # noqa: E731 - a short local helper
                                     "trainer.save_freq": 3, "trainer.test_freq": -1})
     straight, resumed = run_killed_and_straight(make, tmp_path, SLOW_TRAINER, kill="actor_update:5@1")
     staleness = [metrics_by_step(root)[s]["async/staleness_max"] for root in (straight, resumed) for s in range(1, 7)]
@@ -257,7 +256,7 @@ def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill
                                                                                      tmp_path):
     """K=3, a slow rollout pool (the usual case): the training pool pushes while the rollout pool generates, so
     carried prefixes continue under newer weights. The rollout pool is the one killed."""
-    make = lambda out: args(out, **{  # noqa: E731
+    make = lambda out: args(out, **{  # noqa: E731 - a short local helper
         "actor_rollout_ref.model.path": str(long_tail_model), "async_training.max_staleness": 3,
         "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
         "data.max_response_length": 16, "trainer.total_training_steps": 6, "trainer.save_freq": 3,

@@ -38,7 +38,7 @@ def import_megatron(keep_wandb: bool) -> None:
     if hide:
         sys.modules["wandb"] = None  # type: ignore[assignment]  # `import wandb` raises ImportError
     try:
-        import megatron.core  # noqa: F401
+        import megatron.core  # noqa: F401 - imported for its effect: megatron-core loads with wandb hidden
     finally:
         if hide and sys.modules.get("wandb", 0) is None:
             del sys.modules["wandb"]

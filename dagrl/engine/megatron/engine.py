@@ -108,7 +108,8 @@ class MegatronEngine:
                     param.requires_grad_(False)
                 elif top is not None:
                     layer = _global_layer(module, name)
-                    trainable = (layer is not None and layer >= first_trainable) or name == "decoder.final_layernorm.weight"
+                    trainable = ((layer is not None and layer >= first_trainable)
+                                 or name == "decoder.final_layernorm.weight")
                     param.requires_grad_(trainable)
 
     def _wrap(self) -> list[torch.nn.Module]:
@@ -162,7 +163,8 @@ class MegatronEngine:
         return optimizer, scheduler
 
     def _build_offloaders(self) -> None:
-        self.param_store, self.grad_store, self.optim_store = HostOffload("params"), HostOffload("grads"), HostOffload("optimizer")
+        self.param_store, self.grad_store, self.optim_store = (HostOffload("params"), HostOffload("grads"),
+                                                               HostOffload("optimizer"))
         if self.optimizer is None:
             self.param_store.track(p for m in self.modules for p in m.parameters())
             return

@@ -70,7 +70,8 @@ def parallel_ranks(expert: bool) -> tuple[int, int, Any]:
     if expert:
         return (ps.get_expert_tensor_parallel_rank(), ps.get_expert_tensor_parallel_world_size(),
                 ps.get_expert_tensor_parallel_group())
-    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_group()
+    return (ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(),
+            ps.get_tensor_model_parallel_group())
 
 
 def local_expert(suffix: str) -> tuple[int, str] | None:
@@ -348,7 +349,8 @@ def _pipeline_stream(chunks: list[torch.nn.Module], entries: list[ExportEntry], 
             if meta[0] is None:  # the owning stage is done
                 break
             if tensors is None:
-                tensors = [(n, torch.empty(shape, dtype=dtype, device=_device_of(chunks))) for n, shape, dtype in meta[0]]
+                tensors = [(n, torch.empty(shape, dtype=dtype, device=_device_of(chunks)))
+                           for n, shape, dtype in meta[0]]
             for _, tensor in tensors:
                 dist.broadcast(tensor, src=ranks[stage], group=group)
             yield from tensors
