@@ -143,7 +143,7 @@ def test_a_peers_error_that_arrives_before_the_death_behind_it_reports_the_death
     monkeypatch.setattr(ray, "get", get)
     monkeypatch.setattr(ray, "kill", lambda worker, no_restart=True: None)
     with pytest.raises(ray_cluster.WorkerFailed) as failed:
-        ray_cluster._watch({"r0": 0, "r1": 1}, ["w0", "w1"])
+        ray_cluster._watch({"r0": 0, "r1": 1}, ["w0", "w1"], [("n0", 1), ("n1", 2)])
     assert waits == [None, ray_cluster.DEATH_GRACE_S]
     if death_seen:
         assert failed.value.rank == 1 and "worker process died" in str(failed.value)
