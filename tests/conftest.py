@@ -114,12 +114,12 @@ def make_arithmetic_rows(count: int, split: str, seed: int) -> list[dict]:
     return rows
 
 
-def make_tiny_model_dir(directory: Path, num_layers: int = 2, seed: int = 0) -> Path:
-    """A random tiny Llama whose vocabulary matches the tiny tokenizer saved beside it."""
+def make_tiny_model_dir(directory: Path, num_layers: int = 2, seed: int = 0, family: str = "llama") -> Path:
+    """A random tiny model of `family` (Llama by default) whose vocabulary matches the tiny tokenizer beside it."""
     from tests.engine.tiny_models import make_model_dir
 
     tokenizer = make_tiny_tokenizer(str(directory))
-    make_model_dir(directory, family="llama", num_layers=num_layers, seed=seed, vocab_size=len(tokenizer))
+    make_model_dir(directory, family=family, num_layers=num_layers, seed=seed, vocab_size=len(tokenizer))
     return directory
 
 

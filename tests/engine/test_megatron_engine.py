@@ -226,3 +226,26 @@ def test_override_transformer_config_rejects_unknown_keys(model_dirs):
     with pytest.raises(ValueError, match="override_transformer_config.recompute_layerz"):
         transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False,
                            overrides={"recompute_layerz": 1})
+
+
+def test_the_hf_rollout_takes_an_moe_actors_weights(model_dirs, tmp_path):
+    """transformers >= 5 keeps an MoE layer's experts fused (gate_up_proj [E, 2I, H], down_proj [E, H, I]); the
+    actor's export names one tensor per expert, as the checkpoint does. The hf rollout (another model of the same
+    shapes) fills the fused tensors and then holds exactly the actor's weights; a sync that leaves out one expert's
+    part is refused naming the fused tensor."""
+    from dagrl.engine.rollout.hf import HFRollout
+
+    actor = engine(model_dirs["qwen3_moe"])
+    rollout = HFRollout(str(make_model_dir(tmp_path / "other", "qwen3_moe", seed=5)), eos_token_ids=[0],
+                        pad_token_id=0, device=torch.device("cpu"))
+    assert any(name.endswith("experts.gate_up_proj") for name, _ in rollout.model.named_parameters())
+    want = load_hf(model_dirs["qwen3_moe"]).state_dict()
+    assert any(not torch.equal(rollout.model.state_dict()[name], want[name]) for name in want)
+    rollout.load_weights(actor.export_weights(1 << 16))
+    got = rollout.model.state_dict()
+    assert set(got) == set(want)
+    assert not [name for name in want if not torch.equal(got[name], want[name])]
+    partial = [[(n, t) for n, t in bucket if ".experts.1.up_proj." not in n]
+               for bucket in actor.export_weights(1 << 16)]
+    with pytest.raises(RuntimeError, match="experts.gate_up_proj"):
+        rollout.load_weights(iter(partial))

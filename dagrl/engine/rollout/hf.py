@@ -13,6 +13,7 @@ import torch
 
 from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
+from dagrl.engine.rollout import fused_experts
 from dagrl.engine.rollout.hf_decode import DecodeLoop, cache_kwarg
 from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.sequences import join_prompt_and_response
@@ -104,20 +105,26 @@ class HFRollout:
         if self.in_flight():
             raise RuntimeError(f"load_weights with {self.in_flight()} requests in flight: abort them first (their "
                                f"KV cache belongs to the old weights) and re-submit their continuations")
-        start, loaded, nbytes = time.perf_counter(), set(), 0
+        start, loaded, nbytes, fused = time.perf_counter(), set(), 0, fused_experts.Filled()
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for bucket in buckets:
                 for name, tensor in bucket:
-                    if name not in params:
-                        raise KeyError(f"weight sync sent {name!r}, which the rollout model does not have")
-                    if params[name].shape != tensor.shape:
+                    target = params.get(name)
+                    if target is None:  # one expert's tensor of a fused MoE parameter (transformers >= 5)
+                        found = fused_experts.slot(params, name)
+                        if found is None:
+                            raise KeyError(f"weight sync sent {name!r}, which the rollout model does not have")
+                        fused_name, index, kind, target = found
+                        fused.add(fused_name, index, kind)
+                    else:
+                        loaded.add(name)
+                    if target.shape != tensor.shape:
                         raise ValueError(f"weight sync: {name} has shape {tuple(tensor.shape)}, the rollout "
-                                         f"model expects {tuple(params[name].shape)}")
-                    params[name].copy_(tensor)
-                    loaded.add(name)
+                                         f"model expects {tuple(target.shape)}")
+                    target.copy_(tensor)
                     nbytes += tensor.numel() * tensor.element_size()
-        missing = self._expected - loaded - self._tied_names()
+        missing = self._expected - loaded - fused.complete(params) - self._tied_names()
         if missing:
             raise RuntimeError(f"weight sync left {len(missing)} rollout tensors stale, e.g. {sorted(missing)[:3]}")
         self.version = version
