@@ -22,6 +22,11 @@ def test_valid_layouts_pass():
                                           sequence_parallel=True), 8)
     check_layout(config(), ParallelLayout(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2), 2)
     check_layout(config(), ParallelLayout(expert_model_parallel_size=4), 4)
+    # AReaL's folding, attention d1p4t2c2 and experts d1p4t1e4 on 16 ranks: context parallelism is not in the expert
+    # groups (Megatron's rule; tests/tools/test_plan.py builds the same groups as Megatron for it)
+    check_layout(config(), ParallelLayout(tensor_model_parallel_size=2, pipeline_model_parallel_size=4,
+                                          context_parallel_size=2, expert_model_parallel_size=4,
+                                          expert_tensor_parallel_size=1, sequence_parallel=True), 16)
 
 
 @pytest.mark.parametrize("layout, world, key", [
@@ -35,6 +40,9 @@ def test_valid_layouts_pass():
     (ParallelLayout(expert_model_parallel_size=3), 3, "expert_model_parallel_size=3 does not divide num_experts"),
     (ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True), 3, "world size 3"),
     (ParallelLayout(tensor_model_parallel_size=2), 2, "sequence_parallel=False with MoE"),
+    (ParallelLayout(pipeline_model_parallel_size=2, expert_model_parallel_size=4, expert_tensor_parallel_size=2), 8,
+     "expert_model_parallel_size=4 x expert_tensor_parallel_size=2 x pipeline_model_parallel_size=2 = 16 does not "
+     "divide the world size 8"),
 ])
 def test_bad_layouts_name_the_key(layout, world, key):
     with pytest.raises(ValueError, match="actor_rollout_ref.actor.megatron") as error:

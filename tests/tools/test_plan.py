@@ -67,6 +67,7 @@ LAYOUTS = [  # world, tp, pp, cp, ep, etp
     (8, 2, 2, 1, 2, None),
     (8, 1, 2, 2, 1, None),
     (16, 2, 2, 2, 4, 1),
+    (16, 2, 4, 2, 4, 1),  # AReaL's folding: attention d1p4t2c2, experts d1p4t1e4
     (12, 2, 3, 1, 2, 1),
 ]
 

@@ -99,6 +99,10 @@ def check_layout(hf_config: Any, layout: ParallelLayout, world_size: int) -> Non
         raise ValueError(f"world size {world_size} is not a multiple of {KEY}.tensor_model_parallel_size x "
                          f"pipeline_model_parallel_size x context_parallel_size = {tp}x{pp}x{cp}: change the "
                          f"sizes or trainer.nnodes x trainer.n_gpus_per_node")
-    if experts and (world_size // (pp * cp)) % (ep * (layout.expert_tensor_parallel_size or tp)):
-        raise ValueError(f"{KEY}.expert_model_parallel_size={ep} x expert_tensor_parallel_size must divide the "
-                         f"world size / (pipeline x context parallel) = {world_size // (pp * cp)}")
+    etp = layout.expert_tensor_parallel_size or tp
+    # Megatron's expert groups split each pipeline stage's ranks into EP x ETP x expert-DP; context parallelism is
+    # the attention's alone (AReaL's folding: attention TP2 x CP2, experts EP4 x ETP1 on the same 4 ranks)
+    if experts and world_size % (pp * ep * etp):
+        raise ValueError(f"{KEY}.expert_model_parallel_size={ep} x expert_tensor_parallel_size={etp} x "
+                         f"pipeline_model_parallel_size={pp} = {pp * ep * etp} does not divide the world size "
+                         f"{world_size}: change the sizes or trainer.nnodes x trainer.n_gpus_per_node")
