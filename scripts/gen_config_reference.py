@@ -1,20 +1,26 @@
-"""Writes docs/config_reference.md: every key of conf/ with its default and its one-line comment, by section; the
+"""Writes conf/<group>/default.yaml from the typed declarations (dagrl/config/schema/<group>.py: each key's default
+and doc; a section's docstring is its file's leading comment); docs/config_reference.md: every key of conf/ with its
+default and its one-line comment, by section; the
 table of verl's keys that dagrl refuses in docs/from_verl.md (between its `verl-keys` markers), from
 dagrl.config.load.VERL_KEYS, so that the page says exactly what the command line answers; and the table of every
 estimator, policy loss, aggregation and KL estimator in docs/algorithms.md (between its `algorithms` markers), from
 dagrl/algo/catalog.py, whose names also complete the reference's rows of the keys that take them.
 
-    python3 scripts/gen_config_reference.py            # regenerate after changing conf/, VERL_KEYS or the catalog
-    python3 scripts/gen_config_reference.py --check    # exit 1 if a committed file is stale (tests do this)
+    python3 scripts/gen_config_reference.py            # after changing a declaration, conf/dag/, VERL_KEYS, the catalog
+    python3 scripts/gen_config_reference.py --check    # exit 1 if a written file is stale (tests do this)
 
-The YAML files are the source: each key's comment is the text after `#` on its line, the default is the value
+The reference reads the YAML files: each key's comment is the text after `#` on its line, the default is the value
 as written there (interpolations unresolved), and a section's description is its file's leading comment.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import re
 import sys
+import textwrap
+import typing
 from pathlib import Path
 from typing import NamedTuple
 
@@ -139,7 +145,7 @@ def _package(path: Path, group: str) -> str:
 
 
 def render() -> str:
-    from dagrl.config.conf_dir import FREEFORM_MAPS
+    from dagrl.config.schema.root import freeform_maps
 
     defaults = yaml.safe_load((CONF / "dagrl.yaml").read_text())["defaults"]
     groups = [(group, option) for item in defaults if isinstance(item, dict)
@@ -149,7 +155,7 @@ def render() -> str:
            "hand (a test fails when this file is stale).", "",
            "Override any key on the command line: `python3 -m dagrl.main_dag section.key=value ...` (the same "
            "overrides work for `python3 -m dagrl.plan`). Unknown keys are rejected with the closest valid key; "
-           "`+key=value` adds keys only under the free-form maps " + ", ".join(f"`{m}`" for m in FREEFORM_MAPS)
+           "`+key=value` adds keys only under the free-form maps " + ", ".join(f"`{m}`" for m in freeform_maps())
            + ". Bold rows are sections.", ""]
     out.append("Sections: " + " · ".join(f"[{group}](#{group})" for group, _ in groups))
     for group, option in groups:
@@ -165,6 +171,65 @@ def render() -> str:
             out += ["", f"### {group}={other}", "", f"`conf/{group}/{other}.yaml`. {description}", ""]
             out += table(entries)
     return "\n".join(out) + "\n"
+
+
+COMMENT_COLUMN = 29  # where a key's comment starts (a longer `key: value` gets two spaces)
+
+
+def yaml_value(value) -> str:
+    """A default as YAML writes it: null, true, 1.0e-06 (a float keeps its '.': YAML 1.1 reads 1e-06 as text)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        if not e:
+            return text
+        sign, digits = (exponent[0], exponent[1:]) if exponent[0] in "+-" else ("", exponent)
+        return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{sign.replace('+', '')}{digits.lstrip('0')}"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(yaml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {yaml_value(v)}" for k, v in value.items()) + "}"
+    plain = value and yaml.safe_load(value) == value and not re.search(r": | #|^[\s{[&*!|>%@`'\"-]|\s$", value)
+    return value if plain else json.dumps(value)
+
+
+def _line(indent: int, text: str, doc: str) -> str:
+    head = " " * indent + text
+    if not doc:
+        return head
+    return f"{head.ljust(COMMENT_COLUMN - 1)} # {doc}" if len(head) < COMMENT_COLUMN - 1 else f"{head}  # {doc}"
+
+
+def section_yaml(cls: type, indent: int = 0) -> list[str]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    lines = []
+    for field in dataclasses.fields(cls):
+        doc = field.metadata["doc"]
+        if dataclasses.is_dataclass(hints[field.name]):
+            lines.append(_line(indent, f"{field.name}:", doc))
+            lines += section_yaml(hints[field.name], indent + 2)
+            continue
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        lines.append(_line(indent, f"{field.name}: {yaml_value(default)}", doc))
+    return lines
+
+
+def conf_yaml(cls: type) -> str:
+    """conf/<group>/default.yaml: the section's docstring as its leading comment, then a line a key."""
+    header = textwrap.wrap(" ".join(cls.__doc__.split()), 116)
+    return "\n".join([f"# {line}" for line in header] + section_yaml(cls)) + "\n"
+
+
+def conf_files() -> dict[Path, str]:
+    from dagrl.config.schema.root import SECTIONS
+    return {CONF / group / "default.yaml": conf_yaml(cls) for group, cls in SECTIONS.items()
+            if (CONF / group / "default.yaml").is_file() or group != "dag"}
 
 
 def verl_keys_table(known: dict[str, str]) -> list[str]:
@@ -221,7 +286,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale")
     args = parser.parse_args()
-    outputs = {OUTPUT: render(), FROM_VERL: render_from_verl(FROM_VERL.read_text()),
+    outputs = conf_files()
+    if not args.check:  # the reference is read from the YAML files: write them first
+        for path, text in outputs.items():
+            path.write_text(text)
+    outputs |= {OUTPUT: render(), FROM_VERL: render_from_verl(FROM_VERL.read_text()),
                ALGORITHMS: render_between(ALGORITHMS.read_text(), ALGORITHM_MARKS, algorithms_table())}
     for path, text in outputs.items():
         if args.check:

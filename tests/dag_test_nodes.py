@@ -5,6 +5,15 @@ def noop(ctx, batch):
     return batch, {}
 
 
+CALLS = []
+
+
+def counted_pipeline():
+    """custom_pipeline, counting its calls."""
+    CALLS.append(1)
+    return custom_pipeline()
+
+
 def custom_pipeline():
     return [
         {"id": "rollout", "role": "rollout", "fn": "tests.dag_test_nodes:noop", "deps": []},

@@ -72,7 +72,8 @@ class Registry:
 
     @property
     def choices(self) -> "Names":
-        """The names as pre-flight's CHOICES holds them: a live view, so a registration made later counts."""
+        """The names as a key's declared choices hold them (dagrl/config/schema/): a live view, so a registration
+        made later counts."""
         return Names(self)
 
     def __iter__(self) -> Iterator[Entry]:

@@ -1,5 +1,5 @@
 """Pre-flight of what the advantage estimator and the policy loss need from the rest of the config, read from their
-declarations in dagrl/algo/catalog.py (the names themselves are in sections.CHOICES, and a name a registry refuses
+declarations in dagrl/algo/catalog.py (the names themselves are the schema's choices, and a name a registry refuses
 gets its reason from `choice_error`; sections.check_algorithm runs the rest)."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def check_estimator(cfg: Cfg, graph_roles: Callable[[Cfg], set[str]]) -> None:
     groups (rollout.n responses per prompt)."""
     name = cfg.algorithm.adv_estimator
     estimator = ADV_ESTIMATORS.get(name)
-    if estimator is None:  # CHOICES names it
+    if estimator is None:  # the schema's choices name it
         return
     if "values" in estimator.needs and "critic" not in graph_roles(cfg):
         others = ", ".join(e.name for e in ADV_ESTIMATORS if not e.needs)

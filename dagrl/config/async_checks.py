@@ -43,7 +43,7 @@ def check_async_training(cfg: Cfg) -> None:
 
 def check_off_policy(cfg: Cfg) -> None:
     """Truncated importance sampling, decoupled PPO and sequence masking (dagrl/algo/off_policy.py); the off_policy
-    name is in CHOICES."""
+    name is in the schema's choices."""
     actor = cfg.actor_rollout_ref.actor
     behaviour = cfg.actor_rollout_ref.rollout.calculate_log_probs is True or cfg.async_training.partial_rollout is True
     fix = "set actor_rollout_ref.rollout.calculate_log_probs=true"

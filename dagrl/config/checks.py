@@ -87,15 +87,6 @@ def divides(numerator: int, denominator: int, key: str, what: str) -> None:
             f"{denominator}; change {key}")
 
 
-def non_negative(cfg: Cfg, dotted: str, upper: float | None = None) -> float:
-    value = get(cfg, dotted)
-    key, name = named(cfg, dotted)
-    require(isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-            and (upper is None or value <= upper), key,
-            f"{name}={value!r} must be a number >= 0" + (f" and <= {upper}" if upper is not None else ""))
-    return value
-
-
 @contextlib.contextmanager
 def as_config_error(key: str):
     """Checks of other modules raise ValueError with a complete one-line message; re-raise it as ConfigError."""

@@ -1,5 +1,5 @@
-"""Where conf/ lives, and what its default files say of themselves: the free-form maps and the keys whose default
-is another key (`${...}`). Read by composition, the schema and pre-flight alike; imports nothing of dagrl."""
+"""Where conf/ lives, and what its default files say of themselves: the keys whose default is another key
+(`${...}`). Read by composition, the schema and pre-flight alike; imports nothing of dagrl."""
 from __future__ import annotations
 
 import functools
@@ -11,13 +11,6 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONF_DIR = next((p for p in (_PACKAGE_DIR.parent / "conf", _PACKAGE_DIR / "conf") if (p / "dagrl.yaml").is_file()),
                 _PACKAGE_DIR / "conf")
 CONFIG_NAME = "dagrl"
-
-# Maps whose keys are the user's own: `+<map>.<key>=value` adds to them and reaches the code that reads them.
-FREEFORM_MAPS = (
-    "actor_rollout_ref.actor.megatron.override_transformer_config",
-    "custom_reward_function.reward_kwargs",
-    "actor_rollout_ref.rollout.engine_kwargs.vllm",
-)
 
 _INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 

@@ -68,7 +68,7 @@ def check_rollout_pool_keys(cfg: Cfg) -> None:
     run they would be ignored while the user expects a pool of that size."""
     if cfg.actor_rollout_ref.hybrid_engine is not True:
         return
-    from dagrl.config.schema import default_value
+    from dagrl.config.schema.check import default_value
     changed = [f"rollout.{name}={get(cfg, f'rollout.{name}')}" for name in ("nnodes", "n_gpus_per_node")
                if get(cfg, f"rollout.{name}") != default_value(f"rollout.{name}")]
     require(not changed, "rollout.n_gpus_per_node",

@@ -128,7 +128,7 @@ FLOORS = {f"{p}.{name}" for p in (f"{A}.optim", "critic.optim") for name in ("mi
 def _set_keys(config: dict[str, Any]) -> list[str]:
     """Keys of `config` changed from conf/'s defaults by the user (not through an interpolation)."""
     from dagrl.config.conf_dir import interpolated_defaults
-    from dagrl.config.schema import MISSING, default_value
+    from dagrl.config.schema.check import MISSING, default_value
 
     sources = interpolated_defaults()
     changed = []
@@ -150,7 +150,7 @@ def _set_keys(config: dict[str, Any]) -> list[str]:
 def check_inert_keys(cfg: Cfg, reported: set[str] | frozenset = frozenset()) -> None:
     """The first key set while the key that makes it apply is off (one line: both keys, and the fix). `reported`:
     keys pre-flight has already named (a bad critic value on a graph without a critic is that value's line alone)."""
-    from dagrl.config.schema import show
+    from dagrl.config.schema.check import show
     from dagrl.config.sections import graph_roles
 
     config = leaves(cfg.snapshot())

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME, FREEFORM_MAPS
+from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME
+from dagrl.config.schema.root import freeform_maps
 from dagrl.config.errors import ConfigError
 from dagrl.config.override_hints import key_fix, not_an_override, parse_fix, stray_word, sweep_fix, value_fix
 
@@ -260,7 +261,7 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
             raise ConfigError(key, f"override '{text}': {key} already exists: drop the '+': {text[1:]}")
         deleting = override.is_delete()
         adding = override.type in (OverrideType.ADD, OverrideType.FORCE_ADD)
-        freeform = next((m for m in FREEFORM_MAPS if key.startswith(m + ".")), None)
+        freeform = next((m for m in freeform_maps() if key.startswith(m + ".")), None)
         if override.is_sweep_override() and (exists or freeform):
             raise ConfigError(key, f"override '{text}': {sweep_fix(key, text.split('=', 1)[1], default)}")
         if freeform:
@@ -282,7 +283,7 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         other = None if hint else other_trainer_hint(key, value, base)
         if other:  # dagrl's own near miss first (actor.optim.lr is actor_rollout_ref.actor.optim.lr, not TRL's lr)
             raise ConfigError(key, other)
-        plus = " ('+' adds keys only under: " + ", ".join(FREEFORM_MAPS) + ")" if adding else ""
+        plus = " ('+' adds keys only under: " + ", ".join(freeform_maps()) + ")" if adding else ""
         fix = f"; did you mean '{hint}'?" if hint else section_keys(key, base)
         raise ConfigError(key, f"unknown config key '{key}'{fix}{plus}")
     return base
@@ -326,7 +327,7 @@ def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]
 def shape_fix(key: str, base: dict[str, Any]) -> str:
     """What a list key or a map key takes, for a value of the other shape."""
     exists, default = _lookup(base, key)
-    freeform = key in FREEFORM_MAPS
+    freeform = key in freeform_maps()
     if isinstance(default, list):
         if default and all(isinstance(item, dict) for item in default):
             return (f"{key} is a list of maps: write [{{...}}, ...], or set one item's key, e.g. "

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from dagrl.config.errors import ConfigError, require
-from dagrl.engine.megatron.preflight import SUPPORTED_MODEL_TYPES
+from dagrl.models.families import FAMILIES, family
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 
@@ -60,9 +60,9 @@ def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.p
     model_type = hf_config.get("model_type")
     require(model_type is not None, key, f"{config_file} has no model_type: it is not an HF model config; fix or "
                                          f"re-download the model {key} names")
-    require(model_type in SUPPORTED_MODEL_TYPES, key,
+    require(family(model_type) is not None, key,
             f"model type {model_type!r} in {config_file} is not supported; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+            f"{', '.join(FAMILIES)}")
     check_hf_config_fields(hf_config, config_file, key)
     return hf_config
 

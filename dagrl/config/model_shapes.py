@@ -3,7 +3,7 @@
 config.json edited by hand, or copied from another model of the family, builds a Megatron model whose tensors do not
 fit the safetensors weights: the import then fails once the models are built, in a traceback. The shapes come from
 the safetensors headers alone (no tensor data is read, neither torch nor transformers is imported); only tensors
-every supported family (llama, qwen2, qwen3, mistral, qwen3_moe) names alike are compared, and a checkpoint that
+every supported family (dagrl/models/families.py) names alike are compared, and a checkpoint that
 names none of them (another layout) is left to the engine.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dagrl.config.errors import ConfigError, require
 from dagrl.config.model_dir import read_hf_config, safetensors_header
+from dagrl.models.families import family
 
 
 def tensor_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
@@ -46,7 +47,7 @@ def expected_shapes(hf_config: dict) -> dict[str, tuple[list[int], str]]:
         "model.layers.0.self_attn.k_proj.weight": (
             [kv_heads * head_dim, hidden], f"num_key_value_heads={kv_heads} x {dim}={head_dim}, hidden_size={hidden}"),
     }
-    if hf_config.get("model_type") != "qwen3_moe":  # its MLPs are experts, sized by moe_intermediate_size
+    if not getattr(family(hf_config.get("model_type")), "moe", False):  # experts: sized by moe_intermediate_size
         intermediate = hf_config["intermediate_size"]
         shapes["model.layers.0.mlp.gate_proj.weight"] = (
             [intermediate, hidden], f"intermediate_size={intermediate}, hidden_size={hidden}")

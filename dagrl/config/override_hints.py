@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dagrl.config.schema import LOOKALIKES, MISSING, default_config, default_value, schema
+from dagrl.config.schema.check import LOOKALIKES, MISSING, default_config, default_value, schema
 
 
 def _kind(key: str) -> str:

@@ -1,4 +1,4 @@
-"""Pre-flight of every path-valued key, by the kind of path the schema gives it (dagrl/config/schema.py TYPES:
+"""Pre-flight of every path-valued key, by the kind of path the schema gives it (its annotation in dagrl/config/schema/:
 file, files, dir, model, outdir), before anything opens the path: one checker for all such keys, so a new path key
 is covered by its type alone. It catches what a specific check would only call "does not exist": a shell variable
 the shell did not expand (`$DATA/train.parquet` in single quotes), a space at either end (a quoted value), a URL
@@ -24,7 +24,7 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 def path_keys() -> dict[str, str]:
     """{key: kind} of every key of conf/ that holds a path or a list of paths (kind without the '?')."""
-    from dagrl.config.schema import PATH_KINDS, schema
+    from dagrl.config.schema.check import PATH_KINDS, schema
     return {key: kind.rstrip("?") for key, kind in schema().items() if kind.rstrip("?") in PATH_KINDS}
 
 

@@ -1,5 +1,5 @@
 """Pre-flight of global_profiler.* (verl's names; dagrl/trainer/profiler.py runs it). The types and ranges of its
-keys are the schema's (dagrl/config/schema.py); these are the rules between them."""
+keys are the schema's (dagrl/config/schema/); these are the rules between them."""
 from __future__ import annotations
 
 from dagrl.config.path_values import check_writable_dir

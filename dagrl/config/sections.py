@@ -8,10 +8,10 @@ import logging
 import math
 import os
 
-from dagrl.algo.catalog import ADV_ESTIMATORS, REGISTRIES
+from dagrl.algo.catalog import ADV_ESTIMATORS
 from dagrl.config import algorithm_checks
 from dagrl.config.algorithm_checks import N_FIX, N_KEY, choice_error
-from dagrl.config.checks import alias, as_config_error, as_list, divides, get, named, non_negative, positive_int
+from dagrl.config.checks import alias, as_config_error, as_list, divides, get, named, positive_int
 from dagrl.config.errors import require
 from dagrl.config.model_dir import read_hf_config
 from dagrl.config.derived import needs_reference, skips_old_log_prob
@@ -22,50 +22,19 @@ from dagrl.utils import precision
 
 logger = logging.getLogger(__name__)
 
-CHOICES = {
-    "actor_rollout_ref.actor.strategy": ("megatron",),
-    "actor_rollout_ref.rollout.name": ("hf", "vllm"),
-    "actor_rollout_ref.actor.policy_loss.off_policy": ("none", "decoupled"),
-    "actor_rollout_ref.actor.optim.lr_decay_style": ("constant", "linear", "cosine"),
-    "actor_rollout_ref.actor.megatron.param_dtype": precision.CHOICES,
-    "actor_rollout_ref.rollout.dtype": precision.CHOICES,
-    "actor_rollout_ref.rollout.load_format": ("dummy", "auto", "safetensors"),
-    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
-    "data.truncation": ("error", "left", "right", "middle"),
-    "reward_model.reward_manager": ("naive", "dapo"),
-    "reward_model.on_error": ("zero", "raise"),
-    "trainer.resume_mode": ("auto", "disable", "resume_path"),
-    "trainer.launcher": ("local", "ray"),
-    "algorithm.filter_groups.metric": ("acc", "score", "seq_reward", "seq_final_reward"),
-    "algorithm.filter_groups.on_limit": ("raise", "smaller_batch"),
-}
-CHOICES.update({  # the critic's keys accept what the actor's do
-    "critic.strategy": CHOICES["actor_rollout_ref.actor.strategy"],
-    "critic.optim.lr_decay_style": CHOICES["actor_rollout_ref.actor.optim.lr_decay_style"],
-})
-CHOICES.update({key: registry.choices for registry in REGISTRIES for key in registry.keys})  # dagrl/algo/catalog.py
-
-
 def check_run_length_and_sampling(cfg: Cfg) -> None:
-    positive_int(cfg, "trainer.total_epochs")
-    steps = cfg.trainer.total_training_steps
-    require(steps is None or (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0),
-            "trainer.total_training_steps",
-            f"trainer.total_training_steps={steps!r} must be null (total_epochs decides) or a positive integer")
+    """The run-length and validation switches between keys (each key's own type and range are the schema's)."""
     trainer = cfg.trainer
     require(not trainer.val_only or cfg.data.val_files, "trainer.val_only",
             "trainer.val_only=true validates and exits, but data.val_files is null: set data.val_files")
     require(not trainer.val_only or cfg.actor_rollout_ref.hybrid_engine, "trainer.val_only",
             "trainer.val_only=true is supported on colocated runs only: set actor_rollout_ref.hybrid_engine=true")
-    temperature = cfg.actor_rollout_ref.rollout.temperature
-    require(isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0,
-            "actor_rollout_ref.rollout.temperature",
-            f"actor_rollout_ref.rollout.temperature={temperature!r} must be > 0 (log-probs are divided by it; "
-            f"for greedy validation set actor_rollout_ref.rollout.val_kwargs.do_sample=false)")
 
 
 def check_choices(cfg: Cfg) -> None:
-    for key, allowed in CHOICES.items():
+    """Every key declared with choices (dagrl/config/schema/) holds one of them."""
+    from dagrl.config.schema.root import keys
+    for key, allowed in ((path, k.choices) for path, k in keys().items() if k.choices is not None):
         value = get(cfg, key)
         filed, name = named(cfg, key)
         require(value in allowed, filed, choice_error(name, repr(value), allowed))
@@ -123,8 +92,6 @@ def check_dynamic_batching(cfg: Cfg, sequence_length: int) -> None:
     """Every token budget that is switched on holds at least one whole sequence (prompt + response)."""
     for switch, budgets in DYNAMIC_BATCHING:
         on = get(cfg, switch)
-        filed, name = named(cfg, switch)
-        require(isinstance(on, bool), filed, f"{name}={on!r} must be true or false")
         for key in budgets:
             value = get(cfg, key)
             filed, name = named(cfg, key)
@@ -136,9 +103,6 @@ def check_dynamic_batching(cfg: Cfg, sequence_length: int) -> None:
 def check_remove_padding(cfg: Cfg) -> None:
     """The packing switches; context parallelism splits packed sequences, so it needs them on."""
     keys = ("actor_rollout_ref.model.use_remove_padding", "critic.model.use_remove_padding")
-    for key in keys:
-        filed, name = named(cfg, key)
-        require(isinstance(get(cfg, key), bool), filed, f"{name}={get(cfg, key)!r} must be true or false")
     cp = positive_int(cfg, "actor_rollout_ref.actor.megatron.context_parallel_size")
     for key in keys[:1] + (keys[1:] if "critic" in graph_roles(cfg) else ()):
         require(cp == 1 or get(cfg, key), key,
@@ -153,20 +117,9 @@ def check_remove_padding(cfg: Cfg) -> None:
 
 
 def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool = True) -> int:
-    """The vLLM engine keys (checked on every run so a typo'd value fails before a GPU job is queued)."""
+    """The vLLM engine's sequence limit and install (checked on every run so a bad value fails before a GPU job is
+    queued; the engine keys' types and ranges are the schema's)."""
     rollout = cfg.actor_rollout_ref.rollout
-    for key in ("max_num_batched_tokens", "max_num_seqs"):
-        positive_int(cfg, f"actor_rollout_ref.rollout.{key}")
-    for key in ("enforce_eager", "free_cache_engine", "enable_chunked_prefill", "enable_prefix_caching",
-                "calculate_log_probs"):
-        require(isinstance(rollout[key], bool), f"actor_rollout_ref.rollout.{key}",
-                f"actor_rollout_ref.rollout.{key}={rollout[key]!r} must be true or false")
-    utilization = rollout.gpu_memory_utilization
-    require(isinstance(utilization, (int, float)) and 0 < utilization < 1,
-            "actor_rollout_ref.rollout.gpu_memory_utilization",
-            f"actor_rollout_ref.rollout.gpu_memory_utilization={utilization!r} must be a fraction in (0, 1)")
-    require(isinstance(rollout.engine_kwargs.vllm.to_dict(), dict), "actor_rollout_ref.rollout.engine_kwargs.vllm",
-            "actor_rollout_ref.rollout.engine_kwargs.vllm must be a map of vLLM engine arguments")
     max_model_len = rollout.max_model_len or sequence_length
     require(isinstance(max_model_len, int) and max_model_len >= sequence_length,
             "actor_rollout_ref.rollout.max_model_len",
@@ -182,12 +135,8 @@ def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool =
 
 def check_algorithm(cfg: Cfg) -> None:
     """Advantage-estimator, policy-loss, loss-aggregation and KL-controller keys (the names themselves are in
-    CHOICES; what the estimator and the loss need is config/algorithm_checks.py's)."""
+    the schema's choices; what the estimator and the loss need is config/algorithm_checks.py's)."""
     algorithm = cfg.algorithm
-    for key in ("gamma", "lam"):
-        value = algorithm[key]
-        require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1,
-                f"algorithm.{key}", f"algorithm.{key}={value!r} must be a number in [0, 1]")
     algorithm_checks.check_estimator(cfg, graph_roles)
     n = cfg.actor_rollout_ref.rollout.n
     require(not (isinstance(n, int) and n < 2) or algorithm.filter_groups.enable is not True, N_KEY,
@@ -195,19 +144,11 @@ def check_algorithm(cfg: Cfg) -> None:
             f"group one response, which never varies: no group would ever be kept; {N_FIX}, or set "
             f"algorithm.filter_groups.enable=false")
     algorithm_checks.check_loss_options(cfg)
-    scale = cfg.actor_rollout_ref.actor.loss_scale_factor
-    require(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0),
-            "actor_rollout_ref.actor.loss_scale_factor",
-            f"actor_rollout_ref.actor.loss_scale_factor={scale!r} must be null or a positive number")
     from dagrl.config.async_checks import check_off_policy  # truncated IS, decoupled PPO, sequence masking
     check_off_policy(cfg)
     kl = algorithm.kl_ctrl
-    require(kl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef", f"algorithm.kl_ctrl.kl_coef={kl.kl_coef} must be >= 0")
-    if kl.type == "adaptive":
-        require(kl.target_kl > 0, "algorithm.kl_ctrl.target_kl",
-                f"algorithm.kl_ctrl.target_kl={kl.target_kl} must be > 0 with kl_ctrl.type=adaptive")
-        require(kl.horizon > 0, "algorithm.kl_ctrl.horizon",
-                f"algorithm.kl_ctrl.horizon={kl.horizon} must be > 0 with kl_ctrl.type=adaptive")
+    require(kl.type != "adaptive" or kl.target_kl > 0, "algorithm.kl_ctrl.target_kl",
+            f"algorithm.kl_ctrl.target_kl={kl.target_kl} must be > 0 with kl_ctrl.type=adaptive")
 
 
 def graph_roles(cfg: Cfg) -> set[str]:
@@ -221,18 +162,9 @@ def graph_roles(cfg: Cfg) -> set[str]:
 
 
 def check_optim(cfg: Cfg, prefix: str) -> None:
-    """An optimizer section (actor_rollout_ref.actor.optim, critic.optim); lr_decay_style is in CHOICES."""
-    non_negative(cfg, f"{prefix}.lr")
-    non_negative(cfg, f"{prefix}.weight_decay")
-    non_negative(cfg, f"{prefix}.min_lr")
-    non_negative(cfg, f"{prefix}.lr_warmup_steps_ratio", upper=1.0)
-    warmup = get(cfg, f"{prefix}.lr_warmup_steps")
-    require(warmup is None or (isinstance(warmup, int) and not isinstance(warmup, bool)), f"{prefix}.lr_warmup_steps",
-            f"{prefix}.lr_warmup_steps={warmup!r} must be an integer (< 0: use lr_warmup_steps_ratio)")
+    """An optimizer section (actor_rollout_ref.actor.optim, critic.optim): its keys' types and ranges are the
+    schema's (dagrl/config/schema/optim.py); this is the rule between verl's schedule names and dagrl's."""
     check_verl_schedule(cfg, prefix)
-    betas = get(cfg, f"{prefix}.betas")
-    require(len(betas) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas), f"{prefix}.betas",
-            f"{prefix}.betas={list(betas)!r} must be two numbers in [0, 1)")
 
 
 def check_verl_schedule(cfg: Cfg, prefix: str) -> None:
@@ -266,7 +198,7 @@ def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
             f"{actor_dp} actor-DP ranks")
     divides(mini * n // actor_dp, micro, "critic.ppo_micro_batch_size_per_gpu",
             "responses per critic mini-batch per rank by critic.ppo_micro_batch_size_per_gpu")
-    # (the critic's keys' types and ranges, its grad clip's included, are the schema's: schema.py)
+    # (the critic's keys' types and ranges, its grad clip's included, are the schema's: dagrl/config/schema/)
     grad_clip = alias(cfg, "critic.grad_clip", "critic.optim.clip_grad")
     check_optim(cfg, "critic.optim")
     if critic.model.path:
@@ -280,8 +212,6 @@ def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
         with as_config_error("critic.model.path"):  # the critic reuses the actor's parallel layout
             check_layout(SimpleNamespace(**critic_hf), world.model, world.world_size)
     warmup = cfg.trainer.critic_warmup
-    require(isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0, "trainer.critic_warmup",
-            f"trainer.critic_warmup={warmup!r} must be an integer >= 0")
     has_critic = "critic" in graph_roles(cfg)
     require(warmup == 0 or has_critic, "trainer.critic_warmup",
             f"trainer.critic_warmup={warmup} holds the actor back while a critic warms up, but the graph has no "
@@ -295,14 +225,8 @@ def check_critic(cfg: Cfg, hf_config: dict, world: WorldLayout) -> float | None:
 
 
 def check_filter_groups(cfg: Cfg) -> None:
-    """DAPO dynamic sampling keys, and the batch layout switch."""
+    """DAPO dynamic sampling: a filter metric that exists when the filter runs."""
     options = cfg.algorithm.filter_groups
-    for key, value in (("algorithm.filter_groups.enable", options.enable),
-                       ("trainer.balance_batch", cfg.trainer.balance_batch)):
-        require(isinstance(value, bool), key, f"{key}={value!r} must be true or false")
-    limit = options.max_num_gen_batches
-    require(isinstance(limit, int) and not isinstance(limit, bool), "algorithm.filter_groups.max_num_gen_batches",
-            f"algorithm.filter_groups.max_num_gen_batches={limit!r} must be an integer (<= 0: no limit)")
     require(not (options.enable and options.metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward),
             "algorithm.filter_groups.metric",
             "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: the KL penalty is "

@@ -24,7 +24,7 @@ def recording() -> Iterator[set[str]]:
         _RECORDERS.remove(reads)
 
 
-def _record(key: str) -> None:
+def record_read(key: str) -> None:
     READ_KEYS.add(key)
     for reads in _RECORDERS:
         reads.add(key)
@@ -45,7 +45,7 @@ class Cfg:
 
     def _wrap(self, name: str, value: Any) -> Any:
         full = _join(self._path, name)
-        _record(full)
+        record_read(full)
         return Cfg(value, full) if isinstance(value, dict) else value
 
     def __getattr__(self, name: str) -> Any:
@@ -87,7 +87,7 @@ class Cfg:
 
 def mark_subtree_read(data: Any, path: str) -> None:
     if path:
-        _record(path)
+        record_read(path)
     if isinstance(data, dict):
         for key, value in data.items():
             mark_subtree_read(value, _join(path, key))

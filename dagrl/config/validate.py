@@ -9,7 +9,8 @@ import logging
 import os
 
 from dagrl.config import (async_checks, checkpoints, cross_checks, distill_checks, inert_keys, model_files,
-                          model_shapes, path_values, profiler_checks, reward_checks, schema, sections)
+                          model_shapes, path_values, profiler_checks, reward_checks, sections)
+from dagrl.config.schema import check as schema
 from dagrl.config.checks import (alias, as_config_error, as_list, check_finite_numbers, divides, layout_from_config,
                                  positive_int)
 from dagrl.config.errors import SKIPPED, ConfigError, Problems, require
@@ -198,7 +199,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     problems = Problems()
     check = problems.run
     check_finite_numbers(cfg, problems)
-    schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema.py)
+    schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema/)
     check(schema.check_sampling, cfg)
     path_values.check_path_values(cfg, problems)  # every path key by its kind, before checks that open the paths
     check(path_values.check_code_paths, cfg)

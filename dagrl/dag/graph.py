@@ -13,6 +13,7 @@ engines (the main thread's nodes use them meanwhile); nodes between may add colu
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import graphlib
 import importlib
@@ -218,12 +219,23 @@ def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
     return Graph(nodes=tuple(by_id[node_id] for node_id in order))
 
 
+# factory -> the node dicts it returned: pre-flight's checks and the trainer read one call's graph
+_PIPELINES: dict[Callable[..., Any], list | tuple] = {}
+
+
 def pipeline_nodes(spec: str) -> Any:
-    """The node dicts `dag.custom_pipeline_fn` returns: called with no arguments. One that needs arguments,
-    raises or exits is named in one line (a SystemExit from it would otherwise end the trainer, with exit 0 for a
-    bare sys.exit())."""
+    """The node dicts `dag.custom_pipeline_fn` returns: called once, with no arguments (a copy each time after).
+    One that needs arguments, raises or exits is named in one line (a SystemExit from it would otherwise end the
+    trainer, with exit 0 for a bare sys.exit())."""
     key = "dag.custom_pipeline_fn"
     factory = import_function(spec, key)
+    if factory not in _PIPELINES:
+        _PIPELINES[factory] = _call_pipeline(spec, factory)
+    return copy.deepcopy(_PIPELINES[factory])
+
+
+def _call_pipeline(spec: str, factory: Callable[..., Any]) -> list | tuple:
+    key = "dag.custom_pipeline_fn"
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from dagrl.config.shape import RunShape
-from dagrl.config.tree import Cfg
+from dagrl.config.schema.root import Config
 from dagrl.engine.base import ActorEngine, CriticEngine
 from dagrl.engine.rollout.interface import RolloutEngine
 from dagrl.plan.schedule import Schedule, step_schedule
@@ -24,7 +24,7 @@ class WeightVersions:
 
 @dataclass
 class StepContext:
-    cfg: Cfg
+    cfg: Config                 # the run's config, typed (dagrl/config/schema/): built once by the trainer
     shape: RunShape
     actor: ActorEngine          # the rollout pool of two has none: a relay of the pushed weights stands in
     rollout: RolloutEngine

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dagrl.engine.megatron.preflight import num_experts
+from dagrl.models.families import FAMILIES
 
 
 @dataclass(frozen=True)
@@ -57,13 +58,13 @@ class ModelShape:
 
     @property
     def qk_norm(self) -> bool:
-        return self.model_type in ("qwen3", "qwen3_moe")
+        return FAMILIES[self.model_type].qk_norm
 
     # ---- one decoder layer, split by how Megatron shards it -------------------------------------
     def layer_tp_sharded(self) -> int:
         """Attention projections (+ Qwen2's QKV bias) and the dense MLP: divided over TP."""
         attention = self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
-        if self.model_type == "qwen2":
+        if FAMILIES[self.model_type].qkv_bias:
             attention += self.q_dim + 2 * self.kv_dim
         return attention + (0 if self.moe else 3 * self.hidden * self.ffn)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe")
-MOE_FAMILIES = ("qwen3_moe",)
+from dagrl.models.families import FAMILIES as KINDS
+from dagrl.models.families import MODEL_TYPES
+
+FAMILIES = MODEL_TYPES  # dagrl/models/families.py
 
 _TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
@@ -52,7 +54,7 @@ MOE_SIZES: dict[str, dict[str, Any]] = {
 def sizes(family: str) -> dict[str, dict[str, Any]]:
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
-    return MOE_SIZES if family in MOE_FAMILIES else DENSE_SIZES
+    return MOE_SIZES if KINDS[family].moe else DENSE_SIZES
 
 
 def config_fields(family: str, size: str, *, num_layers: int | None = None, vocab_size: int | None = None,
@@ -70,23 +72,20 @@ def config_fields(family: str, size: str, *, num_layers: int | None = None, voca
         fields["vocab_size"] = vocab_size
     if tie is not None:
         fields["tie_word_embeddings"] = tie
-    if family == "qwen2":
-        # Qwen2 has no head_dim field (it is always hidden_size / heads): leave it out rather than mis-state it.
+    if not KINDS[family].head_dim_field:  # Qwen2's is always hidden_size / heads: left out rather than mis-stated
         del fields["head_dim"]
-    if family == "mistral":
+    if KINDS[family].sliding_window_field:
         fields["sliding_window"] = None  # dagrl's converter supports full attention only
-    if family in MOE_FAMILIES:
+    if KINDS[family].moe:
         fields["norm_topk_prob"] = True
     return fields
 
 
 def hf_config(family: str, size: str, **overrides: Any):
     """The transformers config object of `family` at `size` (see config_fields for the overrides)."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+    import transformers
 
-    classes = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config, "mistral": MistralConfig,
-               "qwen3_moe": Qwen3MoeConfig}
-    return classes[family](**config_fields(family, size, **overrides))
+    return getattr(transformers, KINDS[family].config_class)(**config_fields(family, size, **overrides))
 
 
 def random_model(family: str, size: str, *, seed: int = 0, dtype: str = "float32", **overrides: Any):

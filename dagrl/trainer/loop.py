@@ -13,6 +13,7 @@ from dagrl.agent.setup import build_agent_loop
 from dagrl.algo.kl import KLController
 from dagrl.config.derived import needs_reference, total_steps
 from dagrl.config.errors import RunError
+from dagrl.config.schema.root import typed
 from dagrl.config.tree import Cfg
 from dagrl.config.shape import RunShape
 from dagrl.dag.graph import graph_from_config, run_graph
@@ -101,7 +102,7 @@ class Trainer:
             actor, rollout.colocated = WeightInbox(), False
         if rollout is not None and rollout.colocated:  # asleep until the first rollout wakes it: what loads before
             rollout.sleep()  # step 1 (a resume's optimizer state beside the actor's own) gets the engine's memory
-        self.ctx = StepContext(cfg=cfg, shape=shape, actor=actor, rollout=rollout, reference=reference,
+        self.ctx = StepContext(cfg=typed(cfg), shape=shape, actor=actor, rollout=rollout, reference=reference,
                                reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
                                kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
                                draw_prompts=self.local_prompts, agent=agent, teacher=teacher)

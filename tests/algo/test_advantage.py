@@ -19,7 +19,7 @@ from dagrl.algo.advantage import (
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.config.sections import CHOICES
+from dagrl.config.schema.check import choices_of
 from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
 from dagrl.nodes.advantage import compute_advantage
@@ -180,7 +180,7 @@ def _batch() -> Batch:
                  {"uid": ["a", "a", "b", "b"]})
 
 
-@pytest.mark.parametrize("name", CHOICES["algorithm.adv_estimator"])
+@pytest.mark.parametrize("name", choices_of("algorithm.adv_estimator"))
 def test_advantage_node_runs_every_estimator(name):
     batch, metrics = compute_advantage(_ctx(name), _batch())
     mask = batch["response_mask"].bool()

@@ -14,7 +14,7 @@ from dagrl.config.derived import skips_old_log_prob
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.config.sections import CHOICES
+from dagrl.config.schema.check import choices_of
 from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
 from dagrl.nodes.actor import update_actor
@@ -223,7 +223,7 @@ def test_off_policy_correction_keeps_the_old_log_prob_pass():
 
 
 def test_off_policy_names_match_preflight_choices():
-    assert CHOICES["actor_rollout_ref.actor.policy_loss.off_policy"] == OFF_POLICY_MODES
+    assert choices_of("actor_rollout_ref.actor.policy_loss.off_policy") == OFF_POLICY_MODES
 
 
 DECOUPLED = "actor_rollout_ref.actor.policy_loss.off_policy=decoupled"

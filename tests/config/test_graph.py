@@ -51,6 +51,23 @@ def test_custom_pipeline_fn_replaces_nodes():
     assert [n.id for n in graph_from_config(cfg.dag).nodes] == ["rollout", "advantage", "update"]
 
 
+def test_the_pipeline_is_called_once_for_all_of_preflight_and_the_trainer():
+    from dagrl.config import sections
+    from dagrl.dag.graph import preflight_graph
+    from tests import dag_test_nodes
+
+    cfg = Cfg(compose(["dag.custom_pipeline_fn=tests.dag_test_nodes:counted_pipeline"]))
+    dag_test_nodes.CALLS.clear()
+    sections.check_graph_nodes(cfg, 1)
+    assert sections.graph_roles(cfg) == {"rollout", "advantage", "actor"}
+    preflight_graph(cfg.dag)
+    graph = graph_from_config(cfg.dag)
+    graph.nodes[0].config["mutated"] = True  # a caller's change does not reach the next caller
+    assert [n.id for n in graph_from_config(cfg.dag).nodes] == ["rollout", "advantage", "update"]
+    assert "mutated" not in graph_from_config(cfg.dag).nodes[0].config
+    assert len(dag_test_nodes.CALLS) == 1
+
+
 def test_run_graph_passes_node_config_and_collects_metrics():
     seen = []
 

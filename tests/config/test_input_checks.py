@@ -10,7 +10,7 @@ from dagrl.config.errors import ConfigError
 from dagrl.config.launch_env import check_rank_variables
 from dagrl.config.load import closest_key, section_keys
 from dagrl.config.megatron_fields import transformer_config_fields
-from dagrl.config.schema import default_config
+from dagrl.config.schema.check import default_config
 
 
 def test_transformer_config_fields_from_source_match_the_dataclass():

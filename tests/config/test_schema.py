@@ -1,12 +1,12 @@
-"""dagrl/config/schema.py: every key of conf/ has a type (and every numeric key a range), and a wrong type or an
-out-of-range value is one ConfigError line naming the key, the value and what is expected."""
+"""dagrl/config/schema/: every key of conf/ is declared with a type (and every numeric key a range), and a wrong type
+or an out-of-range value is one ConfigError line naming the key, the value and what is expected."""
 from __future__ import annotations
 
 import pytest
 
-from dagrl.config import schema
+from dagrl.config.schema import check as schema
 from dagrl.config.errors import ConfigError
-from dagrl.config.conf_dir import FREEFORM_MAPS
+from dagrl.config.schema.root import freeform_maps
 from dagrl.config.load import compose
 from dagrl.config.tree import leaves
 
@@ -28,14 +28,17 @@ def test_every_leaf_key_has_a_schema_entry_and_every_number_a_range(defaults):
     # the schema's defaults are compose()'s, in the same order (the first bad key in conf/'s order is named)
     assert list(leaves(schema.default_config()).items()) == list(leaves(defaults).items())
     table = schema.schema()
-    missing = [key for key in leaves(defaults) if key not in table]
-    assert not missing, f"keys without a schema entry: {missing}"
-    untyped_nulls = [key for key, value in leaves(defaults).items() if value is None and key not in schema.TYPES]
-    assert not untyped_nulls, f"null defaults need an explicit type in schema.TYPES: {untyped_nulls}"
+    assert list(table) == list(leaves(defaults)), "declared keys (dagrl/config/schema/) and conf/'s keys differ"
     no_range = [key for key, kind in table.items() if kind.rstrip("?") in ("int", "float") and not schema.range_of(key)]
-    assert not no_range, f"numeric keys without a range in schema.RANGES: {no_range}"
-    assert all(table[key] == "dict" for key in FREEFORM_MAPS)
+    assert not no_range, f"numeric keys declared without a range: {no_range}"
+    assert freeform_maps() and all(table[key] == "dict" and defaults_at(defaults, key) == {} for key in freeform_maps())
     assert len(table) >= 180
+
+
+def defaults_at(tree: dict, key: str):
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
 
 
 def test_the_default_config_passes(defaults):

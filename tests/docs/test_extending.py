@@ -4,9 +4,11 @@ a reward function file), and the places it names for a model family and a rollou
 from __future__ import annotations
 
 import ast
+import dataclasses
 import contextlib
 import importlib
 import inspect
+import json
 import math
 import os
 import re
@@ -20,7 +22,7 @@ import torch
 from dagrl.algo.catalog import KL_ESTIMATORS, REGISTRIES
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
-from dagrl.config.sections import CHOICES
+from dagrl.config.schema.check import choices_of
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
@@ -84,7 +86,7 @@ def run_overrides(tiny_model, tiny_data, tmp_path, *extra: str) -> Cfg:
 def test_page_has_the_files_the_recipes_name():
     assert set(page_files()) == {"my_nodes.py", "my_graphs.py", "my_algos.py", "train.py", "my_reward.py",
                                  "my_rollout.py"}
-    assert [int(n) for n in re.findall(r"^## (\d)\. ", PAGE.read_text(), flags=re.M)] == list(range(1, 8))
+    assert [int(n) for n in re.findall(r"^## (\d)\. ", PAGE.read_text(), flags=re.M)] == list(range(1, 9))
 
 
 # ---- 1. a node ---------------------------------------------------------------------------------------------------
@@ -138,9 +140,9 @@ def test_registered_estimator_loss_and_kl_pass_preflight_and_compute_what_the_pa
     chosen = selections(2, 3, 4)
     assert {"algorithm.adv_estimator=group_sign", "actor_rollout_ref.actor.policy_loss.loss_mode=capped_ratio",
             "actor_rollout_ref.actor.kl_loss_type=chi2", "algorithm.kl_penalty=chi2"} <= set(chosen)
-    assert "group_sign" not in CHOICES["algorithm.adv_estimator"]
+    assert "group_sign" not in choices_of("algorithm.adv_estimator")
     importlib.import_module("my_algos")  # what train.py's import does
-    assert all("chi2" in CHOICES[key] for key in KL_ESTIMATORS.keys)
+    assert all("chi2" in choices_of(key) for key in KL_ESTIMATORS.keys)
     cfg = run_overrides(tiny_model, tiny_data, tmp_path, *chosen)
     preflight(cfg)
 
@@ -216,35 +218,48 @@ def test_reward_file_selected_by_path_scores_through_the_reward_manager(
 
 # ---- 6. a model family -------------------------------------------------------------------------------------------
 
-def test_model_family_places_are_the_codes(tmp_path):
+def test_model_family_places_are_the_codes(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
     from dagrl.config.model_dir import read_hf_config
-    from dagrl.engine.megatron.preflight import SUPPORTED_MODEL_TYPES
+    from dagrl.engine.megatron.preflight import unsupported_features
+    from dagrl.models import families
     from dagrl.plan import presets
+    from dagrl.plan.model import ModelShape
 
     text = section(6)
     listed = tuple(re.findall(r"`(\w+)`", re.search(r"Supported model types \(.*?\): (.*?)\. ", text)[1]))
-    assert listed == SUPPORTED_MODEL_TYPES == presets.FAMILIES
+    assert listed == tuple(families.FAMILIES) == presets.FAMILIES
     matrix = (ROOT / "tests" / "engine" / "test_family_matrix.py").read_text()
     groups = next(ast.literal_eval(node.value) for node in ast.parse(matrix).body
                   if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "GROUPS")
     assert sorted(family for members in groups.values() for family in members) == sorted(listed)
+    switches = [field.name for field in dataclasses.fields(families.Family)][2:]
+    assert re.findall(r"`(\w+)`", text.split("its switches (")[1].split(")")[0]) == switches
 
     rows = re.findall(r"^\| `([^`]+)` \| (.*) \|$", text, flags=re.M)
-    assert len(rows) == 7
+    assert len(rows) == 3
     for path, what in rows:
         source = (ROOT / path).read_text()
         for name in re.findall(r"`(\w+)`", what):
             assert re.search(rf"\b{name}\b", source), f"{path} has no {name}"
-    # every dagrl module that names a family in quotes is one the table lists
-    quoted = re.compile(r"""["'](?:%s)["']""" % "|".join(SUPPORTED_MODEL_TYPES))
+    # the family names are written in one module of dagrl
+    quoted = re.compile(r"""["'](?:%s)["']""" % "|".join(listed))
     naming = {str(p.relative_to(ROOT)) for p in (ROOT / "dagrl").rglob("*.py") if quoted.search(p.read_text())}
-    assert {"dagrl/engine/megatron/preflight.py", "dagrl/plan/presets.py"} <= naming
-    assert naming <= {path for path, _ in rows}, f"not on the page: {sorted(naming - {p for p, _ in rows})}"
+    assert naming == {"dagrl/models/families.py"}
 
-    # another model type is refused by pre-flight, which names the page's list
+    # another model type is refused by pre-flight, which names the page's list ...
     (tmp_path / "config.json").write_text('{"model_type": "gemma"}')
     with pytest.raises(ConfigError, match=re.escape(f"supported: {', '.join(listed)}")):
         read_hf_config(str(tmp_path))
+    # ... and one Family line is what makes it known, with its switches read where the page says
+    monkeypatch.setitem(families.FAMILIES, "gemma", families.Family("gemma", "GemmaConfig", qk_norm=True))
+    config = dict(model_type="gemma", hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  num_hidden_layers=2, intermediate_size=96, vocab_size=128, tie_word_embeddings=False)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert read_hf_config(str(tmp_path))["model_type"] == "gemma"
+    assert unsupported_features(SimpleNamespace(**config)) == []
+    assert ModelShape.from_hf(config).qk_norm
 
 
 # ---- 7. a rollout engine -----------------------------------------------------------------------------------------
@@ -281,7 +296,7 @@ def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code, tin
 
     text = section(7)
     names = tuple(re.findall(r"`(\w+)`", re.search(r"`actor_rollout_ref\.rollout\.name`, one of (.*?)\. ", text)[1]))
-    assert names == tuple(CHOICES["actor_rollout_ref.rollout.name"]) == ("hf", "vllm")
+    assert names == tuple(choices_of("actor_rollout_ref.rollout.name")) == ("hf", "vllm")
     with pytest.raises(ConfigError) as info:
         check_choices(Cfg(compose(["actor_rollout_ref.rollout.name=mine"])))
     assert info.value.key == "actor_rollout_ref.rollout.name"
@@ -296,3 +311,20 @@ def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code, tin
     prompt = tuple(tokenizer("What is 1 + 2?")["input_ids"])
     done = run_to_completion(engine, [Request("r0", prompt, SamplingSpec(do_sample=False, response_length=2), 0)])
     assert len(done) == 1 and 1 <= len(done[0].token_ids) <= 2 and set(done[0].versions) == {engine.version}
+
+
+# ---- 8. a config key ---------------------------------------------------------------------------------------------
+
+def test_a_key_declared_as_the_page_writes_it_is_typed_ranged_and_written_to_the_yaml():
+    import dataclasses
+    from dagrl.config.schema import spec
+    from dagrl.config.schema.root import keys
+    section_8 = PAGE.read_text().split("## 8. A config key")[1]
+    snippet = re.search(r"```python\n(.*?)```", section_8, flags=re.S).group(1)
+    namespace = dict(vars(spec))
+    exec("@dataclasses.dataclass\nclass Section:\n" + snippet, {"dataclasses": dataclasses, **namespace}, namespace)
+    declared = spec.keys_of(namespace["Section"], "async_training")["async_training.max_staleness"]
+    assert (declared.kind, declared.default, declared.range) == ("int", 1, spec.NON_NEGATIVE_INT)
+    real = keys()["async_training.max_staleness"]
+    assert (real.kind, real.default, real.range) == ("int", 1, spec.NON_NEGATIVE_INT)
+    assert "max_staleness: 1 " in (ROOT / "conf" / "async_training" / "default.yaml").read_text()

@@ -26,6 +26,7 @@ def ray_args(model, data, out: Path, **extra) -> list[str]:
         "trainer.val_before_train": False, **extra})]
 
 
+@pytest.mark.slow  # a minute; the default suite keeps Ray's Ctrl-C stop and relaunch
 def test_worker_death_stops_the_job_naming_the_rank_and_a_relaunch_resumes(tiny_model, tiny_data, tmp_path):
     out, trace = tmp_path / "run", tmp_path / "faults.trace"
     env = {"DAGRL_FAULT": "actor_update:2@1", "DAGRL_FAULT_TRACE": str(trace)}

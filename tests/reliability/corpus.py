@@ -235,7 +235,7 @@ def _data_dir(ws: Path, paths: Paths) -> None:
 
 
 TOOL_IS_A_FUNCTION = """tools:
-  - class_name: dagrl.config.schema.hinted
+  - class_name: dagrl.config.schema.spec.hinted
     config: {type: native}
     tool_schema: {type: function, function: {name: calc, description: d, parameters: {type: object, properties: {}}}}
 """
@@ -1064,7 +1064,7 @@ CASES: tuple[Case, ...] = (
          ("dag.custom_pipeline_fn=my_graphs.build",),
          ("dag.custom_pipeline_fn='my_graphs.build' must look like 'package.module:function'",)),
     Case("pipeline_fn_not_a_function", "`dag.custom_pipeline_fn` naming a dict",
-         ("dag.custom_pipeline_fn=dagrl.config.sections:CHOICES",), ("CHOICES", "is a dict, not a function")),
+         ("dag.custom_pipeline_fn=dagrl.config.schema.spec:NOUNS",), ("NOUNS", "is a dict, not a function")),
     Case("pipeline_fn_returns_empty", "`dag.custom_pipeline_fn=builtins:list` (returns [])",
          ("dag.custom_pipeline_fn=builtins:list",), ("dag.custom_pipeline_fn is empty",)),
     # ---- user code that does not fit the trainer's call ----
@@ -1466,7 +1466,8 @@ CASES: tuple[Case, ...] = (
          make=text_file("tools.yaml", "tools:\n" + CALC.replace("dagrl.agent.calculator.", ""))),
     Case("tool_class_is_a_function", "a tool's class_name naming a function",
          (MULTI_TURN, "actor_rollout_ref.rollout.multi_turn.tool_config_path={ws}/tools.yaml"),
-         ("dagrl.config.schema.hinted is a function, not a class",), make=text_file("tools.yaml", TOOL_IS_A_FUNCTION)),
+         ("dagrl.config.schema.spec.hinted is a function, not a class",),
+         make=text_file("tools.yaml", TOOL_IS_A_FUNCTION)),
     Case("tool_without_name", "a tool_schema without function.name", MT_TOOLS, ("tool_schema.function.name",),
          make=text_file("tools.yaml", "tools:\n  - class_name: dagrl.agent.calculator.CalculatorTool\n    tool_schema: "
                                       "{type: function, function: {description: calc, parameters: {type: object, "

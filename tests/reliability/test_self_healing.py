@@ -86,6 +86,7 @@ def test_sigusr1_is_a_stop_signal_too_and_a_world_of_one_agrees_on_it():
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.mark.slow  # 70 s; the default suite keeps the hang detector and the exact SIGTERM relaunch
 def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path,
                                                                                straight):
     out = tmp_path / "run"
@@ -168,6 +169,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exac
     assert len(ledger) == len(set(ledger)) == total * 4
 
 
+@pytest.mark.slow  # a minute; the default suite keeps the colocated SIGTERM stop and the two-pool kill -9 resumes
 def test_a_stop_signal_in_the_rollout_pool_stops_both_pools_at_a_step_boundary(tiny_model, tiny_data, tmp_path):
     pools = {"actor_rollout_ref.hybrid_engine": False, "async_training.max_staleness": 0,
              "trainer.save_freq": -1}

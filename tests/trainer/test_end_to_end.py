@@ -18,8 +18,16 @@ REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
 # read only where vLLM starts (cache_dir: trainer/build.vllm_cache_root, tests/rollout/test_vllm_startup.py)
 # read only by a rollout sharing a GPU with the actor (offload_train_state: tests/trainer/test_colocated_resume.py)
+ROOT = Path(__file__).resolve().parents[2]
 GPU_ONLY_KEYS = {"actor_rollout_ref.rollout.gpu_memory_utilization", "actor_rollout_ref.rollout.cache_dir",
                  "actor_rollout_ref.rollout.offload_train_state"}
+# vLLM's engine keys: read where the vLLM rollout is built (the GPU kit's tests run it); checked here by name
+VLLM_KEYS = {f"actor_rollout_ref.rollout.{name}" for name in (
+    "enable_chunked_prefill", "enable_prefix_caching", "enforce_eager", "engine_kwargs.vllm", "free_cache_engine",
+    "max_num_batched_tokens", "max_num_seqs")}
+# keys another CPU run of the suite reads: GAE's (tests/trainer/test_ppo.py), dynamic sampling's
+# (tests/trainer/test_dapo.py)
+OTHER_RUNS = {"algorithm.gamma", "algorithm.lam", "algorithm.filter_groups.max_num_gen_batches"}
 
 
 def train(overrides: list[str], env: dict | None = None, expect_kill: bool = False) -> str:
@@ -100,9 +108,12 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     # run of tests/algo/test_distill.py; critic.*: by the dag=ppo run of tests/trainer/test_ppo.py)
     read = set(json.loads(reads.read_text()))
     all_keys = {key for key in leaf_keys(compose([])) if not key.startswith(("distillation.", "critic."))}
-    unread = sorted(k for k in all_keys - GPU_ONLY_KEYS if k not in read and not any(
+    unread = sorted(k for k in all_keys - GPU_ONLY_KEYS - VLLM_KEYS - OTHER_RUNS if k not in read and not any(
         r.startswith(k + ".") for r in read))
     assert not unread, f"config keys nothing reads: {unread}"
+    vllm_source = "\n".join(path.read_text() for path in (ROOT / "dagrl" / "trainer" / "build.py",
+                                                          ROOT / "dagrl" / "engine" / "rollout" / "vllm.py"))
+    assert all(key.split(".")[-1] in vllm_source for key in VLLM_KEYS)
 
 
 def test_scoring_in_the_background_trains_exactly_as_scoring_in_line(run_args, tmp_path):

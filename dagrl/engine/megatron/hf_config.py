@@ -9,8 +9,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dagrl.placement import ParallelLayout
 from dagrl.engine.megatron import compat
+from dagrl.models.families import family
+from dagrl.placement import ParallelLayout
 from dagrl.engine.megatron.preflight import num_experts, unsupported_features
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
     problems = unsupported_features(hf_config)
     if problems:
         raise ValueError(f"unsupported model features: {'; '.join(problems)}")
-    experts = num_experts(hf_config)
+    experts, kind = num_experts(hf_config), family(hf_config.model_type)
     sequence_parallel = layout.sequence_parallel and layout.tensor_model_parallel_size > 1
     if layout.sequence_parallel and not sequence_parallel:
         logger.warning("actor_rollout_ref.actor.megatron.sequence_parallel=True with TP=1: turned off")
@@ -64,8 +65,8 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
         gated_linear_unit=True,
         activation_func=F.silu,
         add_bias_linear=False,
-        add_qkv_bias=hf_config.model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
-        qk_layernorm=hf_config.model_type in ("qwen3", "qwen3_moe"),
+        add_qkv_bias=kind.qkv_bias or bool(getattr(hf_config, "attention_bias", False)),
+        qk_layernorm=kind.qk_norm,
         hidden_dropout=0.0,
         attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
         attention_softmax_in_fp32=True,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dagrl.models.families import FAMILIES, family
 from dagrl.placement import ParallelLayout
 
 KEY = "actor_rollout_ref.actor.megatron"
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe")
 
 
 def num_experts(hf_config: Any) -> int | None:
@@ -26,14 +26,15 @@ def unsupported_features(hf_config: Any) -> list[str]:
     """HF features the Megatron converter cannot represent, by name (empty when the model is supported)."""
     problems = []
     model_type = getattr(hf_config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        problems.append(f"model_type={model_type!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    kind = family(model_type)
+    if kind is None:
+        problems.append(f"model_type={model_type!r} (supported: {', '.join(FAMILIES)})")
     rope = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
     rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if rope_type not in (None, "default"):
         problems.append(f"rope scaling rope_type={rope_type!r} (only unscaled RoPE)")
     if getattr(hf_config, "use_sliding_window", False) or (
-            model_type == "mistral" and getattr(hf_config, "sliding_window", None) is not None):
+            kind is not None and kind.sliding_window_field and getattr(hf_config, "sliding_window", None) is not None):
         problems.append(f"sliding_window={getattr(hf_config, 'sliding_window', None)} (only full attention)")
     layer_types = getattr(hf_config, "layer_types", None) or []
     if any(kind != "full_attention" for kind in layer_types):
@@ -46,7 +47,7 @@ def unsupported_features(hf_config: Any) -> list[str]:
         problems.append("shared experts")
     if getattr(hf_config, "mlp_bias", False):
         problems.append("mlp_bias=True")
-    if model_type in ("llama", "mistral") and getattr(hf_config, "attention_bias", False):
+    if kind is not None and not kind.attention_bias and getattr(hf_config, "attention_bias", False):
         problems.append("attention_bias=True")
     if getattr(hf_config, "hidden_act", "silu") != "silu":
         problems.append(f"hidden_act={hf_config.hidden_act!r} (only silu / SwiGLU)")
