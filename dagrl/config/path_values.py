@@ -156,10 +156,11 @@ def check_code_paths(cfg: Cfg) -> None:
     fix = _module_form(spec) if isinstance(spec, str) else None
     require(fix is None, "dag.custom_pipeline_fn", f"dag.custom_pipeline_fn={spec}: {fix}")
     nodes: Any = cfg.dag.nodes
-    for index, node in enumerate(nodes if isinstance(nodes, list) else []):
+    named = nodes.to_dict().items() if isinstance(nodes, Cfg) else enumerate(nodes if isinstance(nodes, list) else [])
+    for name, node in named:  # a map's nodes by id, a list's by index
         fn = node.get("fn") if isinstance(node, dict) else None
         fix = _module_form(fn) if isinstance(fn, str) else None
-        require(fix is None, f"dag.nodes.{index}.fn", f"dag.nodes.{index}.fn={fn}: {fix}")
+        require(fix is None, f"dag.nodes.{name}.fn", f"dag.nodes.{name}.fn={fn}: {fix}")
     custom = cfg.custom_reward_function
     path = custom.path
     if isinstance(path, str) and ":" in path and not os.path.exists(os.path.expanduser(path)):

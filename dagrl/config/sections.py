@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from typing import Any
 
 from dagrl.algo.catalog import ADV_ESTIMATORS
 from dagrl.config import algorithm_checks
@@ -151,11 +152,18 @@ def check_algorithm(cfg: Cfg) -> None:
             f"algorithm.kl_ctrl.target_kl={kl.target_kl} must be > 0 with kl_ctrl.type=adaptive")
 
 
+def graph_node_dicts(cfg: Cfg) -> Any:
+    """The graph's node dicts: what dag.custom_pipeline_fn returns, else dag.nodes (a map by id or a list)."""
+    from dagrl.dag.graph import node_list, pipeline_nodes
+    dag = cfg.dag
+    if dag.custom_pipeline_fn:
+        return pipeline_nodes(dag.custom_pipeline_fn)
+    return node_list(dag.nodes.to_dict() if isinstance(dag.nodes, Cfg) else dag.nodes)
+
+
 def graph_roles(cfg: Cfg) -> set[str]:
     """The roles of the graph's nodes (dag.nodes, or what dag.custom_pipeline_fn returns)."""
-    from dagrl.dag.graph import pipeline_nodes
-    dag = cfg.dag
-    nodes = pipeline_nodes(dag.custom_pipeline_fn) if dag.custom_pipeline_fn else dag.nodes
+    nodes = graph_node_dicts(cfg)
     if not isinstance(nodes, (list, tuple)):  # not a graph: dag.graph.preflight_graph says so, in one line
         return set()
     return {node.get("role") for node in nodes if isinstance(node, dict)}
@@ -236,11 +244,9 @@ def check_filter_groups(cfg: Cfg) -> None:
 def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
     """What the node dicts (dag.nodes, or what dag.custom_pipeline_fn returns) show without importing their
     functions (dag.graph.preflight_graph checks the graph itself)."""
-    from dagrl.dag.graph import pipeline_nodes
-
     custom = cfg.dag.custom_pipeline_fn
     source = "dag.custom_pipeline_fn" if custom else "dag.nodes"
-    nodes = pipeline_nodes(custom) if custom else cfg.dag.nodes
+    nodes = graph_node_dicts(cfg)
     if not isinstance(nodes, (list, tuple)):  # preflight_graph names it
         return
     nodes = [node for node in nodes if hasattr(node, "get")]  # else: preflight_graph names it

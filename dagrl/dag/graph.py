@@ -146,13 +146,32 @@ def _top_level_names(module_name: str) -> tuple[set[str] | None, set[str]]:
     return names, functions
 
 
-def build_graph(node_specs: list[dict[str, Any]], source: str = "dag.nodes",
+def node_list(nodes: Any, source: str = "dag.nodes") -> Any:
+    """`dag.nodes` as a list of node dicts. conf/dag/ writes a map (id -> node), which Hydra composes (a graph that
+    extends another names only the nodes it adds or changes; a node set to null is removed); a list of node dicts,
+    each with its id, is read as it is (custom_pipeline_fn returns one). Anything else is left for build_graph to
+    name."""
+    if not isinstance(nodes, dict):
+        return nodes
+    specs = []
+    for node_id, node in nodes.items():
+        if node is None:
+            continue
+        if isinstance(node, dict) and node.get("id", node_id) != node_id:
+            raise ConfigError(source, f"{source}.{node_id} has id {node['id']!r}: a node's id is its key in the map; "
+                                      f"drop the id field")
+        specs.append({"id": node_id, **node} if isinstance(node, dict) else node)
+    return specs
+
+
+def build_graph(node_specs: Any, source: str = "dag.nodes",
                 load: Callable[[str, str], Callable[..., Any]] = import_function) -> Graph:
-    """Validate node dicts and order them; `source` names where they came from in error messages, `load` turns a
-    'module:function' into the function."""
+    """Validate node dicts (a list, or a map by id: node_list) and order them; `source` names where they came from
+    in error messages, `load` turns a 'module:function' into the function."""
+    node_specs = node_list(node_specs, source)
     if not isinstance(node_specs, (list, tuple)):
-        raise ConfigError(source, f"{source} must be a list of node dicts (id, role, fn, deps), got "
-                                  f"{type(node_specs).__name__}")
+        raise ConfigError(source, f"{source} must be a map of node id to node (role, fn, deps) or a list of node "
+                                  f"dicts (id, role, fn, deps), got {type(node_specs).__name__}")
     if not node_specs:
         raise ConfigError(source, f"{source} is empty: a graph needs at least rollout, advantage and actor nodes")
     by_id: dict[str, Node] = {}
@@ -256,9 +275,10 @@ def _call_pipeline(spec: str, factory: Callable[..., Any]) -> list | tuple:
         text = str(error).strip().splitlines()
         raise ConfigError(key, f"{key}={spec!r} raised {type(error).__name__}: {text[0] if text else ''}; fix the "
                                f"function (it returns a list of node dicts: id, role, fn, deps)") from None
+    nodes = node_list(nodes, key)
     if not isinstance(nodes, (list, tuple)):
-        raise ConfigError(key, f"{key}={spec!r} returned {type(nodes).__name__}, not a list of node dicts (id, role, "
-                               f"fn, deps): return the list")
+        raise ConfigError(key, f"{key}={spec!r} returned {type(nodes).__name__}, not a map of node id to node or a "
+                               f"list of node dicts (id, role, fn, deps): return one of them")
     return nodes
 
 

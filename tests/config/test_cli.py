@@ -97,11 +97,12 @@ def test_aliases_with_equal_values_are_accepted():
 
 
 def test_list_index_overrides_reach_the_config_and_an_index_past_the_end_fails():
-    # Hydra sets list items by index; the index is checked against the chosen group's list (ppo: 10 nodes, grpo: 8)
-    cfg = compose(["trainer.logger.1=jsonl", "dag=ppo", "dag.nodes.9.fn=tests.dag_test_nodes:noop"])
+    # Hydra sets list items by index (checked against the list's length) and a graph's nodes by id, in the graph
+    # the dag group chose (ppo's critic_update is its own; its score node is grpo's, which ppo extends)
+    cfg = compose(["trainer.logger.1=jsonl", "dag=ppo", "dag.nodes.critic_update.fn=tests.dag_test_nodes:noop"])
     assert cfg["trainer"]["logger"] == ["console", "jsonl"]
-    assert cfg["dag"]["nodes"][9]["fn"] == "tests.dag_test_nodes:noop"
-    proc, _ = run_cli("--cfg", "job", "dag.nodes.1.fn=x:y")
+    assert cfg["dag"]["nodes"]["critic_update"]["fn"] == "tests.dag_test_nodes:noop"
+    proc, _ = run_cli("--cfg", "job", "dag.nodes.score.fn=x:y")
     assert proc.returncode == 0 and "fn: x:y" in proc.stdout, proc.stderr
     proc, _ = run_cli("trainer.logger.2=jsonl")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
@@ -173,14 +174,17 @@ def test_verls_rollout_correction_is_answered_on_the_command_line():
 
 def test_config_dir_adds_group_options_that_dag_can_choose(tmp_path):
     """--config-dir DIR: DIR/dag/my_graph.yaml is chosen with dag=my_graph (Hydra searches DIR, and the early check
-    of overrides does too); an option in neither directory is named with both."""
+    of overrides does too) and may extend dagrl's graphs by name; an option in neither directory is named with
+    both."""
     (tmp_path / "dag").mkdir()
-    graph = (ROOT / "conf" / "dag" / "grpo.yaml").read_text().replace("deps: [ref_log_prob]}", "deps: [old_log_prob]}")
-    (tmp_path / "dag" / "my_graph.yaml").write_text(graph)
+    (tmp_path / "dag" / "my_graph.yaml").write_text("defaults:\n  - grpo\n  - _self_\n"
+                                                   "nodes:\n  reward: {deps: [old_log_prob]}\n  ref_log_prob: null\n")
     proc, _ = run_cli("--config-dir", str(tmp_path), "dag=my_graph", "--cfg", "job")
     assert proc.returncode == 0, proc.stderr
     nodes = yaml.safe_load(proc.stdout)["dag"]["nodes"]
-    assert next(node for node in nodes if node["id"] == "reward")["deps"] == ["old_log_prob"]
+    assert nodes["reward"] == {"role": "reward", "fn": "dagrl.nodes.reward:apply_kl_in_reward",
+                               "deps": ["old_log_prob"]}
+    assert nodes["ref_log_prob"] is None and list(nodes)[0] == "rollout"
     proc, _ = run_cli(f"--config-dir={tmp_path}", "dag=my_grap", "--cfg", "job")
     assert proc.returncode == 2 and proc.stderr.strip() == (
         f"dagrl: error: override 'dag=my_grap': conf/dag/ or {tmp_path}/dag/ has no 'my_grap': choose one of dapo, "

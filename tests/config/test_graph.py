@@ -118,7 +118,7 @@ def test_preflight_checks_user_nodes_and_dry_calls_the_pipeline_without_importin
     preflight_graph(Cfg(compose([])).dag)
     assert not [name for name in imported if name.startswith("dagrl.nodes")]
     with pytest.raises(ConfigError, match=r"node_without_ctx\(batch\) cannot take"):
-        preflight_graph(Cfg(compose(["dag.nodes.1.fn=tests.reliability.user_code:node_without_ctx"])).dag)
+        preflight_graph(Cfg(compose(["dag.nodes.score.fn=tests.reliability.user_code:node_without_ctx"])).dag)
     with pytest.raises(ConfigError, match=r"pipeline_that_exits' called sys.exit\(0\)"):
         preflight_graph(Cfg(compose(["dag.custom_pipeline_fn=tests.reliability.user_code:pipeline_that_exits"])).dag)
 

@@ -45,7 +45,7 @@ def test_ppo_script_runs_the_critic_graph():
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["algorithm"]["adv_estimator"] == "gae"
-    assert {"values", "critic_update", "actor_update"} <= {node["id"] for node in cfg["dag"]["nodes"]}
+    assert {"values", "critic_update", "actor_update"} <= set(cfg["dag"]["nodes"])
     critic = cfg["critic"]
     assert critic["model"]["path"] == cfg["actor_rollout_ref"]["model"]["path"]
     assert critic["optim"]["lr"] == 1e-5 and critic["cliprange_value"] == 0.5 and critic["ppo_mini_batch_size"] == 128

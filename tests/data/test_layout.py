@@ -234,7 +234,7 @@ def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, ti
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}))
     shape = preflight(Cfg(tp2))  # rollout DP 2, actor DP 1: the reshard node bridges them
     assert (shape.layout.rollout_dp, shape.layout.dp, shape.layout.tp, shape.layout.world_size) == (2, 1, 2, 2)
-    data["dag"]["nodes"] = [node for node in data["dag"]["nodes"] if node["id"] != "to_actor_layout"]
+    del data["dag"]["nodes"]["to_actor_layout"]
     with pytest.raises(ConfigError, match="2 processes but the graph has no node with role reshard "
                                           "\\(dagrl.nodes.layout:to_actor_layout\\)"):
         preflight(Cfg(data))

@@ -116,11 +116,11 @@ def test_a_node_inserted_by_custom_pipeline_fn_passes_preflight_and_runs_where_t
     assert metrics["reward/length_penalty"] == pytest.approx(0.1 * 3.5 / 4)
 
 
-def test_a_node_swapped_in_by_index_replaces_that_nodes_function(user_code):
+def test_a_node_swapped_in_by_id_replaces_that_nodes_function(user_code):
     from dagrl.dag.graph import graph_from_config
 
     text = section(1)
-    swap = re.search(r"`(dag\.nodes\.\d+\.fn=[^`]+)`", text)[1]
+    swap = re.search(r"`(dag\.nodes\.\w+\.fn=[^`]+)`", text)[1]
     target = re.search(r"runs it as node `(\w+)`", text)[1]
     graph = graph_from_config(Cfg(compose([swap])).dag)
     import my_nodes

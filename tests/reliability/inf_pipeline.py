@@ -7,15 +7,13 @@ import os
 from dagrl.config.conf_dir import CONF_DIR
 
 
-def pipeline() -> list[dict]:
+def pipeline() -> dict:
     from omegaconf import OmegaConf
 
-    nodes = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "dag" / "grpo.yaml"))["nodes"]
-    for node in nodes:
-        if node["id"] == "actor_update":
-            node["deps"] = ["inject_inf"]
-    return [*nodes, {"id": "inject_inf", "role": "custom", "fn": "tests.reliability.inf_pipeline:inject_inf",
-                     "deps": ["advantage"]}]
+    nodes = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "dag" / "grpo.yaml"))["nodes"]  # a map: id -> node
+    nodes["actor_update"]["deps"] = ["inject_inf"]
+    nodes["inject_inf"] = {"role": "custom", "fn": "tests.reliability.inf_pipeline:inject_inf", "deps": ["advantage"]}
+    return nodes
 
 
 def inject_inf(ctx, batch):

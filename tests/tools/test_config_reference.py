@@ -29,7 +29,8 @@ def test_committed_reference_is_current():
 
 def test_every_composed_key_is_in_the_reference_with_its_comment():
     text = load_generator().render()
-    missing = [key for key in leaf_keys(compose([])) if f"| `{key}` |" not in text]
+    rows = {re.sub(r"^(dag\.nodes\.\w+)\..*", r"\1", key) for key in leaf_keys(compose([]))}  # a node: one row
+    missing = [key for key in rows if f"| `{key}` |" not in text]
     assert not missing, missing
     row = next(line for line in text.splitlines() if line.startswith("| `data.truncation` |"))
     assert row == ("| `data.truncation` | `error` | prompt longer than max_prompt_length: "

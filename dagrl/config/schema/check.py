@@ -72,6 +72,8 @@ def type_ok(kind: str, value: Any) -> bool:
         return False
     if kind == "float":
         return isinstance(value, (int, float))
+    if kind == "graph":
+        return isinstance(value, (dict, list))
     if kind in ("paths", "files"):
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     if kind in PATH_KINDS:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dagrl.config.schema.spec import Section, key
+from dagrl.config.schema.spec import Graph, Section, key
 
 
 @dataclass(frozen=True)
@@ -12,4 +12,4 @@ class Dag(Section):
     """The node graph of one training step."""
     custom_pipeline_fn: str | None = key(None, "module:function returning a list of node dicts, used instead of "
                                          "`nodes`")
-    nodes: list = key([], "id, role, fn (module:function), deps, optional per-node config")
+    nodes: Graph = key({}, "id: {role, fn (module:function), deps, optional per-node config}")

@@ -69,11 +69,13 @@ Dir = Annotated[str, "dir"]
 ModelDir = Annotated[str, "model"]
 OutDir = Annotated[str, "outdir"]
 Paths = Annotated[Union[str, list], "paths"]
+Graph = Annotated[Union[dict, list], "graph"]  # nodes: a map by id (conf/dag/), or a list of node dicts
 
 NOUNS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
          "paths": "a string or a list of strings", "list": "a list", "dict": "a map (key: value)",
          "file": "a file path", "files": "a file path or a list of them", "dir": "a directory path",
-         "model": "a model directory path", "outdir": "a directory path"}
+         "model": "a model directory path", "outdir": "a directory path",
+         "graph": "a map of node id to node (role, fn, deps), or a list of node dicts"}
 PATH_KINDS = ("file", "files", "dir", "model", "outdir")  # strings (files: or lists of strings) naming a path
 
 
