@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from dagrl.config.conf_dir import interpolated_defaults
+from dagrl.config.schema.root import interpolated_defaults
 from dagrl.config.errors import ConfigError, Problems, require
 from dagrl.config.tree import Cfg, leaves
 

@@ -127,7 +127,7 @@ FLOORS = {f"{p}.{name}" for p in (f"{A}.optim", "critic.optim") for name in ("mi
 
 def _set_keys(config: dict[str, Any]) -> list[str]:
     """Keys of `config` changed from conf/'s defaults by the user (not through an interpolation)."""
-    from dagrl.config.conf_dir import interpolated_defaults
+    from dagrl.config.schema.root import interpolated_defaults
     from dagrl.config.schema.check import MISSING, default_value
 
     sources = interpolated_defaults()

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from dagrl.config.checks import named, positive_int, source_key
-from dagrl.config.conf_dir import interpolated_defaults
+from dagrl.config.schema.root import interpolated_defaults
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import world_size_from_env
 
 
-def test_interpolated_defaults_come_from_conf():
+def test_interpolated_defaults_come_from_the_declarations():
     found = interpolated_defaults()
     assert found["critic.megatron.seed"] == "actor_rollout_ref.actor.megatron.seed"
     assert found["critic.forward_micro_batch_size_per_gpu"] == "critic.ppo_micro_batch_size_per_gpu"

@@ -11,9 +11,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from dagrl.config.algorithm_checks import choice_error
-from dagrl.config.conf_dir import CONF_DIR, followers, interpolated_defaults
+from dagrl.config.conf_dir import CONF_DIR
 from dagrl.config.errors import ConfigError
-from dagrl.config.schema.root import keys
+from dagrl.config.schema.root import followers, interpolated_defaults, keys
 from dagrl.config.schema.spec import NOUNS, PATH_KINDS, Range
 from dagrl.config.tree import Cfg
 

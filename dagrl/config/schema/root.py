@@ -4,6 +4,7 @@ written from)."""
 from __future__ import annotations
 
 import functools
+import re
 import typing
 from typing import Any
 from dataclasses import dataclass
@@ -52,6 +53,26 @@ def keys() -> dict[str, Key]:
 def sections() -> dict[str, str]:
     """{dotted section: its one-line doc} of every section and subsection."""
     return {path.lstrip("."): doc for path, doc in section_docs(Config, "").items()}
+
+
+_INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
+
+
+@functools.lru_cache(maxsize=1)
+def interpolated_defaults() -> dict[str, str]:
+    """Keys whose declared default is exactly `${other.key}` -> that other key (e.g. critic.megatron.seed ->
+    actor_rollout_ref.actor.megatron.seed)."""
+    found = {path: _INTERPOLATION.match(key.default) for path, key in keys().items() if isinstance(key.default, str)}
+    return {path: match.group(1) for path, match in found.items() if match}
+
+
+@functools.lru_cache(maxsize=1)
+def followers() -> dict[str, list[str]]:
+    """{key: the keys whose default is exactly `${key}`} (critic.shuffle follows actor_rollout_ref.actor.shuffle)."""
+    found: dict[str, list[str]] = {}
+    for key, source in interpolated_defaults().items():
+        found.setdefault(source, []).append(key)
+    return found
 
 
 def freeform_maps() -> tuple[str, ...]:
