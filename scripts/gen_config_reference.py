@@ -115,24 +115,38 @@ def _cell(text: str) -> str:
 
 
 def catalog_notes() -> dict[str, str]:
-    """What the catalog adds to a key's comment: the names a registry's key takes, the entries that read a key."""
+    """What the catalog adds to a key's comment: where its names are described, the entries that read a key."""
     from dagrl.algo.catalog import REGISTRIES
     notes = {}
     for registry in REGISTRIES:
         for key in registry.keys:
-            notes[key] = "; one of: " + ", ".join(registry.names()) + " (docs/algorithms.md)"
+            notes[key] = "; each name is described in docs/algorithms.md"
         for use in dict.fromkeys(use for entry in registry for use in entry.uses):
             readers = ", ".join(entry.name for entry in registry if use in entry.uses)
             notes[f"{registry.section}.{use}"] = f"; read by {registry.keys[0]}={readers}"
     return notes
 
 
+def value_type(path: str) -> str:
+    """What a declared key takes, as pre-flight words it ("a positive integer", "null or a number in [0, 1]"); the
+    names of a key with choices; "" for a section or a node of a graph."""
+    from dagrl.config.schema.check import expected
+    from dagrl.config.schema.root import keys
+    key = keys().get(path)
+    if key is None:
+        return ""
+    if key.choices is not None:
+        return ("null or " if key.kind.endswith("?") else "") + "one of " + ", ".join(map(str, key.choices))
+    return expected(key.kind, key.range if key.kind.rstrip("?") in ("int", "float", "list") else None)
+
+
 def table(entries: list[Entry]) -> list[str]:
-    rows, notes = ["| key | default | meaning |", "|---|---|---|"], catalog_notes()
+    rows, notes = ["| key | default | takes | meaning |", "|---|---|---|---|"], catalog_notes()
     for entry in entries:
         key = f"**`{entry.path}`**" if entry.mapping else f"`{entry.path}`"
         default = f"`{_cell(entry.default)}`" if entry.default else ""
-        rows.append(f"| {key} | {default} | {_cell(entry.comment + notes.get(entry.path, ''))} |")
+        takes = _cell(value_type(entry.path))
+        rows.append(f"| {key} | {default} | {takes} | {_cell(entry.comment + notes.get(entry.path, ''))} |")
     return rows
 
 
