@@ -10,6 +10,7 @@ import os
 
 from dagrl.config import (async_checks, checkpoints, cross_checks, distill_checks, inert_keys, model_files,
                           model_shapes, path_values, profiler_checks, reward_checks, sections)
+from dagrl.config.plugins import import_plugins
 from dagrl.config.schema import check as schema
 from dagrl.config.checks import (alias, as_config_error, as_list, check_finite_numbers, divides, layout_from_config,
                                  positive_int)
@@ -198,6 +199,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     own environment (its WORLD_SIZE, vLLM / wandb / mlflow installed) are skipped."""
     problems = Problems()
     check = problems.run
+    check(import_plugins, cfg)  # their registrations before any name is checked
     check_finite_numbers(cfg, problems)
     schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema/)
     check(schema.check_sampling, cfg)

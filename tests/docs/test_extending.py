@@ -173,7 +173,7 @@ def test_registered_estimator_loss_and_kl_pass_preflight_and_compute_what_the_pa
     torch.testing.assert_close(out["token_level_rewards"], torch.tensor([[-0.5 * chi2, 1.0 - 0.5 * chi2]]))
 
 
-def test_the_launcher_script_is_what_makes_the_names_known(user_code, tmp_path):
+def test_the_launcher_script_or_trainer_plugins_make_the_names_known(user_code, tmp_path):
     chosen = selections(2, 3, 4)
     names = [item for item in chosen if item.split("=")[1] in ("group_sign", "capped_ratio", "chi2")]
     args = [*chosen, f"actor_rollout_ref.model.path={tmp_path / 'no_model'}"]  # stops pre-flight after the names
@@ -184,12 +184,17 @@ def test_the_launcher_script_is_what_makes_the_names_known(user_code, tmp_path):
                               text=True, timeout=60)
 
     plain, script = run("-m", "dagrl.main_dag"), run("train.py")
+    plugin = run("-m", "dagrl.main_dag", "trainer.plugins=[my_algos]")
     assert plain.returncode == 2 and len(names) == 4
     for item in names:
         key, value = item.split("=")
         assert f"{key}='{value}' is not one of" in plain.stderr, plain.stderr
-    assert script.returncode == 2, script.stderr
-    assert "is not one of" not in script.stderr and "model directory" in script.stderr, script.stderr
+    for known in (script, plugin):  # the launcher script, or trainer.plugins in dagrl's own entry point
+        assert known.returncode == 2, known.stderr
+        assert "is not one of" not in known.stderr and "model directory" in known.stderr, known.stderr
+    missing = run("-m", "dagrl.main_dag", "trainer.plugins=[my_algoz]")
+    assert missing.returncode == 2 and missing.stderr.count("dagrl: error:") >= 1
+    assert "trainer.plugins: importing 'my_algoz' failed (ModuleNotFoundError" in missing.stderr, missing.stderr
 
 
 # ---- 5. a reward function ----------------------------------------------------------------------------------------

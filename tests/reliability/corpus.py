@@ -1039,6 +1039,12 @@ CASES: tuple[Case, ...] = (
          ("dag=dapo", "reward_model.launch_reward_fn_async=true"),
          ("reward_model.launch_reward_fn_async=true scores behind the reshard node",
           "filter_groups.enable=true) filters on the scores before it")),
+    # ---- user modules ----
+    Case("plugin_file_name", "`trainer.plugins=[my_algos.py]` (a file name for a module)",
+         ("trainer.plugins=[my_algos.py]",), ("trainer.plugins: 'my_algos.py' is not a module name",
+                                              "trainer.plugins=[my_algos]")),
+    Case("plugin_missing", "`trainer.plugins=[no_such_plugin]`", ("trainer.plugins=[no_such_plugin]",),
+         ("importing 'no_such_plugin' failed (ModuleNotFoundError", "PYTHONPATH")),
     # ---- the graph ----
     Case("pipeline_fn_missing", "`dag.custom_pipeline_fn=no_such_pkg.graphs:build`",
          ("dag.custom_pipeline_fn=no_such_pkg.graphs:build",), ("dag.custom_pipeline_fn", "cannot import module")),

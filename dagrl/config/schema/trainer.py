@@ -58,3 +58,5 @@ class Trainer(Section):
                                    "validation; 0 = off (verl's key)", hinted(NON_NEGATIVE_INT, "0 = off"))
     rollout_data_dir: OutDir | None = key(None, "dump each training step's rollouts (prompt, response, score, "
                                           "data_source, index) as <dir>/<step>.jsonl; null = off (verl's key)")
+    plugins: list = key([], "Python modules every process imports before pre-flight, e.g. [my_algos]: their "
+                            "register(...) calls add estimators, losses and KL estimators (Ray workers included)")
