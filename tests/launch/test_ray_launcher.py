@@ -72,19 +72,29 @@ def test_ctrl_c_to_the_driver_stops_every_worker_after_one_step_with_a_checkpoin
     assert sorted(step for step in metrics_by_step(out) if step > 0) == [1, 2]
 
 
+PLUGIN = """from dagrl.algo.catalog import ADV_ESTIMATORS
+ADV_ESTIMATORS.register("grpo_from_a_plugin", "dagrl.algo.advantage:grpo", "GRPO, registered by a user module")
+"""
+
+
 @pytest.mark.slow  # two pools run under torchrun in CI (tests/trainer/test_two_pools.py); Ray's launch of them here
 def test_separate_pools_on_ray_workers_train_and_match_torchrun(tiny_model, tiny_data, tmp_path):
     """actor_rollout_ref.hybrid_engine=false under Ray: one placement group per pool, the rollout pool's worker first;
-    at K=0 the run equals the same pools under torchrun."""
+    at K=0 the run equals the same pools under torchrun. Both use an estimator that only trainer.plugins registers:
+    the Ray workers, which start from dagrl's entry point, import it too."""
     from tests.engine.engine_helpers import free_port
 
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "my_estimators.py").write_text(PLUGIN)
+    path = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "plugins"), os.environ.get("PYTHONPATH")]))}
     pools = {"actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1, "trainer.n_gpus_per_node": 1,
-             "async_training.max_staleness": 0, "trainer.total_training_steps": 2}
+             "async_training.max_staleness": 0, "trainer.total_training_steps": 2,
+             "trainer.plugins": "[my_estimators]", "algorithm.adv_estimator": "grpo_from_a_plugin"}
     args = ray_args(tiny_model, tiny_data, tmp_path / "torchrun", **pools, **{"trainer.launcher": "local"})[3:]
     results = run_concurrently([  # side by side: much of a Ray launch is Ray starting
-        (ray_args(tiny_model, tiny_data, tmp_path / "ray", **pools), {}),
+        (ray_args(tiny_model, tiny_data, tmp_path / "ray", **pools), path),
         ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-          "-m", "dagrl.main_dag", *args], {})], timeout=300)
+          "-m", "dagrl.main_dag", *args], path)], timeout=300)
     for code, stderr in results:
         assert code == 0, stderr[-3000:]
     assert metrics_by_step(tmp_path / "ray") == metrics_by_step(tmp_path / "torchrun")
