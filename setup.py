@@ -4,6 +4,7 @@ CPU machines: install torch in the same command so pip never resolves a CUDA bui
     pip install torch==2.13.0 -e ".[test]"
 GPU kit (torch already in the image): pip install --no-deps -e .
 """
+
 from setuptools import find_packages, setup
 
 setup(
@@ -27,16 +28,20 @@ setup(
         "numpy",
         "tensorboard",
         "tqdm",
-        "psutil",          # megatron's dist-checkpoint writer hangs without it
+        "psutil",  # megatron's dist-checkpoint writer hangs without it
         "math-verify>=0.8",
-        "ray>=2.40",       # trainer.launcher=ray (multi-node); imported only when used
+        "ray>=2.40",  # trainer.launcher=ray (multi-node); imported only when used
     ],
     extras_require={
         # the pins the GPU tests (tests/gpu) ran with
         "gpu": ["megatron-core==0.19.2", "transformer-engine[pytorch]==2.17.1", "vllm==0.26.0"],
-        "test": ["pytest>=8", "wandb>=0.17", "mlflow-skinny>=2.10",
-                 "torchdata==0.11.0",  # so CI runs the logger tests, and the sampler's test against verl's loader
-                 "ruff==0.17.6"],  # scripts/test.sh runs `ruff check .` (ruff.toml) before pytest
+        "test": [
+            "pytest>=8",
+            "wandb>=0.17",
+            "mlflow-skinny>=2.10",
+            "torchdata==0.11.0",  # so CI runs the logger tests, and the sampler's test against verl's loader
+            "ruff==0.17.6",
+        ],  # scripts/test.sh runs `ruff check .` (ruff.toml) before pytest
         # trainer.logger=[...,wandb] / [...,mlflow]; imported only when asked for (tested: wandb 0.31, mlflow 3.17)
         "wandb": ["wandb>=0.17"],
         "mlflow": ["mlflow-skinny>=2.10"],

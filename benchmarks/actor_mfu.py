@@ -22,6 +22,7 @@ MFU = achieved FLOP/s per GPU / the same-run matmul peak (and / 989 TFLOP/s, the
 `--profile DIR` writes one step of each under the torch profiler (kernels, host ops), `--pyprofile DIR` under cProfile
 (Python functions by own time: where a host-bound step's time goes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,7 +66,7 @@ def matmul_peak_tflops(size: int = 8192, iters: int = 20) -> float:
     for _ in range(iters):
         a @ b
     sync()
-    return 2 * size ** 3 * iters / (time.perf_counter() - start) / 1e12
+    return 2 * size**3 * iters / (time.perf_counter() - start) / 1e12
 
 
 def train_flops_per_token(hf_config, seq: int) -> float:
@@ -101,14 +102,17 @@ def profile_step(step, name: str, out_dir: str) -> None:
     busy = sum(e.self_device_time_total for e in averages if e.device_type == DeviceType.CUDA) / 1e6  # kernels only
     host = sum(e.self_cpu_time_total for e in averages if e.device_type == DeviceType.CPU) / 1e6
     if dist.get_rank() == 0:
-        tables = [averages.table(sort_by=key, row_limit=40, max_name_column_width=90)
-                  for key in (["self_device_time_total"] if torch.cuda.is_available() else [])
-                  + ["self_cpu_time_total"]]
+        tables = [
+            averages.table(sort_by=key, row_limit=40, max_name_column_width=90)
+            for key in (["self_device_time_total"] if torch.cuda.is_available() else []) + ["self_cpu_time_total"]
+        ]
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         Path(out_dir, f"{name}_kernels.txt").write_text("\n\n".join(tables))
-        print(f"{name}: profiled step {wall:.3f} s (with profiler overhead), kernels {busy:.3f} s "
-              f"({busy / wall:.2f} of the wall), host ops {host:.3f} s\n" + "\n".join(tables[0].splitlines()[:18]),
-              flush=True)
+        print(
+            f"{name}: profiled step {wall:.3f} s (with profiler overhead), kernels {busy:.3f} s "
+            f"({busy / wall:.2f} of the wall), host ops {host:.3f} s\n" + "\n".join(tables[0].splitlines()[:18]),
+            flush=True,
+        )
 
 
 def python_profile(step, name: str, out_dir: str) -> None:
@@ -148,13 +152,14 @@ def rounds_of(steps: dict, warmup: int, per_round: int, rounds: int) -> dict[str
     out: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in steps}
     names = list(steps)
     for index in range(rounds):
-        for name in names[index % len(names):] + names[:index % len(names)]:
+        for name in names[index % len(names) :] + names[: index % len(names)]:
             times, peak = timed_steps(steps[name], per_round, above_resident=len(steps) > 1)
             out[name] = (out[name][0] + times, max(out[name][1], peak))
     return out
 
 
 # ---- bare Megatron-Core ------------------------------------------------------------------------
+
 
 def bare_step_fn(hf_config, tf_config, tokens: torch.Tensor, mbs: int, device: torch.device):
     """A plain GPTModel next-token training step (Megatron's own loss), returned as a closure."""
@@ -167,23 +172,38 @@ def bare_step_fn(hf_config, tf_config, tokens: torch.Tensor, mbs: int, device: t
     from dagrl.engine.megatron.hf_config import layer_spec, padded_vocab_size, rope_theta
 
     on_gpu = device.type == "cuda"
-    model = GPTModel(config=tf_config, transformer_layer_spec=layer_spec(tf_config, on_gpu),
-                     vocab_size=padded_vocab_size(hf_config.vocab_size, tf_config.tensor_model_parallel_size),
-                     max_sequence_length=tokens.shape[1], pre_process=ps.is_pipeline_first_stage(),
-                     post_process=ps.is_pipeline_last_stage(), position_embedding_type="rope",
-                     rotary_base=rope_theta(hf_config),
-                     share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings)).to(device)
+    model = GPTModel(
+        config=tf_config,
+        transformer_layer_spec=layer_spec(tf_config, on_gpu),
+        vocab_size=padded_vocab_size(hf_config.vocab_size, tf_config.tensor_model_parallel_size),
+        max_sequence_length=tokens.shape[1],
+        pre_process=ps.is_pipeline_first_stage(),
+        post_process=ps.is_pipeline_last_stage(),
+        position_embedding_type="rope",
+        rotary_base=rope_theta(hf_config),
+        share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
+    ).to(device)
     from megatron.core.transformer.module import Float16Module
-    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=on_gpu,
-                                               use_distributed_optimizer=True, bucket_size=40_000_000)
+
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=on_gpu, use_distributed_optimizer=True, bucket_size=40_000_000
+    )
     ddp = DistributedDataParallel(tf_config, ddp_config, Float16Module(tf_config, model))
     if on_gpu:  # what the schedule needs to overlap the grad reduction with backward
         tf_config.no_sync_func = ddp.no_sync
         tf_config.grad_sync_func = ddp.start_grad_sync
     tf_config.finalize_model_grads_func = finalize_model_grads
-    optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-6, bf16=True,
-                                                       params_dtype=torch.bfloat16, use_distributed_optimizer=True,
-                                                       clip_grad=1.0), [ddp])
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(
+            optimizer="adam",
+            lr=1e-6,
+            bf16=True,
+            params_dtype=torch.bfloat16,
+            use_distributed_optimizer=True,
+            clip_grad=1.0,
+        ),
+        [ddp],
+    )
     seq = tokens.shape[1] - 1  # tokens carry one extra column: the last position's label
     inputs = tokens[:, :-1].contiguous().to(device)
     labels = tokens[:, 1:].contiguous().to(device)
@@ -191,28 +211,37 @@ def bare_step_fn(hf_config, tf_config, tokens: torch.Tensor, mbs: int, device: t
 
     def forward_step(data_iterator, module):
         start = next(data_iterator)
-        loss = module(inputs[start:start + mbs], position_ids, None, labels=labels[start:start + mbs])
+        loss = module(inputs[start : start + mbs], position_ids, None, labels=labels[start : start + mbs])
 
         def loss_func(output):
             mean = output.float().mean()
             return mean, {"loss": mean.detach()}
+
         return loss, loss_func
 
     def step():
         ddp.zero_grad_buffer()
         optimizer.zero_grad()
         starts = list(range(0, inputs.shape[0], mbs))
-        get_forward_backward_func()(forward_step_func=forward_step, data_iterator=iter(starts), model=[ddp],
-                                    num_microbatches=len(starts), seq_length=seq, micro_batch_size=mbs,
-                                    forward_only=False)
+        get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=iter(starts),
+            model=[ddp],
+            num_microbatches=len(starts),
+            seq_length=seq,
+            micro_batch_size=mbs,
+            forward_only=False,
+        )
         optimizer.step()
 
     def release():
         tf_config.no_sync_func = tf_config.grad_sync_func = None
+
     return step, release
 
 
 # ---- dagrl ---------------------------------------------------------------------------------------
+
 
 def ppo_batch(tokens: torch.Tensor, prompt: int, dp_size: int, seed: int) -> Batch:
     """Full-length rows in dagrl's rollout layout with the PPO loss columns (old log-probs, advantages, weights)."""
@@ -220,14 +249,18 @@ def ppo_batch(tokens: torch.Tensor, prompt: int, dp_size: int, seed: int) -> Bat
     response = seq - prompt
     generator = torch.Generator().manual_seed(seed)
     mask = torch.ones(rows, response, dtype=torch.long)
-    return Batch({
-        "input_ids": tokens, "attention_mask": torch.ones_like(tokens),
-        "position_ids": torch.arange(seq).unsqueeze(0).expand(rows, -1).contiguous(),
-        "responses": tokens[:, prompt:].contiguous(), "response_mask": mask,
-        "old_log_probs": -10 - torch.rand(rows, response, generator=generator),
-        "advantages": torch.randn(rows, 1, generator=generator).expand(-1, response).contiguous(),
-        "token_weights": token_weights(mask, "token-mean", float(mask.sum()) * dp_size),
-    })
+    return Batch(
+        {
+            "input_ids": tokens,
+            "attention_mask": torch.ones_like(tokens),
+            "position_ids": torch.arange(seq).unsqueeze(0).expand(rows, -1).contiguous(),
+            "responses": tokens[:, prompt:].contiguous(),
+            "response_mask": mask,
+            "old_log_probs": -10 - torch.rand(rows, response, generator=generator),
+            "advantages": torch.randn(rows, 1, generator=generator).expand(-1, response).contiguous(),
+            "token_weights": token_weights(mask, "token-mean", float(mask.sum()) * dp_size),
+        }
+    )
 
 
 def main() -> None:
@@ -241,15 +274,21 @@ def main() -> None:
     parser.add_argument("--micro-batches", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3, help="timed steps of each path per round")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="> 1: both models resident, their steps alternating in this many rounds")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="> 1: both models resident, their steps alternating in this many rounds"
+    )
     parser.add_argument("--only", choices=["bare", "dagrl"], default=None)
     parser.add_argument("--json", default=None, help="also write the results here (rank 0)")
     parser.add_argument("--profile", default=None, help="also profile one step of each; kernel tables go here")
     parser.add_argument("--pyprofile", default=None, help="also cProfile one step of each; tables go here")
     parser.add_argument("--entropy", action="store_true", help="dagrl computes the entropy too (entropy_coeff != 0)")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="a TransformerConfig field for dagrl's engine (override_transformer_config), repeatable")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a TransformerConfig field for dagrl's engine (override_transformer_config), repeatable",
+    )
     args = parser.parse_args()
     malformed = [item for item in args.override if "=" not in item]
     if malformed:
@@ -266,23 +305,35 @@ def main() -> None:
     hf = preset_config("qwen3", args.size)
     model_dir = shared_config_dir(hf, "actor_mfu_")
     from megatron.core import parallel_state as ps
+
     dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     rows = args.mbs * args.micro_batches
     tokens = token_rows(rows, args.seq + 1, hf.vocab_size, seed=dp_rank)  # TP ranks share rows, DP ranks differ
     peak = matmul_peak_tflops()
     flops_per_step = train_flops_per_token(hf, args.seq) * rows * args.seq  # per DP rank = per model replica
     gpus_per_replica = dist.get_world_size() // dp_size
-    results = {"size": args.size, "layout": f"TP{args.tp}{'+SP' if args.sp else ''} DP{dp_size}",
-               "rounds": args.rounds, "seq": args.seq, "rows_per_dp_rank": rows, "matmul_tflops": peak,
-               "dagrl_overrides": overrides}
+    results = {
+        "size": args.size,
+        "layout": f"TP{args.tp}{'+SP' if args.sp else ''} DP{dp_size}",
+        "rounds": args.rounds,
+        "seq": args.seq,
+        "rows_per_dp_rank": rows,
+        "matmul_tflops": peak,
+        "dagrl_overrides": overrides,
+    }
 
     def record(name: str, times: list[float], peak_gib: float) -> None:
         seconds = statistics.median(times)
         tflops = flops_per_step / gpus_per_replica / seconds / 1e12
-        results[name] = {"step_s": seconds, "steps_s": times,
-                         "tokens_per_s_per_gpu": rows * args.seq / gpus_per_replica / seconds,
-                         "tflops_per_gpu": tflops, "mfu": tflops / peak, "mfu_datasheet": tflops / DATASHEET_TFLOPS,
-                         "peak_gib": peak_gib}
+        results[name] = {
+            "step_s": seconds,
+            "steps_s": times,
+            "tokens_per_s_per_gpu": rows * args.seq / gpus_per_replica / seconds,
+            "tflops_per_gpu": tflops,
+            "mfu": tflops / peak,
+            "mfu_datasheet": tflops / DATASHEET_TFLOPS,
+            "peak_gib": peak_gib,
+        }
 
     def measure(steps: dict) -> None:
         if not steps:
@@ -308,14 +359,22 @@ def main() -> None:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
     if args.only in (None, "dagrl"):
-        engine = random_actor(MegatronEngineSpec(
-            model_path=model_dir, layout=layout, param_dtype=torch.bfloat16, use_distributed_optimizer=True,
-            optim=OptimSpec(lr=1e-6, total_training_steps=100), override_transformer_config=overrides))
-        batch = ppo_batch(tokens[:, :args.seq], args.prompt, dp_size, seed=dp_rank)
+        engine = random_actor(
+            MegatronEngineSpec(
+                model_path=model_dir,
+                layout=layout,
+                param_dtype=torch.bfloat16,
+                use_distributed_optimizer=True,
+                optim=OptimSpec(lr=1e-6, total_training_steps=100),
+                override_transformer_config=overrides,
+            )
+        )
+        batch = ppo_batch(tokens[:, : args.seq], args.prompt, dp_size, seed=dp_rank)
         loss_fn = partial(actor_loss, spec=PolicyLossSpec(entropy_coeff=1e-3 if args.entropy else 0.0))
 
         def update() -> None:
             engine.train_step(batch, loss_fn, args.mbs, 1.0, with_entropy=args.entropy)
+
         steps["dagrl"] = update
     measure(steps)
     for release in releases:
@@ -331,20 +390,26 @@ def main() -> None:
 
 
 def print_table(results: dict) -> None:
-    print(f"\nQwen3-{results['size']} shape, {results['layout']}, seq {results['seq']}, "
-          f"{results['rows_per_dp_rank']} rows per DP rank; bf16 matmul peak {results['matmul_tflops']:.0f} TFLOP/s"
-          + (f"; dagrl with {results['dagrl_overrides']}" if results["dagrl_overrides"] else "")
-          + (f"; {results['rounds']} alternating rounds" if results["rounds"] > 1 else ""))
+    print(
+        f"\nQwen3-{results['size']} shape, {results['layout']}, seq {results['seq']}, "
+        f"{results['rows_per_dp_rank']} rows per DP rank; bf16 matmul peak {results['matmul_tflops']:.0f} TFLOP/s"
+        + (f"; dagrl with {results['dagrl_overrides']}" if results["dagrl_overrides"] else "")
+        + (f"; {results['rounds']} alternating rounds" if results["rounds"] > 1 else "")
+    )
     peak = "peak GiB above the resident" if results["rounds"] > 1 else "peak GiB"
-    print(f"| step | s/step (median) | min-max s | tokens/s/GPU | TFLOP/s/GPU | MFU (same-run peak) | "
-          f"MFU (989 datasheet) | {peak} |")
+    print(
+        f"| step | s/step (median) | min-max s | tokens/s/GPU | TFLOP/s/GPU | MFU (same-run peak) | "
+        f"MFU (989 datasheet) | {peak} |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name in ("bare", "dagrl"):
         if name in results:
             r = results[name]
-            print(f"| {name} | {r['step_s']:.3f} | {min(r['steps_s']):.3f}-{max(r['steps_s']):.3f} | "
-                  f"{r['tokens_per_s_per_gpu']:.0f} | {r['tflops_per_gpu']:.0f} | "
-                  f"{r['mfu']:.3f} | {r['mfu_datasheet']:.3f} | {r['peak_gib']:.1f} |")
+            print(
+                f"| {name} | {r['step_s']:.3f} | {min(r['steps_s']):.3f}-{max(r['steps_s']):.3f} | "
+                f"{r['tokens_per_s_per_gpu']:.0f} | {r['tflops_per_gpu']:.0f} | "
+                f"{r['mfu']:.3f} | {r['mfu_datasheet']:.3f} | {r['peak_gib']:.1f} |"
+            )
     if "dagrl_over_bare" in results:
         print(f"dagrl / bare speed: {results['dagrl_over_bare']:.3f}")
 

@@ -8,6 +8,7 @@ one-time costs) fits both. The steps differ in how long their longest response i
 hold, which is what separates a from c; where they do not (every step alike), c = 0: the time is put on the
 per-sequence limit, the old model's assumption, and occupancy buys nothing.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,17 @@ except ImportError:
 PREFILL_PER_TRAIN = 4.0
 
 
-def replay(rows: int, mean: float, max_len: int, batch: int, n: int, draws: int, limit_seed: int = 0,
-           data_seed: int = 1, order: str = "verl_workers") -> np.ndarray:
+def replay(
+    rows: int,
+    mean: float,
+    max_len: int,
+    batch: int,
+    n: int,
+    draws: int,
+    limit_seed: int = 0,
+    data_seed: int = 1,
+    order: str = "verl_workers",
+) -> np.ndarray:
     """Response lengths, n per prompt, in the order the trainer's sampler (data.seed, default 1) draws the prompts
     of benchmarks/long_tail_data.py's data set (--seed, default 0): a random-weight model never stops early, so
     each prompt's limit is its length. `order`: the sampler's (dagrl.data.sampler.ORDERS); runs measured with
@@ -55,8 +65,9 @@ def fit_iteration(longest: np.ndarray, tokens: np.ndarray, seconds: np.ndarray) 
     return a, c
 
 
-def fit_rates(rows: list[dict], ranks: int, batch: int, n: int, replayed: np.ndarray | None,
-              grouped: bool) -> tuple[Rates, dict]:
+def fit_rates(
+    rows: list[dict], ranks: int, batch: int, n: int, replayed: np.ndarray | None, grouped: bool
+) -> tuple[Rates, dict]:
     """Rates of the colocated run `rows` (every step, from 1) on `ranks` processes; `replayed`: its lengths (see
     `replay`), else each step's longest and mean response stand in for the slowest rank's. Returns the rates and
     the fit's details (a, c, each step's model and measured decode seconds)."""
@@ -78,8 +89,14 @@ def fit_rates(rows: list[dict], ranks: int, batch: int, n: int, replayed: np.nda
     decode = np.maximum(produce - switch - prompt * n * share / prefill, 1e-6)
     a, c = fit_iteration(longest[steady], held[steady], decode[steady])
     model = (a * longest + c * held).max(1)
-    rates = Rates(decode_tok_s=1.0 / c if c > 0 else np.inf, seq_tok_s=1.0 / a, prefill_tok_s=float(prefill),
-                  train_tok_s=float(train_tok_s), push_s=0.0, switch_s=float(switch[steady].mean()))
+    rates = Rates(
+        decode_tok_s=1.0 / c if c > 0 else np.inf,
+        seq_tok_s=1.0 / a,
+        prefill_tok_s=float(prefill),
+        train_tok_s=float(train_tok_s),
+        push_s=0.0,
+        switch_s=float(switch[steady].mean()),
+    )
     # step 1's extra seconds over what the model gives it: the trainer's warm-up (every schedule pays it), the
     # rest (the engine's first wake-up) only colocated runs pay
     rates.first_train_s = max(0.0, float(train[0] - tokens[0] / (ranks * train_tok_s)))

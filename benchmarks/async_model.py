@@ -27,6 +27,7 @@ the weights its batch's update starts from restarts from its prompt when the bat
 twice); without, it finishes under newer weights. Training takes tokens (prompt + response) / (rate x GPUs). Step 1
 may carry one-time costs: `first_train_s`, and `first_switch_s` (colocated: the engine's first wake-up).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def _clipped_mean(mu: float, sigma: float, lo: float, hi: float) -> float:
     return body + lo * cdf((a - mu) / sigma) + hi * (1.0 - cdf((b - mu) / sigma))
 
 
-def long_tail_lengths(rng: np.random.Generator, count: int, mean: float = 1024, max_len: int = 8192,
-                      sigma: float = 1.0, min_len: int = 16) -> np.ndarray:
+def long_tail_lengths(
+    rng: np.random.Generator, count: int, mean: float = 1024, max_len: int = 8192, sigma: float = 1.0, min_len: int = 16
+) -> np.ndarray:
     """`count` response lengths: lognormal(mu, sigma) rounded and clipped to [min_len, max_len], mu solved (by
     bisection on the closed-form clipped mean) so the mean after clipping is `mean`. sigma=1 puts ~0.5 % of
     responses at max_len=8192 for mean 1024: a batch of 1,024 has a handful of sequences 8x the mean."""
@@ -166,7 +168,7 @@ class _Engine:
         phase = (self.cum <= tau[:, None]).sum(1)  # sequences (in length order, empty slots first) finished per GPU
 
         def at(a):
-            return np.where(phase > 0, np.take_along_axis(a, np.maximum(phase - 1, 0)[:, None], 1)[:, 0], 0.)
+            return np.where(phase > 0, np.take_along_axis(a, np.maximum(phase - 1, 0)[:, None], 1)[:, 0], 0.0)
 
         level = at(self.sorted) + (tau - at(self.cum)) / self.tick[np.minimum(phase, len(self.tick) - 1)]
         finished = act & (self.done <= until[:, None])
@@ -205,7 +207,7 @@ class _Pools:
         while True:
             B, n, first = self.w.batch, self.n, self.drawn
             if self.w.replay is not None:
-                lengths = self.w.replay[first * n:(first + B) * n]
+                lengths = self.w.replay[first * n : (first + B) * n]
                 assert len(lengths) == B * n, "the replayed lengths run out"
             else:
                 lengths = self.w.lengths(self.rng, B * n)
@@ -218,8 +220,9 @@ class _Pools:
                 return
 
     def _place(self, gids: np.ndarray) -> None:
-        self.engine.place(np.repeat(gids, self.n), self.lengths[gids].ravel(), np.repeat(self.cohort[gids], self.n),
-                          self.width)
+        self.engine.place(
+            np.repeat(gids, self.n), self.lengths[gids].ravel(), np.repeat(self.cohort[gids], self.n), self.width
+        )
 
     def restart(self, oldest: int) -> int:
         """Groups in the pools with a token older than version `oldest` start again from their prompts."""
@@ -266,17 +269,35 @@ class _Pools:
         return resp + self.w.prompt_len * self.n * len(batch), resp, self.n * len(batch)
 
 
-def _result(seconds: list[float], tokens: list[tuple], idle: float, gpus: int, rollout_gpus: int,
-            train_idle: float | None = None) -> Result:
+def _result(
+    seconds: list[float],
+    tokens: list[tuple],
+    idle: float,
+    gpus: int,
+    rollout_gpus: int,
+    train_idle: float | None = None,
+) -> Result:
     total = sum(seconds)
     rollout_idle = idle / (rollout_gpus * total)
-    return Result(total / len(seconds), sum(t for t, _, _ in tokens) / total / gpus, rollout_idle,
-                  rollout_idle if train_idle is None else train_idle,
-                  sum(r for _, r, _ in tokens) / max(1, sum(k for *_, k in tokens)))
+    return Result(
+        total / len(seconds),
+        sum(t for t, _, _ in tokens) / total / gpus,
+        rollout_idle,
+        rollout_idle if train_idle is None else train_idle,
+        sum(r for _, r, _ in tokens) / max(1, sum(k for *_, k in tokens)),
+    )
 
 
-def colocated(w: Workload, rates: Rates, gpus: int, steps: int = 16, partial: bool = False,
-              oversample: float = 1.0, staleness: int | None = None, warm: int | None = None) -> Result:
+def colocated(
+    w: Workload,
+    rates: Rates,
+    gpus: int,
+    steps: int = 16,
+    partial: bool = False,
+    oversample: float = 1.0,
+    staleness: int | None = None,
+    warm: int | None = None,
+) -> Result:
     """Every GPU generates its share, then every GPU trains. Partial: each rank keeps ceil(oversample x share)
     groups, stops at `share` finished and carries the rest; with `staleness` K, a carried group holding a token
     more than K versions older than step i's weights (version i-1) restarts. `warm`: steps left uncounted (default
@@ -300,9 +321,18 @@ def colocated(w: Workload, rates: Rates, gpus: int, steps: int = 16, partial: bo
     return _result(seconds[warm:], tokens[warm:], sum(idle[warm:]), gpus, gpus)
 
 
-def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: int, steps: int = 16,
-              partial: bool = False, oversample: float = 1.0, restarts: bool = False,
-              warm: int | None = None) -> Result:
+def two_pools(
+    w: Workload,
+    rates: Rates,
+    rollout_gpus: int,
+    train_gpus: int,
+    K: int,
+    steps: int = 16,
+    partial: bool = False,
+    oversample: float = 1.0,
+    restarts: bool = False,
+    warm: int | None = None,
+) -> Result:
     """Rollout pool and training pool meet at a buffer; batch b is generated once version >= b-1-K is loaded;
     training step b starts when batch b is complete and step b-1 is done. `restarts` (partial): when batch b
     begins, a group holding a token older than version b-1-K starts again from its prompt."""
@@ -339,8 +369,14 @@ def two_pools(w: Workload, rates: Rates, rollout_gpus: int, train_gpus: int, K: 
     lo, hi = ends[warm], ends[steps]
     rollout_idle = sum(np.clip(np.minimum(end, hi) - np.maximum(starts, lo), 0, None).sum() for starts, end in idle)
     trained = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e, _ in spans)
-    return _result([(hi - lo) / (steps - warm)] * (steps - warm), [tok for *_, tok in spans[warm:]], rollout_idle,
-                   R + train_gpus, R, 1.0 - trained / (hi - lo))
+    return _result(
+        [(hi - lo) / (steps - warm)] * (steps - warm),
+        [tok for *_, tok in spans[warm:]],
+        rollout_idle,
+        R + train_gpus,
+        R,
+        1.0 - trained / (hi - lo),
+    )
 
 
 def split(gpus: int, fraction: float) -> tuple[int, int]:
@@ -348,8 +384,15 @@ def split(gpus: int, fraction: float) -> tuple[int, int]:
     return rollout, gpus - rollout
 
 
-def predict_table(w: Workload, rates: Rates, gpu_counts=GPU_COUNTS, ks=range(5), steps: int = 16,
-                  partial: bool = False, oversample: float = 1.0) -> list[dict]:
+def predict_table(
+    w: Workload,
+    rates: Rates,
+    gpu_counts=GPU_COUNTS,
+    ks=range(5),
+    steps: int = 16,
+    partial: bool = False,
+    oversample: float = 1.0,
+) -> list[dict]:
     """Per GPU count and K: colocated step time and two pools' speedup (trained tokens/s ratio) at rollout
     fractions 1/2, 3/4 and the best of SPLITS."""
     rows = []
@@ -359,9 +402,19 @@ def predict_table(w: Workload, rates: Rates, gpu_counts=GPU_COUNTS, ks=range(5),
             runs = {f: two_pools(w, rates, *split(gpus, f), k, steps, partial, oversample) for f in SPLITS}
             best = max(runs, key=lambda f: runs[f].tokens_per_gpu_s)
             speed = {f: r.tokens_per_gpu_s / base.tokens_per_gpu_s for f, r in runs.items()}
-            rows.append(dict(gpus=gpus, K=k, coloc_step_s=base.step_s, half=speed[1 / 2], three_q=speed[3 / 4],
-                             best_split=split(gpus, best), best=speed[best], best_step_s=runs[best].step_s,
-                             best_idle=(runs[best].rollout_idle, runs[best].train_idle)))
+            rows.append(
+                dict(
+                    gpus=gpus,
+                    K=k,
+                    coloc_step_s=base.step_s,
+                    half=speed[1 / 2],
+                    three_q=speed[3 / 4],
+                    best_split=split(gpus, best),
+                    best=speed[best],
+                    best_step_s=runs[best].step_s,
+                    best_idle=(runs[best].rollout_idle, runs[best].train_idle),
+                )
+            )
     return rows
 
 
@@ -371,8 +424,15 @@ def main() -> None:
     parser.add_argument("--rates-json", help="measured rates: a JSON object with Rates fields as keys")
     parser.add_argument("--partial", action="store_true", help="partial rollout on both sides")
     parser.add_argument("--oversample", type=float, default=2.0, help="partial rollout's oversample ratio")
-    for flag, default in (("--steps", 16), ("--batch", 128), ("--n", 8), ("--prompt-len", 256), ("--mean-len", 1024),
-                          ("--max-len", 8192), ("--seed", 0)):
+    for flag, default in (
+        ("--steps", 16),
+        ("--batch", 128),
+        ("--n", 8),
+        ("--prompt-len", 256),
+        ("--mean-len", 1024),
+        ("--max-len", 8192),
+        ("--seed", 0),
+    ):
         parser.add_argument(flag, type=int, default=default)
     args = parser.parse_args()
     if not args.table:
@@ -381,22 +441,31 @@ def main() -> None:
         rates = load_rates(args.rates_json) if args.rates_json else Rates()
     except ValueError as error:
         raise SystemExit(str(error)) from None
-    w = Workload(args.batch, args.n, args.prompt_len, bind(long_tail_lengths, mean=args.mean_len,
-                                                             max_len=args.max_len), args.seed)
+    w = Workload(
+        args.batch,
+        args.n,
+        args.prompt_len,
+        bind(long_tail_lengths, mean=args.mean_len, max_len=args.max_len),
+        args.seed,
+    )
     oversample = args.oversample if args.partial else 1.0
     print(f"rates: {dataclasses.asdict(rates)}")
     mode = f"partial rollout, oversample {oversample}" if args.partial else "no partial rollout"
-    print(f"workload: B={w.batch} prompts x n={w.n}, prompt {w.prompt_len} tokens, responses lognormal(sigma=1) "
-          f"mean {args.mean_len:g} clipped to [16, {args.max_len}]; {mode}; {args.steps} steps "
-          f"(first {max(1, args.steps // 4)} warm-up), seed {args.seed}")
+    print(
+        f"workload: B={w.batch} prompts x n={w.n}, prompt {w.prompt_len} tokens, responses lognormal(sigma=1) "
+        f"mean {args.mean_len:g} clipped to [16, {args.max_len}]; {mode}; {args.steps} steps "
+        f"(first {max(1, args.steps // 4)} warm-up), seed {args.seed}"
+    )
     print("speedup = two pools' trained tokens/s over colocated's, same GPU count; split = rollout/train GPUs")
     print("| GPUs | K | coloc step s | 1/2 | 3/4 | best split | best | best step s | idle roll/train |")
     print("|---" * 9 + "|")
     for row in predict_table(w, rates, steps=args.steps, partial=args.partial, oversample=oversample):
         rollout, train = row["best_split"]
-        print(f"| {row['gpus']} | {row['K']} | {row['coloc_step_s']:.1f} | {row['half']:.2f}x | "
-              f"{row['three_q']:.2f}x | {rollout}/{train} | {row['best']:.2f}x | {row['best_step_s']:.1f} | "
-              f"{row['best_idle'][0]:.2f}/{row['best_idle'][1]:.2f} |")
+        print(
+            f"| {row['gpus']} | {row['K']} | {row['coloc_step_s']:.1f} | {row['half']:.2f}x | "
+            f"{row['three_q']:.2f}x | {rollout}/{train} | {row['best']:.2f}x | {row['best_step_s']:.1f} | "
+            f"{row['best_idle'][0]:.2f}/{row['best_idle'][1]:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from that distribution per prompt, else the measured mean, so the model is check
 Without per-prompt limits the workload's long tail is the model's own: with a response limit well above the
 typical answer, a few samples ramble to the limit while the rest stop early, and a plain step waits for the longest.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,16 +42,23 @@ from pathlib import Path
 
 def overrides_of(name: str, args: argparse.Namespace) -> list[str]:
     """The dotted overrides that make run `name` (plain, partial, poolsK, poolsKp) what it is."""
-    partial = ["async_training.partial_rollout=true", f"async_training.oversample_ratio={args.oversample}",
-               *(["async_training.restart_stale=false"] if args.keep_stale else [])]
+    partial = [
+        "async_training.partial_rollout=true",
+        f"async_training.oversample_ratio={args.oversample}",
+        *(["async_training.restart_stale=false"] if args.keep_stale else []),
+    ]
     if name == "plain":
         return []
     if name == "partial":
         return [*partial, f"async_training.max_staleness={args.staleness}"]
     if name.startswith("pools") and name[5:].rstrip("p").isdigit():
-        return ["actor_rollout_ref.hybrid_engine=false", f"rollout.n_gpus_per_node={args.rollout_procs}",
-                f"trainer.n_gpus_per_node={args.nproc - args.rollout_procs}",
-                f"async_training.max_staleness={int(name[5:].rstrip('p'))}", *(partial if name.endswith("p") else [])]
+        return [
+            "actor_rollout_ref.hybrid_engine=false",
+            f"rollout.n_gpus_per_node={args.rollout_procs}",
+            f"trainer.n_gpus_per_node={args.nproc - args.rollout_procs}",
+            f"async_training.max_staleness={int(name[5:].rstrip('p'))}",
+            *(partial if name.endswith("p") else []),
+        ]
     raise SystemExit(f"--runs: unknown run {name!r}; use plain, partial, poolsK or poolsKp (K an integer)")
 
 
@@ -58,20 +66,40 @@ def run(name: str, args: argparse.Namespace, extra: list[str]) -> float:
     """Run `name` into --out/name; its wall seconds."""
     out = Path(args.out) / name
     overrides = [
-        f"actor_rollout_ref.model.path={args.model}", f"data.train_files={args.data}/train.parquet",
-        "data.val_files=null", f"data.train_batch_size={args.batch}", "data.max_prompt_length=128",
-        f"data.max_response_length={args.response_length}", f"actor_rollout_ref.rollout.n={args.n}",
-        f"actor_rollout_ref.rollout.name={args.rollout}", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
+        f"actor_rollout_ref.model.path={args.model}",
+        f"data.train_files={args.data}/train.parquet",
+        "data.val_files=null",
+        f"data.train_batch_size={args.batch}",
+        "data.max_prompt_length=128",
+        f"data.max_response_length={args.response_length}",
+        f"actor_rollout_ref.rollout.n={args.n}",
+        f"actor_rollout_ref.rollout.name={args.rollout}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={max(1, min(16, args.batch * args.n // args.nproc))}",
         "actor_rollout_ref.actor.optim.lr=1e-6",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={4 * (128 + args.response_length)}",
-        f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
-        "trainer.val_before_train=false", "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={out}",
-        f"trainer.n_gpus_per_node={args.nproc}", "trainer.resume_mode=disable",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[console,jsonl]",
+        f"trainer.default_local_dir={out}",
+        f"trainer.n_gpus_per_node={args.nproc}",
+        "trainer.resume_mode=disable",
     ]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc), "-m",
-               "dagrl.main_dag", *overrides, *overrides_of(name, args), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(args.nproc),
+        "-m",
+        "dagrl.main_dag",
+        *overrides,
+        *overrides_of(name, args),
+        *extra,
+    ]
     start = time.perf_counter()
     with open(Path(args.out) / f"{name}.log", "w") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -100,22 +128,34 @@ def summary(rows: list[dict], args: argparse.Namespace) -> dict[str, float]:
     train = lambda row: row["timing_s/step"] - row.get("timing_s/trainer_wait", produce(row))  # noqa: E731 - a short local helper
     seconds = sum(row["timing_s/step"] for row in steady)
     tokens = sum(row["response_length/mean"] * args.batch * args.n for row in steady)
-    return {"step_s": mean("timing_s/step"), "gen_s": sum(map(produce, steady)) / len(steady),
-            "tok_per_s": tokens / seconds, "gen_share": sum(map(produce, steady)) / seconds,
-            "resp_mean": mean("response_length/mean"), "resp_max": mean("response_length/max"),
-            "clip": mean("response_length/clip_ratio"), "stale": mean("async/staleness_mean"),
-            "partial": mean("async/partial_fraction"), "prompt": mean("prompt_length/mean"),
-            "roll_idle": sum(row.get("timing_s/rollout_pause", 0.0) for row in steady) / seconds,
-            "train_idle": sum(row.get("timing_s/trainer_wait", 0.0) for row in steady) / seconds,
-            "push_s": mean("timing_s/weight_push"), "push_gb": mean("async/push_gb"),
-            "switch_s": mean("timing_s/rollout_switch"), "restarted": mean("async/restarted_groups"),
-            # the training side's own seconds a step: colocated, what is not producing a batch; two pools, what is
-            # not waiting for a batch (steps from 2: step 1 of two pools includes start-up work)
-            "train_s": sum(map(train, rows[1:] or rows)) / len(rows[1:] or rows),
-            # the same steps' trained (prompt + response) tokens a training second: the model' rate
-            "train_tok_s": sum((row.get("prompt_length/mean", 0.0) + row["response_length/mean"]) * args.batch
-                               * args.n for row in rows[1:] or rows) / max(sum(map(train, rows[1:] or rows)), 1e-9),
-            "tok_per_gpu_s": tokens / seconds / args.nproc}
+    return {
+        "step_s": mean("timing_s/step"),
+        "gen_s": sum(map(produce, steady)) / len(steady),
+        "tok_per_s": tokens / seconds,
+        "gen_share": sum(map(produce, steady)) / seconds,
+        "resp_mean": mean("response_length/mean"),
+        "resp_max": mean("response_length/max"),
+        "clip": mean("response_length/clip_ratio"),
+        "stale": mean("async/staleness_mean"),
+        "partial": mean("async/partial_fraction"),
+        "prompt": mean("prompt_length/mean"),
+        "roll_idle": sum(row.get("timing_s/rollout_pause", 0.0) for row in steady) / seconds,
+        "train_idle": sum(row.get("timing_s/trainer_wait", 0.0) for row in steady) / seconds,
+        "push_s": mean("timing_s/weight_push"),
+        "push_gb": mean("async/push_gb"),
+        "switch_s": mean("timing_s/rollout_switch"),
+        "restarted": mean("async/restarted_groups"),
+        # the training side's own seconds a step: colocated, what is not producing a batch; two pools, what is
+        # not waiting for a batch (steps from 2: step 1 of two pools includes start-up work)
+        "train_s": sum(map(train, rows[1:] or rows)) / len(rows[1:] or rows),
+        # the same steps' trained (prompt + response) tokens a training second: the model' rate
+        "train_tok_s": sum(
+            (row.get("prompt_length/mean", 0.0) + row["response_length/mean"]) * args.batch * args.n
+            for row in rows[1:] or rows
+        )
+        / max(sum(map(train, rows[1:] or rows)), 1e-9),
+        "tok_per_gpu_s": tokens / seconds / args.nproc,
+    }
 
 
 def model_inputs(args: argparse.Namespace) -> tuple:
@@ -133,8 +173,10 @@ def model_inputs(args: argparse.Namespace) -> tuple:
     replayed, source = None, "drawn"
     if args.long_tail:
         mean, longest, *more = (float(v) for v in args.long_tail.split(","))
-        lengths = lambda rng, count: np.repeat(long_tail_lengths(rng, count // args.n, mean, int(longest)),  # noqa: E731 - a short local helper
-                                               args.n)
+
+        def lengths(rng, count):
+            return np.repeat(long_tail_lengths(rng, count // args.n, mean, int(longest)), args.n)
+
         log = Path(args.out) / "plain.log"
         found = re.search(r"data: (\d+) training prompts", log.read_text()) if log.exists() else None
         data_rows = int(more[0]) if more else int(found.group(1)) if found else 0
@@ -142,7 +184,7 @@ def model_inputs(args: argparse.Namespace) -> tuple:
             draws = args.steps + math.ceil(args.oversample) + 1
             for order in ORDERS:  # a measured run drew the order of the dagrl that ran it
                 candidate = replay(data_rows, mean, int(longest), args.batch, args.n, draws, order=order)
-                tops = candidate[::args.n][: len(rows) * args.batch].reshape(len(rows), -1).max(1)
+                tops = candidate[:: args.n][: len(rows) * args.batch].reshape(len(rows), -1).max(1)
                 if all(top == row["response_length/max"] for top, row in zip(tops, rows)):
                     replayed = candidate
                     source = f"replayed ({data_rows} rows, {order} order, matching plain's longest each step)"
@@ -166,22 +208,45 @@ def predicted_step(args: argparse.Namespace, name: str, inputs: tuple, own: dict
 
     base, _, work, _ = inputs
     partial = name.endswith("p") or name == "partial"
-    rates = base if own is None else \
-        dataclasses.replace(base, train_tok_s=own["train_tok_s"] / (args.nproc - args.rollout_procs))
+    rates = (
+        base
+        if own is None
+        else dataclasses.replace(base, train_tok_s=own["train_tok_s"] / (args.nproc - args.rollout_procs))
+    )
 
     def model(warm: int):
         if name == "partial":
-            return colocated(work, rates, args.nproc, args.steps, partial=True, oversample=args.oversample,
-                             staleness=None if args.keep_stale else args.staleness, warm=warm)
-        return two_pools(work, rates, args.rollout_procs, args.nproc - args.rollout_procs, int(name[5:].rstrip("p")),
-                         args.steps, partial=partial, oversample=args.oversample, restarts=not args.keep_stale,
-                         warm=warm)
+            return colocated(
+                work,
+                rates,
+                args.nproc,
+                args.steps,
+                partial=True,
+                oversample=args.oversample,
+                staleness=None if args.keep_stale else args.staleness,
+                warm=warm,
+            )
+        return two_pools(
+            work,
+            rates,
+            args.rollout_procs,
+            args.nproc - args.rollout_procs,
+            int(name[5:].rstrip("p")),
+            args.steps,
+            partial=partial,
+            oversample=args.oversample,
+            restarts=not args.keep_stale,
+            warm=warm,
+        )
 
     warm = args.first_step - 1
     plain, result = colocated(work, base, args.nproc, args.steps, warm=warm), model(warm)
-    return {"step_s": model(max(1, warm)).step_s, "resp_mean": result.resp_mean,
-            "ratio": (result.resp_mean / result.step_s) / (plain.resp_mean / plain.step_s),
-            "step_ratio": plain.step_s / result.step_s}
+    return {
+        "step_s": model(max(1, warm)).step_s,
+        "resp_mean": result.resp_mean,
+        "ratio": (result.resp_mean / result.step_s) / (plain.resp_mean / plain.step_s),
+        "step_ratio": plain.step_s / result.step_s,
+    }
 
 
 def main() -> None:
@@ -198,13 +263,21 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--runs", default="plain,partial", help="comma list of plain, partial, poolsK, poolsKp")
     parser.add_argument("--rollout-procs", type=int, default=1, help="processes of the rollout pool")
-    parser.add_argument("--long-tail", default="",
-                        help="MEAN,MAX[,ROWS] of the data's per-prompt limits (and its rows), for the model")
-    parser.add_argument("--keep-stale", action="store_true",
-                        help="partial runs with async_training.restart_stale=false (and the model without restarts)")
+    parser.add_argument(
+        "--long-tail", default="", help="MEAN,MAX[,ROWS] of the data's per-prompt limits (and its rows), for the model"
+    )
+    parser.add_argument(
+        "--keep-stale",
+        action="store_true",
+        help="partial runs with async_training.restart_stale=false (and the model without restarts)",
+    )
     parser.add_argument("--report", action="store_true", help="run nothing: the table of the runs in --out")
-    parser.add_argument("--first-step", type=int, default=1,
-                        help="count steps from this one (2: leave out step 1's one-time costs, e.g. the first wake-up)")
+    parser.add_argument(
+        "--first-step",
+        type=int,
+        default=1,
+        help="count steps from this one (2: leave out step 1's one-time costs, e.g. the first wake-up)",
+    )
     parser.add_argument("--out", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "dagrl_async_bench"))
     args, extra = parser.parse_known_args()
     extra = [arg for arg in extra if arg != "--"]
@@ -233,26 +306,52 @@ def main() -> None:
             predicted[name] = predicted_step(args, name, (push, *inputs[1:]))
             if name.startswith("pools") and name in results:
                 own[name] = predicted_step(args, name, (push, *inputs[1:]), own=results[name])
-    columns = ["step_s", "gen_s", "train_s", "gen_share", "tok_per_s", "tok_per_gpu_s", "resp_mean", "resp_max", "clip",
-               "stale", "partial", "restarted", "roll_idle", "train_idle", "push_s", "push_gb", "wall_s"]
-    print(f"steps {args.first_step}..{args.steps}, {args.batch} prompts x {args.n}, "
-          f"response limit {args.response_length}, "
-          f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
-          f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}, "
-          f"stale groups {'kept (restart_stale=false)' if args.keep_stale else 'restarted'}"
-          + (f"; per-prompt limits long-tailed, mean {', max '.join(args.long_tail.split(',')[:2])}" if args.long_tail
-             else ""))
+    columns = [
+        "step_s",
+        "gen_s",
+        "train_s",
+        "gen_share",
+        "tok_per_s",
+        "tok_per_gpu_s",
+        "resp_mean",
+        "resp_max",
+        "clip",
+        "stale",
+        "partial",
+        "restarted",
+        "roll_idle",
+        "train_idle",
+        "push_s",
+        "push_gb",
+        "wall_s",
+    ]
+    print(
+        f"steps {args.first_step}..{args.steps}, {args.batch} prompts x {args.n}, "
+        f"response limit {args.response_length}, "
+        f"{args.nproc} processes (pools: {args.rollout_procs} rollout + {args.nproc - args.rollout_procs} train); "
+        f"partial: oversample {args.oversample}, colocated max_staleness {args.staleness}, "
+        f"stale groups {'kept (restart_stale=false)' if args.keep_stale else 'restarted'}"
+        + (
+            f"; per-prompt limits long-tailed, mean {', max '.join(args.long_tail.split(',')[:2])}"
+            if args.long_tail
+            else ""
+        )
+    )
     if inputs is not None:
-        print(f"model fitted to plain: decode iteration {1e3 * fit['a']:.3f} ms + "
-              f"{1e3 * fit['c']:.4f} ms a sequence in "
-              f"flight (a lone sequence {1 / (fit['a'] + fit['c']):.0f} tok/s), training {rates.train_tok_s:.0f} "
-              f"tok/s/GPU, prefill {rates.prefill_tok_s:.0f} tok/s/GPU, switch {rates.switch_s:.2f} s a step; step 1 "
-              f"extra: training {rates.first_train_s:.1f} s, first wake-up {rates.first_switch_s:.1f} s; lengths "
-              f"{source}; decode s a plain step, model / measured: "
-              + ", ".join(f"{m:.1f}/{d:.1f}" for m, d in zip(fit["model_decode_s"], fit["decode_s"])))
-    print("model step_s: the model's mean step from step 2, from plain's rates, training scaled by GPU count; "
-          "model' step_s: the same with the run's own measured training rate; the ratios below count the same steps "
-          "as the measurement, each against the model's plain run")
+        print(
+            f"model fitted to plain: decode iteration {1e3 * fit['a']:.3f} ms + "
+            f"{1e3 * fit['c']:.4f} ms a sequence in "
+            f"flight (a lone sequence {1 / (fit['a'] + fit['c']):.0f} tok/s), training {rates.train_tok_s:.0f} "
+            f"tok/s/GPU, prefill {rates.prefill_tok_s:.0f} tok/s/GPU, switch {rates.switch_s:.2f} s a step; step 1 "
+            f"extra: training {rates.first_train_s:.1f} s, first wake-up {rates.first_switch_s:.1f} s; lengths "
+            f"{source}; decode s a plain step, model / measured: "
+            + ", ".join(f"{m:.1f}/{d:.1f}" for m, d in zip(fit["model_decode_s"], fit["decode_s"]))
+        )
+    print(
+        "model step_s: the model's mean step from step 2, from plain's rates, training scaled by GPU count; "
+        "model' step_s: the same with the run's own measured training rate; the ratios below count the same steps "
+        "as the measurement, each against the model's plain run"
+    )
     print("| run | " + " | ".join(columns) + " | model step_s | model' step_s |")
     print("|---" * (len(columns) + 3) + "|")
     fmt = lambda table, name: f"{table[name]['step_s']:.3f}" if name in table else "-"  # noqa: E731 - a short local helper
@@ -263,16 +362,21 @@ def main() -> None:
     for name in results:
         if name != "plain" and "plain" in results:
             measured = results["plain"]["step_s"] / results[name]["step_s"]
-            tokens = results[name]['tok_per_s'] / results['plain']['tok_per_s']
+            tokens = results[name]["tok_per_s"] / results["plain"]["tok_per_s"]
             model, model_own = predicted[name], own.get(name)
             within.append(abs((model_own or model)["ratio"] / tokens - 1) <= 0.2)
-            print(f"{name} / plain: trained tokens/s {tokens:.3f}x (model {model['ratio']:.3f}x"
-                  + (f", model' {model_own['ratio']:.3f}x" if model_own else "") + f"), step time {measured:.3f}x "
-                  f"(model {model['step_ratio']:.3f}x); trained response mean {results[name]['resp_mean']:.0f} "
-                  f"(model {model['resp_mean']:.0f}, plain {results['plain']['resp_mean']:.0f})")
+            print(
+                f"{name} / plain: trained tokens/s {tokens:.3f}x (model {model['ratio']:.3f}x"
+                + (f", model' {model_own['ratio']:.3f}x" if model_own else "")
+                + f"), step time {measured:.3f}x "
+                f"(model {model['step_ratio']:.3f}x); trained response mean {results[name]['resp_mean']:.0f} "
+                f"(model {model['resp_mean']:.0f}, plain {results['plain']['resp_mean']:.0f})"
+            )
     if within:
-        print(f"model' (model where there is no model') within 20 % of the measured tokens/s ratio: "
-              f"{sum(within)} of {len(within)}")
+        print(
+            f"model' (model where there is no model') within 20 % of the measured tokens/s ratio: "
+            f"{sum(within)} of {len(within)}"
+        )
 
 
 if __name__ == "__main__":

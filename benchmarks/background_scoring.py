@@ -11,6 +11,7 @@ runs score then log-prob; in the background, the score node runs in a thread bes
 (`dagrl.nodes.reward.score_in_background`'s layout). The table: median seconds of the middle of the step, the scorer's
 own seconds, the log-prob stand-in's (slowed by sharing the GIL) and the wait at the join, both ways in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,13 +39,20 @@ class Ctx:  # what the score node reads of a StepContext
 
 def make_batch(tokenizer, responses: int, length: int) -> Batch:
     ids = torch.randint(0, len(tokenizer), (responses, length), generator=torch.Generator().manual_seed(0))
-    return Batch({"responses": ids, "response_mask": torch.ones_like(ids)},
-                 {"uid": [str(row // 8) for row in range(responses)], "data_source": ["dagrl/arithmetic"] * responses,
-                  "reward_model": [{"ground_truth": "42"}] * responses, "extra_info": [{}] * responses})
+    return Batch(
+        {"responses": ids, "response_mask": torch.ones_like(ids)},
+        {
+            "uid": [str(row // 8) for row in range(responses)],
+            "data_source": ["dagrl/arithmetic"] * responses,
+            "reward_model": [{"ground_truth": "42"}] * responses,
+            "extra_info": [{}] * responses,
+        },
+    )
 
 
 def log_prob_stand_in(seconds: float, launch_share: float):
     """`seconds` in slices of 10 ms: `launch_share` of each spent in Python (holding the GIL), the rest asleep."""
+
     def node(ctx, batch):
         for _ in range(max(int(seconds / 0.01), 1)):
             busy_until = time.perf_counter() + 0.01 * launch_share
@@ -53,6 +61,7 @@ def log_prob_stand_in(seconds: float, launch_share: float):
             time.sleep(0.01 * (1 - launch_share))
         batch["old_log_probs"] = torch.zeros(batch["responses"].shape)
         return batch, {}
+
     return node
 
 
@@ -63,13 +72,14 @@ def join(ctx, batch):
 
 def graph(background: bool, logprob):
     noop = lambda ctx, batch: (batch, {})  # noqa: E731 - a short local helper
-    nodes = [{"id": "rollout", "role": "rollout", "fn": noop, "deps": []},
-             {"id": "score", "role": "reward", "fn": score_rows, "deps": ["rollout"], "background": background},
-             {"id": "old_log_prob", "role": "actor", "fn": logprob, "deps": ["rollout"] + ([] if background else
-                                                                                            ["score"])},
-             {"id": "reward", "role": "reward", "fn": join, "deps": ["score", "old_log_prob"]},
-             {"id": "advantage", "role": "advantage", "fn": noop, "deps": ["reward"]},
-             {"id": "actor_update", "role": "actor", "fn": noop, "deps": ["advantage"]}]
+    nodes = [
+        {"id": "rollout", "role": "rollout", "fn": noop, "deps": []},
+        {"id": "score", "role": "reward", "fn": score_rows, "deps": ["rollout"], "background": background},
+        {"id": "old_log_prob", "role": "actor", "fn": logprob, "deps": ["rollout"] + ([] if background else ["score"])},
+        {"id": "reward", "role": "reward", "fn": join, "deps": ["score", "old_log_prob"]},
+        {"id": "advantage", "role": "advantage", "fn": noop, "deps": ["reward"]},
+        {"id": "actor_update", "role": "actor", "fn": noop, "deps": ["advantage"]},
+    ]
     return build_graph(nodes)
 
 
@@ -79,8 +89,12 @@ def timed_step(graph_, ctx, batch) -> dict[str, float]:
     run_graph(graph_, ctx, batch, timer)
     whole, seconds = time.perf_counter() - start, timer.seconds
     background = "reward_background" in seconds  # then `reward` is the wait at the join
-    return {"step": whole, "scorer": seconds["reward_background" if background else "reward"],
-            "log-prob": seconds["old_log_prob"], "waited for scores": seconds["reward"]}
+    return {
+        "step": whole,
+        "scorer": seconds["reward_background" if background else "reward"],
+        "log-prob": seconds["old_log_prob"],
+        "waited for scores": seconds["reward"],
+    }
 
 
 def main() -> None:
@@ -100,16 +114,23 @@ def main() -> None:
     runs = {name: [] for name in ("in line", "background")}
     for _ in range(args.repeats + 1):  # the first of each warms the tokenizer and the scorer's imports
         for name in runs:
-            runs[name].append(timed_step(graph(name == "background", logprob), ctx,
-                                         make_batch(tokenizer, args.responses, args.length)))
-    print(f"{args.responses} responses x {args.length} tokens, log-prob stand-in {args.logprob_s} s "
-          f"({args.launch_share:.0%} holding the GIL), median of {args.repeats}; seconds")
+            runs[name].append(
+                timed_step(
+                    graph(name == "background", logprob), ctx, make_batch(tokenizer, args.responses, args.length)
+                )
+            )
+    print(
+        f"{args.responses} responses x {args.length} tokens, log-prob stand-in {args.logprob_s} s "
+        f"({args.launch_share:.0%} holding the GIL), median of {args.repeats}; seconds"
+    )
     print("| scoring | step (score + log-prob) | scorer | log-prob | waited for scores |")
     print("|---|---:|---:|---:|---:|")
     for name, rows in runs.items():
         median = {key: statistics.median(row[key] for row in rows[1:]) for key in rows[0]}
-        print(f"| {name} | {median['step']:.3f} | {median['scorer']:.3f} | {median['log-prob']:.3f} | "
-              f"{median['waited for scores']:.3f} |")
+        print(
+            f"| {name} | {median['step']:.3f} | {median['scorer']:.3f} | {median['log-prob']:.3f} | "
+            f"{median['waited for scores']:.3f} |"
+        )
     saved = [a["step"] - b["step"] for a, b in zip(runs["in line"][1:], runs["background"][1:])]
     print(f"background saves {statistics.median(saved):.3f} s a step (median of the pairs)")
 

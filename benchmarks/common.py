@@ -1,5 +1,6 @@
 """Pieces the GPU benchmarks share: a config-only model directory every rank sees, an actor engine on random
 weights (the benchmarks measure speed, so no multi-GB checkpoint is written or read), and a CPU-time profile."""
+
 from __future__ import annotations
 
 import cProfile

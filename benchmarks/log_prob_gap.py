@@ -10,6 +10,7 @@ is one row; --fp32-head runs every LM head in fp32 (vLLM's hf_overrides head_dty
 The trainer reports the vLLM-vs-actor row as training/rollout_log_probs_diff_mean. --variants scores the same
 tokens with actors built under other TransformerConfig fusions (override_transformer_config), one after another.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,12 @@ from dagrl.engine.logits import hf_response_log_probs
 
 # Actor numerics to compare: TransformerEngine's fused RoPE computes in fp32 and the fused SwiGLU rounds once, where
 # HF and vLLM round cos/sin and silu(gate) to bf16 first.
-VARIANTS = {"fused": {}, "rope-unfused": {"apply_rope_fusion": False},
-            "swiglu-unfused": {"bias_activation_fusion": False},
-            "unfused": {"apply_rope_fusion": False, "bias_activation_fusion": False}}
+VARIANTS = {
+    "fused": {},
+    "rope-unfused": {"apply_rope_fusion": False},
+    "swiglu-unfused": {"bias_activation_fusion": False},
+    "unfused": {"apply_rope_fusion": False, "bias_activation_fusion": False},
+}
 
 
 def main() -> None:
@@ -41,8 +45,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--response-length", type=int, default=12)
     parser.add_argument("--fp32-head", action="store_true", help="LM head in fp32 on both sides")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["fused"],
-                        help="actor fusions to score with (the first also feeds vLLM its weights)")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=["fused"],
+        help="actor fusions to score with (the first also feeds vLLM its weights)",
+    )
     parser.add_argument("--cuda-graphs", action="store_true", help="vLLM with CUDA graphs (enforce_eager=False)")
     args = parser.parse_args()
 
@@ -64,33 +73,57 @@ def main() -> None:
     def actor(variant: str) -> MegatronActorEngine:
         if ps.model_parallel_is_initialized():
             ps.destroy_model_parallel()
-        return MegatronActorEngine(MegatronEngineSpec(
-            model_path=args.model, layout=ParallelLayout(), param_dtype=torch.bfloat16, fp32_lm_head=args.fp32_head,
-            override_transformer_config=VARIANTS[variant]))
+        return MegatronActorEngine(
+            MegatronEngineSpec(
+                model_path=args.model,
+                layout=ParallelLayout(),
+                param_dtype=torch.bfloat16,
+                fp32_lm_head=args.fp32_head,
+                override_transformer_config=VARIANTS[variant],
+            )
+        )
 
     engine = actor(args.variants[0])
-    rollout = VLLMRollout(VLLMRolloutSpec(model_path=args.model, gpu_memory_utilization=0.3, max_model_len=512,
-                                          calculate_log_probs=True, fp32_lm_head=args.fp32_head,
-                                          enforce_eager=not args.cuda_graphs), eos, pad)
+    rollout = VLLMRollout(
+        VLLMRolloutSpec(
+            model_path=args.model,
+            gpu_memory_utilization=0.3,
+            max_model_len=512,
+            calculate_log_probs=True,
+            fp32_lm_head=args.fp32_head,
+            enforce_eager=not args.cuda_graphs,
+        ),
+        eos,
+        pad,
+    )
     rollout.load_weights(engine.export_weights(1 << 30))  # the trainer's sync
     out = rollout.generate(prompts, sampling, seed=0).to("cuda")
     mask = out["response_mask"].bool()
     scores = {"vLLM": out["rollout_log_probs"]}
     for index, variant in enumerate(args.variants):
         engine = actor(variant) if index else engine
-        scores[f"actor {variant}"], _ = engine.compute_log_prob(out, micro_batch_size=64, temperature=1.0,
-                                                               with_entropy=False)
+        scores[f"actor {variant}"], _ = engine.compute_log_prob(
+            out, micro_batch_size=64, temperature=1.0, with_entropy=False
+        )
     hf = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda().eval()
     scores["HF bf16"] = hf_response_log_probs(hf, out, args.fp32_head)
     exact = "exact (HF fp32)"
     scores[exact] = hf_response_log_probs(hf.float(), out, True)
-    print(f"\n{Path(args.model).name}: {args.prompts} prompts x n={args.n}, {int(mask.sum())} response tokens, "
-          f"temperature 1, LM head {'fp32' if args.fp32_head else 'bf16'}, vLLM "
-          f"{'with CUDA graphs' if args.cuda_graphs else 'eager'}")
+    print(
+        f"\n{Path(args.model).name}: {args.prompts} prompts x n={args.n}, {int(mask.sum())} response tokens, "
+        f"temperature 1, LM head {'fp32' if args.fp32_head else 'bf16'}, vLLM "
+        f"{'with CUDA graphs' if args.cuda_graphs else 'eager'}"
+    )
     print("| pair | mean abs diff | max abs diff |\n|---|---|---|")
     actors = [f"actor {v}" for v in args.variants]
-    pairs = ([("vLLM", a) for a in actors] + [("vLLM", exact)] + [(a, exact) for a in actors] + [("HF bf16", exact)]
-             + [("vLLM", "HF bf16")] + [(a, "HF bf16") for a in actors])
+    pairs = (
+        [("vLLM", a) for a in actors]
+        + [("vLLM", exact)]
+        + [(a, exact) for a in actors]
+        + [("HF bf16", exact)]
+        + [("vLLM", "HF bf16")]
+        + [(a, "HF bf16") for a in actors]
+    )
     for a, b in pairs:
         gap = (scores[a].float() - scores[b].float()).abs()[mask]
         print(f"| {a} vs {b} | {gap.mean().item():.4f} | {gap.max().item():.3f} |")

@@ -10,6 +10,7 @@ columns and extra_info's other keys are kept; DIR/test.parquet, if present, is c
 data.max_response_length). A random-weight model never stops on its own, so these limits are the response lengths;
 train with data.max_response_length >= --max, which caps every row's limit.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,10 @@ def main() -> None:
     if (args.src / "test.parquet").exists():
         shutil.copyfile(args.src / "test.parquet", args.dst / "test.parquet")
     p50, p90, p99 = np.percentile(limits, [50, 90, 99])
-    print(f"{len(limits)} rows -> {args.dst / 'train.parquet'}: extra_info.max_response_length "
-          f"mean {limits.mean():.0f} p50 {p50:.0f} p90 {p90:.0f} p99 {p99:.0f} max {limits.max():.0f}")
+    print(
+        f"{len(limits)} rows -> {args.dst / 'train.parquet'}: extra_info.max_response_length "
+        f"mean {limits.mean():.0f} p50 {p50:.0f} p90 {p90:.0f} p99 {p99:.0f} max {limits.max():.0f}"
+    )
 
 
 if __name__ == "__main__":

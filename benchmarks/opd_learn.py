@@ -19,6 +19,7 @@ accuracy at every evaluated step (the mean over seeds, with min-max when there a
 (median), and the first evaluated step at which it reaches the teacher's accuracy less 0.05 (the teacher's is
 measured first, by a validation-only run of the teacher). `--report` prints the table of DIR only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ARMS = {"grpo": [], "opd": ["dag=opd", "distillation.teacher_model.model_path={teacher}"],
-        "opd_pure": ["dag=opd", "distillation.teacher_model.model_path={teacher}",
-                     "distillation.distillation_loss.use_task_rewards=False"],
-        "remax": ["algorithm.adv_estimator=remax"]}
+ARMS = {
+    "grpo": [],
+    "opd": ["dag=opd", "distillation.teacher_model.model_path={teacher}"],
+    "opd_pure": [
+        "dag=opd",
+        "distillation.teacher_model.model_path={teacher}",
+        "distillation.distillation_loss.use_task_rewards=False",
+    ],
+    "remax": ["algorithm.adv_estimator=remax"],
+}
 ACC = "val-core/"
 
 
@@ -55,8 +62,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(name: str, overrides: list[str], seed: int, args: argparse.Namespace, model: str | None = None,
-        steps: int = 0, keep: bool = False) -> None:
+def run(
+    name: str,
+    overrides: list[str],
+    seed: int,
+    args: argparse.Namespace,
+    model: str | None = None,
+    steps: int = 0,
+    keep: bool = False,
+) -> None:
     """One run of the script into DIR/name; `keep` saves its last step (to become the teacher)."""
     steps = steps or args.steps
     out = args.out / name
@@ -64,10 +78,14 @@ def run(name: str, overrides: list[str], seed: int, args: argparse.Namespace, mo
     env = {**os.environ, "SEED": str(seed), "CKPT_DIR": str(out / "ckpt"), "NGPUS": "1", "PYTHONUNBUFFERED": "1"}
     if model:
         env["MODEL_PATH"] = model
-    common = [f"trainer.total_training_steps={steps}", f"trainer.test_freq={args.test_freq}",
-              f"trainer.save_freq={steps if keep else -1}", "trainer.resume_mode=disable",
-              "trainer.val_before_train=True",
-              "trainer.logger=[console,jsonl]"]
+    common = [
+        f"trainer.total_training_steps={steps}",
+        f"trainer.test_freq={args.test_freq}",
+        f"trainer.save_freq={steps if keep else -1}",
+        "trainer.resume_mode=disable",
+        "trainer.val_before_train=True",
+        "trainer.logger=[console,jsonl]",
+    ]
     command = ["bash", args.script, *common, *overrides, *shlex.split(args.extra)]
     started = time.perf_counter()
     with open(out / "console.log", "w") as log:
@@ -80,8 +98,17 @@ def run(name: str, overrides: list[str], seed: int, args: argparse.Namespace, mo
 
 
 def merge(actor_dir: Path, target: str) -> None:
-    command = [sys.executable, "scripts/model_merger.py", "merge", "--backend", "megatron", "--local_dir",
-               str(actor_dir), "--target_dir", target]
+    command = [
+        sys.executable,
+        "scripts/model_merger.py",
+        "merge",
+        "--backend",
+        "megatron",
+        "--local_dir",
+        str(actor_dir),
+        "--target_dir",
+        target,
+    ]
     if subprocess.call(command, cwd=ROOT) != 0:
         sys.exit(f"merging {actor_dir} failed")
 
@@ -112,20 +139,30 @@ def report(args: argparse.Namespace) -> str:
     target = statistics.fmean(teacher) - 0.05 if teacher else None
     curves = {arm: [curve(args.out / f"{arm}_seed{s}") for s in seeds] for arm in arms}
     steps = sorted({step for runs in curves.values() for accuracy, _ in runs for step in accuracy})
-    lines = [f"held-out greedy accuracy by step ({len(seeds)} seed(s): mean, min-max over seeds)"
-             + (f"; teacher {statistics.fmean(teacher):.3f}" if teacher else ""),
-             "| arm | " + " | ".join(f"step {s}" for s in steps)
-             + " | s/step (median) | first step >= teacher - 0.05 |",
-             "|---|" + "---|" * (len(steps) + 2)]
+    lines = [
+        f"held-out greedy accuracy by step ({len(seeds)} seed(s): mean, min-max over seeds)"
+        + (f"; teacher {statistics.fmean(teacher):.3f}" if teacher else ""),
+        "| arm | " + " | ".join(f"step {s}" for s in steps) + " | s/step (median) | first step >= teacher - 0.05 |",
+        "|---|" + "---|" * (len(steps) + 2),
+    ]
     for arm, runs in curves.items():
-        cells = [spread([acc[s] for acc, _ in runs if s in acc]) if any(s in acc for acc, _ in runs) else "-"
-                 for s in steps]
+        cells = [
+            spread([acc[s] for acc, _ in runs if s in acc]) if any(s in acc for acc, _ in runs) else "-" for s in steps
+        ]
         seconds = [t for _, times in runs for t in times]
-        means = {s: statistics.fmean([acc[s] for acc, _ in runs if s in acc]) for s in steps
-                 if all(s in acc for acc, _ in runs)}
+        means = {
+            s: statistics.fmean([acc[s] for acc, _ in runs if s in acc])
+            for s in steps
+            if all(s in acc for acc, _ in runs)
+        }
         reached = next((s for s in sorted(means) if target is not None and means[s] >= target), None)
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {statistics.median(seconds) if seconds else 0:.1f} | "
-                     + (str(reached) if reached is not None else "not reached") + " |")
+        lines.append(
+            f"| {arm} | "
+            + " | ".join(cells)
+            + f" | {statistics.median(seconds) if seconds else 0:.1f} | "
+            + (str(reached) if reached is not None else "not reached")
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -151,8 +188,9 @@ def main(argv: list[str] | None = None) -> None:
                 taught = any("{teacher}" in o for o in ARMS[arm])
                 if taught and not measured:  # the teacher's own held-out accuracy, once it exists
                     if args.teacher_from_grpo and not Path(args.teacher, "config.json").is_file():
-                        merge(args.out / f"grpo_seed{seed}" / "ckpt" / f"global_step_{args.steps}" / "actor",
-                              args.teacher)
+                        merge(
+                            args.out / f"grpo_seed{seed}" / "ckpt" / f"global_step_{args.steps}" / "actor", args.teacher
+                        )
                     run(f"teacher_seed{seed}", ["trainer.val_only=True"], seed, args, model=args.teacher)
                     measured = True
                 keep = arm == "grpo" and args.teacher_from_grpo and not args.teacher_steps

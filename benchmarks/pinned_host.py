@@ -10,6 +10,7 @@ switch allocates and locks that memory (~27 GB for a Qwen3-1.7B actor on one GPU
 and the GB/s of a device-to-host and a host-to-device copy of min(size, 4 GiB) through each buffer (a buffer that is
 not really page-locked copies at a fraction of that). Each allocation is freed before the next, largest first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,11 @@ def main() -> None:
             if fault is None:  # split dagrl's: fault-in alone on a fresh buffer of the same size
                 fault_s, _ = timed(lambda: fault_in(torch.empty(nbytes, dtype=torch.uint8), args.threads))
                 fault, register = f"{fault_s:.2f}", f"{max(seconds - fault_s, 0.0):.2f}"
-            print(f"| {gib:g} | {name} | {seconds:.2f} | {gib / seconds:.1f} | {fault} | {register} | {d2h:.1f} | "
-                  f"{h2d:.1f} | {pinned} |", flush=True)
+            print(
+                f"| {gib:g} | {name} | {seconds:.2f} | {gib / seconds:.1f} | {fault} | {register} | {d2h:.1f} | "
+                f"{h2d:.1f} | {pinned} |",
+                flush=True,
+            )
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaHostUnregister(plain.data_ptr())
         del rows, host, plain, owner, buffer

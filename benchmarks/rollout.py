@@ -12,6 +12,7 @@ the same tokens in every repeat, and how dagrl's call splits between vLLM's gene
 With vLLM's model runner V2 (0.26's default) per-request seeds cost nothing (one H200: 1.002 of unseeded) and
 dagrl was 0.953.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,7 @@ def random_prompts(rows: int, length: int, vocab: int) -> Batch:
     for row in range(rows):  # uneven prompt lengths, left-padded as the dataset makes them
         cut = int(torch.randint(0, length // 2, (1,), generator=g))
         mask[row, :cut] = 0
-    return Batch({"input_ids": ids * mask, "attention_mask": mask,
-                  "position_ids": (mask.cumsum(1) - 1).clamp(min=0)})
+    return Batch({"input_ids": ids * mask, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)})
 
 
 BARE = "bare vllm.LLM.generate, no seeds"
@@ -63,9 +63,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="also print the CPU time of dagrl's own steps")
-    parser.add_argument("--runner", choices=("default", "v1", "v2"), default="default",
-                        help="vLLM's model runner (VLLM_USE_V2_MODEL_RUNNER): v2 draws seeded requests' noise in one "
-                             "batched kernel, v1 one launch per seeded request and step")
+    parser.add_argument(
+        "--runner",
+        choices=("default", "v1", "v2"),
+        default="default",
+        help="vLLM's model runner (VLLM_USE_V2_MODEL_RUNNER): v2 draws seeded requests' noise in one "
+        "batched kernel, v1 one launch per seeded request and step",
+    )
     args = parser.parse_args()
     if args.runner != "default":
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
@@ -78,34 +82,57 @@ def main() -> None:
 
     init_distributed()
     model_dir = Path(tempfile.mkdtemp()) / "model"
-    subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "init_random_model.py"),
-                    "--family", "qwen3", "--size", args.size, "--out", str(model_dir), "--config-only"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[1] / "scripts" / "init_random_model.py"),
+            "--family",
+            "qwen3",
+            "--size",
+            args.size,
+            "--out",
+            str(model_dir),
+            "--config-only",
+        ],
+        check=True,
+    )
     import json
+
     config = json.loads((model_dir / "config.json").read_text())
     config["architectures"] = ["Qwen3ForCausalLM"]  # vLLM picks its runner from it
     (model_dir / "config.json").write_text(json.dumps(config))
     vocab = config["vocab_size"]
-    rollout = VLLMRollout(VLLMRolloutSpec(
-        model_path=str(model_dir), gpu_memory_utilization=0.6, load_format="dummy",
-        max_model_len=args.prompt_length + args.response_length, enforce_eager=False),
-        eos_token_ids=[vocab - 1], pad_token_id=0)
+    rollout = VLLMRollout(
+        VLLMRolloutSpec(
+            model_path=str(model_dir),
+            gpu_memory_utilization=0.6,
+            load_format="dummy",
+            max_model_len=args.prompt_length + args.response_length,
+            enforce_eager=False,
+        ),
+        eos_token_ids=[vocab - 1],
+        pad_token_id=0,
+    )
     rollout.weights_discarded = False  # benchmark on the dummy weights: no sync
     runner = "v2" if rollout.llm.llm_engine.vllm_config.use_v2_model_runner else "v1"
     prompts = random_prompts(args.prompts, args.prompt_length, vocab)
     sampling = SamplingSpec(n=args.n, temperature=1.0, response_length=args.response_length)
     requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
     seeded = [SamplingParams(**p.as_kwargs()) for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
-    unseeded = [SamplingParams(**{**p.as_kwargs(), "seed": None})
-                for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)]
+    unseeded = [
+        SamplingParams(**{**p.as_kwargs(), "seed": None})
+        for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)
+    ]
 
     def bare(params, prompts_in=None):
         outputs = rollout.llm.generate(prompts_in or requests, params, use_tqdm=False)
         return torch.tensor([len(c.token_ids) for o in outputs for c in o.outputs]), outputs
 
     def bare_built_per_call():  # requests and parameters built anew as dagrl does each call: vLLM's own share
-        return bare([SamplingParams(**p.as_kwargs())
-                     for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)],
-                    [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)])
+        return bare(
+            [SamplingParams(**p.as_kwargs()) for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)],
+            [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)],
+        )
 
     inner: list[float] = []  # vLLM's own generate inside each dagrl call: the rest is dagrl's building and unpacking
     vllm_generate = rollout.llm.generate
@@ -141,7 +168,7 @@ def main() -> None:
     first: dict[str, torch.Tensor] = {}
     names = list(paths)
     for repeat in range(args.repeats):  # interleaved, each repeat in a rotated order: drift hits every path alike
-        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
             rollout.llm.reset_prefix_cache()
             seconds, (lengths, samples) = timed(paths[name])
             times[name].append(seconds)
@@ -152,21 +179,29 @@ def main() -> None:
                 repeated[name] = repeated.get(name, True) and torch.equal(first[name], samples)
     if args.profile:  # dagrl's request building and unpacking, apart from vLLM's generate
         print(cpu_profile(dagrl, "cumulative", r"dagrl/(engine|data)", 12))
-    rows = {name: (statistics.median(values), tokens[name], tokens[name] / statistics.median(values))
-            for name, values in times.items()}
+    rows = {
+        name: (statistics.median(values), tokens[name], tokens[name] / statistics.median(values))
+        for name, values in times.items()
+    }
     base = rows[BARE][2]
-    print(f"\nQwen3-{args.size} shape, {args.prompts} prompts x n={args.n}, prompt <= {args.prompt_length}, "
-          f"response {args.response_length}, 1 GPU, bf16, CUDA graphs, vLLM model runner {runner}; median of "
-          f"{args.repeats} rotated repeats")
+    print(
+        f"\nQwen3-{args.size} shape, {args.prompts} prompts x n={args.n}, prompt <= {args.prompt_length}, "
+        f"response {args.response_length}, 1 GPU, bf16, CUDA graphs, vLLM model runner {runner}; median of "
+        f"{args.repeats} rotated repeats"
+    )
     print("| path | median s | min s | max s | generated tokens | tokens/s | vs bare | same samples every repeat |")
     print("|---|---|---|---|---|---|---|---|")
     for name, (seconds, count, rate) in rows.items():
-        print(f"| {name} | {seconds:.2f} | {min(times[name]):.2f} | {max(times[name]):.2f} | {count} | {rate:,.0f} | "
-              f"{rate / base:.3f} | {repeated.get(name, '-')} |")
+        print(
+            f"| {name} | {seconds:.2f} | {min(times[name]):.2f} | {max(times[name]):.2f} | {count} | {rate:,.0f} | "
+            f"{rate / base:.3f} | {repeated.get(name, '-')} |"
+        )
     seeded = statistics.median(times["bare vllm.LLM.generate, per-request seeds"])
-    within = statistics.median(inner[1:1 + args.repeats])  # inner[0] is the warm-up's
-    print(f"dagrl's call split: vLLM's generate inside it {within:.2f} s (bare with seeds {seeded:.2f} s), dagrl's "
-          f"request building and unpacking around it {statistics.median(outside):.3f} s (medians)")
+    within = statistics.median(inner[1 : 1 + args.repeats])  # inner[0] is the warm-up's
+    print(
+        f"dagrl's call split: vLLM's generate inside it {within:.2f} s (bare with seeds {seeded:.2f} s), dagrl's "
+        f"request building and unpacking around it {statistics.median(outside):.3f} s (medians)"
+    )
 
 
 if __name__ == "__main__":

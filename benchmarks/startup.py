@@ -15,6 +15,7 @@ allocates the host memory the actor offloads into) and the launch's wall time.
 
 The command after `--` starts a training job; the benchmark appends the run directory, step and resume overrides.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,15 @@ READY = re.compile(r"ready in (\d+) s")
 
 
 def launch_overrides(name: str, step: int, out: Path) -> list[str]:
-    words = [f"trainer.default_local_dir={out / 'run'}", f"trainer.total_training_steps={step}",
-             "trainer.save_freq=1", "trainer.test_freq=-1", "trainer.val_before_train=false",
-             "trainer.resume_mode=auto", "trainer.max_actor_ckpt_to_keep=1"]  # a 1.7B checkpoint is ~24 GB
+    words = [
+        f"trainer.default_local_dir={out / 'run'}",
+        f"trainer.total_training_steps={step}",
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.resume_mode=auto",
+        "trainer.max_actor_ckpt_to_keep=1",
+    ]  # a 1.7B checkpoint is ~24 GB
     cache = out / "empty_cache" if name == "cold" else out / "run" / "vllm_cache"  # cold: as on a new machine
     return [*words, f"actor_rollout_ref.rollout.cache_dir={cache}"]
 
@@ -46,8 +53,9 @@ def run_launch(name: str, step: int, command: list[str], out: Path) -> dict:
         shutil.rmtree(out / "empty_cache", ignore_errors=True)
     launched = time.time()
     with open(log, "w") as stream:
-        rc = subprocess.run([*command, *launch_overrides(name, step, out)], cwd=ROOT, stdout=stream,
-                            stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            [*command, *launch_overrides(name, step, out)], cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT
+        ).returncode
     row = {"launch": name, "rc": rc, "launched": launched, "wall_s": round(time.time() - launched, 1)}
     (out / f"{name}.json").write_text(json.dumps(row))
     print(f"{name}: exit {rc} after {row['wall_s']:.0f} s", flush=True)
@@ -61,11 +69,16 @@ def step_row(out: Path, step: int) -> dict | None:
 
 
 def report(out: Path) -> str:
-    lines = ["| launch | what vLLM's cache holds | launch to step start s | compose / pre-flight / imports + process "
-             "group s | trainer ready s | vLLM engine up s | step s | its rollout switch s | wall s | exit |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    what = {"fresh": "nothing (new run)", "cold": "nothing (resume, as on a machine that never ran the job)",
-            "warm": "the first launch's (resume, cache in the run directory)"}
+    lines = [
+        "| launch | what vLLM's cache holds | launch to step start s | compose / pre-flight / imports + process "
+        "group s | trainer ready s | vLLM engine up s | step s | its rollout switch s | wall s | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    what = {
+        "fresh": "nothing (new run)",
+        "cold": "nothing (resume, as on a machine that never ran the job)",
+        "warm": "the first launch's (resume, cache in the run directory)",
+    }
     for step, name in enumerate(LAUNCHES, start=1):
         path = out / f"{name}.json"
         if not path.exists():
@@ -82,8 +95,10 @@ def report(out: Path) -> str:
         phases = START_UP.search(log)
         before = " / ".join(phases.groups()) if phases else "-"
         ready = READY.search(log)
-        lines.append(f"| {name} | {what[name]} | {first} | {before} | {ready.group(1) if ready else '-'} | {up} | "
-                     f"{step_s} | {switch_s} | {launch['wall_s']:.1f} | {launch['rc']} |")
+        lines.append(
+            f"| {name} | {what[name]} | {first} | {before} | {ready.group(1) if ready else '-'} | {up} | "
+            f"{step_s} | {switch_s} | {launch['wall_s']:.1f} | {launch['rc']} |"
+        )
     return "\n".join(lines)
 
 

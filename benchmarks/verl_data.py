@@ -9,6 +9,7 @@ then tokenized without special tokens) and checked against the template's own to
 sends); a row where they differ stops the script. Filler words are those of FILLER that are one token each with this
 tokenizer: each starts with a space, so byte-level pre-tokenization keeps them apart and k words add exactly k tokens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,10 @@ def prompt_ids(tokenizer, chat: list[dict]) -> list[int]:
     direct = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
     direct = direct["input_ids"] if hasattr(direct, "keys") else direct  # transformers 5 may return a BatchEncoding
     if list(direct) != list(ids):
-        raise SystemExit(f"the rendered-then-tokenized prompt ({len(ids)} tokens) differs from the chat template's "
-                         f"own tokenization ({len(direct)}): the two trainers would not see the same prompt")
+        raise SystemExit(
+            f"the rendered-then-tokenized prompt ({len(ids)} tokens) differs from the chat template's "
+            f"own tokenization ({len(direct)}): the two trainers would not see the same prompt"
+        )
     return ids
 
 

@@ -22,6 +22,7 @@ prompts each repeat:
 Median of --repeats after one warm-up; files: DIR/<mode>.json (seconds of each repeat, tokens, start-up seconds) and
 DIR/<mode>.log. The table gives each mode's seconds and tokens/s against inproc's. --report prints it from the files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,13 +43,24 @@ MODES = {
 
 
 def engine_kwargs(args: argparse.Namespace, mode: str) -> dict:
-    return dict(model=args.model, dtype="bfloat16", load_format="dummy", seed=0,
-                max_model_len=args.prompt_length + args.response_length, max_num_seqs=1024,
-                max_num_batched_tokens=8192, enable_chunked_prefill=True, enable_prefix_caching=True,
-                gpu_memory_utilization=0.5, enforce_eager=False, enable_sleep_mode=True,
-                logprobs_mode="processed_logprobs", disable_log_stats=True,
-                skip_tokenizer_init=mode == "inproc",
-                **({"distributed_executor_backend": "mp"} if mode.startswith("async") else {}))
+    return dict(
+        model=args.model,
+        dtype="bfloat16",
+        load_format="dummy",
+        seed=0,
+        max_model_len=args.prompt_length + args.response_length,
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+        enable_chunked_prefill=True,
+        enable_prefix_caching=True,
+        gpu_memory_utilization=0.5,
+        enforce_eager=False,
+        enable_sleep_mode=True,
+        logprobs_mode="processed_logprobs",
+        disable_log_stats=True,
+        skip_tokenizer_init=mode == "inproc",
+        **({"distributed_executor_backend": "mp"} if mode.startswith("async") else {}),
+    )
 
 
 def prompts_of(args: argparse.Namespace, repeat: int, vocab: int) -> list[list[int]]:
@@ -64,8 +76,15 @@ def sampling(args: argparse.Namespace, n: int, detokenize: bool, final_only: boo
     from vllm.sampling_params import RequestOutputKind
 
     kind = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.CUMULATIVE
-    return SamplingParams(n=n, temperature=1.0, max_tokens=args.response_length, ignore_eos=True, logprobs=0,
-                          detokenize=detokenize, output_kind=kind)
+    return SamplingParams(
+        n=n,
+        temperature=1.0,
+        max_tokens=args.response_length,
+        ignore_eos=True,
+        logprobs=0,
+        detokenize=detokenize,
+        output_kind=kind,
+    )
 
 
 def child(args: argparse.Namespace, mode: str) -> dict:
@@ -90,8 +109,9 @@ def child(args: argparse.Namespace, mode: str) -> dict:
 
         async def round_(repeat: int) -> int:
             prompts = prompts_of(args, repeat, vocab)
-            counts = await asyncio.gather(*(one(f"{repeat}-{p}-{k}", ids) for p, ids in enumerate(prompts)
-                                            for k in range(args.n)))
+            counts = await asyncio.gather(
+                *(one(f"{repeat}-{p}-{k}", ids) for p, ids in enumerate(prompts) for k in range(args.n))
+            )
             return sum(counts)
 
         loop = asyncio.new_event_loop()
@@ -124,12 +144,30 @@ def build_model(args: argparse.Namespace, log: Path) -> None:
     """A config-only Qwen3-1.7B shape with --tokenizer's tokenizer and vocabulary at --model (vLLM loads dummy
     weights)."""
     if not (Path(args.tokenizer) / "tokenizer_config.json").exists():
-        raise SystemExit(f"--model {args.model} has no config.json and --tokenizer {args.tokenizer} no tokenizer to "
-                         f"build it with: pass a --model with both, or a --tokenizer directory")
+        raise SystemExit(
+            f"--model {args.model} has no config.json and --tokenizer {args.tokenizer} no tokenizer to "
+            f"build it with: pass a --model with both, or a --tokenizer directory"
+        )
     with open(log, "a") as stream:
-        subprocess.run([sys.executable, "scripts/init_random_model.py", "--family", "qwen3", "--size", "1.7b",
-                        "--out", args.model, "--tokenizer", args.tokenizer, "--config-only"],
-                       cwd=Path(__file__).resolve().parents[1], stdout=stream, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "scripts/init_random_model.py",
+                "--family",
+                "qwen3",
+                "--size",
+                "1.7b",
+                "--out",
+                args.model,
+                "--tokenizer",
+                args.tokenizer,
+                "--config-only",
+            ],
+            cwd=Path(__file__).resolve().parents[1],
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            check=True,
+        )
 
 
 def report(out: Path, modes: list[str]) -> str:
@@ -137,13 +175,18 @@ def report(out: Path, modes: list[str]) -> str:
     if not results:
         return f"no results in {out} (expected {', '.join(f'{m}.json' for m in modes)})"
     base = statistics.median(results["inproc"]["seconds"]) if "inproc" in results else None
-    lines = ["| mode | how vLLM is driven | seconds (median) | range | tokens | tokens/s | inproc / mode speed | "
-             "engine start s |", "|---|---|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "| mode | how vLLM is driven | seconds (median) | range | tokens | tokens/s | inproc / mode speed | "
+        "engine start s |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
     for mode, r in results.items():
         median = statistics.median(r["seconds"])
         ratio = f"{base / median:.3f}" if base else "-"
-        lines.append(f"| {mode} | {MODES[mode]} | {median:.3f} | {min(r['seconds']):.3f}-{max(r['seconds']):.3f} | "
-                     f"{r['tokens']} | {r['tokens'] / median:,.0f} | {ratio} | {r['startup_s']:.1f} |")
+        lines.append(
+            f"| {mode} | {MODES[mode]} | {median:.3f} | {min(r['seconds']):.3f}-{max(r['seconds']):.3f} | "
+            f"{r['tokens']} | {r['tokens'] / median:,.0f} | {ratio} | {r['startup_s']:.1f} |"
+        )
     missing = [m for m in modes if m not in results]
     if missing:
         lines.append(f"no result for: {', '.join(missing)} (see their .log)")
@@ -153,8 +196,11 @@ def report(out: Path, modes: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--model", default="/tmp/q17-config", help="an HF directory with config.json and a tokenizer; "
-                        "built there (config only) when absent")
+    parser.add_argument(
+        "--model",
+        default="/tmp/q17-config",
+        help="an HF directory with config.json and a tokenizer; built there (config only) when absent",
+    )
     parser.add_argument("--tokenizer", default="/tmp/smol", help="the tokenizer a --model built here gets")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--prompts", type=int, default=32)
@@ -169,8 +215,9 @@ def main() -> None:
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES):
-        raise SystemExit(f"--modes: {', '.join(sorted(set(modes) - set(MODES)))} unknown; choose from "
-                         f"{', '.join(MODES)}")
+        raise SystemExit(
+            f"--modes: {', '.join(sorted(set(modes) - set(MODES)))} unknown; choose from {', '.join(MODES)}"
+        )
     out = Path(args.out)
     if args.child:
         (out / f"{args.child}.json").write_text(json.dumps(child(args, args.child)))
@@ -179,8 +226,11 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         if not args.dry_run and not (Path(args.model) / "config.json").exists():
             build_model(args, out / "prep.log")
-        passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-                  if k in ("model", "prompts", "n", "prompt_length", "response_length", "repeats")]
+        passed = [
+            f"--{k.replace('_', '-')}={v}"
+            for k, v in vars(args).items()
+            if k in ("model", "prompts", "n", "prompt_length", "response_length", "repeats")
+        ]
         for mode in modes:
             command = [sys.executable, __file__, "--out", str(out), "--child", mode, *passed]
             if args.dry_run:
@@ -194,8 +244,10 @@ def main() -> None:
                     print(f"{mode}: past --timeout {args.timeout:g} s", file=sys.stderr)
         if args.dry_run:
             return
-    print(f"vllm_drive: {args.prompts} prompts x {args.n}, {args.prompt_length} + {args.response_length} tokens, "
-          f"median of {args.repeats}; files in {out}")
+    print(
+        f"vllm_drive: {args.prompts} prompts x {args.n}, {args.prompt_length} + {args.response_length} tokens, "
+        f"median of {args.repeats}; files in {out}"
+    )
     print(report(out, modes))
 
 

@@ -37,6 +37,7 @@ processes on the GPU; the first of CUDA_VISIBLE_DEVICES when set, so that two jo
 Ratios are dagrl/verl; `!` marks a difference over 10 %. The report also counts the steps whose batches hold the
 same prompts on both sides (equal prompt_length/mean; dagrl draws verl's prompt order for the same data.seed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,21 +51,35 @@ import threading
 import time
 from pathlib import Path
 
-from vs_verl_report import (ANSI, PROMPT_LEN, RESPONSE_LEN, SHARED, STEP_LINE, curves_svg, learn_curves,
-                            repeat_report, report, seeds_report)
+from vs_verl_report import (
+    ANSI,
+    PROMPT_LEN,
+    RESPONSE_LEN,
+    SHARED,
+    STEP_LINE,
+    curves_svg,
+    learn_curves,
+    repeat_report,
+    report,
+    seeds_report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = {"learn": 32, "throughput": 6}
-VERSIONS = {"verl": ["verl", "vllm", "torch", "transformers", "ray"],
-            "dagrl": ["vllm", "torch", "transformers", "megatron.core", "transformer_engine"]}
+VERSIONS = {
+    "verl": ["verl", "vllm", "torch", "transformers", "ray"],
+    "dagrl": ["vllm", "torch", "transformers", "megatron.core", "transformer_engine"],
+}
 # printed from each side's own environment: verl runs with the verl kit's PYTHONPATH in front of the vLLM kit's
-VERSION_SNIPPET = ("import importlib, sys\n"
-                   "def v(name):\n"
-                   "    try:\n"
-                   "        return getattr(importlib.import_module(name), '__version__', '?')\n"
-                   "    except Exception as err:\n"
-                   "        return f'missing ({type(err).__name__})'\n"
-                   "print('versions: ' + ', '.join(f'{n} {v(n)}' for n in sys.argv[1:]), flush=True)")
+VERSION_SNIPPET = (
+    "import importlib, sys\n"
+    "def v(name):\n"
+    "    try:\n"
+    "        return getattr(importlib.import_module(name), '__version__', '?')\n"
+    "    except Exception as err:\n"
+    "        return f'missing ({type(err).__name__})'\n"
+    "print('versions: ' + ', '.join(f'{n} {v(n)}' for n in sys.argv[1:]), flush=True)"
+)
 VERL_ENV = 'eval "$(bash benchmarks/verl_kit/build.sh env)" && '
 
 
@@ -74,18 +89,28 @@ def overrides(side: str, args: argparse.Namespace) -> list[str]:
     common = [f"trainer.total_training_steps={args.steps}", "trainer.resume_mode=disable"]
     # verl keeps its actor on the GPU while it generates (its *_offload flags are off), and so does dagrl here; verl
     # scores each response in its agent loop as it finishes, and dagrl scores beside its old log-prob pass
-    resident = ["actor_rollout_ref.rollout.offload_train_state=False",
-                "reward_model.launch_reward_fn_async=True"] if side == "dagrl" else []
+    resident = (
+        ["actor_rollout_ref.rollout.offload_train_state=False", "reward_model.launch_reward_fn_async=True"]
+        if side == "dagrl"
+        else []
+    )
     if args.job == "learn":
         return common + resident + (shared_gpu(side) if args.parallel else [])
-    both = [f"data.max_prompt_length={PROMPT_LEN}", f"data.max_response_length={RESPONSE_LEN}",
-            "actor_rollout_ref.rollout.ignore_eos=True", "actor_rollout_ref.rollout.enforce_eager=False",
-            "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.rollout.max_num_seqs=1024",
-            "actor_rollout_ref.model.enable_gradient_checkpointing=False",
-            "actor_rollout_ref.actor.use_dynamic_bsz=True",
-            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.train_tokens}",
-            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={args.logprob_tokens}",
-            "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.save_freq=-1"]
+    both = [
+        f"data.max_prompt_length={PROMPT_LEN}",
+        f"data.max_response_length={RESPONSE_LEN}",
+        "actor_rollout_ref.rollout.ignore_eos=True",
+        "actor_rollout_ref.rollout.enforce_eager=False",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+        "actor_rollout_ref.rollout.max_num_seqs=1024",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.train_tokens}",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={args.logprob_tokens}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=-1",
+    ]
     if side == "verl":  # unset, verl sizes vLLM for max_position_embeddings (40960); dagrl for prompt + response
         return common + both + [f"actor_rollout_ref.rollout.max_model_len={PROMPT_LEN + RESPONSE_LEN}"]
     # verl keeps data.val_files (it builds the validation set even when it never validates); dagrl needs none
@@ -98,16 +123,24 @@ def shared_gpu(side: str) -> list[str]:
     cache skips the profile and changes no token (4 GiB holds 180,000 of SmolLM2's, the job needs < 30,000 at once).
     verl: a Ray cluster of its own, never one another run started (`address=local`), and no dashboard (one port)."""
     fixed = [f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={4 << 30}"]
-    return fixed + (["+ray_kwargs.ray_init.address=local", "+ray_kwargs.ray_init.include_dashboard=False"]
-                    if side == "verl" else [])
+    return fixed + (
+        ["+ray_kwargs.ray_init.address=local", "+ray_kwargs.ray_init.include_dashboard=False"] if side == "verl" else []
+    )
 
 
 def command(side: str, args: argparse.Namespace) -> tuple[str, dict]:
     """The side's shell command and the environment variables its script reads."""
-    env = {"MODEL_PATH": args.model, "DATA_DIR": args.data, "NGPUS": "1", "SEED": str(args.seed),
-           "PYTHONUNBUFFERED": "1"}
-    script = {"verl": "benchmarks/verl_kit/run_smollm2_grpo.sh",
-              "dagrl": "examples/grpo_trainer/run_smollm2-135m-vllm.sh"}
+    env = {
+        "MODEL_PATH": args.model,
+        "DATA_DIR": args.data,
+        "NGPUS": "1",
+        "SEED": str(args.seed),
+        "PYTHONUNBUFFERED": "1",
+    }
+    script = {
+        "verl": "benchmarks/verl_kit/run_smollm2_grpo.sh",
+        "dagrl": "examples/grpo_trainer/run_smollm2-135m-vllm.sh",
+    }
     extra = shlex.split(args.verl_extra if side == "verl" else args.dagrl_extra)
     if side == "verl":
         extra = [f"trainer.default_local_dir=/tmp/vs_verl/verl_{args.job}_seed{args.seed}", *extra]
@@ -130,8 +163,12 @@ def smi_gpu() -> list[str]:
 
 def gpu_used_mib() -> list[int]:
     try:
-        text = subprocess.run(["nvidia-smi", *smi_gpu(), "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=30).stdout
+        text = subprocess.run(
+            ["nvidia-smi", *smi_gpu(), "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [int(v) for v in text.split() if v.isdigit()]
@@ -160,14 +197,23 @@ def run_side(side: str, args: argparse.Namespace) -> None:
         log.flush()
         with open(out / f"{side}_mem.log", "w") as mem_log:
             try:
-                mem = subprocess.Popen(["nvidia-smi", *smi_gpu(), "--query-gpu=memory.used", "--format=csv,noheader",
-                                        "-lms", "500"], stdout=mem_log, stderr=subprocess.DEVNULL)
+                mem = subprocess.Popen(
+                    ["nvidia-smi", *smi_gpu(), "--query-gpu=memory.used", "--format=csv,noheader", "-lms", "500"],
+                    stdout=mem_log,
+                    stderr=subprocess.DEVNULL,
+                )
             except OSError:
                 mem = None
             # the launch clock starts after the versions line: importing vLLM there must not count as start-up
             launch, seen, lock, finished = time.time(), {}, threading.Lock(), []
-            proc = subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    cwd=ROOT, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                ["bash", "-c", shell],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+            )
 
             def pump() -> None:  # bytes: tqdm's carriage returns stay as they are in the log
                 for raw in proc.stdout:
@@ -205,8 +251,9 @@ def run_side(side: str, args: argparse.Namespace) -> None:
 def write_run(out: Path, side: str, rc: int | None, wall: float, seen: dict, shell: str) -> None:
     """S_run.json, replaced whole (a reader never sees half a file); rc None while the side still runs."""
     path = out / f"{side}_run.json"
-    path.with_suffix(".tmp").write_text(json.dumps({"rc": rc, "wall_s": round(wall, 1), "step_line_s": dict(seen),
-                                                    "command": shell}, indent=1))
+    path.with_suffix(".tmp").write_text(
+        json.dumps({"rc": rc, "wall_s": round(wall, 1), "step_line_s": dict(seen), "command": shell}, indent=1)
+    )
     path.with_suffix(".tmp").replace(path)
 
 
@@ -214,13 +261,47 @@ def prepare_throughput(args: argparse.Namespace) -> None:
     """The random model and the 512-token prompts, once per machine (they stay in /tmp while it is held)."""
     with open(Path(args.out) / "prep.log", "a") as log:
         if not (Path(args.model) / "config.json").exists():
-            subprocess.run([sys.executable, "scripts/init_random_model.py", "--family", "qwen3", "--size", "1.7b",
-                            "--out", args.model, "--tokenizer", args.smol, "--dtype", "bf16", "--device", "cuda"],
-                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "scripts/init_random_model.py",
+                    "--family",
+                    "qwen3",
+                    "--size",
+                    "1.7b",
+                    "--out",
+                    args.model,
+                    "--tokenizer",
+                    args.smol,
+                    "--dtype",
+                    "bf16",
+                    "--device",
+                    "cuda",
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=True,
+            )
         if not (Path(args.data) / "train.parquet").exists():
-            subprocess.run([sys.executable, "benchmarks/verl_data.py", "--src", args.arith, "--dst", args.data,
-                            "--tokenizer", args.model, "--prompt-length", str(PROMPT_LEN)],
-                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "benchmarks/verl_data.py",
+                    "--src",
+                    args.arith,
+                    "--dst",
+                    args.data,
+                    "--tokenizer",
+                    args.model,
+                    "--prompt-length",
+                    str(PROMPT_LEN),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=True,
+            )
 
 
 def main() -> None:
@@ -236,19 +317,32 @@ def main() -> None:
     parser.add_argument("--arith", default="/tmp/data/arithmetic", help="the arithmetic parquet directory")
     parser.add_argument("--model", default=None, help="learn: --smol; throughput: /tmp/q17")
     parser.add_argument("--data", default=None, help="learn: --arith; throughput: /tmp/data/prompt512")
-    parser.add_argument("--train-tokens", type=int, default=4 * (PROMPT_LEN + RESPONSE_LEN),
-                        help="throughput: ppo_max_token_len_per_gpu, both sides")
-    parser.add_argument("--logprob-tokens", type=int, default=16 * (PROMPT_LEN + RESPONSE_LEN),
-                        help="throughput: rollout.log_prob_max_token_len_per_gpu, both sides")
+    parser.add_argument(
+        "--train-tokens",
+        type=int,
+        default=4 * (PROMPT_LEN + RESPONSE_LEN),
+        help="throughput: ppo_max_token_len_per_gpu, both sides",
+    )
+    parser.add_argument(
+        "--logprob-tokens",
+        type=int,
+        default=16 * (PROMPT_LEN + RESPONSE_LEN),
+        help="throughput: rollout.log_prob_max_token_len_per_gpu, both sides",
+    )
     parser.add_argument("--timeout", type=float, default=560, help="seconds a side may run")
     parser.add_argument("--verl-extra", default="", help="more verl overrides, one string")
     parser.add_argument("--dagrl-extra", default="", help="more dagrl overrides, one string")
     parser.add_argument("--plot", default=None, help="with several --seeds: the held-out accuracy curves as an SVG")
-    parser.add_argument("--repeat-of", default=None,
-                        help="with --report: whether the runs in --out repeat those in this earlier --out, "
-                             "value for value")
-    parser.add_argument("--parallel", action="store_true",
-                        help="learn: start every seed of every side at once on the one GPU (accuracy only)")
+    parser.add_argument(
+        "--repeat-of",
+        default=None,
+        help="with --report: whether the runs in --out repeat those in this earlier --out, value for value",
+    )
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="learn: start every seed of every side at once on the one GPU (accuracy only)",
+    )
     args = parser.parse_args()
     args.steps = args.steps or STEPS[args.job]
     learn = args.job == "learn"
@@ -281,8 +375,9 @@ def main() -> None:
     todo = [] if args.report else [(side, seeded(seed, where)) for seed, where in runs for side in sides]
     if args.parallel and todo:  # accuracy does not depend on timing: every run at once, one wall for all
         for _, where in runs:
-            (where / SHARED).write_text(f"{len(todo)} runs shared one GPU (--parallel): their times and memory "
-                                        "measure the sharing\n")
+            (where / SHARED).write_text(
+                f"{len(todo)} runs shared one GPU (--parallel): their times and memory measure the sharing\n"
+            )
         threads = [threading.Thread(target=run_side, args=job) for job in todo]
         for thread in threads:
             thread.start()

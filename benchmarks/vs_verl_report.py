@@ -1,6 +1,7 @@
 """The reading half of benchmarks/vs_verl.py, on any machine: both sides' files parsed into the step table, the
 held-out accuracy of every seed against the learn job's goal, the curves as an SVG, and whether a rerun repeated an
 earlier run of the same side (`--repeat-of`). File layout and table definitions: vs_verl.py's docstring."""
+
 from __future__ import annotations
 
 import argparse
@@ -70,9 +71,12 @@ def accuracy(row: dict) -> float | None:
 def phases(row: dict, side: str) -> dict[str, float]:
     """One step's seconds by phase (see the module docstring for weight sync)."""
     sync = row.get("timing_s/update_weights" if side == "verl" else "timing_s/rollout_switch", 0.0)
-    named = {"generate": row["timing_s/gen"] - (sync if side == "dagrl" else 0.0),
-             "old log-prob": row.get("timing_s/old_log_prob", 0.0), "update": row["timing_s/update_actor"],
-             "weight sync": sync}
+    named = {
+        "generate": row["timing_s/gen"] - (sync if side == "dagrl" else 0.0),
+        "old log-prob": row.get("timing_s/old_log_prob", 0.0),
+        "update": row["timing_s/update_actor"],
+        "weight sync": sync,
+    }
     return {"whole step": row["timing_s/step"], **named, "everything else": row["timing_s/step"] - sum(named.values())}
 
 
@@ -83,8 +87,9 @@ def summary(out: Path, side: str, first: int) -> dict[str, float]:
     if steps:
         per_step = [phases(row, side) for row in steps]
         result = {name: statistics.median(p[name] for p in per_step) for name in per_step[0]}
-        result["tokens/s/GPU"] = statistics.median(row["response_length/mean"] * PROMPTS * N / row["timing_s/step"]
-                                                   for row in steps)
+        result["tokens/s/GPU"] = statistics.median(
+            row["response_length/mean"] * PROMPTS * N / row["timing_s/step"] for row in steps
+        )
     mem = out / f"{side}_mem.log"
     samples = [int(v) for v in re.findall(r"^\s*(\d+)", mem.read_text(), re.M)] if mem.exists() else []
     if samples:
@@ -124,11 +129,25 @@ def report(args: argparse.Namespace) -> str:
         lines += ["", f"no step table: {shared.read_text().strip()}"]
     else:
         sums = {side: summary(out, side, first) for side in sums}
-        lines += ["", f"median of steps {first}..{last} (verl {sums['verl']['steps']} steps, dagrl "
-                      f"{sums['dagrl']['steps']}); seconds unless named", "| phase | verl | dagrl | dagrl/verl |",
-                  "|---|---:|---:|---:|"]
-        names = ["whole step", "generate", "old log-prob", "update", "weight sync", "everything else", "tokens/s/GPU",
-                 "peak GPU memory, MiB", "launch to first step, s", "whole wall, s"]
+        lines += [
+            "",
+            f"median of steps {first}..{last} (verl {sums['verl']['steps']} steps, dagrl "
+            f"{sums['dagrl']['steps']}); seconds unless named",
+            "| phase | verl | dagrl | dagrl/verl |",
+            "|---|---:|---:|---:|",
+        ]
+        names = [
+            "whole step",
+            "generate",
+            "old log-prob",
+            "update",
+            "weight sync",
+            "everything else",
+            "tokens/s/GPU",
+            "peak GPU memory, MiB",
+            "launch to first step, s",
+            "whole wall, s",
+        ]
         for name in names:
             verl, dagrl = sums["verl"].get(name), sums["dagrl"].get(name)
             ratio = "-"
@@ -137,11 +156,17 @@ def report(args: argparse.Namespace) -> str:
             digits = 0 if "MiB" in name or "tokens" in name or name.endswith(", s") else 3
             lines.append(f"| {name} | {cell(verl, digits)} | {cell(dagrl, digits)} | {ratio} |")
         lines.append("! : dagrl and verl differ by more than 10 %")
-    both = sorted(step for step in set(rows["verl"]) & set(rows["dagrl"])
-                  if "prompt_length/mean" in rows["verl"][step] and "prompt_length/mean" in rows["dagrl"][step])
+    both = sorted(
+        step
+        for step in set(rows["verl"]) & set(rows["dagrl"])
+        if "prompt_length/mean" in rows["verl"][step] and "prompt_length/mean" in rows["dagrl"][step]
+    )
     if both:  # the same data.seed draws the same batches on both sides (dagrl draws verl's order)
-        same = [step for step in both if abs(rows["verl"][step]["prompt_length/mean"]
-                                             - rows["dagrl"][step]["prompt_length/mean"]) < 1e-6]
+        same = [
+            step
+            for step in both
+            if abs(rows["verl"][step]["prompt_length/mean"] - rows["dagrl"][step]["prompt_length/mean"]) < 1e-6
+        ]
         lines.append(f"same prompts (equal prompt_length/mean): {len(same)} of {len(both)} steps")
     if sums["verl"].get("tokens/s/GPU") and sums["dagrl"].get("tokens/s/GPU"):
         gain = sums["dagrl"]["tokens/s/GPU"] / sums["verl"]["tokens/s/GPU"]
@@ -156,8 +181,13 @@ def seed_dirs(out: Path) -> list[Path]:
 
 def learn_curves(out: Path) -> dict[str, dict[str, dict[int, float]]]:
     """{side: {seed directory name: {step: held-out accuracy}}}, the seeds in order."""
-    return {side: {path.name: {step: accuracy(row) for step, row in side_rows(path, side).items()
-                               if accuracy(row) is not None} for path in seed_dirs(out)} for side in ("verl", "dagrl")}
+    return {
+        side: {
+            path.name: {step: accuracy(row) for step, row in side_rows(path, side).items() if accuracy(row) is not None}
+            for path in seed_dirs(out)
+        }
+        for side in ("verl", "dagrl")
+    }
 
 
 def curves_svg(curves: dict[str, dict[str, dict[int, float]]], title: str) -> str:
@@ -168,12 +198,16 @@ def curves_svg(curves: dict[str, dict[str, dict[int, float]]], title: str) -> st
     last = max(steps[-1], 1)
     x = lambda step: left + (width - left - right) * step / last  # noqa: E731 - a short local helper
     y = lambda acc: height - bottom - (height - bottom - top) * acc  # noqa: E731 - a short local helper
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{left}" y="18">{title}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{left}" y="18">{title}</text>',
+    ]
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
-                     f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')
+        parts.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+            f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>'
+        )
     for step in steps:
         parts.append(f'<text x="{x(step):.1f}" y="{height - bottom + 16}" text-anchor="middle">{step}</text>')
     parts.append(f'<text x="{(width - right + left) / 2}" y="{height - 6}" text-anchor="middle">step</text>')
@@ -184,9 +218,11 @@ def curves_svg(curves: dict[str, dict[str, dict[int, float]]], title: str) -> st
             dash = ' stroke-dasharray="5,4"' if index else ""
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{points}"/>')
             ly = top + 16 * legend
-            parts.append(f'<line x1="{width - right + 10}" x2="{width - right + 40}" y1="{ly}" y2="{ly}" '
-                         f'stroke="{colour}" stroke-width="2"{dash}/><text x="{width - right + 46}" y="{ly + 4}">'
-                         f'{side} {name}</text>')
+            parts.append(
+                f'<line x1="{width - right + 10}" x2="{width - right + 40}" y1="{ly}" y2="{ly}" '
+                f'stroke="{colour}" stroke-width="2"{dash}/><text x="{width - right + 46}" y="{ly + 4}">'
+                f"{side} {name}</text>"
+            )
             legend += 1
     return "\n".join(parts + ["</svg>"]) + "\n"
 
@@ -197,10 +233,15 @@ def seeds_report(out: Path) -> str:
     curves = learn_curves(out)
     names = list(curves["verl"])
     steps = sorted({step for side in curves for curve in curves[side].values() for step in curve})
-    lines = [f"held-out greedy accuracy over {len(names)} seeds ({', '.join(names)})",
-             "| step | " + " | ".join(f"verl {n}" for n in names) + " | " + " | ".join(f"dagrl {n}" for n in names)
-             + " | verl mean | dagrl mean | spread | dagrl >= verl - spread |",
-             "|---:|" + "---:|" * (2 * len(names) + 4)]
+    lines = [
+        f"held-out greedy accuracy over {len(names)} seeds ({', '.join(names)})",
+        "| step | "
+        + " | ".join(f"verl {n}" for n in names)
+        + " | "
+        + " | ".join(f"dagrl {n}" for n in names)
+        + " | verl mean | dagrl mean | spread | dagrl >= verl - spread |",
+        "|---:|" + "---:|" * (2 * len(names) + 4),
+    ]
     met_all = bool(steps)
     for step in steps:
         values = {side: [curve.get(step) for curve in curves[side].values()] for side in curves}
@@ -248,9 +289,11 @@ def repeat_report(out: Path, earlier: Path) -> str:
     compared on two seeds; one whose reruns differ needs its own rerun spread beside the seeds'."""
     pairs = [(path.name, path, earlier / path.name) for path in seed_dirs(out) if (earlier / path.name).is_dir()]
     pairs = pairs or [(out.name, out, earlier)]
-    lines = [f"{out} against the earlier run {earlier}: the steps both logged, values other than times and memory",
-             "| side | run | steps | values | equal | first difference (step, key: this / earlier) |",
-             "|---|---|---:|---:|---:|---|"]
+    lines = [
+        f"{out} against the earlier run {earlier}: the steps both logged, values other than times and memory",
+        "| side | run | steps | values | equal | first difference (step, key: this / earlier) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     accs = []
     for side in ("verl", "dagrl"):
         for name, this, before in pairs:
@@ -269,7 +312,11 @@ def repeat_report(out: Path, earlier: Path) -> str:
                 if None not in pair:
                     accs.append((side, name, step, *pair))
     if accs:
-        lines += ["", "held-out greedy accuracy, this run / the earlier one", "| side | run | step | this | earlier |",
-                  "|---|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "held-out greedy accuracy, this run / the earlier one",
+            "| side | run | step | this | earlier |",
+            "|---|---|---:|---:|---:|",
+        ]
         lines += [f"| {side} | {name} | {step} | {cell(a)} | {cell(b)} |" for side, name, step, a, b in accs]
     return "\n".join(lines)

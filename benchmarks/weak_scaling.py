@@ -20,6 +20,7 @@ highest nvidia-smi memory.used of its GPUs). The model and data are built under 
   --seed-script  examples/grpo_trainer/run_qwen3-8b-megatron.sh as written, on a random Qwen3-8B-shaped model and the
                  arithmetic parquet: its plan (with --plan-only) or a --steps run into --out/seed_8b/ (8 GPUs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,12 +71,17 @@ def overrides(point: Point, args: argparse.Namespace, model: str, data: str, out
     """dagrl.main_dag's overrides for `point`; the batch grows with G so that each GPU's work stays the same."""
     prompts, seq = args.prompts_per_gpu * point.gpus, PROMPT_LEN + RESPONSE_LEN
     return [
-        f"actor_rollout_ref.model.path={model}", f"data.train_files={data}/train.parquet", "data.val_files=null",
-        f"data.train_batch_size={prompts}", f"data.max_prompt_length={PROMPT_LEN}",
-        f"data.max_response_length={RESPONSE_LEN}", f"actor_rollout_ref.rollout.n={args.n}",
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={data}/train.parquet",
+        "data.val_files=null",
+        f"data.train_batch_size={prompts}",
+        f"data.max_prompt_length={PROMPT_LEN}",
+        f"data.max_response_length={RESPONSE_LEN}",
+        f"actor_rollout_ref.rollout.n={args.n}",
         # several optimizer steps a batch, so that the old-log-prob pass runs (with one it reuses the update's)
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.mini_per_gpu * point.gpus}",
-        "actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.train_tokens}",
         f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={args.logprob_tokens}",
         # every sequence is exactly `seq` tokens, so the token budgets make micro-batches of these many rows;
@@ -87,20 +93,37 @@ def overrides(point: Point, args: argparse.Namespace, model: str, data: str, out
         "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true",  # as the seed script; a no-op at DP=1
         "actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
         "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        "actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.rollout.tensor_model_parallel_size={point.tp}",
-        "actor_rollout_ref.rollout.ignore_eos=true", "actor_rollout_ref.rollout.enforce_eager=false",
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "actor_rollout_ref.rollout.max_num_seqs=1024",
-        f"trainer.n_gpus_per_node={point.gpus}", f"trainer.total_training_steps={args.steps}",
+        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={point.tp}",
+        "actor_rollout_ref.rollout.ignore_eos=true",
+        "actor_rollout_ref.rollout.enforce_eager=false",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+        "actor_rollout_ref.rollout.max_num_seqs=1024",
+        f"trainer.n_gpus_per_node={point.gpus}",
+        f"trainer.total_training_steps={args.steps}",
         f"trainer.total_epochs={args.steps}",  # a small data set repeats rather than ending the run early
-        "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false",
-        "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={out}", "trainer.resume_mode=disable",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[console,jsonl]",
+        f"trainer.default_local_dir={out}",
+        "trainer.resume_mode=disable",
     ]
 
 
 def train_command(point: Point, words: list[str]) -> list[str]:
     # --standalone: a free rendezvous port per run, so a point cannot collide with the previous one's leftovers
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(point.gpus),
-            "-m", "dagrl.main_dag", *words]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(point.gpus),
+        "-m",
+        "dagrl.main_dag",
+        *words,
+    ]
 
 
 def plan_command(words: list[str], gpu_gb: float) -> list[str]:
@@ -108,9 +131,14 @@ def plan_command(words: list[str], gpu_gb: float) -> list[str]:
 
 
 def seed_env(model: str, arith: str, out: Path) -> dict:
-    return {**os.environ, "MODEL_PATH": model, "TRAIN_DATA_PATH": f"{arith}/train.parquet",
-            "TEST_DATA_PATH": f"{arith}/test.parquet", "BASE_CKPT_PATH": str(out / "ckpts"),
-            "BASE_TENSORBOARD_PATH": str(out / "tensorboard")}
+    return {
+        **os.environ,
+        "MODEL_PATH": model,
+        "TRAIN_DATA_PATH": f"{arith}/train.parquet",
+        "TEST_DATA_PATH": f"{arith}/test.parquet",
+        "BASE_CKPT_PATH": str(out / "ckpts"),
+        "BASE_TENSORBOARD_PATH": str(out / "tensorboard"),
+    }
 
 
 # ---- preparing (any machine; the weights need a GPU) ----
@@ -124,15 +152,40 @@ def model_dir(args: argparse.Namespace, size: str, config_only: bool) -> str:
     path = Path(args.models) / f"qwen3-{size}{'-config' if config_only else ''}"
     if not (path / "config.json").exists() or not (config_only or list(path.glob("*.safetensors"))):
         flags = ["--config-only"] if config_only else ["--dtype", "bf16", "--device", "cuda"]
-        sh([sys.executable, "scripts/init_random_model.py", "--family", "qwen3", "--size", size, "--out", str(path),
-            "--tokenizer", args.tokenizer, *flags], Path(args.models) / "prep.log")
+        sh(
+            [
+                sys.executable,
+                "scripts/init_random_model.py",
+                "--family",
+                "qwen3",
+                "--size",
+                size,
+                "--out",
+                str(path),
+                "--tokenizer",
+                args.tokenizer,
+                *flags,
+            ],
+            Path(args.models) / "prep.log",
+        )
     return str(path)
 
 
 def arith_dir(args: argparse.Namespace) -> str:
     if not (Path(args.arith) / "train.parquet").exists():
-        sh([sys.executable, "examples/data_preprocess/arithmetic.py", "--local_dir", args.arith, "--max_operand", "99",
-            "--train_size", "2048"], Path(args.models) / "prep.log")
+        sh(
+            [
+                sys.executable,
+                "examples/data_preprocess/arithmetic.py",
+                "--local_dir",
+                args.arith,
+                "--max_operand",
+                "99",
+                "--train_size",
+                "2048",
+            ],
+            Path(args.models) / "prep.log",
+        )
     return args.arith
 
 
@@ -140,8 +193,21 @@ def prompt_dir(args: argparse.Namespace, model: str) -> str:
     """The arithmetic prompts padded to exactly PROMPT_LEN tokens with the model's tokenizer."""
     path = Path(args.models) / f"prompt{PROMPT_LEN}"
     if not (path / "train.parquet").exists():
-        sh([sys.executable, "benchmarks/verl_data.py", "--src", arith_dir(args), "--dst", str(path), "--tokenizer",
-            model, "--prompt-length", str(PROMPT_LEN)], Path(args.models) / "prep.log")
+        sh(
+            [
+                sys.executable,
+                "benchmarks/verl_data.py",
+                "--src",
+                arith_dir(args),
+                "--dst",
+                str(path),
+                "--tokenizer",
+                model,
+                "--prompt-length",
+                str(PROMPT_LEN),
+            ],
+            Path(args.models) / "prep.log",
+        )
     return str(path)
 
 
@@ -172,8 +238,12 @@ def run_plan(command: list[str], env: dict | None = None) -> tuple[str, dict]:
 def nvidia_smi(field: str) -> list[int]:
     """`field` (MiB) of every GPU; empty without nvidia-smi."""
     try:
-        text = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=30).stdout
+        text = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [int(v) for v in text.split() if v.isdigit()]
@@ -193,8 +263,9 @@ def execute(command: list[str], out: Path, gpus: int, timeout: float, env: dict 
     with open(out / "console.log", "w") as log:
         log.write(f"command: {' '.join(command)}\n")
         log.flush()
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # its own group: a timeout ends every rank it started
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )  # its own group: a timeout ends every rank it started
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -207,8 +278,9 @@ def execute(command: list[str], out: Path, gpus: int, timeout: float, env: dict 
             rc = 124
     done.set()
     sampler.join()
-    (out / "run.json").write_text(json.dumps({"rc": rc, "wall_s": round(time.perf_counter() - start, 1),
-                                              "peak_gib": round(peak[0] / 1024, 1)}))
+    (out / "run.json").write_text(
+        json.dumps({"rc": rc, "wall_s": round(time.perf_counter() - start, 1), "peak_gib": round(peak[0] / 1024, 1)})
+    )
     print(f"{out.name}: exit {rc} after {time.perf_counter() - start:.0f} s", flush=True)
     return rc
 
@@ -217,8 +289,17 @@ def run_point(point: Point, args: argparse.Namespace, model: str, data: str, ext
     out = Path(args.out) / point.name
     out.mkdir(parents=True, exist_ok=True)
     words = [*overrides(point, args, model, data, out), *extra]
-    (out / "point.json").write_text(json.dumps({"layout": point.layout, "gpus": point.gpus, "tp": point.tp,
-                                                "prompts": args.prompts_per_gpu * point.gpus, "n": args.n}))
+    (out / "point.json").write_text(
+        json.dumps(
+            {
+                "layout": point.layout,
+                "gpus": point.gpus,
+                "tp": point.tp,
+                "prompts": args.prompts_per_gpu * point.gpus,
+                "n": args.n,
+            }
+        )
+    )
     (out / "plan.txt").write_text(run_plan(plan_command(words, gpu_memory_gb(args)))[0])
     return execute(train_command(point, words), out, point.gpus, args.timeout)
 
@@ -229,15 +310,26 @@ def seed_script(args: argparse.Namespace, extra: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model, arith = model_dir(args, "8b", args.plan_only), arith_dir(args)
     # the run's only additions: its length, metrics in a file, and where; none changes the layout or memory
-    more = [] if args.plan_only else [f"trainer.total_training_steps={args.steps}", "trainer.logger=[console,jsonl]",
-                                      f"trainer.default_local_dir={out}", *extra]
+    more = (
+        []
+        if args.plan_only
+        else [
+            f"trainer.total_training_steps={args.steps}",
+            "trainer.logger=[console,jsonl]",
+            f"trainer.default_local_dir={out}",
+            *extra,
+        ]
+    )
     env = seed_env(model, arith, out)
-    text = run_plan(["bash", SEED_SCRIPT, *more, "--gpu-memory-gb", f"{gpu_memory_gb(args):g}"],
-                    {**env, "DAGRL_PLAN": "1"})[0]
+    text = run_plan(
+        ["bash", SEED_SCRIPT, *more, "--gpu-memory-gb", f"{gpu_memory_gb(args):g}"], {**env, "DAGRL_PLAN": "1"}
+    )[0]
     (out / "plan.txt").write_text(text)
-    print(f"$ DAGRL_PLAN=1 MODEL_PATH={model} TRAIN_DATA_PATH={arith}/train.parquet "
-          f"TEST_DATA_PATH={arith}/test.parquet "
-          f"bash {' '.join([SEED_SCRIPT, *more])} --gpu-memory-gb {gpu_memory_gb(args):g}\n{text}")
+    print(
+        f"$ DAGRL_PLAN=1 MODEL_PATH={model} TRAIN_DATA_PATH={arith}/train.parquet "
+        f"TEST_DATA_PATH={arith}/test.parquet "
+        f"bash {' '.join([SEED_SCRIPT, *more])} --gpu-memory-gb {gpu_memory_gb(args):g}\n{text}"
+    )
     if not args.plan_only:
         (out / "point.json").write_text(json.dumps({"layout": "seed", "gpus": 8, "tp": 2, "prompts": 128, "n": 8}))
         execute(["bash", SEED_SCRIPT, *more], out, 8, args.timeout, env)
@@ -248,10 +340,18 @@ def seed_script(args: argparse.Namespace, extra: list[str]) -> None:
 def phases(row: dict) -> dict[str, float]:
     """One step's seconds by phase; timing_s/gen includes the colocated switch (offload, wake, weight sync, sleep)."""
     switch = row.get("timing_s/rollout_switch", 0.0)
-    named = {"gen": row["timing_s/gen"] - switch, "old_log_prob": row.get("timing_s/old_log_prob", 0.0),
-             "update": row.get("timing_s/update_actor", 0.0), "switch": switch}
-    return {"step": row["timing_s/step"], **named, "rest": row["timing_s/step"] - sum(named.values()),
-            "sync": row.get("timing_s/weight_sync", 0.0)}
+    named = {
+        "gen": row["timing_s/gen"] - switch,
+        "old_log_prob": row.get("timing_s/old_log_prob", 0.0),
+        "update": row.get("timing_s/update_actor", 0.0),
+        "switch": switch,
+    }
+    return {
+        "step": row["timing_s/step"],
+        **named,
+        "rest": row["timing_s/step"] - sum(named.values()),
+        "sync": row.get("timing_s/weight_sync", 0.0),
+    }
 
 
 def summary(directory: Path, first: int) -> dict | None:
@@ -264,8 +364,9 @@ def summary(directory: Path, first: int) -> dict | None:
     meta = json.loads((directory / "point.json").read_text())
     per_step = [phases(row) for row in steps]
     result = {key: statistics.median(p[key] for p in per_step) for key in per_step[0]}
-    result["tok_s_gpu"] = statistics.median(row["response_length/mean"] * meta["prompts"] * meta["n"]
-                                            / row["timing_s/step"] / meta["gpus"] for row in steps)
+    result["tok_s_gpu"] = statistics.median(
+        row["response_length/mean"] * meta["prompts"] * meta["n"] / row["timing_s/step"] / meta["gpus"] for row in steps
+    )
     run = directory / "run.json"
     plan = directory / "plan.txt"
     result["measured_gib"] = json.loads(run.read_text()).get("peak_gib") if run.exists() else None
@@ -287,58 +388,80 @@ def report(args: argparse.Namespace) -> str:
     out, lines = Path(args.out), []
     found = {d.name: s for d in sorted(out.glob("*_g*")) if d.is_dir() and (s := summary(d, args.first_step))}
     base = found.get("dp_g1")  # the 1-GPU point: both layouts' efficiency is against it
-    lines.append(f"median of steps {args.first_step}..N; trained response tokens/s/GPU; efficiency against dp_g1"
-                 + ("" if base else " (not measured: efficiency not computed)")
-                 + "; grew most: the phase whose seconds grew most against dp_g1")
+    lines.append(
+        f"median of steps {args.first_step}..N; trained response tokens/s/GPU; efficiency against dp_g1"
+        + ("" if base else " (not measured: efficiency not computed)")
+        + "; grew most: the phase whose seconds grew most against dp_g1"
+    )
     for layout in ("dp", "tp2"):
         rows = sorted((s for s in found.values() if s["layout"] == layout), key=lambda s: s["gpus"])
         if not rows:
             continue
-        lines += ["", f"layout {layout}: actor TP{rows[0]['tp']} x DP=G/{rows[0]['tp']}, vLLM TP{rows[0]['tp']}",
-                  "| G | steps | step s | gen | old_log_prob | update | switch (sync) | rest | tokens/s/GPU | "
-                  "efficiency | grew most | plan peak GiB | nvidia-smi peak GiB |", "|---" * 13 + "|"]
+        lines += [
+            "",
+            f"layout {layout}: actor TP{rows[0]['tp']} x DP=G/{rows[0]['tp']}, vLLM TP{rows[0]['tp']}",
+            "| G | steps | step s | gen | old_log_prob | update | switch (sync) | rest | tokens/s/GPU | "
+            "efficiency | grew most | plan peak GiB | nvidia-smi peak GiB |",
+            "|---" * 13 + "|",
+        ]
         for s in rows:
             grew = "-"
             if base and s is not base:
                 name = max(PHASES, key=lambda p: s[p] - base[p])
                 grew = f"{name} +{s[name] - base[name]:.2f} s (step {s['step'] - base['step']:+.2f})"
             eff = s["tok_s_gpu"] / base["tok_s_gpu"] if base else None
-            lines.append(f"| {s['gpus']} | {s['steps']} | {s['step']:.2f} | {s['gen']:.2f} | {s['old_log_prob']:.2f} | "
-                         f"{s['update']:.2f} | {s['switch']:.2f} ({s['sync']:.2f}) | {s['rest']:.2f} | "
-                         f"{s['tok_s_gpu']:,.0f} | {cell(eff, 3)} | {grew} | {plan_cell(s['plan'])} | "
-                         f"{cell(s['measured_gib'], 1)} |")
+            lines.append(
+                f"| {s['gpus']} | {s['steps']} | {s['step']:.2f} | {s['gen']:.2f} | {s['old_log_prob']:.2f} | "
+                f"{s['update']:.2f} | {s['switch']:.2f} ({s['sync']:.2f}) | {s['rest']:.2f} | "
+                f"{s['tok_s_gpu']:,.0f} | {cell(eff, 3)} | {grew} | {plan_cell(s['plan'])} | "
+                f"{cell(s['measured_gib'], 1)} |"
+            )
         if base:
             last = rows[-1]
             eff = last["tok_s_gpu"] / base["tok_s_gpu"]
-            lines.append(f"efficiency at G={last['gpus']}: {eff:.3f} ({'meets' if eff >= 0.9 else 'misses'} the "
-                         f">= 0.90 goal{'' if last['gpus'] == 8 else ', which is set at G=8'})")
+            lines.append(
+                f"efficiency at G={last['gpus']}: {eff:.3f} ({'meets' if eff >= 0.9 else 'misses'} the "
+                f">= 0.90 goal{'' if last['gpus'] == 8 else ', which is set at G=8'})"
+            )
         if rows[0] is not base and len(rows) > 1:  # against dp_g1 a layout's own cost shows; this is its scaling
             first, last = rows[0], rows[-1]
-            lines.append(f"within layout {layout}: G={last['gpus']} keeps {last['tok_s_gpu'] / first['tok_s_gpu']:.3f} "
-                         f"of G={first['gpus']}'s tokens/s/GPU")
+            lines.append(
+                f"within layout {layout}: G={last['gpus']} keeps {last['tok_s_gpu'] / first['tok_s_gpu']:.3f} "
+                f"of G={first['gpus']}'s tokens/s/GPU"
+            )
     seed = summary(out / "seed_8b", args.first_step) if (out / "seed_8b").is_dir() else None
     if seed:
-        lines += ["", f"seed script (8 GPUs, 128 prompts x 8): step {seed['step']:.2f} s, gen {seed['gen']:.2f}, "
-                  f"old_log_prob {seed['old_log_prob']:.2f}, update {seed['update']:.2f}, switch {seed['switch']:.2f} "
-                  f"(weight sync {seed['sync']:.2f}), rest {seed['rest']:.2f}; {seed['tok_s_gpu']:,.0f} tokens/s/GPU; "
-                  f"peak GiB plan {plan_cell(seed['plan'])}, nvidia-smi {cell(seed['measured_gib'], 1)}"]
+        lines += [
+            "",
+            f"seed script (8 GPUs, 128 prompts x 8): step {seed['step']:.2f} s, gen {seed['gen']:.2f}, "
+            f"old_log_prob {seed['old_log_prob']:.2f}, update {seed['update']:.2f}, switch {seed['switch']:.2f} "
+            f"(weight sync {seed['sync']:.2f}), rest {seed['rest']:.2f}; {seed['tok_s_gpu']:,.0f} tokens/s/GPU; "
+            f"peak GiB plan {plan_cell(seed['plan'])}, nvidia-smi {cell(seed['measured_gib'], 1)}",
+        ]
     return "\n".join(lines)
 
 
 def plan_table(args: argparse.Namespace, points: list[Point], extra: list[str]) -> str:
     """dagrl.plan's estimates for every point, from a config-only model (no weights, no GPU)."""
     model, gb = model_dir(args, args.size, True), gpu_memory_gb(args)
-    lines = [f"dagrl.plan estimates per GPU for Qwen3-{args.size} (GiB; GPUs of {gb:g} GiB), "
-             f"{args.prompts_per_gpu} prompts x {args.n} "
-             f"per GPU, {PROMPT_LEN} + {RESPONSE_LEN} tokens", "| point | actor | vLLM | prompts x n | rollout | "
-             "log-prob | update | peak (phase) |", "|---" * 8 + "|"]
+    lines = [
+        f"dagrl.plan estimates per GPU for Qwen3-{args.size} (GiB; GPUs of {gb:g} GiB), "
+        f"{args.prompts_per_gpu} prompts x {args.n} "
+        f"per GPU, {PROMPT_LEN} + {RESPONSE_LEN} tokens",
+        "| point | actor | vLLM | prompts x n | rollout | log-prob | update | peak (phase) |",
+        "|---" * 8 + "|",
+    ]
     for p in points:
-        words = [*overrides(p, args, model, str(Path(args.models) / f"prompt{PROMPT_LEN}"), Path(args.out) / p.name),
-                 *extra]
+        words = [
+            *overrides(p, args, model, str(Path(args.models) / f"prompt{PROMPT_LEN}"), Path(args.out) / p.name),
+            *extra,
+        ]
         fig = run_plan(plan_command(words, gb))[1]
-        lines.append(f"| {p.name} | TP{p.tp} x DP{p.gpus // p.tp} | TP{p.tp} x DP{p.gpus // p.tp} | "
-                     f"{args.prompts_per_gpu * p.gpus} x {args.n} | {cell(fig.get('rollout'), 1)} | "
-                     f"{cell(fig.get('log-prob'), 1)} | {cell(fig.get('update'), 1)} | {plan_cell(fig)} |")
+        lines.append(
+            f"| {p.name} | TP{p.tp} x DP{p.gpus // p.tp} | TP{p.tp} x DP{p.gpus // p.tp} | "
+            f"{args.prompts_per_gpu * p.gpus} x {args.n} | {cell(fig.get('rollout'), 1)} | "
+            f"{cell(fig.get('log-prob'), 1)} | {cell(fig.get('update'), 1)} | {plan_cell(fig)} |"
+        )
     return "\n".join(lines)
 
 
@@ -353,12 +476,20 @@ def main() -> None:
     parser.add_argument("--prompts-per-gpu", type=int, default=16)
     parser.add_argument("--mini-per-gpu", type=int, default=8, help="prompts per GPU in a mini-batch")
     parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--train-tokens", type=int, default=4 * (PROMPT_LEN + RESPONSE_LEN),
-                        help="ppo_max_token_len_per_gpu")
-    parser.add_argument("--logprob-tokens", type=int, default=16 * (PROMPT_LEN + RESPONSE_LEN),
-                        help="rollout.log_prob_max_token_len_per_gpu")
-    parser.add_argument("--tokenizer", default=str(Path.home() / "models" / "SmolLM2-135M-Instruct"),
-                        help="a SmolLM2 tokenizer directory (the quickstart's model has one)")
+    parser.add_argument(
+        "--train-tokens", type=int, default=4 * (PROMPT_LEN + RESPONSE_LEN), help="ppo_max_token_len_per_gpu"
+    )
+    parser.add_argument(
+        "--logprob-tokens",
+        type=int,
+        default=16 * (PROMPT_LEN + RESPONSE_LEN),
+        help="rollout.log_prob_max_token_len_per_gpu",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=str(Path.home() / "models" / "SmolLM2-135M-Instruct"),
+        help="a SmolLM2 tokenizer directory (the quickstart's model has one)",
+    )
     parser.add_argument("--models", default="/tmp/weak_scaling", help="where the models and prompts are built")
     parser.add_argument("--arith", default="/tmp/weak_scaling/arithmetic", help="the arithmetic parquet directory")
     parser.add_argument("--gpu-memory-gb", type=float, default=None, help="for dagrl.plan (default: this GPU, or 80)")

@@ -10,6 +10,7 @@ dagrl/engine/rollout/load_plan.py). The bound is the data movement it cannot avo
 of this rank's parameter shards (every rank ends with the full model) plus one device copy of the full model's
 bytes. Median of --repeats after one warm-up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,10 +68,19 @@ def main() -> None:
     with torch.device("meta"):  # the config-only model dir has no safetensors to read the manifest from
         shapes = {n: tuple(t.shape) for n, t in AutoModelForCausalLM.from_config(config).state_dict().items()}
     actor = random_actor(MegatronEngineSpec(model_path=model_dir, layout=layout, param_dtype=torch.bfloat16))
-    rollout = VLLMRollout(VLLMRolloutSpec(model_path=model_dir, tensor_parallel_size=args.tp,
-                                          gpu_memory_utilization=0.3, load_format="dummy", max_model_len=1024,
-                                          free_cache_engine=False), eos_token_ids=[0], pad_token_id=0,
-                          manifest=WeightManifest(model_dir, shapes))
+    rollout = VLLMRollout(
+        VLLMRolloutSpec(
+            model_path=model_dir,
+            tensor_parallel_size=args.tp,
+            gpu_memory_utilization=0.3,
+            load_format="dummy",
+            max_model_len=1024,
+            free_cache_engine=False,
+        ),
+        eos_token_ids=[0],
+        pad_token_id=0,
+        manifest=WeightManifest(model_dir, shapes),
+    )
 
     shards = torch.cat([p.detach().reshape(-1) for m in actor.modules for p in m.parameters()])
     tp_group = ps.get_tensor_model_parallel_group()
@@ -95,17 +105,30 @@ def main() -> None:
         table = cpu_profile(lambda: rollout.load_weights(actor.export_weights(args.bucket_mb[-1] << 20)), "tottime", 25)
         if dist.get_rank() == 0:
             print(table, flush=True)
-    result = {"size": args.size, "tp": args.tp, "gb": full_bytes / 1e9, "all_gather_s": gather_s, "copy_s": copy_s,
-              "bound_s": gather_s + copy_s, "rows": rows}
+    result = {
+        "size": args.size,
+        "tp": args.tp,
+        "gb": full_bytes / 1e9,
+        "all_gather_s": gather_s,
+        "copy_s": copy_s,
+        "bound_s": gather_s + copy_s,
+        "rows": rows,
+    }
     if dist.get_rank() == 0:
-        print(f"\nQwen3-{args.size} shape, bf16, actor TP{args.tp} -> vLLM TP{args.tp}: {result['gb']:.2f} GB; bound "
-              f"{result['bound_s'] * 1e3:.1f} ms = all-gather {gather_s * 1e3:.1f} ms + copy {copy_s * 1e3:.1f} ms")
+        print(
+            f"\nQwen3-{args.size} shape, bf16, actor TP{args.tp} -> vLLM TP{args.tp}: {result['gb']:.2f} GB; bound "
+            f"{result['bound_s'] * 1e3:.1f} ms = all-gather {gather_s * 1e3:.1f} ms + copy {copy_s * 1e3:.1f} ms"
+        )
         print(plan.summary())
-        print("| bucket MB | export only s | sync s, vLLM loader | sync s, replayed copies | GB/s | sync / bound |\n"
-              "|---|---|---|---|---|---|")
+        print(
+            "| bucket MB | export only s | sync s, vLLM loader | sync s, replayed copies | GB/s | sync / bound |\n"
+            "|---|---|---|---|---|---|"
+        )
         for row in rows:
-            print(f"| {row['bucket_mb']} | {row['export_s']:.3f} | {row['loader_sync_s']:.3f} | {row['sync_s']:.3f} | "
-                  f"{result['gb'] / row['sync_s']:.0f} | {row['sync_s'] / result['bound_s']:.2f} |")
+            print(
+                f"| {row['bucket_mb']} | {row['export_s']:.3f} | {row['loader_sync_s']:.3f} | {row['sync_s']:.3f} | "
+                f"{result['gb'] / row['sync_s']:.0f} | {row['sync_s'] / result['bound_s']:.2f} |"
+            )
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1))
     dist.barrier()

@@ -7,6 +7,7 @@ by the pre-flight checks before any model is built (one line per independent pro
 Ctrl-C exits with code 130 and one line, after a checkpoint where a step was under way (utils/preemption.py). The
 process itself (logging, pre-flight, training) is dagrl/launch/process.py, which the Ray workers run too.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,6 @@ from dagrl.config.load import compose, to_plain  # noqa: E402 - after the Ctrl-C
 from dagrl.launch.process import setup_logging, train_process  # noqa: E402 - after the Ctrl-C handler above
 
 
-
 def fail(message: str, code: int) -> None:
     """One line on stderr (one per problem when pre-flight found several), no traceback; exit 2 for bad input, 1
     for a stopped or failed run."""
@@ -64,16 +64,22 @@ def run(cfg_data: dict) -> None:
             fail(str(error), 2)
 
         from dagrl.utils.preemption import resume_advice
+
         try:
             launch(cfg_data)
         except WorkerFailed as error:
             fail(str(error), error.exit_code)
         except Interrupted as stop:  # the workers stopped on the Ctrl-C the driver passed on
-            interrupted(str(stop) or f"Ctrl-C with no step under way: the Ray workers stopped at once, nothing "
-                                     f"unsaved; {resume_advice(cfg.trainer, 'intact')}")
+            interrupted(
+                str(stop)
+                or f"Ctrl-C with no step under way: the Ray workers stopped at once, nothing "
+                f"unsaved; {resume_advice(cfg.trainer, 'intact')}"
+            )
         except KeyboardInterrupt:  # a second Ctrl-C, or one before the workers trained: launch() killed them
-            interrupted(f"Ctrl-C: the Ray workers were stopped at once without a checkpoint; "
-                        f"{resume_advice(cfg.trainer, 'intact')}")
+            interrupted(
+                f"Ctrl-C: the Ray workers were stopped at once without a checkpoint; "
+                f"{resume_advice(cfg.trainer, 'intact')}"
+            )
         return
     code, message = train_process(cfg_data)
     if code == INTERRUPTED:
@@ -95,8 +101,19 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 # Hydra's flags that take the next argument as their value (--cfg job); every other argument is an override.
-VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir",
-               "-cd", "--experimental-rerun"}
+VALUE_FLAGS = {
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+}
 # Left to Hydra: help and info compose nothing, and a multirun expands its sweeps itself.
 HYDRA_ONLY_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--version", "--multirun", "-m"}
 
@@ -107,10 +124,24 @@ CONFIG_NAME_FLAGS = {"--config-name", "-cn"}
 CONFIG_PATH_FLAGS = {"--config-path", "-cp"}
 CONFIG_DIR_FLAGS = {"--config-dir", "-cd"}
 # torchrun's own options: written after `-m dagrl.main_dag` they reach dagrl instead of torchrun
-TORCHRUN_FLAGS = {f"--{name}" for base in ("nproc_per_node", "node_rank", "master_addr", "master_port", "rdzv_backend",
-                                              "rdzv_endpoint", "rdzv_id", "rdzv_conf", "max_restarts", "nnodes",
-                                              "standalone", "monitor_interval")
-                  for name in (base, base.replace("_", "-"))}
+TORCHRUN_FLAGS = {
+    f"--{name}"
+    for base in (
+        "nproc_per_node",
+        "node_rank",
+        "master_addr",
+        "master_port",
+        "rdzv_backend",
+        "rdzv_endpoint",
+        "rdzv_id",
+        "rdzv_conf",
+        "max_restarts",
+        "nnodes",
+        "standalone",
+        "monitor_interval",
+    )
+    for name in (base, base.replace("_", "-"))
+}
 
 
 def check_flags(argv: list[str]) -> None:
@@ -123,28 +154,43 @@ def check_flags(argv: list[str]) -> None:
         name, has_value, value = arg.partition("=")
         follows_flag = index > 0 and argv[index - 1] in VALUE_FLAGS  # --cfg job: the flag's value
         if name in TORCHRUN_FLAGS and not follows_flag:
-            raise ConfigError(name, f"'{arg}' is torchrun's option, written after the module, so torchrun passed it "
-                                    f"on to dagrl: put it before the module: torchrun {arg} -m dagrl.main_dag "
-                                    f"key=value ...")
+            raise ConfigError(
+                name,
+                f"'{arg}' is torchrun's option, written after the module, so torchrun passed it "
+                f"on to dagrl: put it before the module: torchrun {arg} -m dagrl.main_dag "
+                f"key=value ...",
+            )
         if arg.startswith("-") and name not in VALUE_FLAGS | PLAIN_FLAGS | HYDRA_ONLY_FLAGS and not follows_flag:
             bare = arg.lstrip("-")
             fix = f"write {bare}" if "=" in bare else f"write {bare}=<value>" if bare else "drop it"
-            raise ConfigError(name, f"'{arg}' is not an option of python3 -m dagrl.main_dag: config keys are set as "
-                                    f"key=value without dashes; {fix}")
+            raise ConfigError(
+                name,
+                f"'{arg}' is not an option of python3 -m dagrl.main_dag: config keys are set as "
+                f"key=value without dashes; {fix}",
+            )
         if not has_value and name in VALUE_FLAGS:
             value = argv[index + 1] if index + 1 < len(argv) else ""
         if name in CONFIG_NAME_FLAGS and value.removesuffix(".yaml") != CONFIG_NAME:
-            raise ConfigError(name, f"{name}={value}: dagrl has one primary config, conf/{CONFIG_NAME}.yaml "
-                                    f"(verl's ppo_trainer/ppo_megatron_trainer keys are its sections); drop {name} and "
-                                    f"set keys as overrides (dag=ppo for the PPO graph)")
+            raise ConfigError(
+                name,
+                f"{name}={value}: dagrl has one primary config, conf/{CONFIG_NAME}.yaml "
+                f"(verl's ppo_trainer/ppo_megatron_trainer keys are its sections); drop {name} and "
+                f"set keys as overrides (dag=ppo for the PPO graph)",
+            )
         if name in CONFIG_DIR_FLAGS and not os.path.isdir(os.path.expanduser(value)):
             what = "a file" if os.path.isfile(os.path.expanduser(value)) else "no directory"
-            raise ConfigError(name, f"{name}={value} is {what}: --config-dir takes a directory of config group "
-                                    f"options (e.g. one holding dag/my_graph.yaml, chosen with dag=my_graph); a config "
-                                    f"file's keys are set as key=value overrides")
+            raise ConfigError(
+                name,
+                f"{name}={value} is {what}: --config-dir takes a directory of config group "
+                f"options (e.g. one holding dag/my_graph.yaml, chosen with dag=my_graph); a config "
+                f"file's keys are set as key=value overrides",
+            )
         if name in CONFIG_PATH_FLAGS:
-            raise ConfigError(name, f"{name}={value}: dagrl composes its own conf/ directory; drop {name} and set "
-                                    f"keys as key=value overrides (--config-dir adds a directory of group options)")
+            raise ConfigError(
+                name,
+                f"{name}={value}: dagrl composes its own conf/ directory; drop {name} and set "
+                f"keys as key=value overrides (--config-dir adds a directory of group options)",
+            )
 
 
 def early_override_check(argv: list[str]) -> dict | None:

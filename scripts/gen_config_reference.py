@@ -12,6 +12,7 @@ dagrl/algo/catalog.py, whose names also complete the reference's rows of the key
 The reference reads the YAML files: each key's comment is the text after `#` on its line, the default is the value
 as written there (interpolations unresolved), and a section's description is its file's leading comment.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,7 @@ def split_comment(text: str) -> tuple[str, str]:
         elif char in "\"'":
             quote = char
         elif char == "#" and (index == 0 or text[index - 1].isspace()):
-            return text[:index].strip(), text[index + 1:].strip()
+            return text[:index].strip(), text[index + 1 :].strip()
     return text.strip(), ""
 
 
@@ -117,6 +118,7 @@ def _cell(text: str) -> str:
 def catalog_notes() -> dict[str, str]:
     """What the catalog adds to a key's comment: where its names are described, the entries that read a key."""
     from dagrl.algo.catalog import REGISTRIES
+
     notes = {}
     for registry in REGISTRIES:
         for key in registry.keys:
@@ -132,6 +134,7 @@ def value_type(path: str) -> str:
     names of a key with choices; "" for a section or a node of a graph."""
     from dagrl.config.schema.check import expected
     from dagrl.config.schema.root import keys
+
     key = keys().get(path)
     if key is None:
         return ""
@@ -162,15 +165,26 @@ def render() -> str:
     from dagrl.config.schema.root import freeform_maps
 
     defaults = yaml.safe_load((CONF / "dagrl.yaml").read_text())["defaults"]
-    groups = [(group, option) for item in defaults if isinstance(item, dict)
-              for group, option in item.items() if not group.startswith("override ")]
-    out = ["# Configuration reference", "",
-           "Generated from the comments in `conf/` by `python3 scripts/gen_config_reference.py`; do not edit by "
-           "hand (a test fails when this file is stale).", "",
-           "Override any key on the command line: `python3 -m dagrl.main_dag section.key=value ...` (the same "
-           "overrides work for `python3 -m dagrl.plan`). Unknown keys are rejected with the closest valid key; "
-           "`+key=value` adds keys only under the free-form maps " + ", ".join(f"`{m}`" for m in freeform_maps())
-           + ". Bold rows are sections.", ""]
+    groups = [
+        (group, option)
+        for item in defaults
+        if isinstance(item, dict)
+        for group, option in item.items()
+        if not group.startswith("override ")
+    ]
+    out = [
+        "# Configuration reference",
+        "",
+        "Generated from the comments in `conf/` by `python3 scripts/gen_config_reference.py`; do not edit by "
+        "hand (a test fails when this file is stale).",
+        "",
+        "Override any key on the command line: `python3 -m dagrl.main_dag section.key=value ...` (the same "
+        "overrides work for `python3 -m dagrl.plan`). Unknown keys are rejected with the closest valid key; "
+        "`+key=value` adds keys only under the free-form maps "
+        + ", ".join(f"`{m}`" for m in freeform_maps())
+        + ". Bold rows are sections.",
+        "",
+    ]
     out.append("Sections: " + " · ".join(f"[{group}](#{group})" for group, _ in groups))
     for group, option in groups:
         path = CONF / group / f"{option}.yaml"
@@ -242,8 +256,12 @@ def conf_yaml(cls: type) -> str:
 
 def conf_files() -> dict[Path, str]:
     from dagrl.config.schema.root import SECTIONS
-    return {CONF / group / "default.yaml": conf_yaml(cls) for group, cls in SECTIONS.items()
-            if (CONF / group / "default.yaml").is_file() or group != "dag"}
+
+    return {
+        CONF / group / "default.yaml": conf_yaml(cls)
+        for group, cls in SECTIONS.items()
+        if (CONF / group / "default.yaml").is_file() or group != "dag"
+    }
 
 
 def verl_keys_table(known: dict[str, str]) -> list[str]:
@@ -262,24 +280,36 @@ def verl_keys_table(known: dict[str, str]) -> list[str]:
         elif found[2] == roles[found[1]][0]:
             role, names = found[1], roles[found[1]]
             template = reason.replace(names[0], "<key>")
-            others = [f"`{name}`: {known[f'{role}.megatron.{name}']}" for name in names
-                      if known[f"{role}.megatron.{name}"] != template.replace("<key>", name)]
-            rows.append(f"| `{role}.megatron.<key>` for <key> in " + ", ".join(f"`{name}`" for name in names)
-                        + f" | {template}" + "".join(f"; {other}" for other in others) + " |")
+            others = [
+                f"`{name}`: {known[f'{role}.megatron.{name}']}"
+                for name in names
+                if known[f"{role}.megatron.{name}"] != template.replace("<key>", name)
+            ]
+            rows.append(
+                f"| `{role}.megatron.<key>` for <key> in "
+                + ", ".join(f"`{name}`" for name in names)
+                + f" | {template}"
+                + "".join(f"; {other}" for other in others)
+                + " |"
+            )
     return rows
 
 
 def render_from_verl(page: str) -> str:
     """docs/from_verl.md with the generated table between its markers."""
     from dagrl.config.load import VERL_KEYS
+
     return render_between(page, MARKS, verl_keys_table(VERL_KEYS))
 
 
 def algorithms_table() -> list[str]:
     """One row per registered name (aliases with theirs) and per name verl has that dagrl refuses."""
     from dagrl.algo.catalog import REGISTRIES
-    rows = ["| key | name | verl 0.9's name | what it is, when to use it | difference from verl |",
-            "|---|---|---|---|---|"]
+
+    rows = [
+        "| key | name | verl 0.9's name | what it is, when to use it | difference from verl |",
+        "|---|---|---|---|---|",
+    ]
     for registry in REGISTRIES:
         key = " / ".join(f"`{k}`" for k in registry.keys)
         for entry in registry:
@@ -304,8 +334,11 @@ def main() -> None:
     if not args.check:  # the reference is read from the YAML files: write them first
         for path, text in outputs.items():
             path.write_text(text)
-    outputs |= {OUTPUT: render(), FROM_VERL: render_from_verl(FROM_VERL.read_text()),
-               ALGORITHMS: render_between(ALGORITHMS.read_text(), ALGORITHM_MARKS, algorithms_table())}
+    outputs |= {
+        OUTPUT: render(),
+        FROM_VERL: render_from_verl(FROM_VERL.read_text()),
+        ALGORITHMS: render_between(ALGORITHMS.read_text(), ALGORITHM_MARKS, algorithms_table()),
+    }
     for path, text in outputs.items():
         if args.check:
             if (path.read_text() if path.is_file() else "") != text:

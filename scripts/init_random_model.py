@@ -11,6 +11,7 @@ Qwen3-235B-A22B; "tiny" is the test suite's model). With --tokenizer the tokeniz
 there is one) is copied and the vocabulary sized to it; without it the directory has no tokenizer, which is enough
 for dagrl.plan and engine benchmarks but not for training. --config-only writes config.json without weights.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,18 @@ def save_tokenizer(tokenizer_dir: str, out: str) -> None:
         shutil.copy(generation, os.path.join(out, "generation_config.json"))
 
 
-def build(family: str, size: str, out: str, *, num_layers: int | None = None, seed: int = 0,
-          tokenizer: str | None = None, dtype: str = "bf16", config_only: bool = False, device: str = "cpu") -> int:
+def build(
+    family: str,
+    size: str,
+    out: str,
+    *,
+    num_layers: int | None = None,
+    seed: int = 0,
+    tokenizer: str | None = None,
+    dtype: str = "bf16",
+    config_only: bool = False,
+    device: str = "cpu",
+) -> int:
     """Write the model directory; returns the parameter count."""
     overrides: dict = {"num_layers": num_layers}
     special: dict = {}
@@ -86,8 +97,12 @@ def build(family: str, size: str, out: str, *, num_layers: int | None = None, se
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", required=True, choices=presets.FAMILIES)
-    parser.add_argument("--size", required=True, help="tiny | " + " | ".join(
-        sorted({s for table in (presets.DENSE_SIZES, presets.MOE_SIZES) for s in table} - {"tiny"})))
+    parser.add_argument(
+        "--size",
+        required=True,
+        help="tiny | "
+        + " | ".join(sorted({s for table in (presets.DENSE_SIZES, presets.MOE_SIZES) for s in table} - {"tiny"})),
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--num-layers", type=int, default=None, help="override the preset's layer count")
     parser.add_argument("--seed", type=int, default=0, help="torch seed of the random init")
@@ -114,10 +129,25 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--device {args.device}: no CUDA device on this machine; use --device cpu")
     out = os.path.expanduser(args.out)
     tokenizer = os.path.expanduser(args.tokenizer) if args.tokenizer else None
-    count = build(args.family, args.size, out, num_layers=args.num_layers, seed=args.seed, tokenizer=tokenizer,
-                  dtype=args.dtype, config_only=args.config_only, device=args.device)
-    logger.info("wrote %s %s (%.3fB parameters%s) to %s", args.family, args.size, count / 1e9,
-                ", config only" if args.config_only else "", out)
+    count = build(
+        args.family,
+        args.size,
+        out,
+        num_layers=args.num_layers,
+        seed=args.seed,
+        tokenizer=tokenizer,
+        dtype=args.dtype,
+        config_only=args.config_only,
+        device=args.device,
+    )
+    logger.info(
+        "wrote %s %s (%.3fB parameters%s) to %s",
+        args.family,
+        args.size,
+        count / 1e9,
+        ", config only" if args.config_only else "",
+        out,
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ tensors differently from Megatron's local layers, so it merges only where Transf
 `test` compares the merged weights with an HF directory (e.g. actor/huggingface) and exits 1 on a difference.
 Needs memory for the whole model in the checkpoint's dtype on that one device.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", required=True, choices=["megatron"], help="checkpoint kind (dagrl: megatron)")
     common.add_argument("--local_dir", required=True, help="RUN/global_step_N/actor (or RUN/global_step_N)")
-    common.add_argument("--hf_model_path", default=None,
-                        help="HF dir with config.json and tokenizer; default: the checkpoint's huggingface/ dir or "
-                             "the model.path recorded in it")
+    common.add_argument(
+        "--hf_model_path",
+        default=None,
+        help="HF dir with config.json and tokenizer; default: the checkpoint's huggingface/ dir or "
+        "the model.path recorded in it",
+    )
     merge = operations.add_parser("merge", parents=[common], help="write an HF model directory")
     merge.add_argument("--target_dir", required=True, help="where the HF model directory is written")
     test = operations.add_parser("test", parents=[common], help="compare with an HF model directory")
@@ -60,8 +64,10 @@ def checkpoint_dir(local_dir: str) -> Path:
     if not (path / "metadata.json").is_file() and (path / "actor" / "metadata.json").is_file():
         path = path / "actor"
     if not (path / "metadata.json").is_file():
-        raise MergeError(f"--local_dir {local_dir} is not a dagrl checkpoint (no metadata.json): point it at "
-                         f"<run>/global_step_N/actor")
+        raise MergeError(
+            f"--local_dir {local_dir} is not a dagrl checkpoint (no metadata.json): point it at "
+            f"<run>/global_step_N/actor"
+        )
     return path
 
 
@@ -89,8 +95,9 @@ def build_engine(path: Path, source: Path, param_dtype: str | None):
     if int(os.environ.get("WORLD_SIZE", "1")) != 1:
         raise MergeError("run model_merger.py as one process (not under torchrun): it reshards to TP=PP=EP=1")
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, None: torch.float32}[param_dtype]
-    return MegatronActorEngine(MegatronEngineSpec(model_path=str(source), param_dtype=dtype,
-                                                  dist_checkpoint_path=str(path)))
+    return MegatronActorEngine(
+        MegatronEngineSpec(model_path=str(source), param_dtype=dtype, dist_checkpoint_path=str(path))
+    )
 
 
 def te_usable() -> bool:
@@ -98,6 +105,7 @@ def te_usable() -> bool:
     import torch
 
     from dagrl.engine.megatron import compat
+
     return torch.cuda.is_available() and compat.transformer_engine_available()
 
 
@@ -114,8 +122,9 @@ def compare(weights: dict, test_hf_dir: str) -> list[str]:
             problems.append(f"{name}: not in {test_hf_dir}")
             continue
         want = reference.get(name)
-        if want.shape != weights[name].shape or not torch.allclose(weights[name].float(), want.float(), rtol=0,
-                                                                    atol=1e-6):
+        if want.shape != weights[name].shape or not torch.allclose(
+            weights[name].float(), want.float(), rtol=0, atol=1e-6
+        ):
             problems.append(f"{name}: differs from {test_hf_dir}")
     return problems
 
@@ -129,15 +138,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise MergeError(f"--local_dir {args.local_dir}: {err}") from None
     if info["role"] not in (None, "actor"):
-        raise MergeError(f"--local_dir {args.local_dir} holds a {info['role']} checkpoint; only actor checkpoints "
-                         f"become HF causal LMs")
+        raise MergeError(
+            f"--local_dir {args.local_dir} holds a {info['role']} checkpoint; only actor checkpoints "
+            f"become HF causal LMs"
+        )
     if "model" not in info["contents"]:
         raise MergeError(f"--local_dir {args.local_dir} holds no model weights (contents {info['contents']})")
     source = hf_source(args, path, info["model_path"])
     if info["layer_spec"] == "transformer_engine" and not te_usable():
-        raise MergeError(f"--local_dir {args.local_dir} was saved from TransformerEngine layers, whose tensor names "
-                         f"only a TransformerEngine model reads: run the merger on a GPU machine with "
-                         f"transformer-engine installed")
+        raise MergeError(
+            f"--local_dir {args.local_dir} was saved from TransformerEngine layers, whose tensor names "
+            f"only a TransformerEngine model reads: run the merger on a GPU machine with "
+            f"transformer-engine installed"
+        )
     engine = build_engine(path, source, info["param_dtype"])
     if args.operation == "merge":
         write_hf_model(engine.export_weights(BUCKET_BYTES), os.path.expanduser(args.target_dir), source, write=True)

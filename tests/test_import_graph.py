@@ -1,5 +1,6 @@
 """No import cycle anywhere in dagrl/: an import inside a function only delays a cycle, it does not remove one, so
 every import statement counts except those under `if TYPE_CHECKING:` (never run)."""
+
 from __future__ import annotations
 
 import ast
@@ -17,8 +18,13 @@ def modules(package: Path = PACKAGE) -> dict[str, Path]:
 
 
 def _type_checking_only(tree: ast.AST) -> set[int]:
-    return {id(node) for branch in ast.walk(tree) if isinstance(branch, ast.If)
-            and "TYPE_CHECKING" in ast.unparse(branch.test) for stmt in branch.body for node in ast.walk(stmt)}
+    return {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
+        for stmt in branch.body
+        for node in ast.walk(stmt)
+    }
 
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
@@ -32,8 +38,11 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
-                if node.level else node.module or ""
+            base = (
+                ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".")
+                if node.level
+                else node.module or ""
+            )
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue

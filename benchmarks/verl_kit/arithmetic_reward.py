@@ -1,5 +1,6 @@
 """verl's custom reward for dagrl's arithmetic task: verl calls `compute_score(data_source, solution_str, ground_truth,
 extra_info)`; the score is dagrl's own scorer, so both trainers are graded by the same rule."""
+
 import sys
 from pathlib import Path
 

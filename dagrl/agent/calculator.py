@@ -4,6 +4,7 @@ Allowed: int and float literals, + - * / // % **, unary + and -, parentheses. Bo
 rollout: expressions of at most 200 characters, exponents of magnitude at most 100 and integers of at most 4096
 bits (about 1200 digits). Bad input answers "error: ..." text; the tool never raises on the model's arguments.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,7 +23,7 @@ CALCULATOR_SCHEMA = {
     "function": {
         "name": "calculator",
         "description": "Evaluates an arithmetic expression (numbers, + - * / // % **, parentheses) and returns "
-                       "the result.",
+        "the result.",
         "parameters": {
             "type": "object",
             "properties": {"expression": {"type": "string", "description": 'The expression, e.g. "12 * 34".'}},
@@ -33,8 +34,15 @@ CALCULATOR_SCHEMA = {
 
 Number = int | float
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 
 
 def _bits(value: Number) -> int:
@@ -102,8 +110,9 @@ class CalculatorTool(BaseTool):
 
     default_schema = CALCULATOR_SCHEMA
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         expression = parameters.get("expression") if isinstance(parameters, dict) else None
         if isinstance(expression, (int, float)) and not isinstance(expression, bool):
             expression = str(expression)  # a model that sends {"expression": 12} means the number

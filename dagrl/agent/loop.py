@@ -16,6 +16,7 @@ Observations join at engine steps fixed by when their turn ended, never by how l
 deterministic tools a seeded run samples the same trajectories again (and a resumed run continues exactly), for
 any `tool_overlap_steps`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,33 +47,35 @@ async def _contained(coroutine) -> Any:
     try:
         return await coroutine
     except (SystemExit, KeyboardInterrupt) as error:
-        raise RuntimeError(f"a tool or interaction raised {type(error).__name__}({error}) in the multi-turn loop") \
-            from error
+        raise RuntimeError(
+            f"a tool or interaction raised {type(error).__name__}({error}) in the multi-turn loop"
+        ) from error
 
 
 @dataclass
 class Trajectory:
     """One sample's conversation and its tokens after the prompt."""
+
     row: int
     sample: int
     seed: int
     prompt_ids: tuple[int, ...]
     messages: list[dict]
-    limit: int                                           # tokens after the prompt, at most (the row's own limit)
+    limit: int  # tokens after the prompt, at most (the row's own limit)
     tools_kwargs: dict
     interaction: Any = None
     interaction_kwargs: dict = field(default_factory=dict)
     interaction_id: str = ""
     ids: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)       # 1: sampled by the model
+    mask: list[int] = field(default_factory=list)  # 1: sampled by the model
     log_probs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)   # the weight version of each sampled token, -1 elsewhere
+    versions: list[int] = field(default_factory=list)  # the weight version of each sampled token, -1 elsewhere
     done: bool = False
-    pending: Completion | None = None                    # the turn in progress when it was aborted (partial rollout)
+    pending: Completion | None = None  # the turn in progress when it was aborted (partial rollout)
     assistant_turns: int = 0
     user_turns: int = 0
     tool_calls: int = 0
-    valid_calls: int = 0                                 # calls that ran and answered (no error, no timeout)
+    valid_calls: int = 0  # calls that ran and answered (no error, no timeout)
     tool_errors: int = 0
     tool_timeouts: int = 0
     truncated: bool = False
@@ -80,14 +83,14 @@ class Trajectory:
     turn_scores: list[float] = field(default_factory=list)
     tool_rewards: dict[str, float] = field(default_factory=dict)
     last_text: str = ""
-    last_eos: str = ""                                   # the text of the token that ended the last turn
+    last_eos: str = ""  # the text of the token that ended the last turn
 
     @property
     def finish_reason(self) -> str:
         """As a Completion's: "abort" while the trajectory goes on (partial rollout carries it)."""
         return "stop" if self.done else "abort"
 
-    key: str = ""                                        # the request ids' prefix (the row's index when empty)
+    key: str = ""  # the request ids' prefix (the row's index when empty)
 
     def request(self, sampling: SamplingSpec) -> Request:
         if self.pending is not None:  # the aborted turn goes on from what it had sampled
@@ -98,15 +101,25 @@ class Trajectory:
         """The request of the next turn from its start."""
         turn = self.assistant_turns
         seed = zlib.crc32(f"{self.seed}/{turn}".encode()) & 0x7FFFFFFF
-        return Request(f"{self.key or self.row}/{self.sample}/{turn}", self.prompt_ids + tuple(self.ids),
-                       sampling.with_limit(self.limit - len(self.ids)), seed)
+        return Request(
+            f"{self.key or self.row}/{self.sample}/{turn}",
+            self.prompt_ids + tuple(self.ids),
+            sampling.with_limit(self.limit - len(self.ids)),
+            seed,
+        )
 
 
 class AgentLoop:
     """Built once per run from `actor_rollout_ref.rollout.multi_turn` and the loaded tools and interactions."""
 
-    def __init__(self, config: Any, tokenizer: Any, tools: dict[str, Any], interactions: dict[str, Any],
-                 template_renders_tools: bool) -> None:
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        tools: dict[str, Any],
+        interactions: dict[str, Any],
+        template_renders_tools: bool,
+    ) -> None:
         self.config, self.tokenizer = config, tokenizer
         self.tools, self.interactions = tools, interactions
         self.schemas = [tool.get_openai_tool_schema() for tool in tools.values()]
@@ -119,8 +132,9 @@ class AgentLoop:
         self.tool_wait = 0.0  # seconds the engine stood waiting for calls, since the last rollout began
 
     # ---- one rollout --------------------------------------------------------------------------------
-    def generate(self, engine: Any, prompts: Batch, sampling: SamplingSpec, seed: int, response_length: int
-                 ) -> tuple[Batch, dict[str, float]]:
+    def generate(
+        self, engine: Any, prompts: Batch, sampling: SamplingSpec, seed: int, response_length: int
+    ) -> tuple[Batch, dict[str, float]]:
         """n trajectories per prompt, rows grouped by prompt (as `generate` orders them). A row's budget over all its
         turns is its own response limit (`sampling.limit(row)`), `response_length` at most."""
         self.eos_token_ids = set(engine.eos_token_ids)
@@ -131,8 +145,14 @@ class AgentLoop:
         metrics = {**self._metrics(trajectories), "timing_s/tool_wait": self.tool_wait}
         return self._batch(prompts, trajectories, sampling.n, response_length), metrics
 
-    def drive(self, engine: Any, trajectories: list[Trajectory], sampling: SamplingSpec,
-              enough: Callable[[], bool] | None = None, updates: Any = None) -> int:
+    def drive(
+        self,
+        engine: Any,
+        trajectories: list[Trajectory],
+        sampling: SamplingSpec,
+        enough: Callable[[], bool] | None = None,
+        updates: Any = None,
+    ) -> int:
         """Advance every trajectory not done until all are, or until `enough()` (partial rollout: what is in
         flight is then aborted, its turn kept in `pending`, and the calls under way answer first, so every
         trajectory stops ready for its next request). `updates`: the rollout pool's weight pushes, loaded between
@@ -212,14 +232,25 @@ class AgentLoop:
             kwargs = dict(info.get("interaction_kwargs") or {})
             interaction = self.interactions.get(kwargs.get("name")) if kwargs else None
             if kwargs and interaction is None:
-                raise ValueError(f"extra_info.interaction_kwargs.name={kwargs.get('name')!r} of prompt row "
-                                 f"{prompts['index'][row]} is not in the interaction config "
-                                 f"(has {sorted(self.interactions)})")
+                raise ValueError(
+                    f"extra_info.interaction_kwargs.name={kwargs.get('name')!r} of prompt row "
+                    f"{prompts['index'][row]} is not in the interaction config "
+                    f"(has {sorted(self.interactions)})"
+                )
             for sample in range(sampling.n):
-                trajectories.append(Trajectory(
-                    row, sample, (seed + 7919 * row + sample) & 0x7FFFFFFF, tuple(ids[row][mask[row]].tolist()),
-                    [dict(m) for m in chat], sampling.limit(row), dict(info.get("tools_kwargs") or {}),
-                    interaction, kwargs))
+                trajectories.append(
+                    Trajectory(
+                        row,
+                        sample,
+                        (seed + 7919 * row + sample) & 0x7FFFFFFF,
+                        tuple(ids[row][mask[row]].tolist()),
+                        [dict(m) for m in chat],
+                        sampling.limit(row),
+                        dict(info.get("tools_kwargs") or {}),
+                        interaction,
+                        kwargs,
+                    )
+                )
         for t in trajectories:
             if t.interaction is not None:
                 t.interaction_id = str(uuid.uuid4())
@@ -266,8 +297,9 @@ class AgentLoop:
             t.tool_errors += len(errors)
             limit, side = self.config.max_tool_response_length, self.config.tool_response_truncate_side
             return [{"role": "tool", "content": truncate(text, limit, side)} for text in [*results, *errors]]
-        stop, text, score, _ = await maybe_await(t.interaction.generate_response(
-            t.interaction_id, t.messages, **t.interaction_kwargs))
+        stop, text, score, _ = await maybe_await(
+            t.interaction.generate_response(t.interaction_id, t.messages, **t.interaction_kwargs)
+        )
         t.turn_scores.append(float(score))
         t.user_turns += 1
         return [] if stop else [{"role": "user", "content": str(text)}]
@@ -342,9 +374,17 @@ class AgentLoop:
         batch["solution_str"] = [t.last_text for t in trajectories]
         extra = batch.get("extra_info")
         extra = [{}] * rows if extra is None else extra
-        batch["extra_info"] = [{**(extra[i] or {}), "messages": t.messages, "num_turns": len(t.messages),
-                                "tool_rewards": t.tool_rewards, "turn_scores": t.turn_scores,
-                                "truncated": t.truncated} for i, t in enumerate(trajectories)]
+        batch["extra_info"] = [
+            {
+                **(extra[i] or {}),
+                "messages": t.messages,
+                "num_turns": len(t.messages),
+                "tool_rewards": t.tool_rewards,
+                "turn_scores": t.turn_scores,
+                "truncated": t.truncated,
+            }
+            for i, t in enumerate(trajectories)
+        ]
         return batch
 
     @staticmethod
@@ -355,11 +395,15 @@ class AgentLoop:
         other_tokens = sum(len(t.mask) - sum(t.mask) for t in trajectories)
         scored = [t.turn_scores for t in trajectories if t.interaction is not None]
         # the interaction's score of the first answer (the reward scores the last one)
-        interaction = {} if not scored else {
-            "multi_turn/interaction/first_score": sum(s[0] if s else 0.0 for s in scored) / len(scored)}
+        interaction = (
+            {}
+            if not scored
+            else {"multi_turn/interaction/first_score": sum(s[0] if s else 0.0 for s in scored) / len(scored)}
+        )
         return {
             **interaction,
-            "multi_turn/num_turns/mean": sum(turns) / count, "multi_turn/num_turns/max": float(max(turns)),
+            "multi_turn/num_turns/mean": sum(turns) / count,
+            "multi_turn/num_turns/max": float(max(turns)),
             "multi_turn/assistant_turns/mean": sum(t.assistant_turns for t in trajectories) / count,
             "multi_turn/tool_calls/mean": sum(t.tool_calls for t in trajectories) / count,
             "multi_turn/valid_call_ratio": sum(t.valid_calls > 0 for t in trajectories) / count,

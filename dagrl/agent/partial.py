@@ -9,6 +9,7 @@ its tools' instances again with the row's `create_kwargs`, so state a tool built
 checkpoint is not there after it (stateless tools, such as the shipped ones, resume exactly); an interaction is
 started again under a new instance id.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,9 +22,25 @@ from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, SamplingSpec
 
 # Trajectory fields saved as they are (plain values); the rest are rebuilt from the group and its prompt row.
-_SAVED = ("messages", "ids", "mask", "log_probs", "versions", "done", "assistant_turns", "user_turns", "tool_calls",
-          "valid_calls", "tool_errors", "tool_timeouts", "truncated", "turn_scores", "tool_rewards", "last_text",
-          "last_eos")
+_SAVED = (
+    "messages",
+    "ids",
+    "mask",
+    "log_probs",
+    "versions",
+    "done",
+    "assistant_turns",
+    "user_turns",
+    "tool_calls",
+    "valid_calls",
+    "tool_errors",
+    "tool_timeouts",
+    "truncated",
+    "turn_scores",
+    "tool_rewards",
+    "last_text",
+    "last_eos",
+)
 
 
 def start_groups(agent: AgentLoop, buffer: Any, sampling: SamplingSpec) -> None:
@@ -41,16 +58,18 @@ def start_groups(agent: AgentLoop, buffer: Any, sampling: SamplingSpec) -> None:
             group.samples = fresh
 
 
-def run_groups(agent: AgentLoop, buffer: Any, engine: Any, sampling: SamplingSpec, wanted: int,
-               updates: Any = None) -> list:
+def run_groups(
+    agent: AgentLoop, buffer: Any, engine: Any, sampling: SamplingSpec, wanted: int, updates: Any = None
+) -> list:
     """PartialRolloutBuffer.run for multi-turn groups: the first `wanted` groups whose every trajectory finished,
     oldest first (their tools released); the rest stay in the buffer."""
     agent.eos_token_ids = set(engine.eos_token_ids)
     start_groups(agent, buffer, sampling)
     agent.tool_wait = 0.0
     trajectories = [t for group in buffer.groups for t in group.samples]
-    buffer.reloads = agent.drive(engine, trajectories, sampling,
-                                 enough=lambda: sum(g.finished for g in buffer.groups) >= wanted, updates=updates)
+    buffer.reloads = agent.drive(
+        engine, trajectories, sampling, enough=lambda: sum(g.finished for g in buffer.groups) >= wanted, updates=updates
+    )
     done = [g for g in buffer.groups if g.finished][:wanted]
     agent._run([agent._finish(t) for group in done for t in group.samples])
     taken = {g.uid for g in done}
@@ -66,7 +85,7 @@ def batch_of(agent: AgentLoop, buffer: Any, groups: list, response_length: int) 
     batch = agent._batch(rows, trajectories, len(groups[0].samples), response_length)
     versions = torch.full(batch["responses"].shape, -1, dtype=torch.long)
     for row, t in enumerate(trajectories):
-        versions[row, :len(t.versions)] = torch.tensor(t.versions, dtype=torch.long)
+        versions[row, : len(t.versions)] = torch.tensor(t.versions, dtype=torch.long)
     batch["token_versions"] = torch.where(batch["response_mask"].bool(), versions, -1)
     return batch, {**agent._metrics(trajectories), "timing_s/tool_wait": agent.tool_wait}
 
@@ -75,13 +94,15 @@ def state(t: Trajectory) -> dict:
     """A carried trajectory as plain data (checkpoints load with weights_only=True)."""
     saved = {name: getattr(t, name) for name in _SAVED}
     if t.pending is not None:
-        saved["pending"] = {"tokens": list(t.pending.token_ids), "log_probs": list(t.pending.log_probs),
-                            "versions": list(t.pending.versions)}
+        saved["pending"] = {
+            "tokens": list(t.pending.token_ids),
+            "log_probs": list(t.pending.log_probs),
+            "versions": list(t.pending.versions),
+        }
     return {"turns": saved}
 
 
-def restore(agent: AgentLoop, saved: dict, group: Any, row: Batch, sampling: SamplingSpec, sample: int
-            ) -> Trajectory:
+def restore(agent: AgentLoop, saved: dict, group: Any, row: Batch, sampling: SamplingSpec, sample: int) -> Trajectory:
     """The trajectory `state` saved, for sample `sample` of `group` (its prompt row `row`)."""
     (t,) = agent._start(row, dataclasses.replace(sampling.with_limit(group.limit), n=1), group.seed)
     t.sample, t.seed, t.key = sample, (group.seed + sample) & 0x7FFFFFFF, group.uid
@@ -89,6 +110,11 @@ def restore(agent: AgentLoop, saved: dict, group: Any, row: Batch, sampling: Sam
         setattr(t, name, saved["turns"][name])
     pending = saved["turns"].get("pending")
     if pending is not None:
-        t.pending = Completion(t.turn_request(sampling), tuple(pending["tokens"]), tuple(pending["log_probs"]),
-                               tuple(pending["versions"]), "abort")
+        t.pending = Completion(
+            t.turn_request(sampling),
+            tuple(pending["tokens"]),
+            tuple(pending["log_probs"]),
+            tuple(pending["versions"]),
+            "abort",
+        )
     return t

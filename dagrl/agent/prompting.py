@@ -10,6 +10,7 @@ rendered: the chat template applied to the conversation with and without the new
 from the end of the last eos (the separator a template writes after an eos, e.g. ChatML's newline, belongs to the
 segment, since the model stopped at the eos).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,18 +31,22 @@ class ToolCall:
 def hermes_tools_prompt(schemas: list[dict]) -> str:
     """The tool section of a system message in the hermes style (Qwen's and NousResearch's wording)."""
     listed = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in schemas)
-    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-            f"{listed}\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-            "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        f"{listed}\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+        "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
 
 
 def template_takes_tools(tokenizer: Any) -> bool:
     """Whether the chat template renders its `tools` argument (SmolLM2's ignores it)."""
     probe = [{"role": "user", "content": "hi"}]
-    schema = {"type": "function", "function": {"name": "probe_tool_name", "parameters": {"type": "object",
-                                                                                           "properties": {}}}}
+    schema = {
+        "type": "function",
+        "function": {"name": "probe_tool_name", "parameters": {"type": "object", "properties": {}}},
+    }
     with_tools = tokenizer.apply_chat_template(probe, tools=[schema], tokenize=False, add_generation_prompt=True)
     return with_tools != tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
 
@@ -107,7 +112,7 @@ def truncate(text: str, limit: int, side: str) -> str:
     if side == "right":
         return marker + text[-limit:]
     half = limit // 2
-    return text[:half] + marker + text[len(text) - (limit - half):]
+    return text[:half] + marker + text[len(text) - (limit - half) :]
 
 
 class SegmentRenderer:
@@ -118,8 +123,9 @@ class SegmentRenderer:
         self.template_kwargs = template_kwargs or {}
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
-                                                  **self.template_kwargs)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **self.template_kwargs
+        )
 
     def segment(self, conversation: list[dict], new: list[dict], eos_text: str) -> list[int]:
         """`conversation` ends with the assistant turn the model just finished with the token `eos_text`; `new`
@@ -131,8 +137,10 @@ class SegmentRenderer:
         after = self.render(conversation + new, generation_prompt=True)
         end = len(head) + len(conversation[-1]["content"])  # where the sampled text ends
         if not before.startswith(head + conversation[-1]["content"]) or not after.startswith(before[:end]):
-            raise ValueError("the chat template does not render a conversation as a prefix of its continuation "
-                             "(it rewrites earlier turns); multi-turn rollouts need one that appends")
+            raise ValueError(
+                "the chat template does not render a conversation as a prefix of its continuation "
+                "(it rewrites earlier turns); multi-turn rollouts need one that appends"
+            )
         if eos_text and before.startswith(eos_text, end):
             end += len(eos_text)
         return list(self.tokenizer(after[end:], add_special_tokens=False)["input_ids"])

@@ -3,6 +3,7 @@
 Every problem is a ConfigError naming the key, the file and the entry, raised in pre-flight before any model is
 built (the CLI prints it in one line and exits 2).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -29,8 +30,9 @@ def load_entries(path: str, key: str, list_key: str) -> list[dict]:
         mark = getattr(error, "problem_mark", None)  # where, and what the parser found there (a tab, a ':')
         what = getattr(error, "problem", None) or str(error).splitlines()[0]
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(key, f"{key}: {path} is not valid YAML: {what}{at} (YAML indents with spaces, never "
-                               f"tabs); fix the file") from None
+        raise ConfigError(
+            key, f"{key}: {path} is not valid YAML: {what}{at} (YAML indents with spaces, never tabs); fix the file"
+        ) from None
     entries = document.get(list_key) if isinstance(document, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ConfigError(key, f"{key}: {path} must hold a non-empty {list_key!r} list")
@@ -50,12 +52,17 @@ def import_class(spec: str, key: str, where: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # any import failure is the user's to fix: name it
-        raise ConfigError(key, f"{key}: {where}: cannot import {module_name!r} for class_name {spec!r} "
-                               f"({type(error).__name__}: {error})") from None
+        raise ConfigError(
+            key,
+            f"{key}: {where}: cannot import {module_name!r} for class_name {spec!r} ({type(error).__name__}: {error})",
+        ) from None
     cls = getattr(module, class_name, None)
     if cls is not None and not inspect.isclass(cls):  # a function or an instance: the entry constructs a class
-        raise ConfigError(key, f"{key}: {where}: {spec} is a {type(cls).__name__}, not a class: class_name names a "
-                               f"class the trainer constructs as {class_name}(config, ...) (see docs/agentic.md)")
+        raise ConfigError(
+            key,
+            f"{key}: {where}: {spec} is a {type(cls).__name__}, not a class: class_name names a "
+            f"class the trainer constructs as {class_name}(config, ...) (see docs/agentic.md)",
+        )
     if not inspect.isclass(cls):
         raise ConfigError(key, f"{key}: {where}: module {module_name!r} has no class {class_name!r}")
     return cls
@@ -67,12 +74,14 @@ def construct(cls: type, key: str, where: str, class_name: str, **kwargs: Any) -
         return cls(**kwargs)
     except Exception as error:
         lines = str(error).strip().splitlines()
-        raise ConfigError(key, f"{key}: {where}: {class_name}({', '.join(kwargs)}) raised "
-                               f"{type(error).__name__}: {lines[0] if lines else ''}") from None
+        raise ConfigError(
+            key,
+            f"{key}: {where}: {class_name}({', '.join(kwargs)}) raised "
+            f"{type(error).__name__}: {lines[0] if lines else ''}",
+        ) from None
 
 
-def check_calls(obj: Any, key: str, where: str, class_name: str, calls: dict[str, tuple[str, ...]],
-                base: str) -> None:
+def check_calls(obj: Any, key: str, where: str, class_name: str, calls: dict[str, tuple[str, ...]], base: str) -> None:
     """Every method the turn loop calls exists and takes the positional arguments it passes (`calls`: method ->
     argument names; keyword arguments come from each row and cannot be checked here): a wrong arity would fail on
     every call of every trajectory, deep in a rollout. `base` names the class to subclass."""
@@ -87,9 +96,12 @@ def check_calls(obj: Any, key: str, where: str, class_name: str, calls: dict[str
         try:
             signature.bind(*args)
         except TypeError as error:
-            raise ConfigError(key, f"{key}: {where}: {class_name}.{method}{signature} cannot take the turn loop's "
-                                   f"call {method}({', '.join(args)}) ({error}); define it as "
-                                   f"{method}(self, {', '.join(args)}, **kwargs), as {base} does") from None
+            raise ConfigError(
+                key,
+                f"{key}: {where}: {class_name}.{method}{signature} cannot take the turn loop's "
+                f"call {method}({', '.join(args)}) ({error}); define it as "
+                f"{method}(self, {', '.join(args)}, **kwargs), as {base} does",
+            ) from None
 
 
 async def maybe_await(value: Any) -> Any:

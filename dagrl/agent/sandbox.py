@@ -31,6 +31,7 @@ hostile code; use a container/gVisor/nsjail or verl's SandboxFusion service for 
   * a program that leaves the process group and execs with a new environment escapes the final kill, as does
     everything if the trainer dies mid-call (no PR_SET_PDEATHSIG).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -82,8 +83,12 @@ class SandboxResult:
     duration_s: float
 
     def metrics(self) -> dict[str, Any]:
-        return {"exit_code": self.exit_code, "timed_out": self.timed_out,
-                "output_truncated": self.truncated_bytes > 0, "duration_s": self.duration_s}
+        return {
+            "exit_code": self.exit_code,
+            "timed_out": self.timed_out,
+            "output_truncated": self.truncated_bytes > 0,
+            "duration_s": self.duration_s,
+        }
 
 
 class _Sandboxed(asyncio.SubprocessProtocol):
@@ -146,8 +151,11 @@ def _kill_all(pgid: int, token: str, uid: int | None) -> None:
         found = set()
         for entry in os.scandir("/proc"):
             try:
-                if not entry.name.isdigit() or int(entry.name) in killed or (
-                        uid is not None and entry.stat().st_uid != uid):
+                if (
+                    not entry.name.isdigit()
+                    or int(entry.name) in killed
+                    or (uid is not None and entry.stat().st_uid != uid)
+                ):
                     continue
                 with open(f"/proc/{entry.name}/environ", "rb") as f:
                     if marker in f.read().split(b"\0"):
@@ -192,8 +200,12 @@ def _remove(path: str) -> None:
 
 def _positive(config: dict, name: str, default: float, integer: bool = True) -> Any:
     value = config.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
-            integer and value != int(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value <= 0
+        or (integer and value != int(value))
+    ):
         raise ValueError(f"config.{name}={value!r} must be a positive {'integer' if integer else 'number'}")
     return int(value) if integer else float(value)
 
@@ -221,7 +233,7 @@ class PythonTool(BaseTool):
         self.file_size_mb = _positive(c, "file_size_mb", 16)
         root = os.geteuid() == 0
         self.uid = _id(c, "run_as_uid") if root else None
-        self.gid = (_id(c, "run_as_gid") if self.uid is not None else None)
+        self.gid = _id(c, "run_as_gid") if self.uid is not None else None
         if self.uid is not None and self.gid is None:
             raise ValueError("config.run_as_gid must be a gid number when run_as_uid is set")
         # whose tasks RLIMIT_NPROC counts; root bypasses it, so with run_as_uid null there is no process limit
@@ -234,15 +246,19 @@ class PythonTool(BaseTool):
         for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
             if _reachable(candidate, stat.S_IXOTH):
                 return candidate
-        raise ValueError(f"uid {self.uid} cannot run {sys.executable} (a directory above it is closed to other "
-                         f"users) and there is no /usr/bin/python3; set config.python to an interpreter it can run")
+        raise ValueError(
+            f"uid {self.uid} cannot run {sys.executable} (a directory above it is closed to other "
+            f"users) and there is no /usr/bin/python3; set config.python to an interpreter it can run"
+        )
 
     def _limits(self) -> tuple[tuple[int, int, int], ...]:
         mb = 1024 * 1024
-        wanted = [(resource.RLIMIT_CPU, self.cpu_s, self.cpu_s + 1),  # SIGXCPU at the soft limit names the cause
-                  (resource.RLIMIT_AS, self.memory_mb * mb, self.memory_mb * mb),
-                  (resource.RLIMIT_FSIZE, self.file_size_mb * mb, self.file_size_mb * mb),
-                  (resource.RLIMIT_CORE, 0, 0)]
+        wanted = [
+            (resource.RLIMIT_CPU, self.cpu_s, self.cpu_s + 1),  # SIGXCPU at the soft limit names the cause
+            (resource.RLIMIT_AS, self.memory_mb * mb, self.memory_mb * mb),
+            (resource.RLIMIT_FSIZE, self.file_size_mb * mb, self.file_size_mb * mb),
+            (resource.RLIMIT_CORE, 0, 0),
+        ]
         if self.counted_uid is not None:
             nproc = _tasks_of(self.counted_uid) + self.max_processes
             wanted.append((resource.RLIMIT_NPROC, nproc, nproc))
@@ -255,8 +271,16 @@ class PythonTool(BaseTool):
         return tuple(limits)
 
     def _environment(self, scratch: str, token: str) -> dict[str, str]:
-        return {"PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", MARKER: token}
+        return {
+            "PATH": "/usr/bin:/bin",
+            "HOME": scratch,
+            "TMPDIR": scratch,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            MARKER: token,
+        }
 
     async def run(self, code: str) -> SandboxResult:
         start, token, loop = time.monotonic(), uuid4().hex, asyncio.get_running_loop()
@@ -268,12 +292,28 @@ class PythonTool(BaseTool):
             try:
                 transport, sandbox = await loop.subprocess_exec(
                     partial(_Sandboxed, self.max_output_bytes, loop),
-                    self.python, "-I", "-S", "-B", "-u", "-", cwd=scratch, env=self._environment(scratch, token),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=partial(_enter_sandbox, self._limits(), self.uid, self.gid))
+                    self.python,
+                    "-I",
+                    "-S",
+                    "-B",
+                    "-u",
+                    "-",
+                    cwd=scratch,
+                    env=self._environment(scratch, token),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=partial(_enter_sandbox, self._limits(), self.uid, self.gid),
+                )
             except (OSError, subprocess.SubprocessError) as error:  # e.g. EAGAIN: the uid is out of processes
-                return SandboxResult(f"error: the sandbox could not start ({type(error).__name__}: {error})",
-                                     None, False, 0, time.monotonic() - start)
+                return SandboxResult(
+                    f"error: the sandbox could not start ({type(error).__name__}: {error})",
+                    None,
+                    False,
+                    0,
+                    time.monotonic() - start,
+                )
             stdin = transport.get_pipe_transport(0)
             stdin.write(code.encode(errors="replace"))
             stdin.close()  # flushed in the background; a program that exits unread just drops it
@@ -283,8 +323,13 @@ class PythonTool(BaseTool):
             finished = True
             await asyncio.wait([sandbox.closed], timeout=2.0)  # the pipe reaches EOF once every holder is dead
             returncode = transport.get_returncode()
-            return SandboxResult(self._report(sandbox, returncode, timed_out), returncode, timed_out,
-                                 sandbox.dropped, time.monotonic() - start)
+            return SandboxResult(
+                self._report(sandbox, returncode, timed_out),
+                returncode,
+                timed_out,
+                sandbox.dropped,
+                time.monotonic() - start,
+            )
         finally:  # also when the caller's own timeout cancels us mid-run
             if transport is not None:
                 if not finished:
@@ -309,8 +354,9 @@ class PythonTool(BaseTool):
             text += "\n"
         return text + "\n".join(notes) or "(no output)"
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         code = parameters.get("code") if isinstance(parameters, dict) else None
         if not isinstance(code, str):
             return ToolResponse(text='error: call with {"code": "<python program>"}'), 0.0, {}

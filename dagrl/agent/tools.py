@@ -14,6 +14,7 @@ we pass a ToolSchema: a plain dict (what chat templates and json.dumps take) tha
 object (`schema.function.name`, `schema.model_dump()`), so classes written against verl's BaseTool construct
 unchanged. A tool with a `default_schema` class attribute (the built-in ones) may leave tool_schema out.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,8 +28,12 @@ from dagrl.config.errors import ConfigError
 TOOL_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI accepts as a function name
 # method -> the positional arguments the turn loop (dagrl/agent/loop.py) passes it
-TOOL_CALLS = {"create": ("instance_id",), "execute": ("instance_id", "parameters"), "calc_reward": ("instance_id",),
-              "release": ("instance_id",)}
+TOOL_CALLS = {
+    "create": ("instance_id",),
+    "execute": ("instance_id", "parameters"),
+    "calc_reward": ("instance_id",),
+    "release": ("instance_id",),
+}
 
 
 class ToolExited(RuntimeError):
@@ -44,6 +49,7 @@ def _exited(tool: Any, method: str, error: SystemExit) -> ToolExited:
 @dataclass
 class ToolResponse:
     """What a tool answers. verl's also carries images and videos; the turn loop is text-only and ignores them."""
+
     text: str = ""
     image: Any = None
     video: Any = None
@@ -89,8 +95,9 @@ class BaseTool:
         """Starts one trajectory's state; `kwargs` are the row's tools_kwargs.<name>.create_kwargs."""
         return (instance_id if instance_id is not None else str(uuid4())), ToolResponse()
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse | str, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse | str, float, dict]:
         """(response, step reward, metrics) for one call with the model's arguments."""
         return ToolResponse(text="Updated the tool state."), 0.0, {}
 
@@ -126,8 +133,9 @@ async def create_instance(tool: Any, instance_id: str | None, create_kwargs: dic
     return str(created)
 
 
-async def execute_call(tool: Any, instance_id: str, parameters: dict[str, Any],
-                       execute_kwargs: dict | None) -> tuple[str, float, dict]:
+async def execute_call(
+    tool: Any, instance_id: str, parameters: dict[str, Any], execute_kwargs: dict | None
+) -> tuple[str, float, dict]:
     """(text, step reward, metrics) from `tool.execute`, plain or coroutine, returning a bare response or the
     (response, reward, metrics) triple with any response shape response_text takes."""
     try:
@@ -146,6 +154,7 @@ def _show(value: Any) -> str:
 def validate_schema(schema: Any, key: str, where: str) -> ToolSchema:
     """`schema` as a ToolSchema when it is an OpenAI function schema; a one-line ConfigError naming `where`
     (the file and entry) and the field otherwise."""
+
     def fail(message: str) -> ConfigError:
         return ConfigError(key, f"{key}: {where}: tool_schema{message}")
 
@@ -176,8 +185,10 @@ def validate_schema(schema: Any, key: str, where: str) -> ToolSchema:
         raise fail(f".function.parameters.required must be a list of property names, got {_show(required)}")
     missing = [field for field in required if field not in properties]
     if missing:
-        raise fail(f".function.parameters.required names {', '.join(map(repr, missing))}, not in properties "
-                   f"({', '.join(map(repr, properties)) or 'none'})")
+        raise fail(
+            f".function.parameters.required names {', '.join(map(repr, missing))}, not in properties "
+            f"({', '.join(map(repr, properties)) or 'none'})"
+        )
     return ToolSchema(schema)
 
 
@@ -193,20 +204,29 @@ def load_tools(path: str, key: str = TOOL_KEY) -> dict[str, BaseTool]:
         cls = import_class(entry["class_name"], key, where)
         # duck typing: verl's own tools subclass verl's BaseTool, not ours
         if not callable(getattr(cls, "execute", None)):
-            raise ConfigError(key, f"{key}: {where}: class {entry['class_name']!r} has no execute method "
-                                   f"(subclass dagrl.agent.tools.BaseTool)")
+            raise ConfigError(
+                key,
+                f"{key}: {where}: class {entry['class_name']!r} has no execute method "
+                f"(subclass dagrl.agent.tools.BaseTool)",
+            )
         raw = entry.get("tool_schema")
         if raw is None:
             raw = getattr(cls, "default_schema", None)
             if raw is None:
-                raise ConfigError(key, f"{key}: {where}: tool_schema is missing (the OpenAI function schema "
-                                       f"offered to the model), and {entry['class_name']} has no default_schema")
+                raise ConfigError(
+                    key,
+                    f"{key}: {where}: tool_schema is missing (the OpenAI function schema "
+                    f"offered to the model), and {entry['class_name']} has no default_schema",
+                )
         schema = validate_schema(raw, key, where)
         name = schema["function"]["name"]
         where = f"{where} ({name!r})"
         if name in tools:
-            raise ConfigError(key, f"{key}: {where}: duplicate tool name {name!r} (also {where_of[name]}); "
-                                   f"the model calls tools by name, so names must be unique")
+            raise ConfigError(
+                key,
+                f"{key}: {where}: duplicate tool name {name!r} (also {where_of[name]}); "
+                f"the model calls tools by name, so names must be unique",
+            )
         tools[name] = construct(cls, key, where, entry["class_name"], config=config, tool_schema=schema)
         check_calls(tools[name], key, where, entry["class_name"], TOOL_CALLS, "dagrl.agent.tools.BaseTool")
         where_of[name] = where

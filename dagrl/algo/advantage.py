@@ -5,6 +5,7 @@ data-parallel ranks before advantages are computed. Whitening statistics are bat
 the whole global batch through `reduce_sum`, which sums a small float64 tensor of partial sums over the
 data-parallel ranks (identity in a single process): the result does not depend on how the batch is sharded.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -24,11 +25,12 @@ def _local(values: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class AdvantageInputs:
     """What an estimator registered in dagrl/algo/catalog.py receives, with the `algorithm` config section."""
+
     token_level_rewards: torch.Tensor  # [B, R]
-    response_mask: torch.Tensor        # [B, R]; the loss mask where sequence masking rejected some
-    group_ids: Sequence                # [B]: the prompt each response answers
+    response_mask: torch.Tensor  # [B, R]; the loss mask where sequence masking rejected some
+    group_ids: Sequence  # [B]: the prompt each response answers
     values: torch.Tensor | None = None  # [B, R]: the critic's, for estimators that declare needs=("values",)
-    reduce_sum: ReduceSum = _local     # sums a float64 tensor over the data-parallel ranks
+    reduce_sum: ReduceSum = _local  # sums a float64 tensor over the data-parallel ranks
     baselines: torch.Tensor | None = None  # [B]: the prompt's greedy response's score, needs=("reward_baselines",)
 
     @property
@@ -43,8 +45,9 @@ def _groups(group_ids: Sequence) -> list[list[int]]:
     return list(members.values())
 
 
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSum = _local,
-                  epsilon: float = 1e-8) -> torch.Tensor:
+def masked_whiten(
+    values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSum = _local, epsilon: float = 1e-8
+) -> torch.Tensor:
     """(values - mean) / sqrt(var + epsilon) with the mean and the unbiased variance over masked entries of the
     global batch (verl's masked_whiten, made global). Two reductions: the mean first, then squared deviations
     around it, which is exact where sum-of-squares minus squared-sum would cancel."""
@@ -56,8 +59,13 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSu
     return ((exact - mean) / (variance + epsilon) ** 0.5).to(values.dtype)
 
 
-def grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_ids: Sequence,
-                   norm_by_std: bool = True, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def grpo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: Sequence,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO: each response's total reward minus its group's mean, divided by the group's unbiased std + epsilon
     when asked. A group with equal rewards gets advantage 0.
 
@@ -80,8 +88,9 @@ def grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
     return advantages, advantages
 
 
-def rloo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                   group_ids: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+def rloo_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_ids: Sequence
+) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO: each response's total reward minus the mean reward of the other responses of its prompt,
     r_i - (sum_j r_j - r_i) / (n - 1). A response alone in its group keeps its raw reward (baseline 0), as in
     verl. Broadcast to every response token."""
@@ -94,8 +103,7 @@ def rloo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
     return advantages, advantages
 
 
-def discounted_returns(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                       gamma: float) -> torch.Tensor:
+def discounted_returns(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """G_t = r_t + gamma * G_{t+1} over the response tokens, as verl 0.9's REINFORCE++: a token outside the mask
     (a tool observation inside a multi-turn response, or padding) gets return 0 and passes the later return
     through unchanged, neither adding its reward nor discounting, so every assistant turn sees the final score.
@@ -110,8 +118,9 @@ def discounted_returns(token_level_rewards: torch.Tensor, response_mask: torch.T
     return returns
 
 
-def reinforce_plus_plus_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float,
-                                  reduce_sum: ReduceSum = _local) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float, reduce_sum: ReduceSum = _local
+) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted returns per token, whitened over every response token of the global batch.
     Returns (whitened advantages, raw returns)."""
     returns = discounted_returns(token_level_rewards, response_mask, gamma)
@@ -119,9 +128,9 @@ def reinforce_plus_plus_advantage(token_level_rewards: torch.Tensor, response_ma
     return advantages, returns
 
 
-def reinforce_plus_plus_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                           group_ids: Sequence, reduce_sum: ReduceSum = _local
-                                           ) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus_baseline_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_ids: Sequence, reduce_sum: ReduceSum = _local
+) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++-baseline: total reward minus its group's mean (a lone response keeps its reward, as in verl),
     broadcast to the response tokens, then whitened over every response token of the global batch."""
     scores = token_level_rewards.sum(dim=-1)
@@ -134,8 +143,14 @@ def reinforce_plus_plus_baseline_advantage(token_level_rewards: torch.Tensor, re
     return advantages, advantages
 
 
-def gae_advantage(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
-                  gamma: float, lam: float, reduce_sum: ReduceSum = _local) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_advantage(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    reduce_sum: ReduceSum = _local,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE (Schulman et al. 2016) over the response tokens:
         delta_t = r_t + gamma * V_{t+1} - V_t,   A_t = delta_t + gamma * lam * A_{t+1},   returns_t = A_t + V_t,
     with V and A after the response end taken as 0 (masked positions are skipped, as in verl). Advantages are
@@ -158,8 +173,12 @@ def gae_advantage(token_level_rewards: torch.Tensor, values: torch.Tensor, respo
 
 # The registered estimators (dagrl/algo/catalog.py): fn(inputs, algorithm) -> (advantages, returns).
 def grpo(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return grpo_advantage(inputs.token_level_rewards, inputs.response_mask, inputs.group_ids,
-                          norm_by_std=algorithm.norm_adv_by_std_in_grpo)
+    return grpo_advantage(
+        inputs.token_level_rewards,
+        inputs.response_mask,
+        inputs.group_ids,
+        norm_by_std=algorithm.norm_adv_by_std_in_grpo,
+    )
 
 
 def rloo(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,18 +186,26 @@ def rloo(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.T
 
 
 def reinforce_plus_plus(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return reinforce_plus_plus_advantage(inputs.token_level_rewards, inputs.response_mask, algorithm.gamma,
-                                         inputs.reduce_sum)
+    return reinforce_plus_plus_advantage(
+        inputs.token_level_rewards, inputs.response_mask, algorithm.gamma, inputs.reduce_sum
+    )
 
 
 def reinforce_plus_plus_baseline(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return reinforce_plus_plus_baseline_advantage(inputs.token_level_rewards, inputs.response_mask,
-                                                  inputs.group_ids, inputs.reduce_sum)
+    return reinforce_plus_plus_baseline_advantage(
+        inputs.token_level_rewards, inputs.response_mask, inputs.group_ids, inputs.reduce_sum
+    )
 
 
 def gae(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return gae_advantage(inputs.token_level_rewards, inputs.values, inputs.response_mask, algorithm.gamma,
-                         algorithm.lam, inputs.reduce_sum)
+    return gae_advantage(
+        inputs.token_level_rewards,
+        inputs.values,
+        inputs.response_mask,
+        algorithm.gamma,
+        algorithm.lam,
+        inputs.reduce_sum,
+    )
 
 
 def _broadcast(per_response: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,8 +244,9 @@ def gpg(inputs: AdvantageInputs, algorithm: Any) -> tuple[torch.Tensor, torch.Te
     """GPG: alpha * (score - group mean), alpha = responses / responses with a non-zero score over the global
     batch (verl's f_norm is 1); a lone response's mean is 0."""
     scores = inputs.scores
-    count, nonzero = inputs.reduce_sum(torch.tensor([scores.numel(), torch.count_nonzero(scores).item()],
-                                                    dtype=torch.float64)).tolist()
+    count, nonzero = inputs.reduce_sum(
+        torch.tensor([scores.numel(), torch.count_nonzero(scores).item()], dtype=torch.float64)
+    ).tolist()
     mean = torch.zeros_like(scores)
     for rows in _groups(inputs.group_ids):
         if len(rows) > 1:

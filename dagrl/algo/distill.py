@@ -6,6 +6,7 @@ itself, as in Thinking Machines' on-policy distillation and verl's `use_policy_g
 advantage the gradient is verl's `policy_loss + distillation_loss_coef x distillation_loss` under the vanilla policy
 loss; alone (use_task_rewards=false) it is pure distillation, verl's weight 1.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,9 +18,9 @@ from dagrl.algo.kl import kl_penalty
 
 @dataclass(frozen=True)
 class DistillSpec:
-    loss_mode: str                  # a KL estimator's name (dagrl/algo/catalog.py KL_ESTIMATORS)
+    loss_mode: str  # a KL estimator's name (dagrl/algo/catalog.py KL_ESTIMATORS)
     use_task_rewards: bool
-    coef: float                     # the distillation term's weight when added to the task advantage
+    coef: float  # the distillation term's weight when added to the task advantage
     loss_max_clamp: float | None
     log_prob_min_clamp: float | None
 
@@ -33,8 +34,9 @@ def reverse_kl(student: torch.Tensor, teacher: torch.Tensor, spec: DistillSpec) 
     return kl if spec.loss_max_clamp is None else kl.clamp(max=spec.loss_max_clamp)
 
 
-def distill_advantages(task_advantages: torch.Tensor, student: torch.Tensor, teacher: torch.Tensor,
-                       mask: torch.Tensor, spec: DistillSpec) -> tuple[torch.Tensor, torch.Tensor]:
+def distill_advantages(
+    task_advantages: torch.Tensor, student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor, spec: DistillSpec
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, per-token KL): the task's advantage plus coef x -KL with use_task_rewards, else -KL alone;
     0 outside `mask`."""
     kl = reverse_kl(student, teacher, spec) * mask

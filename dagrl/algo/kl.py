@@ -1,5 +1,6 @@
 """Per-token KL estimators between the actor and the reference (Schulman's k1/k2/k3 and friends), registered with
 their names and verl's in dagrl/algo/catalog.py."""
+
 from __future__ import annotations
 
 import torch

@@ -19,6 +19,7 @@ before the advantage (nodes/advantage.py): a rejected sequence leaves the advant
 the critic's loss and the actor's loss with its entropy and KL terms, and the token-mean denominators; the
 seq-mean modes keep it in their sequence count, as verl divides by the nominal ppo_mini_batch_size x rollout.n.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,16 +38,22 @@ def behav_imp_weight(prox_log_prob: torch.Tensor, behav_log_prob: torch.Tensor, 
     return weight if cap is None else torch.where(weight <= cap, weight, torch.zeros_like(weight))
 
 
-def sequence_ratio(prox_log_prob: torch.Tensor, behav_log_prob: torch.Tensor,
-                   response_mask: torch.Tensor) -> torch.Tensor:
+def sequence_ratio(
+    prox_log_prob: torch.Tensor, behav_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
     """[B] geometric mean of pi_prox / pi_behav over each sequence's response tokens (1 for an empty one)."""
     mask = response_mask.to(prox_log_prob.dtype)
     mean = ((prox_log_prob - behav_log_prob) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     return torch.clamp(mean, -MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
 
 
-def sequence_keep(prox_log_prob: torch.Tensor, behav_log_prob: torch.Tensor, response_mask: torch.Tensor,
-                  low: float | None, high: float | None) -> torch.Tensor:
+def sequence_keep(
+    prox_log_prob: torch.Tensor,
+    behav_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    low: float | None,
+    high: float | None,
+) -> torch.Tensor:
     """[B] bool: the sequences whose ratio lies in [low, high] (bounds included, as verl's)."""
     ratio = sequence_ratio(prox_log_prob, behav_log_prob, response_mask)
     keep = torch.ones_like(ratio, dtype=torch.bool)
@@ -57,8 +64,13 @@ def sequence_keep(prox_log_prob: torch.Tensor, behav_log_prob: torch.Tensor, res
     return keep
 
 
-def off_policy_sums(prox_log_prob: torch.Tensor, behav_log_prob: torch.Tensor, response_mask: torch.Tensor,
-                    keep: torch.Tensor, cap: float | None) -> torch.Tensor:
+def off_policy_sums(
+    prox_log_prob: torch.Tensor,
+    behav_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    keep: torch.Tensor,
+    cap: float | None,
+) -> torch.Tensor:
     """This shard's float64 [sequences, dropped sequences, loss tokens, capped tokens, uncapped tokens, their weight
     sum, their log-ratio sum], to be summed over the DP ranks before `off_policy_metrics`. Loss tokens are those of
     the kept sequences; uncapped ones are those the decoupled loss weights (AReaL's behave_mask)."""
@@ -69,8 +81,15 @@ def off_policy_sums(prox_log_prob: torch.Tensor, behav_log_prob: torch.Tensor, r
     weight = log_ratio.exp()  # as the loss computes it, so that the capped tokens are the loss's
     capped = loss_tokens & (weight > cap) if cap is not None else torch.zeros_like(loss_tokens)
     uncapped = loss_tokens & ~capped
-    sums = (has_tokens.sum(), (has_tokens & ~keep).sum(), loss_tokens.sum(), capped.sum(), uncapped.sum(),
-            (weight.double() * uncapped).sum(), (log_ratio.double() * uncapped).sum())
+    sums = (
+        has_tokens.sum(),
+        (has_tokens & ~keep).sum(),
+        loss_tokens.sum(),
+        capped.sum(),
+        uncapped.sum(),
+        (weight.double() * uncapped).sum(),
+        (log_ratio.double() * uncapped).sum(),
+    )
     return torch.stack([value.double() for value in sums])
 
 

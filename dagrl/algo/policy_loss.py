@@ -15,6 +15,7 @@ at least one response token, L_i sequence i's token count and L the normalising 
   seq-mean-token-mean      w_it = m_it / (L_i * S)
   seq-mean-token-sum-norm  w_it = m_it / (L * S)   (Dr. GRPO; L = loss_scale_factor, default the response length)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -32,6 +33,7 @@ class PolicyLossSpec:
     """The actor's loss settings. A loss that fixes its aggregation (the catalog's `aggregation`, as verl's SAPO
     and GMPO do) replaces `loss_agg_mode` with it. The fields after behav_imp_weight_cap are the keys the losses
     declare in `uses` (verl's names and defaults), filled by `loss_options`."""
+
     loss_mode: str = "vanilla"
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
@@ -97,28 +99,37 @@ def seq_mean_token_mean(mask: torch.Tensor, tokens: float, sequences: float, sca
     return mask / max(sequences, 1.0) / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
 
 
-def seq_mean_token_sum_norm(mask: torch.Tensor, tokens: float, sequences: float, scale: float | None
-                            ) -> torch.Tensor:
+def seq_mean_token_sum_norm(mask: torch.Tensor, tokens: float, sequences: float, scale: float | None) -> torch.Tensor:
     return mask / max(sequences, 1.0) / float(scale or mask.shape[-1])
 
 
-def token_weights(response_mask: torch.Tensor, loss_agg_mode: str, global_tokens: float,
-                  global_sequences: float | None = None, loss_scale_factor: float | None = None) -> torch.Tensor:
+def token_weights(
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    global_tokens: float,
+    global_sequences: float | None = None,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
     """Per-token weights whose weighted sum over the whole mini-batch (all micro-batches, all DP ranks) is its
     aggregate loss (see the module doc)."""
     try:
         aggregation = LOSS_AGGREGATIONS[loss_agg_mode]
     except ValueError as error:
-        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid: "
-                         f"{', '.join(LOSS_AGGREGATIONS.names())}") from error
+        raise ValueError(
+            f"unknown loss_agg_mode {loss_agg_mode!r}; valid: {', '.join(LOSS_AGGREGATIONS.names())}"
+        ) from error
     if global_sequences is None and loss_agg_mode.startswith("seq-"):
         raise ValueError(f"loss_agg_mode={loss_agg_mode} needs the mini-batch's global sequence count")
     return aggregation(response_mask.float(), global_tokens, global_sequences, loss_scale_factor)
 
 
-def vanilla_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
-                        response_mask: torch.Tensor, spec: PolicyLossSpec
-                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def vanilla_policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    spec: PolicyLossSpec,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token clipped PPO loss with dual clip for negative advantages, plus per-token indicator terms."""
     clip_low, clip_high, clip_c = spec.clip_ratio_low, spec.clip_ratio_high, spec.clip_ratio_c
     log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
@@ -137,9 +148,13 @@ def vanilla_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, adva
     return loss, terms
 
 
-def gspo_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
-                     response_mask: torch.Tensor, spec: PolicyLossSpec
-                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def gspo_policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    spec: PolicyLossSpec,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GSPO (Zheng et al. 2025): PPO clipping on the sequence-level ratio
     s_i = exp(mean_t(log_prob - old_log_prob)) over the response tokens of sequence i.
 
@@ -162,9 +177,13 @@ def gspo_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advanta
     return torch.maximum(unclipped, clipped), terms
 
 
-def cispo_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
-                      response_mask: torch.Tensor, spec: PolicyLossSpec
-                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def cispo_policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    spec: PolicyLossSpec,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CISPO (MiniMax-M1): -sg[clip(ratio, 1 - low, 1 + high)] * A * log_prob. The importance weight is clipped
     and detached, so every token keeps a gradient (no token is dropped by clipping, unlike PPO)."""
     clip_low, clip_high = spec.clip_ratio_low, spec.clip_ratio_high
@@ -179,9 +198,13 @@ def cispo_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advant
     return -weight * advantages * log_prob, terms
 
 
-def policy_loss(spec: PolicyLossSpec, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
-                advantages: torch.Tensor, response_mask: torch.Tensor
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def policy_loss(
+    spec: PolicyLossSpec,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token loss and indicator terms of `spec.loss_mode`."""
     return POLICY_LOSSES[spec.loss_mode](log_prob, old_log_prob, advantages, response_mask, spec)
 
@@ -192,8 +215,9 @@ def truncated_is_weight(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tens
     return torch.exp(old_log_prob.detach() - rollout_log_prob).clamp(max=cap)
 
 
-def actor_loss(micro_batch, log_prob: torch.Tensor, entropy: torch.Tensor | None,
-               spec: PolicyLossSpec) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def actor_loss(
+    micro_batch, log_prob: torch.Tensor, entropy: torch.Tensor | None, spec: PolicyLossSpec
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The engine's loss_fn: sum of weighted per-token terms of one micro-batch (see module doc).
 
     `token_weights` aggregate the loss terms (pg, entropy, KL) by loss_agg_mode, as verl does; the indicator

@@ -5,6 +5,7 @@ are read without torch: pre-flight (dagrl/config), the inert-key rules and scrip
 them from dagrl/algo/catalog.py, and the trainer calls the same entries. Adding one is its function, its
 `register` line in the catalog, its test and its doc line.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,15 +17,15 @@ from typing import Any, Callable, Iterator
 @dataclass(frozen=True)
 class Entry:
     name: str
-    target: str                  # "module:function", imported on first call
-    doc: str                     # one line: what it is and when to use it (docs/algorithms.md's table)
-    verl: str | None = None      # verl 0.9's name for it; None where verl has no counterpart
-    differs: str = ""            # how dagrl's differs from verl's ("" = it does not)
+    target: str  # "module:function", imported on first call
+    doc: str  # one line: what it is and when to use it (docs/algorithms.md's table)
+    verl: str | None = None  # verl 0.9's name for it; None where verl has no counterpart
+    differs: str = ""  # how dagrl's differs from verl's ("" = it does not)
     aliases: tuple[str, ...] = ()
-    uses: tuple[str, ...] = ()   # the config keys it reads (under the registry's section), as `key` or `a.b`
+    uses: tuple[str, ...] = ()  # the config keys it reads (under the registry's section), as `key` or `a.b`
     needs: tuple[str, ...] = ()  # batch fields another node must provide ("values": a critic)
-    group: bool = False          # an estimator relative to the prompt's group of responses
-    lone: str = ""               # an estimator's result for a group of one (rollout.n=1): why pre-flight refuses it
+    group: bool = False  # an estimator relative to the prompt's group of responses
+    lone: str = ""  # an estimator's result for a group of one (rollout.n=1): why pre-flight refuses it
     aggregation: str | None = None  # a loss that fixes its own loss_agg_mode, as verl does
     straight_through: bool = False  # a KL estimator whose gradient is k2's (verl's "+" names)
     _fn: list = field(default_factory=list, repr=False, compare=False)

@@ -1,5 +1,6 @@
 """Pre-flight of the checkpoint keys: where checkpoints go (and what there must never be touched), what a resume
 starts from, and what the actor saves and loads."""
+
 from __future__ import annotations
 
 import os
@@ -19,55 +20,79 @@ def check_output_dirs(cfg: Cfg) -> None:
     trainer = cfg.trainer
     from_env = os.environ.get("TENSORBOARD_DIR")
     if trainer.tensorboard_dir is None and "tensorboard" in as_list(trainer.logger) and from_env:
-        check_writable_dir("trainer.tensorboard_dir", os.environ["TENSORBOARD_DIR"],
-                           "tensorboard directory ($TENSORBOARD_DIR)")
+        check_writable_dir(
+            "trainer.tensorboard_dir", os.environ["TENSORBOARD_DIR"], "tensorboard directory ($TENSORBOARD_DIR)"
+        )
 
 
 def check_checkpoint_dir(cfg: Cfg) -> None:
     """The checkpoint root can be written, and nothing in it that dagrl did not write (or that is newer than the
     checkpoint a resume starts from) could be deleted or overwritten by this run."""
     configured = cfg.trainer.default_local_dir
-    require(isinstance(configured, str) and configured.strip() != "", "trainer.default_local_dir",
-            f"trainer.default_local_dir={configured!r} must be a directory path (an empty one would write "
-            f"checkpoints into the current directory)")
+    require(
+        isinstance(configured, str) and configured.strip() != "",
+        "trainer.default_local_dir",
+        f"trainer.default_local_dir={configured!r} must be a directory path (an empty one would write "
+        f"checkpoints into the current directory)",
+    )
     root = check_writable_dir("trainer.default_local_dir", configured, "checkpoint directory")
     from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, foreign_entries
+
     check_not_inside_checkpoint(root)
     foreign = foreign_entries(root)
-    require(not foreign, "trainer.default_local_dir",
-            f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
-            f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another "
-            "trainer.default_local_dir")
+    require(
+        not foreign,
+        "trainer.default_local_dir",
+        f"trainer.default_local_dir={root} holds {', '.join(p.name for p in foreign)}, not written by dagrl (no "
+        f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another "
+        "trainer.default_local_dir",
+    )
     check_markers(root)
     from dagrl.trainer.checkpoint import TRACKER
+
     tracker = root / TRACKER  # replaced after every save (for verl's tooling): a directory there fails the first save
-    require(not tracker.exists() or tracker.is_file(), "trainer.default_local_dir",
-            f"{tracker} in trainer.default_local_dir is not a file: every checkpoint save replaces it with the newest "
-            f"step, and would fail after the step trained; remove or move it away")
+    require(
+        not tracker.exists() or tracker.is_file(),
+        "trainer.default_local_dir",
+        f"{tracker} in trainer.default_local_dir is not a file: every checkpoint save replaces it with the newest "
+        f"step, and would fail after the step trained; remove or move it away",
+    )
     check_run_dir_contents(root, tracker, cfg.trainer.resume_mode)
     if cfg.trainer.resume_mode == "resume_path":
         given = cfg.trainer.resume_from_path
-        require(not given or Path(os.path.expanduser(str(given))).is_dir(), "trainer.resume_from_path",
-                f"trainer.resume_from_path={given}: no such directory{relative_hint(str(given))}; point it at a "
-                f"checkpoint directory, e.g. {root / 'global_step_N'} (or resume the newest with "
-                f"trainer.resume_mode=auto)")
+        require(
+            not given or Path(os.path.expanduser(str(given))).is_dir(),
+            "trainer.resume_from_path",
+            f"trainer.resume_from_path={given}: no such directory{relative_hint(str(given))}; point it at a "
+            f"checkpoint directory, e.g. {root / 'global_step_N'} (or resume the newest with "
+            f"trainer.resume_mode=auto)",
+        )
         start = check_resume_path(given)
         start_step = int(start.name.rsplit("_", 1)[1])
         newer = [path for step, path in complete_checkpoints(root) if step > start_step]
-        require(not newer, "trainer.resume_from_path",
-                f"trainer.resume_from_path={start} is older than {newer[-1] if newer else ''} in "
-                f"trainer.default_local_dir, which the resumed run would overwrite: set trainer.default_local_dir "
-                f"to a new directory for this branch of the run, or resume the newest with trainer.resume_mode=auto")
+        require(
+            not newer,
+            "trainer.resume_from_path",
+            f"trainer.resume_from_path={start} is older than {newer[-1] if newer else ''} in "
+            f"trainer.default_local_dir, which the resumed run would overwrite: set trainer.default_local_dir "
+            f"to a new directory for this branch of the run, or resume the newest with trainer.resume_mode=auto",
+        )
     else:
-        require(cfg.trainer.resume_from_path is None, "trainer.resume_from_path",
-                f"trainer.resume_from_path is set but trainer.resume_mode={cfg.trainer.resume_mode}: "
-                f"set trainer.resume_mode=resume_path to use it, or drop resume_from_path")
+        require(
+            cfg.trainer.resume_from_path is None,
+            "trainer.resume_from_path",
+            f"trainer.resume_from_path is set but trainer.resume_mode={cfg.trainer.resume_mode}: "
+            f"set trainer.resume_mode=resume_path to use it, or drop resume_from_path",
+        )
     if cfg.trainer.resume_mode == "disable":
         found = complete_checkpoints(root)
-        require(not found, "trainer.resume_mode",
-                f"trainer.resume_mode=disable but {root} already holds checkpoints "
-                f"(newest: {found[-1][1].name if found else ''}) "
-                f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir")
+        require(
+            not found,
+            "trainer.resume_mode",
+            f"trainer.resume_mode=disable but {root} already holds checkpoints "
+            f"(newest: {found[-1][1].name if found else ''}) "
+            f"that a new run would overwrite: use resume_mode=auto or a new trainer.default_local_dir",
+        )
 
 
 def check_run_dir_contents(root: Path, tracker: Path, resume_mode: str) -> None:
@@ -82,25 +107,35 @@ def check_run_dir_contents(root: Path, tracker: Path, resume_mode: str) -> None:
     weights = sorted(n for n in names if n.endswith((".safetensors", ".bin", ".gguf")))
     data = sorted(n for n in names if n.endswith((".parquet", ".arrow")))
     found = (["config.json", *weights[:2]] if "config.json" in names and weights else []) + data[:2]
-    require(not found, "trainer.default_local_dir",
-            f"trainer.default_local_dir={root} holds {', '.join(found)}: a {'model' if weights else 'data'} directory, "
-            "not a checkpoint root (swapped with "
-            f"{'actor_rollout_ref.model.path' if weights else 'data.train_files'}?); "
-            f"checkpoints would be written among those files: choose a directory of the run's own")
+    require(
+        not found,
+        "trainer.default_local_dir",
+        f"trainer.default_local_dir={root} holds {', '.join(found)}: a {'model' if weights else 'data'} directory, "
+        "not a checkpoint root (swapped with "
+        f"{'actor_rollout_ref.model.path' if weights else 'data.train_files'}?); "
+        f"checkpoints would be written among those files: choose a directory of the run's own",
+    )
     if resume_mode != "auto" or not tracker.is_file():
         return
     text = tracker.read_text(encoding="utf-8", errors="replace").strip()
-    require(not text or text.isdigit(), "trainer.default_local_dir",
-            f"{tracker} holds {text[:40]!r}, not a step number (the tracker holds the newest step alone, e.g. 2; "
-            f"another tool or a hand wrote this): trainer.resume_mode=auto cannot follow it; write the step number "
-            f"into it, or remove the file (auto then resumes from the newest complete global_step_N)")
+    require(
+        not text or text.isdigit(),
+        "trainer.default_local_dir",
+        f"{tracker} holds {text[:40]!r}, not a step number (the tracker holds the newest step alone, e.g. 2; "
+        f"another tool or a hand wrote this): trainer.resume_mode=auto cannot follow it; write the step number "
+        f"into it, or remove the file (auto then resumes from the newest complete global_step_N)",
+    )
     from dagrl.trainer.checkpoint import complete_checkpoints
+
     newest = max((step for step, _ in complete_checkpoints(root)), default=0)
-    require(not text.isdigit() or int(text) <= newest, "trainer.default_local_dir",
-            f"{tracker} names step {text}, but {root} has no complete global_step_{text} (newest complete: "
-            f"{newest or 'none'}): trainer.resume_mode=auto would start from "
-            f"{f'step {newest}' if newest else 'scratch'}; "
-            f"restore global_step_{text}, or remove the tracker file to accept that")
+    require(
+        not text.isdigit() or int(text) <= newest,
+        "trainer.default_local_dir",
+        f"{tracker} names step {text}, but {root} has no complete global_step_{text} (newest complete: "
+        f"{newest or 'none'}): trainer.resume_mode=auto would start from "
+        f"{f'step {newest}' if newest else 'scratch'}; "
+        f"restore global_step_{text}, or remove the tracker file to accept that",
+    )
 
 
 def check_not_inside_checkpoint(root: Path) -> None:
@@ -108,6 +143,7 @@ def check_not_inside_checkpoint(root: Path) -> None:
     it at global_step_N to resume from it would have the run write its own checkpoints, data cache and metrics into
     that checkpoint (dagrl's, or another trainer's global_step_N / HF Trainer's checkpoint-N)."""
     from dagrl.trainer.checkpoint import MARKER, PARTIAL_MARKER
+
     resolved = Path(os.path.abspath(root))
     for path in [resolved, *resolved.parents]:
         ours = (path / MARKER).is_file() or (path / PARTIAL_MARKER).is_file()
@@ -115,13 +151,18 @@ def check_not_inside_checkpoint(root: Path) -> None:
         if not (ours or named):
             continue
         where = "is" if path == resolved else f"is inside {path}, which is"
-        resume = (f" (to resume from it: trainer.resume_mode=resume_path trainer.resume_from_path={path})"
-                  if ours or path.name.startswith("global_step_") else "")
-        raise ConfigError("trainer.default_local_dir",
-                          f"trainer.default_local_dir={root} {where} a checkpoint, not a checkpoint root: the run "
-                          f"would write its own checkpoints and files into it; set trainer.default_local_dir="
-                          f"{path.parent}"
-                          f"{resume} or a new directory")
+        resume = (
+            f" (to resume from it: trainer.resume_mode=resume_path trainer.resume_from_path={path})"
+            if ours or path.name.startswith("global_step_")
+            else ""
+        )
+        raise ConfigError(
+            "trainer.default_local_dir",
+            f"trainer.default_local_dir={root} {where} a checkpoint, not a checkpoint root: the run "
+            f"would write its own checkpoints and files into it; set trainer.default_local_dir="
+            f"{path.parent}"
+            f"{resume} or a new directory",
+        )
 
 
 def relative_hint(path: str) -> str:
@@ -137,6 +178,7 @@ def check_markers(root: Path) -> None:
     import json
 
     from dagrl.trainer.checkpoint import MARKER, complete_checkpoints
+
     for step, path in complete_checkpoints(root):
         marker = path / MARKER
         try:
@@ -149,9 +191,12 @@ def check_markers(root: Path) -> None:
             problem = "it has no actor/ directory (the actor's weights)"
         if problem is None and not (path / "data.pt").is_file():  # the sampler's and KL controller's state
             problem = "it has no data.pt (the data order and step that a resume restores)"
-        require(problem is None, "trainer.default_local_dir",
-                f"checkpoint {path} in trainer.default_local_dir is damaged: {problem}; a resume would fail after "
-                f"the models are built; move it out of {root} (or restore it), then rerun")
+        require(
+            problem is None,
+            "trainer.default_local_dir",
+            f"checkpoint {path} in trainer.default_local_dir is damaged: {problem}; a resume would fail after "
+            f"the models are built; move it out of {root} (or restore it), then rerun",
+        )
 
 
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
@@ -163,32 +208,58 @@ def check_actor_checkpoint(cfg: Cfg) -> None:
         key = f"actor_rollout_ref.actor.checkpoint.{name}"
         value = get(cfg, key)
         parts = as_list(value) if isinstance(value, (str, list, tuple)) else None
-        require(parts is not None and all(part in CHECKPOINT_CONTENTS for part in parts), key,
-                f"{key}={value!r} must be a list of: {', '.join(CHECKPOINT_CONTENTS)}")
-        require("model" in parts, key, f"{key}={list(parts)} must include model (a checkpoint is resumed from its "
-                                       f"weights; add hf_model for an HF copy as well)")
+        require(
+            parts is not None and all(part in CHECKPOINT_CONTENTS for part in parts),
+            key,
+            f"{key}={value!r} must be a list of: {', '.join(CHECKPOINT_CONTENTS)}",
+        )
+        require(
+            "model" in parts,
+            key,
+            f"{key}={list(parts)} must include model (a checkpoint is resumed from its "
+            f"weights; add hf_model for an HF copy as well)",
+        )
     checkpoint = cfg.actor_rollout_ref.actor.checkpoint
-    unsaved = [part for part in as_list(checkpoint.load_contents)
-               if part not in as_list(checkpoint.save_contents) and part != "hf_model"]
-    require(not unsaved, "actor_rollout_ref.actor.checkpoint.load_contents",
-            f"actor_rollout_ref.actor.checkpoint.load_contents restores {unsaved} that save_contents="
-            f"{list(as_list(checkpoint.save_contents))} does not save, so this run's own checkpoints could not be "
-            f"resumed: add {unsaved} to actor_rollout_ref.actor.checkpoint.save_contents or drop them from "
-            f"load_contents")
-    for flag in ("actor_rollout_ref.actor.megatron.use_dist_checkpointing",
-                 "actor_rollout_ref.ref.megatron.param_offload"):
+    unsaved = [
+        part
+        for part in as_list(checkpoint.load_contents)
+        if part not in as_list(checkpoint.save_contents) and part != "hf_model"
+    ]
+    require(
+        not unsaved,
+        "actor_rollout_ref.actor.checkpoint.load_contents",
+        f"actor_rollout_ref.actor.checkpoint.load_contents restores {unsaved} that save_contents="
+        f"{list(as_list(checkpoint.save_contents))} does not save, so this run's own checkpoints could not be "
+        f"resumed: add {unsaved} to actor_rollout_ref.actor.checkpoint.save_contents or drop them from "
+        f"load_contents",
+    )
+    for flag in (
+        "actor_rollout_ref.actor.megatron.use_dist_checkpointing",
+        "actor_rollout_ref.ref.megatron.param_offload",
+    ):
         require(isinstance(get(cfg, flag), bool), flag, f"{flag}={get(cfg, flag)!r} must be true or false")
     megatron = cfg.actor_rollout_ref.actor.megatron
     key = "actor_rollout_ref.actor.megatron.dist_checkpointing_path"
     path = megatron.dist_checkpointing_path
     if not megatron.use_dist_checkpointing:
-        require(path is None, key, f"{key} is set but actor_rollout_ref.actor.megatron.use_dist_checkpointing=false: "
-                                   f"set it to true to start from that checkpoint, or drop {key}")
+        require(
+            path is None,
+            key,
+            f"{key} is set but actor_rollout_ref.actor.megatron.use_dist_checkpointing=false: "
+            f"set it to true to start from that checkpoint, or drop {key}",
+        )
         return
-    require(bool(path), key, "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true needs "
-                             f"{key}=<dir of a Megatron torch_dist checkpoint>")
+    require(
+        bool(path),
+        key,
+        "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true needs "
+        f"{key}=<dir of a Megatron torch_dist checkpoint>",
+    )
     resolved = Path(os.path.expanduser(str(path)))
     require(resolved.is_dir(), key, f"{key}={path}: no such directory")
-    require((resolved / "metadata.json").is_file(), key,
-            f"{key}={path} is not a Megatron dist checkpoint (no metadata.json): point it at a converted checkpoint "
-            f"or a dagrl global_step_N/actor directory")
+    require(
+        (resolved / "metadata.json").is_file(),
+        key,
+        f"{key}={path} is not a Megatron dist checkpoint (no metadata.json): point it at a converted checkpoint "
+        f"or a dagrl global_step_N/actor directory",
+    )

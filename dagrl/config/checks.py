@@ -2,6 +2,7 @@
 
 Every failure is a ConfigError: one line naming the key (or file) and the fix.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,23 +69,32 @@ def named(cfg: Cfg, key: str) -> tuple[str, str]:
 
 def alias(cfg: Cfg, canonical: str, alias: str):
     value, alias_value = get(cfg, canonical), get(cfg, alias)
-    require(alias_value is None or alias_value == value, alias,
-            f"{alias}={alias_value} conflicts with {canonical}={value}: set only {canonical} (the canonical key), "
-            f"or give both the same value")
+    require(
+        alias_value is None or alias_value == value,
+        alias,
+        f"{alias}={alias_value} conflicts with {canonical}={value}: set only {canonical} (the canonical key), "
+        f"or give both the same value",
+    )
     return value
 
 
 def positive_int(cfg: Cfg, dotted: str) -> int:
     value = get(cfg, dotted)
     key, name = named(cfg, dotted)
-    require(isinstance(value, int) and not isinstance(value, bool) and value > 0, key,
-            f"{name}={value!r} must be a positive integer")
+    require(
+        isinstance(value, int) and not isinstance(value, bool) and value > 0,
+        key,
+        f"{name}={value!r} must be a positive integer",
+    )
     return value
 
 
 def divides(numerator: int, denominator: int, key: str, what: str) -> None:
-    require(denominator > 0 and numerator % denominator == 0, key, f"{what}: {numerator} is not divisible by "
-            f"{denominator}; change {key}")
+    require(
+        denominator > 0 and numerator % denominator == 0,
+        key,
+        f"{what}: {numerator} is not divisible by {denominator}; change {key}",
+    )
 
 
 @contextlib.contextmanager
@@ -110,5 +120,4 @@ def layout_from_config(megatron: Cfg):
     sequence_parallel = bool(megatron.sequence_parallel) and tp > 1
     if megatron.sequence_parallel and tp == 1:
         logger.warning("actor_rollout_ref.actor.megatron.sequence_parallel=true has no effect with TP=1: turned off")
-    return ParallelLayout(**{name: megatron[name] for name in PARALLEL_SIZE_NAMES},
-                          sequence_parallel=sequence_parallel)
+    return ParallelLayout(**{name: megatron[name] for name in PARALLEL_SIZE_NAMES}, sequence_parallel=sequence_parallel)

@@ -1,4 +1,5 @@
 """Facts derived from the config that the run and `dagrl.plan` both need (torch-free, one place)."""
+
 from __future__ import annotations
 
 from dagrl.config.tree import Cfg
@@ -11,16 +12,20 @@ def skips_old_log_prob(cfg: Cfg) -> bool:
     before the update (AReaL's decoupled loss likewise requires recomputing them), nor when distillation compares
     them with the teacher's."""
     actor = cfg.actor_rollout_ref.actor
-    return (actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == cfg.data.train_batch_size
-            and not cfg.algorithm.use_kl_in_reward and not cfg.actor_rollout_ref.rollout.calculate_log_probs
-            and not corrects_off_policy(cfg) and not cfg.distillation.enabled)
+    return (
+        actor.ppo_epochs == 1
+        and actor.ppo_mini_batch_size == cfg.data.train_batch_size
+        and not cfg.algorithm.use_kl_in_reward
+        and not cfg.actor_rollout_ref.rollout.calculate_log_probs
+        and not corrects_off_policy(cfg)
+        and not cfg.distillation.enabled
+    )
 
 
 def corrects_off_policy(cfg: Cfg) -> bool:
     """Decoupled PPO or sequence masking (dagrl/algo/off_policy.py) is on."""
     actor = cfg.actor_rollout_ref.actor
-    return (actor.policy_loss.off_policy != "none" or actor.mis_ratio_low is not None
-            or actor.mis_ratio_high is not None)
+    return actor.policy_loss.off_policy != "none" or actor.mis_ratio_low is not None or actor.mis_ratio_high is not None
 
 
 def needs_reference(cfg: Cfg) -> bool:
@@ -36,4 +41,3 @@ def total_steps(cfg: Cfg, train_rows: int | None) -> int | None:
     if by_epochs is None:
         return limit or None
     return min(limit, by_epochs) if limit else by_epochs
-

@@ -1,5 +1,6 @@
 """The error every pre-flight check raises (one line naming the key or file and the fix), `require` that raises
 it, and `Problems`, which collects the independent ones of a whole pre-flight."""
+
 from __future__ import annotations
 
 from dagrl.config.tree import recording

@@ -7,6 +7,7 @@ One table, INERT, says for each key (or fnmatch pattern) when the code reads it;
 the config (reading them here must not count as the code using them: tests prove every key in conf/ is read by a
 run). A key counts as set when it differs from conf/'s default and does not just follow another key's value through
 an interpolation (critic.shuffle follows actor_rollout_ref.actor.shuffle)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,10 +24,10 @@ A, R, D = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "distillation.
 
 @dataclass(frozen=True)
 class Inert:
-    keys: str                                  # a key, or an fnmatch pattern over keys
-    read: Callable[[dict[str, Any]], bool]     # the code reads the key(s) in this config (False only when sure)
+    keys: str  # a key, or an fnmatch pattern over keys
+    read: Callable[[dict[str, Any]], bool]  # the code reads the key(s) in this config (False only when sure)
     because: str | Callable[[dict[str, Any]], str]  # why not here, naming the switch (and its value)
-    fix: str                                   # how to make it apply
+    fix: str  # how to make it apply
 
 
 def _off(value: Any) -> bool:
@@ -43,47 +44,104 @@ def _floor_set(value: Any) -> bool:
 
 
 INERT = (
-    Inert(f"{A}.kl_loss_coef", lambda c: not _off(c.get(f"{A}.use_kl_loss")),
-          f"{A}.use_kl_loss=false (no KL term in the loss)", f"set {A}.use_kl_loss=true"),
-    Inert(f"{A}.kl_loss_type", lambda c: not _off(c.get(f"{A}.use_kl_loss")),
-          f"{A}.use_kl_loss=false (no KL term in the loss)", f"set {A}.use_kl_loss=true"),
-    Inert("algorithm.kl_ctrl.*", lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
-          "algorithm.use_kl_in_reward=false (no KL penalty in the reward)", "set algorithm.use_kl_in_reward=true"),
-    Inert("algorithm.kl_penalty", lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
-          "algorithm.use_kl_in_reward=false (no KL penalty in the reward)", "set algorithm.use_kl_in_reward=true"),
-    Inert(f"{R}.val_kwargs.temperature", lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
-          f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
-    Inert(f"{R}.val_kwargs.top_[pk]", lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
-          f"{R}.val_kwargs.do_sample=false (greedy validation)", f"set {R}.val_kwargs.do_sample=true"),
-    Inert(f"{R}.top_[pk]", lambda c: not _off(c.get(f"{R}.do_sample")),
-          f"{R}.do_sample=false (greedy rollouts)", f"set {R}.do_sample=true"),
-    Inert(f"{D}.distillation_loss_coef",
-          lambda c: not _off(c.get("distillation.enabled")) and not _off(c.get(f"{D}.use_task_rewards")),
-          lambda c: "distillation.enabled=false (no teacher)" if _off(c.get("distillation.enabled")) else
-          f"{D}.use_task_rewards=false (the distillation term alone, weight 1)",
-          f"run dag=opd with {D}.use_task_rewards=true"),
-    Inert("distillation.*", lambda c: not _off(c.get("distillation.enabled")),
-          "distillation.enabled=false (no teacher)", "run dag=opd"),
+    Inert(
+        f"{A}.kl_loss_coef",
+        lambda c: not _off(c.get(f"{A}.use_kl_loss")),
+        f"{A}.use_kl_loss=false (no KL term in the loss)",
+        f"set {A}.use_kl_loss=true",
+    ),
+    Inert(
+        f"{A}.kl_loss_type",
+        lambda c: not _off(c.get(f"{A}.use_kl_loss")),
+        f"{A}.use_kl_loss=false (no KL term in the loss)",
+        f"set {A}.use_kl_loss=true",
+    ),
+    Inert(
+        "algorithm.kl_ctrl.*",
+        lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
+        "algorithm.use_kl_in_reward=false (no KL penalty in the reward)",
+        "set algorithm.use_kl_in_reward=true",
+    ),
+    Inert(
+        "algorithm.kl_penalty",
+        lambda c: not _off(c.get("algorithm.use_kl_in_reward")),
+        "algorithm.use_kl_in_reward=false (no KL penalty in the reward)",
+        "set algorithm.use_kl_in_reward=true",
+    ),
+    Inert(
+        f"{R}.val_kwargs.temperature",
+        lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
+        f"{R}.val_kwargs.do_sample=false (greedy validation)",
+        f"set {R}.val_kwargs.do_sample=true",
+    ),
+    Inert(
+        f"{R}.val_kwargs.top_[pk]",
+        lambda c: not _off(c.get(f"{R}.val_kwargs.do_sample")),
+        f"{R}.val_kwargs.do_sample=false (greedy validation)",
+        f"set {R}.val_kwargs.do_sample=true",
+    ),
+    Inert(
+        f"{R}.top_[pk]",
+        lambda c: not _off(c.get(f"{R}.do_sample")),
+        f"{R}.do_sample=false (greedy rollouts)",
+        f"set {R}.do_sample=true",
+    ),
+    Inert(
+        f"{D}.distillation_loss_coef",
+        lambda c: not _off(c.get("distillation.enabled")) and not _off(c.get(f"{D}.use_task_rewards")),
+        lambda c: (
+            "distillation.enabled=false (no teacher)"
+            if _off(c.get("distillation.enabled"))
+            else f"{D}.use_task_rewards=false (the distillation term alone, weight 1)"
+        ),
+        f"run dag=opd with {D}.use_task_rewards=true",
+    ),
+    Inert(
+        "distillation.*",
+        lambda c: not _off(c.get("distillation.enabled")),
+        "distillation.enabled=false (no teacher)",
+        "run dag=opd",
+    ),
 )
 # what validation does is read only when there is a validation set (null and [] alike: no validation)
-INERT += tuple(Inert(f"trainer.{key}", lambda c: bool(c.get("data.val_files")),
-                     "data.val_files is empty (no validation set)", "set data.val_files to a parquet file")
-               for key in ("test_freq", "log_val_generations", "validation_data_dir"))
+INERT += tuple(
+    Inert(
+        f"trainer.{key}",
+        lambda c: bool(c.get("data.val_files")),
+        "data.val_files is empty (no validation set)",
+        "set data.val_files to a parquet file",
+    )
+    for key in ("test_freq", "log_val_generations", "validation_data_dir")
+)
 for _prefix in (f"{A}.optim", "critic.optim"):
-    INERT += (Inert(f"{_prefix}.min_lr", _schedule(_prefix),
-                    f"{_prefix}.lr_decay_style=constant (the LR never decays to a floor)",
-                    f"set {_prefix}.lr_decay_style=cosine or linear"),
-              Inert(f"{_prefix}.min_lr_ratio", _schedule(_prefix),
-                    f"{_prefix}.lr_decay_style=constant (the LR never decays to a floor)",
-                    f"set {_prefix}.lr_decay_style=cosine or linear"),
-              Inert(f"{_prefix}.lr_warmup_steps_ratio",
-                    lambda c, p=_prefix: not (isinstance(c.get(f"{p}.lr_warmup_steps"), int)
-                                              and c.get(f"{p}.lr_warmup_steps") >= 0),
-                    f"{_prefix}.lr_warmup_steps is set (>= 0: it replaces the ratio)",
-                    f"set {_prefix}.lr_warmup_steps=-1 to use the ratio"))
-VERBS = {"algorithm.gamma": "does not discount", "algorithm.lam": "has no lambda",
-         "algorithm.norm_adv_by_std_in_grpo": "does not normalise by the group's std",
-         f"{A}.loss_scale_factor": "does not divide token sums by it"}
+    INERT += (
+        Inert(
+            f"{_prefix}.min_lr",
+            _schedule(_prefix),
+            f"{_prefix}.lr_decay_style=constant (the LR never decays to a floor)",
+            f"set {_prefix}.lr_decay_style=cosine or linear",
+        ),
+        Inert(
+            f"{_prefix}.min_lr_ratio",
+            _schedule(_prefix),
+            f"{_prefix}.lr_decay_style=constant (the LR never decays to a floor)",
+            f"set {_prefix}.lr_decay_style=cosine or linear",
+        ),
+        Inert(
+            f"{_prefix}.lr_warmup_steps_ratio",
+            lambda c, p=_prefix: (
+                not (isinstance(c.get(f"{p}.lr_warmup_steps"), int) and c.get(f"{p}.lr_warmup_steps") >= 0)
+            ),
+            f"{_prefix}.lr_warmup_steps is set (>= 0: it replaces the ratio)",
+            f"set {_prefix}.lr_warmup_steps=-1 to use the ratio",
+        ),
+    )
+VERBS = {
+    "algorithm.gamma": "does not discount",
+    "algorithm.lam": "has no lambda",
+    "algorithm.norm_adv_by_std_in_grpo": "does not normalise by the group's std",
+    f"{A}.loss_scale_factor": "does not divide token sums by it",
+}
 
 
 def _named(names: list[str]) -> str:
@@ -100,10 +158,16 @@ def option_rules(registry: Registry) -> tuple[Inert, ...]:
         fixes = [entry.name + (" with dag=ppo" if "values" in entry.needs else "") for entry in readers]
         key = f"{registry.section}.{use}"
         verb = VERBS.get(key, f"does not read {use}")
-        rules.append(Inert(key, lambda c, s=switch, n=names: c.get(s) in n,
-                           lambda c, s=switch, v=verb, r=readers: f"{s}={c.get(s)} {v} "
-                           f"({_named([e.name for e in r])} {'does' if len(r) == 1 else 'do'})",
-                           f"set {switch}={fixes[0]}" + (f" (or {', '.join(fixes[1:])})" if fixes[1:] else "")))
+        rules.append(
+            Inert(
+                key,
+                lambda c, s=switch, n=names: c.get(s) in n,
+                lambda c, s=switch, v=verb, r=readers: (
+                    f"{s}={c.get(s)} {v} ({_named([e.name for e in r])} {'does' if len(r) == 1 else 'do'})"
+                ),
+                f"set {switch}={fixes[0]}" + (f" (or {', '.join(fixes[1:])})" if fixes[1:] else ""),
+            )
+        )
     return tuple(rules)
 
 
@@ -112,16 +176,23 @@ def _fixed_aggregation(config: dict[str, Any]) -> str | None:
     return loss.aggregation if loss else None
 
 
-FIXED_AGGREGATION = Inert(f"{A}.loss_agg_mode", lambda c: _fixed_aggregation(c) in (None, c.get(f"{A}.loss_agg_mode")),
-                          lambda c: f"{A}.policy_loss.loss_mode={c.get(f'{A}.policy_loss.loss_mode')} aggregates "
-                                    f"with {_fixed_aggregation(c)}, as in verl",
-                          f"set {A}.policy_loss.loss_mode to a loss without its own aggregation (e.g. vanilla)")
+FIXED_AGGREGATION = Inert(
+    f"{A}.loss_agg_mode",
+    lambda c: _fixed_aggregation(c) in (None, c.get(f"{A}.loss_agg_mode")),
+    lambda c: (
+        f"{A}.policy_loss.loss_mode={c.get(f'{A}.policy_loss.loss_mode')} aggregates "
+        f"with {_fixed_aggregation(c)}, as in verl"
+    ),
+    f"set {A}.policy_loss.loss_mode to a loss without its own aggregation (e.g. vanilla)",
+)
 
 
 def rules() -> tuple[Inert, ...]:
     """INERT and the rules of what the catalog's entries read, as registered now."""
     catalog = (rule for kind in (ADV_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS) for rule in option_rules(kind))
     return (*INERT, *catalog, FIXED_AGGREGATION)
+
+
 FLOORS = {f"{p}.{name}" for p in (f"{A}.optim", "critic.optim") for name in ("min_lr", "min_lr_ratio")}
 
 
@@ -169,6 +240,9 @@ def check_inert_keys(cfg: Cfg, reported: set[str] | frozenset = frozenset()) -> 
         return
     if "critic" not in roles:
         key, estimator = critic[0], next(e.name for e in ADV_ESTIMATORS if "values" in e.needs)
-        raise ConfigError(key, f"{key}={show(config[key])} has no effect: the graph has no critic node (critic.* is "
-                               f"read by the critic nodes of dag=ppo); for PPO with a critic set dag=ppo "
-                               f"algorithm.adv_estimator={estimator}, or drop {key}")
+        raise ConfigError(
+            key,
+            f"{key}={show(config[key])} has no effect: the graph has no critic node (critic.* is "
+            f"read by the critic nodes of dag=ppo); for PPO with a critic set dag=ppo "
+            f"algorithm.adv_estimator={estimator}, or drop {key}",
+        )

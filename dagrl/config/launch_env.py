@@ -1,6 +1,7 @@
 """Pre-flight of the launch environment beyond WORLD_SIZE (validate.world_size_from_env): the rank variables a
 launcher sets, and MASTER_PORT, as a hand-written `export` leaves them. A wrong one would surface as a hang or a
 traceback in torch.distributed once the process group starts."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,11 @@ def _integer(name: str) -> int | None:
     if text is None:
         return None
     value = text.strip()
-    require(value.lstrip("-").isdigit(), name,
-            f"environment variable {name}={text!r} is not an integer: unset it (one process) or let torchrun set it")
+    require(
+        value.lstrip("-").isdigit(),
+        name,
+        f"environment variable {name}={text!r} is not an integer: unset it (one process) or let torchrun set it",
+    )
     return int(value)
 
 
@@ -23,20 +27,32 @@ def check_rank_variables(world_size: int) -> None:
     """RANK in 0..WORLD_SIZE-1, LOCAL_RANK in 0..LOCAL_WORLD_SIZE-1 (or the launch's size), MASTER_PORT a port."""
     launcher = "unset it (one process) or let torchrun set it (torchrun --nproc-per-node N)"
     rank = _integer("RANK")
-    require(rank is None or 0 <= rank < world_size, "RANK",
-            f"environment variable RANK={rank} is outside this launch of WORLD_SIZE={world_size} process(es) (ranks "
-            f"0..{world_size - 1}): {launcher}")
+    require(
+        rank is None or 0 <= rank < world_size,
+        "RANK",
+        f"environment variable RANK={rank} is outside this launch of WORLD_SIZE={world_size} process(es) (ranks "
+        f"0..{world_size - 1}): {launcher}",
+    )
     local_world = _integer("LOCAL_WORLD_SIZE")
-    require(local_world is None or 1 <= local_world <= world_size, "LOCAL_WORLD_SIZE",
-            f"environment variable LOCAL_WORLD_SIZE={local_world} must be in 1..WORLD_SIZE={world_size}: {launcher}")
+    require(
+        local_world is None or 1 <= local_world <= world_size,
+        "LOCAL_WORLD_SIZE",
+        f"environment variable LOCAL_WORLD_SIZE={local_world} must be in 1..WORLD_SIZE={world_size}: {launcher}",
+    )
     local_rank, bound = _integer("LOCAL_RANK"), local_world or world_size
-    require(local_rank is None or 0 <= local_rank < bound, "LOCAL_RANK",
-            f"environment variable LOCAL_RANK={local_rank} is outside 0..{bound - 1} (this node's processes: "
-            f"{'LOCAL_WORLD_SIZE' if local_world else 'WORLD_SIZE'}={bound}): {launcher}")
+    require(
+        local_rank is None or 0 <= local_rank < bound,
+        "LOCAL_RANK",
+        f"environment variable LOCAL_RANK={local_rank} is outside 0..{bound - 1} (this node's processes: "
+        f"{'LOCAL_WORLD_SIZE' if local_world else 'WORLD_SIZE'}={bound}): {launcher}",
+    )
     port = os.environ.get("MASTER_PORT")
-    require(port is None or (port.strip().isdigit() and 1 <= int(port) <= 65535), "MASTER_PORT",
-            f"environment variable MASTER_PORT={port!r} is not a port number (1..65535): set a free port, e.g. "
-            f"MASTER_PORT=29500, or unset it")
+    require(
+        port is None or (port.strip().isdigit() and 1 <= int(port) <= 65535),
+        "MASTER_PORT",
+        f"environment variable MASTER_PORT={port!r} is not a port number (1..65535): set a free port, e.g. "
+        f"MASTER_PORT=29500, or unset it",
+    )
 
 
 def check_local_world(nnodes: int, per_node: int, world_size: int) -> None:
@@ -46,11 +62,16 @@ def check_local_world(nnodes: int, per_node: int, world_size: int) -> None:
     local_world = _integer("LOCAL_WORLD_SIZE")
     if local_world is None or local_world == per_node:
         return
-    fix = (f"set trainer.nnodes={world_size // local_world} trainer.n_gpus_per_node={local_world}"
-           if world_size % local_world == 0 else f"start torchrun --nnodes {nnodes} --nproc-per-node {per_node}")
-    raise ConfigError("trainer.n_gpus_per_node",
-                      f"trainer.nnodes={nnodes} x trainer.n_gpus_per_node={per_node} but this launch has "
-                      f"LOCAL_WORLD_SIZE={local_world} process(es) on each node (WORLD_SIZE={world_size}): {fix}")
+    fix = (
+        f"set trainer.nnodes={world_size // local_world} trainer.n_gpus_per_node={local_world}"
+        if world_size % local_world == 0
+        else f"start torchrun --nnodes {nnodes} --nproc-per-node {per_node}"
+    )
+    raise ConfigError(
+        "trainer.n_gpus_per_node",
+        f"trainer.nnodes={nnodes} x trainer.n_gpus_per_node={per_node} but this launch has "
+        f"LOCAL_WORLD_SIZE={local_world} process(es) on each node (WORLD_SIZE={world_size}): {fix}",
+    )
 
 
 def check_rendezvous_env() -> None:
@@ -60,8 +81,11 @@ def check_rendezvous_env() -> None:
     if "WORLD_SIZE" not in os.environ:
         return
     missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
-    require(not missing, "WORLD_SIZE",
-            f"environment variable WORLD_SIZE={os.environ['WORLD_SIZE']} is set but {', '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not: start the processes with torchrun (torchrun "
-            f"--nproc-per-node {os.environ['WORLD_SIZE']} -m dagrl.main_dag ...), which sets them all, or unset "
-            f"WORLD_SIZE for one process")
+    require(
+        not missing,
+        "WORLD_SIZE",
+        f"environment variable WORLD_SIZE={os.environ['WORLD_SIZE']} is set but {', '.join(missing)} "
+        f"{'is' if len(missing) == 1 else 'are'} not: start the processes with torchrun (torchrun "
+        f"--nproc-per-node {os.environ['WORLD_SIZE']} -m dagrl.main_dag ...), which sets them all, or unset "
+        f"WORLD_SIZE for one process",
+    )

@@ -6,6 +6,7 @@ closest valid one; `+key` is allowed only under the free-form maps users extend.
 (no '=', `~` on a key the code reads, `+` on an existing key, a group option that does not exist, `a,b` read as a
 sweep, a `${...}` naming no key) fails in one line naming the override and the fix, not in Hydra's many.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -22,60 +23,75 @@ from dagrl.config.override_hints import key_fix, not_an_override, parse_fix, str
 # verl's keys that dagrl names or shapes differently: an override of one gets the dagrl key in its error line
 VERL_KEYS = {
     "async_training.staleness_threshold": "dagrl bounds staleness in whole weight versions: set "
-                                          "async_training.max_staleness=K (an integer >= 0)",
+    "async_training.max_staleness=K (an integer >= 0)",
     "async_training.require_batches": "dagrl trains on data.train_batch_size groups a step; groups kept in flight "
-                                      "are async_training.oversample_ratio x that",
+    "are async_training.oversample_ratio x that",
     "async_training.partial_rollout_resume": "partial rollouts always resume from the checkpoint's pool "
-                                             "(async_training.partial_rollout=true)",
+    "(async_training.partial_rollout=true)",
     "actor_rollout_ref.actor.megatron.dtype": "dagrl's key is actor_rollout_ref.actor.megatron.param_dtype "
-                                              "(float32 | bfloat16; dagrl's default is float32, verl's bfloat16)",
+    "(float32 | bfloat16; dagrl's default is float32, verl's bfloat16)",
     "actor_rollout_ref.actor.ppo_micro_batch_size": "that global size is deprecated in verl: set "
-                                                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
     "actor_rollout_ref.ref.log_prob_micro_batch_size": "set actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size":
-        "set actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": "set "
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
     "actor_rollout_ref.actor.optim.lr_scheduler_type": "set actor_rollout_ref.actor.optim.lr_decay_style "
-                                                       "(constant | linear | cosine)",
+    "(constant | linear | cosine)",
     "actor_rollout_ref.rollout.mode": "dagrl's rollout runs inside the training processes; for asynchronous "
-                                      "rollout see async_training.* (docs/async.md); drop the key",
+    "rollout see async_training.* (docs/async.md); drop the key",
     "actor_rollout_ref.model.use_fused_kernels": "dagrl has no fused-kernel option; drop the key",
     "actor_rollout_ref.actor.use_torch_compile": "dagrl's Megatron engine does not use torch.compile; drop the key",
     "reward_model.enable": "model-based reward models are not supported yet (built-in rule scorers and "
-                           "custom_reward_function only); drop the key",
+    "custom_reward_function only); drop the key",
     "data.val_batch_size": "validation goes through the whole validation set in chunks sized from "
-                           "data.train_batch_size x rollout.n; drop the key",
+    "data.train_batch_size x rollout.n; drop the key",
     "trainer.device": "dagrl runs on CUDA when torch sees a GPU, else on CPU; drop the key",
     "trainer.default_hdfs_dir": "dagrl writes checkpoints to trainer.default_local_dir only; drop the key",
     "trainer.max_critic_ckpt_to_keep": "one dagrl checkpoint holds the actor and the critic: "
-                                       "trainer.max_actor_ckpt_to_keep=N keeps N of them",
+    "trainer.max_actor_ckpt_to_keep=N keeps N of them",
     "trainer.profile_steps": "dagrl's profiler is the global_profiler section: set global_profiler.tool=torch "
-                             "global_profiler.steps=[N,...]",
+    "global_profiler.steps=[N,...]",
     "actor_rollout_ref.rollout.multi_turn.max_turns": "set actor_rollout_ref.rollout.multi_turn.max_assistant_turns "
-                                                      "(and max_user_turns for interaction replies)",
+    "(and max_user_turns for interaction replies)",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "dagrl splits sequences with Megatron's context "
-        "parallelism: set actor_rollout_ref.actor.megatron.context_parallel_size (with "
-        "actor_rollout_ref.model.use_remove_padding=true)",
+    "parallelism: set actor_rollout_ref.actor.megatron.context_parallel_size (with "
+    "actor_rollout_ref.model.use_remove_padding=true)",
     "actor_rollout_ref.model.lora_rank": "LoRA is not supported (dagrl trains every parameter, or the top layers "
-                                         "with actor_rollout_ref.model.trainable_top_layers=N); drop the key",
+    "with actor_rollout_ref.model.trainable_top_layers=N); drop the key",
     "actor_rollout_ref.model.lora_alpha": "LoRA is not supported; drop the key",
     "actor_rollout_ref.model.target_modules": "LoRA is not supported; drop the key",
     "data.return_raw_chat": "dagrl always keeps each prompt's chat messages (multi-turn included); drop the key",
     "async_training.use_rollout_log_probs": "dagrl always recomputes pi_old in the trainer; the rollout's own "
-        "log-probs are kept with actor_rollout_ref.rollout.calculate_log_probs=true (for "
-        "actor_rollout_ref.actor.policy_loss.off_policy=decoupled or tis_imp_ratio_cap); drop the key",
+    "log-probs are kept with actor_rollout_ref.rollout.calculate_log_probs=true (for "
+    "actor_rollout_ref.actor.policy_loss.off_policy=decoupled or tis_imp_ratio_cap); drop the key",
 }
 # the reference and the critic reuse the actor's parallel layout and dtype (one set of process groups)
-VERL_KEYS.update({
-    f"{role}.megatron.{key}": f"the {name} reuses the actor's layout and dtype: set "
-                              f"actor_rollout_ref.actor.megatron.{'param_dtype' if key == 'dtype' else key} instead"
-    for role, name in (("actor_rollout_ref.ref", "reference"), ("critic", "critic"))
-    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
-                "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
-                "sequence_parallel", "use_distributed_optimizer", "param_dtype", "dtype")
-})
+VERL_KEYS.update(
+    {
+        f"{role}.megatron.{key}": f"the {name} reuses the actor's layout and dtype: set "
+        f"actor_rollout_ref.actor.megatron.{'param_dtype' if key == 'dtype' else key} instead"
+        for role, name in (("actor_rollout_ref.ref", "reference"), ("critic", "critic"))
+        for key in (
+            "tensor_model_parallel_size",
+            "pipeline_model_parallel_size",
+            "virtual_pipeline_model_parallel_size",
+            "context_parallel_size",
+            "expert_model_parallel_size",
+            "expert_tensor_parallel_size",
+            "sequence_parallel",
+            "use_distributed_optimizer",
+            "param_dtype",
+            "dtype",
+        )
+    }
+)
 
 from dagrl.config.foreign_keys import (  # noqa: E402 - beside the VERL_KEYS table it extends
-    MORE_VERL_KEYS, foreign_key_hint, other_trainer_hint, rollout_correction_hint)
+    MORE_VERL_KEYS,
+    foreign_key_hint,
+    other_trainer_hint,
+    rollout_correction_hint,
+)
 
 VERL_KEYS.update(MORE_VERL_KEYS)
 
@@ -98,8 +114,10 @@ def _lookup(tree: Any, dotted: str) -> tuple[bool, Any]:
         if isinstance(node, list) and part.isdigit():
             if int(part) >= len(node):
                 where = ".".join(path)
-                raise IndexError(f"{where} has {len(node)} items (indices 0..{len(node) - 1}): use one of them, or "
-                                 f"set the whole list: {where}=[...]")
+                raise IndexError(
+                    f"{where} has {len(node)} items (indices 0..{len(node) - 1}): use one of them, or "
+                    f"set the whole list: {where}=[...]"
+                )
             node = node[int(part)]
         elif isinstance(node, dict) and part in node:
             node = node[part]
@@ -194,8 +212,9 @@ def _required(key: str, section: bool) -> str:
     return f"{key} is required and cannot be deleted: set {what}"
 
 
-def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], dict[str, Any]],
-                    extra_dirs: Sequence[str] = ()) -> dict[str, Any]:
+def check_overrides(
+    overrides: list[str], compose_base: Callable[[list[str]], dict[str, Any]], extra_dirs: Sequence[str] = ()
+) -> dict[str, Any]:
     """Raise ConfigError for an override Hydra would refuse (with a multi-line message) or misread; return the
     config the key overrides apply to: `compose_base(group choices)`, composed once the choices are checked.
     `extra_dirs`: the --config-dir directories, whose group options count."""
@@ -208,14 +227,16 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         if elsewhere:
             raise ConfigError(arg.strip() or "overrides", elsewhere)
         if "=" not in arg and not arg.startswith("~") and before and before.endswith("=") and before.count("=") == 1:
-            raise ConfigError(before, f"override '{before}' has no value and '{arg}' follows it (a space after '='?): "
-                                      f"write {before}{arg}")
+            raise ConfigError(
+                before,
+                f"override '{before}' has no value and '{arg}' follows it (a space after '='?): write {before}{arg}",
+            )
         stray = stray_word(before, arg) if "=" not in arg else None
         if stray:
             raise ConfigError(before.split("=", 1)[0].lstrip("+~"), stray)
         if "=" not in arg and not arg.startswith("~"):
             example = f"{arg}=<value>" if re.fullmatch(r"[\w.+]+", arg) else "key=value"
-            following = overrides[overrides.index(arg) + 1:overrides.index(arg) + 2]
+            following = overrides[overrides.index(arg) + 1 : overrides.index(arg) + 2]
             if re.fullmatch(r"[\w.+]+:", arg):  # YAML's `key: value`, split by the shell
                 example = f"{arg[:-1]}={following[0] if following else '<value>'} (key=value, not YAML's key: value)"
             raise ConfigError(arg, f"override '{arg}' has no '=': write {example}")
@@ -239,14 +260,20 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
         given = None if override.is_sweep_override() else override.value()
         if isinstance(given, dict):  # a section written as a map: its keys are overridden one by one
             example = " ".join(f"{key}.{name}={value}" for name, value in list(given.items())[:3]) or f"{key}.<key>=..."
-            raise ConfigError(key, f"override '{text}': {key} is a config group (conf/{key}/), which a map cannot "
-                                   f"replace: set its keys one by one, e.g. {example}")
+            raise ConfigError(
+                key,
+                f"override '{text}': {key} is a config group (conf/{key}/), which a map cannot "
+                f"replace: set its keys one by one, e.g. {example}",
+            )
         if override.type == OverrideType.ADD:
             raise ConfigError(key, f"override '{text}': {key} is already chosen: drop the '+': {text[1:]}")
         value = text.split("=", 1)[1]
         if override.is_sweep_override() or value not in options:
-            fix = (f"choose one of {', '.join(options)}" if len(options) > 1 else
-                   f"it has only {options[0]}.yaml; set its keys instead ({key}.<key>=...)")
+            fix = (
+                f"choose one of {', '.join(options)}"
+                if len(options) > 1
+                else f"it has only {options[0]}.yaml; set its keys instead ({key}.<key>=...)"
+            )
             where = " or ".join([f"conf/{key}/", *(f"{d}/{key}/" for d in extra_dirs)])
             raise ConfigError(key, f"override '{text}': {where} has no '{value}': {fix}")
         choices.append(text)
@@ -266,7 +293,7 @@ def check_overrides(overrides: list[str], compose_base: Callable[[list[str]], di
             raise ConfigError(key, f"override '{text}': {sweep_fix(key, text.split('=', 1)[1], default)}")
         if freeform:
             if not exists and deleting:
-                name = key[len(freeform) + 1:]
+                name = key[len(freeform) + 1 :]
                 raise ConfigError(key, f"override '{text}': {freeform} has no key '{name}' to delete")
             if not exists and not adding:
                 raise ConfigError(key, f"'{key}' adds a key to the free-form map {freeform}: write it as +{key}=...")
@@ -300,26 +327,36 @@ def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]
     missing = re.search(r"key '([^']+)'", str(err)) if isinstance(err, InterpolationKeyError) else None
     if missing and "." not in missing[1] and (missing[1].isupper() or missing[1] in os.environ):
         name = missing[1]  # ${HOME}: the shell's syntax, which OmegaConf reads as a config key
-        return ConfigError(key, f"{where}: ${{{name}}} is read as a config key, not the environment variable: write "
-                                f"${{oc.env:{name}}}, or let the shell expand it (double quotes: \"...=${name}/...\")")
+        return ConfigError(
+            key,
+            f"{where}: ${{{name}}} is read as a config key, not the environment variable: write "
+            f'${{oc.env:{name}}}, or let the shell expand it (double quotes: "...=${name}/...")',
+        )
     if missing:
         hint = closest_key(missing[1], base)
         fix = f"did you mean ${{{hint}}}?" if hint else "point it at an existing one, e.g. ${trainer.experiment_name}"
         return ConfigError(key, f"{where}: the interpolation ${{{missing[1]}}} names no config key; {fix}")
     resolver = re.search(r"Unsupported interpolation type (\S+)", str(err))
     if resolver:  # ${env:HOME} (OmegaConf 1's name), a resolver nobody registered
-        fix = ("OmegaConf 2 names it oc.env: ${oc.env:...}" if resolver[1] == "env" else
-               "the resolvers are oc.env, oc.decode, oc.select, oc.create, oc.dict.keys, oc.dict.values")
+        fix = (
+            "OmegaConf 2 names it oc.env: ${oc.env:...}"
+            if resolver[1] == "env"
+            else "the resolvers are oc.env, oc.decode, oc.select, oc.create, oc.dict.keys, oc.dict.values"
+        )
         return ConfigError(key, f"{where}: no interpolation resolver '{resolver[1]}': {fix}")
-    merged = re.search(r"Error merging override ([^=\s]+)=.*Cannot merge (\w+) with (\w+)",
-                       f"{err} {err.__cause__}", re.S)
+    merged = re.search(
+        r"Error merging override ([^=\s]+)=.*Cannot merge (\w+) with (\w+)", f"{err} {err.__cause__}", re.S
+    )
     if merged:  # a map given to a list key, or a list to a map
         given = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == merged[1]), merged[1])
         return ConfigError(merged[1], f"override '{given}': {shape_fix(merged[1], base)}")
     env = re.search(r"Environment variable '([^']+)' not found", str(err))
     if env:
-        return ConfigError(key, f"{where}: the environment variable {env[1]} is not set: export {env[1]}=... "
-                                f"before the run, or give a default: ${{oc.env:{env[1]},<default>}}")
+        return ConfigError(
+            key,
+            f"{where}: the environment variable {env[1]} is not set: export {env[1]}=... "
+            f"before the run, or give a default: ${{oc.env:{env[1]},<default>}}",
+        )
     reasons = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
     return ConfigError(key, f"{where}: the config does not compose: {': '.join(reasons)}")
 
@@ -330,13 +367,18 @@ def shape_fix(key: str, base: dict[str, Any]) -> str:
     freeform = key in freeform_maps()
     if isinstance(default, list):
         if default and all(isinstance(item, dict) for item in default):
-            return (f"{key} is a list of maps: write [{{...}}, ...], or set one item's key, e.g. "
-                    f"{key}.0.{next(iter(default[0]))}=...")
+            return (
+                f"{key} is a list of maps: write [{{...}}, ...], or set one item's key, e.g. "
+                f"{key}.0.{next(iter(default[0]))}=..."
+            )
         example = ",".join(str(item) for item in default) or "a,b"
         return f"{key} is a list, not a map: write it in brackets, e.g. {key}=[{example}]"
     if isinstance(default, dict) or freeform:
-        return (f"{key} is a map, not a list: add one entry with +{key}.<name>=<value>" if freeform else
-                f"{key} is a section: set its keys one by one, e.g. {key}.{next(iter(default), '<key>')}=...")
+        return (
+            f"{key} is a map, not a list: add one entry with +{key}.<name>=<value>"
+            if freeform
+            else f"{key} is a section: set its keys one by one, e.g. {key}.{next(iter(default), '<key>')}=..."
+        )
     return f"{key} takes neither a list nor a map here: see docs/config_reference.md"
 
 
@@ -354,8 +396,13 @@ def compose(overrides: list[str] | None = None, config_dirs: Sequence[str] = ())
     dirs = [os.path.abspath(os.path.expanduser(d)) for d in config_dirs]
     search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]"] if dirs else []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        base = check_overrides(overrides, lambda choices: OmegaConf.to_container(
-            hydra_compose(CONFIG_NAME, overrides=[*search, *choices]), resolve=False), dirs)
+        base = check_overrides(
+            overrides,
+            lambda choices: OmegaConf.to_container(
+                hydra_compose(CONFIG_NAME, overrides=[*search, *choices]), resolve=False
+            ),
+            dirs,
+        )
         try:
             return to_plain(hydra_compose(CONFIG_NAME, overrides=[*search, *overrides]))
         except (HydraException, OmegaConfBaseException) as err:

@@ -1,5 +1,6 @@
 """trainer.logger: the backends dagrl knows, and that an optional one is installed and (W&B) can log in, checked
 before any model is built."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,19 +19,28 @@ def check_loggers(cfg: Cfg, check_installed: bool = True) -> None:
     for name in loggers:
         # "[console,wandb]" in quotes reaches here as one string, not a list: say so, not just list the valid names
         listed = isinstance(name, str) and name.startswith("[") and name.endswith("]")
-        require(not listed, "trainer.logger",
-                f"trainer.logger={name!r} is one string (a list inside quotes), not a list: quote the whole "
-                f"override instead, 'trainer.logger={name.replace(' ', '')}'")
+        require(
+            not listed,
+            "trainer.logger",
+            f"trainer.logger={name!r} is one string (a list inside quotes), not a list: quote the whole "
+            f"override instead, 'trainer.logger={name.replace(' ', '')}'",
+        )
         require(name in LOGGERS, "trainer.logger", f"trainer.logger has {name!r}; valid: {', '.join(LOGGERS)}")
         if name in OPTIONAL_LOGGERS and check_installed:
-            require(importlib.util.find_spec(name) is not None, "trainer.logger",
-                    f"trainer.logger has {name!r} but the {name} package is not installed: "
-                    f"pip install 'dagrl[{name}]' (or drop {name} from trainer.logger)")
+            require(
+                importlib.util.find_spec(name) is not None,
+                "trainer.logger",
+                f"trainer.logger has {name!r} but the {name} package is not installed: "
+                f"pip install 'dagrl[{name}]' (or drop {name} from trainer.logger)",
+            )
         if name == "wandb" and check_installed:
-            require(wandb_credentials(), "trainer.logger",
-                    "trainer.logger has 'wandb' but no W&B credentials were found (WANDB_API_KEY, or the ~/.netrc "
-                    "that `wandb login` writes): wandb.init would fail after the models are built; run `wandb login`, "
-                    "set WANDB_API_KEY, or WANDB_MODE=offline (or drop wandb from trainer.logger)")
+            require(
+                wandb_credentials(),
+                "trainer.logger",
+                "trainer.logger has 'wandb' but no W&B credentials were found (WANDB_API_KEY, or the ~/.netrc "
+                "that `wandb login` writes): wandb.init would fail after the models are built; run `wandb login`, "
+                "set WANDB_API_KEY, or WANDB_MODE=offline (or drop wandb from trainer.logger)",
+            )
 
 
 def wandb_credentials() -> bool:
@@ -38,16 +48,20 @@ def wandb_credentials() -> bool:
     or identity token in the environment, an offline/disabled mode, a .netrc (wandb login), or an api_key in
     wandb's settings file. Any of them present counts: wandb itself judges whether it is valid."""
     env = os.environ
-    if env.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or \
-            env.get("WANDB_DISABLED", "").lower() in ("true", "1", "yes") or \
-            env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
+    if (
+        env.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun")
+        or env.get("WANDB_DISABLED", "").lower() in ("true", "1", "yes")
+        or env.get("WANDB_API_KEY")
+        or env.get("WANDB_IDENTITY_TOKEN_FILE")
+    ):
         return True
     home = os.path.expanduser("~")
     netrc = [env["NETRC"]] if env.get("NETRC") else [os.path.join(home, ".netrc"), os.path.join(home, "_netrc")]
     if any(os.path.isfile(path) for path in netrc):
         return True
-    config_dir = env.get("WANDB_CONFIG_DIR") or os.path.join(env.get("XDG_CONFIG_HOME") or
-                                                             os.path.join(home, ".config"), "wandb")
+    config_dir = env.get("WANDB_CONFIG_DIR") or os.path.join(
+        env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "wandb"
+    )
     try:
         with open(os.path.join(config_dir, "settings"), encoding="utf-8") as handle:
             return "api_key" in handle.read()

@@ -1,6 +1,7 @@
 """The field names of megatron.core's TransformerConfig (and its base ModelParallelConfig), read from the installed
 source files with `ast`: pre-flight imports no megatron, so a misspelt override_transformer_config key is found in a
 second instead of after the models' build starts."""
+
 from __future__ import annotations
 
 import ast
@@ -8,8 +9,10 @@ import functools
 import importlib.util
 from pathlib import Path
 
-SOURCES = (("core/transformer/transformer_config.py", "TransformerConfig"),
-           ("core/model_parallel_config.py", "ModelParallelConfig"))
+SOURCES = (
+    ("core/transformer/transformer_config.py", "TransformerConfig"),
+    ("core/model_parallel_config.py", "ModelParallelConfig"),
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -21,14 +24,19 @@ def transformer_config_fields() -> frozenset[str] | None:
         return None
     fields: set[str] = set()
     for relative, name in SOURCES:
-        source = next((Path(root) / relative for root in spec.submodule_search_locations
-                       if (Path(root) / relative).is_file()), None)
+        source = next(
+            (Path(root) / relative for root in spec.submodule_search_locations if (Path(root) / relative).is_file()),
+            None,
+        )
         if source is None:
             return None
         tree = ast.parse(source.read_text(encoding="utf-8"))
         found = next((node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name), None)
         if found is None:
             return None
-        fields.update(item.target.id for item in found.body
-                      if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name))
+        fields.update(
+            item.target.id
+            for item in found.body
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+        )
     return frozenset(fields)

@@ -6,6 +6,7 @@ header the end of the last tensor); no tensor data is read and transformers is n
 under the file (ConfigError's key), not under actor_rollout_ref.model.path: the checks that read that key from
 config.json (the layout, the critic) still run and report their own problems.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,10 +66,13 @@ def check_vocab(model_path: str, hf_config: dict) -> None:
     if embedding is not None and embedding[0][:1] != [vocab_size]:
         return  # config.json disagrees with its own weights: model_shapes.check_weight_shapes names that instead
     token_id, source = highest
-    require(token_id < vocab_size, str(model_dir / source.split()[0]),
-            f"the tokenizer in {model_dir} has token ids up to {token_id} ({source}) but config.json vocab_size="
-            f"{vocab_size} (embedding rows 0..{vocab_size - 1}): the tokenizer and the weights are of different "
-            f"models; copy the model's own tokenizer files into the directory {KEY} names")
+    require(
+        token_id < vocab_size,
+        str(model_dir / source.split()[0]),
+        f"the tokenizer in {model_dir} has token ids up to {token_id} ({source}) but config.json vocab_size="
+        f"{vocab_size} (embedding rows 0..{vocab_size - 1}): the tokenizer and the weights are of different "
+        f"models; copy the model's own tokenizer files into the directory {KEY} names",
+    )
 
 
 def check_special_ids(model_path: str, hf_config: dict) -> None:
@@ -85,10 +89,13 @@ def check_special_ids(model_path: str, hf_config: dict) -> None:
             value = settings.get(field) if isinstance(settings, dict) else None
             ids = value if isinstance(value, list) else [value]
             bad = [i for i in ids if isinstance(i, int) and not isinstance(i, bool) and not 0 <= i < vocab_size]
-            require(not bad, str(model_dir / name),
-                    f"{model_dir / name} has {field}={value} outside the vocabulary (vocab_size={vocab_size}, ids "
-                    f"0..{vocab_size - 1}): the file is of another model or edited by hand; restore the model's own "
-                    f"{name} in the directory {KEY} names")
+            require(
+                not bad,
+                str(model_dir / name),
+                f"{model_dir / name} has {field}={value} outside the vocabulary (vocab_size={vocab_size}, ids "
+                f"0..{vocab_size - 1}): the file is of another model or edited by hand; restore the model's own "
+                f"{name} in the directory {KEY} names",
+            )
 
 
 def _truncated(shard: Path) -> str | None:
@@ -97,8 +104,11 @@ def _truncated(shard: Path) -> str | None:
     if header is None:
         return why
     size = shard.stat().st_size
-    ends = [entry["data_offsets"][1] for name, entry in header.items()
-            if name != "__metadata__" and isinstance(entry, dict) and len(entry.get("data_offsets") or ()) == 2]
+    ends = [
+        entry["data_offsets"][1]
+        for name, entry in header.items()
+        if name != "__metadata__" and isinstance(entry, dict) and len(entry.get("data_offsets") or ()) == 2
+    ]
     needed = 8 + length + max(ends, default=0)
     return f"{size} bytes, but its header places tensors up to byte {needed}" if size < needed else None
 
@@ -110,34 +120,58 @@ def check_weight_files(model_path: str, key: str = KEY) -> None:
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         content = _json(index)
-        require(content is not None, str(index), f"{index} is not valid JSON (cut short by an interrupted download?): "
-                                                 f"re-download it into the directory {key} names")
+        require(
+            content is not None,
+            str(index),
+            f"{index} is not valid JSON (cut short by an interrupted download?): "
+            f"re-download it into the directory {key} names",
+        )
         weight_map = content.get("weight_map") if isinstance(content, dict) else None
-        require(isinstance(weight_map, dict) and weight_map, str(index),
-                f"{index} has no weight_map: it is not a safetensors index; re-download the model {key} names")
+        require(
+            isinstance(weight_map, dict) and weight_map,
+            str(index),
+            f"{index} has no weight_map: it is not a safetensors index; re-download the model {key} names",
+        )
         shards = sorted(set(map(str, weight_map.values())))
         missing = [name for name in shards if not (model_dir / name).is_file()]
-        require(not missing, str(index),
-                f"{index} names {len(missing)} shard(s) missing from {model_dir} (first: "
-                f"{missing[0] if missing else ''}): the download is incomplete; re-download the model {key} names")
+        require(
+            not missing,
+            str(index),
+            f"{index} names {len(missing)} shard(s) missing from {model_dir} (first: "
+            f"{missing[0] if missing else ''}): the download is incomplete; re-download the model {key} names",
+        )
     else:
         shards = sorted(path.name for path in model_dir.glob("*.safetensors"))
-        require(bool(shards), str(model_dir / "model.safetensors"),
-                f"{model_dir} has no *.safetensors weights (dagrl imports the HF weights from safetensors): re-save "
-                f"the model with save_pretrained(safe_serialization=True), or point {key} at a complete model")
+        require(
+            bool(shards),
+            str(model_dir / "model.safetensors"),
+            f"{model_dir} has no *.safetensors weights (dagrl imports the HF weights from safetensors): re-save "
+            f"the model with save_pretrained(safe_serialization=True), or point {key} at a complete model",
+        )
     for name in shards:
         shard = model_dir / name
         try:
             problem = _truncated(shard)
         except OSError as error:
-            raise ConfigError(str(shard), f"weight file {shard} cannot be read ({error}); fix the model {key} "
-                                          f"names") from None
-        require(problem is None, str(shard), f"weight file {shard} is truncated ({problem}): an interrupted download "
-                                             f"or copy; re-download the model {key} names")
+            raise ConfigError(
+                str(shard), f"weight file {shard} cannot be read ({error}); fix the model {key} names"
+            ) from None
+        require(
+            problem is None,
+            str(shard),
+            f"weight file {shard} is truncated ({problem}): an interrupted download "
+            f"or copy; re-download the model {key} names",
+        )
 
 
-JSON_FILES = ("tokenizer.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
-              "vocab.json", "chat_template.json")
+JSON_FILES = (
+    "tokenizer.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "chat_template.json",
+)
 
 
 def check_json_files(model_path: str) -> None:
@@ -152,9 +186,11 @@ def check_json_files(model_path: str) -> None:
         try:
             json.loads(path.read_bytes())
         except ValueError as error:
-            raise ConfigError(str(path), f"{path} is not valid JSON ({str(error).splitlines()[0]}): the file is "
-                                         f"damaged or cut short; re-download it into the directory {KEY} names") \
-                from None
+            raise ConfigError(
+                str(path),
+                f"{path} is not valid JSON ({str(error).splitlines()[0]}): the file is "
+                f"damaged or cut short; re-download it into the directory {KEY} names",
+            ) from None
 
 
 def chat_template_source(model_dir: Path) -> tuple[str, Path] | None:
@@ -182,13 +218,19 @@ def check_chat_template_syntax(model_path: str) -> None:
     import jinja2
 
     template, source = found
-    require(template.strip() != "", str(source),
-            f"{source} is empty: transformers takes it over tokenizer_config.json's chat_template, so every prompt "
-            f"would render as no text: delete it (to use tokenizer_config.json's template) or restore the model's "
-            f"template there")
+    require(
+        template.strip() != "",
+        str(source),
+        f"{source} is empty: transformers takes it over tokenizer_config.json's chat_template, so every prompt "
+        f"would render as no text: delete it (to use tokenizer_config.json's template) or restore the model's "
+        f"template there",
+    )
     try:
         jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
     except jinja2.TemplateSyntaxError as error:
-        raise ConfigError(str(source), f"the chat template in {source} has a Jinja syntax error (line {error.lineno}: "
-                                       f"{error.message}): fix the template or re-download the model's tokenizer "
-                                       f"files into the directory {KEY} names") from None
+        raise ConfigError(
+            str(source),
+            f"the chat template in {source} has a Jinja syntax error (line {error.lineno}: "
+            f"{error.message}): fix the template or re-download the model's tokenizer "
+            f"files into the directory {KEY} names",
+        ) from None

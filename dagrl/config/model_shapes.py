@@ -6,6 +6,7 @@ the safetensors headers alone (no tensor data is read, neither torch nor transfo
 every supported family (dagrl/models/families.py) names alike are compared, and a checkpoint that
 names none of them (another layout) is left to the engine.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,14 +44,20 @@ def expected_shapes(hf_config: dict) -> dict[str, tuple[list[int], str]]:
         "model.embed_tokens.weight": ([vocab, hidden], f"vocab_size={vocab}, hidden_size={hidden}"),
         "lm_head.weight": ([vocab, hidden], f"vocab_size={vocab}, hidden_size={hidden}"),
         "model.layers.0.self_attn.q_proj.weight": (
-            [heads * head_dim, hidden], f"num_attention_heads={heads} x {dim}={head_dim}, hidden_size={hidden}"),
+            [heads * head_dim, hidden],
+            f"num_attention_heads={heads} x {dim}={head_dim}, hidden_size={hidden}",
+        ),
         "model.layers.0.self_attn.k_proj.weight": (
-            [kv_heads * head_dim, hidden], f"num_key_value_heads={kv_heads} x {dim}={head_dim}, hidden_size={hidden}"),
+            [kv_heads * head_dim, hidden],
+            f"num_key_value_heads={kv_heads} x {dim}={head_dim}, hidden_size={hidden}",
+        ),
     }
     if not getattr(family(hf_config.get("model_type")), "moe", False):  # experts: sized by moe_intermediate_size
         intermediate = hf_config["intermediate_size"]
         shapes["model.layers.0.mlp.gate_proj.weight"] = (
-            [intermediate, hidden], f"intermediate_size={intermediate}, hidden_size={hidden}")
+            [intermediate, hidden],
+            f"intermediate_size={intermediate}, hidden_size={hidden}",
+        )
     return shapes
 
 
@@ -58,25 +65,38 @@ def check_weight_shapes(model_path: str, hf_config: dict, key: str = "actor_roll
     """The weights' tensors have the shapes config.json gives them, and as many decoder layers."""
     model_dir = Path(os.path.expanduser(model_path))
     found = tensor_shapes(model_dir)
-    fix = f"config.json and the weights are of different models: restore the model's own config.json or " \
-          f"re-download the model {key} names"
+    fix = (
+        f"config.json and the weights are of different models: restore the model's own config.json or "
+        f"re-download the model {key} names"
+    )
     for name, (shape, fields) in expected_shapes(hf_config).items():
         if name in found and found[name][0] != shape:
-            raise ConfigError(key, f"{model_dir / found[name][1]} holds {name} of shape {found[name][0]}, but "
-                                   f"{model_dir / 'config.json'} needs {shape} ({fields}): {fix}")
+            raise ConfigError(
+                key,
+                f"{model_dir / found[name][1]} holds {name} of shape {found[name][0]}, but "
+                f"{model_dir / 'config.json'} needs {shape} ({fields}): {fix}",
+            )
     # the actor's output layer: untied, it is its own tensor (a critic replaces it with a value head)
     untied = hf_config.get("tie_word_embeddings") is False or "tie_word_embeddings" not in hf_config
-    require(key != "actor_rollout_ref.model.path" or not untied or "model.embed_tokens.weight" not in found
-            or "lm_head.weight" in found, key,
-            f"{model_dir} has no lm_head.weight in its weights while config.json has tie_word_embeddings="
-            f"{str(hf_config.get('tie_word_embeddings', False)).lower()} (the output layer is its own tensor): the "
-            f"weights were saved without the LM head (e.g. from a base AutoModel); re-download or re-save the model "
-            f"with its head (AutoModelForCausalLM.save_pretrained)")
+    require(
+        key != "actor_rollout_ref.model.path"
+        or not untied
+        or "model.embed_tokens.weight" not in found
+        or "lm_head.weight" in found,
+        key,
+        f"{model_dir} has no lm_head.weight in its weights while config.json has tie_word_embeddings="
+        f"{str(hf_config.get('tie_word_embeddings', False)).lower()} (the output layer is its own tensor): the "
+        f"weights were saved without the LM head (e.g. from a base AutoModel); re-download or re-save the model "
+        f"with its head (AutoModelForCausalLM.save_pretrained)",
+    )
     layers = {int(match[1]) for name in found if (match := re.match(r"model\.layers\.(\d+)\.", name))}
     configured = hf_config["num_hidden_layers"]
-    require(not layers or max(layers) + 1 == configured, key,
-            f"{model_dir} holds the weights of {max(layers, default=-1) + 1} decoder layers, but "
-            f"{model_dir / 'config.json'} has num_hidden_layers={configured}: {fix}")
+    require(
+        not layers or max(layers) + 1 == configured,
+        key,
+        f"{model_dir} holds the weights of {max(layers, default=-1) + 1} decoder layers, but "
+        f"{model_dir / 'config.json'} has num_hidden_layers={configured}: {fix}",
+    )
 
 
 def position_limit(hf_config: dict):
@@ -99,9 +119,12 @@ def check_critic_model(critic_path: str | None, sequence_length: int, actor_conf
     key = "critic.model.path"
     critic_config = read_hf_config(critic_path, key=key)
     limit = position_limit(critic_config)
-    require(not isinstance(limit, int) or sequence_length <= limit, key,
-            f"data.max_prompt_length + data.max_response_length = {sequence_length} is longer than the critic's "
-            f"max_position_embeddings={limit} ({critic_path}/config.json of critic.model.path, the actor's model "
-            f"has {actor_config.get('max_position_embeddings')}): use a critic model with as many positions, or "
-            f"lower data.max_prompt_length or data.max_response_length")
+    require(
+        not isinstance(limit, int) or sequence_length <= limit,
+        key,
+        f"data.max_prompt_length + data.max_response_length = {sequence_length} is longer than the critic's "
+        f"max_position_embeddings={limit} ({critic_path}/config.json of critic.model.path, the actor's model "
+        f"has {actor_config.get('max_position_embeddings')}): use a critic model with as many positions, or "
+        f"lower data.max_prompt_length or data.max_response_length",
+    )
     check_weight_shapes(critic_path, critic_config, key)

@@ -1,6 +1,7 @@
 """The fix that an override's error line suggests, where the obvious one would mislead: Hydra refuses or misreads
 what a hurried user types (`clip_ratio=0,2` is a sweep, `betas=(0.9,0.999)` does not parse), and "quote the value"
 would only turn a number into a string the type check then refuses. config/load.py calls these."""
+
 from __future__ import annotations
 
 import re
@@ -48,8 +49,10 @@ def parse_fix(key: str, value: str) -> str | None:
     if _kind(key.lstrip("+~")) in ("int", "float"):  # 1e-6; 8) : a character pasted after the number
         number = re.match(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", value)
         if number and number.group(0) != value:
-            return (f"{key.lstrip('+~')} takes a number; drop what follows it ({value[number.end():]!r}): "
-                    f"{key}={number.group(0)}")
+            return (
+                f"{key.lstrip('+~')} takes a number; drop what follows it ({value[number.end() :]!r}): "
+                f"{key}={number.group(0)}"
+            )
     return None
 
 
@@ -68,8 +71,7 @@ def stray_word(before: str | None, arg: str) -> str | None:
         fix = f"{key}='[{value},{arg}]'"
     else:
         fix = f"\"{key}='{value} {arg}'\" (quoted)"
-    return (f"override '{arg}' follows '{before}' and is not key=value: the shell splits a value at a space; "
-            f"write {fix}")
+    return f"override '{arg}' follows '{before}' and is not key=value: the shell splits a value at a space; write {fix}"
 
 
 def _ascii_value(value: str) -> str:
@@ -88,22 +90,29 @@ def key_fix(key: str, value: str) -> str | None:
         name, default = bare[:-1], default_value(bare[:-1])
         items = [str(v) for v in default] if isinstance(default, list) else ["<current items>"]
         added = value.strip("[]")
-        return (f"Hydra has no '+=' (append): write the whole list, e.g. {name}=[{','.join(items + [added])}]"
-                if default is not MISSING else f"Hydra has no '+=': write {name}=<value>")
+        return (
+            f"Hydra has no '+=' (append): write the whole list, e.g. {name}=[{','.join(items + [added])}]"
+            if default is not MISSING
+            else f"Hydra has no '+=': write {name}=<value>"
+        )
     indexed = re.search(r"(\w)\[(-?\d+)\]", bare)
     if indexed:  # Python's dag.nodes[1].fn: Hydra indexes a list with a dot
         dotted = re.sub(r"\[(-?\d+)\]", r".\1", bare)
         return f"Hydra indexes a list with a dot, not brackets: write {dotted}={value}"
     parts = bare.split(".")
     if "" in parts:
-        return (f"the key '{bare}' has an empty part (a '.' at its end or doubled): write the whole key, e.g. "
-                f"{'.'.join(p for p in parts if p)}.<name>={value}")
+        return (
+            f"the key '{bare}' has an empty part (a '.' at its end or doubled): write the whole key, e.g. "
+            f"{'.'.join(p for p in parts if p)}.<name>={value}"
+        )
     negative = next((p for p in parts if re.fullmatch(r"-\d+", p)), None)
     if negative:
         at = parts.index(negative)
-        where, rest = ".".join(parts[:at]), ".".join(["<index>", *parts[at + 1:]])
-        return (f"a list index counts from 0 ({where}.0 is the first item); Hydra takes no negative index: write "
-                f"{where}.{rest}={value}")
+        where, rest = ".".join(parts[:at]), ".".join(["<index>", *parts[at + 1 :]])
+        return (
+            f"a list index counts from 0 ({where}.0 is the first item); Hydra takes no negative index: write "
+            f"{where}.{rest}={value}"
+        )
     return None
 
 
@@ -114,18 +123,26 @@ def value_fix(key: str, value: str) -> str | None:
     odd = next((char for char in value if char in LOOKALIKES), None)
     if odd is not None:
         import unicodedata
-        return (f"the value holds {odd!r} (U+{ord(odd):04X}, {unicodedata.name(odd, 'a lookalike').lower()}), "
-                f"copied from a document: type it in ASCII: {key}={_ascii_value(value)}")
+
+        return (
+            f"the value holds {odd!r} (U+{ord(odd):04X}, {unicodedata.name(odd, 'a lookalike').lower()}), "
+            f"copied from a document: type it in ASCII: {key}={_ascii_value(value)}"
+        )
     if value.startswith("~"):
         user, slash, rest = value[1:].partition("/")
         if not user:  # ~/x: this user's home
-            return (f"the shell did not expand '~' (it does only at the start of a word): write the full path, "
-                    f"e.g. {key}=$HOME{value[1:]}")
+            return (
+                f"the shell did not expand '~' (it does only at the start of a word): write the full path, "
+                f"e.g. {key}=$HOME{value[1:]}"
+            )
         import os
+
         home = os.path.expanduser(f"~{user}")
         home = home if home != f"~{user}" else f"/home/{user}"
-        return (f"the shell did not expand '~{user}' (it does only at the start of a word): write the full path, "
-                f"e.g. {key}={home}{slash}{rest}")
+        return (
+            f"the shell did not expand '~{user}' (it does only at the start of a word): write the full path, "
+            f"e.g. {key}={home}{slash}{rest}"
+        )
     name, equals, entry = value.partition("=")
     if equals and _kind(key.lstrip("+~")) == "dict" and re.fullmatch(r"\w+", name):
         return f"{key.lstrip('+~')} is a map: add one entry with +{key.lstrip('+~')}.{name}={entry}"
@@ -139,15 +156,21 @@ def not_an_override(arg: str) -> str | None:
     """An argument without '=' that is no misspelt override but something else the shell passed on: only
     whitespace (a line-continuation backslash with a space after it), a comment's words, a config file."""
     if not arg.strip():
-        return (f"the argument {arg!r} is only whitespace: a line-continuation '\\' with a space after it passes the "
-                f"space as an argument and ends the command there (the lines after it ran as another command): "
-                f"remove the space after the '\\'")
+        return (
+            f"the argument {arg!r} is only whitespace: a line-continuation '\\' with a space after it passes the "
+            f"space as an argument and ends the command there (the lines after it ran as another command): "
+            f"remove the space after the '\\'"
+        )
     if arg.startswith("#"):
-        return (f"'{arg}' starts a comment that reached the command line as arguments (zsh passes '#' words on "
-                f"without `setopt interactivecomments`, and a comment inside a '\\'-continued command ends it): "
-                f"move the comment out of the command")
+        return (
+            f"'{arg}' starts a comment that reached the command line as arguments (zsh passes '#' words on "
+            f"without `setopt interactivecomments`, and a comment inside a '\\'-continued command ends it): "
+            f"move the comment out of the command"
+        )
     if arg.lower().endswith(CONFIG_FILE_SUFFIXES) and not arg.startswith(("+", "~")):
-        return (f"'{arg}' is a config file, but python3 -m dagrl.main_dag takes no config file: set its keys as "
-                f"key=value overrides (e.g. data.train_batch_size=8; see docs/config_reference.md), or put group "
-                f"options in a directory given with --config-dir")
+        return (
+            f"'{arg}' is a config file, but python3 -m dagrl.main_dag takes no config file: set its keys as "
+            f"key=value overrides (e.g. data.train_batch_size=8; see docs/config_reference.md), or put group "
+            f"options in a directory given with --config-dir"
+        )
     return None

@@ -6,6 +6,7 @@ the shell did not expand (`$DATA/train.parquet` in single quotes), a space at ei
 directories a run writes, that they can be created and written now rather than at the first save, dump or log.
 Also user code named by a file path where dagrl imports a module (`dag.custom_pipeline_fn=graphs.py:build`) or with
 the function name glued on (`custom_reward_function.path=reward.py:compute_score`)."""
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,7 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 def path_keys() -> dict[str, str]:
     """{key: kind} of every key of conf/ that holds a path or a list of paths (kind without the '?')."""
     from dagrl.config.schema.check import PATH_KINDS, schema
+
     return {key: kind.rstrip("?") for key, kind in schema().items() if kind.rstrip("?") in PATH_KINDS}
 
 
@@ -58,11 +60,14 @@ def check_path(key: str, kind: str, paths: list[str]) -> None:
         _check_pattern(key, kind, path)
         if kind == "model" and not os.path.isabs(path) and _HUB_ID.fullmatch(path) and not path.startswith("."):
             name = path.rsplit("/", 1)[1]
-            raise ConfigError(key, f"{key}={path} does not exist here and looks like a Hugging Face hub id; dagrl "
-                                   f"reads a local model directory (nothing is downloaded at run time): download it "
-                                   f"first, e.g. "
-                                   f"huggingface-cli download {path} --local-dir ~/models/{name}, then set "
-                                   f"{key}=~/models/{name}")
+            raise ConfigError(
+                key,
+                f"{key}={path} does not exist here and looks like a Hugging Face hub id; dagrl "
+                f"reads a local model directory (nothing is downloaded at run time): download it "
+                f"first, e.g. "
+                f"huggingface-cli download {path} --local-dir ~/models/{name}, then set "
+                f"{key}=~/models/{name}",
+            )
 
 
 def _check_pattern(key: str, kind: str, path: str) -> None:
@@ -71,8 +76,9 @@ def _check_pattern(key: str, kind: str, path: str) -> None:
     if not any(char in path for char in "*?["):
         return
     import glob
+
     found = sorted(glob.glob(os.path.expanduser(path)))
-    listed = (f"[{','.join(found[:3])}{',...' if len(found) > 3 else ''}]" if found else "[<file>,<file>]")
+    listed = f"[{','.join(found[:3])}{',...' if len(found) > 3 else ''}]" if found else "[<file>,<file>]"
     what = f"it matches {len(found)} file(s) now" if found else "it matches nothing now"
     fix = f"list the files: {key}={listed}" if kind == "files" else f"name one path: {key}=<path>"
     raise ConfigError(key, f"{key}={path} is a shell pattern, which dagrl does not expand ({what}): {fix}")
@@ -81,19 +87,29 @@ def _check_pattern(key: str, kind: str, path: str) -> None:
 def _check_text(key: str, kind: str, path: str) -> None:
     """What the path's text alone shows: an unexpanded shell variable, a space at an end, a URL."""
     found = _VARIABLE.search(path)
-    require(found is None, key,
-            f"{key}={path} holds ${found[1] if found else ''}, a shell variable that was not expanded (single "
-            f"quotes, or a config file): write the path out, or use ${{oc.env:{found[1] if found else ''}}}")
+    require(
+        found is None,
+        key,
+        f"{key}={path} holds ${found[1] if found else ''}, a shell variable that was not expanded (single "
+        f"quotes, or a config file): write the path out, or use ${{oc.env:{found[1] if found else ''}}}",
+    )
     if path != path.strip():
         where = "leading" if path[0].isspace() else "trailing"
-        raise ConfigError(key, f"{key}={path!r} has a {where} space (inside the quotes?), which is part of the path: "
-                               f"write {key}={path.strip()}")
+        raise ConfigError(
+            key,
+            f"{key}={path!r} has a {where} space (inside the quotes?), which is part of the path: "
+            f"write {key}={path.strip()}",
+        )
     url = _URL.match(path)
     if url:
-        how = ("write to a local or mounted directory and copy the results there afterwards" if kind == "outdir"
-               else "copy it to local disk (or a mounted file system) first and give that path")
-        raise ConfigError(key, f"{key}={path} is a URL ({url[1]}://), but dagrl reads and writes local paths only: "
-                               f"{how}")
+        how = (
+            "write to a local or mounted directory and copy the results there afterwards"
+            if kind == "outdir"
+            else "copy it to local disk (or a mounted file system) first and give that path"
+        )
+        raise ConfigError(
+            key, f"{key}={path} is a URL ({url[1]}://), but dagrl reads and writes local paths only: {how}"
+        )
 
 
 def check_writable_dir(key: str, configured: str, what: str | None = None) -> Path:
@@ -109,27 +125,38 @@ def check_writable_dir(key: str, configured: str, what: str | None = None) -> Pa
     root = Path(os.path.expanduser(configured))
     # a symlink that resolves to nothing (its target gone, or a loop) does not "exist", but cannot be created either
     dangling = next((p for p in [root, *root.parents] if p.is_symlink() and not p.exists()), None)
-    require(dangling is None, key,
-            f"{name}{sep}{root} cannot be created: {dangling} is a symlink that leads nowhere "
-            f"({'a loop' if dangling is not None and _loops(dangling) else 'its target is gone'}); "
-            f"fix the link or {key}")
+    require(
+        dangling is None,
+        key,
+        f"{name}{sep}{root} cannot be created: {dangling} is a symlink that leads nowhere "
+        f"({'a loop' if dangling is not None and _loops(dangling) else 'its target is gone'}); "
+        f"fix the link or {key}",
+    )
     existing = next((p for p in [root, *root.parents] if p.exists()), None)
-    require(existing is None or existing.is_dir(), key,
-            f"{name}{sep}{root} cannot be created: {existing} is not a directory; fix {key}")
-    require(existing is not None and os.access(existing, os.W_OK), key,
-            f"{name}{sep}{root} is not writable (nearest existing parent: {existing}): fix {key}")
+    require(
+        existing is None or existing.is_dir(),
+        key,
+        f"{name}{sep}{root} cannot be created: {existing} is not a directory; fix {key}",
+    )
+    require(
+        existing is not None and os.access(existing, os.W_OK),
+        key,
+        f"{name}{sep}{root} is not writable (nearest existing parent: {existing}): fix {key}",
+    )
     if existing != root:  # to be created: try it where it would be (the probe is removed at once)
         try:
             os.rmdir(tempfile.mkdtemp(prefix=".dagrl_probe_", dir=existing))
         except OSError as error:
             reason = error.strerror or errno.errorcode.get(error.errno or 0, str(error))
-            raise ConfigError(key, f"{name}{sep}{root} is not writable: no directory can be made in {existing} "
-                                   f"({reason}); fix {key}") from None
+            raise ConfigError(
+                key, f"{name}{sep}{root} is not writable: no directory can be made in {existing} ({reason}); fix {key}"
+            ) from None
     return root
 
 
 def _loops(link: Path) -> bool:
     import errno
+
     try:
         link.resolve(strict=True)
     except RuntimeError:  # Python < 3.13: a symlink loop
@@ -146,8 +173,10 @@ def _module_form(spec: str) -> str | None:
         return None
     directory, name = os.path.split(module)
     stem = name[:-3] if name.endswith(".py") else name
-    return (f"it takes module:function (a module Python imports), not a file path: put {directory or '.'} on "
-            f"PYTHONPATH and write {stem}:{function or '<function>'}")
+    return (
+        f"it takes module:function (a module Python imports), not a file path: put {directory or '.'} on "
+        f"PYTHONPATH and write {stem}:{function or '<function>'}"
+    )
 
 
 def check_code_paths(cfg: Cfg) -> None:
@@ -165,6 +194,9 @@ def check_code_paths(cfg: Cfg) -> None:
     path = custom.path
     if isinstance(path, str) and ":" in path and not os.path.exists(os.path.expanduser(path)):
         file, _, name = path.rpartition(":")
-        require(not os.path.isfile(os.path.expanduser(file)), "custom_reward_function.path",
-                f"custom_reward_function.path={path} names the function too: the path is the file alone and the "
-                f"function goes in its own key: custom_reward_function.path={file} custom_reward_function.name={name}")
+        require(
+            not os.path.isfile(os.path.expanduser(file)),
+            "custom_reward_function.path",
+            f"custom_reward_function.path={path} names the function too: the path is the file alone and the "
+            f"function goes in its own key: custom_reward_function.path={file} custom_reward_function.name={name}",
+        )

@@ -7,6 +7,7 @@ and on_error=zero makes that 0; gsm8k's "seven" never equals a number), and a re
 take (a TypeError on every sample). Both are found from the data_source and reward_model columns and the scorers'
 source (read with ast: dagrl.reward.scorers.math imports math-verify and sympy).
 """
+
 from __future__ import annotations
 
 import ast
@@ -66,8 +67,7 @@ def _rows(path: str):
     parquet, offset = open_parquet(path), 0
     for batch in parquet.iter_batches(batch_size=65536, columns=["data_source", "reward_model"]):
         sources = batch.column(0).to_pylist()
-        truths = [(m or {}).get("ground_truth") if isinstance(m, dict) else None
-                  for m in batch.column(1).to_pylist()]
+        truths = [(m or {}).get("ground_truth") if isinstance(m, dict) else None for m in batch.column(1).to_pylist()]
         for index, (source, truth) in enumerate(zip(sources, truths)):
             yield offset + index, source, truth
         offset += batch.num_rows
@@ -95,11 +95,14 @@ def check_builtin_scorers(cfg: Cfg) -> None:
                     _check_kwargs(source, module, reward_kwargs)
                 fmt = GROUND_TRUTH_FORMATS.get(module)
                 if fmt is not None and truth is not None and not fmt[1](str(truth)):
-                    require(False, key,
-                            f"data file {path!r} row {row} has reward_model.ground_truth {truth!r}, but the built-in "
-                            f"scorer of data_source {source!r} (dagrl.reward.scorers.{module}) needs {fmt[0]}: every "
-                            f"response of such a row would score 0; fix the file, or set custom_reward_function.path "
-                            f"to a scorer that takes this answer")
+                    require(
+                        False,
+                        key,
+                        f"data file {path!r} row {row} has reward_model.ground_truth {truth!r}, but the built-in "
+                        f"scorer of data_source {source!r} (dagrl.reward.scorers.{module}) needs {fmt[0]}: every "
+                        f"response of such a row would score 0; fix the file, or set custom_reward_function.path "
+                        f"to a scorer that takes this answer",
+                    )
 
 
 def _check_kwargs(source: str, module: str, reward_kwargs: dict[str, Any]) -> None:
@@ -108,9 +111,12 @@ def _check_kwargs(source: str, module: str, reward_kwargs: dict[str, Any]) -> No
         return
     names, takes_any = found
     unknown = sorted(name for name in reward_kwargs if name not in names)
-    require(takes_any or not unknown, "custom_reward_function.reward_kwargs",
-            f"custom_reward_function.reward_kwargs has {', '.join(unknown)}, but the built-in scorer of data_source "
-            f"{source!r} (dagrl.reward.scorers.{module}.compute_score({', '.join(names)})) takes no such argument, so "
-            "every response would fail to score: drop "
-            f"+custom_reward_function.reward_kwargs.{unknown[0] if unknown else ''}, "
-            f"or set custom_reward_function.path to your own scorer")
+    require(
+        takes_any or not unknown,
+        "custom_reward_function.reward_kwargs",
+        f"custom_reward_function.reward_kwargs has {', '.join(unknown)}, but the built-in scorer of data_source "
+        f"{source!r} (dagrl.reward.scorers.{module}.compute_score({', '.join(names)})) takes no such argument, so "
+        "every response would fail to score: drop "
+        f"+custom_reward_function.reward_kwargs.{unknown[0] if unknown else ''}, "
+        f"or set custom_reward_function.path to your own scorer",
+    )

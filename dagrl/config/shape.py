@@ -1,5 +1,6 @@
 """RunShape: the run's geometry (world, pools, layouts, sequence lengths), derived once by pre-flight
 (`validate.preflight`) and read by the trainer, the nodes and `dagrl.plan`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,12 +12,13 @@ from dagrl.placement import ParallelLayout, Placement, WorldLayout
 @dataclass(frozen=True)
 class RunShape:
     """Quantities derived once from the config and the environment."""
+
     world_size: int
     rollout_tp: int
     prompt_length: int
     response_length: int
     grad_clip: float
-    train_rows: int | None          # None: a plan made without the data files (the step count is unknown)
+    train_rows: int | None  # None: a plan made without the data files (the step count is unknown)
     hf_config: dict
     max_model_len: int = 0  # the rollout's longest sequence (vLLM's max_model_len)
     critic_grad_clip: float | None = None  # critic.grad_clip (or its alias critic.optim.clip_grad)

@@ -3,6 +3,7 @@
 The trainer converts the composed Hydra config into a `Cfg` once. Every attribute read is recorded in
 `READ_KEYS`, so a test can prove that each key in conf/ is used by some code (no dead keys).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -11,6 +11,7 @@ the GPU computes log-probs: reward_model.launch_reward_fn_async); the first node
 works on a shallow copy of the batch, whose new columns join the batch then, and must not call collectives or
 engines (the main thread's nodes use them meanwhile); nodes between may add columns but not change rows.
 """
+
 from __future__ import annotations
 
 import copy
@@ -77,9 +78,12 @@ def import_function(spec: str, key: str) -> Callable[..., Any]:
         raise ConfigError(key, f"{key}={spec!r}: cannot import module {module_name!r} ({err})") from None
     function = getattr(module, function_name, None)
     if function is not None and not callable(function):  # a list or a dict of nodes where a function goes
-        raise ConfigError(key, f"{key}={spec!r}: {function_name} in module {module_name!r} is a "
-                               f"{type(function).__name__}, not a function: name a function (def "
-                               f"{function_name}(): return [...])")
+        raise ConfigError(
+            key,
+            f"{key}={spec!r}: {function_name} in module {module_name!r} is a "
+            f"{type(function).__name__}, not a function: name a function (def "
+            f"{function_name}(): return [...])",
+        )
     if not callable(function):
         raise ConfigError(key, f"{key}={spec!r}: module {module_name!r} has no function {function_name!r}")
     return function
@@ -94,9 +98,12 @@ def check_node_signature(fn: Callable[..., Any], key: str, spec: str) -> None:
     try:
         signature.bind("ctx", "batch")
     except TypeError as error:
-        raise ConfigError(key, f"{key}={spec}: {getattr(fn, '__name__', 'fn')}{signature} cannot take the trainer's "
-                               f"call fn(ctx, batch) ({error}); define it as def fn(ctx, batch) returning "
-                               f"(batch, metrics)") from None
+        raise ConfigError(
+            key,
+            f"{key}={spec}: {getattr(fn, '__name__', 'fn')}{signature} cannot take the trainer's "
+            f"call fn(ctx, batch) ({error}); define it as def fn(ctx, batch) returning "
+            f"(batch, metrics)",
+        ) from None
 
 
 def _builtin_stub(ctx: Any, batch: Any) -> Any:
@@ -118,8 +125,11 @@ def lazy_import(spec: str, key: str) -> Callable[..., Any]:
     names, functions = _top_level_names(module_name)
     if names is not None and function_name not in names:
         public = sorted(name for name in functions if not name.startswith("_"))
-        raise ConfigError(key, f"{key}={spec!r}: module {module_name!r} has no function {function_name!r} (it "
-                               f"defines {', '.join(public[:8])}{', ...' if len(public) > 8 else ''}): fix the name")
+        raise ConfigError(
+            key,
+            f"{key}={spec!r}: module {module_name!r} has no function {function_name!r} (it "
+            f"defines {', '.join(public[:8])}{', ...' if len(public) > 8 else ''}): fix the name",
+        )
     return _builtin_stub
 
 
@@ -158,20 +168,26 @@ def node_list(nodes: Any, source: str = "dag.nodes") -> Any:
         if node is None:
             continue
         if isinstance(node, dict) and node.get("id", node_id) != node_id:
-            raise ConfigError(source, f"{source}.{node_id} has id {node['id']!r}: a node's id is its key in the map; "
-                                      f"drop the id field")
+            raise ConfigError(
+                source,
+                f"{source}.{node_id} has id {node['id']!r}: a node's id is its key in the map; drop the id field",
+            )
         specs.append({"id": node_id, **node} if isinstance(node, dict) else node)
     return specs
 
 
-def build_graph(node_specs: Any, source: str = "dag.nodes",
-                load: Callable[[str, str], Callable[..., Any]] = import_function) -> Graph:
+def build_graph(
+    node_specs: Any, source: str = "dag.nodes", load: Callable[[str, str], Callable[..., Any]] = import_function
+) -> Graph:
     """Validate node dicts (a list, or a map by id: node_list) and order them; `source` names where they came from
     in error messages, `load` turns a 'module:function' into the function."""
     node_specs = node_list(node_specs, source)
     if not isinstance(node_specs, (list, tuple)):
-        raise ConfigError(source, f"{source} must be a map of node id to node (role, fn, deps) or a list of node "
-                                  f"dicts (id, role, fn, deps), got {type(node_specs).__name__}")
+        raise ConfigError(
+            source,
+            f"{source} must be a map of node id to node (role, fn, deps) or a list of node "
+            f"dicts (id, role, fn, deps), got {type(node_specs).__name__}",
+        )
     if not node_specs:
         raise ConfigError(source, f"{source} is empty: a graph needs at least rollout, advantage and actor nodes")
     by_id: dict[str, Node] = {}
@@ -181,8 +197,10 @@ def build_graph(node_specs: Any, source: str = "dag.nodes",
             raise ConfigError(source, f"{where} must be a mapping with at least id, role and fn, got {spec!r}")
         unknown = set(spec) - NODE_KEYS
         if unknown:
-            raise ConfigError(source, f"{where} (node {spec['id']!r}) has unknown fields {sorted(unknown)}; "
-                                      f"allowed: {sorted(NODE_KEYS)}")
+            raise ConfigError(
+                source,
+                f"{where} (node {spec['id']!r}) has unknown fields {sorted(unknown)}; allowed: {sorted(NODE_KEYS)}",
+            )
         node_id = spec["id"]
         if node_id in by_id:
             raise ConfigError(source, f"{source}: node id {node_id!r} appears twice")
@@ -192,17 +210,26 @@ def build_graph(node_specs: Any, source: str = "dag.nodes",
         if "fn" not in spec:
             raise ConfigError(source, f"{source}: node {node_id!r} has no fn (module:function)")
         if spec["fn"] == RESHARD_FN and role != RESHARD:
-            raise ConfigError(source, f"{source}: node {node_id!r} runs {RESHARD_FN} with role {role}: give it role "
-                                      f"{RESHARD} (the move to the actor layout)")
+            raise ConfigError(
+                source,
+                f"{source}: node {node_id!r} runs {RESHARD_FN} with role {role}: give it role "
+                f"{RESHARD} (the move to the actor layout)",
+            )
         if role == RESHARD and any(node.role == RESHARD for node in by_id.values()):
-            raise ConfigError(source, f"{source}: nodes {next(n.id for n in by_id.values() if n.role == RESHARD)!r} "
-                                      f"and {node_id!r} both have role {RESHARD}: a graph moves its batch to the "
-                                      f"actor layout once")
+            raise ConfigError(
+                source,
+                f"{source}: nodes {next(n.id for n in by_id.values() if n.role == RESHARD)!r} "
+                f"and {node_id!r} both have role {RESHARD}: a graph moves its batch to the "
+                f"actor layout once",
+            )
         deps = spec.get("deps") or ()
         # deps=rollout (a string) would be read letter by letter: "depends on unknown node 'r'"
         if not isinstance(deps, (list, tuple)) or not all(isinstance(dep, str) for dep in deps):
-            raise ConfigError(source, f"{source}: node {node_id!r} has deps={deps!r}, not a list of node ids: "
-                                      f"write deps as a list, e.g. [{deps if isinstance(deps, str) else 'rollout'}]")
+            raise ConfigError(
+                source,
+                f"{source}: node {node_id!r} has deps={deps!r}, not a list of node ids: "
+                f"write deps as a list, e.g. [{deps if isinstance(deps, str) else 'rollout'}]",
+            )
         key = f"{source}[{node_id}].fn"
         fn = spec["fn"] if callable(spec["fn"]) else load(str(spec["fn"]), key)
         check_node_signature(fn, key, getattr(fn, "__qualname__", None) if callable(spec["fn"]) else spec["fn"])
@@ -210,16 +237,21 @@ def build_graph(node_specs: Any, source: str = "dag.nodes",
         if not isinstance(background, bool):
             raise ConfigError(source, f"{source}: node {node_id!r} has background={background!r}; write true or false")
         if background and role not in BACKGROUND_ROLES:
-            raise ConfigError(source, f"{source}: node {node_id!r} (role {role}) cannot run in the background: only "
-                                      f"{' and '.join(BACKGROUND_ROLES)} nodes may (the others drive engines and "
-                                      f"collectives); drop its background: true")
-        by_id[node_id] = Node(id=node_id, role=role, fn=fn, deps=tuple(deps),
-                              config=dict(spec.get("config") or {}), background=background)
+            raise ConfigError(
+                source,
+                f"{source}: node {node_id!r} (role {role}) cannot run in the background: only "
+                f"{' and '.join(BACKGROUND_ROLES)} nodes may (the others drive engines and "
+                f"collectives); drop its background: true",
+            )
+        by_id[node_id] = Node(
+            id=node_id, role=role, fn=fn, deps=tuple(deps), config=dict(spec.get("config") or {}), background=background
+        )
     for node in by_id.values():
         for dep in node.deps:
             if dep not in by_id:
-                raise ConfigError(source, f"{source}: node {node.id!r} depends on unknown node {dep!r}; "
-                                          f"known: {', '.join(by_id)}")
+                raise ConfigError(
+                    source, f"{source}: node {node.id!r} depends on unknown node {dep!r}; known: {', '.join(by_id)}"
+                )
     sorter = graphlib.TopologicalSorter({node.id: node.deps for node in by_id.values()})
     try:
         sorter.prepare()
@@ -233,8 +265,10 @@ def build_graph(node_specs: Any, source: str = "dag.nodes",
         sorter.done(*ready)
     missing = [role for role in REQUIRED_ROLES if role not in {n.role for n in by_id.values()}]
     if missing:
-        raise ConfigError(source, f"{source}: no node with role {', '.join(missing)}; a training graph needs "
-                                  f"{', '.join(REQUIRED_ROLES)}")
+        raise ConfigError(
+            source,
+            f"{source}: no node with role {', '.join(missing)}; a training graph needs {', '.join(REQUIRED_ROLES)}",
+        )
     return Graph(nodes=tuple(by_id[node_id] for node_id in order))
 
 
@@ -263,22 +297,34 @@ def _call_pipeline(spec: str, factory: Callable[..., Any]) -> list | tuple:
         try:
             signature.bind()
         except TypeError as error:
-            raise ConfigError(key, f"{key}={spec!r}: {factory.__name__}{signature} cannot be called with no "
-                                   f"arguments ({error}); the trainer calls it as {factory.__name__}() and expects a "
-                                   f"list of node dicts") from None
+            raise ConfigError(
+                key,
+                f"{key}={spec!r}: {factory.__name__}{signature} cannot be called with no "
+                f"arguments ({error}); the trainer calls it as {factory.__name__}() and expects a "
+                f"list of node dicts",
+            ) from None
     try:
         nodes = factory()
     except SystemExit as error:
-        raise ConfigError(key, f"{key}={spec!r} called sys.exit({'' if error.code is None else repr(error.code)}); "
-                               f"it must return a list of node dicts (id, role, fn, deps), not exit") from None
+        raise ConfigError(
+            key,
+            f"{key}={spec!r} called sys.exit({'' if error.code is None else repr(error.code)}); "
+            f"it must return a list of node dicts (id, role, fn, deps), not exit",
+        ) from None
     except Exception as error:
         text = str(error).strip().splitlines()
-        raise ConfigError(key, f"{key}={spec!r} raised {type(error).__name__}: {text[0] if text else ''}; fix the "
-                               f"function (it returns a list of node dicts: id, role, fn, deps)") from None
+        raise ConfigError(
+            key,
+            f"{key}={spec!r} raised {type(error).__name__}: {text[0] if text else ''}; fix the "
+            f"function (it returns a list of node dicts: id, role, fn, deps)",
+        ) from None
     nodes = node_list(nodes, key)
     if not isinstance(nodes, (list, tuple)):
-        raise ConfigError(key, f"{key}={spec!r} returned {type(nodes).__name__}, not a map of node id to node or a "
-                               f"list of node dicts (id, role, fn, deps): return one of them")
+        raise ConfigError(
+            key,
+            f"{key}={spec!r} returned {type(nodes).__name__}, not a map of node id to node or a "
+            f"list of node dicts (id, role, fn, deps): return one of them",
+        )
     return nodes
 
 
@@ -349,8 +395,10 @@ class Background:
             raise self.outcome["error"]
         out, node_metrics = self.outcome["result"]
         if not _same_rows(batch, self.rows, self.before):
-            raise RuntimeError(f"a node changed the batch's rows while background node {self.node.id!r} worked on "
-                               f"them, so its columns no longer fit: make that node depend on {self.node.id!r}")
+            raise RuntimeError(
+                f"a node changed the batch's rows while background node {self.node.id!r} worked on "
+                f"them, so its columns no longer fit: make that node depend on {self.node.id!r}"
+            )
         for key in out.keys():
             if key not in self.before or out[key] is not self.before[key]:
                 batch[key] = out[key]

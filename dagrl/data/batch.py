@@ -5,6 +5,7 @@ arrays, e.g. `data_source`, `reward_model`, `uid`). It is a small own class rath
 nodes need non-tensor columns, and those are second-class in tensordict. Call parameters (temperature,
 micro-batch sizes) are never stored in a batch: they are arguments of the functions that need them.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Sequence
@@ -16,8 +17,7 @@ import torch
 class Batch:
     """Columns of equal length B: tensors `[B, ...]` and object columns (numpy arrays of length B)."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor] | None = None,
-                 columns: dict[str, Any] | None = None) -> None:
+    def __init__(self, tensors: dict[str, torch.Tensor] | None = None, columns: dict[str, Any] | None = None) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
         self.columns: dict[str, np.ndarray] = {}
         for key, value in (tensors or {}).items():

@@ -3,6 +3,7 @@ the reward reads. Every failure is a one-line ValueError naming the file and the
 data.train_files or data.val_files). Reads parquet footers and single columns only; imports neither torch nor
 transformers.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,21 +38,34 @@ def open_parquet(path: str) -> pq.ParquetFile:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         if os.path.islink(path):
-            raise ValueError(f"data file {path!r} is a broken symlink (to {os.readlink(path)!r}, which does not "
-                             f"exist); fix the link or data.train_files / data.val_files") from None
-        raise ValueError(f"data file {path!r} does not exist; fix data.train_files / data.val_files "
-                         f"(preprocess with {PREPROCESS})") from None
+            raise ValueError(
+                f"data file {path!r} is a broken symlink (to {os.readlink(path)!r}, which does not "
+                f"exist); fix the link or data.train_files / data.val_files"
+            ) from None
+        raise ValueError(
+            f"data file {path!r} does not exist; fix data.train_files / data.val_files (preprocess with {PREPROCESS})"
+        ) from None
     except OSError as error:
-        raise ValueError(f"data file {path!r} cannot be read ({first_line(error)}); fix data.train_files / "
-                         f"data.val_files") from None
+        raise ValueError(
+            f"data file {path!r} cannot be read ({first_line(error)}); fix data.train_files / data.val_files"
+        ) from None
     if stat.S_ISDIR(mode):
         raise ValueError(directory_problem(path))
     if not stat.S_ISREG(mode):
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else \
-            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-        raise ValueError(f"data file {path!r} is {kind}, not a regular file (parquet is read by seeking to its "
-                         f"footer); write the data to a .parquet file and point data.train_files / data.val_files "
-                         f"at it")
+        kind = (
+            "a FIFO (named pipe)"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file"
+        )
+        raise ValueError(
+            f"data file {path!r} is {kind}, not a regular file (parquet is read by seeking to its "
+            f"footer); write the data to a .parquet file and point data.train_files / data.val_files "
+            f"at it"
+        )
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as error:
@@ -59,16 +73,21 @@ def open_parquet(path: str) -> pq.ParquetFile:
         if suffix in (".json", ".jsonl", ".csv"):  # not parquet by name: say how to convert it
             reader = "read_csv" if suffix == ".csv" else "read_json"
             lines = ", lines=True" if suffix == ".jsonl" else ""
-            raise ValueError(f"data file {path!r} is a {suffix[1:]} file, but data.train_files / data.val_files take "
-                             f"parquet files only: convert it (pandas.{reader}({path!r}{lines}).to_parquet(...)) or "
-                             f"regenerate it with {PREPROCESS}") from error
+            raise ValueError(
+                f"data file {path!r} is a {suffix[1:]} file, but data.train_files / data.val_files take "
+                f"parquet files only: convert it (pandas.{reader}({path!r}{lines}).to_parquet(...)) or "
+                f"regenerate it with {PREPROCESS}"
+            ) from error
         listed = _listed_paths(path)
         if listed:  # a text file naming the data files (one a line): the list goes into the config itself
-            raise ValueError(f"data file {path!r} is a text file listing data files ({listed[0]!r}, ...), not "
-                             f"parquet: give the list itself, e.g. data.train_files='[{','.join(listed[:2])}"
-                             f"{',...' if len(listed) > 2 else ''}]'") from error
-        raise ValueError(f"data file {path!r} is not a readable parquet file ({first_line(error)}); "
-                         f"regenerate it with {PREPROCESS}") from error
+            raise ValueError(
+                f"data file {path!r} is a text file listing data files ({listed[0]!r}, ...), not "
+                f"parquet: give the list itself, e.g. data.train_files='[{','.join(listed[:2])}"
+                f"{',...' if len(listed) > 2 else ''}]'"
+            ) from error
+        raise ValueError(
+            f"data file {path!r} is not a readable parquet file ({first_line(error)}); regenerate it with {PREPROCESS}"
+        ) from error
 
 
 def directory_problem(path: str) -> str:
@@ -81,15 +100,21 @@ def directory_problem(path: str) -> str:
     parts = [os.path.join(path, name) for name in names if name.endswith(".parquet")]
     if parts:  # Spark's or pandas' partitioned output: train.parquet/part-00000-....parquet
         shown = ",".join(parts[:2]) + (",..." if len(parts) > 2 else "")
-        return (f"data file {path!r} is a directory of {len(parts)} parquet part file(s) (a partitioned dataset); "
-                f"data.train_files / data.val_files take files: list them, e.g. data.train_files='[{shown}]'")
+        return (
+            f"data file {path!r} is a directory of {len(parts)} parquet part file(s) (a partitioned dataset); "
+            f"data.train_files / data.val_files take files: list them, e.g. data.train_files='[{shown}]'"
+        )
     if {"dataset_info.json", "state.json", "dataset_dict.json"} & set(names):
         split = "['train']" if "dataset_dict.json" in names else ""
-        return (f"data file {path!r} is a Hugging Face datasets folder (save_to_disk's Arrow shards), not parquet: "
-                f"convert it with datasets.load_from_disk({path!r}){split}.to_parquet('train.parquet') and point "
-                f"data.train_files / data.val_files at that file")
-    return (f"data file {path!r} is a directory; data.train_files / data.val_files take parquet files (e.g. "
-            f"{os.path.join(path, 'train.parquet')!r})")
+        return (
+            f"data file {path!r} is a Hugging Face datasets folder (save_to_disk's Arrow shards), not parquet: "
+            f"convert it with datasets.load_from_disk({path!r}){split}.to_parquet('train.parquet') and point "
+            f"data.train_files / data.val_files at that file"
+        )
+    return (
+        f"data file {path!r} is a directory; data.train_files / data.val_files take parquet files (e.g. "
+        f"{os.path.join(path, 'train.parquet')!r})"
+    )
 
 
 def _listed_paths(path: str) -> list[str]:
@@ -104,28 +129,35 @@ def _listed_paths(path: str) -> list[str]:
 
 def check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -> None:
     if num_rows == 0:
-        raise ValueError(f"data file {path!r} has no rows; regenerate it or remove it from data.train_files / "
-                         f"data.val_files")
+        raise ValueError(
+            f"data file {path!r} has no rows; regenerate it or remove it from data.train_files / data.val_files"
+        )
     repeated = sorted({name for name in schema.names if schema.names.count(name) > 1})
     if repeated:
-        raise ValueError(f"data file {path!r} has {len(repeated)} column name(s) twice "
-                         f"({', '.join(map(repr, repeated))}"
-                         f"): a reader cannot tell which one holds the data; write each column once (e.g. "
-                         f"df.loc[:, ~df.columns.duplicated()].to_parquet(...))")
+        raise ValueError(
+            f"data file {path!r} has {len(repeated)} column name(s) twice "
+            f"({', '.join(map(repr, repeated))}"
+            f"): a reader cannot tell which one holds the data; write each column once (e.g. "
+            f"df.loc[:, ~df.columns.duplicated()].to_parquet(...))"
+        )
     for column in required_columns(prompt_key):
         if column not in schema.names:
-            fix = "set data.prompt_key to the prompt column" if column == prompt_key else \
-                f"regenerate it with {PREPROCESS}"
-            raise ValueError(f"data file {path!r} lacks the required column {column!r} (it has "
-                             f"{schema.names}); {fix}")
+            fix = (
+                "set data.prompt_key to the prompt column"
+                if column == prompt_key
+                else f"regenerate it with {PREPROCESS}"
+            )
+            raise ValueError(f"data file {path!r} lacks the required column {column!r} (it has {schema.names}); {fix}")
 
 
 def prompt_shape_problem(prompt: Any) -> str | None:
     """What is wrong with one row's prompt for a chat template (None: a non-empty list of {role, content})."""
     if isinstance(prompt, str):
         if _json_chat(prompt):
-            return ("holds a JSON string of a chat list, not the list itself: write the decoded list "
-                    "(json.loads of each value) into the file")
+            return (
+                "holds a JSON string of a chat list, not the list itself: write the decoded list "
+                "(json.loads of each value) into the file"
+            )
         return "holds a plain string, not a chat list: wrap it as [{'role': 'user', 'content': <text>}]"
     if prompt is None:
         return "is null"
@@ -134,27 +166,38 @@ def prompt_shape_problem(prompt: Any) -> str | None:
     if not prompt:
         return "is an empty list (no message to prompt with)"
     for message in prompt:
-        if isinstance(message, dict) and message.get("from") is not None and message.get("value") is not None \
-                and message.get("role") is None:
-            return ("holds ShareGPT messages ({from, value}): convert them to {role, content} (from human -> role "
-                    "user, gpt -> assistant, system -> system)")
+        if (
+            isinstance(message, dict)
+            and message.get("from") is not None
+            and message.get("value") is not None
+            and message.get("role") is None
+        ):
+            return (
+                "holds ShareGPT messages ({from, value}): convert them to {role, content} (from human -> role "
+                "user, gpt -> assistant, system -> system)"
+            )
         if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
             keys = sorted(message) if isinstance(message, dict) else type(message).__name__
             return f"holds a message without role and content ({keys}), not a chat list of {{role, content}}"
         if message["role"] not in ROLES:
-            return (f"holds a message with role {message['role']!r}: a chat template knows {', '.join(ROLES)} "
-                    f"(human -> user, gpt -> assistant)")
+            return (
+                f"holds a message with role {message['role']!r}: a chat template knows {', '.join(ROLES)} "
+                f"(human -> user, gpt -> assistant)"
+            )
         if not isinstance(message["content"], str):
-            return (f"holds a {message['role']} message whose content is {type(message['content']).__name__}, "
-                    f"not a string")
+            return (
+                f"holds a {message['role']} message whose content is {type(message['content']).__name__}, not a string"
+            )
     if not any(message["content"].strip() for message in prompt):
         return "holds only empty messages (no text to prompt with): drop the row or fill in its content"
     if not any(message["role"] == "user" for message in prompt):
         roles = sorted({message["role"] for message in prompt})
         return f"holds no user message (only {', '.join(roles)}): add the question as a {{'role': 'user'}} message"
     if prompt[-1]["role"] == "assistant":  # SFT conversations: the answer is in the prompt, the model answers again
-        return ("ends with an assistant message (a conversation with its answer, as SFT data holds): an RL prompt "
-                "ends with the user's turn and the model writes the reply; drop the trailing assistant message")
+        return (
+            "ends with an assistant message (a conversation with its answer, as SFT data holds): an RL prompt "
+            "ends with the user's turn and the model writes the reply; drop the trailing assistant message"
+        )
     return None
 
 
@@ -172,8 +215,7 @@ def _json_chat(text: str) -> bool:
     return isinstance(value, (list, dict))
 
 
-def check_prompt_shapes(path: str, parquet: pq.ParquetFile, prompt_key: str,
-                        rows: int = PROMPT_ROWS_CHECKED) -> None:
+def check_prompt_shapes(path: str, parquet: pq.ParquetFile, prompt_key: str, rows: int = PROMPT_ROWS_CHECKED) -> None:
     """The first `rows` prompts of a data file are chat lists of {role, content} (only their pages are read)."""
     try:
         batch = next(parquet.iter_batches(batch_size=rows, columns=[prompt_key]), None)
@@ -182,8 +224,10 @@ def check_prompt_shapes(path: str, parquet: pq.ParquetFile, prompt_key: str,
     for row, prompt in enumerate(batch.column(0).to_pylist() if batch is not None else []):
         problem = prompt_shape_problem(prompt)
         if problem:
-            raise ValueError(f"data file {path!r} row {row}: column {prompt_key!r} {problem}; fix the file (see "
-                             f"{PREPROCESS}) or set data.prompt_key to the column that holds the chat")
+            raise ValueError(
+                f"data file {path!r} row {row}: column {prompt_key!r} {problem}; fix the file (see "
+                f"{PREPROCESS}) or set data.prompt_key to the column that holds the chat"
+            )
 
 
 def check_data_files(files: Sequence[str], prompt_key: str = "prompt") -> int:
@@ -220,22 +264,28 @@ def check_extra_info(path: str, parquet: pq.ParquetFile) -> None:
         return
     if not pa.types.is_struct(kind):
         what = "strings (JSON text?)" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else str(kind)
-        raise ValueError(f"data file {path!r} has an extra_info column of {what}, not a struct of each row's "
-                         f"fields: write the dicts themselves (e.g. json.loads of each value) into the file")
+        raise ValueError(
+            f"data file {path!r} has an extra_info column of {what}, not a struct of each row's "
+            f"fields: write the dicts themselves (e.g. json.loads of each value) into the file"
+        )
     if kind.get_field_index("max_response_length") < 0:
         return
     field = kind.field("max_response_length").type
     if not (pa.types.is_integer(field) or pa.types.is_null(field)):
-        raise ValueError(f"data file {path!r} has extra_info.max_response_length of type {field}, not an integer: "
-                         f"write each row's response limit as a token count (an int), or drop the field")
+        raise ValueError(
+            f"data file {path!r} has extra_info.max_response_length of type {field}, not an integer: "
+            f"write each row's response limit as a token count (an int), or drop the field"
+        )
     offset = 0
     for batch in _column_batches(path, "extra_info.max_response_length"):
         values = batch.column(0).field("max_response_length").to_numpy(zero_copy_only=False)
         low = [i for i, v in enumerate(values) if v is not None and v == v and v < 1]
         if low:
-            raise ValueError(f"data file {path!r} row {offset + low[0]} has extra_info.max_response_length="
-                             f"{values[low[0]]:g}, not a positive integer: set a token count >= 1 (capped at "
-                             f"data.max_response_length) or drop it")
+            raise ValueError(
+                f"data file {path!r} row {offset + low[0]} has extra_info.max_response_length="
+                f"{values[low[0]]:g}, not a positive integer: set a token count >= 1 (capped at "
+                f"data.max_response_length) or drop it"
+            )
         offset += batch.num_rows
 
 
@@ -245,8 +295,13 @@ def nested_values(path: str, dotted: str) -> dict[Any, int]:
     path = os.path.expanduser(path)
     kind: Any = open_parquet(path).schema_arrow
     for part in dotted.split("."):
-        names = kind.names if isinstance(kind, pa.Schema) else \
-            [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
+        names = (
+            kind.names
+            if isinstance(kind, pa.Schema)
+            else [kind.field(i).name for i in range(kind.num_fields)]
+            if pa.types.is_struct(kind)
+            else []
+        )
         if part not in names:
             return {}
         kind = kind.field(part).type
@@ -289,8 +344,11 @@ def data_sources(path: str) -> dict[Any, int]:
             column = column.dictionary_decode()
         for value in pc.unique(column).to_pylist():
             if value not in first:
-                found = pc.index(column, pa.scalar(value, column.type)).as_py() if value is not None else \
-                    int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                found = (
+                    pc.index(column, pa.scalar(value, column.type)).as_py()
+                    if value is not None
+                    else int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                )
                 first[value] = offset + int(found)
         offset += batch.num_rows
     return first
@@ -302,16 +360,19 @@ def first_row_without_ground_truth(path: str) -> int | None:
     path = os.path.expanduser(path)
     field_type = open_parquet(path).schema_arrow.field("reward_model").type
     if not pa.types.is_struct(field_type):  # the reward manager reads reward_model["ground_truth"] of every row
-        raise ValueError(f"data file {path!r} has a reward_model column of {field_type}, not a struct "
-                         f"{{style, ground_truth}}: every row's reward is scored against reward_model.ground_truth; "
-                         f"regenerate it with {PREPROCESS}")
+        raise ValueError(
+            f"data file {path!r} has a reward_model column of {field_type}, not a struct "
+            f"{{style, ground_truth}}: every row's reward is scored against reward_model.ground_truth; "
+            f"regenerate it with {PREPROCESS}"
+        )
     if field_type.get_field_index("ground_truth") < 0:
         return -1
     offset = 0
     for batch in _column_batches(path, "reward_model.ground_truth"):  # that leaf's pages only
         column = batch.column(0)
-        missing = column.is_null().to_numpy(zero_copy_only=False) | \
-            column.field("ground_truth").is_null().to_numpy(zero_copy_only=False)
+        missing = column.is_null().to_numpy(zero_copy_only=False) | column.field("ground_truth").is_null().to_numpy(
+            zero_copy_only=False
+        )
         if missing.any():
             return offset + int(np.flatnonzero(missing)[0])
         offset += batch.num_rows
@@ -325,10 +386,12 @@ def check_ground_truth_type(path: str) -> None:
         return  # first_row_without_ground_truth says so
     truth_type = field_type.field("ground_truth").type
     if pa.types.is_nested(truth_type):
-        raise ValueError(f"data file {path!r} has reward_model.ground_truth of type {truth_type}, not a string: the "
-                         f"built-in scorers compare the response's answer with str(ground_truth), so every response "
-                         f"would score 0; store the answer itself (e.g. ground_truth[0]), or set "
-                         f"custom_reward_function.path to a scorer that takes this type")
+        raise ValueError(
+            f"data file {path!r} has reward_model.ground_truth of type {truth_type}, not a string: the "
+            f"built-in scorers compare the response's answer with str(ground_truth), so every response "
+            f"would score 0; store the answer itself (e.g. ground_truth[0]), or set "
+            f"custom_reward_function.path to a scorer that takes this type"
+        )
 
 
 def check_reward_inputs(files: Sequence[str], known_sources: Sequence[str] | None) -> None:
@@ -342,14 +405,19 @@ def check_reward_inputs(files: Sequence[str], known_sources: Sequence[str] | Non
                         f"data file {path!r} has data_source {source!r} (first at row {row}) and no built-in reward "
                         f"scorer takes it (built-in: {', '.join(sorted(known_sources))}): set "
                         f"custom_reward_function.path (and .name) to a file defining compute_score(data_source, "
-                        f"solution_str, ground_truth, extra_info), or fix the file's data_source")
+                        f"solution_str, ground_truth, extra_info), or fix the file's data_source"
+                    )
         row = first_row_without_ground_truth(path)
         if known_sources is not None:
             check_ground_truth_type(path)
         if row == -1:
-            raise ValueError(f"data file {path!r} has no reward_model.ground_truth: every row needs the answer its "
-                             f"reward is scored against; regenerate it with {PREPROCESS}")
+            raise ValueError(
+                f"data file {path!r} has no reward_model.ground_truth: every row needs the answer its "
+                f"reward is scored against; regenerate it with {PREPROCESS}"
+            )
         if row is not None and known_sources is not None:
-            raise ValueError(f"data file {path!r} has a row without reward_model.ground_truth (first: row {row}): "
-                             f"the built-in scorers score against it; fill it in or drop such rows, or set "
-                             f"custom_reward_function.path to a scorer that needs none")
+            raise ValueError(
+                f"data file {path!r} has a row without reward_model.ground_truth (first: row {row}): "
+                f"the built-in scorers score against it; fill it in or drop such rows, or set "
+                f"custom_reward_function.path to a scorer that needs none"
+            )

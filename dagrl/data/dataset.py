@@ -13,6 +13,7 @@ length: each of the `world_size` ranks tokenizes its own contiguous share and th
 The pre-flight checks of the files (check_data_files, check_reward_inputs) live in dagrl/data/checks.py; this
 module imports torch lazily (inside `rows`).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -70,11 +71,18 @@ def _arrow_copy(path: str, parquet: pq.ParquetFile, columns: list[str], cache_di
             if not target.is_file():
                 _write_arrow(path, parquet, columns, partial)
                 os.replace(partial, target)
-                logger.info("copied the %d rows of %s to %s (memory-mapped by every rank)",
-                            parquet.metadata.num_rows, path, target)
+                logger.info(
+                    "copied the %d rows of %s to %s (memory-mapped by every rank)",
+                    parquet.metadata.num_rows,
+                    path,
+                    target,
+                )
     except OSError as error:
-        raise ConfigError("data.cache_dir", f"cannot write the Arrow copy of {path!r} to {str(directory)!r} "
-                          f"({first_line(error)}); set data.cache_dir to a writable directory") from error
+        raise ConfigError(
+            "data.cache_dir",
+            f"cannot write the Arrow copy of {path!r} to {str(directory)!r} "
+            f"({first_line(error)}); set data.cache_dir to a writable directory",
+        ) from error
     finally:
         if partial.is_file():  # left only by a failed copy
             partial.unlink()
@@ -115,11 +123,21 @@ class PromptDataset:
     `rank`, `world_size` and `all_gather` (every rank's array, in rank order) share the overlong-prompt scan;
     `cache_dir` (see the module docstring) keeps the rows out of each rank's memory."""
 
-    def __init__(self, files: Sequence[str], tokenizer: Any, max_prompt_length: int, truncation: str = "error",
-                 filter_overlong_prompts: bool = False, prompt_key: str = "prompt", cache_dir: str | None = None,
-                 rank: int = 0, world_size: int = 1,
-                 all_gather: Callable[[np.ndarray], list[np.ndarray]] | None = None,
-                 tools: list[dict] | None = None, check_overlong: bool = False) -> None:
+    def __init__(
+        self,
+        files: Sequence[str],
+        tokenizer: Any,
+        max_prompt_length: int,
+        truncation: str = "error",
+        filter_overlong_prompts: bool = False,
+        prompt_key: str = "prompt",
+        cache_dir: str | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        all_gather: Callable[[np.ndarray], list[np.ndarray]] | None = None,
+        tools: list[dict] | None = None,
+        check_overlong: bool = False,
+    ) -> None:
         if isinstance(files, str):
             files = [files]
         if truncation not in TRUNCATION_MODES:
@@ -127,8 +145,10 @@ class PromptDataset:
         if max_prompt_length <= 0:
             raise ValueError(f"data.max_prompt_length must be positive, got {max_prompt_length}")
         if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; "
-                             f"use an instruct/chat model or a tokenizer directory with chat_template set")
+            raise ValueError(
+                f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; "
+                f"use an instruct/chat model or a tokenizer directory with chat_template set"
+            )
         self.files = [os.path.expanduser(path) for path in files]
         self.tokenizer = tokenizer
         self.max_prompt_length = int(max_prompt_length)
@@ -137,11 +157,14 @@ class PromptDataset:
         self.tools = list(tools or [])  # multi-turn: the tool schemas every prompt offers (dagrl/agent/prompting.py)
         if self.tools:
             from dagrl.agent.prompting import template_takes_tools
+
             self.template_renders_tools = template_takes_tools(tokenizer)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad_id is None:
-            raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has neither a pad nor an eos "
-                             f"token; cannot left-pad prompts")
+            raise ValueError(
+                f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has neither a pad nor an eos "
+                f"token; cannot left-pad prompts"
+            )
         self.pad_token_id = int(pad_id)
 
         if not self.files:
@@ -176,8 +199,10 @@ class PromptDataset:
 
         positions = np.asarray(indices, dtype=np.int64).reshape(-1)
         if positions.size and (positions.min() < 0 or positions.max() >= len(self)):
-            raise IndexError(f"row index out of range: dataset has {len(self)} rows, asked for "
-                             f"{int(positions.min())}..{int(positions.max())}")
+            raise IndexError(
+                f"row index out of range: dataset has {len(self)} rows, asked for "
+                f"{int(positions.min())}..{int(positions.max())}"
+            )
         records = self._records(positions)
         chats = [self._chat(record, p) for record, p in zip(records, positions)]
         token_ids = self._tokenize(chats, positions)
@@ -190,8 +215,8 @@ class PromptDataset:
                     raise ConfigError("data.max_prompt_length", self._overlong_message(int(position), len(ids)))
                 ids = _truncate(ids, width, self.truncation)
             if ids:
-                input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-                attention_mask[i, width - len(ids):] = 1
+                input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention_mask[i, width - len(ids) :] = 1
         position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
         return Batch(
             tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
@@ -232,10 +257,11 @@ class PromptDataset:
 
     def _chat(self, record: dict, position: int) -> list[dict]:
         chat = record[self.prompt_key]
-        if not isinstance(chat, list) or not all(isinstance(m, dict) and "role" in m and "content" in m
-                                                 for m in chat):
-            raise ValueError(f"{self._where(position)}: column {self.prompt_key!r} must be a chat list of "
-                             f"{{role, content}}, got {type(chat).__name__}; fix data.prompt_key or the file")
+        if not isinstance(chat, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in chat):
+            raise ValueError(
+                f"{self._where(position)}: column {self.prompt_key!r} must be a chat list of "
+                f"{{role, content}}, got {type(chat).__name__}; fix data.prompt_key or the file"
+            )
         return chat
 
     def _tokenize(self, chats: list[list[dict]], positions: Sequence[int] | np.ndarray) -> list[list[int]]:
@@ -245,8 +271,11 @@ class PromptDataset:
         offered = [({}, chat) for chat in chats]
         if self.tools:
             from dagrl.agent.prompting import with_tools
-            offered = [(kwargs, chat) for chat, kwargs in
-                       (with_tools(chat, self.tools, self.template_renders_tools) for chat in chats)]
+
+            offered = [
+                (kwargs, chat)
+                for chat, kwargs in (with_tools(chat, self.tools, self.template_renders_tools) for chat in chats)
+            ]
         texts = [self._render(chat, int(position), kwargs) for (kwargs, chat), position in zip(offered, positions)]
         # The chat template already holds any BOS the model wants: no special tokens added on top.
         return list(self.tokenizer(texts, add_special_tokens=False)["input_ids"])
@@ -259,10 +288,13 @@ class PromptDataset:
             return self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False, **kwargs)
         except Exception as error:  # noqa: BLE001 - jinja2's TemplateError, a KeyError or TypeError in the template
             name = getattr(self.tokenizer, "name_or_path", "")
-            raise ConfigError("actor_rollout_ref.model.path", f"the chat template of {name!r} fails on the prompt at "
-                              f"{self._where(position)} ({type(error).__name__}: {first_line(error)}); fix the "
-                              f"template (chat_template.jinja or tokenizer_config.json of "
-                              f"actor_rollout_ref.model.path) or that prompt") from error
+            raise ConfigError(
+                "actor_rollout_ref.model.path",
+                f"the chat template of {name!r} fails on the prompt at "
+                f"{self._where(position)} ({type(error).__name__}: {first_line(error)}); fix the "
+                f"template (chat_template.jinja or tokenizer_config.json of "
+                f"actor_rollout_ref.model.path) or that prompt",
+            ) from error
 
     def _check_template(self) -> None:
         """The chat template renders the first prompt: one that raises stops here, before any model is built,
@@ -270,12 +302,15 @@ class PromptDataset:
         self._tokenize([self._chat(self._records(np.zeros(1, dtype=np.int64), columns=[self.prompt_key])[0], 0)], [0])
 
     def _overlong_message(self, position: int, length: int) -> str:
-        return (f"prompt at {self._where(position)} is {length} tokens, longer than "
-                f"data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length, set "
-                f"data.truncation=left|right|middle, or set data.filter_overlong_prompts=True")
+        return (
+            f"prompt at {self._where(position)} is {length} tokens, longer than "
+            f"data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length, set "
+            f"data.truncation=left|right|middle, or set data.filter_overlong_prompts=True"
+        )
 
-    def _refuse_overlong_rows(self, rank: int, world_size: int,
-                              all_gather: Callable[[np.ndarray], list[np.ndarray]] | None) -> None:
+    def _refuse_overlong_rows(
+        self, rank: int, world_size: int, all_gather: Callable[[np.ndarray], list[np.ndarray]] | None
+    ) -> None:
         """data.truncation=error without filtering: a prompt that does not fit would stop the run when its row is
         first drawn, possibly epochs in; find it now (`check_overlong`). Each rank scans its contiguous share, as
         `_drop_overlong_rows` does, and every rank raises the same ConfigError naming the first such row."""
@@ -284,7 +319,7 @@ class PromptDataset:
         share = np.array_split(np.arange(len(self)), world_size)[rank]
         found = np.array([-1, 0], dtype=np.int64)  # (position, length) of this share's first overlong prompt
         for start in range(0, len(share), _SCAN_CHUNK_ROWS):
-            chunk = share[start:start + _SCAN_CHUNK_ROWS]
+            chunk = share[start : start + _SCAN_CHUNK_ROWS]
             lengths = self.prompt_lengths(chunk)
             over = np.flatnonzero(lengths > self.max_prompt_length)
             if over.size:
@@ -295,22 +330,31 @@ class PromptDataset:
         if found[0] >= 0:
             raise ConfigError("data.max_prompt_length", self._overlong_message(int(found[0]), int(found[1])))
 
-    def _drop_overlong_rows(self, rank: int, world_size: int,
-                            all_gather: Callable[[np.ndarray], list[np.ndarray]] | None) -> None:
+    def _drop_overlong_rows(
+        self, rank: int, world_size: int, all_gather: Callable[[np.ndarray], list[np.ndarray]] | None
+    ) -> None:
         """Keeps the prompts that fit. Each rank tokenizes a contiguous 1/world_size of them (contiguous: it reads
         only those pages); the keep-masks are gathered in rank order, so every rank keeps the same rows."""
         share = np.array_split(np.arange(len(self)), world_size)[rank]
         keep = np.ones(len(share), dtype=bool)
         for start in range(0, len(share), _SCAN_CHUNK_ROWS):
-            chunk = share[start:start + _SCAN_CHUNK_ROWS]
-            keep[start:start + len(chunk)] = self.prompt_lengths(chunk) <= self.max_prompt_length
+            chunk = share[start : start + _SCAN_CHUNK_ROWS]
+            keep[start : start + len(chunk)] = self.prompt_lengths(chunk) <= self.max_prompt_length
         if world_size > 1:
             keep = np.concatenate(all_gather(keep))
         dropped = int((~keep).sum())
         if dropped == len(self):  # a run with no prompts: found now, not when the sampler has nothing to draw
-            raise ConfigError("data.max_prompt_length", f"every prompt of {', '.join(map(repr, self.files))} is longer "
-                              f"than data.max_prompt_length={self.max_prompt_length}, so "
-                              f"data.filter_overlong_prompts=True left none; raise data.max_prompt_length")
+            raise ConfigError(
+                "data.max_prompt_length",
+                f"every prompt of {', '.join(map(repr, self.files))} is longer "
+                f"than data.max_prompt_length={self.max_prompt_length}, so "
+                f"data.filter_overlong_prompts=True left none; raise data.max_prompt_length",
+            )
         self._file_of, self._row_of = self._file_of[keep], self._row_of[keep]
-        logger.info("filter_overlong_prompts: dropped %d of %d prompts longer than %d tokens (%s)",
-                    dropped, dropped + len(self), self.max_prompt_length, ", ".join(self.files))
+        logger.info(
+            "filter_overlong_prompts: dropped %d of %d prompts longer than %d tokens (%s)",
+            dropped,
+            dropped + len(self),
+            self.max_prompt_length,
+            ", ".join(self.files),
+        )

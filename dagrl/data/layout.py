@@ -23,6 +23,7 @@ all_to_all_single, so no pairwise send/recv ordering is needed). Rank `dst` gets
 rollout-TP group d at its own position in a TP group (`sender`), so a rank takes the rows of its own shard from
 itself, and the sending is spread over the TP peers that hold identical copies.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -56,14 +57,15 @@ def _deal_balanced(group_ids: Sequence[int], tokens: Sequence[int], dp: int) -> 
     bins: list[list[int]] = [[] for _ in range(dp)]
     for start in range(0, len(order), dp):
         lightest = sorted(range(dp), key=lambda b: (loads[b], b))
-        for group, target in zip(order[start:start + dp], lightest):
+        for group, target in zip(order[start : start + dp], lightest):
             bins[target].append(group)
             loads[target] += tokens[group]
     return [sorted(members) for members in bins]
 
 
-def partition_groups(group_tokens: Sequence[int], dp: int, groups_per_mini_batch: int | None = None,
-                     balance: bool = False) -> list[list[int]]:
+def partition_groups(
+    group_tokens: Sequence[int], dp: int, groups_per_mini_batch: int | None = None, balance: bool = False
+) -> list[list[int]]:
     """Group indices (into `group_tokens`) for each of `dp` ranks, every rank getting the same number.
 
     Groups are taken in consecutive chunks of `groups_per_mini_batch` (one global mini-batch each) when that
@@ -71,8 +73,10 @@ def partition_groups(group_tokens: Sequence[int], dp: int, groups_per_mini_batch
     by token count (`_deal_balanced`). A rank's list is its chunks' groups in chunk order."""
     count = len(group_tokens)
     if dp <= 0 or count % dp:
-        raise ValueError(f"{count} groups cannot be split evenly over {dp} actor-DP ranks; the number of prompts "
-                         f"per step (data.train_batch_size) must be a multiple of the actor DP size")
+        raise ValueError(
+            f"{count} groups cannot be split evenly over {dp} actor-DP ranks; the number of prompts "
+            f"per step (data.train_batch_size) must be a multiple of the actor DP size"
+        )
     chunk = groups_per_mini_batch if groups_per_mini_batch and groups_per_mini_batch % dp == 0 else count
     chunk = max(chunk, 1)
     ranks: list[list[int]] = [[] for _ in range(dp)]
@@ -82,7 +86,7 @@ def partition_groups(group_tokens: Sequence[int], dp: int, groups_per_mini_batch
             bins = _deal_balanced(ids, group_tokens, dp)
         else:
             per_rank = len(ids) // dp
-            bins = [ids[d * per_rank:(d + 1) * per_rank] for d in range(dp)]
+            bins = [ids[d * per_rank : (d + 1) * per_rank] for d in range(dp)]
         for rank_groups, members in zip(ranks, bins):
             rank_groups.extend(members)
     return ranks
@@ -90,33 +94,40 @@ def partition_groups(group_tokens: Sequence[int], dp: int, groups_per_mini_batch
 
 @dataclass(frozen=True)
 class LayoutPlan:
-    rows: list[np.ndarray]       # global row indices per actor-DP rank, in the order the rank holds them
+    rows: list[np.ndarray]  # global row indices per actor-DP rank, in the order the rank holds them
     metrics: dict[str, float]
 
 
-def plan_rows(uids: Sequence, row_tokens: Sequence[int], dp: int, groups_per_mini_batch: int | None = None,
-              balance: bool = False) -> LayoutPlan:
+def plan_rows(
+    uids: Sequence, row_tokens: Sequence[int], dp: int, groups_per_mini_batch: int | None = None, balance: bool = False
+) -> LayoutPlan:
     """Which global rows each actor-DP rank gets (see `partition_groups`), plus verl's `global_seqlen/*`
     balance metrics when `balance` (token totals per rank without and with balancing)."""
     groups = group_rows(uids)
     sizes = {len(rows) for rows in groups}
     if len(sizes) > 1:
-        raise ValueError(f"groups (rows sharing a uid) have different sizes {sorted(sizes)}; the actor layout "
-                         f"needs equal groups so that every DP rank gets the same number of rows")
+        raise ValueError(
+            f"groups (rows sharing a uid) have different sizes {sorted(sizes)}; the actor layout "
+            f"needs equal groups so that every DP rank gets the same number of rows"
+        )
     row_tokens = np.asarray(row_tokens, dtype=np.int64)
     group_tokens = [int(row_tokens[rows].sum()) for rows in groups]
     parts = partition_groups(group_tokens, dp, groups_per_mini_batch, balance)
     rows = [np.concatenate([groups[g] for g in part]) if part else np.zeros(0, dtype=np.int64) for part in parts]
     metrics: dict[str, float] = {}
     if balance:
-        plain = [sum(group_tokens[g] for g in part) for part in partition_groups(group_tokens, dp,
-                                                                                 groups_per_mini_batch)]
+        plain = [
+            sum(group_tokens[g] for g in part) for part in partition_groups(group_tokens, dp, groups_per_mini_batch)
+        ]
         balanced = [sum(group_tokens[g] for g in part) for part in parts]
-        metrics = {"global_seqlen/min": float(min(plain)), "global_seqlen/max": float(max(plain)),
-                   "global_seqlen/minmax_diff": float(max(plain) - min(plain)),
-                   "global_seqlen/balanced_min": float(min(balanced)),
-                   "global_seqlen/balanced_max": float(max(balanced)),
-                   "global_seqlen/mean": float(np.mean(balanced))}
+        metrics = {
+            "global_seqlen/min": float(min(plain)),
+            "global_seqlen/max": float(max(plain)),
+            "global_seqlen/minmax_diff": float(max(plain) - min(plain)),
+            "global_seqlen/balanced_min": float(min(balanced)),
+            "global_seqlen/balanced_max": float(max(balanced)),
+            "global_seqlen/mean": float(np.mean(balanced)),
+        }
     return LayoutPlan(rows=rows, metrics=metrics)
 
 
@@ -155,8 +166,13 @@ def _row_tokens(batch: "Batch") -> list[int]:
     return batch["attention_mask"].sum(-1).tolist()
 
 
-def to_actor_layout(local: "Batch", layout: WorldLayout, groups_per_mini_batch: int | None = None,
-                    balance: bool = False, exchange: Exchange | None = None) -> tuple["Batch", dict[str, float]]:
+def to_actor_layout(
+    local: "Batch",
+    layout: WorldLayout,
+    groups_per_mini_batch: int | None = None,
+    balance: bool = False,
+    exchange: Exchange | None = None,
+) -> tuple["Batch", dict[str, float]]:
     """This rank's actor-layout batch (tensors on the device they came from) and the plan's metrics.
 
     Collective: every rank must call it. `local` is this rank's rollout-layout batch with a `uid` column.
@@ -176,11 +192,17 @@ def to_actor_layout(local: "Batch", layout: WorldLayout, groups_per_mini_batch: 
     dist.all_gather_object(gathered, meta)
     shards = [part for rank, part in enumerate(gathered) if layout.is_rollout_tp_leader(rank)]  # in shard order
     offsets = np.cumsum([0] + [len(uids) for uids, _ in shards])
-    plan = plan_rows([uid for uids, _ in shards for uid in uids], [t for _, tokens in shards for t in tokens],
-                     layout.dp, groups_per_mini_batch, balance)
+    plan = plan_rows(
+        [uid for uids, _ in shards for uid in uids],
+        [t for _, tokens in shards for t in tokens],
+        layout.dp,
+        groups_per_mini_batch,
+        balance,
+    )
     sends = outgoing(layout, offsets, plan.rows, me)
-    payloads = [pickle.dumps(local.select(rows).to("cpu")) if len(rows) and dst != me else b""
-                for dst, rows in enumerate(sends)]
+    payloads = [
+        pickle.dumps(local.select(rows).to("cpu")) if len(rows) and dst != me else b"" for dst, rows in enumerate(sends)
+    ]
     received = (exchange or all_to_all_bytes)(payloads)
     devices = {key: value.device for key, value in local.tensors.items()}
     parts = []

@@ -11,6 +11,7 @@ checkpoint resumes in the order it was written with: "verl" (one permutation an 
 and dagrl's order before "verl_workers") or, with no "order" in its state, numpy's `default_rng([seed, e])`.
 The last incomplete batch of an epoch is dropped, so every batch has exactly `batch_size` rows.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,13 +35,16 @@ def rank_share(batch_size: int, rank: int, ranks: int) -> np.ndarray:
 class EpochSampler:
     """Yields `(epoch, indices)` global batches, epoch after epoch, without end."""
 
-    def __init__(self, num_rows: int, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 order: str = ORDERS[0]) -> None:
+    def __init__(
+        self, num_rows: int, batch_size: int, seed: int = 0, shuffle: bool = True, order: str = ORDERS[0]
+    ) -> None:
         if batch_size <= 0:
             raise ValueError(f"data.train_batch_size must be positive, got {batch_size}")
         if batch_size > num_rows:
-            raise ValueError(f"data.train_batch_size={batch_size} is larger than the dataset ({num_rows} rows); "
-                             f"lower data.train_batch_size or use more data")
+            raise ValueError(
+                f"data.train_batch_size={batch_size} is larger than the dataset ({num_rows} rows); "
+                f"lower data.train_batch_size or use more data"
+            )
         self.num_rows = int(num_rows)
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -84,7 +88,7 @@ class EpochSampler:
         if self._order is None:
             self._order = self.epoch_order(self.epoch)
         start = self.step_in_epoch * self.batch_size
-        indices = self._order[start:start + self.batch_size].copy()
+        indices = self._order[start : start + self.batch_size].copy()
         self.step_in_epoch += 1
         return self.epoch, indices
 
@@ -96,8 +100,15 @@ class EpochSampler:
 
     # ---- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "num_rows": self.num_rows,
-                "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle, "order": self.order}
+        return {
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "num_rows": self.num_rows,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "order": self.order,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues from a saved position. The data and batch settings must match the saved ones, else the
@@ -105,13 +116,17 @@ class EpochSampler:
         saved = (state["num_rows"], state["batch_size"], state["seed"], state["shuffle"])
         current = (self.num_rows, self.batch_size, self.seed, self.shuffle)
         if saved != current:
-            raise ValueError(f"sampler checkpoint was written for (rows, batch_size, seed, shuffle)={saved}, "
-                             f"this run has {current}; resume with the same data and data.train_batch_size / "
-                             f"data.seed / data.shuffle, or start a new run in another trainer.default_local_dir")
+            raise ValueError(
+                f"sampler checkpoint was written for (rows, batch_size, seed, shuffle)={saved}, "
+                f"this run has {current}; resume with the same data and data.train_batch_size / "
+                f"data.seed / data.shuffle, or start a new run in another trainer.default_local_dir"
+            )
         order = state.get("order", "numpy")
         if order not in ORDERS:
-            raise ValueError(f"sampler checkpoint has order {order!r}, which this dagrl does not know "
-                             f"(known: {', '.join(ORDERS)}); resume it with the dagrl version that wrote it")
+            raise ValueError(
+                f"sampler checkpoint has order {order!r}, which this dagrl does not know "
+                f"(known: {', '.join(ORDERS)}); resume it with the dagrl version that wrote it"
+            )
         self.order = order
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])

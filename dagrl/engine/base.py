@@ -7,6 +7,7 @@ Sequence layout shared by every engine (built by the rollout node):
 Log-probs and entropies are returned as `[B, R]` float32 tensors aligned with `responses`, 0 where
 `response_mask` is 0.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,11 +29,12 @@ LossFn = Callable[[Batch, torch.Tensor, "torch.Tensor | None"], "tuple[torch.Ten
 @dataclass
 class OptimSpec:
     """Optimizer and LR schedule of a trainable engine (actor or critic)."""
+
     lr: float = 1e-6
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.01
     clip_grad: float = 1.0
-    lr_warmup_steps: int = 0          # resolved from lr_warmup_steps_ratio by the caller when needed
+    lr_warmup_steps: int = 0  # resolved from lr_warmup_steps_ratio by the caller when needed
     lr_warmup_init: float = 0.0
     lr_decay_style: str = "constant"  # constant | linear | cosine
     lr_decay_steps: int | None = None  # None: total_training_steps
@@ -43,20 +45,21 @@ class OptimSpec:
 @dataclass
 class MegatronEngineSpec:
     """Everything needed to build one Megatron model (actor, reference or critic)."""
+
     model_path: str
     layout: ParallelLayout = field(default_factory=ParallelLayout)
-    optim: OptimSpec | None = None          # None: a frozen model (reference)
+    optim: OptimSpec | None = None  # None: a frozen model (reference)
     param_dtype: torch.dtype = torch.float32
     use_distributed_optimizer: bool = False
     seed: int = 42
-    gradient_checkpointing: bool = False    # full recompute unless override_transformer_config says otherwise
+    gradient_checkpointing: bool = False  # full recompute unless override_transformer_config says otherwise
     override_transformer_config: dict[str, Any] = field(default_factory=dict)
     trainable_top_layers: int | None = None  # train only the top N decoder layers (+ final norm); None = all
     param_offload: bool = False
     grad_offload: bool = False
     optimizer_offload: bool = False
-    remove_padding: bool = False            # pack each micro-batch's rows into one sequence (verl's use_remove_padding)
-    fp32_lm_head: bool = False              # logits accumulated and kept in fp32 (matches vLLM's head_dtype=float32)
+    remove_padding: bool = False  # pack each micro-batch's rows into one sequence (verl's use_remove_padding)
+    fp32_lm_head: bool = False  # logits accumulated and kept in fp32 (matches vLLM's head_dtype=float32)
     overlap_grad_reduce: bool | None = None  # DP grad reduction during backward; None = on GPU only (as Megatron)
     dist_checkpoint_path: str | None = None  # initial weights from this Megatron dist checkpoint, not model_path's
     save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
@@ -67,16 +70,29 @@ class ActorEngine(Protocol):
     """A trainable (or frozen) causal LM: the actor, and with `optim=None` the reference."""
 
     # max_token_len set: dynamic batch size, micro-batches of at most that many real tokens (micro_batch_size unused)
-    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float, with_entropy: bool,
-                         max_token_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+    def compute_log_prob(
+        self,
+        batch: Batch,
+        micro_batch_size: int,
+        temperature: float,
+        with_entropy: bool,
+        max_token_len: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
     # with_entropy=False: loss_fn gets entropy=None (the full-vocabulary entropy costs a pass over the logits)
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float,
-                   max_token_len: int | None = None, with_entropy: bool = True) -> dict[str, float]: ...
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        micro_batch_size: int,
+        temperature: float,
+        max_token_len: int | None = None,
+        with_entropy: bool = True,
+    ) -> dict[str, float]: ...
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]: ...
 
-    def offload_params(self) -> None: ...   # the next phase that needs them brings them back
+    def offload_params(self) -> None: ...  # the next phase that needs them brings them back
 
     def offload_grads(self) -> None: ...
 
@@ -92,12 +108,14 @@ class ActorEngine(Protocol):
 class CriticEngine(Protocol):
     """A trainable value model on the actor's layout: one value per token of the response."""
 
-    def compute_values(self, batch: Batch, micro_batch_size: int,
-                       max_token_len: int | None = None) -> torch.Tensor: ...  # [B, R] float32, 0 off the mask
+    def compute_values(
+        self, batch: Batch, micro_batch_size: int, max_token_len: int | None = None
+    ) -> torch.Tensor: ...  # [B, R] float32, 0 off the mask
 
     # loss_fn gets the values where the actor's gets log-probs
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int,
-                   max_token_len: int | None = None) -> dict[str, float]: ...
+    def train_step(
+        self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, max_token_len: int | None = None
+    ) -> dict[str, float]: ...
 
     def offload_params(self) -> None: ...
 
@@ -110,4 +128,3 @@ class CriticEngine(Protocol):
     def load_checkpoint(self, path: str) -> None: ...
 
     def state_is_finite(self) -> bool: ...
-

@@ -1,5 +1,6 @@
 """fp32 logits of bf16 operands: the LM head of `actor_rollout_ref.model.fp32_lm_head`, shared by the Megatron
 engine's output layer (dagrl/engine/megatron/lm_head.py) and the HF rollout."""
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,9 @@ def hf_response_log_probs(model: torch.nn.Module, batch, fp32_head: bool) -> tor
     runs in fp32 on the model's own-dtype hidden states; without, in the model's dtype."""
     response = batch["responses"].shape[1]
     with torch.no_grad():
-        hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             position_ids=batch["position_ids"]).last_hidden_state[:, -response - 1:-1]
+        hidden = model.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).last_hidden_state[:, -response - 1 : -1]
         weight = model.lm_head.weight
         logits = fp32_logits(hidden, weight) if fp32_head else (hidden @ weight.t()).float()
     return torch.log_softmax(logits, -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)

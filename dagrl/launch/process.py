@@ -1,6 +1,7 @@
 """One process of a run: its logging, then pre-flight and training as one rank of a torchrun or Ray job (or the
 whole job), reporting how it ended as (exit code, one line). `dagrl.main_dag` (the command line) and the Ray
 workers (dagrl/launch/ray_cluster.py) both run it."""
+
 from __future__ import annotations
 
 import logging
@@ -24,11 +25,15 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 def setup_logging() -> None:
     level = os.environ.get("DAGRL_LOG_LEVEL", "INFO").upper()
     if level not in LOG_LEVELS:
-        raise ConfigError("DAGRL_LOG_LEVEL", f"environment variable DAGRL_LOG_LEVEL={os.environ['DAGRL_LOG_LEVEL']!r} "
-                                             f"is not one of: {', '.join(LOG_LEVELS)}; set one of them or unset it")
+        raise ConfigError(
+            "DAGRL_LOG_LEVEL",
+            f"environment variable DAGRL_LOG_LEVEL={os.environ['DAGRL_LOG_LEVEL']!r} "
+            f"is not one of: {', '.join(LOG_LEVELS)}; set one of them or unset it",
+        )
     rank = os.environ.get("RANK", "0")
-    logging.basicConfig(level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
     if not sys.stderr.isatty():  # no "Loading weights" bars (transformers, the hub) in log files: 1,000-char lines
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
     # Megatron logs every config object at INFO; keep its warnings only unless debugging.
@@ -56,19 +61,26 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         shape = preflight(cfg)
         checked = time.perf_counter()
         from dagrl.config.launch_env import check_rendezvous_env
+
         check_rendezvous_env()  # here, not in pre-flight: dagrl.plan and the tests validate a launch by WORLD_SIZE
         from dagrl.placement.bridge import global_rank
         from dagrl.trainer.loop import Trainer
         from dagrl.utils import watchdog
 
         trainer = cfg.trainer
-        watchdog.install(trainer.hang_timeout_s, trainer.hang_startup_timeout_s, trainer.default_local_dir,
-                         global_rank())
+        watchdog.install(
+            trainer.hang_timeout_s, trainer.hang_startup_timeout_s, trainer.default_local_dir, global_rank()
+        )
+
         def joined() -> None:  # what a launch costs before the Trainer's own start-up ("ready in N s")
             if global_rank() == 0:
-                logger.info("start-up: %.1f s composing the config, %.1f s of pre-flight, %.1f s importing the trainer "
-                            "and joining the process group",
-                            composed - STARTED, checked - composed, time.perf_counter() - checked)
+                logger.info(
+                    "start-up: %.1f s composing the config, %.1f s of pre-flight, %.1f s importing the trainer "
+                    "and joining the process group",
+                    composed - STARTED,
+                    checked - composed,
+                    time.perf_counter() - checked,
+                )
 
         if shape.two_pools:
             run_pool(cfg, shape, joined)
@@ -106,8 +118,10 @@ def exit_message(error: SystemExit) -> str:
     frame, line = calls[hooked - 1] if hooked else calls[-1] if calls else (None, 0)
     where = f" at {frame.f_code.co_filename}:{line} (in {frame.f_code.co_name})" if frame is not None else ""
     code = "" if error.code is None else repr(error.code)
-    return (f"sys.exit({code}) was called{where} during the run, which did not finish; a node, pipeline, tool or "
-            f"interaction function must return or raise an exception, never exit the trainer: remove that call")
+    return (
+        f"sys.exit({code}) was called{where} during the run, which did not finish; a node, pipeline, tool or "
+        f"interaction function must return or raise an exception, never exit the trainer: remove that call"
+    )
 
 
 def run_pool(cfg, shape, joined: Callable[[], None]) -> None:
@@ -145,5 +159,6 @@ def record_config_reads() -> None:
         import json
 
         from dagrl.config.tree import READ_KEYS
+
         with open(path, "w", encoding="utf-8") as out:
             json.dump(sorted(READ_KEYS), out)

@@ -14,6 +14,7 @@ Ctrl-C reaches the driver only (Ray starts each worker in a session of its own, 
 the first one on to every worker, on its node, as torchrun does: the workers stop after the same step with a
 checkpoint and the driver exits 130 with their line. A second Ctrl-C kills the workers at once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,13 +45,16 @@ def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOU
     if address is None and nnodes > 1:
         try:  # Ray's own lookup (RAY_ADDRESS, the cluster file ray start writes, running GCS processes)
             from ray._private.services import get_ray_address_from_environment
+
             found = get_ray_address_from_environment("auto", None)
         except ConnectionError:
-            raise ConfigError("trainer.ray_address",
-                              f"trainer.nnodes={nnodes} (trainer.ray_address=null joins a running cluster: auto) "
-                              f"with trainer.launcher=ray needs a running Ray cluster, and none was found "
-                              f"from this machine: start it (ray start --head here, ray start --address=<head>:6379 "
-                              f"on the other nodes) or set trainer.ray_address=<head>:<port>") from None
+            raise ConfigError(
+                "trainer.ray_address",
+                f"trainer.nnodes={nnodes} (trainer.ray_address=null joins a running cluster: auto) "
+                f"with trainer.launcher=ray needs a running Ray cluster, and none was found "
+                f"from this machine: start it (ray start --head here, ray start --address=<head>:6379 "
+                f"on the other nodes) or set trainer.ray_address=<head>:<port>",
+            ) from None
         except Exception:  # noqa: BLE001 - Ray's private lookup changed: ray.init names the problem itself
             return
         address = found if isinstance(found, str) else None
@@ -65,10 +69,12 @@ def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOU
             pass
     except OSError as error:
         reason = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error) or "unreachable")
-        raise ConfigError("trainer.ray_address",
-                          f"trainer.ray_address={address}: no Ray head reachable at {host}:{port} within "
-                          f"{timeout_s:g} s ({reason}); start one there (ray start --head --port={port}), fix "
-                          f"trainer.ray_address, or set it to null for a local cluster") from None
+        raise ConfigError(
+            "trainer.ray_address",
+            f"trainer.ray_address={address}: no Ray head reachable at {host}:{port} within "
+            f"{timeout_s:g} s ({reason}); start one there (ray start --head --port={port}), fix "
+            f"trainer.ray_address, or set it to null for a local cluster",
+        ) from None
 
 
 class WorkerFailed(RuntimeError):
@@ -92,8 +98,12 @@ def _forward_ctrl_c(where: list[tuple[str, int]]) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     send = ray.remote(num_cpus=0)(_send_ctrl_c)
-    ray.get([send.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(pid)
-             for node, pid in where])
+    ray.get(
+        [
+            send.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(pid)
+            for node, pid in where
+        ]
+    )
 
 
 def _worker_class():
@@ -133,12 +143,16 @@ def _connect(address: str | None, nnodes: int, slots: int, on_gpu: bool) -> None
 
     if address is None and nnodes > 1:
         address = "auto"  # a multi-node job joins the cluster `ray start --head` / `--address` built
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True,
-                              "runtime_env": {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}}
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": True,
+        "runtime_env": {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
+    }
     if address is None:  # a private single-node cluster: logical CPUs for every slot, whatever the core count
         kwargs["num_cpus"] = max(slots, os.cpu_count() or 1)
         if on_gpu:
             import torch
+
             kwargs["num_gpus"] = torch.cuda.device_count()
     ray.init(address=address, **kwargs)
 
@@ -147,16 +161,17 @@ def _placement_groups(nnodes: int, per_node: int, on_gpu: bool) -> list:
     from ray.util.placement_group import placement_group
 
     bundle = {"CPU": 1, "GPU": 1} if on_gpu else {"CPU": 1}
-    groups = [placement_group([dict(bundle) for _ in range(per_node)], strategy="STRICT_PACK")
-              for _ in range(nnodes)]
+    groups = [placement_group([dict(bundle) for _ in range(per_node)], strategy="STRICT_PACK") for _ in range(nnodes)]
     import ray
+
     ready = [group.ready() for group in groups]
     done, _ = ray.wait(ready, num_returns=len(ready), timeout=PLACEMENT_TIMEOUT_S)
     if len(done) < len(ready):
         raise RuntimeError(
             f"Ray could not place {nnodes} node(s) x {per_node} worker(s) of {bundle} within "
             f"{PLACEMENT_TIMEOUT_S:.0f} s (cluster has {ray.cluster_resources()}): fix trainer.nnodes / "
-            f"trainer.n_gpus_per_node or add nodes (ray start --address ...)")
+            f"trainer.n_gpus_per_node or add nodes (ray start --address ...)"
+        )
     return groups
 
 
@@ -175,6 +190,7 @@ def launch(cfg_data: dict) -> int:
     # trainer.ray_address=auto to spread them over a cluster)
     nnodes = max(pool.size // pool.per_node for pool in placement.pools)
     import torch
+
     on_gpu = torch.cuda.is_available()
     _connect(trainer.get("ray_address"), nnodes, placement.world_size, on_gpu)
     restarts = int(trainer.get("max_restarts", 0))
@@ -205,19 +221,35 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
             for group in _placement_groups(pool.size // pool.per_node, pool.per_node, on_gpu):
                 groups.append(group)
                 for slot in range(pool.per_node):
-                    strategy = PlacementGroupSchedulingStrategy(placement_group=group,
-                                                                placement_group_bundle_index=slot)
-                    workers.append(worker_cls.options(num_cpus=1, num_gpus=1 if on_gpu else 0,
-                                                      scheduling_strategy=strategy).remote())
+                    strategy = PlacementGroupSchedulingStrategy(
+                        placement_group=group, placement_group_bundle_index=slot
+                    )
+                    workers.append(
+                        worker_cls.options(
+                            num_cpus=1, num_gpus=1 if on_gpu else 0, scheduling_strategy=strategy
+                        ).remote()
+                    )
         master_addr, master_port = ray.get(workers[0].address.remote())
         pids = ray.get([worker.pid.remote() for worker in workers])
         nodes = ray.get([worker.node.remote() for worker in workers])
-        logger.info("ray: %d worker(s) on %d node(s), pids %s; rendezvous at %s:%d%s", world, len(set(nodes)), pids,
-                    master_addr, master_port, f" (restart {attempt})" if attempt else "")
+        logger.info(
+            "ray: %d worker(s) on %d node(s), pids %s; rendezvous at %s:%d%s",
+            world,
+            len(set(nodes)),
+            pids,
+            master_addr,
+            master_port,
+            f" (restart {attempt})" if attempt else "",
+        )
         runs = {}
         for rank, worker in enumerate(workers):
-            env = {**placement.pool_of(rank).local_env(rank), "MASTER_ADDR": master_addr,
-                   "MASTER_PORT": str(master_port), "DAGRL_LAUNCHER": "ray", "DAGRL_RESTARTS": str(attempt)}
+            env = {
+                **placement.pool_of(rank).local_env(rank),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                "DAGRL_LAUNCHER": "ray",
+                "DAGRL_RESTARTS": str(attempt),
+            }
             if not placement.is_colocated:  # the launch's ranks: each worker finds its pool (init_pools)
                 env.update({"RANK": str(rank), "WORLD_SIZE": str(world)})
             if on_gpu:  # Ray gives each GPU worker only its own device (CUDA_VISIBLE_DEVICES): device 0 there
@@ -247,8 +279,10 @@ def _watch(runs: dict, workers: list, where: list[tuple[str, int]]) -> int:
             if interrupted:
                 raise
             interrupted = True
-            logger.warning("Ctrl-C: the workers stop with a checkpoint once this step ends (its validation and save "
-                           "included); Ctrl-C again stops them at once without one")
+            logger.warning(
+                "Ctrl-C: the workers stop with a checkpoint once this step ends (its validation and save "
+                "included); Ctrl-C again stops them at once without one"
+            )
             _forward_ctrl_c(where)
             continue
         rank = runs[done[0]]
@@ -268,8 +302,12 @@ def _watch(runs: dict, workers: list, where: list[tuple[str, int]]) -> int:
         started = time.perf_counter()
         for worker in workers:
             ray.kill(worker, no_restart=True)
-        logger.error("rank %d failed; stopped the other %d worker(s) in %.1f s", rank, len(workers) - 1,
-                     time.perf_counter() - started)
+        logger.error(
+            "rank %d failed; stopped the other %d worker(s) in %.1f s",
+            rank,
+            len(workers) - 1,
+            time.perf_counter() - started,
+        )
         raise WorkerFailed(rank, message, exit_code=code)
     if lines:  # stopped on a Ctrl-C; the training side's rank 0 reports where
         raise Interrupted(next((line for line in lines.values() if line), ""))

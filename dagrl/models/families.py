@@ -4,6 +4,7 @@ GPTModel (RMSNorm, SwiGLU, RoPE); what sets one apart is a handful of switches, 
 weight-shape check (dagrl/config/model_shapes.py), the planner's parameter count (dagrl/plan/model.py) and the
 presets tools and tests build (dagrl/plan/presets.py). Adding a family is one `Family(...)` line here (and, if its
 checkpoints name tensors differently, a row in dagrl/engine/megatron/weights.py's tables). Imports nothing."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,23 +12,26 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Family:
-    model_type: str                # config.json's model_type
-    config_class: str              # the transformers config class (presets build it)
-    qkv_bias: bool = False         # always a bias on the q, k and v projections (Qwen2); others follow attention_bias
-    attention_bias: bool = True    # config.json's attention_bias=true can be converted (false: refused)
-    qk_norm: bool = False          # an RMSNorm on each head's q and k (Qwen3)
-    moe: bool = False              # every decoder layer's MLP is routed experts, sized by moe_intermediate_size
-    head_dim_field: bool = True    # config.json states head_dim (Qwen2's is always hidden_size / heads)
+    model_type: str  # config.json's model_type
+    config_class: str  # the transformers config class (presets build it)
+    qkv_bias: bool = False  # always a bias on the q, k and v projections (Qwen2); others follow attention_bias
+    attention_bias: bool = True  # config.json's attention_bias=true can be converted (false: refused)
+    qk_norm: bool = False  # an RMSNorm on each head's q and k (Qwen3)
+    moe: bool = False  # every decoder layer's MLP is routed experts, sized by moe_intermediate_size
+    head_dim_field: bool = True  # config.json states head_dim (Qwen2's is always hidden_size / heads)
     sliding_window_field: bool = False  # config.json's sliding_window turns a window on whenever it is set (Mistral)
 
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (
-    Family("llama", "LlamaConfig", attention_bias=False),
-    Family("qwen2", "Qwen2Config", qkv_bias=True, head_dim_field=False),
-    Family("qwen3", "Qwen3Config", qk_norm=True),
-    Family("mistral", "MistralConfig", attention_bias=False, sliding_window_field=True),
-    Family("qwen3_moe", "Qwen3MoeConfig", qk_norm=True, moe=True),
-)}
+FAMILIES: dict[str, Family] = {
+    family.model_type: family
+    for family in (
+        Family("llama", "LlamaConfig", attention_bias=False),
+        Family("qwen2", "Qwen2Config", qkv_bias=True, head_dim_field=False),
+        Family("qwen3", "Qwen3Config", qk_norm=True),
+        Family("mistral", "MistralConfig", attention_bias=False, sliding_window_field=True),
+        Family("qwen3_moe", "Qwen3MoeConfig", qk_norm=True, moe=True),
+    )
+}
 MODEL_TYPES = tuple(FAMILIES)
 
 

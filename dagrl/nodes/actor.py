@@ -1,4 +1,5 @@
 """Actor update node: PPO epochs over mini-batches, one optimizer step per mini-batch."""
+
 from __future__ import annotations
 
 import functools
@@ -27,12 +28,18 @@ def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
         loss_mode=actor.policy_loss.loss_mode,
         clip_ratio_low=clip if actor.clip_ratio_low is None else actor.clip_ratio_low,
         clip_ratio_high=clip if actor.clip_ratio_high is None else actor.clip_ratio_high,
-        clip_ratio_c=actor.clip_ratio_c, entropy_coeff=actor.entropy_coeff,
-        use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef, kl_loss_type=actor.kl_loss_type,
+        clip_ratio_c=actor.clip_ratio_c,
+        entropy_coeff=actor.entropy_coeff,
+        use_kl_loss=actor.use_kl_loss,
+        kl_loss_coef=actor.kl_loss_coef,
+        kl_loss_type=actor.kl_loss_type,
         loss_agg_mode=actor.loss_agg_mode,
         loss_scale_factor=actor.loss_scale_factor or ctx.shape.response_length,
-        tis_imp_ratio_cap=actor.tis_imp_ratio_cap, off_policy=actor.policy_loss.off_policy,
-        behav_imp_weight_cap=actor.policy_loss.behav_imp_weight_cap, **loss_options(actor))
+        tis_imp_ratio_cap=actor.tis_imp_ratio_cap,
+        off_policy=actor.policy_loss.off_policy,
+        behav_imp_weight_cap=actor.policy_loss.behav_imp_weight_cap,
+        **loss_options(actor),
+    )
 
 
 def token_budget(section: Cfg, switch: str, budget: str) -> int | None:
@@ -41,8 +48,14 @@ def token_budget(section: Cfg, switch: str, budget: str) -> int | None:
     return section[budget] if section[switch] else None
 
 
-def weighted_mini_batches(ctx: StepContext, batch: Batch, cut: Schedule | CriticSchedule, shuffle: bool,
-                          loss_agg_mode: str, loss_scale_factor: float | None) -> Iterator[Batch]:
+def weighted_mini_batches(
+    ctx: StepContext,
+    batch: Batch,
+    cut: Schedule | CriticSchedule,
+    shuffle: bool,
+    loss_agg_mode: str,
+    loss_scale_factor: float | None,
+) -> Iterator[Batch]:
     """`cut.ppo_epochs` passes over this rank's rows in mini-batches of `cut.mini_batch_rows_per_rank` rows (the step's
     schedule, the actor's or the critic's; reshuffled each pass when `shuffle`). Each mini-batch gets
     `token_weights` for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for
@@ -83,8 +96,10 @@ def off_policy_view(ctx: StepContext, batch: Batch, spec: PolicyLossSpec) -> tup
         return batch, {}
     batch = reject_sequences(ctx.cfg, batch)
     if "rollout_log_probs" not in batch:
-        raise RunError(f"actor_rollout_ref.actor.policy_loss.off_policy=decoupled needs the rollout's log-probs, "
-                       f"{NO_ROLLOUT_LOG_PROBS}")
+        raise RunError(
+            f"actor_rollout_ref.actor.policy_loss.off_policy=decoupled needs the rollout's log-probs, "
+            f"{NO_ROLLOUT_LOG_PROBS}"
+        )
     prox, behav, mask = batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
     keep = batch.get("loss_mask", mask).bool().any(-1)  # rows without response tokens count as neither
     sums = off_policy_sums(prox, behav, mask, keep, spec.behav_imp_weight_cap)
@@ -103,15 +118,21 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     with_entropy = spec.entropy_coeff != 0 or skips_old_log_prob(ctx.cfg)
     train_batch, correction = off_policy_view(ctx, batch, spec)
     steps = []
-    for mini_batch in weighted_mini_batches(ctx, train_batch, ctx.schedule, actor_cfg.shuffle, spec.loss_agg_mode,
-                                            spec.loss_scale_factor):
+    for mini_batch in weighted_mini_batches(
+        ctx, train_batch, ctx.schedule, actor_cfg.shuffle, spec.loss_agg_mode, spec.loss_scale_factor
+    ):
         if nan_injected(ctx.step):
             mini_batch["token_weights"] = mini_batch["token_weights"] * float("nan")
-        steps.append(ctx.actor.train_step(mini_batch, loss_fn, micro_batch_size=ctx.schedule.micro_batch,
-                                          temperature=ctx.cfg.actor_rollout_ref.rollout.temperature,
-                                          max_token_len=token_budget(actor_cfg, "use_dynamic_bsz",
-                                                                     "ppo_max_token_len_per_gpu"),
-                                          with_entropy=with_entropy))
+        steps.append(
+            ctx.actor.train_step(
+                mini_batch,
+                loss_fn,
+                micro_batch_size=ctx.schedule.micro_batch,
+                temperature=ctx.cfg.actor_rollout_ref.rollout.temperature,
+                max_token_len=token_budget(actor_cfg, "use_dynamic_bsz", "ppo_max_token_len_per_gpu"),
+                with_entropy=with_entropy,
+            )
+        )
     if nan_injected(ctx.step, "DAGRL_INJECT_NAN_WEIGHTS"):
         next(p for module in ctx.actor.modules for p in module.parameters() if p.requires_grad).data.fill_(float("nan"))
     ctx.versions.actor += 1

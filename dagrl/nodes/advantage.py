@@ -6,6 +6,7 @@ verl's trainer applies its rejection to response_mask before compute_advantage: 
 `loss_mask` of 0, which the estimators (their whitening statistics included), the critic update and the actor
 update all read in place of response_mask. response_mask itself stays: the engines lay rows out by it.
 """
+
 from __future__ import annotations
 
 
@@ -34,16 +35,20 @@ def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
     inputs = AdvantageInputs(rewards, mask, batch["uid"], batch["values"] if critic else None, reduce_sum, baselines)
     advantages, returns = estimator(inputs, algorithm)
     batch["advantages"], batch["returns"] = advantages, returns
-    metrics = {**masked_stats("critic/advantages", advantages, mask, reduce_sum),
-               **masked_stats("critic/returns", returns, mask, reduce_sum)}
+    metrics = {
+        **masked_stats("critic/advantages", advantages, mask, reduce_sum),
+        **masked_stats("critic/returns", returns, mask, reduce_sum),
+    }
     if critic:
         metrics.update(masked_stats("critic/values", batch["values"], mask, reduce_sum))
         metrics["critic/vf_explained_var"] = explained_variance(returns, batch["values"], mask, reduce_sum)
     return batch, metrics
 
 
-NO_ROLLOUT_LOG_PROBS = ("but the batch has none (rollout.name=hf returns them only with partial rollout): use "
-                        "actor_rollout_ref.rollout.name=vllm with calculate_log_probs=true")
+NO_ROLLOUT_LOG_PROBS = (
+    "but the batch has none (rollout.name=hf returns them only with partial rollout): use "
+    "actor_rollout_ref.rollout.name=vllm with calculate_log_probs=true"
+)
 
 
 def reject_sequences(cfg: Cfg, batch: Batch) -> Batch:
@@ -60,12 +65,12 @@ def reject_sequences(cfg: Cfg, batch: Batch) -> Batch:
     return batch.union(Batch({"loss_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}))
 
 
-def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor,
-                 reduce_sum: ReduceSum) -> dict[str, float]:
+def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSum) -> dict[str, float]:
     """<prefix>/mean, /max, /min over the response tokens of the global batch (0 when it has none)."""
     valid = values[mask.bool()].double()
-    count, total = reduce_sum(torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64),
-                                           valid.sum()])).tolist()
+    count, total = reduce_sum(
+        torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64), valid.sum()])
+    ).tolist()
     local = torch.stack([valid.max(), -valid.min()]) if valid.numel() else torch.full((2,), float("-inf"))
     high, neg_low = global_max(local).tolist()
     if count == 0:
@@ -73,14 +78,21 @@ def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor,
     return {f"{prefix}/mean": total / count, f"{prefix}/max": high, f"{prefix}/min": -neg_low}
 
 
-def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-                       reduce_sum: ReduceSum) -> float:
+def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSum) -> float:
     """1 - Var(returns - values) / Var(returns) over the response tokens of the global batch (verl's metric)."""
     mask = mask.double()
     residual = (returns - values).double()
-    count, s_ret, s_ret2, s_res, s_res2 = reduce_sum(torch.stack([
-        mask.sum(), (returns.double() * mask).sum(), (returns.double() ** 2 * mask).sum(),
-        (residual * mask).sum(), (residual ** 2 * mask).sum()])).tolist()
+    count, s_ret, s_ret2, s_res, s_res2 = reduce_sum(
+        torch.stack(
+            [
+                mask.sum(),
+                (returns.double() * mask).sum(),
+                (returns.double() ** 2 * mask).sum(),
+                (residual * mask).sum(),
+                (residual**2 * mask).sum(),
+            ]
+        )
+    ).tolist()
     if count == 0:
         return 0.0
     var_returns = s_ret2 / count - (s_ret / count) ** 2

@@ -1,4 +1,5 @@
 """What every node receives: engines, config and the step, plus the node's own config overrides."""
+
 from __future__ import annotations
 
 import functools
@@ -18,23 +19,24 @@ from dagrl.utils.dist import data_parallel_sums
 @dataclass
 class WeightVersions:
     """Counts actor updates and what the rollout last loaded, so weights are synced only when stale."""
+
     actor: int = 0
     rollout: int = -1
 
 
 @dataclass
 class StepContext:
-    cfg: Config                 # the run's config, typed (dagrl/config/schema/): built once by the trainer
+    cfg: Config  # the run's config, typed (dagrl/config/schema/): built once by the trainer
     shape: RunShape
-    actor: ActorEngine          # the rollout pool of two has none: a relay of the pushed weights stands in
+    actor: ActorEngine  # the rollout pool of two has none: a relay of the pushed weights stands in
     rollout: RolloutEngine
     reference: ActorEngine | None  # without optimizer; None when no KL term needs it
-    reward_fn: Any              # RewardManager
+    reward_fn: Any  # RewardManager
     tokenizer: Any
-    kl_ctrl: Any                # KLController for KL-in-reward
+    kl_ctrl: Any  # KLController for KL-in-reward
     versions: WeightVersions
-    critic: CriticEngine | None = None   # when the graph has critic nodes
-    teacher: ActorEngine | None = None   # the frozen distillation teacher, when the graph has a teacher node
+    critic: CriticEngine | None = None  # when the graph has critic nodes
+    teacher: ActorEngine | None = None  # the frozen distillation teacher, when the graph has a teacher node
     rank: int = 0
     step: int = 0
     node_config: dict[str, Any] = field(default_factory=dict)

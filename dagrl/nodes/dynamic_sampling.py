@@ -11,6 +11,7 @@ When algorithm.filter_groups.max_num_gen_batches rounds (> 0) are not enough, `o
 the run naming the keys, `smaller_batch` trains on the groups found (rounded down to a multiple of the actor DP
 size, so every DP rank gets whole groups and the same number of them).
 """
+
 from __future__ import annotations
 
 import logging
@@ -70,8 +71,9 @@ def _shard_counts(groups: int, ctx: StepContext) -> np.ndarray:
 def _generate_round(ctx: StepContext, round_index: int) -> tuple[Batch, dict[str, float]]:
     """Fresh prompts from the sampler, sampled with a seed of their own round, then scored."""
     prompts = ctx.draw_prompts(ctx.step, round_index)
-    seed = sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx),
-                         f"train/round{round_index}")
+    seed = sampling_seed(
+        ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx), f"train/round{round_index}"
+    )
     with rollout_session(ctx):
         batch = ctx.rollout.generate(prompts, train_sampling(ctx, prompts), seed=seed)
     return score(ctx, batch)
@@ -84,9 +86,9 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
     if ctx.draw_prompts is None:
         raise RuntimeError("dynamic sampling needs StepContext.draw_prompts (the trainer sets it)")
     target, limit, metric = ctx.cfg.data.train_batch_size, options.max_num_gen_batches, options.metric
-    kept: list[list[np.ndarray]] = []     # per round: rows of this rank's kept groups
+    kept: list[list[np.ndarray]] = []  # per round: rows of this rank's kept groups
     rounds: list[Batch] = []
-    counts: list[np.ndarray] = []         # per round: kept groups per rollout-DP shard (global)
+    counts: list[np.ndarray] = []  # per round: kept groups per rollout-DP shard (global)
     current = batch
     while True:
         groups = varied_groups(current["uid"], group_metric(current, metric))
@@ -104,13 +106,19 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
 
     take = keep_counts(np.stack(counts), goal)[:, rollout_dp_rank(ctx)]
     record_dropped(ctx, rounds, kept, take)
-    parts = [round_batch.select(np.concatenate(groups[:count]))
-             for round_batch, groups, count in zip(rounds, kept, take) if count]
+    parts = [
+        round_batch.select(np.concatenate(groups[:count]))
+        for round_batch, groups, count in zip(rounds, kept, take)
+        if count
+    ]
     out = Batch.concat(parts) if parts else batch.select([])  # a rank may contribute no group
     # The score and response-length metrics stay those of the step's first generation (fresh prompts, unfiltered).
-    return out, {"train/num_gen_batches": float(len(rounds)),
-                 "train/num_generated_groups": float(len(rounds) * target),
-                 "train/num_kept_groups": float(total), "train/num_batch_groups": float(goal)}
+    return out, {
+        "train/num_gen_batches": float(len(rounds)),
+        "train/num_generated_groups": float(len(rounds) * target),
+        "train/num_kept_groups": float(total),
+        "train/num_batch_groups": float(goal),
+    }
 
 
 def record_dropped(ctx: StepContext, rounds: list[Batch], kept: list[list[np.ndarray]], take: np.ndarray) -> None:
@@ -131,16 +139,22 @@ def record_dropped(ctx: StepContext, rounds: list[Batch], kept: list[list[np.nda
 def _goal_at_limit(ctx: StepContext, total: int, rounds: int) -> int:
     options = ctx.cfg.algorithm.filter_groups
     target, dp = ctx.cfg.data.train_batch_size, ctx.shape.layout.dp
-    found = (f"only {total} of data.train_batch_size={target} groups had a varying "
-             f"algorithm.filter_groups.metric={options.metric} after {rounds} generation batches "
-             f"(algorithm.filter_groups.max_num_gen_batches={options.max_num_gen_batches})")
+    found = (
+        f"only {total} of data.train_batch_size={target} groups had a varying "
+        f"algorithm.filter_groups.metric={options.metric} after {rounds} generation batches "
+        f"(algorithm.filter_groups.max_num_gen_batches={options.max_num_gen_batches})"
+    )
     if options.on_limit == "raise":
-        raise RuntimeError(f"dynamic sampling: {found}; raise max_num_gen_batches (0 = no limit), set "
-                           f"algorithm.filter_groups.on_limit=smaller_batch to train on the groups found, "
-                           f"or use data the model gets right only some of the time")
+        raise RuntimeError(
+            f"dynamic sampling: {found}; raise max_num_gen_batches (0 = no limit), set "
+            f"algorithm.filter_groups.on_limit=smaller_batch to train on the groups found, "
+            f"or use data the model gets right only some of the time"
+        )
     goal = total // dp * dp
     if goal == 0:
-        raise RuntimeError(f"dynamic sampling: {found}, fewer than the {dp} actor-DP ranks need "
-                           f"(algorithm.filter_groups.on_limit=smaller_batch); raise max_num_gen_batches")
+        raise RuntimeError(
+            f"dynamic sampling: {found}, fewer than the {dp} actor-DP ranks need "
+            f"(algorithm.filter_groups.on_limit=smaller_batch); raise max_num_gen_batches"
+        )
     logger.warning("dynamic sampling: %s; training on %d groups (on_limit=smaller_batch)", found, goal)
     return goal

@@ -4,6 +4,7 @@ It sits after the rollout-side nodes (rollout, score, dynamic sampling) and befo
 reference or critic or computes advantages: those need every rank of a model-parallel group to hold the same rows
 and each GRPO group whole on one DP rank.
 """
+
 from __future__ import annotations
 
 from dagrl.config.errors import ConfigError
@@ -27,15 +28,24 @@ def check_graph(graph: Graph, world_size: int) -> None:
     position = graph.reshard
     if position is None:
         if world_size > 1:
-            raise ConfigError("dag.nodes", f"the graph has no node with role {RESHARD} ({RESHARD_FN}); a run of more "
-                                           f"than one process needs it after scoring (see conf/dag/grpo.yaml)")
+            raise ConfigError(
+                "dag.nodes",
+                f"the graph has no node with role {RESHARD} ({RESHARD_FN}); a run of more "
+                f"than one process needs it after scoring (see conf/dag/grpo.yaml)",
+            )
         return
     reshard = graph.nodes[position].id
     for node in graph.nodes[:position]:
         if node.role in ACTOR_SIDE_ROLES:
-            raise ConfigError("dag.nodes", f"node {node.id!r} (role {node.role}) runs before the reshard node "
-                                           f"{reshard!r}; make it depend on {reshard!r}")
-    for node in graph.nodes[position + 1:]:
+            raise ConfigError(
+                "dag.nodes",
+                f"node {node.id!r} (role {node.role}) runs before the reshard node "
+                f"{reshard!r}; make it depend on {reshard!r}",
+            )
+    for node in graph.nodes[position + 1 :]:
         if node.fn.__module__ in ROLLOUT_SIDE_FNS:
-            raise ConfigError("dag.nodes", f"node {node.id!r} must run before the reshard node {reshard!r} (it "
-                                           f"counts groups in the rollout layout); make {reshard!r} depend on it")
+            raise ConfigError(
+                "dag.nodes",
+                f"node {node.id!r} must run before the reshard node {reshard!r} (it "
+                f"counts groups in the rollout layout); make {reshard!r} depend on it",
+            )

@@ -1,4 +1,5 @@
 """Log-prob nodes: the actor's log-probs before the update (old) and the frozen reference's."""
+
 from __future__ import annotations
 
 
@@ -12,8 +13,9 @@ from dagrl.nodes.advantage import masked_stats
 from dagrl.nodes.context import StepContext
 
 
-def rollout_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
-                     reduce_sum: ReduceSum) -> dict[str, float]:
+def rollout_mismatch(
+    old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor, reduce_sum: ReduceSum
+) -> dict[str, float]:
     """How far the rollout engine's token log-probs are from the actor's on the same tokens, over the global batch.
 
     Collective: token means over DP shards (`reduce_sum`) and the max over all ranks, so every rank returns the same
@@ -22,9 +24,11 @@ def rollout_mismatch(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tenso
     old, rollout = old_log_probs.float(), rollout_log_probs.float()
     log_gap = masked_stats("log", (old - rollout).abs(), response_mask, reduce_sum)
     probs = masked_stats("probs", (old.exp() - rollout.exp()).abs(), response_mask, reduce_sum)
-    return {"training/rollout_log_probs_diff_mean": log_gap["log/mean"],
-            "training/rollout_probs_diff_mean": probs["probs/mean"],
-            "training/rollout_probs_diff_max": probs["probs/max"]}
+    return {
+        "training/rollout_log_probs_diff_mean": log_gap["log/mean"],
+        "training/rollout_probs_diff_mean": probs["probs/mean"],
+        "training/rollout_probs_diff_max": probs["probs/max"],
+    }
 
 
 def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -32,9 +36,12 @@ def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
         return batch, {}
     rollout = ctx.cfg.actor_rollout_ref.rollout
     log_probs, entropy = ctx.actor.compute_log_prob(
-        batch, micro_batch_size=ctx.schedule.old_log_prob_micro_batch, temperature=rollout.temperature,
-        with_entropy=True, max_token_len=token_budget(rollout, "log_prob_use_dynamic_bsz",
-                                                      "log_prob_max_token_len_per_gpu"))
+        batch,
+        micro_batch_size=ctx.schedule.old_log_prob_micro_batch,
+        temperature=rollout.temperature,
+        with_entropy=True,
+        max_token_len=token_budget(rollout, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"),
+    )
     batch["old_log_probs"] = log_probs
     mask = batch["response_mask"].float()
     metrics = {"actor/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()}
@@ -48,8 +55,11 @@ def ref_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
         return batch, {}
     ref = ctx.cfg.actor_rollout_ref.ref
     log_probs, _ = ctx.reference.compute_log_prob(
-        batch, micro_batch_size=ctx.schedule.ref_log_prob_micro_batch,
-        temperature=ctx.cfg.actor_rollout_ref.rollout.temperature, with_entropy=False,
-        max_token_len=token_budget(ref, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"))
+        batch,
+        micro_batch_size=ctx.schedule.ref_log_prob_micro_batch,
+        temperature=ctx.cfg.actor_rollout_ref.rollout.temperature,
+        with_entropy=False,
+        max_token_len=token_budget(ref, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"),
+    )
     batch["ref_log_prob"] = log_probs
     return batch, {}

@@ -12,6 +12,7 @@ weights the next update starts from is restarted from its prompt (never dropped)
 checkpoint (`PartialRolloutBuffer.state_dict`: plain lists), so a resumed run continues exactly; with
 `oversample_ratio=1` every group finishes every step and nothing is carried.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,11 +31,12 @@ from dagrl.nodes.context import StepContext
 class Group:
     """One prompt and its n samples: each a finished Completion, a partial one (finish_reason "abort"), or None
     (not started)."""
+
     uid: str
-    position: int                          # dataset row: re-read on resume
+    position: int  # dataset row: re-read on resume
     prompt_ids: tuple[int, ...]
     seed: int
-    limit: int                             # its response limit (extra_info.max_response_length): re-derived on resume
+    limit: int  # its response limit (extra_info.max_response_length): re-derived on resume
     samples: list[Completion | None] = field(default_factory=list)
 
     @property
@@ -43,8 +45,13 @@ class Group:
 
     def oldest_version(self) -> int | None:
         # -1: not sampled (a tool's tokens); a multi-turn trajectory's aborted turn counts too
-        versions = [v for s in self.samples if s is not None
-                    for v in (*s.versions, *getattr(getattr(s, "pending", None), "versions", ())) if v >= 0]
+        versions = [
+            v
+            for s in self.samples
+            if s is not None
+            for v in (*s.versions, *getattr(getattr(s, "pending", None), "versions", ()))
+            if v >= 0
+        ]
         return min(versions) if versions else None
 
     def request(self, sample: int, sampling: SamplingSpec) -> Request:
@@ -55,27 +62,35 @@ class Group:
 
     def fresh_request(self, sample: int, sampling: SamplingSpec) -> Request:
         """Sample `sample` from its prompt (its id and seed are fixed by the group, so a resume rebuilds it)."""
-        return Request(f"{self.uid}/{sample}", self.prompt_ids, sampling.with_limit(self.limit),
-                       seed=self.seed + sample)
+        return Request(
+            f"{self.uid}/{sample}", self.prompt_ids, sampling.with_limit(self.limit), seed=self.seed + sample
+        )
 
 
 class PartialRolloutBuffer:
     """A rank's groups in flight between steps (see the module docstring)."""
 
     def __init__(self, agent: Any = None) -> None:
-        self.agent = agent                  # the multi-turn loop: samples are its trajectories (dagrl/agent/partial.py)
-        self.dropped: list = []             # trajectories restarted for staleness, their tools not yet released
+        self.agent = agent  # the multi-turn loop: samples are its trajectories (dagrl/agent/partial.py)
+        self.dropped: list = []  # trajectories restarted for staleness, their tools not yet released
         self.groups: list[Group] = []
-        self.reloads = 0                    # weight loads in the last run (mid-batch)
-        self.rows: dict[str, Batch] = {}    # uid -> the prompt's row (dataset columns), for the trained batch
+        self.reloads = 0  # weight loads in the last run (mid-batch)
+        self.rows: dict[str, Batch] = {}  # uid -> the prompt's row (dataset columns), for the trained batch
 
     def add(self, prompts: Batch, positions: list[int], seed: int, sampling: SamplingSpec) -> None:
         """`sampling`: the prompts' own (their n samples each, their rows' response limits)."""
         ids, mask = prompts["input_ids"], prompts["attention_mask"].bool()
         for row, (uid, position) in enumerate(zip(prompts["uid"], positions)):
-            self.groups.append(Group(uid, int(position), tuple(ids[row][mask[row]].tolist()),
-                                     seed=(seed + 7919 * row) & 0x7FFFFFFF, limit=sampling.limit(row),
-                                     samples=[None] * sampling.n))
+            self.groups.append(
+                Group(
+                    uid,
+                    int(position),
+                    tuple(ids[row][mask[row]].tolist()),
+                    seed=(seed + 7919 * row) & 0x7FFFFFFF,
+                    limit=sampling.limit(row),
+                    samples=[None] * sampling.n,
+                )
+            )
             self.rows[uid] = prompts.select([row])
 
     def restart_stale(self, oldest_allowed: int) -> int:
@@ -100,6 +115,7 @@ class PartialRolloutBuffer:
         the carried groups until all are."""
         if self.agent is not None:
             from dagrl.agent.partial import run_groups
+
             return run_groups(self.agent, self, engine, sampling, wanted, updates)
         by_id: dict[str, tuple[int, int]] = {}
 
@@ -174,17 +190,28 @@ class PartialRolloutBuffer:
         states = []
         for g in self.groups:
             ledger_uid = self.ledger_uid(g.uid)
-            states.append({"uid": g.uid, "position": g.position, "seed": g.seed, "samples": [
-                None if s is None else self._sample_state(s) for s in g.samples],
-                **({"ledger_uid": ledger_uid} if ledger_uid is not None else {})})
+            states.append(
+                {
+                    "uid": g.uid,
+                    "position": g.position,
+                    "seed": g.seed,
+                    "samples": [None if s is None else self._sample_state(s) for s in g.samples],
+                    **({"ledger_uid": ledger_uid} if ledger_uid is not None else {}),
+                }
+            )
         return states
 
     def _sample_state(self, s: Any) -> dict:
         if self.agent is not None:
             from dagrl.agent.partial import state
+
             return state(s)
-        return {"tokens": list(s.token_ids), "log_probs": list(s.log_probs), "versions": list(s.versions),
-                "finish": s.finish_reason}
+        return {
+            "tokens": list(s.token_ids),
+            "log_probs": list(s.log_probs),
+            "versions": list(s.versions),
+            "finish": s.finish_reason,
+        }
 
     def load_state_dict(self, state: list[dict], rows: Batch, sampling: SamplingSpec) -> None:
         """`rows`: the dataset rows at the groups' positions, in order (with their uid and ledger_uid columns set);
@@ -192,16 +219,26 @@ class PartialRolloutBuffer:
         self.groups, self.rows = [], {}
         ids, mask = rows["input_ids"], rows["attention_mask"].bool()
         for row, saved in enumerate(state):
-            group = Group(saved["uid"], saved["position"], tuple(ids[row][mask[row]].tolist()), saved["seed"],
-                          sampling.limit(row))
+            group = Group(
+                saved["uid"], saved["position"], tuple(ids[row][mask[row]].tolist()), saved["seed"], sampling.limit(row)
+            )
             for sample, done in enumerate(saved["samples"]):
                 if done is not None and "turns" in done:  # a multi-turn trajectory
                     from dagrl.agent.partial import restore
+
                     group.samples.append(restore(self.agent, done, group, rows.select([row]), sampling, sample))
                     continue
-                group.samples.append(None if done is None else Completion(
-                    group.fresh_request(sample, sampling), tuple(done["tokens"]), tuple(done["log_probs"]),
-                    tuple(done["versions"]), done["finish"]))
+                group.samples.append(
+                    None
+                    if done is None
+                    else Completion(
+                        group.fresh_request(sample, sampling),
+                        tuple(done["tokens"]),
+                        tuple(done["log_probs"]),
+                        tuple(done["versions"]),
+                        done["finish"],
+                    )
+                )
             self.groups.append(group)
             self.rows[group.uid] = rows.select([row])
 
@@ -219,5 +256,8 @@ def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
     oldest = torch.where(valid, versions, version).min(-1).values
     newest = torch.where(valid, versions, -1).max(-1).values
     staleness = (version - oldest).float()
-    return {"async/staleness_mean": staleness.mean().item(), "async/staleness_max": staleness.max().item(),
-            "async/partial_fraction": (newest > oldest).float().mean().item()}
+    return {
+        "async/staleness_mean": staleness.mean().item(),
+        "async/staleness_max": staleness.max().item(),
+        "async/partial_fraction": (newest > oldest).float().mean().item(),
+    }

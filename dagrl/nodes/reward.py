@@ -1,5 +1,6 @@
 """Reward nodes: rule scores right after rollout (or in the background beside the log-prob passes, with
 reward_model.launch_reward_fn_async); KL-in-reward once reference log-probs exist."""
+
 from __future__ import annotations
 
 import torch
@@ -26,11 +27,13 @@ def score_rows(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]
     the all-failed check, a collective, is then made on the main thread by the first node that reads the scores."""
     scores, metrics, rows = ctx.reward_fn.score_batch(batch, ctx.tokenizer)
     sequence_scores = scores.sum(-1)  # on the CPU: a .item() on the GPU would wait for the other thread's kernels
-    metrics.update({
-        "critic/score/mean": sequence_scores.mean().item(),
-        "critic/score/max": sequence_scores.max().item(),
-        "critic/score/min": sequence_scores.min().item(),
-    })
+    metrics.update(
+        {
+            "critic/score/mean": sequence_scores.mean().item(),
+            "critic/score/max": sequence_scores.max().item(),
+            "critic/score/min": sequence_scores.min().item(),
+        }
+    )
     device = batch["responses"].device
     batch["token_level_scores"] = scores.to(device)
     batch["reward_failed"] = rows.pop("failed")
@@ -51,8 +54,10 @@ def stop_if_every_score_failed(ctx: StepContext, failed: torch.Tensor, model_par
     failed (a scorer that always raises or returns the wrong type) has no signal at all, and training on zeros
     would look like a run that succeeded. Summed over ranks, so all of them stop together rather than one waiting
     for the others in a collective."""
-    totals = data_parallel_sums(torch.tensor([float(failed.sum()), float(len(failed))], dtype=torch.float64),
-                                model_parallel_size=model_parallel_size)
+    totals = data_parallel_sums(
+        torch.tensor([float(failed.sum()), float(len(failed))], dtype=torch.float64),
+        model_parallel_size=model_parallel_size,
+    )
     if totals[1] > 0 and totals[0] >= totals[1]:
         raise RunError(ctx.reward_fn.all_failed_message(int(round(float(totals[1]))), ctx.step))
 
@@ -68,18 +73,31 @@ def score_in_background(graph: Graph) -> Graph:
     layout = None if graph.reshard is None else graph.nodes[graph.reshard]
     waiter = next((node for node in graph.nodes if node.fn is apply_kl_in_reward), None)
     readers = [node.id for node in graph.nodes if scorer.id in node.deps and node is not layout]
-    why = (f"node {readers[0]!r} reads the scores before the reshard node" if readers else
-           f"the graph has no reshard node ({RESHARD_FN}) to score behind" if layout is None else
-           "the graph has no node dagrl.nodes.reward:apply_kl_in_reward to wait for the scores" if waiter is None
-           else None)
+    why = (
+        f"node {readers[0]!r} reads the scores before the reshard node"
+        if readers
+        else f"the graph has no reshard node ({RESHARD_FN}) to score behind"
+        if layout is None
+        else "the graph has no node dagrl.nodes.reward:apply_kl_in_reward to wait for the scores"
+        if waiter is None
+        else None
+    )
     if why:
-        raise ConfigError("reward_model.launch_reward_fn_async",
-                          f"reward_model.launch_reward_fn_async=true scores in the background behind the reshard node, "
-                          f"but {why}; set reward_model.launch_reward_fn_async=false")
+        raise ConfigError(
+            "reward_model.launch_reward_fn_async",
+            f"reward_model.launch_reward_fn_async=true scores in the background behind the reshard node, "
+            f"but {why}; set reward_model.launch_reward_fn_async=false",
+        )
     specs = []
     for node in graph.nodes:
-        spec = {"id": node.id, "role": node.role, "fn": node.fn, "deps": list(node.deps), "config": node.config,
-                "background": node.background}
+        spec = {
+            "id": node.id,
+            "role": node.role,
+            "fn": node.fn,
+            "deps": list(node.deps),
+            "config": node.config,
+            "background": node.background,
+        }
         if node is scorer:
             spec.update(fn=score_rows, deps=[layout.id], background=True)
         elif node is layout:
@@ -106,10 +124,14 @@ def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str,
     # the controller is global state: update it with the mean over every DP shard so all ranks (and a run at
     # another layout) keep the same coefficient
     per_sequence = kl.sum(-1) / mask.sum(-1).clamp(min=1)
-    totals = ctx.dp_sums(torch.stack([per_sequence.sum().double(),
-                                      torch.tensor(float(len(batch)), dtype=torch.float64)]))
+    totals = ctx.dp_sums(
+        torch.stack([per_sequence.sum().double(), torch.tensor(float(len(batch)), dtype=torch.float64)])
+    )
     responses = int(round(float(totals[1])))
     sequence_kl = float(totals[0]) / max(responses, 1)
     ctx.kl_ctrl.update(sequence_kl, n_steps=responses)
-    return batch, {"critic/rewards/mean": rewards.sum(-1).mean().item(),
-                   "actor/reward_kl_penalty": sequence_kl, "actor/reward_kl_penalty_coeff": beta}
+    return batch, {
+        "critic/rewards/mean": rewards.sum(-1).mean().item(),
+        "actor/reward_kl_penalty": sequence_kl,
+        "actor/reward_kl_penalty_coeff": beta,
+    }

@@ -1,4 +1,5 @@
 """Rollout node: sync fresh actor weights into the rollout engine, then sample n responses per prompt."""
+
 from __future__ import annotations
 
 import contextlib
@@ -83,9 +84,16 @@ def train_sampling(ctx: StepContext, prompts: Batch | None = None) -> SamplingSp
     """The training rollout's sampling; for `prompts`, with their rows' own response limits (response_limits)."""
     rollout = ctx.cfg.actor_rollout_ref.rollout
     length = ctx.shape.response_length
-    return SamplingSpec(n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                        do_sample=rollout.do_sample, response_length=length, ignore_eos=rollout.ignore_eos,
-                        response_lengths=None if prompts is None else response_limits(prompts, length))
+    return SamplingSpec(
+        n=rollout.n,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        do_sample=rollout.do_sample,
+        response_length=length,
+        ignore_eos=rollout.ignore_eos,
+        response_lengths=None if prompts is None else response_limits(prompts, length),
+    )
 
 
 def response_limits(prompts: Batch, response_length: int) -> tuple[int, ...] | None:
@@ -101,13 +109,14 @@ def response_limits(prompts: Batch, response_length: int) -> tuple[int, ...] | N
         if value is None:
             limits.append(response_length)
             continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer() \
-                or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer() or value < 1:
             index = prompts["index"][row] if "index" in prompts else row
-            raise ConfigError("extra_info.max_response_length",
-                              f"extra_info.max_response_length={value!r} of prompt row {index} is not a positive "
-                              f"integer; set it to a token count >= 1 (capped at data.max_response_length) or drop "
-                              f"the key from the row")
+            raise ConfigError(
+                "extra_info.max_response_length",
+                f"extra_info.max_response_length={value!r} of prompt row {index} is not a positive "
+                f"integer; set it to a token count >= 1 (capped at data.max_response_length) or drop "
+                f"the key from the row",
+            )
         limits.append(min(int(value), response_length))
     return tuple(limits)
 
@@ -160,10 +169,13 @@ def attach_greedy_baselines(ctx: StepContext, out: Batch, greedy: Batch) -> tupl
     start = time.perf_counter()
     scores, _, _ = ctx.reward_fn.score_batch(greedy, ctx.tokenizer)
     by_prompt = dict(zip(greedy["uid"], scores.sum(-1).tolist()))
-    out["reward_baselines"] = torch.tensor([by_prompt[uid] for uid in out["uid"]], dtype=torch.float32,
-                                           device=out["responses"].device)
-    return out, {"critic/reward_baseline/mean": sum(by_prompt.values()) / max(len(by_prompt), 1),
-                 "timing_s/reward_baseline": time.perf_counter() - start}
+    out["reward_baselines"] = torch.tensor(
+        [by_prompt[uid] for uid in out["uid"]], dtype=torch.float32, device=out["responses"].device
+    )
+    return out, {
+        "critic/reward_baseline/mean": sum(by_prompt.values()) / max(len(by_prompt), 1),
+        "timing_s/reward_baseline": time.perf_counter() - start,
+    }
 
 
 def wait_for_the_slowest_rank(seconds: float) -> float:
@@ -183,8 +195,9 @@ def sample(ctx: StepContext, prompts: Batch, sampling: SamplingSpec, seed: int) 
     return ctx.rollout.generate(prompts, sampling, seed=seed), {}
 
 
-def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, seed: int
-                     ) -> tuple[Batch, dict[str, float]]:
+def generate_partial(
+    ctx: StepContext, batch: Batch, sampling: SamplingSpec, seed: int
+) -> tuple[Batch, dict[str, float]]:
     """async_training.partial_rollout: the step's prompts join the rank's buffer, whose first `share` groups to
     finish are trained on; the rest are carried (nodes/partial_rollout.py)."""
     from dagrl.nodes.partial_rollout import buffer_target, staleness_metrics
@@ -194,9 +207,14 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
     round_index = 1
     while len(buffer.groups) < buffer_target(ctx, share):  # the first step fills the buffer beyond one batch
         extra = ctx.draw_prompts(ctx.step, round_index)
-        buffer.add(extra, extra["position"], sampling_seed(ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step,
-                                                         rollout_dp_rank(ctx), f"train{round_index}"),
-                 train_sampling(ctx, extra))
+        buffer.add(
+            extra,
+            extra["position"],
+            sampling_seed(
+                ctx.cfg.actor_rollout_ref.rollout.seed, ctx.step, rollout_dp_rank(ctx), f"train{round_index}"
+            ),
+            train_sampling(ctx, extra),
+        )
         round_index += 1
     # the update of this step starts from version `base`: tokens more than K versions behind it restart
     base = ctx.versions.actor if ctx.update_base is None else ctx.update_base
@@ -206,11 +224,13 @@ def generate_partial(ctx: StepContext, batch: Batch, sampling: SamplingSpec, see
         groups = buffer.run(ctx.rollout, sampling, share, ctx.weight_updates)
     if buffer.agent is not None:  # multi-turn trajectories
         from dagrl.agent.partial import batch_of
+
         out, turns = batch_of(buffer.agent, buffer, groups, sampling.response_length)
         metrics.update(turns)
     else:
-        out = buffer.batch(groups, sampling.response_length, sampling.stop_ids(ctx.rollout.eos_token_ids),
-                         ctx.rollout.pad_token_id)
+        out = buffer.batch(
+            groups, sampling.response_length, sampling.stop_ids(ctx.rollout.eos_token_ids), ctx.rollout.pad_token_id
+        )
     metrics.update(response_metrics(out, sampling.response_length))
     metrics.update(staleness_metrics(out, base))
     metrics.update({"async/buffer_groups": float(len(buffer.groups)), "async/restarted_groups": float(restarted)})

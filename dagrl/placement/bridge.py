@@ -20,6 +20,7 @@ broadcasts the buckets over a third group, of itself and the rollout ranks on ot
 device to device on GPUs, gloo on CPU), or hands CUDA IPC handles to a rollout rank on its own GPU (`_shares_device`;
 NCCL cannot put one GPU in a group twice). Receivers acknowledge once loaded, so the buffers live until then.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -47,8 +48,8 @@ FINISHED_KEY = "dagrl/finished"  # processes of the launch at the end of a run (
 READY_KEY = "dagrl/weights/ready"  # receivers that joined a weight broadcast, over all pushes
 GLOBAL_RANK = "DAGRL_GLOBAL_RANK"
 ALIVE_KEY = "dagrl/alive/{}"  # a process's liveness counter
-ALIVE_S = 1.0                 # how often each process bumps it
-DEAD_AFTER_S = 5.0            # after a stop signal, a peer whose counter stood still this long is taken for dead
+ALIVE_S = 1.0  # how often each process bumps it
+DEAD_AFTER_S = 5.0  # after a stop signal, a peer whose counter stood still this long is taken for dead
 
 
 class PoolStopped(RunError):
@@ -66,22 +67,22 @@ def global_rank() -> int:
 
 @dataclass
 class Bridge:
-    store: Any                     # the launch's store (the control plane)
-    group: Any                     # gloo group of every process of the launch
+    store: Any  # the launch's store (the control plane)
+    group: Any  # gloo group of every process of the launch
     placement: Placement
-    rank: int                      # global rank
+    rank: int  # global rank
     poll_s: float = 0.005
-    pending: list = field(default_factory=list)   # (work, buffer) of sends not yet known delivered
+    pending: list = field(default_factory=list)  # (work, buffer) of sends not yet known delivered
     received: dict = field(default_factory=dict)  # (channel, src) -> messages received so far
-    weights_group: Any = None       # the training pool's rank 0 and the rollout ranks on other devices (or None)
-    weights_ranks: tuple = ()       # their global ranks, the sender first
-    broadcasts: int = 0             # pushes broadcast so far (the sender)
-    sender: Any = None              # the thread of the broadcast in progress (the sender)
+    weights_group: Any = None  # the training pool's rank 0 and the rollout ranks on other devices (or None)
+    weights_ranks: tuple = ()  # their global ranks, the sender first
+    broadcasts: int = 0  # pushes broadcast so far (the sender)
+    sender: Any = None  # the thread of the broadcast in progress (the sender)
     broadcast_error: BaseException | None = None
-    stop_signal: Any = None         # () -> the stop signal this process got (SIGTERM, SIGUSR1) or None
+    stop_signal: Any = None  # () -> the stop signal this process got (SIGTERM, SIGUSR1) or None
     peers_seen: dict = field(default_factory=dict)  # rank -> (its liveness count, when it last changed)
     peers_checked: float = 0.0
-    alive: Any = None               # (the liveness thread, the event that stops it)
+    alive: Any = None  # (the liveness thread, the event that stops it)
 
     def keep_alive(self) -> None:
         """Bump this process's liveness counter every ALIVE_S from a daemon thread, until `close`."""
@@ -318,7 +319,8 @@ class Bridge:
                     f"launch rank {rank} (the {self.placement.pool_of(rank).name} pool) stopped answering "
                     f"{now - seen[1]:.0f} s after this process got {signal}: it was killed (or is stuck), so this "
                     f"step cannot finish; stopping without a checkpoint (the newest complete one stands, and a restart "
-                    f"resumes from it)")
+                    f"resumes from it)"
+                )
 
 
 def _shares_device(store, rank: int, other: int) -> bool:
@@ -366,20 +368,27 @@ def init_pools(placement: Placement, timeout_s: float = 1800.0) -> Bridge:
         torch.cuda.set_device(device % torch.cuda.device_count())
         backend = "nccl"
     timeout = datetime.timedelta(seconds=timeout_s)
-    dist.init_process_group(backend, store=dist.PrefixStore(f"dagrl/pool/{pool.name}", store),
-                            rank=rank - pool.first_rank, world_size=pool.size, timeout=timeout)
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"dagrl/pool/{pool.name}", store),
+        rank=rank - pool.first_rank,
+        world_size=pool.size,
+        timeout=timeout,
+    )
     group = dist.ProcessGroupGloo(dist.PrefixStore("dagrl/bridge", store), rank, world, timeout)
     where = "cpu"
     if backend == "nccl":
         import socket
+
         where = f"{socket.gethostname()}/{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
     store.set(f"dagrl/device/{rank}", where)
     weights_group, weights_ranks = _weights_group(store, placement, rank, backend, timeout)
     from dagrl.utils import watchdog
 
     watchdog.attach(store)
-    logger.info("%s pool rank %d of %d (launch rank %d of %d)", pool.name, rank - pool.first_rank, pool.size,
-                rank, world)
+    logger.info(
+        "%s pool rank %d of %d (launch rank %d of %d)", pool.name, rank - pool.first_rank, pool.size, rank, world
+    )
     bridge = Bridge(store, group, placement, rank, weights_group=weights_group, weights_ranks=weights_ranks)
     bridge.keep_alive()
     return bridge

@@ -6,6 +6,7 @@ Attention and dense layers use one grid (TP, CP, DP, PP; EP=1); MoE experts use 
 ranks (expert-TP, EP, expert-DP, PP; CP folded into expert-DP), as `megatron.core.parallel_state` builds them.
 The rollout (vLLM) groups its ranks its own way: consecutive blocks of rollout-TP ranks.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -16,8 +17,7 @@ from dagrl.placement.layout import WorldLayout
 ORDER = ("tp", "cp", "ep", "dp", "pp")  # Megatron-Core's default order, fastest-varying first
 
 
-def orthogonal_groups(sizes: dict[str, int], kinds: tuple[str, ...], order: tuple[str, ...] = ORDER
-                      ) -> list[list[int]]:
+def orthogonal_groups(sizes: dict[str, int], kinds: tuple[str, ...], order: tuple[str, ...] = ORDER) -> list[list[int]]:
     """Rank groups whose members differ only along the dimensions `kinds` of a grid laid out in `order`.
 
     Groups are listed with the remaining dimensions' coordinates counting up (first dimension fastest), as
@@ -40,6 +40,7 @@ def orthogonal_groups(sizes: dict[str, int], kinds: tuple[str, ...], order: tupl
 @dataclass(frozen=True)
 class ParallelGroups:
     """Every group kind of one Megatron layout (and the rollout's), as lists of global ranks."""
+
     tp: list[list[int]]
     cp: list[list[int]]
     dp: list[list[int]]
@@ -65,10 +66,13 @@ def megatron_groups(layout: WorldLayout) -> ParallelGroups:
     expert = {"tp": layout.etp, "ep": layout.ep, "dp": layout.expert_dp, "pp": layout.pp}
     rollout = {"tp": layout.rollout_tp, "dp": layout.rollout_dp}
     return ParallelGroups(
-        tp=orthogonal_groups(dense, ("tp",)), cp=orthogonal_groups(dense, ("cp",)),
-        dp=orthogonal_groups(dense, ("dp",)), dp_cp=orthogonal_groups(dense, ("dp", "cp")),
+        tp=orthogonal_groups(dense, ("tp",)),
+        cp=orthogonal_groups(dense, ("cp",)),
+        dp=orthogonal_groups(dense, ("dp",)),
+        dp_cp=orthogonal_groups(dense, ("dp", "cp")),
         pp=orthogonal_groups(dense, ("pp",)),
-        ep=orthogonal_groups(expert, ("ep",)), expert_tp=orthogonal_groups(expert, ("tp",)),
+        ep=orthogonal_groups(expert, ("ep",)),
+        expert_tp=orthogonal_groups(expert, ("tp",)),
         expert_dp=orthogonal_groups(expert, ("dp",)),
         rollout_tp=orthogonal_groups(rollout, ("tp",), ("tp", "dp")),
         rollout_dp=orthogonal_groups(rollout, ("dp",), ("tp", "dp")),

@@ -2,19 +2,26 @@
 
 No torch import: pre-flight and `python3 -m dagrl.plan` use these before any heavy import.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 
-PARALLEL_SIZE_NAMES = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                       "virtual_pipeline_model_parallel_size", "context_parallel_size",
-                       "expert_model_parallel_size", "expert_tensor_parallel_size")
+PARALLEL_SIZE_NAMES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+)
 
 
 @dataclass(frozen=True)
 class ParallelLayout:
     """Model-parallel sizes of one Megatron model; DP is whatever the world size leaves (see WorldLayout)."""
+
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     virtual_pipeline_model_parallel_size: int | None = None
@@ -41,6 +48,7 @@ class WorldLayout:
     rank = tp + TP*(cp + CP*(dp + DP*pp)) on the dense grid, so a rank's DP rank is (rank // (TP*CP)) % DP; EP
     lives on the separate expert grid (expert-TP, EP, expert-DP, PP) and does not change it. The rollout (vLLM)
     groups consecutive blocks of rollout-TP ranks, which hold the same prompts."""
+
     world_size: int
     model: ParallelLayout = field(default_factory=ParallelLayout)
     rollout_tp: int = 1
@@ -52,17 +60,38 @@ class WorldLayout:
         if world % self.model.model_parallel_size:
             raise ValueError(f"world size {world} is not divisible by TP x PP x CP = {self.tp}x{self.pp}x{self.cp}")
         if world % (self.etp * self.ep * self.pp):
-            raise ValueError(f"world size {world} is not divisible by expert-TP x EP x PP = "
-                             f"{self.etp}x{self.ep}x{self.pp}")
+            raise ValueError(
+                f"world size {world} is not divisible by expert-TP x EP x PP = {self.etp}x{self.ep}x{self.pp}"
+            )
 
     @classmethod
-    def of(cls, world_size: int, rollout_tp: int = 1, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
-           etp: int | None = None, vpp: int | None = None, sequence_parallel: bool = False) -> "WorldLayout":
+    def of(
+        cls,
+        world_size: int,
+        rollout_tp: int = 1,
+        *,
+        tp: int = 1,
+        pp: int = 1,
+        cp: int = 1,
+        ep: int = 1,
+        etp: int | None = None,
+        vpp: int | None = None,
+        sequence_parallel: bool = False,
+    ) -> "WorldLayout":
         """The layout from short size names (tests and tools)."""
-        return cls(world_size, ParallelLayout(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                                              virtual_pipeline_model_parallel_size=vpp, context_parallel_size=cp,
-                                              expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
-                                              sequence_parallel=sequence_parallel), rollout_tp)
+        return cls(
+            world_size,
+            ParallelLayout(
+                tensor_model_parallel_size=tp,
+                pipeline_model_parallel_size=pp,
+                virtual_pipeline_model_parallel_size=vpp,
+                context_parallel_size=cp,
+                expert_model_parallel_size=ep,
+                expert_tensor_parallel_size=etp,
+                sequence_parallel=sequence_parallel,
+            ),
+            rollout_tp,
+        )
 
     # Megatron's sizes under short names, defaults resolved.
     @property

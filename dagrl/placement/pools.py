@@ -6,6 +6,7 @@ default process group with pool-local RANK / LOCAL_RANK / WORLD_SIZE, because vL
 Megatron's `initialize_model_parallel` both span the whole default group (a shared world hangs one of them).
 Launchers (torchrun, Ray) start `world_size` processes; each asks `Placement.pool_of(rank)` where it belongs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,10 +14,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Pool:
-    name: str            # "colocated", "rollout" or "train"
-    first_rank: int      # global rank of the pool's rank 0
+    name: str  # "colocated", "rollout" or "train"
+    first_rank: int  # global rank of the pool's rank 0
     size: int
-    per_node: int        # processes of this pool on one node (its n_gpus_per_node)
+    per_node: int  # processes of this pool on one node (its n_gpus_per_node)
 
     @property
     def ranks(self) -> range:
@@ -25,16 +26,24 @@ class Pool:
     def local_env(self, rank: int) -> dict[str, str]:
         """The torchrun-style variables a process of global `rank` sees inside this pool."""
         if rank not in self.ranks:
-            raise ValueError(f"rank {rank} is not in the {self.name} pool (ranks {self.first_rank}.."
-                             f"{self.first_rank + self.size - 1})")
+            raise ValueError(
+                f"rank {rank} is not in the {self.name} pool (ranks {self.first_rank}.."
+                f"{self.first_rank + self.size - 1})"
+            )
         local = rank - self.first_rank
-        return {"RANK": str(local), "WORLD_SIZE": str(self.size), "LOCAL_RANK": str(local % self.per_node),
-                "LOCAL_WORLD_SIZE": str(min(self.per_node, self.size)), "DAGRL_POOL": self.name}
+        return {
+            "RANK": str(local),
+            "WORLD_SIZE": str(self.size),
+            "LOCAL_RANK": str(local % self.per_node),
+            "LOCAL_WORLD_SIZE": str(min(self.per_node, self.size)),
+            "DAGRL_POOL": self.name,
+        }
 
 
 @dataclass(frozen=True)
 class Placement:
     """The run's pools: `colocated` alone, or `rollout` then `train` on separate ranks."""
+
     pools: tuple[Pool, ...]
 
     @classmethod
@@ -44,8 +53,12 @@ class Placement:
     @classmethod
     def split(cls, rollout_nodes: int, rollout_per_node: int, train_nodes: int, train_per_node: int) -> "Placement":
         rollout = rollout_nodes * rollout_per_node
-        return cls((Pool("rollout", 0, rollout, rollout_per_node),
-                    Pool("train", rollout, train_nodes * train_per_node, train_per_node)))
+        return cls(
+            (
+                Pool("rollout", 0, rollout, rollout_per_node),
+                Pool("train", rollout, train_nodes * train_per_node, train_per_node),
+            )
+        )
 
     @property
     def world_size(self) -> int:

@@ -10,6 +10,7 @@ A bad config prints the trainer's one-line error and exits with code 2. Imports 
 resolve a dtype of `auto` of a CPU run (by this machine's CPU, as the trainer would: bfloat16 with bf16
 instructions, else float32; a GPU run's `auto` is bfloat16).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -18,8 +19,14 @@ from dagrl.config.tree import Cfg
 from dagrl.config.distill_checks import teacher_config
 from dagrl.config.shape import RunShape
 from dagrl.placement import Placement, Pool, WorldLayout
-from dagrl.plan.memory import (CriticSettings, RunSettings, StageMemory, estimate, recompute_from_config,
-                               rollout_pool_memory)
+from dagrl.plan.memory import (
+    CriticSettings,
+    RunSettings,
+    StageMemory,
+    estimate,
+    recompute_from_config,
+    rollout_pool_memory,
+)
 from dagrl.plan.model import ModelShape
 from dagrl.placement.groups import ParallelGroups, megatron_groups
 from dagrl.plan.schedule import Schedule, needs_reference, step_schedule
@@ -31,6 +38,7 @@ H200_GIB = 141.0
 @dataclass
 class RolloutPool:
     """The rollout pool of a two-pool run: its ranks, rollout TP/DP, groups (global ranks) and engine memory."""
+
     pool: Pool
     layout: WorldLayout
     groups: ParallelGroups
@@ -48,9 +56,9 @@ class Plan:
     run: RunSettings
     memory: list[StageMemory]
     rollout_name: str
-    placement: Placement | None = None        # set for two pools: then `groups` are the training pool's, in
-    rollout_pool: RolloutPool | None = None   # global ranks, and `memory` holds no rollout engine
-    cpu_memory_gib: float | None = None       # a CPU run: the RAM a node's processes share (None: a GPU run)
+    placement: Placement | None = None  # set for two pools: then `groups` are the training pool's, in
+    rollout_pool: RolloutPool | None = None  # global ranks, and `memory` holds no rollout engine
+    cpu_memory_gib: float | None = None  # a CPU run: the RAM a node's processes share (None: a GPU run)
 
     @property
     def two_pools(self) -> bool:
@@ -64,8 +72,10 @@ class Plan:
 
 def offset_groups(groups: ParallelGroups, first_rank: int) -> ParallelGroups:
     """A pool's groups (pool-local ranks 0..N-1) as global launch ranks."""
-    return replace(groups, **{f.name: [[first_rank + r for r in group] for group in getattr(groups, f.name)]
-                              for f in fields(groups)})
+    return replace(
+        groups,
+        **{f.name: [[first_rank + r for r in group] for group in getattr(groups, f.name)] for f in fields(groups)},
+    )
 
 
 def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overrides: dict) -> CriticSettings:
@@ -74,12 +84,15 @@ def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overr
     critic = cfg.critic
     model = ModelShape.from_hf(read_hf_config(critic.model.path)) if critic.model.path else actor_model
     return CriticSettings(
-        shape=model, micro_batch=schedule.critic.micro_batch,
+        shape=model,
+        micro_batch=schedule.critic.micro_batch,
         micro_batches=schedule.critic.micro_batches_per_mini_batch,
         forward_micro_batch=schedule.critic.forward_micro_batch,
         recompute=recompute_from_config(bool(critic.model.enable_gradient_checkpointing), overrides),
-        param_offload=bool(critic.megatron.param_offload), grad_offload=bool(critic.megatron.grad_offload),
-        optimizer_offload=bool(critic.megatron.optimizer_offload))
+        param_offload=bool(critic.megatron.param_offload),
+        grad_offload=bool(critic.megatron.grad_offload),
+        optimizer_offload=bool(critic.megatron.optimizer_offload),
+    )
 
 
 def teacher_settings(cfg: Cfg) -> dict:
@@ -88,8 +101,11 @@ def teacher_settings(cfg: Cfg) -> dict:
     if config is None:
         return {}
     teacher = cfg.distillation.teacher_model
-    return {"teacher": ModelShape.from_hf(config), "teacher_param_offload": bool(teacher.param_offload),
-            "teacher_log_prob_micro_batch": teacher.log_prob_micro_batch_size_per_gpu}
+    return {
+        "teacher": ModelShape.from_hf(config),
+        "teacher_param_offload": bool(teacher.param_offload),
+        "teacher_log_prob_micro_batch": teacher.log_prob_micro_batch_size_per_gpu,
+    }
 
 
 def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_memory_gib: float | None = None) -> Plan:
@@ -108,34 +124,60 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
     run = RunSettings(
         bf16=precision.resolve(megatron.param_dtype, machine) == "bfloat16",
         distributed_optimizer=bool(megatron.use_distributed_optimizer),
-        param_offload=bool(megatron.param_offload), grad_offload=bool(megatron.grad_offload),
+        param_offload=bool(megatron.param_offload),
+        grad_offload=bool(megatron.grad_offload),
         optimizer_offload=bool(megatron.optimizer_offload),
         ref_param_offload=bool(cfg.actor_rollout_ref.ref.megatron.param_offload),
         trainable_top_layers=cfg.actor_rollout_ref.model.trainable_top_layers,
         recompute=recompute_from_config(bool(cfg.actor_rollout_ref.model.enable_gradient_checkpointing), overrides),
-        sequence_length=shape.prompt_length + shape.response_length, response_length=shape.response_length,
-        micro_batch=schedule.micro_batch, micro_batches=schedule.micro_batches_per_mini_batch,
+        sequence_length=shape.prompt_length + shape.response_length,
+        response_length=shape.response_length,
+        micro_batch=schedule.micro_batch,
+        micro_batches=schedule.micro_batches_per_mini_batch,
         old_log_prob_micro_batch=schedule.old_log_prob_micro_batch,
         ref_log_prob_micro_batch=schedule.ref_log_prob_micro_batch,
-        reference=needs_reference(cfg), rollout=rollout.name,
+        reference=needs_reference(cfg),
+        rollout=rollout.name,
         rollout_bf16=precision.resolve(rollout.dtype, machine) == "bfloat16",
         gpu_memory_utilization=float(rollout.gpu_memory_utilization),
-        free_cache_engine=bool(rollout.free_cache_engine), gpu_memory_gib=gpu_memory_gib,
+        free_cache_engine=bool(rollout.free_cache_engine),
+        gpu_memory_gib=gpu_memory_gib,
         critic=critic_settings(cfg, schedule, model, overrides) if schedule.critic else None,
-        **teacher_settings(cfg))
+        **teacher_settings(cfg),
+    )
     if not shape.two_pools:
-        return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model,
-                    layout=layout, groups=groups, schedule=schedule, run=run, memory=estimate(model, layout, run),
-                    rollout_name=rollout.name, cpu_memory_gib=cpu_memory_gib)
+        return Plan(
+            nnodes=cfg.trainer.nnodes,
+            gpus_per_node=cfg.trainer.n_gpus_per_node,
+            model=model,
+            layout=layout,
+            groups=groups,
+            schedule=schedule,
+            run=run,
+            memory=estimate(model, layout, run),
+            rollout_name=rollout.name,
+            cpu_memory_gib=cpu_memory_gib,
+        )
     place = shape.placement
     rollout_pool, train_pool = place.pool("rollout"), place.pool("train")
     rollout_layout = shape.in_pool("rollout").layout
     train_run = replace(run, rollout=None)  # the training GPUs hold no rollout engine
-    return Plan(nnodes=cfg.trainer.nnodes, gpus_per_node=cfg.trainer.n_gpus_per_node, model=model, layout=layout,
-                groups=offset_groups(groups, train_pool.first_rank), schedule=schedule, run=train_run,
-                memory=estimate(model, layout, train_run), rollout_name=rollout.name, placement=place,
-                cpu_memory_gib=cpu_memory_gib,
-                rollout_pool=RolloutPool(
-                    pool=rollout_pool, layout=rollout_layout,
-                    groups=offset_groups(megatron_groups(rollout_layout), rollout_pool.first_rank),
-                    memory=rollout_pool_memory(model, rollout_layout, run)))
+    return Plan(
+        nnodes=cfg.trainer.nnodes,
+        gpus_per_node=cfg.trainer.n_gpus_per_node,
+        model=model,
+        layout=layout,
+        groups=offset_groups(groups, train_pool.first_rank),
+        schedule=schedule,
+        run=train_run,
+        memory=estimate(model, layout, train_run),
+        rollout_name=rollout.name,
+        placement=place,
+        cpu_memory_gib=cpu_memory_gib,
+        rollout_pool=RolloutPool(
+            pool=rollout_pool,
+            layout=rollout_layout,
+            groups=offset_groups(megatron_groups(rollout_layout), rollout_pool.first_rank),
+            memory=rollout_pool_memory(model, rollout_layout, run),
+        ),
+    )

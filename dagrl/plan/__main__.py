@@ -1,4 +1,5 @@
 """CLI of dagrl.plan: `python3 -m dagrl.plan [--gpu-memory-gb N | --cpu] [--all-groups] key=value ...`."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,14 +13,21 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="python3 -m dagrl.plan",
         description="Print the parallel layout, the batch schedule and a per-GPU memory estimate of the run that "
-                    "`python3 -m dagrl.main_dag` would start with the same overrides; nothing is launched.")
+        "`python3 -m dagrl.main_dag` would start with the same overrides; nothing is launched.",
+    )
     device = parser.add_mutually_exclusive_group()
-    device.add_argument("--gpu-memory-gb", type=float, default=None,
-                        help="plan for GPUs of this much memory in GiB, as torch reports it (default 141: H200; "
-                             "H100: 80)")
-    device.add_argument("--cpu", action="store_true",
-                        help="plan a CPU run against this machine's RAM (the default where this machine has no GPU "
-                             "and the rollout is hf: the run dagrl.main_dag would start here)")
+    device.add_argument(
+        "--gpu-memory-gb",
+        type=float,
+        default=None,
+        help="plan for GPUs of this much memory in GiB, as torch reports it (default 141: H200; H100: 80)",
+    )
+    device.add_argument(
+        "--cpu",
+        action="store_true",
+        help="plan a CPU run against this machine's RAM (the default where this machine has no GPU "
+        "and the rollout is hf: the run dagrl.main_dag would start here)",
+    )
     parser.add_argument("--all-groups", action="store_true", help="list every rank group (default: the first 8)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, as for dagrl.main_dag")
     args, unknown = parser.parse_known_intermixed_args(argv)
@@ -36,8 +44,12 @@ def on_cpu(args: argparse.Namespace, cfg) -> bool:
 
     vllm = cfg.actor_rollout_ref.rollout.name == "vllm"
     if args.cpu:
-        require(not vllm, "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.name=vllm needs a CUDA GPU: "
-                "use actor_rollout_ref.rollout.name=hf for a CPU run (or plan for GPUs without --cpu)")
+        require(
+            not vllm,
+            "actor_rollout_ref.rollout.name",
+            "actor_rollout_ref.rollout.name=vllm needs a CUDA GPU: "
+            "use actor_rollout_ref.rollout.name=hf for a CPU run (or plan for GPUs without --cpu)",
+        )
     if args.cpu or args.gpu_memory_gb is not None:
         return args.cpu
     return not vllm and not has_gpu()
@@ -58,8 +70,9 @@ def main(argv: list[str] | None = None) -> None:
 
         cfg = Cfg(compose(overrides))  # a bad override: one ConfigError line, as in dagrl.main_dag
         shape = preflight(cfg, world_size=planned_world_size(cfg))
-        plan = make_plan(cfg, shape, args.gpu_memory_gb or H200_GIB,
-                         cpu_memory_gib=ram_gib() if on_cpu(args, cfg) else None)
+        plan = make_plan(
+            cfg, shape, args.gpu_memory_gb or H200_GIB, cpu_memory_gib=ram_gib() if on_cpu(args, cfg) else None
+        )
     except ConfigError as error:
         fail(str(error), 2)
     sys.stdout.write(render(plan, group_limit=0 if args.all_groups else 8))

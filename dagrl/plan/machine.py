@@ -1,5 +1,6 @@
 """The machine dagrl.plan runs on: whether the trainer would find a GPU here (read without importing torch) and how
 much memory its processes share when it would not."""
+
 from __future__ import annotations
 
 import glob

@@ -39,6 +39,7 @@ Runtime overhead (CUDA context, NCCL communicators, allocator slack) is an assum
 Checked against dagrl's measured actor-update peaks on 2xH200 (benchmarks/actor_mfu.py): -2 % for Qwen3-8B at
 TP2+SP and -9 % for Qwen3-1.7B at DP2 (docs/plan.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -53,10 +54,10 @@ RUNTIME_OVERHEAD_GIB = 2.0
 
 @dataclass(frozen=True)
 class Recompute:
-    granularity: str | None = None   # None | "full" | "selective"
-    method: str | None = None        # "uniform" | "block" (full)
+    granularity: str | None = None  # None | "full" | "selective"
+    method: str | None = None  # "uniform" | "block" (full)
     num_layers: int | None = None
-    modules: tuple[str, ...] = ()    # selective: what is recomputed
+    modules: tuple[str, ...] = ()  # selective: what is recomputed
 
     def describe(self) -> str:
         if self.granularity == "full":
@@ -75,14 +76,18 @@ def recompute_from_config(gradient_checkpointing: bool, overrides: dict[str, Any
     settings.update({k: v for k, v in overrides.items() if k.startswith("recompute_")})
     granularity = settings.get("recompute_granularity")
     modules = settings.get("recompute_modules") or ["core_attn"]
-    return Recompute(granularity=granularity, method=settings.get("recompute_method"),
-                     num_layers=settings.get("recompute_num_layers"),
-                     modules=tuple(modules) if granularity == "selective" else ())
+    return Recompute(
+        granularity=granularity,
+        method=settings.get("recompute_method"),
+        num_layers=settings.get("recompute_num_layers"),
+        modules=tuple(modules) if granularity == "selective" else (),
+    )
 
 
 @dataclass(frozen=True)
 class CriticSettings:
     """The PPO critic: its model shape (critic.model.path, else the actor's), batches, recompute and offload."""
+
     shape: ModelShape
     micro_batch: int = 1
     micro_batches: int = 1
@@ -96,28 +101,29 @@ class CriticSettings:
 @dataclass(frozen=True)
 class RunSettings:
     """What the estimate needs from the config, already resolved."""
+
     bf16: bool = True
     distributed_optimizer: bool = False
     param_offload: bool = False
     grad_offload: bool = False
     optimizer_offload: bool = False
-    ref_param_offload: bool = False      # the reference's own flag (actor_rollout_ref.ref.megatron.param_offload)
+    ref_param_offload: bool = False  # the reference's own flag (actor_rollout_ref.ref.megatron.param_offload)
     trainable_top_layers: int | None = None
     recompute: Recompute = field(default_factory=Recompute)
-    sequence_length: int = 1024          # prompt + response
+    sequence_length: int = 1024  # prompt + response
     response_length: int = 512
-    micro_batch: int = 1                 # training rows per micro-batch
-    micro_batches: int = 1               # micro-batches per mini-batch per rank
+    micro_batch: int = 1  # training rows per micro-batch
+    micro_batches: int = 1  # micro-batches per mini-batch per rank
     old_log_prob_micro_batch: int | None = None
     ref_log_prob_micro_batch: int | None = None
     reference: bool = False
-    rollout: str | None = "vllm"         # vllm | hf | None: the engine runs in a separate rollout pool
+    rollout: str | None = "vllm"  # vllm | hf | None: the engine runs in a separate rollout pool
     rollout_bf16: bool = True
     gpu_memory_utilization: float = 0.5
     free_cache_engine: bool = True
     gpu_memory_gib: float = 141.0
     critic: CriticSettings | None = None
-    teacher: ModelShape | None = None    # dag=opd's frozen teacher (the actor's layout and dtype)
+    teacher: ModelShape | None = None  # dag=opd's frozen teacher (the actor's layout and dtype)
     teacher_param_offload: bool = False
     teacher_log_prob_micro_batch: int | None = None
 
@@ -171,8 +177,9 @@ def training_activation_bytes(shape: ModelShape, layout: WorldLayout, run: RunSe
     return -(-held_layers // unit) * input_bytes + min(unit, layers_per_stage) * layer_bytes
 
 
-def logits_bytes(shape: ModelShape, layout: WorldLayout, run: RunSettings, rows: int, entropy: bool,
-                 backward: bool) -> float:
+def logits_bytes(
+    shape: ModelShape, layout: WorldLayout, run: RunSettings, rows: int, entropy: bool, backward: bool
+) -> float:
     positions = run.sequence_length if layout.sequence_parallel else run.response_length
     per_logit = (2 + 4 if run.bf16 else 4) + 4 + (4 if entropy else 0) + (4 if backward else 0)
     return rows * positions * shape.vocab / layout.tp / layout.cp * per_logit
@@ -181,6 +188,7 @@ def logits_bytes(shape: ModelShape, layout: WorldLayout, run: RunSettings, rows:
 @dataclass
 class StageMemory:
     """GiB on one rank of a pipeline stage, by component, and the totals of each phase."""
+
     stage: int
     parts: dict[str, float]
     phases: dict[str, float]
@@ -194,8 +202,9 @@ def model_state_bytes(params: RankParams, layout: WorldLayout, run: RunSettings)
     """(weights, gradients, optimizer state) of one rank."""
     dense_shard = layout.dp * layout.cp if run.distributed_optimizer else 1
     expert_shard = layout.expert_dp if run.distributed_optimizer else 1
-    optimizer = (12 if run.bf16 else 8) * (params.trainable_dense / dense_shard
-                                           + params.trainable_expert / expert_shard)
+    optimizer = (12 if run.bf16 else 8) * (
+        params.trainable_dense / dense_shard + params.trainable_expert / expert_shard
+    )
     return params.total * (2 if run.bf16 else 4), params.trainable * 4.0, optimizer
 
 
@@ -206,19 +215,32 @@ def critic_params(shape: ModelShape, layout: WorldLayout, stage: int) -> RankPar
     if stage == layout.pp - 1:
         head = shape.vocab * shape.hidden // layout.tp if (not shape.tied or layout.pp > 1) else 0
         delta = shape.hidden + 1 - head
-    return RankParams(dense=params.dense + delta, expert=params.expert,
-                      trainable_dense=params.dense + delta, trainable_expert=params.expert)
+    return RankParams(
+        dense=params.dense + delta,
+        expert=params.expert,
+        trainable_dense=params.dense + delta,
+        trainable_expert=params.expert,
+    )
 
 
 def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage: int) -> StageMemory:
-    params = rank_params(shape, tp=layout.tp, pp=layout.pp, ep=layout.ep, etp=layout.etp, stage=stage, vpp=layout.vpp,
-                         trainable_top_layers=run.trainable_top_layers)
+    params = rank_params(
+        shape,
+        tp=layout.tp,
+        pp=layout.pp,
+        ep=layout.ep,
+        etp=layout.etp,
+        stage=stage,
+        vpp=layout.vpp,
+        trainable_top_layers=run.trainable_top_layers,
+    )
     weights, grads, optimizer = model_state_bytes(params, layout, run)
     reference = weights if run.reference else 0.0
     teacher = 0.0
     if run.teacher is not None:
-        teacher_params = rank_params(run.teacher, tp=layout.tp, pp=layout.pp, ep=layout.ep, etp=layout.etp,
-                                     stage=stage, vpp=layout.vpp)
+        teacher_params = rank_params(
+            run.teacher, tp=layout.tp, pp=layout.pp, ep=layout.ep, etp=layout.etp, stage=stage, vpp=layout.vpp
+        )
         teacher = teacher_params.total * (2 if run.bf16 else 4)
     last = stage == layout.pp - 1
     train = training_activation_bytes(shape, layout, run, stage)
@@ -244,36 +266,70 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
     if critic:
         c_weights, c_grads, c_optimizer = model_state_bytes(critic_params(critic.shape, layout, stage), layout, run)
         critic_state, critic_weights = c_weights + c_grads + c_optimizer, c_weights
-        critic_idle = ((0 if critic.param_offload else c_weights) + (0 if critic.grad_offload else c_grads)
-                       + (0 if critic.optimizer_offload else c_optimizer))
-        critic_run = replace(run, micro_batch=critic.micro_batch, micro_batches=critic.micro_batches,
-                             recompute=critic.recompute)
+        critic_idle = (
+            (0 if critic.param_offload else c_weights)
+            + (0 if critic.grad_offload else c_grads)
+            + (0 if critic.optimizer_offload else c_optimizer)
+        )
+        critic_run = replace(
+            run, micro_batch=critic.micro_batch, micro_batches=critic.micro_batches, recompute=critic.recompute
+        )
         critic_train = training_activation_bytes(critic.shape, layout, critic_run, stage)
         critic_per_row = layer_activation_elements(critic.shape, layout, Recompute()) * run.sequence_length
         forward = max(forward, critic.forward_micro_batch * critic_per_row * act_bytes)
 
     frozen_idle = (0 if run.ref_param_offload else reference) + (0 if run.teacher_param_offload else teacher)
-    actor_idle = ((0 if run.param_offload else weights) + frozen_idle
-                  + (0 if run.grad_offload else grads) + (0 if run.optimizer_offload else optimizer))
+    actor_idle = (
+        (0 if run.param_offload else weights)
+        + frozen_idle
+        + (0 if run.grad_offload else grads)
+        + (0 if run.optimizer_offload else optimizer)
+    )
     idle = actor_idle + critic_idle + hf_rollout
     overhead = RUNTIME_OVERHEAD_GIB * GIB
     # a log-prob or values pass onloads the one model it runs: at most the larger of the offloaded weights
-    onloaded = max(weights if run.param_offload else 0.0, reference if run.ref_param_offload else 0.0,
-                   teacher if run.teacher_param_offload else 0.0,
-                   critic_weights if critic and critic.param_offload else 0.0)
+    onloaded = max(
+        weights if run.param_offload else 0.0,
+        reference if run.ref_param_offload else 0.0,
+        teacher if run.teacher_param_offload else 0.0,
+        critic_weights if critic and critic.param_offload else 0.0,
+    )
     phases = {} if run.rollout is None else {"rollout": idle + vllm + overhead}  # None: the rollout pool generates
     phases |= {
         "log-prob": idle + onloaded + forward + vllm_asleep + overhead,
-        "update": (weights + grads + optimizer + frozen_idle + critic_idle + hf_rollout
-                   + train + train_logits + vllm_asleep + overhead),
+        "update": (
+            weights
+            + grads
+            + optimizer
+            + frozen_idle
+            + critic_idle
+            + hf_rollout
+            + train
+            + train_logits
+            + vllm_asleep
+            + overhead
+        ),
     }
     if critic:
         phases["critic update"] = actor_idle + critic_state + hf_rollout + critic_train + vllm_asleep + overhead
-    parts = {"weights": weights, "gradients": grads, "optimizer": optimizer, "reference": reference, "teacher": teacher,
-             "activations": train, "logits": train_logits, "log-prob pass": forward, "hf rollout": hf_rollout,
-             "critic state": critic_state, "critic activations": critic_train, "vllm": vllm, "overhead": overhead}
-    return StageMemory(stage=stage, parts={k: v / GIB for k, v in parts.items()},
-                       phases={k: v / GIB for k, v in phases.items()})
+    parts = {
+        "weights": weights,
+        "gradients": grads,
+        "optimizer": optimizer,
+        "reference": reference,
+        "teacher": teacher,
+        "activations": train,
+        "logits": train_logits,
+        "log-prob pass": forward,
+        "hf rollout": hf_rollout,
+        "critic state": critic_state,
+        "critic activations": critic_train,
+        "vllm": vllm,
+        "overhead": overhead,
+    }
+    return StageMemory(
+        stage=stage, parts={k: v / GIB for k, v in parts.items()}, phases={k: v / GIB for k, v in phases.items()}
+    )
 
 
 def estimate(shape: ModelShape, layout: WorldLayout, run: RunSettings) -> list[StageMemory]:
@@ -294,5 +350,8 @@ def rollout_pool_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings
         weights, cache = rollout_weight_bytes(shape, run), 0.0
     overhead = RUNTIME_OVERHEAD_GIB * GIB
     parts = {"rollout weights": weights, "kv cache": cache, "overhead": overhead}
-    return StageMemory(stage=0, parts={k: v / GIB for k, v in parts.items()},
-                       phases={"rollout": (weights + max(cache, 0.0) + overhead) / GIB})
+    return StageMemory(
+        stage=0,
+        parts={k: v / GIB for k, v in parts.items()},
+        phases={"rollout": (weights + max(cache, 0.0) + overhead) / GIB},
+    )

@@ -7,6 +7,7 @@ embedding on the first stage and the final norm + output layer on the last (with
 the last stage keeps its own copy of the embedding to project with). Megatron's vocabulary padding (at most
 128 x TP rows) is left out.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ class ModelShape:
     head_dim: int
     vocab: int
     tied: bool
-    experts: int = 0   # routed experts per layer; 0 = dense
+    experts: int = 0  # routed experts per layer; 0 = dense
     moe_ffn: int = 0
     topk: int = 0
 
@@ -36,13 +37,20 @@ class ModelShape:
     def from_hf(cls, config: dict[str, Any]) -> "ModelShape":
         heads = config["num_attention_heads"]
         experts = num_experts(SimpleNamespace(**config)) or 0
-        return cls(model_type=config["model_type"], hidden=config["hidden_size"],
-                   ffn=config["intermediate_size"], layers=config["num_hidden_layers"], heads=heads,
-                   kv_heads=config.get("num_key_value_heads") or heads,
-                   head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-                   vocab=config["vocab_size"], tied=bool(config.get("tie_word_embeddings", False)),
-                   experts=experts, moe_ffn=config.get("moe_intermediate_size", 0) if experts else 0,
-                   topk=config.get("num_experts_per_tok", 0) if experts else 0)
+        return cls(
+            model_type=config["model_type"],
+            hidden=config["hidden_size"],
+            ffn=config["intermediate_size"],
+            layers=config["num_hidden_layers"],
+            heads=heads,
+            kv_heads=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            vocab=config["vocab_size"],
+            tied=bool(config.get("tie_word_embeddings", False)),
+            experts=experts,
+            moe_ffn=config.get("moe_intermediate_size", 0) if experts else 0,
+            topk=config.get("num_experts_per_tok", 0) if experts else 0,
+        )
 
     @property
     def moe(self) -> bool:
@@ -94,8 +102,9 @@ class ModelShape:
 @dataclass(frozen=True)
 class RankParams:
     """Parameters one rank of a pipeline stage holds, split by what the distributed optimizer shards them over."""
-    dense: int           # sharded by the optimizer over DP x CP
-    expert: int          # sharded by the optimizer over expert-DP
+
+    dense: int  # sharded by the optimizer over DP x CP
+    expert: int  # sharded by the optimizer over expert-DP
     trainable_dense: int
     trainable_expert: int
 
@@ -115,8 +124,17 @@ def stage_layers(shape: ModelShape, pp: int, stage: int, vpp: int = 1) -> list[r
     return [range(c * per_chunk, (c + 1) * per_chunk) for c in range(stage, pp * vpp, pp)]
 
 
-def rank_params(shape: ModelShape, *, tp: int, pp: int, ep: int, etp: int, stage: int, vpp: int = 1,
-                trainable_top_layers: int | None = None) -> RankParams:
+def rank_params(
+    shape: ModelShape,
+    *,
+    tp: int,
+    pp: int,
+    ep: int,
+    etp: int,
+    stage: int,
+    vpp: int = 1,
+    trainable_top_layers: int | None = None,
+) -> RankParams:
     """Parameters on one rank of PP stage `stage`; `trainable_top_layers` limits training to the top N layers
     and the final norm, as actor_rollout_ref.model.trainable_top_layers does."""
     layers = [layer for chunk in stage_layers(shape, pp, stage, vpp) for layer in chunk]
@@ -132,6 +150,9 @@ def rank_params(shape: ModelShape, *, tp: int, pp: int, ep: int, etp: int, stage
     extra_trainable = 0 if trainable_top_layers else extra
     if last and trainable_top_layers:
         extra_trainable = shape.hidden  # the final norm trains with the top layers
-    return RankParams(dense=len(layers) * per_layer_dense + extra, expert=len(layers) * per_layer_expert,
-                      trainable_dense=trained_layers * per_layer_dense + extra_trainable,
-                      trainable_expert=trained_layers * per_layer_expert)
+    return RankParams(
+        dense=len(layers) * per_layer_dense + extra,
+        expert=len(layers) * per_layer_expert,
+        trainable_dense=trained_layers * per_layer_dense + extra_trainable,
+        trainable_expert=trained_layers * per_layer_expert,
+    )

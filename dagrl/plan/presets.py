@@ -6,6 +6,7 @@ named after the real checkpoints whose shapes they copy (Qwen3-0.6B/1.7B/4B/8B/1
 Qwen3-30B-A3B, Qwen3-235B-A22B); the family decides the attention details (Qwen2's QKV bias, Qwen3's QK-norm).
 Importing this module needs neither torch nor transformers; `hf_config` imports transformers when called.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,39 +16,134 @@ from dagrl.models.families import MODEL_TYPES
 
 FAMILIES = MODEL_TYPES  # dagrl/models/families.py
 
-_TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
-             initializer_range=0.2, rms_norm_eps=1e-6, rope_theta=5000.0)
+_TINY = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    initializer_range=0.2,
+    rms_norm_eps=1e-6,
+    rope_theta=5000.0,
+)
 _QWEN = dict(vocab_size=151936, rms_norm_eps=1e-6, initializer_range=0.02, rope_theta=1_000_000.0)
 
 # Dense shapes (any dense family).
 DENSE_SIZES: dict[str, dict[str, Any]] = {
     "tiny": _TINY,
-    "0.5b": dict(_QWEN, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, head_dim=64, max_position_embeddings=32768, tie_word_embeddings=True),
-    "0.6b": dict(_QWEN, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=True),
-    "1.7b": dict(_QWEN, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=True),
-    "4b": dict(_QWEN, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=True),
-    "8b": dict(_QWEN, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=False),
-    "14b": dict(_QWEN, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
-                num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=False),
-    "32b": dict(_QWEN, hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64,
-                num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=False),
+    "0.5b": dict(
+        _QWEN,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+    ),
+    "0.6b": dict(
+        _QWEN,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+    ),
+    "1.7b": dict(
+        _QWEN,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+    ),
+    "4b": dict(
+        _QWEN,
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+    ),
+    "8b": dict(
+        _QWEN,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+    ),
+    "14b": dict(
+        _QWEN,
+        hidden_size=5120,
+        intermediate_size=17408,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+    ),
+    "32b": dict(
+        _QWEN,
+        hidden_size=5120,
+        intermediate_size=25600,
+        num_hidden_layers=64,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+    ),
 }
 # Mixture-of-experts shapes (qwen3_moe); every layer is an MoE layer, intermediate_size is unused there.
 MOE_SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(_TINY, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2),
-    "30b-a3b": dict(_QWEN, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
-                    num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
-                    num_experts_per_tok=8, max_position_embeddings=40960, tie_word_embeddings=False),
-    "235b-a22b": dict(_QWEN, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
-                      num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128,
-                      num_experts=128, num_experts_per_tok=8, max_position_embeddings=40960,
-                      tie_word_embeddings=False),
+    "30b-a3b": dict(
+        _QWEN,
+        hidden_size=2048,
+        intermediate_size=6144,
+        moe_intermediate_size=768,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+    ),
+    "235b-a22b": dict(
+        _QWEN,
+        hidden_size=4096,
+        intermediate_size=12288,
+        moe_intermediate_size=1536,
+        num_hidden_layers=94,
+        num_attention_heads=64,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+    ),
 }
 
 
@@ -57,8 +153,9 @@ def sizes(family: str) -> dict[str, dict[str, Any]]:
     return MOE_SIZES if KINDS[family].moe else DENSE_SIZES
 
 
-def config_fields(family: str, size: str, *, num_layers: int | None = None, vocab_size: int | None = None,
-                  tie: bool | None = None) -> dict[str, Any]:
+def config_fields(
+    family: str, size: str, *, num_layers: int | None = None, vocab_size: int | None = None, tie: bool | None = None
+) -> dict[str, Any]:
     """Keyword arguments of the family's transformers config class for `size` (overrides applied)."""
     table = sizes(family)
     if size not in table:

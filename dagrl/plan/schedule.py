@@ -7,6 +7,7 @@ actor-DP` rows per optimizer step for `ppo_epochs` passes, and the engine runs m
 `ppo_micro_batch_size_per_gpu` rows through Megatron's pipeline schedule; the log-prob nodes run micro-batches of
 their own sizes. Pre-flight has already checked that every division here is exact.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ def _ceil_div(a: int, b: int) -> int:
 @dataclass(frozen=True)
 class CriticSchedule:
     """The PPO critic's own cut of the step (critic.*)."""
+
     mini_batches: int
     ppo_epochs: int
     mini_batch_rows_per_rank: int
@@ -37,17 +39,17 @@ class CriticSchedule:
 
 @dataclass(frozen=True)
 class Schedule:
-    prompts: int                        # data.train_batch_size
-    n: int                              # responses per prompt
-    layout: WorldLayout                 # rollout DP, actor DP, PP and VPP
-    mini_batches: int                   # optimizer steps per PPO epoch
+    prompts: int  # data.train_batch_size
+    n: int  # responses per prompt
+    layout: WorldLayout  # rollout DP, actor DP, PP and VPP
+    mini_batches: int  # optimizer steps per PPO epoch
     ppo_epochs: int
-    mini_batch_rows_per_rank: int       # responses per optimizer step on one actor rank
+    mini_batch_rows_per_rank: int  # responses per optimizer step on one actor rank
     micro_batch: int
     old_log_prob_micro_batch: int | None  # None: skipped (one optimizer step per batch: update's own log-probs)
     ref_log_prob_micro_batch: int | None  # None: no reference model (no KL term)
-    steps_per_epoch: int | None     # None: planned without the data files
-    total_steps: int | None         # None: that, and no trainer.total_training_steps
+    steps_per_epoch: int | None  # None: planned without the data files
+    total_steps: int | None  # None: that, and no trainer.total_training_steps
     critic: CriticSchedule | None = None  # None: the graph has no critic node
 
     @property
@@ -84,12 +86,13 @@ class Schedule:
 
 def critic_schedule(cfg: Cfg, shape: RunShape) -> CriticSchedule:
     critic = cfg.critic
-    return CriticSchedule(mini_batches=cfg.data.train_batch_size // critic.ppo_mini_batch_size,
-                          ppo_epochs=critic.ppo_epochs,
-                          mini_batch_rows_per_rank=critic.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n
-                          // shape.layout.dp,
-                          micro_batch=critic.ppo_micro_batch_size_per_gpu,
-                          forward_micro_batch=critic.forward_micro_batch_size_per_gpu)
+    return CriticSchedule(
+        mini_batches=cfg.data.train_batch_size // critic.ppo_mini_batch_size,
+        ppo_epochs=critic.ppo_epochs,
+        mini_batch_rows_per_rank=critic.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n // shape.layout.dp,
+        micro_batch=critic.ppo_micro_batch_size_per_gpu,
+        forward_micro_batch=critic.forward_micro_batch_size_per_gpu,
+    )
 
 
 def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
@@ -100,14 +103,20 @@ def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
     prompts = cfg.data.train_batch_size
     steps_per_epoch = None if shape.train_rows is None else shape.train_rows // prompts
     return Schedule(
-        prompts=prompts, n=n, layout=shape.layout,
-        mini_batches=prompts // actor.ppo_mini_batch_size, ppo_epochs=actor.ppo_epochs,
+        prompts=prompts,
+        n=n,
+        layout=shape.layout,
+        mini_batches=prompts // actor.ppo_mini_batch_size,
+        ppo_epochs=actor.ppo_epochs,
         mini_batch_rows_per_rank=actor.ppo_mini_batch_size * n // shape.layout.dp,
         micro_batch=actor.ppo_micro_batch_size_per_gpu,
-        old_log_prob_micro_batch=None if skips_old_log_prob(cfg)
+        old_log_prob_micro_batch=None
+        if skips_old_log_prob(cfg)
         else cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu,
         ref_log_prob_micro_batch=cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
-        if needs_reference(cfg) else None,
+        if needs_reference(cfg)
+        else None,
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps(cfg, shape.train_rows),
-        critic=critic_schedule(cfg, shape) if "critic" in graph_roles(cfg) else None)
+        critic=critic_schedule(cfg, shape) if "critic" in graph_roles(cfg) else None,
+    )

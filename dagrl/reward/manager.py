@@ -16,6 +16,7 @@ backtrack, a C extension) is only interrupted when that call returns, and a scor
 there) each sample runs in a helper thread and a timed-out one gets an asynchronous exception, which stops
 pure-Python code but not a thread blocked in C (it is then left running and a warning says so).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -69,8 +70,11 @@ def scorer_name(function: Callable | None) -> str:
         where = inspect.getsourcefile(function) or inspect.getfile(function)
     except TypeError:  # a builtin, a callable object: its module is the best name left
         where = getattr(function, "__module__", None)
-    return f"reward function {name} in {os.path.abspath(where)!r}" if where and os.path.sep in where else \
-        f"reward function {name}" + (f" of module {where}" if where else "")
+    return (
+        f"reward function {name} in {os.path.abspath(where)!r}"
+        if where and os.path.sep in where
+        else f"reward function {name}" + (f" of module {where}" if where else "")
+    )
 
 
 class _MainThreadTimer:
@@ -127,8 +131,7 @@ class _ThreadTimer:
         worker.start()
         worker.join(timeout_s)
         if worker.is_alive():
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident),
-                                                       ctypes.py_object(ScorerTimeout))
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(ScorerTimeout))
             worker.join(0.5)
             if worker.is_alive():
                 logger.warning("a timed-out reward scorer thread is blocked in C code and keeps running")
@@ -141,10 +144,16 @@ class _ThreadTimer:
 class RewardManager:
     """Scores a batch of responses: `manager(batch, tokenizer) -> (token_level_scores [B, R], metrics)`."""
 
-    def __init__(self, kind: str = "naive", compute_score: Callable | None = None,
-                 reward_kwargs: dict[str, Any] | None = None, timeout_s: float | None = 10.0,
-                 on_error: str = "zero", overlong_buffer: dict[str, Any] | None = None,
-                 max_response_length: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: str = "naive",
+        compute_score: Callable | None = None,
+        reward_kwargs: dict[str, Any] | None = None,
+        timeout_s: float | None = 10.0,
+        on_error: str = "zero",
+        overlong_buffer: dict[str, Any] | None = None,
+        max_response_length: int | None = None,
+    ) -> None:
         if kind not in KINDS:
             raise ValueError(f"reward_model.reward_manager={kind!r} is not one of {KINDS}")
         if on_error not in ON_ERROR:
@@ -154,6 +163,7 @@ class RewardManager:
         self.scorer = scorer_name(compute_score)
         if compute_score is None:
             from dagrl.reward.scorers import default_compute_score
+
             compute_score = default_compute_score
         self.kind = kind
         self.compute_score = compute_score
@@ -181,8 +191,9 @@ class RewardManager:
         token_level_scores, metrics, _ = self.score_batch(batch, tokenizer)
         return token_level_scores.to(batch["responses"].device), metrics
 
-    def score_batch(self, batch: Batch, tokenizer: Any
-                    ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor]]:
+    def score_batch(
+        self, batch: Batch, tokenizer: Any
+    ) -> tuple[torch.Tensor, dict[str, float], dict[str, torch.Tensor]]:
         """`__call__`'s result, on the CPU, plus per-response values [B] (verl's reward_extra_info): `score`, the
         scorer's score before overlong shaping; `acc`, the scorer's `acc` when it returns a dict with one, else its
         score (the built-in rule scorers score 1 for a correct answer); `failed`, 1 where the sample failed (its
@@ -197,8 +208,7 @@ class RewardManager:
         if texts is None:
             # rows as tensors: transformers turns each with one tolist(); a list of ints it checks element by element
             # in Python (256 x 1,024 tokens: 0.074 s of decoding became 0.058 s on a CPU here)
-            texts = tokenizer.batch_decode([response_ids[i][valid[i]] for i in range(size)],
-                                           skip_special_tokens=True)
+            texts = tokenizer.batch_decode([response_ids[i][valid[i]] for i in range(size)], skip_special_tokens=True)
         extra_infos = batch.get("extra_info")
 
         scores = torch.zeros(size, dtype=torch.float32)
@@ -213,30 +223,43 @@ class RewardManager:
                 extra_info = extra_infos[i] if extra_infos is not None else None
                 try:
                     ground_truth = batch["reward_model"][i]["ground_truth"]  # a row without one is a sample error
-                    result = timer.call(partial(self.compute_score, data_source, texts[i], ground_truth, extra_info,
-                                                **self.reward_kwargs), self.timeout_s)
+                    result = timer.call(
+                        partial(
+                            self.compute_score, data_source, texts[i], ground_truth, extra_info, **self.reward_kwargs
+                        ),
+                        self.timeout_s,
+                    )
                     scores[i] = self._score_of(result, extra_values)
                     if isinstance(result, dict) and isinstance(result.get("acc"), numbers.Real):
                         acc[i] = float(result["acc"])
                 except SystemExit as error:  # a BaseException: `except Exception` would let it end the trainer
                     code = "" if error.code is None else _show(error.code)
-                    raise RunError(f"{self.scorer} called sys.exit({code}) on sample {i} (data_source "
-                                   f"{data_source!r}); a reward function returns a "
-                                   f"score and never exits the trainer: remove the sys.exit()/exit() call (raise "
-                                   f"an exception to fail one sample)") from error
+                    raise RunError(
+                        f"{self.scorer} called sys.exit({code}) on sample {i} (data_source "
+                        f"{data_source!r}); a reward function returns a "
+                        f"score and never exits the trainer: remove the sys.exit()/exit() call (raise "
+                        f"an exception to fail one sample)"
+                    ) from error
                 except (Exception, ScorerTimeout) as error:
                     timeouts += isinstance(error, ScorerTimeout)
                     if self.on_error == "raise":
-                        raise RunError(f"{self.scorer} {self._failure_message(i, data_source, error)}"
-                                       + self._fix(error)) from error
+                        raise RunError(
+                            f"{self.scorer} {self._failure_message(i, data_source, error)}" + self._fix(error)
+                        ) from error
                     failures.append((i, error))
         metrics: dict[str, float] = {"reward/errors": float(len(failures)), "reward/timeouts": float(timeouts)}
         self.first_failure = None
         if failures:
             index, error = failures[0]
             self.first_failure = self._failure_message(index, batch["data_source"][index], error)
-            logger.warning("%d of %d responses failed scoring (%d timed out) and score 0; first: %s %s",
-                           len(failures), size, timeouts, self.scorer, self.first_failure)
+            logger.warning(
+                "%d of %d responses failed scoring (%d timed out) and score 0; first: %s %s",
+                len(failures),
+                size,
+                timeouts,
+                self.scorer,
+                self.first_failure,
+            )
         for key, values in extra_values.items():
             metrics[f"reward/{key}/mean"] = float(sum(values) / len(values))
         failed = torch.zeros(size, dtype=torch.float32)
@@ -266,8 +289,9 @@ class RewardManager:
                     extra_values[key].append(float(value))
             result = result["score"]
         if not isinstance(result, numbers.Real):
-            raise BadScore(f"returned {_show(result)} (a {type(result).__name__}), not a float or a dict with a "
-                           f"'score' key")
+            raise BadScore(
+                f"returned {_show(result)} (a {type(result).__name__}), not a float or a dict with a 'score' key"
+            )
         score = float(result)
         if not math.isfinite(score):
             raise BadScore(f"returned a non-finite score {score}")
@@ -275,15 +299,20 @@ class RewardManager:
 
     def all_failed_message(self, total: int, step: int) -> str:
         """The RunError of a step whose every response failed scoring under on_error=zero (nodes/reward.py)."""
-        return (f"{self.scorer} failed on all {total} responses of step {step}, first {self.first_failure}; "
-                f"reward_model.on_error=zero scores occasional failures 0, but a step with no score trains "
-                f"nothing: fix the scorer (custom_reward_function.path/name)")
+        return (
+            f"{self.scorer} failed on all {total} responses of step {step}, first {self.first_failure}; "
+            f"reward_model.on_error=zero scores occasional failures 0, but a step with no score trains "
+            f"nothing: fix the scorer (custom_reward_function.path/name)"
+        )
 
     @staticmethod
     def _fix(error: BaseException) -> str:
         """What the user can do about a failure that stops the run (reward_model.on_error=raise)."""
-        first = "raise reward_model.timeout_s or speed up the scorer" if isinstance(error, ScorerTimeout) else \
-            "fix the scorer (custom_reward_function.path/name, or the built-in one for this data_source)"
+        first = (
+            "raise reward_model.timeout_s or speed up the scorer"
+            if isinstance(error, ScorerTimeout)
+            else "fix the scorer (custom_reward_function.path/name, or the built-in one for this data_source)"
+        )
         return f"; {first}, or set reward_model.on_error=zero to score such responses 0 and count them"
 
     def _failure_message(self, index: int, data_source: str, error: BaseException) -> str:

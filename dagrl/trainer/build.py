@@ -2,6 +2,7 @@
 
 All reading of engine-related config keys happens here, so engines receive explicit specs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,10 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def run_dtype(cfg: Cfg, key: str) -> str:
     """The dtype name `key` (precision.KEYS) resolves to on this machine; the first call of a process logs what
     `auto` chose on a CPU and warns of bf16 set on a CPU without bf16 instructions (rank 0)."""
-    values = {precision.PARAM_DTYPE: cfg.actor_rollout_ref.actor.megatron.param_dtype,
-              precision.ROLLOUT_DTYPE: cfg.actor_rollout_ref.rollout.dtype}
+    values = {
+        precision.PARAM_DTYPE: cfg.actor_rollout_ref.actor.megatron.param_dtype,
+        precision.ROLLOUT_DTYPE: cfg.actor_rollout_ref.rollout.dtype,
+    }
     if os.environ.get("RANK", "0") == "0":
         precision.announce_once(*precision.startup_lines(values))
     return precision.resolve(values[key])
@@ -65,10 +68,16 @@ def optim_spec(cfg: Cfg, shape: RunShape, total_training_steps: int, role: str =
     # gives min_lr as a fraction of lr
     style = optim.warmup_style or optim.lr_decay_style
     min_lr = optim.min_lr_ratio * optim.lr if optim.min_lr_ratio is not None else optim.min_lr
-    return OptimSpec(lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
-                     clip_grad=shape.critic_grad_clip if role == "critic" else shape.grad_clip,
-                     lr_warmup_steps=warmup, lr_decay_style=style,
-                     min_lr=min_lr, total_training_steps=max(total, 1))
+    return OptimSpec(
+        lr=optim.lr,
+        betas=tuple(optim.betas),
+        weight_decay=optim.weight_decay,
+        clip_grad=shape.critic_grad_clip if role == "critic" else shape.grad_clip,
+        lr_warmup_steps=warmup,
+        lr_decay_style=style,
+        min_lr=min_lr,
+        total_training_steps=max(total, 1),
+    )
 
 
 def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> MegatronEngineSpec:
@@ -90,7 +99,8 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         remove_padding=model.use_remove_padding,
         fp32_lm_head=model.fp32_lm_head,
         dist_checkpoint_path=os.path.expanduser(megatron.dist_checkpointing_path)
-        if megatron.use_dist_checkpointing else None,
+        if megatron.use_dist_checkpointing
+        else None,
     )
 
 
@@ -101,14 +111,23 @@ def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: i
 
     compat.import_megatron(keep_wandb="wandb" in as_list(cfg.trainer.logger))
     contents = cfg.actor_rollout_ref.actor.checkpoint
-    actor = MegatronActorEngine(dataclasses.replace(
-        megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps)),
-        save_contents=tuple(as_list(contents.save_contents)), load_contents=tuple(as_list(contents.load_contents))))
+    actor = MegatronActorEngine(
+        dataclasses.replace(
+            megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps)),
+            save_contents=tuple(as_list(contents.save_contents)),
+            load_contents=tuple(as_list(contents.load_contents)),
+        )
+    )
     reference = None
     if needs_reference(cfg):  # frozen: only its parameters can be offloaded, under its own flag
-        reference = MegatronActorEngine(dataclasses.replace(
-            megatron_spec(cfg, shape, optim=None), param_offload=cfg.actor_rollout_ref.ref.megatron.param_offload,
-            grad_offload=False, optimizer_offload=False))
+        reference = MegatronActorEngine(
+            dataclasses.replace(
+                megatron_spec(cfg, shape, optim=None),
+                param_offload=cfg.actor_rollout_ref.ref.megatron.param_offload,
+                grad_offload=False,
+                optimizer_offload=False,
+            )
+        )
     return actor, reference
 
 
@@ -117,10 +136,17 @@ def build_teacher(cfg: Cfg, shape: RunShape):
     from dagrl.engine.megatron.actor import MegatronActorEngine
 
     teacher = cfg.distillation.teacher_model
-    return MegatronActorEngine(dataclasses.replace(
-        megatron_spec(cfg, shape, optim=None), model_path=os.path.expanduser(teacher.model_path),
-        param_offload=teacher.param_offload, grad_offload=False, optimizer_offload=False, trainable_top_layers=None,
-        dist_checkpoint_path=None))
+    return MegatronActorEngine(
+        dataclasses.replace(
+            megatron_spec(cfg, shape, optim=None),
+            model_path=os.path.expanduser(teacher.model_path),
+            param_offload=teacher.param_offload,
+            grad_offload=False,
+            optimizer_offload=False,
+            trainable_top_layers=None,
+            dist_checkpoint_path=None,
+        )
+    )
 
 
 def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
@@ -129,12 +155,21 @@ def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
 
     critic = cfg.critic
     spec = megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps, role="critic"))
-    return MegatronCriticEngine(dataclasses.replace(
-        spec, model_path=os.path.expanduser(critic.model.path) if critic.model.path else spec.model_path,
-        seed=critic.megatron.seed, gradient_checkpointing=critic.model.enable_gradient_checkpointing,
-        remove_padding=critic.model.use_remove_padding, fp32_lm_head=False,  # a value head, not an LM head
-        trainable_top_layers=None, dist_checkpoint_path=None, param_offload=critic.megatron.param_offload,
-        grad_offload=critic.megatron.grad_offload, optimizer_offload=critic.megatron.optimizer_offload))
+    return MegatronCriticEngine(
+        dataclasses.replace(
+            spec,
+            model_path=os.path.expanduser(critic.model.path) if critic.model.path else spec.model_path,
+            seed=critic.megatron.seed,
+            gradient_checkpointing=critic.model.enable_gradient_checkpointing,
+            remove_padding=critic.model.use_remove_padding,
+            fp32_lm_head=False,  # a value head, not an LM head
+            trainable_top_layers=None,
+            dist_checkpoint_path=None,
+            param_offload=critic.megatron.param_offload,
+            grad_offload=critic.megatron.grad_offload,
+            optimizer_offload=critic.megatron.optimizer_offload,
+        )
+    )
 
 
 def build_rollout(cfg: Cfg, shape: RunShape, tokenizer, device: torch.device):
@@ -142,9 +177,14 @@ def build_rollout(cfg: Cfg, shape: RunShape, tokenizer, device: torch.device):
     if rollout.name == "hf":
         from dagrl.engine.rollout.hf import HFRollout
 
-        return HFRollout(os.path.expanduser(cfg.actor_rollout_ref.model.path), eos_token_ids(cfg, tokenizer),
-                         pad_token_id(tokenizer), device=device, dtype=_DTYPES[run_dtype(cfg, precision.ROLLOUT_DTYPE)],
-                         fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head)
+        return HFRollout(
+            os.path.expanduser(cfg.actor_rollout_ref.model.path),
+            eos_token_ids(cfg, tokenizer),
+            pad_token_id(tokenizer),
+            device=device,
+            dtype=_DTYPES[run_dtype(cfg, precision.ROLLOUT_DTYPE)],
+            fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head,
+        )
     from dagrl.engine.rollout.vllm import VLLMRollout
 
     return VLLMRollout(vllm_spec(cfg, shape), eos_token_ids(cfg, tokenizer), pad_token_id(tokenizer))
@@ -155,16 +195,25 @@ def vllm_spec(cfg: Cfg, shape: RunShape):
 
     rollout = cfg.actor_rollout_ref.rollout
     return VLLMRolloutSpec(
-        model_path=os.path.expanduser(cfg.actor_rollout_ref.model.path), tensor_parallel_size=shape.rollout_tp,
-        dtype=run_dtype(cfg, precision.ROLLOUT_DTYPE), seed=rollout.seed,
-        gpu_memory_utilization=rollout.gpu_memory_utilization, max_model_len=shape.max_model_len,
-        max_num_batched_tokens=rollout.max_num_batched_tokens, max_num_seqs=rollout.max_num_seqs,
+        model_path=os.path.expanduser(cfg.actor_rollout_ref.model.path),
+        tensor_parallel_size=shape.rollout_tp,
+        dtype=run_dtype(cfg, precision.ROLLOUT_DTYPE),
+        seed=rollout.seed,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        max_model_len=shape.max_model_len,
+        max_num_batched_tokens=rollout.max_num_batched_tokens,
+        max_num_seqs=rollout.max_num_seqs,
         # a rollout pool of its own never sleeps: no actor wants its memory back
-        enforce_eager=rollout.enforce_eager, free_cache_engine=rollout.free_cache_engine and shape.pool != "rollout",
-        enable_chunked_prefill=rollout.enable_chunked_prefill, enable_prefix_caching=rollout.enable_prefix_caching,
-        load_format=rollout.load_format, calculate_log_probs=rollout.calculate_log_probs,
-        fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head, cache_root=vllm_cache_root(cfg),
-        engine_kwargs=rollout.engine_kwargs.vllm.to_dict())
+        enforce_eager=rollout.enforce_eager,
+        free_cache_engine=rollout.free_cache_engine and shape.pool != "rollout",
+        enable_chunked_prefill=rollout.enable_chunked_prefill,
+        enable_prefix_caching=rollout.enable_prefix_caching,
+        load_format=rollout.load_format,
+        calculate_log_probs=rollout.calculate_log_probs,
+        fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head,
+        cache_root=vllm_cache_root(cfg),
+        engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),
+    )
 
 
 def vllm_cache_root(cfg: Cfg) -> str | None:
@@ -202,12 +251,18 @@ def build_reward_fn(cfg: Cfg, shape: RunShape):
     compute_score = None
     if custom.path:
         from dagrl.reward.custom import load_custom_reward_fn
+
         compute_score = load_custom_reward_fn(custom.path, custom.name, custom.reward_kwargs.to_dict())
     reward = cfg.reward_model
-    return RewardManager(kind=reward.reward_manager, compute_score=compute_score,
-                         reward_kwargs=custom.reward_kwargs.to_dict(), timeout_s=reward.timeout_s,
-                         on_error=reward.on_error, overlong_buffer=reward.overlong_buffer.to_dict(),
-                         max_response_length=shape.response_length)
+    return RewardManager(
+        kind=reward.reward_manager,
+        compute_score=compute_score,
+        reward_kwargs=custom.reward_kwargs.to_dict(),
+        timeout_s=reward.timeout_s,
+        on_error=reward.on_error,
+        overlong_buffer=reward.overlong_buffer.to_dict(),
+        max_response_length=shape.response_length,
+    )
 
 
 def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape, tools: list[dict] | None = None):
@@ -224,8 +279,17 @@ def build_dataset(cfg: Cfg, files, tokenizer, shape: RunShape, tools: list[dict]
 
     data = cfg.data
     cache_dir = data.cache_dir or os.path.join(os.path.expanduser(cfg.trainer.default_local_dir), "data_cache")
-    return PromptDataset([files] if isinstance(files, str) else list(files), tokenizer,
-                         max_prompt_length=shape.prompt_length, truncation=data.truncation,
-                         filter_overlong_prompts=data.filter_overlong_prompts, prompt_key=data.prompt_key,
-                         cache_dir=cache_dir, rank=dist.rank(), world_size=dist.world_size(), all_gather=all_gather,
-                         tools=tools, check_overlong=True)
+    return PromptDataset(
+        [files] if isinstance(files, str) else list(files),
+        tokenizer,
+        max_prompt_length=shape.prompt_length,
+        truncation=data.truncation,
+        filter_overlong_prompts=data.filter_overlong_prompts,
+        prompt_key=data.prompt_key,
+        cache_dir=cache_dir,
+        rank=dist.rank(),
+        world_size=dist.world_size(),
+        all_gather=all_gather,
+        tools=tools,
+        check_overlong=True,
+    )

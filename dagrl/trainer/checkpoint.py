@@ -12,6 +12,7 @@ dagrl never deletes or overwrites what it did not write: a `global_step_N` witho
 `.tmp_global_step_N` without `.dagrl_partial` stops the run in pre-flight (`foreign_entries`), and a save never
 replaces an existing `global_step_N`.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,17 +62,23 @@ def foreign_entries(root: Path) -> list[Path]:
     is not a complete checkpoint (another trainer's, a user's files), a .tmp_global_step_N without PARTIAL_MARKER."""
     if not root.is_dir():
         return []
-    return sorted(child for child in root.iterdir()
-                  if (_STEP_DIR.match(child.name) and not (child.is_dir() and is_complete(child)))
-                  or (_TMP_DIR.match(child.name) and not (child / PARTIAL_MARKER).is_file()))
+    return sorted(
+        child
+        for child in root.iterdir()
+        if (_STEP_DIR.match(child.name) and not (child.is_dir() and is_complete(child)))
+        or (_TMP_DIR.match(child.name) and not (child / PARTIAL_MARKER).is_file())
+    )
 
 
 def partial_saves(root: Path) -> list[Path]:
     """.tmp_global_step_N directories a killed dagrl save left (they hold PARTIAL_MARKER)."""
     if not root.is_dir():
         return []
-    return sorted(child for child in root.iterdir() if (_TMP_DIR.match(child.name) or _STAGING_DIR.match(child.name))
-                  and (child / PARTIAL_MARKER).is_file())
+    return sorted(
+        child
+        for child in root.iterdir()
+        if (_TMP_DIR.match(child.name) or _STAGING_DIR.match(child.name)) and (child / PARTIAL_MARKER).is_file()
+    )
 
 
 def check_resume_path(path: str | None) -> Path:
@@ -83,8 +90,11 @@ def check_resume_path(path: str | None) -> Path:
     if not resolved.is_dir():
         raise ConfigError(key, f"{key}={path}: no such directory")
     if not _STEP_DIR.match(resolved.name) or not is_complete(resolved):
-        raise ConfigError(key, f"{key}={path} is not a complete dagrl checkpoint (no {MARKER}); point it at a "
-                               f"global_step_N directory that has one")
+        raise ConfigError(
+            key,
+            f"{key}={path} is not a complete dagrl checkpoint (no {MARKER}); point it at a "
+            f"global_step_N directory that has one",
+        )
     return resolved
 
 
@@ -118,10 +128,16 @@ def check_resume(cfg: Cfg, has_critic: bool) -> None:
         return
     source = "trainer.resume_from_path" if cfg.trainer.resume_mode == "resume_path" else "trainer.default_local_dir"
     if not (path / "actor" / "metadata.json").is_file():  # found from the file alone, before megatron is imported
-        fix = ("point trainer.resume_from_path at a complete one" if source == "trainer.resume_from_path" else
-               f"move it out of {path.parent} (or restore it), then rerun")
-        raise ConfigError(source, f"checkpoint {path} is damaged: {path / 'actor'} is not a Megatron dist checkpoint "
-                                  f"(no metadata.json), so the resume would fail; {fix}")
+        fix = (
+            "point trainer.resume_from_path at a complete one"
+            if source == "trainer.resume_from_path"
+            else f"move it out of {path.parent} (or restore it), then rerun"
+        )
+        raise ConfigError(
+            source,
+            f"checkpoint {path} is damaged: {path / 'actor'} is not a Megatron dist checkpoint "
+            f"(no metadata.json), so the resume would fail; {fix}",
+        )
     # reads the checkpoint's common state through megatron (both of its formats); no model is built
     from dagrl.config.checks import as_config_error, as_list
     from dagrl.engine.megatron.checkpoint import restorable_parts, saved_contents
@@ -132,9 +148,13 @@ def check_resume(cfg: Cfg, has_critic: bool) -> None:
     with as_config_error("actor_rollout_ref.actor.checkpoint.load_contents"):
         restorable_parts(str(path / "actor"), load_contents, held)
     if has_critic and not (path / "critic").is_dir():
-        raise ConfigError(source, f"{path} has no critic/ checkpoint (saved by a run without a critic): resume a PPO "
-                                  f"run from its own checkpoints")
+        raise ConfigError(
+            source,
+            f"{path} has no critic/ checkpoint (saved by a run without a critic): resume a PPO "
+            f"run from its own checkpoints",
+        )
     from dagrl.trainer.resume_policy import check_changed_settings
+
     check_changed_settings(path, CONFIG_FILE, cfg.snapshot(), log=os.environ.get("RANK", "0") == "0")
 
 
@@ -168,8 +188,10 @@ class CheckpointManager:
         staging = tmp.with_name(tmp.name + ".new")
         taken = [path for path in (final, tmp, staging) if path.exists() and path not in partial_saves(self.root)]
         if taken:
-            raise RunError(f"cannot save step {step}: {taken[0]} already exists and dagrl never overwrites it; "
-                           f"move it away and relaunch (the run resumes from its newest complete checkpoint)")
+            raise RunError(
+                f"cannot save step {step}: {taken[0]} already exists and dagrl never overwrites it; "
+                f"move it away and relaunch (the run resumes from its newest complete checkpoint)"
+            )
         self.barrier()  # every rank checked before rank 0 creates the tmp directory
         if self.rank == 0:
             _fault("before_shards", hooks)
@@ -196,8 +218,12 @@ class CheckpointManager:
             tracker_tmp = self.root / f".{TRACKER}.tmp"
             tracker_tmp.write_text(str(step))
             os.replace(tracker_tmp, self.root / TRACKER)
-            logger.info("saved the checkpoint of step %d to %s (%s)", step, final,
-                        ", ".join(sorted(p.name for p in final.iterdir() if p.name not in (MARKER, PARTIAL_MARKER))))
+            logger.info(
+                "saved the checkpoint of step %d to %s (%s)",
+                step,
+                final,
+                ", ".join(sorted(p.name for p in final.iterdir() if p.name not in (MARKER, PARTIAL_MARKER))),
+            )
             self._prune()
         self.barrier()
         return final

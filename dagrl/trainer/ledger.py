@@ -11,6 +11,7 @@ which rewrite their lines: after kill -9 anywhere and a relaunch, each uid drawn
 exactly one line. The in_flight lines are written after the last step's checkpoint, so extending a finished run
 drops them (its next steps decide those prompts' fates).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,15 +31,18 @@ def uid_order(uid: str) -> list[tuple[int, int | str]]:
     return [(0, int(part)) if part.isdigit() else (1, part) for part in str(uid).split(":")]
 
 
-def step_records(step: int, trained: Iterable[str], seen: Iterable[str], in_flight: Iterable[str],
-                 reasons: dict[str, str]) -> list[dict]:
+def step_records(
+    step: int, trained: Iterable[str], seen: Iterable[str], in_flight: Iterable[str], reasons: dict[str, str]
+) -> list[dict]:
     """A step's lines: the prompts trained on, then those seen this step (drawn, or carried in from the last one)
     that were neither trained on nor are still in flight, with the reason a node recorded."""
     trained, carried = set(trained), set(in_flight)
     lines: list[dict] = [{"uid": uid, "fate": f"trained@{step}"} for uid in sorted(trained, key=uid_order)]
     dropped = set(seen) - trained - carried
-    lines += [{"uid": uid, "fate": f"filtered:{reasons.get(uid, UNEXPLAINED)}", "step": step}
-              for uid in sorted(dropped, key=uid_order)]
+    lines += [
+        {"uid": uid, "fate": f"filtered:{reasons.get(uid, UNEXPLAINED)}", "step": step}
+        for uid in sorted(dropped, key=uid_order)
+    ]
     return lines
 
 
@@ -67,8 +71,13 @@ class PromptLedger:
         if size > self.bytes:
             os.truncate(self.path, self.bytes)
         elif size < self.bytes:
-            logger.warning("%s has %d bytes, the checkpoint recorded %d: lines of earlier steps are missing; "
-                           "continuing after them", self.path, size, self.bytes)
+            logger.warning(
+                "%s has %d bytes, the checkpoint recorded %d: lines of earlier steps are missing; "
+                "continuing after them",
+                self.path,
+                size,
+                self.bytes,
+            )
             self.bytes, self.lines = size, _count_lines(self.path)
         self._file = open(self.path, "ab")
         _fsync(self._file)

@@ -1,4 +1,5 @@
 """The training loop: resume, validate, run the graph every step, log, checkpoint."""
+
 from __future__ import annotations
 
 import json
@@ -50,11 +51,13 @@ class Trainer:
         self.graph = graph_from_config(cfg.dag)
         if cfg.reward_model.launch_reward_fn_async:
             from dagrl.nodes.reward import score_in_background
+
             self.graph = score_in_background(self.graph)
         check_layout_node(self.graph, shape.placement.world_size if shape.placement else self.world)
         self.feed = None  # the training pool's link to the rollout pool
         if shape.two_pools:
             from dagrl.trainer.pools import Feed, split_graph
+
             self.graph = split_graph(self.graph)[0 if shape.pool == "rollout" else 1]
             if shape.pool == "train":
                 self.feed = Feed(bridge, leader=self.rank == 0)
@@ -65,16 +68,24 @@ class Trainer:
         agent = build_agent_loop(cfg, self.tokenizer)  # before any model: a template it cannot use stops here
         tools = agent.schemas if agent is not None else None
         self.train_data = build.build_dataset(cfg, cfg.data.train_files, self.tokenizer, shape, tools)
-        self.val_data = build.build_dataset(cfg, cfg.data.val_files, self.tokenizer, shape, tools) \
-            if cfg.data.val_files else None
-        self.sampler = EpochSampler(len(self.train_data), cfg.data.train_batch_size, seed=cfg.data.seed,
-                                    shuffle=cfg.data.shuffle)
+        self.val_data = (
+            build.build_dataset(cfg, cfg.data.val_files, self.tokenizer, shape, tools) if cfg.data.val_files else None
+        )
+        self.sampler = EpochSampler(
+            len(self.train_data), cfg.data.train_batch_size, seed=cfg.data.seed, shuffle=cfg.data.shuffle
+        )
         self.total_steps = total_steps(cfg, len(self.train_data))
-        say("data: %d training prompts, %d steps of %d; %s validation prompts (%.1f s)", len(self.train_data),
-            self.total_steps, cfg.data.train_batch_size, len(self.val_data) if self.val_data is not None else "no",
-            time.perf_counter() - started)
-        self.checkpoints = CheckpointManager(trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, self.rank,
-                                             dist.barrier)
+        say(
+            "data: %d training prompts, %d steps of %d; %s validation prompts (%.1f s)",
+            len(self.train_data),
+            self.total_steps,
+            cfg.data.train_batch_size,
+            len(self.val_data) if self.val_data is not None else "no",
+            time.perf_counter() - started,
+        )
+        self.checkpoints = CheckpointManager(
+            trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, self.rank, dist.barrier
+        )
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = KLController(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         actor = reference = critic = teacher = rollout = None
@@ -82,8 +93,11 @@ class Trainer:
         self.finished_at = None if trainer.val_only or shape.two_pools else finished_step(trainer, self.total_steps)
         build_engines = self.finished_at is None
         if build_engines and shape.pool != "rollout":
-            say("building the actor%s from %s", " and the reference" if needs_reference(cfg) else "",
-                cfg.actor_rollout_ref.model.path)
+            say(
+                "building the actor%s from %s",
+                " and the reference" if needs_reference(cfg) else "",
+                cfg.actor_rollout_ref.model.path,
+            )
             built = time.perf_counter()
             actor, reference = build.build_actor_and_reference(cfg, shape, self.total_steps)
             critic = build.build_critic(cfg, shape, self.total_steps) if "critic" in self.graph.roles() else None
@@ -99,15 +113,29 @@ class Trainer:
             say("rollout engine started in %.1f s", time.perf_counter() - built)
         if shape.pool == "rollout":  # the rollout's own GPUs: weights come from the training pool, nothing to offload
             from dagrl.trainer.pools import WeightInbox
+
             actor, rollout.colocated = WeightInbox(), False
         if rollout is not None and rollout.colocated:  # asleep until the first rollout wakes it: what loads before
             rollout.sleep()  # step 1 (a resume's optimizer state beside the actor's own) gets the engine's memory
-        self.ctx = StepContext(cfg=typed(cfg), shape=shape, actor=actor, rollout=rollout, reference=reference,
-                               reward_fn=build.build_reward_fn(cfg, shape), tokenizer=self.tokenizer,
-                               kl_ctrl=self.kl_ctrl, versions=WeightVersions(), rank=self.rank, critic=critic,
-                               draw_prompts=self.local_prompts, agent=agent, teacher=teacher)
+        self.ctx = StepContext(
+            cfg=typed(cfg),
+            shape=shape,
+            actor=actor,
+            rollout=rollout,
+            reference=reference,
+            reward_fn=build.build_reward_fn(cfg, shape),
+            tokenizer=self.tokenizer,
+            kl_ctrl=self.kl_ctrl,
+            versions=WeightVersions(),
+            rank=self.rank,
+            critic=critic,
+            draw_prompts=self.local_prompts,
+            agent=agent,
+            teacher=teacher,
+        )
         if cfg.async_training.partial_rollout and shape.pool != "train":
             from dagrl.nodes.partial_rollout import PartialRolloutBuffer
+
             self.ctx.partial = PartialRolloutBuffer(agent)
         self.consecutive_skips = 0
         self.stop = StopRequest(trainer)  # SIGTERM/SIGUSR1/Ctrl-C: stop after the current step with a checkpoint
@@ -143,8 +171,13 @@ class Trainer:
             self.ctx.critic.load_checkpoint(str(path / "critic"))
         self.sampler.load_state_dict(state["sampler"])
         if self.sampler.order != ORDERS[0]:
-            logger.info("%s predates dagrl's drawing of verl's prompt order (%s): the run goes on in the %s order it "
-                        "began with", path, ORDERS[0], self.sampler.order)
+            logger.info(
+                "%s predates dagrl's drawing of verl's prompt order (%s): the run goes on in the %s order it "
+                "began with",
+                path,
+                ORDERS[0],
+                self.sampler.order,
+            )
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.ctx.partial is not None:
             restore_partial(self.ctx, self.train_data, read_partial(path, self.rollout_dp_rank))
@@ -166,9 +199,11 @@ class Trainer:
         for name, engine in (("actor", self.ctx.actor), ("critic", self.ctx.critic)):
             if engine is not None and not engine.state_is_finite():
                 latest = self.checkpoints.latest()
-                raise RunError(f"step {step}: the {name}'s parameters or optimizer state hold NaN/inf, so no "
-                               f"checkpoint is saved (check the optimizer settings, e.g. {name} optim.lr); "
-                               f"last good checkpoint: {latest[1] if latest else 'none'} (kept unchanged)")
+                raise RunError(
+                    f"step {step}: the {name}'s parameters or optimizer state hold NaN/inf, so no "
+                    f"checkpoint is saved (check the optimizer settings, e.g. {name} optim.lr); "
+                    f"last good checkpoint: {latest[1] if latest else 'none'} (kept unchanged)"
+                )
 
         def write(directory: Path) -> None:
             watchdog.beat("checkpoint: actor", step)
@@ -181,11 +216,16 @@ class Trainer:
             write_partials(directory, self.partial_states())
             fault_point("between_shards", step)
             if self.rank == 0:
-                torch.save({"global_step": step, "sampler": self.sampler.state_dict(),
-                            "kl_ctrl": self.kl_ctrl.state_dict(),
-                            "prompt_ledger": self.ledger.state() if self.ledger is not None else None,
-                            "validated": validated},
-                           directory / "data.pt")
+                torch.save(
+                    {
+                        "global_step": step,
+                        "sampler": self.sampler.state_dict(),
+                        "kl_ctrl": self.kl_ctrl.state_dict(),
+                        "prompt_ledger": self.ledger.state() if self.ledger is not None else None,
+                        "validated": validated,
+                    },
+                    directory / "data.pt",
+                )
                 (directory / CONFIG_FILE).write_text(json.dumps(self.cfg.snapshot(), indent=1))
 
         self.checkpoints.save(step, write, hooks=lambda phase: fault_point(phase, step))
@@ -212,8 +252,12 @@ class Trainer:
         from dagrl.engine.megatron.checkpoint import HF_DIR, write_hf_model
 
         bucket_bytes = self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes << 20
-        write_hf_model(self.ctx.actor.export_weights(bucket_bytes), actor_dir / HF_DIR,
-                       os.path.expanduser(self.cfg.actor_rollout_ref.model.path), write=self.rank == 0)
+        write_hf_model(
+            self.ctx.actor.export_weights(bucket_bytes),
+            actor_dir / HF_DIR,
+            os.path.expanduser(self.cfg.actor_rollout_ref.model.path),
+            write=self.rank == 0,
+        )
 
     # ---- validation -----------------------------------------------------------------------------
     def validate(self, step: int) -> dict[str, float]:
@@ -221,6 +265,7 @@ class Trainer:
         if self.feed is not None:  # validation runs in the rollout pool
             return self.feed.val(step)
         from dagrl.trainer.validation import validate
+
         return validate(self, step)
 
     # ---- the loop -------------------------------------------------------------------------------
@@ -244,18 +289,32 @@ class Trainer:
         if self.cfg.trainer.val_only:
             return validate_only(self, start_step)
         if start_step >= self.total_steps:
-            logger.info("this run already finished: checkpoint at step %d of %d in %s; nothing to do",
-                        start_step, self.total_steps, self.cfg.trainer.default_local_dir)
+            logger.info(
+                "this run already finished: checkpoint at step %d of %d in %s; nothing to do",
+                start_step,
+                self.total_steps,
+                self.cfg.trainer.default_local_dir,
+            )
             if self.feed is not None:
                 self.feed.start(start_step, None)  # the rollout pool has nothing to do either
                 self.feed.close()
             return
         trainer = self.cfg.trainer
         schedule = Schedule.of(self.cfg, start_step, self.total_steps, self.start_validated)
-        tracker = Tracker(trainer.project_name, trainer.experiment_name, self.loggers, self.tensorboard_dir,
-                          self.jsonl_path, self.total_steps, start_step, enabled=self.rank == 0,
-                          config=self.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir),
-                          keep_through=start_step if start_step > 0 else -1, validates=schedule.validated)
+        tracker = Tracker(
+            trainer.project_name,
+            trainer.experiment_name,
+            self.loggers,
+            self.tensorboard_dir,
+            self.jsonl_path,
+            self.total_steps,
+            start_step,
+            enabled=self.rank == 0,
+            config=self.cfg.to_dict,
+            mlflow_uri=mlflow_tracking_uri(trainer.default_local_dir),
+            keep_through=start_step if start_step > 0 else -1,
+            validates=schedule.validated,
+        )
         bucket_bytes = int(self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
         try:
             if self.rank == 0:  # cut what steps after the checkpoint (or an end of run) wrote: they run again
@@ -314,9 +373,17 @@ class Trainer:
             self.stop.stopped_after(step, self.total_steps, leader=self.rank == 0)
             return
         seconds, grace = self.stop.seconds_since(), self.preemption_grace_s
-        logger.warning("stopped on %s after step %d of %d: checkpoint global_step_%d written %.1f s after the signal "
-                       "(trainer.preemption_grace_s=%g%s); relaunch to resume", signal_name, step, self.total_steps,
-                       step, seconds, grace, "" if seconds <= grace else ": NOT within it, raise the grace")
+        logger.warning(
+            "stopped on %s after step %d of %d: checkpoint global_step_%d written %.1f s after the signal "
+            "(trainer.preemption_grace_s=%g%s); relaunch to resume",
+            signal_name,
+            step,
+            self.total_steps,
+            step,
+            seconds,
+            grace,
+            "" if seconds <= grace else ": NOT within it, raise the grace",
+        )
 
     def check_skips(self, metrics: dict[str, float], step: int) -> None:
         """Stop (before saving) after trainer.max_consecutive_skips steps whose updates were all skipped."""
@@ -328,7 +395,8 @@ class Trainer:
             raise RunError(
                 f"{self.consecutive_skips} consecutive steps (up to {step}) had non-finite loss or gradients and "
                 f"were skipped (trainer.max_consecutive_skips={limit}); last good checkpoint: "
-                f"{latest[1] if latest else 'none'} (kept unchanged)")
+                f"{latest[1] if latest else 'none'} (kept unchanged)"
+            )
 
     def train_step(self, step: int) -> dict[str, float]:
         self.ctx.step = step
@@ -340,6 +408,7 @@ class Trainer:
             batch = self.local_prompts(step)
         else:  # the rollout pool generated and scored this step's batch
             from dagrl.trainer.pools import batch_of
+
             self.message, waited = self.feed.take(step)
             self.sampler.load_state_dict(self.message["sampler"])  # what this step's checkpoint resumes from
             batch = batch_of(self.message)
@@ -353,8 +422,9 @@ class Trainer:
         # group; count tokens per GPU
         tokens = float(batch["attention_mask"].sum()) / self.shape.layout.model_parallel_size
         metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
-        metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds,
-                        "training/global_step": float(step)})
+        metrics.update(
+            {"timing_s/step": seconds, "perf/throughput": tokens / seconds, "training/global_step": float(step)}
+        )
         if self.feed is None:
             return dist.mean_over_ranks(metrics)
         metrics["timing_s/trainer_wait"] = waited
@@ -375,9 +445,15 @@ class Trainer:
             in_flight = self.ctx.partial.ledger_uids() if self.ctx.partial is not None else []
             parts = dist.all_gather_objects((trained, [*carried, *self.drawn], in_flight, self.ctx.dropped))
         reasons = {uid: reason for *_, dropped in parts for uid, reason in dropped.items()}
-        self.write_ledger(step_records(step, (u for part in parts for u in part[0]),
-                                       (u for part in parts for u in part[1]),
-                                       (u for part in parts for u in part[2]), reasons))
+        self.write_ledger(
+            step_records(
+                step,
+                (u for part in parts for u in part[0]),
+                (u for part in parts for u in part[1]),
+                (u for part in parts for u in part[2]),
+                reasons,
+            )
+        )
 
     def in_flight_uids(self) -> list[str]:
         """Prompts still in a partial-rollout buffer after the last step (collective when colocated)."""

@@ -1,5 +1,6 @@
 """A checkpoint's partial-rollout buffers: one JSON file per rollout shard under `partial_rollout/`, written by the
 ranks that hold a buffer and read back by a resumed rank, or by the training pool for the rollout pool."""
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,11 @@ def read_partial(path: Path, shard: int) -> list | None:
     saved = _folder(path) / f"dp{shard}.json"
     if not saved.is_file():
         if _folder(path).is_dir():
-            raise RunError(f"{path} holds no partial-rollout buffer for rollout shard {shard}: it was saved with "
-                           f"another rollout layout; resume it with the same number of rollout processes and "
-                           f"rollout tensor_model_parallel_size")
+            raise RunError(
+                f"{path} holds no partial-rollout buffer for rollout shard {shard}: it was saved with "
+                f"another rollout layout; resume it with the same number of rollout processes and "
+                f"rollout tensor_model_parallel_size"
+            )
         return None
     return json.loads(saved.read_text())
 

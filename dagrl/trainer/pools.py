@@ -18,6 +18,7 @@ A checkpoint of step s stores the rollout state that came with batch s. A resume
 pool regenerates batch s + 1 onwards from there: batches generated beyond s before the kill are never trained (they
 were not in the ledger), and each prompt is trained exactly once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,11 +47,12 @@ def split_graph(graph: Graph) -> tuple[Graph, Graph]:
 @dataclass(frozen=True)
 class Schedule:
     """Which versions the training pool pushes and validates, known to both pools from the config alone."""
+
     start: int
     total: int
     trigger: int
     test_freq: int
-    validates: bool          # val_files given
+    validates: bool  # val_files given
     val_before_train: bool
     start_validated: bool | None = None  # a resumed run: whether the run that saved its start step validated it
 
@@ -73,8 +75,15 @@ class Schedule:
     @classmethod
     def of(cls, cfg, start: int, total: int, start_validated: bool | None = None) -> "Schedule":
         trainer = cfg.trainer
-        return cls(start, total, cfg.async_training.trigger_parameter_sync_step, trainer.test_freq,
-                   bool(cfg.data.val_files), bool(trainer.val_before_train), start_validated)
+        return cls(
+            start,
+            total,
+            cfg.async_training.trigger_parameter_sync_step,
+            trainer.test_freq,
+            bool(cfg.data.val_files),
+            bool(trainer.val_before_train),
+            start_validated,
+        )
 
 
 # ---- weights on the wire ------------------------------------------------------------------------------------------
@@ -97,7 +106,7 @@ def unpack_bucket(entries: list, flat: torch.Tensor) -> WeightBucket:
     for name, dtype, shape in entries:
         dtype = getattr(torch, dtype)
         nbytes = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
-        bucket.append((name, flat[offset:offset + nbytes].view(dtype).view(shape)))
+        bucket.append((name, flat[offset : offset + nbytes].view(dtype).view(shape)))
         offset += nbytes
     return bucket
 
@@ -120,8 +129,9 @@ class WeightInbox:
 @dataclass
 class Feed:
     """What the training pool gets from the rollout pool and sends back (every training rank holds one)."""
+
     bridge: Bridge
-    leader: bool                         # the training pool's rank 0: the one that talks to the rollout pool
+    leader: bool  # the training pool's rank 0: the one that talks to the rollout pool
     metrics: dict = field(default_factory=dict)
 
     def start(self, start_step: int, rollout_state: dict | None, validated: bool | None = None) -> None:
@@ -149,12 +159,16 @@ class Feed:
                 message["sizes"] = sizes  # the buckets follow over the weights group
             else:
                 from torch.multiprocessing.reductions import reduce_tensor
+
                 message["ipc"] = [reduce_tensor(flat) for flat in flats]
             self.bridge.send_tensors(rank, "weights", [_pickled(message)], keep=tuple(flats))
         if self.bridge.weights_group is not None:
             self.bridge.broadcast_weights(flats)
-        self.metrics = {"timing_s/weight_push": time.perf_counter() - start, "timing_s/weight_push_wait": waited,
-                        "async/push_gb": sum(flat.numel() for flat in flats) / 1e9}
+        self.metrics = {
+            "timing_s/weight_push": time.perf_counter() - start,
+            "timing_s/weight_push_wait": waited,
+            "async/push_gb": sum(flat.numel() for flat in flats) / 1e9,
+        }
 
     def take(self, step: int) -> tuple[dict, float]:
         """Batch `step` from the rollout pool on every training rank, and the seconds this rank waited for it."""
@@ -163,8 +177,9 @@ class Feed:
         if self.leader:
             message = self.bridge.recv(self.bridge.rollout_leader, "data")
             # batches the rollout pool finished beyond this one: the buffer, at most K + 1 batches with this one
-            message["metrics"]["async/buffered_batches"] = float(self.bridge.available(self.bridge.rollout_leader,
-                                                                                       "data"))
+            message["metrics"]["async/buffered_batches"] = float(
+                self.bridge.available(self.bridge.rollout_leader, "data")
+            )
         message = dist.broadcast_object(message)
         if message["step"] != step:
             raise RuntimeError(f"the rollout pool sent batch {message['step']} for step {step}")

@@ -2,6 +2,7 @@
 `ranks`; each writes save_path/step_<N>_rank<R>.txt (and with `with_trace` the Chrome trace beside it). Every graph
 node runs inside the range `dagrl/node/<id>` (record_function: nothing is recorded without an active profiler), so
 the table gives per-node host and device totals. Profiling reads no random numbers: results stay the same."""
+
 from __future__ import annotations
 
 import contextlib
@@ -81,18 +82,26 @@ def report(averages, step: int, rank: int, wall: float, cuda: bool) -> str:
     nodes = [e for e in averages if e.device_type == DeviceType.CPU and e.key.startswith(NODE_RANGE)]
     device = sum(e.self_device_time_total for e in ops if e.device_type == DeviceType.CUDA) / 1e6  # kernels, copies
     host = sum(e.self_cpu_time_total for e in ops if e.device_type == DeviceType.CPU) / 1e6
-    lines = [f"dagrl profile: global step {step}, rank {rank}",
-             f"step wall time: {wall:.3f} s (with the profiler's overhead)",
-             f"device (kernel) time: {device:.3f} s" + ("" if cuda else " (no CUDA: host only)"),
-             f"host op time (self CPU time of every op): {host:.3f} s",
-             f"host time in the nodes outside ops (their ranges' self CPU time): "
-             f"{sum(e.self_cpu_time_total for e in nodes) / 1e6:.3f} s", "",
-             f"{'node range':<40} {'calls':>6} {'host total s':>13} {'device total s':>15}"]
-    lines += [f"{e.key:<40} {e.count:>6} {e.cpu_time_total / 1e6:>13.3f} {e.device_time_total / 1e6:>15.3f}"
-              for e in sorted(nodes, key=lambda e: -e.cpu_time_total)]
+    lines = [
+        f"dagrl profile: global step {step}, rank {rank}",
+        f"step wall time: {wall:.3f} s (with the profiler's overhead)",
+        f"device (kernel) time: {device:.3f} s" + ("" if cuda else " (no CUDA: host only)"),
+        f"host op time (self CPU time of every op): {host:.3f} s",
+        f"host time in the nodes outside ops (their ranges' self CPU time): "
+        f"{sum(e.self_cpu_time_total for e in nodes) / 1e6:.3f} s",
+        "",
+        f"{'node range':<40} {'calls':>6} {'host total s':>13} {'device total s':>15}",
+    ]
+    lines += [
+        f"{e.key:<40} {e.count:>6} {e.cpu_time_total / 1e6:>13.3f} {e.device_time_total / 1e6:>15.3f}"
+        for e in sorted(nodes, key=lambda e: -e.cpu_time_total)
+    ]
     for sort_by in (["self_device_time_total"] if cuda else []) + ["self_cpu_time_total"]:
-        lines += ["", f"top {ROWS} ops by {sort_by}:",
-                  averages.table(sort_by=sort_by, row_limit=ROWS, max_name_column_width=90)]
+        lines += [
+            "",
+            f"top {ROWS} ops by {sort_by}:",
+            averages.table(sort_by=sort_by, row_limit=ROWS, max_name_column_width=90),
+        ]
     return "\n".join(lines) + "\n"
 
 

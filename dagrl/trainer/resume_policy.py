@@ -10,6 +10,7 @@ The dtypes are compared as resolved on each side (`auto` by the machine, `bf16` 
 param_dtype as the actor checkpoint records it: `auto` that chose bf16 on the saving machine and chooses bf16 here is
 no change, and `auto` that chose otherwise on another machine is one.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,13 +46,18 @@ def refusal(key: str, now: dict[str, Any]) -> str | None:
     if key == "data.max_prompt_length" and now.get("data.filter_overlong_prompts"):
         return _SAMPLER + " (data.filter_overlong_prompts=true drops rows by this length)"
     if key == precision.PARAM_DTYPE and "optimizer" in (now.get(_LOAD_CONTENTS) or ["optimizer"]):
-        return ("Megatron's optimizer state of bfloat16 parameters holds fp32 main copies, that of float32 ones "
-                "none; `auto` chooses by the machine, so name the saved dtype, or restore the weights alone with "
-                f"{_LOAD_CONTENTS}=[model,extra]")
+        return (
+            "Megatron's optimizer state of bfloat16 parameters holds fp32 main copies, that of float32 ones "
+            "none; `auto` chooses by the machine, so name the saved dtype, or restore the weights alone with "
+            f"{_LOAD_CONTENTS}=[model,extra]"
+        )
     if key == "async_training.partial_rollout":
         return "the checkpoint's pool of partial rollouts (prompts in flight) is carried by partial rollout only"
-    if key in ("actor_rollout_ref.rollout.n", "data.max_response_length", "actor_rollout_ref.rollout.response_length"
-               ) and now.get("async_training.partial_rollout"):
+    if key in (
+        "actor_rollout_ref.rollout.n",
+        "data.max_response_length",
+        "actor_rollout_ref.rollout.response_length",
+    ) and now.get("async_training.partial_rollout"):
         return "the partial rollouts carried in the checkpoint were sampled for the saved group size and length"
     if key == "algorithm.kl_ctrl.kl_coef" and now.get("algorithm.kl_ctrl.type") == "adaptive":
         return "the adaptive KL controller continues from its saved coefficient"
@@ -64,8 +70,11 @@ def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[s
     old, new = leaves(saved), leaves(current)
     for side in (old, new):
         side.update({key: precision.resolve(side[key]) for key in precision.KEYS if key in side})
-    return [(key, old.get(key, "(absent)"), new.get(key, "(absent)")) for key in sorted(old.keys() | new.keys())
-            if key not in NOT_SETTINGS and old.get(key, "(absent)") != new.get(key, "(absent)")]
+    return [
+        (key, old.get(key, "(absent)"), new.get(key, "(absent)"))
+        for key in sorted(old.keys() | new.keys())
+        if key not in NOT_SETTINGS and old.get(key, "(absent)") != new.get(key, "(absent)")
+    ]
 
 
 def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str, Any], log: bool) -> list[str]:
@@ -79,8 +88,10 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise ConfigError("trainer.default_local_dir", f"{path} cannot be read ({error}): restore it from the run's "
-                                                       f"copy, or resume from another checkpoint") from error
+        raise ConfigError(
+            "trainer.default_local_dir",
+            f"{path} cannot be read ({error}): restore it from the run's copy, or resume from another checkpoint",
+        ) from error
     recorded = _recorded_param_dtype(checkpoint)
     if recorded is not None:  # what the weights are, whatever the saved config said (`auto`, an alias)
         saved = _with_leaf(saved, precision.PARAM_DTYPE, recorded)
@@ -96,10 +107,13 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
             (logger.warning if "refused" in line else logger.info)(line)
     if refused:
         first = refused[0].split("=")[0]
-        raise ConfigError(first, f"resuming from {checkpoint} with changed "
-                                 f"{', '.join(item.split('=')[0] for item in refused)}, which a resume cannot change "
-                                 f"({refusal(first, now)}): set them back to the saved values ({' '.join(refused)}), "
-                                 f"or start a new run in another trainer.default_local_dir")
+        raise ConfigError(
+            first,
+            f"resuming from {checkpoint} with changed "
+            f"{', '.join(item.split('=')[0] for item in refused)}, which a resume cannot change "
+            f"({refusal(first, now)}): set them back to the saved values ({' '.join(refused)}), "
+            f"or start a new run in another trainer.default_local_dir",
+        )
     return lines
 
 
@@ -109,6 +123,7 @@ def _recorded_param_dtype(checkpoint: Path) -> str | None:
     if not (actor / "metadata.json").is_file():
         return None
     from dagrl.engine.megatron.checkpoint import describe
+
     try:
         return describe(str(actor))["param_dtype"]
     except ValueError:  # not written by dagrl: check_resume has said so already

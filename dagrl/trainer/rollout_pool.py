@@ -1,6 +1,7 @@
 """The rollout pool's loop: receive weights, validate, generate and score batch after batch, send each to the
 training pool (the schedule is in trainer/pools.py). Every rank of the pool runs it in lockstep: the nodes it runs
 hold collectives over the pool (dynamic sampling's counts, the metric means, validation's records)."""
+
 from __future__ import annotations
 
 import logging
@@ -63,8 +64,9 @@ class Receiver:
         waiting = False
         if dist.rank() == 0 and self.bridge.available(self.bridge.train_leader, "weights") > 0:
             pushed = self.schedule.pushed
-            waiting = not self.schedule.validated(next(v for v in range(self.version + 1, self.schedule.total + 1)
-                                                       if pushed(v)))
+            waiting = not self.schedule.validated(
+                next(v for v in range(self.version + 1, self.schedule.total + 1) if pushed(v))
+            )
         flags = dist.global_max(torch.tensor([float(not done), float(waiting)]))
         return bool(flags[0] == 0), bool(flags[1])
 
@@ -150,14 +152,25 @@ def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
         batch["token_versions"] = torch.where(mask, ctx.versions.rollout, -1)
     generated = float(batch["response_mask"].sum()) if len(batch) else 0.0
     metrics.update({f"timing_s/{name}": value for name, value in timer.seconds.items()})
-    metrics.update({**extra, "timing_s/rollout_batch": seconds,
-                    "perf/rollout_throughput": generated / max(timer.seconds.get("gen", seconds), 1e-9)})
+    metrics.update(
+        {
+            **extra,
+            "timing_s/rollout_batch": seconds,
+            "perf/rollout_throughput": generated / max(timer.seconds.get("gen", seconds), 1e-9),
+        }
+    )
     metrics = dist.mean_over_ranks(metrics)
     layout = trainer.shape.layout
     leads = layout.is_rollout_tp_leader(ctx.rank)
     in_flight = ctx.partial.ledger_uids() if ctx.partial is not None else []
-    part = (batch.to("cpu") if leads else None, ctx.partial.state_dict() if leads and ctx.partial is not None else None,
-            trainer.drawn, carried, in_flight, ctx.dropped)
+    part = (
+        batch.to("cpu") if leads else None,
+        ctx.partial.state_dict() if leads and ctx.partial is not None else None,
+        trainer.drawn,
+        carried,
+        in_flight,
+        ctx.dropped,
+    )
     parts = [p for rank, p in enumerate(dist.all_gather_objects(part)) if layout.is_rollout_tp_leader(rank)]
     if dist.rank() != 0:
         return None
@@ -166,8 +179,14 @@ def generate(trainer, step: int, extra: dict[str, float]) -> dict | None:
     whole = Batch.concat([p[0] for p in parts])
     metrics.update(staleness_metrics(whole, step - 1))  # over every trajectory of the step, not a mean of ranks'
     unique = lambda index: list(dict.fromkeys(uid for p in parts for uid in p[index]))  # noqa: E731 - a short local helper
-    return {"step": step, "shards": [p[0] for p in parts], "metrics": metrics,
-            "sampler": trainer.sampler.state_dict(),
-            "partials": [p[1] for p in parts] if ctx.partial is not None else None,
-            "drawn": unique(2), "carried": unique(3), "in_flight": unique(4),
-            "dropped": {uid: reason for p in parts for uid, reason in p[5].items()}}
+    return {
+        "step": step,
+        "shards": [p[0] for p in parts],
+        "metrics": metrics,
+        "sampler": trainer.sampler.state_dict(),
+        "partials": [p[1] for p in parts] if ctx.partial is not None else None,
+        "drawn": unique(2),
+        "carried": unique(3),
+        "in_flight": unique(4),
+        "dropped": {uid: reason for p in parts for uid, reason in p[5].items()},
+    }

@@ -1,5 +1,6 @@
 """Each graph node's seconds a step, under verl's timing names, with the node's fault point and profiler range; the
 console's progress lines of long phases and its estimates of the time left."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,15 @@ from dagrl.trainer.profiler import node_range
 from dagrl.utils.faults import fault_point
 
 # verl's timing names for the built-in nodes; other nodes are timed under their own id.
-TIMING_NAMES = {"rollout": "gen", "score": "reward", "ref_log_prob": "ref", "advantage": "adv",
-                "actor_update": "update_actor", "reward": "kl_in_reward", "critic_update": "update_critic"}
+TIMING_NAMES = {
+    "rollout": "gen",
+    "score": "reward",
+    "ref_log_prob": "ref",
+    "advantage": "adv",
+    "actor_update": "update_actor",
+    "reward": "kl_in_reward",
+    "critic_update": "update_critic",
+}
 BACKGROUND = "_background"  # run_graph's suffix for a background node's own seconds in its thread
 
 
@@ -20,7 +28,7 @@ def timing_name(node_id: str) -> str:
     """`timing_s/<this>` of a node id: verl's name, for a background node's thread too (score_background ->
     reward_background)."""
     if node_id.endswith(BACKGROUND):
-        return timing_name(node_id[:-len(BACKGROUND)]) + BACKGROUND
+        return timing_name(node_id[: -len(BACKGROUND)]) + BACKGROUND
     return TIMING_NAMES.get(node_id, node_id)
 
 
@@ -41,6 +49,7 @@ class Timer:
 
 def node_timer(timer: Timer, step: int) -> Callable[[str], contextlib.AbstractContextManager]:
     """run_graph's timer: `timer`, each node's fault point first, and a profiler range around the node."""
+
     @contextlib.contextmanager
     def timed(name: str) -> Iterator[None]:
         fault_point(name, step)
@@ -74,8 +83,15 @@ class Progress:
             return
         self.last, self.shown = now, True
         elapsed = now - self.start
-        self.say("%s: %d/%d %s, %.0f s, about %.0f s left", self.label, done, self.total, self.unit, elapsed,
-                 elapsed * (self.total - done) / done)
+        self.say(
+            "%s: %d/%d %s, %.0f s, about %.0f s left",
+            self.label,
+            done,
+            self.total,
+            self.unit,
+            elapsed,
+            elapsed * (self.total - done) / done,
+        )
 
     def finish(self) -> None:
         if self.shown:

@@ -6,6 +6,7 @@ wandb and mlflow are optional packages (`pip install 'dagrl[wandb]'` / `'dagrl[m
 run is named by trainer.project_name (wandb project, mlflow experiment) and trainer.experiment_name (run name),
 the whole config is recorded with it, and every metric is logged at its global step.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,16 @@ logger = logging.getLogger(__name__)
 _now = time.monotonic  # the clock of the time left (a name of its own, for tests)
 
 # Shown on the console line; everything goes to the other sinks.
-_CONSOLE_PREFIXES = ("critic/score/mean", "val-core/", "actor/pg_loss", "actor/entropy", "actor/grad_norm",
-                     "response_length/mean", "timing_s/step", "perf/throughput")
+_CONSOLE_PREFIXES = (
+    "critic/score/mean",
+    "val-core/",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "response_length/mean",
+    "timing_s/step",
+    "perf/throughput",
+)
 
 
 class _WandbSink:
@@ -85,8 +94,9 @@ class _MlflowSink:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_name(key), float(value), now, step)
-                                                    for key, value in metrics.items()])
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(mlflow_name(key), float(value), now, step) for key, value in metrics.items()]
+        )
 
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
@@ -103,9 +113,15 @@ def _trim_rows(path: Path, keep_through: int) -> list[dict]:
     if len(kept) < len(lines):
         dropped = sorted({row.get("step", -1) for row in rows if row.get("step", -1) > keep_through})
         steps = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}..{dropped[-1]}"
-        logger.info("%s: dropped %d row(s) of %s, %s: they run again", path, len(lines) - len(kept), steps,
-                    f"written after the checkpoint of step {keep_through}" if keep_through >= 0 else
-                    "written by a run that left no checkpoint")
+        logger.info(
+            "%s: dropped %d row(s) of %s, %s: they run again",
+            path,
+            len(lines) - len(kept),
+            steps,
+            f"written after the checkpoint of step {keep_through}"
+            if keep_through >= 0
+            else "written by a run that left no checkpoint",
+        )
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(line for line, _ in kept), encoding="utf-8")
         os.replace(tmp, path)
@@ -113,10 +129,21 @@ def _trim_rows(path: Path, keep_through: int) -> list[dict]:
 
 
 class Tracker:
-    def __init__(self, project_name: str, experiment_name: str, backends: list[str], tensorboard_dir: str | None,
-                 jsonl_path: str | None, total_steps: int, start_step: int, enabled: bool,
-                 config: Callable[[], dict[str, Any]] | None = None, mlflow_uri: str | None = None,
-                 keep_through: int | None = None, validates: Callable[[int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        backends: list[str],
+        tensorboard_dir: str | None,
+        jsonl_path: str | None,
+        total_steps: int,
+        start_step: int,
+        enabled: bool,
+        config: Callable[[], dict[str, Any]] | None = None,
+        mlflow_uri: str | None = None,
+        keep_through: int | None = None,
+        validates: Callable[[int], bool] | None = None,
+    ) -> None:
         """`config` is called only when a sink records the run's config (wandb, mlflow). `keep_through`: the
         jsonl file loses its rows of later steps first and TensorBoard hides its events of those steps (they run
         again: a resume from that step, or -1 for a run that starts over without a checkpoint), so every step
@@ -136,10 +163,12 @@ class Tracker:
             return
         if "tensorboard" in backends:
             from torch.utils.tensorboard import SummaryWriter
+
             Path(tensorboard_dir).mkdir(parents=True, exist_ok=True)
             # purge_step: TensorBoard drops the events of the steps that run again (a killed run's, in earlier files)
-            self.writer = SummaryWriter(log_dir=tensorboard_dir,
-                                        purge_step=keep_through + 1 if keep_through is not None else None)
+            self.writer = SummaryWriter(
+                log_dir=tensorboard_dir, purge_step=keep_through + 1 if keep_through is not None else None
+            )
             logger.info("tensorboard events in %s", tensorboard_dir)
         if "jsonl" in backends:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
@@ -157,8 +186,14 @@ class Tracker:
             self.remote.append(_MlflowSink(project_name, experiment_name, run_config, uri))
         if sys.stderr.isatty():  # a bar on a terminal only: in a log file its carriage returns make 1,000-char lines
             from tqdm import tqdm
-            self.progress = tqdm(total=total_steps, initial=start_step, desc=f"{project_name}/{experiment_name}",
-                                 unit="step", dynamic_ncols=True)
+
+            self.progress = tqdm(
+                total=total_steps,
+                initial=start_step,
+                desc=f"{project_name}/{experiment_name}",
+                unit="step",
+                dynamic_ncols=True,
+            )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:
@@ -215,14 +250,18 @@ class Tracker:
                 notes.append(f"{sum(self.seconds['validation']):.0f} s of validation")
             if self.steps[-1] < total_steps:
                 notes.append(f"about {duration(self.seconds_left(self.steps[-1]))} more to step {total_steps}")
-            lines = [f"run summary: steps {self.steps[0]}..{self.steps[-1]} of {total_steps} in {seconds:.0f} s "
-                     f"({'; '.join(notes)})"]
+            lines = [
+                f"run summary: steps {self.steps[0]}..{self.steps[-1]} of {total_steps} in {seconds:.0f} s "
+                f"({'; '.join(notes)})"
+            ]
         else:
             lines = [f"run summary: no step trained ({seconds:.0f} s)"]
         for key, points in sorted(self.validation.items()):
             best = max(points, key=lambda point: point[1])
-            lines.append(f"  {key}: first {points[0][1]:.4g} (step {points[0][0]}), last {points[-1][1]:.4g} "
-                         f"(step {points[-1][0]}), best {best[1]:.4g} (step {best[0]})")
+            lines.append(
+                f"  {key}: first {points[0][1]:.4g} (step {points[0][0]}), last {points[-1][1]:.4g} "
+                f"(step {points[-1][0]}), best {best[1]:.4g} (step {best[0]})"
+            )
         lines.append(f"  checkpoints: {checkpoints}")
         if self.jsonl is not None:
             lines.append(f"  metrics: {jsonl_path}")
@@ -274,14 +313,28 @@ def generation_records(batch, scores, tokenizer) -> list[dict[str, Any]]:
     prompts = tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
     responses = tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
     totals = scores.sum(-1).tolist()
-    return [{"data_source": batch["data_source"][row], "index": int(batch["index"][row]), "score": float(totals[row]),
-             "prompt": prompts[row], "response": responses[row]} for row in range(len(batch))]
+    return [
+        {
+            "data_source": batch["data_source"][row],
+            "index": int(batch["index"][row]),
+            "score": float(totals[row]),
+            "prompt": prompts[row],
+            "response": responses[row],
+        }
+        for row in range(len(batch))
+    ]
 
 
 def log_generations(records: list[dict[str, Any]], count: int, step: int) -> None:
     """trainer.log_val_generations: the first `count` records (by data_source and index, so every validation shows
     the same prompts), one console line each."""
     for record in sorted(records, key=lambda r: (str(r["data_source"]), r["index"]))[:count]:
-        logger.info("val generation (step %d) [%s #%d] score=%g\n  prompt: %s\n  response: %s", step,
-                    record["data_source"], record["index"], record["score"], record["prompt"].strip(),
-                    record["response"].strip())
+        logger.info(
+            "val generation (step %d) [%s #%d] score=%g\n  prompt: %s\n  response: %s",
+            step,
+            record["data_source"],
+            record["index"],
+            record["score"],
+            record["prompt"].strip(),
+            record["response"].strip(),
+        )

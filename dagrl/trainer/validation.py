@@ -1,5 +1,6 @@
 """Validation: sample the validation set with the rollout's current weights and score it
 (val-core/<source>/acc/mean@n)."""
+
 from __future__ import annotations
 
 import logging
@@ -12,8 +13,7 @@ from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
 from dagrl.placement import WorldLayout
 from dagrl.trainer.timing import Progress
-from dagrl.trainer.tracking import (Tracker, dump_generations, generation_records, log_generations,
-                                    mlflow_tracking_uri)
+from dagrl.trainer.tracking import Tracker, dump_generations, generation_records, log_generations, mlflow_tracking_uri
 from dagrl.utils import dist
 from dagrl.utils import watchdog
 from dagrl.utils.watchdog import beat
@@ -26,8 +26,14 @@ def validate(trainer, step: int) -> dict[str, float]:
     `step`; collective over the rollout's ranks."""
     cfg = trainer.cfg.actor_rollout_ref.rollout
     val = cfg.val_kwargs
-    sampling = SamplingSpec(n=val.n, temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
-                            do_sample=val.do_sample, response_length=trainer.shape.response_length)
+    sampling = SamplingSpec(
+        n=val.n,
+        temperature=val.temperature,
+        top_p=val.top_p,
+        top_k=val.top_k,
+        do_sample=val.do_sample,
+        response_length=trainer.shape.response_length,
+    )
     rollout_dp = trainer.shape.layout.rollout_dp
     positions = np.array_split(np.arange(len(trainer.val_data)), rollout_dp)[trainer.rollout_dp_rank]
     chunk = max(trainer.cfg.data.train_batch_size * cfg.n // rollout_dp, 1)
@@ -35,13 +41,14 @@ def validate(trainer, step: int) -> dict[str, float]:
     turn_metrics: dict[str, list[tuple[float, int]]] = defaultdict(list)  # multi-turn, with row counts
     # rank 0's share stands for every rank's (np.array_split gives it the largest)
     total = len(trainer.val_data)
-    progress = Progress(f"validation (step {step})", total, "prompts",
-                        logger.info if trainer.rank == 0 else logger.debug)
+    progress = Progress(
+        f"validation (step {step})", total, "prompts", logger.info if trainer.rank == 0 else logger.debug
+    )
     with rollout_session(trainer.ctx):
         for start in range(0, len(positions), chunk):
             progress.update(round(total * start / max(len(positions), 1)))
             beat("validation", step)
-            prompts = trainer.val_data.rows(positions[start:start + chunk])
+            prompts = trainer.val_data.rows(positions[start : start + chunk])
             seed = sampling_seed(cfg.seed, step, trainer.rollout_dp_rank, f"val{start}")
             batch, sampled = sample(trainer.ctx, prompts, sampling, seed)
             for key, value in sampled.items():
@@ -57,8 +64,10 @@ def validate(trainer, step: int) -> dict[str, float]:
         log_generations(records, trainer.cfg.trainer.log_val_generations, step)
     metrics = val_metrics(records, sampling.n)
     if turn_metrics:
-        means = {f"val-aux/{key}": sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
-                 for key, pairs in turn_metrics.items()}
+        means = {
+            f"val-aux/{key}": sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+            for key, pairs in turn_metrics.items()
+        }
         metrics.update(dist.mean_over_ranks(means))
     return metrics
 
@@ -87,9 +96,18 @@ def validate_only(trainer, step: int) -> None:
     """trainer.val_only: validate the weights the run starts from (step 0: model.path; else the checkpoint
     resumed), log the metrics at that step and exit: no training step, no checkpoint."""
     config = trainer.cfg.trainer
-    tracker = Tracker(config.project_name, config.experiment_name, trainer.loggers, trainer.tensorboard_dir,
-                      trainer.jsonl_path, trainer.total_steps, step, enabled=trainer.rank == 0,
-                      config=trainer.cfg.to_dict, mlflow_uri=mlflow_tracking_uri(config.default_local_dir))
+    tracker = Tracker(
+        config.project_name,
+        config.experiment_name,
+        trainer.loggers,
+        trainer.tensorboard_dir,
+        trainer.jsonl_path,
+        trainer.total_steps,
+        step,
+        enabled=trainer.rank == 0,
+        config=trainer.cfg.to_dict,
+        mlflow_uri=mlflow_tracking_uri(config.default_local_dir),
+    )
     try:
         watchdog.started()
         metrics = trainer.validate(step)
@@ -97,8 +115,11 @@ def validate_only(trainer, step: int) -> None:
     finally:
         tracker.close()
     if trainer.rank == 0:
-        logger.info("trainer.val_only: validated the weights of step %d (%s) and stopped without training",
-                    step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))
+        logger.info(
+            "trainer.val_only: validated the weights of step %d (%s) and stopped without training",
+            step,
+            ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())),
+        )
 
 
 def dump_rollouts(trainer, step: int, batch) -> None:
@@ -108,5 +129,8 @@ def dump_rollouts(trainer, step: int, batch) -> None:
     gathered = dist.all_gather_objects((trainer.shape.layout.dp_rank(trainer.rank), records))
     if trainer.rank == 0:
         shards = dict(reversed(gathered))  # the first rank of each DP rank
-        dump_generations(trainer.cfg.trainer.rollout_data_dir, step,
-                         [{"step": step, **record} for dp_rank in sorted(shards) for record in shards[dp_rank]])
+        dump_generations(
+            trainer.cfg.trainer.rollout_data_dir,
+            step,
+            [{"step": step, **record} for dp_rank in sorted(shards) for record in shards[dp_rank]],
+        )

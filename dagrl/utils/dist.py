@@ -1,4 +1,5 @@
 """Small torch.distributed helpers that work the same in a world of one."""
+
 from __future__ import annotations
 
 import gc
@@ -7,6 +8,7 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+
 # Before any process group: its functions take group.WORLD as a default argument, so imported later (by
 # torch.distributed.checkpoint, at the first save) they would keep the default group alive past destroy_process_groups.
 import torch.distributed.nn  # noqa: F401 - imported for its effect (see above)
@@ -70,13 +72,14 @@ def all_to_all_bytes(payloads: list[bytes]) -> list[bytes]:
     dist.all_to_all_single(recv_sizes_tensor, sizes)
     recv_sizes = recv_sizes_tensor.tolist()
     joined = b"".join(payloads)
-    send = (torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined
-            else torch.empty(0, dtype=torch.uint8)).to(device)
+    send = (torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8)).to(
+        device
+    )
     received = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=device)
     dist.all_to_all_single(received, send, output_split_sizes=recv_sizes, input_split_sizes=send_sizes)
     data = received.cpu().numpy().tobytes()
     starts = [sum(recv_sizes[:source]) for source in range(len(recv_sizes))]
-    return [data[start:start + size] for start, size in zip(starts, recv_sizes)]
+    return [data[start : start + size] for start, size in zip(starts, recv_sizes)]
 
 
 def all_gather_objects(obj: object) -> list:
@@ -104,8 +107,7 @@ def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
         return metrics
     keys = sorted(metrics)
     values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=_reduce_device())
-    sign = torch.tensor([-1.0 if k.endswith("/min") else 1.0 for k in keys], dtype=torch.float64,
-                        device=values.device)
+    sign = torch.tensor([-1.0 if k.endswith("/min") else 1.0 for k in keys], dtype=torch.float64, device=values.device)
     extreme = values * sign
     dist.all_reduce(values)
     dist.all_reduce(extreme, op=dist.ReduceOp.MAX)
@@ -130,8 +132,9 @@ def init_process_group(timeout_s: float | None = None) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": str(port)})
+        os.environ.update(
+            {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        )
     import datetime
 
     timeout = datetime.timedelta(seconds=timeout_s) if timeout_s is not None else None
@@ -139,8 +142,9 @@ def init_process_group(timeout_s: float | None = None) -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend, store=store, rank=rank_, world_size=world,
-                            **({"timeout": timeout} if timeout is not None else {}))
+    dist.init_process_group(
+        backend, store=store, rank=rank_, world_size=world, **({"timeout": timeout} if timeout is not None else {})
+    )
     from dagrl.utils import watchdog
 
     watchdog.attach(store)
@@ -160,6 +164,7 @@ def destroy_process_groups(release: Callable[[], None] | None = None) -> None:
         release()
     if "megatron.core" in sys.modules:  # loaded by the run's engines; never imported here for the teardown alone
         from dagrl.engine.megatron import compat
+
         compat.destroy_model_parallel()
     else:
         gc.collect()

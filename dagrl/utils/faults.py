@@ -16,6 +16,7 @@ DAGRL_INJECT_NAN=<s1>,<s2>,... make the actor loss NaN at those steps (the engin
 DAGRL_INJECT_NAN_WEIGHTS=<s>,... write NaN into an actor weight after the update of those steps, as a finite
                                gradient with an absurd LR would (such a state must never be checkpointed).
 """
+
 from __future__ import annotations
 
 import logging

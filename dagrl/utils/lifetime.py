@@ -5,6 +5,7 @@ makes every process forked by the calling thread inside the block ask the kernel
 when its parent goes. Used around checkpoint writes, whose writer processes (megatron's FileSystemWriterAsync forks
 one per file) otherwise hang forever in a queue read once the trainer is gone.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -7,6 +7,7 @@ float32 (an lm-head-shaped product on an AVX2 CPU: 133.6 s in bf16, 0.62 s in fp
 The decision reads the capability rather than a timing, so a loaded machine cannot flip it; a small measured probe
 only gives the slowdown the start-up line and the warning report. Imports torch only when a machine is detected.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,6 +26,7 @@ CHOICES = (*NAMES, "auto")
 class Machine:
     """What the precision choice depends on. `slowdown`: bf16 matmul time / fp32 time, measured on a CPU without
     bf16 instructions (None elsewhere)."""
+
     gpu: bool
     bf16_native: bool
     isa: str
@@ -101,13 +103,17 @@ def startup_lines(values: Mapping[str, Any], machine: Machine | None = None) -> 
     if autos:
         has = "has bf16 instructions" if machine.bf16_native else "has no bf16 instructions"
         what = " and ".join(("training" if key == PARAM_DTYPE else "generating") for key in autos)
-        info.append(f"this CPU {has} ({machine.isa}{slower}): {what} in {machine.auto} "
-                    f"({', '.join(f'{key}=auto' for key in autos)})")
+        info.append(
+            f"this CPU {has} ({machine.isa}{slower}): {what} in {machine.auto} "
+            f"({', '.join(f'{key}=auto' for key in autos)})"
+        )
     explicit = [key for key, value in values.items() if _is_bf16(value)]
     if explicit and not machine.bf16_native:
-        warnings.append(f"this CPU has no bf16 instructions ({machine.isa}{slower}), and "
-                        f"{' and '.join(f'{key}={values[key]}' for key in explicit)} asks for bf16: set "
-                        f"{' and '.join(f'{key}=auto' for key in explicit)} (float32 here) for a faster run")
+        warnings.append(
+            f"this CPU has no bf16 instructions ({machine.isa}{slower}), and "
+            f"{' and '.join(f'{key}={values[key]}' for key in explicit)} asks for bf16: set "
+            f"{' and '.join(f'{key}=auto' for key in explicit)} (float32 here) for a faster run"
+        )
     return tuple(info), tuple(warnings)
 
 

@@ -15,6 +15,7 @@ being written is a `.tmp_` directory that the next run removes. "At once" is at 
 instruction, where Python runs signal handlers: after the tensor operation under way. Processes the trainer forked
 (Megatron's checkpoint writers) get the terminal's Ctrl-C too and leave it to the trainer.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,16 +69,22 @@ class StopRequest:
         if os.getpid() != self.pid:  # a forked helper: the trainer decides
             return
         if signum == signal.SIGINT and (self.signal is not None or not self.keeps_work):
-            self.exit_now("second Ctrl-C: stopped at once without a checkpoint" if self.signal == "SIGINT" else
-                          f"Ctrl-C after {self.signal}: stopped at once without a checkpoint" if self.signal else
-                          "Ctrl-C with no step under way: stopped at once, nothing unsaved")
+            self.exit_now(
+                "second Ctrl-C: stopped at once without a checkpoint"
+                if self.signal == "SIGINT"
+                else f"Ctrl-C after {self.signal}: stopped at once without a checkpoint"
+                if self.signal
+                else "Ctrl-C with no step under way: stopped at once, nothing unsaved"
+            )
         if self.signal is None:
             self.signal, self.at = signal.Signals(signum).name, time.monotonic()
             if signum != signal.SIGINT:
                 logger.warning("%s received: stopping with a checkpoint after the current step", self.signal)
             elif _global_rank() == 0:
-                logger.warning("Ctrl-C: stopping with a checkpoint once this step ends (its validation and save "
-                               "included); Ctrl-C again stops at once without one")
+                logger.warning(
+                    "Ctrl-C: stopping with a checkpoint once this step ends (its validation and save "
+                    "included); Ctrl-C again stops at once without one"
+                )
 
     def exit_now(self, what: str) -> NoReturn:
         """Ctrl-C: one line (from the launch's rank 0) and exit 130 now."""
@@ -133,13 +140,18 @@ def resume_advice(trainer, state: str) -> str:
 
     found = complete_checkpoints(Path(os.path.expanduser(trainer.default_local_dir)))
     if not found:
-        return ("no checkpoint under trainer.default_local_dir yet: the same command resumes from "
-                f"{trainer.resume_from_path} again" if trainer.resume_mode == "resume_path" else
-                "no checkpoint yet: the same command starts the run afresh")
+        return (
+            "no checkpoint under trainer.default_local_dir yet: the same command resumes from "
+            f"{trainer.resume_from_path} again"
+            if trainer.resume_mode == "resume_path"
+            else "no checkpoint yet: the same command starts the run afresh"
+        )
     where = f"checkpoint {found[-1][1]} {state}"
     if trainer.resume_mode == "auto":
         return f"{where}: run the same command again to resume from it"
     args = [arg for arg in sys.argv[1:] if not arg.startswith(("trainer.resume_mode=", "trainer.resume_from_path="))]
     launcher = "torchrun <its options>" if "TORCHELASTIC_RUN_ID" in os.environ else "python3"
-    return (f"{where}: resume from it with trainer.resume_mode=auto (the same command: "
-            f"{launcher} -m dagrl.main_dag {shlex.join([*args, 'trainer.resume_mode=auto'])})")
+    return (
+        f"{where}: resume from it with trainer.resume_mode=auto (the same command: "
+        f"{launcher} -m dagrl.main_dag {shlex.join([*args, 'trainer.resume_mode=auto'])})"
+    )

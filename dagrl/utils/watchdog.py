@@ -12,6 +12,7 @@ exits with code 3. It first marks the hang in the launch's store (`attach`): eve
 mark within a second and writes its own stacks beside (where it was when a peer hung) before exiting too, so a peer
 that a dead rank's broken connection would otherwise end with a bare error leaves its stacks as well.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -107,10 +108,14 @@ class Watchdog:
         if self.store is not None:
             self.store.set(HANG_KEY, f"rank {self.rank} hung in {where}")
         path, trace = self.dump(f"rank {self.rank}: no progress for {idle:.0f} s in {where} (pid {os.getpid()})")
-        print(f"dagrl: error: rank {self.rank} hung: no progress for {idle:.0f} s in {where} "
-              f"(trainer.hang_timeout_s={self.timeout_s:g}); every thread's stack is in {path}"
-              + (f", the NCCL flight recorder's trace in {trace}" if trace else "")
-              + (" (the other ranks' beside it)" if self.store is not None else ""), file=sys.stderr, flush=True)
+        print(
+            f"dagrl: error: rank {self.rank} hung: no progress for {idle:.0f} s in {where} "
+            f"(trainer.hang_timeout_s={self.timeout_s:g}); every thread's stack is in {path}"
+            + (f", the NCCL flight recorder's trace in {trace}" if trace else "")
+            + (" (the other ranks' beside it)" if self.store is not None else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         if self.store is not None:
             time.sleep(PEER_GRACE_S)  # the peers write theirs before this rank's exit breaks their connections
         os._exit(HANG_EXIT_CODE)
@@ -133,6 +138,7 @@ class Watchdog:
             return None
         try:
             from torch._C._distributed_c10d import _dump_nccl_trace
+
             data = _dump_nccl_trace()
         except (ImportError, RuntimeError) as err:  # a torch without the recorder: the stacks are still written
             logger.error("rank %d: no NCCL flight-recorder dump (%s)", self.rank, err)

@@ -6,6 +6,7 @@ whole response (dagrl.reward.scorers.arithmetic).
     python3 examples/data_preprocess/addition_retry.py --local_dir ~/data/addition_retry
 The test problems are disjoint from the train problems.
 """
+
 from __future__ import annotations
 
 import arithmetic

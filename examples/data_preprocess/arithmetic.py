@@ -6,6 +6,7 @@ from 0.21 to 0.70 in about 9 minutes of training.
     python3 examples/data_preprocess/arithmetic.py --local_dir ~/data/arithmetic
 The test problems are disjoint from the train problems.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,17 @@ def make_row(problem: tuple[int, int], split: str, index: int) -> dict:
     return schema_row(DATA_SOURCE, prompt, "arithmetic", answer, split, index, answer, question)
 
 
-def split_problems(max_operand: int, train_size: int | None, test_size: int,
-                   seed: int) -> dict[str, list[tuple[int, int]]]:
+def split_problems(
+    max_operand: int, train_size: int | None, test_size: int, seed: int
+) -> dict[str, list[tuple[int, int]]]:
     """Every (a, b) pair once, shuffled; the first `test_size` are test, train draws from the rest (cycling
     through them again if more train rows than train problems are asked for)."""
     problems = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
     if not 0 < test_size < len(problems):
-        fail(f"--test_size {test_size} must be between 1 and {len(problems) - 1}: --max_operand {max_operand} "
-             f"gives {len(problems)} distinct problems")
+        fail(
+            f"--test_size {test_size} must be between 1 and {len(problems) - 1}: --max_operand {max_operand} "
+            f"gives {len(problems)} distinct problems"
+        )
     order = np.random.default_rng(seed).permutation(len(problems))
     test = [problems[i] for i in order[:test_size]]
     pool = [problems[i] for i in order[test_size:]]
@@ -55,8 +59,9 @@ def main(row_maker=make_row, default_dir: str = "~/data/arithmetic", description
     parser.add_argument("--local_dir", default=default_dir, help="output directory")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max_operand", type=int, default=19, help="operands are drawn from 0..max_operand")
-    parser.add_argument("--train_size", type=int, default=None,
-                        help="train rows (default: every problem not in test, once)")
+    parser.add_argument(
+        "--train_size", type=int, default=None, help="train rows (default: every problem not in test, once)"
+    )
     parser.add_argument("--test_size", type=int, default=256, help="test rows, disjoint from train")
     args = parser.parse_args()
     setup_logging()

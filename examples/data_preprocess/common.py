@@ -4,6 +4,7 @@ Every script writes `<local_dir>/train.parquet` and `<local_dir>/test.parquet` i
 `data_source`, `prompt` (chat list), `ability`, `reward_model{style, ground_truth}`,
 `extra_info{split, index, answer, question}`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,16 @@ logger = logging.getLogger(__name__)
 SOURCE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
-def schema_row(data_source: str, prompt: list[dict[str, str]], ability: str, ground_truth: str, split: str,
-               index: int, answer: str, question: str) -> dict[str, Any]:
+def schema_row(
+    data_source: str,
+    prompt: list[dict[str, str]],
+    ability: str,
+    ground_truth: str,
+    split: str,
+    index: int,
+    answer: str,
+    question: str,
+) -> dict[str, Any]:
     """One row in the verl/siiRL schema every dagrl dataset uses."""
     return {
         "data_source": data_source,
@@ -41,12 +50,18 @@ def fail(message: str) -> NoReturn:
 def base_parser(name: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--local_dir", default=f"~/data/{name}", help=f"output directory (default ~/data/{name})")
-    parser.add_argument("--source_dir", default=None,
-                        help="read a local jsonl/json/parquet file, or a directory with train.* and test.* files, "
-                             "instead of the hub (for offline clusters)")
-    parser.add_argument("--test_size", type=int, default=None,
-                        help="rows held out for test when the source has no test split "
-                             "(default: 10%% of the rows, at most 500)")
+    parser.add_argument(
+        "--source_dir",
+        default=None,
+        help="read a local jsonl/json/parquet file, or a directory with train.* and test.* files, "
+        "instead of the hub (for offline clusters)",
+    )
+    parser.add_argument(
+        "--test_size",
+        type=int,
+        default=None,
+        help="rows held out for test when the source has no test split (default: 10%% of the rows, at most 500)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
     return parser
 
@@ -56,6 +71,7 @@ def read_records(path: str) -> list[dict[str, Any]]:
     try:
         if path.endswith(".parquet"):
             import pyarrow.parquet as pq
+
             return pq.read_table(path).to_pylist()
         with open(path, encoding="utf-8") as handle:
             if path.endswith(".jsonl"):
@@ -101,8 +117,10 @@ def read_hub_source(name: str, config: str | None = None) -> dict[str, list[dict
     try:
         import datasets
     except ImportError:
-        fail(f"reading {name} from the hub needs the `datasets` package: pip install -e \".[datasets]\" "
-             "(or pip install datasets), or pass --source_dir FILE")
+        fail(
+            f'reading {name} from the hub needs the `datasets` package: pip install -e ".[datasets]" '
+            "(or pip install datasets), or pass --source_dir FILE"
+        )
     loaded = datasets.load_dataset(name, config) if config else datasets.load_dataset(name)
     return {split: loaded[split].to_list() for split in loaded}
 
@@ -116,11 +134,15 @@ def hold_out_test(splits: dict[str, list[dict]], test_size: int | None, seed: in
         test_size = min(500, max(1, len(rows) // 10))
     plural = "row" if len(rows) == 1 else "rows"
     if len(rows) < 2:
-        fail(f"the source has {len(rows)} {plural} and no test split: holding out --test_size {test_size} leaves no "
-             f"training rows; give a source with at least 2 rows (or a test.* file next to train.*)")
+        fail(
+            f"the source has {len(rows)} {plural} and no test split: holding out --test_size {test_size} leaves no "
+            f"training rows; give a source with at least 2 rows (or a test.* file next to train.*)"
+        )
     if test_size >= len(rows):
-        fail(f"the source has {len(rows)} {plural}: --test_size {test_size} leaves no training rows; lower "
-             f"--test_size to at most {len(rows) - 1} or give more rows")
+        fail(
+            f"the source has {len(rows)} {plural}: --test_size {test_size} leaves no training rows; lower "
+            f"--test_size to at most {len(rows) - 1} or give more rows"
+        )
     if test_size < 1:
         fail(f"--test_size {test_size} must be at least 1 (rows held out for test; the source has {len(rows)} rows)")
     order = np.random.default_rng(seed).permutation(len(rows))
@@ -135,8 +157,9 @@ def require_fields(rows: list[dict], fields: tuple[str, ...], where: str) -> Non
                 fail(f"{where} row {index} lacks the field {field!r} (each row needs {', '.join(fields)})")
 
 
-def convert_and_write(splits: dict[str, list[dict]], make_row: Callable[[dict, str, int], dict],
-                      local_dir: str) -> dict[str, str]:
+def convert_and_write(
+    splits: dict[str, list[dict]], make_row: Callable[[dict, str, int], dict], local_dir: str
+) -> dict[str, str]:
     """Converts every split with `make_row(raw, split, index)` and writes `<local_dir>/<split>.parquet`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -162,7 +185,7 @@ def extract_last_boxed(text: str) -> str | None:
         return None
     rest = text[start:]
     if rest.startswith("\\boxed "):  # "\boxed 5": the answer runs to the next "$" or end
-        return rest[len("\\boxed "):].split("$")[0].strip()
+        return rest[len("\\boxed ") :].split("$")[0].strip()
     open_at = rest.find("{")
     if open_at < 0:
         return None
@@ -170,7 +193,7 @@ def extract_last_boxed(text: str) -> str | None:
     for position in range(open_at, len(rest)):
         depth += {"{": 1, "}": -1}.get(rest[position], 0)
         if depth == 0:
-            return rest[open_at + 1:position]
+            return rest[open_at + 1 : position]
     return None
 
 

@@ -5,10 +5,19 @@
 Rows need `problem` and `answer`. The dataset has only a train split: a seeded test split is held out of it
 (--test_size rows, default 500).
 """
+
 from __future__ import annotations
 
-from common import (schema_row, base_parser, convert_and_write, hold_out_test, read_hub_source, read_local_source,
-                    require_fields, setup_logging)
+from common import (
+    schema_row,
+    base_parser,
+    convert_and_write,
+    hold_out_test,
+    read_hub_source,
+    read_local_source,
+    require_fields,
+    setup_logging,
+)
 
 DATA_SOURCE = "agentica-org/DeepScaleR-Preview-Dataset"
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -16,8 +25,16 @@ INSTRUCTION = "Let's think step by step and output the final answer within \\box
 
 def make_row(raw: dict, split: str, index: int) -> dict:
     problem, answer = raw["problem"], str(raw["answer"])
-    return schema_row(DATA_SOURCE, [{"role": "user", "content": f"{problem} {INSTRUCTION}"}], "math",
-                      answer, split, index, answer, problem)
+    return schema_row(
+        DATA_SOURCE,
+        [{"role": "user", "content": f"{problem} {INSTRUCTION}"}],
+        "math",
+        answer,
+        split,
+        index,
+        answer,
+        problem,
+    )
 
 
 def main() -> None:

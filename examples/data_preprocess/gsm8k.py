@@ -4,15 +4,25 @@
     python3 examples/data_preprocess/gsm8k.py --source_dir gsm8k_dir/   # offline: train.jsonl + test.jsonl
 Rows need `question` and `answer` (the reference solution ending in "#### <number>").
 """
+
 from __future__ import annotations
 
 import re
 
-from common import (schema_row, base_parser, convert_and_write, fail, hold_out_test, read_hub_source, read_local_source,
-                    require_fields, setup_logging)
+from common import (
+    schema_row,
+    base_parser,
+    convert_and_write,
+    fail,
+    hold_out_test,
+    read_hub_source,
+    read_local_source,
+    require_fields,
+    setup_logging,
+)
 
 DATA_SOURCE = "openai/gsm8k"
-INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 _FINAL_ANSWER = re.compile(r"####\s*(-?[0-9.,]+)")
 
 
@@ -26,8 +36,16 @@ def final_answer(solution: str, where: str) -> str:
 def make_row(raw: dict, split: str, index: int) -> dict:
     question, answer = raw["question"], raw["answer"]
     ground_truth = final_answer(answer, f"{split} row {index} ({question[:60]!r})")
-    return schema_row(DATA_SOURCE, [{"role": "user", "content": f"{question} {INSTRUCTION}"}], "math",
-                      ground_truth, split, index, answer, question)
+    return schema_row(
+        DATA_SOURCE,
+        [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+        "math",
+        ground_truth,
+        split,
+        index,
+        answer,
+        question,
+    )
 
 
 def main() -> None:

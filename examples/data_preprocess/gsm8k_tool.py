@@ -5,11 +5,19 @@
 Rows are gsm8k.py's (same question, instruction and "#### <answer>" ground truth, scored strictly) plus a system
 prompt offering the calculator and `extra_info.tools_kwargs` for it.
 """
+
 from __future__ import annotations
 
 import gsm8k
-from common import (base_parser, convert_and_write, hold_out_test, read_hub_source, read_local_source,
-                    require_fields, setup_logging)
+from common import (
+    base_parser,
+    convert_and_write,
+    hold_out_test,
+    read_hub_source,
+    read_local_source,
+    require_fields,
+    setup_logging,
+)
 from products import CALCULATOR_HOWTO, tools_kwargs
 
 SYSTEM_PROMPT = (
@@ -28,8 +36,7 @@ def make_row(raw: dict, split: str, index: int) -> dict:
 def main() -> None:
     args = base_parser("gsm8k_tool", __doc__.splitlines()[0]).parse_args()
     setup_logging()
-    splits = (read_local_source(args.source_dir) if args.source_dir
-              else read_hub_source(gsm8k.DATA_SOURCE, "main"))
+    splits = read_local_source(args.source_dir) if args.source_dir else read_hub_source(gsm8k.DATA_SOURCE, "main")
     for split, rows in splits.items():
         require_fields(rows, ("question", "answer"), f"{args.source_dir or gsm8k.DATA_SOURCE} {split}")
     splits = hold_out_test(splits, args.test_size, args.seed)

@@ -10,6 +10,7 @@ reward is exact match of the last number in the answer, thousands separators all
     python3 examples/data_preprocess/marbles.py --local_dir ~/data/marbles
 The test problems are disjoint from the train problems, counting (a, b, c) and (a, c, b) as one problem.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,9 @@ def expression(a: int, b: int, c: int) -> str:
 
 
 # Worked examples (question, calculator expression, result), on numbers of 2 and 4 digits: never asked.
-EXAMPLES = tuple((question(*abc), expression(*abc), str(abc[0] * (abc[1] + abc[2]))) for abc in ((12, 34, 5),
-                                                                                              (1234, 56, 7)))
+EXAMPLES = tuple(
+    (question(*abc), expression(*abc), str(abc[0] * (abc[1] + abc[2]))) for abc in ((12, 34, 5), (1234, 56, 7))
+)
 
 
 def make_row(problem: tuple[int, int, int], split: str, index: int, examples_in: str = "turns") -> dict:

@@ -4,10 +4,21 @@
     python3 examples/data_preprocess/math_dataset.py --source_dir math_dir/   # offline: train.* + test.*
 Rows need `problem` and either `answer` or a `solution` with a \\boxed{} final answer.
 """
+
 from __future__ import annotations
 
-from common import (schema_row, base_parser, convert_and_write, extract_last_boxed, fail, hold_out_test,
-                    read_hub_source, read_local_source, require_fields, setup_logging)
+from common import (
+    schema_row,
+    base_parser,
+    convert_and_write,
+    extract_last_boxed,
+    fail,
+    hold_out_test,
+    read_hub_source,
+    read_local_source,
+    require_fields,
+    setup_logging,
+)
 
 DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -27,8 +38,16 @@ def ground_truth(raw: dict, where: str) -> str:
 def make_row(raw: dict, split: str, index: int) -> dict:
     problem = raw["problem"]
     answer = ground_truth(raw, f"{split} row {index} ({problem[:60]!r})")
-    return schema_row(DATA_SOURCE, [{"role": "user", "content": f"{problem} {INSTRUCTION}"}], "math",
-                      answer, split, index, raw.get("solution") or answer, problem)
+    return schema_row(
+        DATA_SOURCE,
+        [{"role": "user", "content": f"{problem} {INSTRUCTION}"}],
+        "math",
+        answer,
+        split,
+        index,
+        raw.get("solution") or answer,
+        problem,
+    )
 
 
 def main() -> None:

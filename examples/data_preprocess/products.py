@@ -5,6 +5,7 @@ last number in the answer, thousands separators allowed (dagrl.reward.scorers.la
     python3 examples/data_preprocess/products.py --local_dir ~/data/products
 The test problems are disjoint from the train problems, counting a * b and b * a as one problem.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,12 @@ def example_turns(examples: tuple[tuple[str, str, str], ...] = EXAMPLES) -> list
     turns = []
     for question, expression, result in examples:
         call = f'<tool_call>{{"name": "{TOOL_NAME}", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
-        turns += [{"role": "user", "content": question}, {"role": "assistant", "content": call},
-                  {"role": "tool", "content": result}, {"role": "assistant", "content": result}]
+        turns += [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": call},
+            {"role": "tool", "content": result},
+            {"role": "assistant", "content": result},
+        ]
     return turns
 
 
@@ -50,19 +55,31 @@ def tools_kwargs(ground_truth: str) -> dict:
 def examples_in_system(examples: tuple[tuple[str, str, str], ...] = EXAMPLES) -> str:
     """The worked examples written out in the system message instead (--examples_in system)."""
     turns = example_turns(examples)
-    shown = "\n\n".join(f"Example {i}:\nUser: {m[0]['content']}\nAssistant: {m[1]['content']}\n"
-                        f"Tool: {m[2]['content']}\nAssistant: {m[3]['content']}" for i, m in enumerate(
-                            (turns[4 * k: 4 * k + 4] for k in range(len(examples))), start=1))
+    shown = "\n\n".join(
+        f"Example {i}:\nUser: {m[0]['content']}\nAssistant: {m[1]['content']}\n"
+        f"Tool: {m[2]['content']}\nAssistant: {m[3]['content']}"
+        for i, m in enumerate((turns[4 * k : 4 * k + 4] for k in range(len(examples))), start=1)
+    )
     return f"{SYSTEM_PROMPT}\n\n{shown}"
 
 
-def tool_row(data_source: str, question: str, answer: str, split: str, index: int, examples_in: str = "turns",
-             examples: tuple[tuple[str, str, str], ...] = EXAMPLES) -> dict:
+def tool_row(
+    data_source: str,
+    question: str,
+    answer: str,
+    split: str,
+    index: int,
+    examples_in: str = "turns",
+    examples: tuple[tuple[str, str, str], ...] = EXAMPLES,
+) -> dict:
     """A row that offers the calculator: SYSTEM_PROMPT, the worked examples (as earlier turns of the chat, or
     written in the system message) and the question; the answer is the ground truth."""
     if examples_in == "turns":
-        prompt = [{"role": "system", "content": SYSTEM_PROMPT}, *example_turns(examples),
-                  {"role": "user", "content": question}]
+        prompt = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            *example_turns(examples),
+            {"role": "user", "content": question},
+        ]
     else:
         prompt = [{"role": "system", "content": examples_in_system(examples)}, {"role": "user", "content": question}]
     row = schema_row(data_source, prompt, "arithmetic", answer, split, index, answer, question)
@@ -78,7 +95,7 @@ def make_row(problem: tuple[int, int], split: str, index: int, examples_in: str 
 def split_problems(digits: int, train_size: int, test_size: int, seed: int) -> dict[str, list[tuple[int, int]]]:
     """Distinct unordered pairs of `digits`-digit operands, seeded; the first `test_size` are test, the next
     `train_size` train. Operands are put in random order, and the examples of SYSTEM_PROMPT are never asked."""
-    low, high = 10 ** (digits - 1), 10 ** digits - 1
+    low, high = 10 ** (digits - 1), 10**digits - 1
     first, second = np.triu_indices(high - low + 1)  # every a <= b once
     first, second = first + low, second + low
     shown = {tuple(sorted(map(int, re.findall(r"\d+", question)))) for question, _, _ in EXAMPLES}
@@ -89,13 +106,14 @@ def split_problems(digits: int, train_size: int, test_size: int, seed: int) -> d
     if train_size <= 0 or test_size <= 0:
         fail(f"--train_size and --test_size must be positive, got {train_size} and {test_size}")
     if train_size + test_size > len(first):
-        fail(f"--train_size {train_size} + --test_size {test_size} exceeds the {len(first)} distinct problems "
-             f"of --digits {digits}")
+        fail(
+            f"--train_size {train_size} + --test_size {test_size} exceeds the {len(first)} distinct problems "
+            f"of --digits {digits}"
+        )
     rng = np.random.default_rng(seed)
     chosen = rng.choice(len(first), size=train_size + test_size, replace=False)
     swap = rng.random(len(chosen)) < 0.5
-    problems = [(int(second[i]), int(first[i])) if s else (int(first[i]), int(second[i]))
-                for i, s in zip(chosen, swap)]
+    problems = [(int(second[i]), int(first[i])) if s else (int(first[i]), int(second[i])) for i, s in zip(chosen, swap)]
     return {"test": problems[:test_size], "train": problems[test_size:]}
 
 
@@ -107,8 +125,12 @@ def tool_task_parser(name: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train_size", type=int, default=8192, help="train rows")
     parser.add_argument("--test_size", type=int, default=256, help="test rows, disjoint from train")
-    parser.add_argument("--examples_in", choices=("turns", "system"), default="turns",
-                        help="the two worked examples as earlier turns of the chat, or written in the system message")
+    parser.add_argument(
+        "--examples_in",
+        choices=("turns", "system"),
+        default="turns",
+        help="the two worked examples as earlier turns of the chat, or written in the system message",
+    )
     return parser
 
 

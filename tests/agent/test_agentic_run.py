@@ -1,5 +1,6 @@
 """The multi-turn loop on the real `hf` engine and in whole runs: behaviour log-probs of every sampled turn against a
 full forward of the final trajectory, and a seeded multi-turn run killed mid-way that resumes exactly."""
+
 from __future__ import annotations
 
 import sys
@@ -26,12 +27,16 @@ def retry_data(tmp_path_factory) -> dict[str, str]:
     for split, count, seed in (("train", 32, 0), ("test", 8, 1)):
         rows = make_arithmetic_rows(count, split, seed)
         for row in rows:
-            row["extra_info"]["interaction_kwargs"] = {"name": "try_again",
-                                                       "ground_truth": row["reward_model"]["ground_truth"]}
+            row["extra_info"]["interaction_kwargs"] = {
+                "name": "try_again",
+                "ground_truth": row["reward_model"]["ground_truth"],
+            }
         files[split] = write_parquet(str(root / f"{split}.parquet"), rows)
     config = root / "interaction.yaml"
-    config.write_text("interaction:\n  - name: try_again\n    class_name: dagrl.agent.interaction.TryAgainInteraction\n"
-                      "    config: {}\n")
+    config.write_text(
+        "interaction:\n  - name: try_again\n    class_name: dagrl.agent.interaction.TryAgainInteraction\n"
+        "    config: {}\n"
+    )
     files["interaction"] = str(config)
     return files
 
@@ -42,16 +47,28 @@ def test_hf_turns_carry_the_log_probs_a_full_forward_gives(long_tail_model, retr
     tokenizer = AutoTokenizer.from_pretrained(long_tail_model)
     data = PromptDataset([retry_data["train"]], tokenizer, max_prompt_length=32)
     from transformers import GenerationConfig
+
     eos = [tokenizer.eos_token_id, GenerationConfig.from_pretrained(long_tail_model).eos_token_id]  # as runs use
     rollout = HFRollout(str(long_tail_model), eos, tokenizer.pad_token_id, torch.device("cpu"))
-    options = SimpleNamespace(max_assistant_turns=4, max_user_turns=3, max_parallel_calls=1,
-                              max_tool_response_length=64, tool_response_truncate_side="middle", tool_timeout_s=5,
-                              tool_overlap_steps=0)
-    loop = AgentLoop(options, tokenizer, {}, {"try_again": TryAgainInteraction({"name": "try_again"})},
-                     template_renders_tools=False)
-    batch, metrics = loop.generate(rollout, data.rows([0, 1, 2, 3]), SamplingSpec(n=2, temperature=1.0,
-                                                                                 response_length=48),
-                                   seed=3, response_length=48)
+    options = SimpleNamespace(
+        max_assistant_turns=4,
+        max_user_turns=3,
+        max_parallel_calls=1,
+        max_tool_response_length=64,
+        tool_response_truncate_side="middle",
+        tool_timeout_s=5,
+        tool_overlap_steps=0,
+    )
+    loop = AgentLoop(
+        options, tokenizer, {}, {"try_again": TryAgainInteraction({"name": "try_again"})}, template_renders_tools=False
+    )
+    batch, metrics = loop.generate(
+        rollout,
+        data.rows([0, 1, 2, 3]),
+        SamplingSpec(n=2, temperature=1.0, response_length=48),
+        seed=3,
+        response_length=48,
+    )
     assert metrics["multi_turn/num_turns/max"] >= 3  # feedback turns happened
     width = batch["prompts"].shape[1]
     checked = 0
@@ -73,12 +90,23 @@ def test_hf_turns_carry_the_log_probs_a_full_forward_gives(long_tail_model, retr
 @pytest.fixture(scope="module")
 def args(long_tail_model, retry_data):
     def make(out: Path, **extra) -> list[str]:
-        return cpu_run_overrides(long_tail_model, retry_data, out, **{
-            "actor_rollout_ref.rollout.multi_turn.enable": True,
-            "actor_rollout_ref.rollout.multi_turn.interaction_config_path": retry_data["interaction"],
-            "actor_rollout_ref.rollout.multi_turn.max_user_turns": 2,
-            "trainer.total_training_steps": 4, "trainer.save_freq": 2, "trainer.test_freq": 4,
-            "trainer.val_before_train": False, "data.max_response_length": 40, **extra})
+        return cpu_run_overrides(
+            long_tail_model,
+            retry_data,
+            out,
+            **{
+                "actor_rollout_ref.rollout.multi_turn.enable": True,
+                "actor_rollout_ref.rollout.multi_turn.interaction_config_path": retry_data["interaction"],
+                "actor_rollout_ref.rollout.multi_turn.max_user_turns": 2,
+                "trainer.total_training_steps": 4,
+                "trainer.save_freq": 2,
+                "trainer.test_freq": 4,
+                "trainer.val_before_train": False,
+                "data.max_response_length": 40,
+                **extra,
+            },
+        )
+
     return make
 
 
@@ -97,11 +125,29 @@ def test_multi_turn_on_two_ranks_shards_prompts_and_validates_each_once(args, tm
     from tests.engine.engine_helpers import free_port
 
     out = tmp_path / "dp2"
-    code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                   "--master-port", str(free_port()), "-m", "dagrl.main_dag",
-                                   *args(out, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2,
-                                                 "trainer.save_freq": -1, "trainer.test_freq": 2,
-                                                 "trainer.validation_data_dir": str(out / "val")})])
+    code, stderr = run_in_session(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "dagrl.main_dag",
+            *args(
+                out,
+                **{
+                    "trainer.n_gpus_per_node": 2,
+                    "trainer.total_training_steps": 2,
+                    "trainer.save_freq": -1,
+                    "trainer.test_freq": 2,
+                    "trainer.validation_data_dir": str(out / "val"),
+                },
+            ),
+        ]
+    )
     assert code == 0, stderr[-3000:]
     records = metrics_by_step(out)
     assert all(records[s]["multi_turn/tokens/observation/mean"] > 0 for s in (1, 2))
@@ -116,11 +162,28 @@ def test_multi_turn_in_two_pools_at_k0_is_the_colocated_run(args, tmp_path):
     from tests.trainer.test_two_pools import launch, ok, without_async
 
     colocated, pools = tmp_path / "colocated", tmp_path / "pools"
-    make = lambda out, **extra: args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": -1,  # noqa: E731 - a short local helper
-                                             "trainer.test_freq": 2, **extra})
-    for result in launch((make(colocated), 1, {}),
-                         (make(pools, **{"actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1,
-                                         "trainer.n_gpus_per_node": 1, "async_training.max_staleness": 0}), 2, {})):
+
+    def make(out, **extra):
+        return args(
+            out, **{"trainer.total_training_steps": 2, "trainer.save_freq": -1, "trainer.test_freq": 2, **extra}
+        )
+
+    for result in launch(
+        (make(colocated), 1, {}),
+        (
+            make(
+                pools,
+                **{
+                    "actor_rollout_ref.hybrid_engine": False,
+                    "rollout.n_gpus_per_node": 1,
+                    "trainer.n_gpus_per_node": 1,
+                    "async_training.max_staleness": 0,
+                },
+            ),
+            2,
+            {},
+        ),
+    ):
         ok(result)
     expected = metrics_by_step(colocated)
     assert without_async(metrics_by_step(pools)) == expected
@@ -134,8 +197,13 @@ def test_multi_turn_partial_rollout_carries_trajectories_and_resumes_exactly(arg
     uninterrupted run's metrics exactly."""
     # data.seed 1 (the default) with bf16 sampling draws prompts and responses whose carried groups reach the bound
     # K=2 within the 4 steps (float32 sampling, the tests' default, draws other responses, carried within K=1)
-    extra = {"async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
-             "async_training.max_staleness": 2, "data.seed": 1, "actor_rollout_ref.rollout.dtype": "bfloat16"}
+    extra = {
+        "async_training.partial_rollout": True,
+        "async_training.oversample_ratio": 2.0,
+        "async_training.max_staleness": 2,
+        "data.seed": 1,
+        "actor_rollout_ref.rollout.dtype": "bfloat16",
+    }
     straight, resumed = straight_and_resumed(lambda out: args(out, **extra), tmp_path)
     expected, actual = metrics_by_step(straight), metrics_by_step(resumed)
     assert actual == expected
@@ -146,6 +214,7 @@ def test_multi_turn_partial_rollout_carries_trajectories_and_resumes_exactly(arg
     assert max(expected[s]["multi_turn/num_turns/max"] for s in steps) >= 3
     # the checkpoint holds carried trajectories as plain data: conversations under way, some with turns to go
     import json
+
     saved = json.loads((straight / "global_step_2" / "partial_rollout" / "dp0.json").read_text())
     turns = [s["turns"] for group in saved for s in group["samples"] if s is not None]
     assert turns and any(not t["done"] for t in turns) and any(len(t["messages"]) > 2 for t in turns)
@@ -158,10 +227,20 @@ def test_multi_turn_partial_rollout_in_two_pools_loads_pushes_mid_batch(args, tm
     from tests.trainer.test_two_pools import launch, ok
 
     out = tmp_path / "pools"
-    run = args(out, **{"trainer.total_training_steps": 4, "trainer.save_freq": -1, "trainer.test_freq": -1,
-                       "actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1,
-                       "trainer.n_gpus_per_node": 1, "async_training.max_staleness": 1,
-                       "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0})
+    run = args(
+        out,
+        **{
+            "trainer.total_training_steps": 4,
+            "trainer.save_freq": -1,
+            "trainer.test_freq": -1,
+            "actor_rollout_ref.hybrid_engine": False,
+            "rollout.n_gpus_per_node": 1,
+            "trainer.n_gpus_per_node": 1,
+            "async_training.max_staleness": 1,
+            "async_training.partial_rollout": True,
+            "async_training.oversample_ratio": 2.0,
+        },
+    )
     for result in launch((run, 2, {"DAGRL_DELAY": "rollout_poll:0.05"})):
         ok(result)
     metrics = metrics_by_step(out)

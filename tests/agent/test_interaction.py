@@ -1,4 +1,5 @@
 """Interactions: the YAML loader (verl's format, one-line ConfigErrors naming file and entry), TryAgainInteraction."""
+
 from __future__ import annotations
 
 import asyncio
@@ -69,8 +70,11 @@ def test_the_shipped_config_loads_try_again():
 
 
 def test_name_defaults_to_verls_class_derived_name_and_config_reaches_the_class(tmp_path):
-    path = write(tmp_path, f"interaction:\n  - class_name: {TRY_AGAIN}\n    config: {{feedback: Nope.}}\n"
-                           f"  - name: echo\n    class_name: {HERE}.SyncInteraction\n")
+    path = write(
+        tmp_path,
+        f"interaction:\n  - class_name: {TRY_AGAIN}\n    config: {{feedback: Nope.}}\n"
+        f"  - name: echo\n    class_name: {HERE}.SyncInteraction\n",
+    )
     interactions = load_interactions(path)
     assert sorted(interactions) == ["echo", "tryagain"]
     assert interactions["tryagain"].name == "tryagain" and interactions["tryagain"].feedback == "Nope."
@@ -104,20 +108,28 @@ def assert_one_line_error(path: str, entry: str, *fragments: str) -> None:
 
 
 def test_duplicate_names_name_both_entries(tmp_path):
-    path = write(tmp_path, f"interaction:\n  - name: retry\n    class_name: {TRY_AGAIN}\n"
-                           f"  - name: retry\n    class_name: {HERE}.SyncInteraction\n")
+    path = write(
+        tmp_path,
+        f"interaction:\n  - name: retry\n    class_name: {TRY_AGAIN}\n"
+        f"  - name: retry\n    class_name: {HERE}.SyncInteraction\n",
+    )
     assert_one_line_error(path, "interaction[1] ('retry')", "duplicate interaction name 'retry'", "interaction[0]")
 
 
 def test_a_default_name_colliding_with_an_explicit_one_is_a_duplicate(tmp_path):
-    path = write(tmp_path, f"interaction:\n  - name: tryagain\n    class_name: {HERE}.SyncInteraction\n"
-                           f"  - class_name: {TRY_AGAIN}\n")
+    path = write(
+        tmp_path,
+        f"interaction:\n  - name: tryagain\n    class_name: {HERE}.SyncInteraction\n  - class_name: {TRY_AGAIN}\n",
+    )
     assert_one_line_error(path, "interaction[1] ('tryagain')", "duplicate")
 
 
 def test_a_class_without_generate_response_is_refused(tmp_path):
-    path = write(tmp_path, f"interaction:\n  - name: ok\n    class_name: {TRY_AGAIN}\n"
-                           f"  - name: broken\n    class_name: {HERE}.NoResponse\n")
+    path = write(
+        tmp_path,
+        f"interaction:\n  - name: ok\n    class_name: {TRY_AGAIN}\n"
+        f"  - name: broken\n    class_name: {HERE}.NoResponse\n",
+    )
     assert_one_line_error(path, "interaction[1] ('broken')", "has no generate_response method")
 
 
@@ -126,12 +138,15 @@ def test_a_constructor_error_names_the_entry_in_one_line(tmp_path):
     assert_one_line_error(path, "interaction[0] ('boom')", "RuntimeError: no endpoint configured for boom")
 
 
-@pytest.mark.parametrize("entry, fragment", [
-    (f"name: x\n    class_name: {TRY_AGAIN}\n    config: [1, 2]", "config must be a mapping, got list"),
-    (f"name: 7\n    class_name: {TRY_AGAIN}", "name must be a non-empty string, got 7"),
-    ("name: x\n    class_name: no_such_module_xyz.Thing", "cannot import 'no_such_module_xyz'"),
-    (f"name: x\n    class_name: {HERE}.Missing", f"module '{HERE}' has no class 'Missing'"),
-])
+@pytest.mark.parametrize(
+    "entry, fragment",
+    [
+        (f"name: x\n    class_name: {TRY_AGAIN}\n    config: [1, 2]", "config must be a mapping, got list"),
+        (f"name: 7\n    class_name: {TRY_AGAIN}", "name must be a non-empty string, got 7"),
+        ("name: x\n    class_name: no_such_module_xyz.Thing", "cannot import 'no_such_module_xyz'"),
+        (f"name: x\n    class_name: {HERE}.Missing", f"module '{HERE}' has no class 'Missing'"),
+    ],
+)
 def test_bad_entries_are_one_line_errors(tmp_path, entry, fragment):
     path = write(tmp_path, f"interaction:\n  - {entry}\n")
     assert_one_line_error(path, "interaction[0]", fragment)
@@ -149,8 +164,9 @@ def test_try_again_turns_until_the_last_number_is_right():
 
     async def episode():
         # the loop passes the row's whole interaction_kwargs, name and query included
-        instance = await interaction.start_interaction("traj-1", name="try_again", query="What is 7 + 12?",
-                                                       ground_truth="19")
+        instance = await interaction.start_interaction(
+            "traj-1", name="try_again", query="What is 7 + 12?", ground_truth="19"
+        )
         chat = [{"role": "user", "content": "What is 7 + 12?"}, {"role": "assistant", "content": "It is 18."}]
         first = await interaction.generate_response(instance, chat)
         first_score = await interaction.calculate_score(instance)
@@ -170,8 +186,11 @@ def test_try_again_reads_only_the_last_assistant_message_and_accepts_separators(
     async def replies():
         a = await interaction.start_interaction(None, ground_truth="1019")
         b = await interaction.start_interaction(None, ground_truth="5")
-        earlier_right = [{"role": "assistant", "content": "1019"}, {"role": "user", "content": "sure?"},
-                         {"role": "assistant", "content": "no, 1018"}]
+        earlier_right = [
+            {"role": "assistant", "content": "1019"},
+            {"role": "user", "content": "sure?"},
+            {"role": "assistant", "content": "no, 1018"},
+        ]
         wrong = await interaction.generate_response(a, earlier_right)
         right = await interaction.generate_response(a, [{"role": "assistant", "content": "1,019."}])
         no_number = await interaction.generate_response(b, [{"role": "assistant", "content": "five"}])

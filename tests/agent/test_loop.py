@@ -1,6 +1,7 @@
 """The multi-turn loop's own logic on a scripted engine (fixed turns per trajectory): tool turns, token identity with
 the whole conversation rendered at once, masks and behaviour log-probs, truncation, timeouts, interaction turns,
 scoring on the last assistant turn. The real engines drive the same loop in tests/agent/test_agentic_run.py."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,18 @@ from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Progress, SamplingSpec
 from tests.helpers import make_tiny_tokenizer
 
-CALC = {"type": "function", "function": {"name": "calc", "description": "adds", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+CALC = {
+    "type": "function",
+    "function": {
+        "name": "calc",
+        "description": "adds",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
 
 
 class AddTool:
@@ -82,8 +93,15 @@ class ScriptedEngine:
 
 
 def config(**overrides) -> SimpleNamespace:
-    options = dict(max_assistant_turns=5, max_user_turns=5, max_parallel_calls=2, max_tool_response_length=256,
-                   tool_response_truncate_side="middle", tool_timeout_s=5.0, tool_overlap_steps=0)
+    options = dict(
+        max_assistant_turns=5,
+        max_user_turns=5,
+        max_parallel_calls=2,
+        max_tool_response_length=256,
+        tool_response_truncate_side="middle",
+        tool_timeout_s=5.0,
+        tool_overlap_steps=0,
+    )
     return SimpleNamespace(**{**options, **overrides})
 
 
@@ -103,11 +121,18 @@ def prompts(tokenizer, questions: list[str], extra: list[dict] | None = None, to
     input_ids = torch.full((len(ids), width), tokenizer.pad_token_id)
     mask = torch.zeros((len(ids), width), dtype=torch.long)
     for i, row in enumerate(ids):
-        input_ids[i, width - len(row):] = torch.tensor(row)
-        mask[i, width - len(row):] = 1
-    return Batch({"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)},
-                 {"raw_prompt": chats, "index": list(range(len(ids))), "data_source": ["t"] * len(ids),
-                  "extra_info": extra or [{} for _ in ids], "reward_model": [{"ground_truth": "5"}] * len(ids)})
+        input_ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
+    return Batch(
+        {"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)},
+        {
+            "raw_prompt": chats,
+            "index": list(range(len(ids))),
+            "data_source": ["t"] * len(ids),
+            "extra_info": extra or [{} for _ in ids],
+            "reward_model": [{"ground_truth": "5"}] * len(ids),
+        },
+    )
 
 
 CALL = '<tool_call>{"name": "calc", "arguments": {"a": 2, "b": 3}}</tool_call>'
@@ -116,10 +141,16 @@ CALL = '<tool_call>{"name": "calc", "arguments": {"a": 2, "b": 3}}</tool_call>'
 def test_tool_turns_keep_sampled_tokens_and_match_the_whole_conversation_rendered(tokenizer):
     tool = AddTool()
     loop = AgentLoop(config(), tokenizer, {"calc": tool}, {}, template_renders_tools=False)
-    engine = ScriptedEngine(tokenizer, {(0, 0): f"Let me add. {CALL}", (0, 1): "The answer is 5",
-                                        (1, 0): "The answer is 7"})
-    batch, metrics = loop.generate(engine, prompts(tokenizer, ["What is 2 + 3?", "What is 3 + 4?"]),
-                                   SamplingSpec(n=1, response_length=200), seed=1, response_length=200)
+    engine = ScriptedEngine(
+        tokenizer, {(0, 0): f"Let me add. {CALL}", (0, 1): "The answer is 5", (1, 0): "The answer is 7"}
+    )
+    batch, metrics = loop.generate(
+        engine,
+        prompts(tokenizer, ["What is 2 + 3?", "What is 3 + 4?"]),
+        SamplingSpec(n=1, response_length=200),
+        seed=1,
+        response_length=200,
+    )
     messages = batch["extra_info"][0]["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert messages[3]["content"] == "5" and tool.calls == [("i1", {"a": 2, "b": 3})]
@@ -130,8 +161,9 @@ def test_tool_turns_keep_sampled_tokens_and_match_the_whole_conversation_rendere
     assert batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist() == whole[:length]
     assert whole[length:] == tokenizer("\n", add_special_tokens=False)["input_ids"]  # the template's newline
     # the mask covers exactly the two sampled turns; behaviour log-probs exist exactly there
-    turn_tokens = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) + 1
-                   for t in (f"Let me add. {CALL}", "The answer is 5")]
+    turn_tokens = [
+        len(tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for t in (f"Let me add. {CALL}", "The answer is 5")
+    ]
     mask = batch["response_mask"][0]
     assert int(mask.sum()) == sum(turn_tokens)
     assert mask[: turn_tokens[0]].all() and not mask[turn_tokens[0]]
@@ -142,27 +174,30 @@ def test_tool_turns_keep_sampled_tokens_and_match_the_whole_conversation_rendere
     # the second turn's request is the whole context so far, with the budget left
     second = [r for r in engine.seen if r.id == "0/0/1"][0]
     assert second.prompt_ids == tuple(whole[: len(second.prompt_ids)])
-    assert second.sampling.response_length == 200 - (len(second.prompt_ids) - int(batch["attention_mask"][0, :
-                                                                                   batch["prompts"].shape[1]].sum()))
+    assert second.sampling.response_length == 200 - (
+        len(second.prompt_ids) - int(batch["attention_mask"][0, : batch["prompts"].shape[1]].sum())
+    )
 
 
 def test_response_budget_truncates_and_marks_the_trajectory(tokenizer):
     loop = AgentLoop(config(), tokenizer, {"calc": AddTool()}, {}, template_renders_tools=False)
     engine = ScriptedEngine(tokenizer, {(0, 0): f"{CALL}", (0, 1): "The answer is five, surely and certainly"})
     first = len(tokenizer(CALL, add_special_tokens=False)["input_ids"]) + 1
-    batch, metrics = loop.generate(engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=first + 14),
-                                   seed=0, response_length=first + 14)
+    batch, metrics = loop.generate(
+        engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=first + 14), seed=0, response_length=first + 14
+    )
     assert metrics["multi_turn/truncated_ratio"] == 1.0 and batch["extra_info"][0]["truncated"]
-    assert int(batch["attention_mask"][0, batch["prompts"].shape[1]:].sum()) == first + 14  # every slot used
+    assert int(batch["attention_mask"][0, batch["prompts"].shape[1] :].sum()) == first + 14  # every slot used
 
 
 def test_malformed_unknown_and_extra_calls_become_observations(tokenizer):
     tool = AddTool()
     loop = AgentLoop(config(max_parallel_calls=1), tokenizer, {"calc": tool}, {}, template_renders_tools=False)
-    turn = (f'{CALL} <tool_call>{{"name": "nope", "arguments": {{}}}}</tool_call> <tool_call>{{oops</tool_call>')
+    turn = f'{CALL} <tool_call>{{"name": "nope", "arguments": {{}}}}</tool_call> <tool_call>{{oops</tool_call>'
     engine = ScriptedEngine(tokenizer, {(0, 0): turn, (0, 1): "5"})
-    batch, metrics = loop.generate(engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=300), seed=0,
-                                   response_length=300)
+    batch, metrics = loop.generate(
+        engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=300), seed=0, response_length=300
+    )
     observed = [m["content"] for m in batch["extra_info"][0]["messages"] if m["role"] == "tool"]
     assert observed[0] == "5" and len(tool.calls) == 1
     assert any("more than 1 calls" in o for o in observed) and any("not JSON" in o for o in observed)
@@ -172,12 +207,14 @@ def test_malformed_unknown_and_extra_calls_become_observations(tokenizer):
 @pytest.mark.parametrize("tool_class", [AddTool, BlockingTool])
 def test_a_tool_past_its_timeout_answers_timed_out(tokenizer, tool_class):
     def generate(delay: float):
-        loop = AgentLoop(config(tool_timeout_s=0.2), tokenizer, {"calc": tool_class(delay=delay)}, {},
-                         template_renders_tools=False)
+        loop = AgentLoop(
+            config(tool_timeout_s=0.2), tokenizer, {"calc": tool_class(delay=delay)}, {}, template_renders_tools=False
+        )
         engine = ScriptedEngine(tokenizer, {(0, 0): CALL, (0, 1): "5"})
         start = time.perf_counter()
-        batch, metrics = loop.generate(engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=300), seed=0,
-                                       response_length=300)
+        batch, metrics = loop.generate(
+            engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=300), seed=0, response_length=300
+        )
         return batch, metrics, time.perf_counter() - start
 
     *_, at_once = generate(0.0)  # the rest of the call, on this machine as loaded as it is now
@@ -191,8 +228,9 @@ def test_max_assistant_turns_ends_a_trajectory_that_keeps_calling(tokenizer):
     tool = AddTool()
     loop = AgentLoop(config(max_assistant_turns=2), tokenizer, {"calc": tool}, {}, template_renders_tools=False)
     engine = ScriptedEngine(tokenizer, {(0, 0): CALL, (0, 1): CALL, (0, 2): "never"})
-    batch, metrics = loop.generate(engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=300), seed=0,
-                                   response_length=300)
+    batch, metrics = loop.generate(
+        engine, prompts(tokenizer, ["q"]), SamplingSpec(response_length=300), seed=0, response_length=300
+    )
     assert len(tool.calls) == 1 and metrics["multi_turn/num_turns/max"] == 2
     assert list(batch["solution_str"]) == [CALL]
 
@@ -220,15 +258,20 @@ def test_interaction_turns_feed_back_until_right_and_are_scored_per_turn(tokeniz
     loop = AgentLoop(config(max_user_turns=3), tokenizer, {}, {"retry": retry}, template_renders_tools=False)
     engine = ScriptedEngine(tokenizer, {(0, 0): "4", (0, 1): "6", (0, 2): "5", (0, 3): "unused"})
     extra = [{"interaction_kwargs": {"name": "retry", "ground_truth": "5"}}]
-    batch, metrics = loop.generate(engine, prompts(tokenizer, ["2+3?"], extra, tools=()),
-                                   SamplingSpec(n=2, response_length=200), seed=0, response_length=200)
+    batch, metrics = loop.generate(
+        engine,
+        prompts(tokenizer, ["2+3?"], extra, tools=()),
+        SamplingSpec(n=2, response_length=200),
+        seed=0,
+        response_length=200,
+    )
     for info in batch["extra_info"]:
         assert [m["content"] for m in info["messages"] if m["role"] == "user"][1:] == ["Wrong, try again."] * 2
         assert info["turn_scores"] == [0.0, 0.0, 1.0]
     assert list(batch["solution_str"]) == ["5", "5"] and len(retry.finalized) == 2
     assert metrics["multi_turn/num_turns/mean"] == 6.0
     # the feedback is attended to but never trained on
-    mask, attention = batch["response_mask"][0], batch["attention_mask"][0, batch["prompts"].shape[1]:]
+    mask, attention = batch["response_mask"][0], batch["attention_mask"][0, batch["prompts"].shape[1] :]
     assert int(mask.sum()) == 3 * 2 and int(attention.sum()) > 6
 
 
@@ -237,8 +280,9 @@ def test_the_reward_scores_the_last_assistant_turn_only(tokenizer):
 
     loop = AgentLoop(config(), tokenizer, {"calc": AddTool()}, {}, template_renders_tools=False)
     engine = ScriptedEngine(tokenizer, {(0, 0): CALL, (0, 1): "I do not know"})
-    batch, _ = loop.generate(engine, prompts(tokenizer, ["2+3?"]), SamplingSpec(response_length=300), seed=0,
-                             response_length=300)
+    batch, _ = loop.generate(
+        engine, prompts(tokenizer, ["2+3?"]), SamplingSpec(response_length=300), seed=0, response_length=300
+    )
     seen = []
 
     def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -252,13 +296,18 @@ def test_the_reward_scores_the_last_assistant_turn_only(tokenizer):
 
 
 def test_parse_calls_strictness():
-    calls, errors = parse_calls('a <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call> b '
-                                '<tool_call>{"name": "g", "arguments": "{\\"y\\": 2}"}</tool_call>', max_calls=4)
+    calls, errors = parse_calls(
+        'a <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call> b '
+        '<tool_call>{"name": "g", "arguments": "{\\"y\\": 2}"}</tool_call>',
+        max_calls=4,
+    )
     assert [(c.name, c.arguments) for c in calls] == [("f", {"x": 1}), ("g", {"y": 2})] and not errors
-    for text, fragment in [('<tool_call>{"name": "f"', "without a closing"),
-                           ('<tool_call>[1]</tool_call>', "expected"),
-                           ('<tool_call>{"name": "f", "arguments": 3}</tool_call>', "must be a JSON object"),
-                           ('<tool_call>{"arguments": {}}</tool_call>', "expected")]:
+    for text, fragment in [
+        ('<tool_call>{"name": "f"', "without a closing"),
+        ("<tool_call>[1]</tool_call>", "expected"),
+        ('<tool_call>{"name": "f", "arguments": 3}</tool_call>', "must be a JSON object"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "expected"),
+    ]:
         calls, errors = parse_calls(text, max_calls=4)
         assert not calls and len(errors) == 1 and fragment in errors[0], text
     assert truncate("abcdefghij", 4, "left") == "abcd...(truncated)"
@@ -267,10 +316,17 @@ def test_parse_calls_strictness():
 
 
 def test_tools_go_into_the_system_message_when_the_template_ignores_them():
-    chat, kwargs = with_tools([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"}],
-                              [CALC], template_renders_tools=False)
-    assert not kwargs and chat[0]["content"].startswith("Be brief.\n\n# Tools") and '"name": "calc"' in \
-        chat[0]["content"] and chat[0]["content"].endswith(hermes_tools_prompt([CALC]))
+    chat, kwargs = with_tools(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"}],
+        [CALC],
+        template_renders_tools=False,
+    )
+    assert (
+        not kwargs
+        and chat[0]["content"].startswith("Be brief.\n\n# Tools")
+        and '"name": "calc"' in chat[0]["content"]
+        and chat[0]["content"].endswith(hermes_tools_prompt([CALC]))
+    )
     chat, kwargs = with_tools([{"role": "user", "content": "q"}], [CALC], template_renders_tools=True)
     assert kwargs == {"tools": [CALC]} and len(chat) == 1
 
@@ -299,12 +355,14 @@ class JitteryTool(AddTool):
 
 def run_overlapped(tokenizer, lag: int, tool_s: float, tool_class=AddTool):
     script = {(row, turn): CALL if turn < 2 else "The answer is 5" for row in range(4) for turn in range(3)}
-    loop = AgentLoop(config(tool_overlap_steps=lag), tokenizer, {"calc": tool_class(delay=tool_s)}, {},
-                     template_renders_tools=False)
+    loop = AgentLoop(
+        config(tool_overlap_steps=lag), tokenizer, {"calc": tool_class(delay=tool_s)}, {}, template_renders_tools=False
+    )
     engine = SlowEngine(tokenizer, script, step_s=0.02)
     start = time.perf_counter()
-    batch, metrics = loop.generate(engine, prompts(tokenizer, ["q"] * 4), SamplingSpec(n=2, response_length=300),
-                                   seed=0, response_length=300)
+    batch, metrics = loop.generate(
+        engine, prompts(tokenizer, ["q"] * 4), SamplingSpec(n=2, response_length=300), seed=0, response_length=300
+    )
     return batch, metrics, engine.order, time.perf_counter() - start
 
 

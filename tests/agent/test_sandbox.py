@@ -1,5 +1,6 @@
 """The python tool's sandbox: output, errors, the wall-clock kill, the process, memory and output limits, the
 environment and the scratch directory. Runs as root (CI: the uid drop is exercised) and as a normal user."""
+
 from __future__ import annotations
 
 import asyncio
@@ -74,8 +75,10 @@ def test_execute_answers_errors_as_text_with_the_exit_status():
     tool = sandbox()
 
     async def calls() -> list:
-        return [await tool.execute("i", parameters)
-                for parameters in ({"code": "print('a'\n"}, {"code": "raise SystemExit(3)"}, {"code": ""}, {})]
+        return [
+            await tool.execute("i", parameters)
+            for parameters in ({"code": "print('a'\n"}, {"code": "raise SystemExit(3)"}, {"code": ""}, {})
+        ]
 
     (syntax, _, metrics), (status, _, _), (empty, _, _), (missing, _, _) = asyncio.run(calls())
     assert "SyntaxError" in syntax.text and syntax.text.endswith("exit status 1") and metrics["exit_code"] == 1
@@ -130,8 +133,10 @@ def test_a_fork_bomb_is_bounded_and_none_of_its_processes_outlive_the_call():
 
 
 def test_a_process_that_leaves_the_group_is_killed_too():
-    code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    print(os.getpid(), flush=True)\n"
-            "    time.sleep(60)\n    os._exit(0)\ntime.sleep(0.2)")
+    code = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    print(os.getpid(), flush=True)\n"
+        "    time.sleep(60)\n    os._exit(0)\ntime.sleep(0.2)"
+    )
     escapee = int(run(sandbox(), code).text)
     assert gone_soon(lambda pid, fields: pid == escapee)
 
@@ -159,8 +164,10 @@ def test_output_beyond_max_output_bytes_is_truncated():
 
 
 def test_the_scratch_directory_is_the_cwd_and_is_removed():
-    code = ("import os\nos.makedirs('a/b')\nopen('a/b/f.txt', 'w').write('data')\nos.chmod('a', 0)\n"
-            "print(os.getcwd(), os.environ['HOME'] == os.getcwd())")
+    code = (
+        "import os\nos.makedirs('a/b')\nopen('a/b/f.txt', 'w').write('data')\nos.chmod('a', 0)\n"
+        "print(os.getcwd(), os.environ['HOME'] == os.getcwd())"
+    )
     cwd, home_is_cwd = run(sandbox(), code).text.split()
     assert cwd.startswith(os.path.join(tempfile.gettempdir(), "dagrl-sandbox-")) and home_is_cwd == "True"
     assert not os.path.exists(cwd)

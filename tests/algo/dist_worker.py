@@ -1,6 +1,7 @@
 """A gloo worker for tests/algo/test_global_reductions.py: one rank of a world whose consecutive groups of
 `model_parallel` ranks hold the same DP shard (as Megatron's model-parallel replicas do), computing batch
 statistics on its shard."""
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,12 @@ def full_batch() -> dict[str, torch.Tensor | list]:
     mask = (torch.arange(5).unsqueeze(0) < lengths.unsqueeze(1)).long()
     rewards = torch.zeros(8, 5)
     rewards[torch.arange(8), lengths - 1] = torch.rand(8, generator=generator)
-    return {"rewards": rewards, "mask": mask, "values": torch.randn(8, 5, generator=generator) * mask,
-            "uid": [f"g{i // 2}" for i in range(8)]}
+    return {
+        "rewards": rewards,
+        "mask": mask,
+        "values": torch.randn(8, 5, generator=generator) * mask,
+        "uid": [f"g{i // 2}" for i in range(8)],
+    }
 
 
 def statistics(data: dict, reduce_sum) -> dict[str, torch.Tensor | dict]:
@@ -33,17 +38,23 @@ def statistics(data: dict, reduce_sum) -> dict[str, torch.Tensor | dict]:
     rpp, rpp_returns = estimators.reinforce_plus_plus_advantage(rewards, mask, 0.9, reduce_sum)
     baseline, _ = estimators.reinforce_plus_plus_baseline_advantage(rewards, mask, data["uid"], reduce_sum)
     gae, gae_returns = estimators.gae_advantage(rewards, data["values"], mask, 0.9, 0.8, reduce_sum)
-    return {"rpp": rpp, "rpp_baseline": baseline, "gae": gae,
-            "counts": reduce_sum(aggregation_counts(mask)),
-            "metrics": {**masked_stats("critic/advantages", gae, mask, reduce_sum),
-                        **masked_stats("critic/returns", rpp_returns, mask, reduce_sum),
-                        "critic/vf_explained_var": explained_variance(gae_returns, data["values"], mask, reduce_sum)}}
+    return {
+        "rpp": rpp,
+        "rpp_baseline": baseline,
+        "gae": gae,
+        "counts": reduce_sum(aggregation_counts(mask)),
+        "metrics": {
+            **masked_stats("critic/advantages", gae, mask, reduce_sum),
+            **masked_stats("critic/returns", rpp_returns, mask, reduce_sum),
+            "critic/vf_explained_var": explained_variance(gae_returns, data["values"], mask, reduce_sum),
+        },
+    }
 
 
 def shard(data: dict, index: int, shards: int) -> dict:
     """The `index`-th of `shards` equal row ranges (the eight rows keep their groups of two whole)."""
     size = len(data["uid"]) // shards
-    return {key: value[index * size:(index + 1) * size] for key, value in data.items()}
+    return {key: value[index * size : (index + 1) * size] for key, value in data.items()}
 
 
 def run(rank: int, world_size: int, model_parallel: int, port: int, out_dir: str) -> None:

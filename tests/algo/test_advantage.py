@@ -1,5 +1,6 @@
 """Advantage estimators against hand-computed values, the advantage node's dispatch, and the estimator keys'
 pre-flight checks."""
+
 import math
 from types import SimpleNamespace
 
@@ -166,18 +167,31 @@ def test_whitening_uses_the_reduced_statistics():
 
 
 def _ctx(estimator: str, **algorithm) -> SimpleNamespace:
-    cfg = Cfg({"algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0,
-                             "lam": 1.0, **algorithm},
-               "actor_rollout_ref": {"actor": {"mis_ratio_low": None, "mis_ratio_high": None}}})
+    cfg = Cfg(
+        {
+            "algorithm": {
+                "adv_estimator": estimator,
+                "norm_adv_by_std_in_grpo": True,
+                "gamma": 1.0,
+                "lam": 1.0,
+                **algorithm,
+            },
+            "actor_rollout_ref": {"actor": {"mis_ratio_low": None, "mis_ratio_high": None}},
+        }
+    )
     return node_context(cfg)
 
 
 def _batch() -> Batch:
-    return Batch({"token_level_rewards": torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0], [0.0, 4.0]]),
-                  "response_mask": torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]]),
-                  "values": torch.tensor([[0.5, 0.5], [0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]),
-                  "reward_baselines": torch.tensor([0.5, 0.5, 3.0, 3.0])},  # remax's: per prompt, a score
-                 {"uid": ["a", "a", "b", "b"]})
+    return Batch(
+        {
+            "token_level_rewards": torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0], [0.0, 4.0]]),
+            "response_mask": torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]]),
+            "values": torch.tensor([[0.5, 0.5], [0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]),
+            "reward_baselines": torch.tensor([0.5, 0.5, 3.0, 3.0]),
+        },  # remax's: per prompt, a score
+        {"uid": ["a", "a", "b", "b"]},
+    )
 
 
 @pytest.mark.parametrize("name", choices_of("algorithm.adv_estimator"))
@@ -230,11 +244,15 @@ def graph_with_critic() -> list[dict]:
     return [{"id": "values", "role": "critic", "fn": "dagrl.nodes.rollout:generate", "deps": []}]
 
 
-@pytest.mark.parametrize("override,key", [
-    ("algorithm.gamma=1.5", "algorithm.gamma"), ("algorithm.lam=-0.1", "algorithm.lam"),
-    ("actor_rollout_ref.actor.loss_scale_factor=0", "actor_rollout_ref.actor.loss_scale_factor"),
-    ("algorithm.kl_ctrl.kl_coef=-1", "algorithm.kl_ctrl.kl_coef"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("algorithm.gamma=1.5", "algorithm.gamma"),
+        ("algorithm.lam=-0.1", "algorithm.lam"),
+        ("actor_rollout_ref.actor.loss_scale_factor=0", "actor_rollout_ref.actor.loss_scale_factor"),
+        ("algorithm.kl_ctrl.kl_coef=-1", "algorithm.kl_ctrl.kl_coef"),
+    ],
+)
 def test_algorithm_keys_are_checked(override, key):
     assert _preflight_error(override).key == key
 
@@ -244,13 +262,18 @@ def test_adaptive_kl_controller_needs_a_positive_horizon():
     assert error.key == "algorithm.kl_ctrl.horizon"
 
 
-@pytest.mark.parametrize("overrides,says", [
-    (("algorithm.adv_estimator=grpo",), "each advantage would be the raw score / (1 + 1e-6)"),
-    (("algorithm.adv_estimator=rloo",), "each would keep its raw reward as its advantage"),
-    (("algorithm.adv_estimator=reinforce_plus_plus_baseline",), "keep its raw reward before whitening"),
-    (("algorithm.adv_estimator=reinforce_plus_plus", "dag=dapo", "algorithm.filter_groups.enable=true"),
-     "no group would ever be kept"),
-])
+@pytest.mark.parametrize(
+    "overrides,says",
+    [
+        (("algorithm.adv_estimator=grpo",), "each advantage would be the raw score / (1 + 1e-6)"),
+        (("algorithm.adv_estimator=rloo",), "each would keep its raw reward as its advantage"),
+        (("algorithm.adv_estimator=reinforce_plus_plus_baseline",), "keep its raw reward before whitening"),
+        (
+            ("algorithm.adv_estimator=reinforce_plus_plus", "dag=dapo", "algorithm.filter_groups.enable=true"),
+            "no group would ever be kept",
+        ),
+    ],
+)
 def test_groups_of_one_are_refused_with_what_each_would_do(overrides, says):
     """A group estimator's lone response keeps its score (grpo: over 1 + epsilon), as the estimators above compute
     it: the advantages are not 0, the group baseline is what is lost."""

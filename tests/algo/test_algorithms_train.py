@@ -10,6 +10,7 @@ real trainer (`python -m dagrl.main_dag`). Modes are combined so four runs cover
 ppo_epochs=2 makes the second pass see updated weights: its ratios differ from 1, so GSPO/CISPO clip for real,
 and a non-zero actor/ppo_kl shows the first optimizer steps changed the weights.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,12 +26,22 @@ WHITENED = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 RUNS = [
     pytest.param("rloo", "gspo", "seq-mean-token-mean", {}, id="rloo-gspo-seq_mean_token_mean"),
-    pytest.param("reinforce_plus_plus", "cispo", "seq-mean-token-sum",
-                 {"algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.type": "adaptive", "algorithm.gamma": 0.99},
-                 id="reinforce_pp-cispo-seq_mean_token_sum", marks=pytest.mark.slow),
-    pytest.param("reinforce_plus_plus_baseline", "vanilla", "seq-mean-token-sum-norm",
-                 {"actor_rollout_ref.actor.loss_scale_factor": 4},
-                 id="reinforce_pp_baseline-vanilla-seq_mean_token_sum_norm", marks=pytest.mark.slow),
+    pytest.param(
+        "reinforce_plus_plus",
+        "cispo",
+        "seq-mean-token-sum",
+        {"algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.type": "adaptive", "algorithm.gamma": 0.99},
+        id="reinforce_pp-cispo-seq_mean_token_sum",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "reinforce_plus_plus_baseline",
+        "vanilla",
+        "seq-mean-token-sum-norm",
+        {"actor_rollout_ref.actor.loss_scale_factor": 4},
+        id="reinforce_pp_baseline-vanilla-seq_mean_token_sum_norm",
+        marks=pytest.mark.slow,
+    ),
     pytest.param("grpo", "gspo", "token-mean", {}, id="grpo-gspo-token_mean", marks=pytest.mark.slow),
 ]
 
@@ -38,14 +49,23 @@ RUNS = [
 @pytest.mark.parametrize("estimator,loss_mode,agg_mode,extra", RUNS)
 def test_algorithm_trains_two_steps(tiny_model, tiny_data, tmp_path, estimator, loss_mode, agg_mode, extra):
     out = tmp_path / "run"
-    train(cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "algorithm.adv_estimator": estimator,
-        "actor_rollout_ref.actor.policy_loss.loss_mode": loss_mode,
-        "actor_rollout_ref.actor.loss_agg_mode": agg_mode,
-        "actor_rollout_ref.actor.ppo_epochs": 2,
-        "custom_reward_function.path": str(REWARD),
-        "trainer.val_before_train": False, "trainer.test_freq": -1,
-        **extra}))
+    train(
+        cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{
+                "algorithm.adv_estimator": estimator,
+                "actor_rollout_ref.actor.policy_loss.loss_mode": loss_mode,
+                "actor_rollout_ref.actor.loss_agg_mode": agg_mode,
+                "actor_rollout_ref.actor.ppo_epochs": 2,
+                "custom_reward_function.path": str(REWARD),
+                "trainer.val_before_train": False,
+                "trainer.test_freq": -1,
+                **extra,
+            },
+        )
+    )
     records = metrics_by_step(out)
     assert sorted(records) == [1, 2]
     for step in (1, 2):
@@ -66,11 +86,23 @@ def test_off_policy_correction_trains_two_steps(tiny_model, tiny_data, tmp_path)
     """Decoupled PPO and sequence masking through the real trainer: partial rollout brings the behaviour log-probs
     (the HF engine's, at the sampling temperature) and the old-log-prob pass pi_prox."""
     out = tmp_path / "run"
-    train(cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "async_training.partial_rollout": True, "actor_rollout_ref.actor.policy_loss.off_policy": "decoupled",
-        "actor_rollout_ref.actor.mis_ratio_low": 0.9, "actor_rollout_ref.actor.mis_ratio_high": 1.1,
-        "actor_rollout_ref.actor.ppo_epochs": 2, "custom_reward_function.path": str(REWARD),
-        "trainer.val_before_train": False, "trainer.test_freq": -1}))
+    train(
+        cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{
+                "async_training.partial_rollout": True,
+                "actor_rollout_ref.actor.policy_loss.off_policy": "decoupled",
+                "actor_rollout_ref.actor.mis_ratio_low": 0.9,
+                "actor_rollout_ref.actor.mis_ratio_high": 1.1,
+                "actor_rollout_ref.actor.ppo_epochs": 2,
+                "custom_reward_function.path": str(REWARD),
+                "trainer.val_before_train": False,
+                "trainer.test_freq": -1,
+            },
+        )
+    )
     records = metrics_by_step(out)
     assert sorted(records) == [1, 2]
     for metrics in records.values():
@@ -87,9 +119,20 @@ def test_remax_scores_a_greedy_response_per_prompt_as_its_baseline(tiny_model, t
     from tests.helpers import undocumented_metrics
 
     out = tmp_path / "run"
-    train(cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "algorithm.adv_estimator": "remax", "actor_rollout_ref.rollout.n": 1,
-        "custom_reward_function.path": str(REWARD), "trainer.val_before_train": False, "trainer.test_freq": -1}))
+    train(
+        cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{
+                "algorithm.adv_estimator": "remax",
+                "actor_rollout_ref.rollout.n": 1,
+                "custom_reward_function.path": str(REWARD),
+                "trainer.val_before_train": False,
+                "trainer.test_freq": -1,
+            },
+        )
+    )
     records = metrics_by_step(out)
     assert sorted(records) == [1, 2]
     for metrics in records.values():

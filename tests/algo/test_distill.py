@@ -2,6 +2,7 @@
 real trainer: a teacher equal to the student gives no signal at all; a teacher of another size trains the student on
 one response per prompt without the task reward. That the signal teaches is shown on a real model in
 benchmarks/opd_learn.py (docs/algorithms.md)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,16 @@ MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token is not the model's
 
 
 def spec(**changes) -> DistillSpec:
-    return DistillSpec(**{"loss_mode": "k1", "use_task_rewards": False, "coef": 1.0, "loss_max_clamp": 10.0,
-                          "log_prob_min_clamp": -10.0, **changes})
+    return DistillSpec(
+        **{
+            "loss_mode": "k1",
+            "use_task_rewards": False,
+            "coef": 1.0,
+            "loss_max_clamp": 10.0,
+            "log_prob_min_clamp": -10.0,
+            **changes,
+        }
+    )
 
 
 def test_pure_distillation_is_minus_the_reverse_kl_per_token():
@@ -38,8 +47,9 @@ def test_pure_distillation_is_minus_the_reverse_kl_per_token():
 def test_the_cap_and_the_floor():
     advantages, _ = distill_advantages(torch.zeros(1, 4), STUDENT, TEACHER, MASK, spec(loss_max_clamp=5.0))
     assert advantages.tolist() == [[0.5, -1.0, -5.0, 0.0]]  # 9.5 cut to 5
-    advantages, _ = distill_advantages(torch.zeros(1, 4), STUDENT, TEACHER, MASK,
-                                       spec(loss_max_clamp=None, log_prob_min_clamp=None))
+    advantages, _ = distill_advantages(
+        torch.zeros(1, 4), STUDENT, TEACHER, MASK, spec(loss_max_clamp=None, log_prob_min_clamp=None)
+    )
     assert advantages.tolist() == [[0.5, -1.0, -19.5, 0.0]]  # neither: the raw -0.5 - (-20)
 
 
@@ -51,23 +61,40 @@ def test_with_the_task_reward_the_term_is_added_with_its_coefficient():
 
 def test_k3_estimator_by_hand():
     # k3 = exp(t - s) - (t - s) - 1 at s = -1, t = -0.5: e^0.5 - 0.5 - 1
-    _, kl = distill_advantages(torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.tensor([[-0.5]]),
-                               torch.ones(1, 1), spec(loss_mode="k3"))
+    _, kl = distill_advantages(
+        torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.tensor([[-0.5]]), torch.ones(1, 1), spec(loss_mode="k3")
+    )
     assert kl.item() == pytest.approx(math.exp(0.5) - 1.5, rel=1e-6)
 
 
 def opd_run(tiny_model, tiny_data, out, teacher, **extra):
-    return cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "dag": "opd", "distillation.teacher_model.model_path": str(teacher),
-        "trainer.val_before_train": False, "trainer.test_freq": -1, **extra})
+    return cpu_run_overrides(
+        tiny_model,
+        tiny_data,
+        out,
+        **{
+            "dag": "opd",
+            "distillation.teacher_model.model_path": str(teacher),
+            "trainer.val_before_train": False,
+            "trainer.test_freq": -1,
+            **extra,
+        },
+    )
 
 
 def test_a_teacher_equal_to_the_student_gives_no_signal(tiny_model, tiny_data, tmp_path):
     """The teacher is another engine built from the student's own weights: every reverse KL is exactly 0, and so
     (pure distillation) is every advantage, and the update leaves the weights as they are."""
     out = tmp_path / "run"
-    train(opd_run(tiny_model, tiny_data, out, tiny_model, **{
-        "distillation.distillation_loss.use_task_rewards": False, "trainer.total_training_steps": 1}))
+    train(
+        opd_run(
+            tiny_model,
+            tiny_data,
+            out,
+            tiny_model,
+            **{"distillation.distillation_loss.use_task_rewards": False, "trainer.total_training_steps": 1},
+        )
+    )
     metrics = metrics_by_step(out)[1]
     assert metrics["distillation/reverse_kl"] == 0.0 and metrics["distillation/loss_max"] == 0.0
     assert metrics["critic/advantages/max"] == metrics["critic/advantages/min"] == 0.0
@@ -80,10 +107,25 @@ def test_pure_distillation_from_a_larger_teacher_on_one_response_per_prompt(tiny
     distillation.* key is read by the run."""
     teacher = make_tiny_model_dir(tmp_path / "teacher", num_layers=3, seed=1)
     out, reads = tmp_path / "run", tmp_path / "reads.json"
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *opd_run(
-        tiny_model, tiny_data, out, teacher, **{
-            "distillation.distillation_loss.use_task_rewards": False, "actor_rollout_ref.rollout.n": 1,
-            "trainer.total_training_steps": 2})], {"DAGRL_RECORD_CONFIG_READS": str(reads)})
+    code, stderr = run_in_session(
+        [
+            sys.executable,
+            "-m",
+            "dagrl.main_dag",
+            *opd_run(
+                tiny_model,
+                tiny_data,
+                out,
+                teacher,
+                **{
+                    "distillation.distillation_loss.use_task_rewards": False,
+                    "actor_rollout_ref.rollout.n": 1,
+                    "trainer.total_training_steps": 2,
+                },
+            ),
+        ],
+        {"DAGRL_RECORD_CONFIG_READS": str(reads)},
+    )
     assert code == 0, stderr[-3000:]
     assert "building the teacher from" in stderr
     for step, metrics in sorted(metrics_by_step(out).items()):

@@ -14,10 +14,13 @@ def _whole(partial: torch.Tensor) -> torch.Tensor:
     return partial.double()
 
 
-@pytest.mark.parametrize("world_size,model_parallel", [
-    (2, 1),  # two DP shards
-    pytest.param(4, 2, marks=pytest.mark.slow),  # two DP shards, each held by two model-parallel ranks
-])
+@pytest.mark.parametrize(
+    "world_size,model_parallel",
+    [
+        (2, 1),  # two DP shards
+        pytest.param(4, 2, marks=pytest.mark.slow),  # two DP shards, each held by two model-parallel ranks
+    ],
+)
 def test_statistics_over_dp_shards_equal_the_whole_batch(tmp_path, world_size, model_parallel):
     mp.spawn(dist_worker.run, args=(world_size, model_parallel, free_port(), str(tmp_path)), nprocs=world_size)
     shards = world_size // model_parallel
@@ -42,11 +45,22 @@ def _reduce_worker(rank: int, port: int, out: str) -> None:
 
     from dagrl.utils import dist
 
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     dist.init_process_group()
-    metrics = {"response_length/mean": 10.0 * (rank + 1), "response_length/max": [7.0, 30.0][rank],
-               "response_length/min": [2.0, 5.0][rank], "timing_s/gen": 1.0 + rank}
+    metrics = {
+        "response_length/mean": 10.0 * (rank + 1),
+        "response_length/max": [7.0, 30.0][rank],
+        "response_length/min": [2.0, 5.0][rank],
+        "timing_s/gen": 1.0 + rank,
+    }
     try:
         torch.save(dist.mean_over_ranks(metrics), f"{out}/rank{rank}.pt")
     finally:  # a process exiting with its gloo group alive can abort (terminate called without an active exception)
@@ -56,8 +70,12 @@ def _reduce_worker(rank: int, port: int, out: str) -> None:
 def test_metric_means_over_ranks_keep_the_max_and_min_of_every_rank(tmp_path):
     mp.spawn(_reduce_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     for rank in range(2):
-        assert torch.load(tmp_path / f"rank{rank}.pt") == {"response_length/mean": 15.0, "response_length/max": 30.0,
-                                                           "response_length/min": 2.0, "timing_s/gen": 1.5}
+        assert torch.load(tmp_path / f"rank{rank}.pt") == {
+            "response_length/mean": 15.0,
+            "response_length/max": 30.0,
+            "response_length/min": 2.0,
+            "timing_s/gen": 1.5,
+        }
 
 
 def _straggler_worker(rank: int, port: int, out: str) -> None:
@@ -67,8 +85,15 @@ def _straggler_worker(rank: int, port: int, out: str) -> None:
     from dagrl.nodes.rollout import wait_for_the_slowest_rank
     from dagrl.utils import dist
 
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     dist.init_process_group()
     try:
         own = [0.1, 0.7][rank]  # rank 1 holds the long response

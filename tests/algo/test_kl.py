@@ -1,4 +1,5 @@
 """KL estimators, the fixed/adaptive KL controller and KL-in-reward against hand-computed values."""
+
 import math
 from types import SimpleNamespace
 
@@ -12,10 +13,18 @@ from dagrl.nodes.reward import apply_kl_in_reward
 from tests.helpers import node_context
 
 
-@pytest.mark.parametrize("kind,expected", [
-    ("k1", 0.5), ("kl", 0.5), ("abs", 0.5), ("k2", 0.125), ("mse", 0.125),
-    ("k3", math.exp(-0.5) + 0.5 - 1.0), ("low_var_kl", math.exp(-0.5) + 0.5 - 1.0),
-])
+@pytest.mark.parametrize(
+    "kind,expected",
+    [
+        ("k1", 0.5),
+        ("kl", 0.5),
+        ("abs", 0.5),
+        ("k2", 0.125),
+        ("mse", 0.125),
+        ("k3", math.exp(-0.5) + 0.5 - 1.0),
+        ("low_var_kl", math.exp(-0.5) + 0.5 - 1.0),
+    ],
+)
 def test_kl_estimators(kind, expected):
     value = kl_penalty(torch.tensor([-1.0]), torch.tensor([-1.5]), kind)
     assert value.item() == pytest.approx(expected, rel=1e-6)
@@ -60,10 +69,14 @@ def _kl_ctx(kind: str) -> SimpleNamespace:
 
 
 def _kl_batch() -> Batch:
-    return Batch({"token_level_scores": torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]]),
-                  "response_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
-                  "old_log_probs": torch.full((2, 3), -1.0),
-                  "ref_log_prob": torch.tensor([[-1.5, -1.0, -0.5], [-2.0, -1.0, -9.0]])})
+    return Batch(
+        {
+            "token_level_scores": torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]]),
+            "response_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
+            "old_log_probs": torch.full((2, 3), -1.0),
+            "ref_log_prob": torch.tensor([[-1.5, -1.0, -0.5], [-2.0, -1.0, -9.0]]),
+        }
+    )
 
 
 @pytest.mark.parametrize("kind,coef_after", [("fixed", 0.1), ("adaptive", 0.1004)])

@@ -12,6 +12,7 @@ unscaled backward per micro-batch; FSDP then averages the gradient over the DP r
 dagrl's step gradient is that of the sum of actor_loss over micro-batches and DP ranks (tests/engine checks the
 Megatron engine applies exactly that gradient), with the token_weights dagrl/nodes/actor.py gives each mini-batch.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,7 @@ ROWS = PROMPTS * N
 
 
 # ---- verl 0.9.1's formulas, restated here ------------------------------------------------------------------
-def verl_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
-                                norm_adv_by_std_in_grpo=True):
+def verl_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
     """Per group of responses to one prompt: (score - mean) / (unbiased std + epsilon), or score - mean; a group of
     one counts as mean 0, std 1. Broadcast over the response's tokens."""
     scores = token_level_rewards.sum(-1)
@@ -114,8 +114,14 @@ def dagrl_step_gradient(log_prob, old, adv, mask, ranks, micro_batches):
     for rows in ranks:
         for part in micro_batches(len(rows)):
             idx = torch.as_tensor(rows[part])
-            micro = Batch({"token_weights": token_weights(mask[idx], "token-mean", tokens, sequences),
-                           "advantages": adv[idx], "old_log_probs": old[idx], "response_mask": mask[idx]})
+            micro = Batch(
+                {
+                    "token_weights": token_weights(mask[idx], "token-mean", tokens, sequences),
+                    "advantages": adv[idx],
+                    "old_log_probs": old[idx],
+                    "response_mask": mask[idx],
+                }
+            )
             total = total + actor_loss(micro, leaf[idx], None, spec)[0]
     total.backward()
     return leaf.grad
@@ -147,11 +153,12 @@ def test_grpo_advantage_equals_verls(seed, norm_by_std):
     mask, rewards, uid, _, _ = job_batch(seed)
     # the advantage node's call: default epsilon
     adv, returns = grpo_advantage(rewards, mask, uid, norm_by_std=norm_by_std)
-    want, _ = verl_grpo_outcome_advantage(rewards.clone(), mask, np.array(uid, dtype=object),
-                                          norm_adv_by_std_in_grpo=norm_by_std)
+    want, _ = verl_grpo_outcome_advantage(
+        rewards.clone(), mask, np.array(uid, dtype=object), norm_adv_by_std_in_grpo=norm_by_std
+    )
     torch.testing.assert_close(adv, want, rtol=0, atol=1e-6)
     assert torch.equal(adv, returns)
-    assert adv[:4 * N].abs().max() == 0  # the all-0 and all-1 groups carry no signal on either side
+    assert adv[: 4 * N].abs().max() == 0  # the all-0 and all-1 groups carry no signal on either side
     if norm_by_std:  # a lone success in 8: (1 - 1/8) / unbiased std sqrt(1/8) = 2.47
         assert adv.abs().max() > 2.0
 
@@ -213,10 +220,11 @@ def test_grpo_groups_of_one_and_two_equal_verls(norm_by_std):
     mask, rewards, _, _, _ = job_batch(0)
     uid = [f"{i // 2}" if i < ROWS // 2 else f"lone{i}" for i in range(ROWS)]  # pairs, then groups of one
     adv, _ = grpo_advantage(rewards, mask, uid, norm_by_std=norm_by_std)
-    want, _ = verl_grpo_outcome_advantage(rewards.clone(), mask, np.array(uid, dtype=object),
-                                          norm_adv_by_std_in_grpo=norm_by_std)
+    want, _ = verl_grpo_outcome_advantage(
+        rewards.clone(), mask, np.array(uid, dtype=object), norm_adv_by_std_in_grpo=norm_by_std
+    )
     torch.testing.assert_close(adv, want, rtol=0, atol=1e-6)
-    assert adv[ROWS // 2:].abs().max() > 0.9  # a lone success keeps its score
+    assert adv[ROWS // 2 :].abs().max() > 0.9  # a lone success keeps its score
 
 
 def test_value_clip_equals_verls_in_bf16():

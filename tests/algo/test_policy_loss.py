@@ -1,6 +1,7 @@
 """Policy losses (vanilla, GSPO, CISPO) against hand-computed values, and loss aggregation: every loss_agg_mode
 gives the same loss and gradient whether a mini-batch is computed whole or split into DP shards and
 micro-batches, and equals the mode's global definition."""
+
 import math
 
 import pytest
@@ -76,8 +77,7 @@ def test_cispo_clipped_detached_weight_times_log_prob():
     log_prob = torch.log(torch.tensor([1.5, 0.5, 1.1])).requires_grad_()
     adv = torch.tensor([1.0, -2.0, 0.5])
     loss, terms = cispo_policy_loss(log_prob, old, adv, torch.ones(3), PolicyLossSpec())
-    torch.testing.assert_close(loss, torch.tensor([-1.2 * math.log(1.5), 1.6 * math.log(0.5),
-                                                   -0.55 * math.log(1.1)]))
+    torch.testing.assert_close(loss, torch.tensor([-1.2 * math.log(1.5), 1.6 * math.log(0.5), -0.55 * math.log(1.1)]))
     (grad,) = torch.autograd.grad(loss.sum(), log_prob)
     torch.testing.assert_close(grad, torch.tensor([-1.2, 1.6, -0.55]))  # clipped tokens keep their gradient
     assert terms["actor/pg_clipfrac"].tolist() == [1.0, 1.0, 0.0]
@@ -145,8 +145,14 @@ def _global_definition(per_token: torch.Tensor, mask: torch.Tensor, mode: str, s
 def test_split_mini_batch_gives_the_global_loss_and_gradient(loss_mode, mode):
     batch, log_prob, entropy = _mini_batch()
     scale = 3.0 if mode == "seq-mean-token-sum-norm" else None
-    spec = PolicyLossSpec(loss_mode=loss_mode, loss_agg_mode=mode, entropy_coeff=0.01, use_kl_loss=True,
-                          kl_loss_coef=0.1, loss_scale_factor=scale)
+    spec = PolicyLossSpec(
+        loss_mode=loss_mode,
+        loss_agg_mode=mode,
+        entropy_coeff=0.01,
+        use_kl_loss=True,
+        kl_loss_coef=0.1,
+        loss_scale_factor=scale,
+    )
     counts = aggregation_counts(batch["response_mask"])
     assert counts.tolist() == [17.0, 6.0]  # the empty response is not a sequence of the seq-mean modes
 
@@ -175,8 +181,7 @@ def test_split_mini_batch_gives_the_global_loss_and_gradient(loss_mode, mode):
         assert metric_sums[name].item() == pytest.approx(value.item(), rel=1e-5, abs=1e-7), name
 
     # and the whole mini-batch's pg_loss is the mode's definition over the per-token losses
-    per_token, terms = policy_loss(spec, log_prob, batch["old_log_probs"], batch["advantages"],
-                                   batch["response_mask"])
+    per_token, terms = policy_loss(spec, log_prob, batch["old_log_probs"], batch["advantages"], batch["response_mask"])
     expected = _global_definition(per_token, batch["response_mask"], mode, scale or 4.0)
     assert whole_metrics["actor/pg_loss"].item() == pytest.approx(expected, rel=1e-5)
     # clip fractions and ppo_kl are global token means in every mode
@@ -190,16 +195,31 @@ def test_actor_loss_differs_from_a_mean_of_micro_batch_means():
     counts = aggregation_counts(batch["response_mask"])
     spec = PolicyLossSpec(clip_ratio_low=10, clip_ratio_high=10)
     whole, _ = actor_loss(_with_weights(batch, "token-mean", counts, None), log_prob, None, spec)
-    mean_of_means = torch.stack([actor_loss(_with_weights(part, "token-mean", aggregation_counts(
-        part["response_mask"]), None), log_prob[i:i + 2], None, spec)[0]
-        for i, part in zip(range(0, 8, 2), batch.split(2))]).mean()
+    mean_of_means = torch.stack(
+        [
+            actor_loss(
+                _with_weights(part, "token-mean", aggregation_counts(part["response_mask"]), None),
+                log_prob[i : i + 2],
+                None,
+                spec,
+            )[0]
+            for i, part in zip(range(0, 8, 2), batch.split(2))
+        ]
+    ).mean()
     assert not math.isclose(whole.item(), mean_of_means.item(), rel_tol=1e-3)
 
 
 def test_actor_loss_kl_term():
     mask = torch.ones(1, 2)
-    batch = Batch({"response_mask": mask, "advantages": torch.zeros(1, 2), "old_log_probs": torch.zeros(1, 2),
-                   "ref_log_prob": torch.tensor([[-0.5, -0.5]]), "token_weights": mask / 2})
+    batch = Batch(
+        {
+            "response_mask": mask,
+            "advantages": torch.zeros(1, 2),
+            "old_log_probs": torch.zeros(1, 2),
+            "ref_log_prob": torch.tensor([[-0.5, -0.5]]),
+            "token_weights": mask / 2,
+        }
+    )
     spec = PolicyLossSpec(use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="k1")
     loss, metrics = actor_loss(batch, torch.zeros(1, 2), None, spec)
     assert metrics["actor/kl_loss"].item() == pytest.approx(0.5)
@@ -209,8 +229,13 @@ def test_actor_loss_kl_term():
 def test_unknown_loss_mode_is_an_error():
     batch, log_prob, _ = _mini_batch()
     with pytest.raises(ValueError, match="not one of: vanilla, gspo, cispo"):
-        policy_loss(PolicyLossSpec(loss_mode="dro"), log_prob, batch["old_log_probs"], batch["advantages"],
-                    batch["response_mask"])
+        policy_loss(
+            PolicyLossSpec(loss_mode="dro"),
+            log_prob,
+            batch["old_log_probs"],
+            batch["advantages"],
+            batch["response_mask"],
+        )
 
 
 class _RecordingEngine:
@@ -220,8 +245,15 @@ class _RecordingEngine:
         self.mini_batches: list[Batch] = []
         self.with_entropy: list[bool] = []
 
-    def train_step(self, batch: Batch, loss_fn, micro_batch_size: int, temperature: float,
-                   max_token_len: int | None = None, with_entropy: bool = True) -> dict[str, float]:
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn,
+        micro_batch_size: int,
+        temperature: float,
+        max_token_len: int | None = None,
+        with_entropy: bool = True,
+    ) -> dict[str, float]:
         self.mini_batches.append(batch)
         self.with_entropy.append(with_entropy)
         entropy = torch.ones_like(batch["old_log_probs"]) if with_entropy else None
@@ -231,9 +263,17 @@ class _RecordingEngine:
 
 @pytest.mark.parametrize("loss_mode,mode", [("gspo", "seq-mean-token-mean"), ("cispo", "seq-mean-token-sum-norm")])
 def test_actor_node_weights_each_mini_batch_by_the_configured_mode(loss_mode, mode):
-    cfg = Cfg(compose([f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
-                       f"actor_rollout_ref.actor.loss_agg_mode={mode}", "actor_rollout_ref.rollout.n=1",
-                       "data.train_batch_size=7", "actor_rollout_ref.actor.ppo_mini_batch_size=7"]))
+    cfg = Cfg(
+        compose(
+            [
+                f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+                f"actor_rollout_ref.actor.loss_agg_mode={mode}",
+                "actor_rollout_ref.rollout.n=1",
+                "data.train_batch_size=7",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=7",
+            ]
+        )
+    )
     engine = _RecordingEngine()
     ctx = node_context(cfg, response_length=4, actor=engine, step=1)
     spec = policy_loss_spec(ctx)
@@ -251,14 +291,28 @@ def test_actor_node_weights_each_mini_batch_by_the_configured_mode(loss_mode, mo
     assert metrics["actor/ppo_kl"] == pytest.approx(-0.1, rel=1e-5)
 
 
-@pytest.mark.parametrize("overrides,with_entropy", [
-    ([], False),                                                # entropy_coeff 0: the old-log-prob pass reports it
-    (["actor_rollout_ref.actor.entropy_coeff=0.01"], True),     # in the loss
-    (["actor_rollout_ref.actor.ppo_mini_batch_size=7"], True),  # one step per batch: no old-log-prob pass to report it
-])
+@pytest.mark.parametrize(
+    "overrides,with_entropy",
+    [
+        ([], False),  # entropy_coeff 0: the old-log-prob pass reports it
+        (["actor_rollout_ref.actor.entropy_coeff=0.01"], True),  # in the loss
+        (
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=7"],
+            True,
+        ),  # one step per batch: no old-log-prob pass to report it
+    ],
+)
 def test_actor_update_computes_entropy_only_when_the_loss_or_the_metric_needs_it(overrides, with_entropy):
-    cfg = Cfg(compose(["actor_rollout_ref.rollout.n=1", "data.train_batch_size=7",
-                       "actor_rollout_ref.actor.ppo_mini_batch_size=3", *overrides]))
+    cfg = Cfg(
+        compose(
+            [
+                "actor_rollout_ref.rollout.n=1",
+                "data.train_batch_size=7",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+                *overrides,
+            ]
+        )
+    )
     engine = _RecordingEngine()
     ctx = node_context(cfg, response_length=4, actor=engine, step=1)
     batch, _, _ = _mini_batch()
@@ -277,11 +331,17 @@ def test_truncated_importance_sampling_reweights_tokens_by_the_capped_ratio():
     old = torch.tensor([[-1.0, -2.0, -0.1]])
     rollout = torch.tensor([[-1.5, -1.5, -3.0]])
     weight = truncated_is_weight(old, rollout, cap=1.5)
-    assert torch.allclose(weight, torch.tensor([[math.exp(0.5) if math.exp(0.5) < 1.5 else 1.5,
-                                                 math.exp(-0.5), 1.5]]))
+    assert torch.allclose(weight, torch.tensor([[math.exp(0.5) if math.exp(0.5) < 1.5 else 1.5, math.exp(-0.5), 1.5]]))
     log_prob = old.clone().requires_grad_(True)
-    batch = Batch({"token_weights": torch.full((1, 3), 1 / 3), "advantages": torch.tensor([[1.0, -1.0, 2.0]]),
-                   "old_log_probs": old, "rollout_log_probs": rollout, "response_mask": torch.ones(1, 3)})
+    batch = Batch(
+        {
+            "token_weights": torch.full((1, 3), 1 / 3),
+            "advantages": torch.tensor([[1.0, -1.0, 2.0]]),
+            "old_log_probs": old,
+            "rollout_log_probs": rollout,
+            "response_mask": torch.ones(1, 3),
+        }
+    )
     plain, _ = actor_loss(batch, log_prob, None, PolicyLossSpec())
     corrected, metrics = actor_loss(batch, log_prob, None, PolicyLossSpec(tis_imp_ratio_cap=1.5))
     # at ratio 1 the vanilla per-token loss is -A; TIS scales each token's term by its weight

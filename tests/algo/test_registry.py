@@ -1,5 +1,6 @@
 """The catalog is the one place an estimator, loss, aggregation or KL estimator is declared: a registration alone
 makes pre-flight take its name, the trainer call it and the inert-key rules follow what it reads."""
+
 import subprocess
 import sys
 
@@ -42,13 +43,24 @@ def _preflight_key(*overrides: str) -> str:
 def test_a_registration_alone_reaches_preflight_the_node_and_the_inert_rules(registered):
     # pre-flight takes the name (the next problem is the missing model), also with rollout.n=1: no group trait
     assert "half_score" in choices_of("algorithm.adv_estimator")
-    assert _preflight_key("algorithm.adv_estimator=half_score", "actor_rollout_ref.rollout.n=1") == \
-        "actor_rollout_ref.model.path"
+    assert (
+        _preflight_key("algorithm.adv_estimator=half_score", "actor_rollout_ref.rollout.n=1")
+        == "actor_rollout_ref.model.path"
+    )
     # the advantage node calls it
-    cfg = Cfg({"algorithm": {"adv_estimator": "half_score", "lam": 0.5},
-               "actor_rollout_ref": {"actor": {"mis_ratio_low": None, "mis_ratio_high": None}}})
-    batch = Batch({"token_level_rewards": torch.tensor([[0.0, 4.0], [2.0, 0.0]]),
-                   "response_mask": torch.tensor([[1, 1], [1, 0]])}, {"uid": ["a", "b"]})
+    cfg = Cfg(
+        {
+            "algorithm": {"adv_estimator": "half_score", "lam": 0.5},
+            "actor_rollout_ref": {"actor": {"mis_ratio_low": None, "mis_ratio_high": None}},
+        }
+    )
+    batch = Batch(
+        {
+            "token_level_rewards": torch.tensor([[0.0, 4.0], [2.0, 0.0]]),
+            "response_mask": torch.tensor([[1, 1], [1, 0]]),
+        },
+        {"uid": ["a", "b"]},
+    )
     out, metrics = compute_advantage(node_context(cfg), batch)
     torch.testing.assert_close(out["advantages"], torch.tensor([[1.0, 1.0], [0.5, 0.0]]))
     assert "critic/vf_explained_var" not in metrics  # it declares no need of the critic's values
@@ -90,36 +102,65 @@ def doubled(log_prob, old_log_prob, advantages, response_mask, spec):
 def test_a_registered_loss_is_called_with_the_common_convention():
     POLICY_LOSSES.register("doubled", f"{__name__}:doubled", "twice the plain policy gradient")
     try:
-        loss, _ = policy_loss(PolicyLossSpec(loss_mode="doubled"), torch.tensor([-1.0]), torch.tensor([-1.0]),
-                              torch.tensor([3.0]), torch.ones(1))
+        loss, _ = policy_loss(
+            PolicyLossSpec(loss_mode="doubled"),
+            torch.tensor([-1.0]),
+            torch.tensor([-1.0]),
+            torch.tensor([3.0]),
+            torch.ones(1),
+        )
         assert loss.item() == 6.0
     finally:
         POLICY_LOSSES.unregister("doubled")
 
 
-@pytest.mark.parametrize("overrides,key,says", [
-    (("algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true"), "algorithm.adv_estimator",
-     "greedy response per prompt"),
-    (("actor_rollout_ref.actor.policy_loss.loss_mode=dro",), "actor_rollout_ref.actor.policy_loss.loss_mode",
-     "Direct Reward Optimization"),
-    (("algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full"), "algorithm.kl_penalty", "use k3"),
-])
+@pytest.mark.parametrize(
+    "overrides,key,says",
+    [
+        (
+            ("algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true"),
+            "algorithm.adv_estimator",
+            "greedy response per prompt",
+        ),
+        (
+            ("actor_rollout_ref.actor.policy_loss.loss_mode=dro",),
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            "Direct Reward Optimization",
+        ),
+        (("algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full"), "algorithm.kl_penalty", "use k3"),
+    ],
+)
 def test_verls_names_dagrl_lacks_or_cannot_combine_are_refused_with_the_reason(overrides, key, says):
     with pytest.raises(ConfigError) as info:
         preflight(Cfg(compose(["actor_rollout_ref.rollout.n=2", *overrides])))
     assert info.value.key == key and says in str(info.value).splitlines()[0]
 
 
-@pytest.mark.parametrize("overrides,key,says", [
-    (("actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.01",), "actor_rollout_ref.actor.policy_loss.clip_cov_ratio",
-     "loss_mode=vanilla does not read policy_loss.clip_cov_ratio (clip_cov does)"),
-    (("actor_rollout_ref.actor.tau_neg=2",), "actor_rollout_ref.actor.tau_neg", "set actor_rollout_ref.actor."
-     "policy_loss.loss_mode=sapo"),
-    (("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.loss_agg_mode=token-sum"),
-     "actor_rollout_ref.actor.loss_agg_mode", "aggregates with seq-mean-token-mean"),
-    (("algorithm.norm_adv_by_std_in_grpo=false", "algorithm.adv_estimator=rloo"),
-     "algorithm.norm_adv_by_std_in_grpo", "(grpo and grpo_passk do)"),
-])
+@pytest.mark.parametrize(
+    "overrides,key,says",
+    [
+        (
+            ("actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.01",),
+            "actor_rollout_ref.actor.policy_loss.clip_cov_ratio",
+            "loss_mode=vanilla does not read policy_loss.clip_cov_ratio (clip_cov does)",
+        ),
+        (
+            ("actor_rollout_ref.actor.tau_neg=2",),
+            "actor_rollout_ref.actor.tau_neg",
+            "set actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
+        ),
+        (
+            ("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.loss_agg_mode=token-sum"),
+            "actor_rollout_ref.actor.loss_agg_mode",
+            "aggregates with seq-mean-token-mean",
+        ),
+        (
+            ("algorithm.norm_adv_by_std_in_grpo=false", "algorithm.adv_estimator=rloo"),
+            "algorithm.norm_adv_by_std_in_grpo",
+            "(grpo and grpo_passk do)",
+        ),
+    ],
+)
 def test_options_a_registered_entry_reads_are_inert_without_it(overrides, key, says):
     with pytest.raises(ConfigError) as info:
         check_inert_keys(Cfg(compose(list(overrides))))
@@ -127,6 +168,8 @@ def test_options_a_registered_entry_reads_are_inert_without_it(overrides, key, s
 
 
 def test_the_catalog_imports_without_torch():
-    code = ("import sys; import dagrl.algo.catalog, dagrl.config.sections, dagrl.config.inert_keys; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; import dagrl.algo.catalog, dagrl.config.sections, dagrl.config.inert_keys; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

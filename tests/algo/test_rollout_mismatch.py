@@ -1,5 +1,6 @@
 """training/rollout_*_diff metrics are global: two gloo ranks holding different DP shards report, after the loop's
 averaging over ranks, the max and the token means of the whole batch (not the mean of per-rank maxes)."""
+
 from __future__ import annotations
 
 import functools
@@ -54,8 +55,10 @@ def test_rollout_probs_diff_max_is_the_global_max_on_two_ranks(tmp_path):
     old, rollout, mask = whole_batch()
     gap = (old.exp() - rollout.exp()).abs()[mask.bool()]
     assert whole[MAX_KEY] == pytest.approx(gap.max().item())
-    shard_max = [gap_rows.max().item() for gap_rows in
-                 ((old[r].exp() - rollout[r].exp()).abs()[mask[r].bool()] for r in (slice(0, 2), slice(2, 4)))]
+    shard_max = [
+        gap_rows.max().item()
+        for gap_rows in ((old[r].exp() - rollout[r].exp()).abs()[mask[r].bool()] for r in (slice(0, 2), slice(2, 4)))
+    ]
     assert whole[MAX_KEY] == pytest.approx(max(shard_max)) and max(shard_max) > 2 * min(shard_max)
     for rank in range(WORLD):
         result = torch.load(tmp_path / f"rank{rank}.pt")

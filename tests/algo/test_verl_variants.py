@@ -1,6 +1,7 @@
 """verl 0.9's further estimators, policy losses, straight-through KL estimators and token-sum aggregation, each against
 values worked out by hand from verl's formula (verl/trainer/ppo/core_algos.py at v0.9.0; the function and its lines
 are named in each test)."""
+
 import math
 from types import SimpleNamespace
 
@@ -10,8 +11,15 @@ import torch
 from dagrl.algo.advantage import AdvantageInputs, gpg, grpo_passk, opo, remax
 from dagrl.algo.kl import kl_penalty
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, token_weights
-from dagrl.algo.policy_variants import (clip_cov_policy_loss, dppo_kl_policy_loss, dppo_tv_policy_loss,
-                                        geo_mean_policy_loss, gpg_policy_loss, kl_cov_policy_loss, sapo_policy_loss)
+from dagrl.algo.policy_variants import (
+    clip_cov_policy_loss,
+    dppo_kl_policy_loss,
+    dppo_tv_policy_loss,
+    geo_mean_policy_loss,
+    gpg_policy_loss,
+    kl_cov_policy_loss,
+    sapo_policy_loss,
+)
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
@@ -39,8 +47,9 @@ def test_remax_is_the_return_to_go_minus_the_greedy_score():
     # 0.5 at its second token, one masked token, greedy score 1 -> returns [0.5, 0.5, 0], advantages [-0.5, -0.5, 0]
     rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-    advantages, returns = remax(AdvantageInputs(rewards, mask, ["a", "b"], baselines=torch.tensor([0.25, 1.0])),
-                                SimpleNamespace())
+    advantages, returns = remax(
+        AdvantageInputs(rewards, mask, ["a", "b"], baselines=torch.tensor([0.25, 1.0])), SimpleNamespace()
+    )
     close(returns, [[1.0, 1.0, 1.0], [0.5, 0.5, 0.0]])
     close(advantages, [[0.75, 0.75, 0.75], [-0.5, -0.5, 0.0]])
 
@@ -111,8 +120,9 @@ def test_clip_cov_drops_the_tokens_of_covariance_between_its_bounds():
     close(grad, [[0.0, 1.0, 1.0, 1.0, 0.0]])
     assert terms["actor/pg_clipfrac"].tolist() == [[1.0, 0.0, 0.0, 0.0, 0.0]]
     # lower bound 0.4: all four are candidates, still one is dropped
-    loss, _ = clip_cov_policy_loss(log_prob, log_prob.detach(), adv, mask,
-                                   PolicyLossSpec(loss_mode="clip_cov", clip_cov_lb=0.4))
+    loss, _ = clip_cov_policy_loss(
+        log_prob, log_prob.detach(), adv, mask, PolicyLossSpec(loss_mode="clip_cov", clip_cov_lb=0.4)
+    )
     assert (loss[:, :4] == 0).sum() == 1
 
 
@@ -131,8 +141,9 @@ def test_kl_cov_penalises_the_tokens_of_largest_covariance():
 def test_gpg_loss_is_the_plain_policy_gradient():
     # compute_policy_loss_gpg (lines 1706-1740): -log_prob * A
     log_prob = torch.tensor([-0.5, -2.0], requires_grad=True)
-    loss, _ = gpg_policy_loss(log_prob, torch.tensor([-9.0, 0.0]), torch.tensor([2.0, -1.0]), torch.ones(2),
-                              PolicyLossSpec(loss_mode="gpg"))
+    loss, _ = gpg_policy_loss(
+        log_prob, torch.tensor([-9.0, 0.0]), torch.tensor([2.0, -1.0]), torch.ones(2), PolicyLossSpec(loss_mode="gpg")
+    )
     close(loss, [1.0, -2.0])
     close(torch.autograd.grad(loss.sum(), log_prob)[0], [-2.0, 1.0])
 
@@ -146,8 +157,7 @@ def test_sapo_gate_by_hand_and_ppos_gradient_on_policy():
     log_prob = torch.tensor([0.2, -0.3, 0.0, 0.0], requires_grad=True)
     adv = torch.tensor([1.0, -2.0, 1.5, -0.5])
     loss, _ = sapo_policy_loss(log_prob, torch.zeros(4), adv, torch.ones(4), PolicyLossSpec(loss_mode="sapo"))
-    close(loss, [-gate(math.exp(0.2), 1.0), 2 * gate(math.exp(-0.3), 1.05), -1.5 * gate(1, 1.0),
-                 0.5 * gate(1, 1.05)])
+    close(loss, [-gate(math.exp(0.2), 1.0), 2 * gate(math.exp(-0.3), 1.05), -1.5 * gate(1, 1.0), 0.5 * gate(1, 1.05)])
     # at ratio 1 the gate's slope is 4 * sigmoid'(0) = 1: PPO's gradient -A
     close(torch.autograd.grad(loss.sum(), log_prob)[0][2:], [-1.5, 0.5])
 
@@ -201,10 +211,15 @@ def test_token_sum_is_the_plain_sum_over_the_mini_batch():
     spec = PolicyLossSpec(loss_mode="gpg", loss_agg_mode="token-sum")
     total = 0.0
     for row in range(2):
-        micro = Batch({"response_mask": mask[row:row + 1], "advantages": torch.ones(1, 2),
-                       "old_log_probs": log_prob[row:row + 1],
-                       "token_weights": token_weights(mask[row:row + 1], "token-sum", 3.0, 2.0)})
-        total += actor_loss(micro, log_prob[row:row + 1], None, spec)[0].item()
+        micro = Batch(
+            {
+                "response_mask": mask[row : row + 1],
+                "advantages": torch.ones(1, 2),
+                "old_log_probs": log_prob[row : row + 1],
+                "token_weights": token_weights(mask[row : row + 1], "token-sum", 3.0, 2.0),
+            }
+        )
+        total += actor_loss(micro, log_prob[row : row + 1], None, spec)[0].item()
     assert total == pytest.approx(1.0 + 2.0 + 0.5)
 
 
@@ -214,11 +229,12 @@ def test_preflight_takes_the_new_names_and_refuses_passk_without_a_second_respon
             preflight(Cfg(compose(list(overrides))))
         return info.value
 
-    for overrides in (("algorithm.adv_estimator=opo",), ("algorithm.adv_estimator=gpg",
-                                                         "actor_rollout_ref.actor.policy_loss.loss_mode=gpg"),
-                      ("actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
-                       "actor_rollout_ref.actor.loss_agg_mode=token-sum"),
-                      ("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=k3+")):
+    for overrides in (
+        ("algorithm.adv_estimator=opo",),
+        ("algorithm.adv_estimator=gpg", "actor_rollout_ref.actor.policy_loss.loss_mode=gpg"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov", "actor_rollout_ref.actor.loss_agg_mode=token-sum"),
+        ("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=k3+"),
+    ):
         assert first_key("actor_rollout_ref.rollout.n=2", *overrides).key == "actor_rollout_ref.model.path"
     error = first_key("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo_passk")
     assert error.key == "actor_rollout_ref.rollout.n" and "second best" in str(error) and "2 or more" in str(error)

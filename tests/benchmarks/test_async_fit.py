@@ -2,6 +2,7 @@
 cost it was given, fall back to the per-sequence limit where the steps cannot tell a from c, reproduce the plain
 run it was fitted to step by step, and rebuild the measured run's own lengths; fitted to the 4 x H200 plain run it
 must predict what partial rollout trained there."""
+
 import numpy as np
 import pytest
 
@@ -9,10 +10,28 @@ from benchmarks.async_fit import fit_iteration, fit_rates, replay
 from benchmarks.async_model import Workload, colocated
 
 # the 4 x H200 long-tailed plain run (docs/async.md: 48 prompts x 4, 4 processes, limits 1024,8192 over 272 rows)
-PLAIN = [dict(zip(("timing_s/step", "timing_s/gen", "timing_s/reward", "timing_s/rollout_switch",
-                   "response_length/mean", "response_length/max"), values), **{"prompt_length/mean": 30.0})
-         for values in ((57.30, 41.52, 2.64, 33.36, 937.26, 3834), (29.91, 12.38, 12.61, 1.32, 965.69, 8122),
-                        (24.74, 11.50, 7.27, 1.34, 883.31, 6376), (30.96, 19.40, 4.44, 1.49, 1260.83, 8192))]
+PLAIN = [
+    dict(
+        zip(
+            (
+                "timing_s/step",
+                "timing_s/gen",
+                "timing_s/reward",
+                "timing_s/rollout_switch",
+                "response_length/mean",
+                "response_length/max",
+            ),
+            values,
+        ),
+        **{"prompt_length/mean": 30.0},
+    )
+    for values in (
+        (57.30, 41.52, 2.64, 33.36, 937.26, 3834),
+        (29.91, 12.38, 12.61, 1.32, 965.69, 8122),
+        (24.74, 11.50, 7.27, 1.34, 883.31, 6376),
+        (30.96, 19.40, 4.44, 1.49, 1260.83, 8192),
+    )
+]
 
 
 def test_fit_recovers_the_iteration_cost_from_steps_that_differ():
@@ -33,9 +52,9 @@ def test_replay_rebuilds_the_measured_runs_longest_response_of_every_step():
     """The measured run (before dagrl drew verl's prompt order) drew numpy's; verl's order gives other steps."""
     lengths = replay(272, 1024, 8192, batch=48, n=4, draws=5, order="numpy")
     assert lengths.shape == (5 * 48 * 4,) and (lengths[::4] == lengths[3::4]).all()  # a prompt's samples alike
-    assert [lengths[i * 192:(i + 1) * 192].max() for i in range(4)] == [row["response_length/max"] for row in PLAIN]
+    assert [lengths[i * 192 : (i + 1) * 192].max() for i in range(4)] == [row["response_length/max"] for row in PLAIN]
     verl = replay(272, 1024, 8192, batch=48, n=4, draws=5)
-    assert [verl[i * 192:(i + 1) * 192].max() for i in range(4)] != [row["response_length/max"] for row in PLAIN]
+    assert [verl[i * 192 : (i + 1) * 192].max() for i in range(4)] != [row["response_length/max"] for row in PLAIN]
 
 
 @pytest.fixture(scope="module")
@@ -60,5 +79,6 @@ def test_fitted_model_predicts_what_partial_rollout_trained(fitted):
     rates, _, work = fitted
     run = colocated(work, rates, 4, 4, partial=True, oversample=2.0, staleness=1, warm=0)
     assert run.resp_mean == pytest.approx(582, rel=0.05)
-    assert 3 * colocated(work, rates, 4, 4, partial=True, oversample=2.0, staleness=1).step_s \
-        == pytest.approx(9.32 + 11.52 + 14.05, rel=0.1)
+    assert 3 * colocated(work, rates, 4, 4, partial=True, oversample=2.0, staleness=1).step_s == pytest.approx(
+        9.32 + 11.52 + 14.05, rel=0.1
+    )

@@ -2,6 +2,7 @@
 sequence in flight), what staleness K buys, what the long tail costs each schedule, which responses partial rollout
 trains (with and without restarts), the length sampler's mean, determinism, and the rates loader's refusal of
 unknown keys."""
+
 import json
 import subprocess
 import sys
@@ -111,8 +112,10 @@ def test_partial_rollout_trains_a_shorter_mix_under_restarts_and_not_without(see
     pools = [two_pools(w, rates, 2, 2, 0, 24, partial=True, oversample=2.0, restarts=r, warm=4) for r in (False, True)]
     assert pools[0].resp_mean > 0.95 * plain and pools[1].resp_mean < 0.97 * pools[0].resp_mean
     # a short run counted from step 1 trains the short ones first even without restarts: the pool starts empty
-    assert colocated(w, rates, 4, 4, partial=True, oversample=2.0, warm=0).resp_mean \
+    assert (
+        colocated(w, rates, 4, 4, partial=True, oversample=2.0, warm=0).resp_mean
         < 0.8 * colocated(w, rates, 4, 4, warm=0).resp_mean
+    )
 
 
 def test_each_rank_trains_its_own_share():
@@ -129,14 +132,17 @@ def test_longer_tail_costs_colocated_more_than_partial_rollout():
     short, long = (Workload(lengths=partial(long_tail_lengths, max_len=m)) for m in (4096, 16384))
     rates = Rates()
     plain = colocated(long, rates, 16).step_s - colocated(short, rates, 16).step_s
-    part = (colocated(long, rates, 16, partial=True, oversample=2.0).step_s
-            - colocated(short, rates, 16, partial=True, oversample=2.0).step_s)
+    part = (
+        colocated(long, rates, 16, partial=True, oversample=2.0).step_s
+        - colocated(short, rates, 16, partial=True, oversample=2.0).step_s
+    )
     assert plain > 60  # the longest sequence sets the plain step: 12k more tokens at 60 tok/s
     assert part < plain / 10
 
 
-@pytest.mark.parametrize("split,partial_rollout", [((4, 4), False), ((2, 6), False), ((6, 2), False),
-                                                   ((2, 6), True), ((32, 32), True)])
+@pytest.mark.parametrize(
+    "split,partial_rollout", [((4, 4), False), ((2, 6), False), ((6, 2), False), ((2, 6), True), ((32, 32), True)]
+)
 def test_speedup_non_decreasing_in_k(split, partial_rollout):
     w, rates = Workload(), Rates()
     speed = [two_pools(w, rates, *split, k, 8, partial_rollout, 2.0).tokens_per_gpu_s for k in range(5)]
@@ -160,8 +166,12 @@ def test_rates_json_loads_known_keys_and_rejects_unknown(tmp_path):
     with pytest.raises(ValueError, match="train_tokens_per_s") as error:
         load_rates(str(bad))
     assert "\n" not in str(error.value)
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/async_model.py"), "--table", "--rates-json",
-                           str(bad)], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/async_model.py"), "--table", "--rates-json", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "train_tokens_per_s" in done.stderr
 
@@ -173,10 +183,16 @@ def test_staleness_restarts_cost_partial_rollout_time_and_vanish_at_large_k():
     rates = Rates(seq_tok_s=40.0)  # an 8k response takes ~200 s: several steps
     free = colocated(w, rates, 8, 8, partial=True, oversample=2.0)
     assert colocated(w, rates, 8, 8, partial=True, oversample=2.0, staleness=99) == free
-    assert colocated(w, rates, 8, 8, partial=True, oversample=2.0, staleness=0).tokens_per_gpu_s \
+    assert (
+        colocated(w, rates, 8, 8, partial=True, oversample=2.0, staleness=0).tokens_per_gpu_s
         < 0.95 * free.tokens_per_gpu_s
+    )
     free = two_pools(w, rates, 4, 4, 1, 8, partial=True, oversample=2.0)
-    assert two_pools(w, rates, 4, 4, 99, 8, partial=True, oversample=2.0, restarts=True).step_s \
+    assert (
+        two_pools(w, rates, 4, 4, 99, 8, partial=True, oversample=2.0, restarts=True).step_s
         <= two_pools(w, rates, 4, 4, 99, 8, partial=True, oversample=2.0).step_s + 1e-9
-    assert two_pools(w, rates, 4, 4, 1, 8, partial=True, oversample=2.0, restarts=True).tokens_per_gpu_s \
+    )
+    assert (
+        two_pools(w, rates, 4, 4, 1, 8, partial=True, oversample=2.0, restarts=True).tokens_per_gpu_s
         < 0.95 * free.tokens_per_gpu_s
+    )

@@ -2,6 +2,7 @@
 into the tables (accuracy per evaluated step, median phases of steps 3..N), and benchmarks/verl_data.py's exact prompt
 length. The verl lines are real lines of a verl 0.9.1 run on one H100 (benchmarks/verl_kit/run_smollm2_grpo.sh), cut
 to fewer keys; the jsonl rows are dagrl's from the same job."""
+
 import argparse
 import json
 import subprocess
@@ -16,55 +17,82 @@ import vs_verl  # noqa: E402 - after the sys.path insert above
 import vs_verl_report  # noqa: E402 - after the sys.path insert above
 
 P = "\x1b[36m(TaskRunner pid=2153)\x1b[0m "
-VERL_LOG = "\n".join([
-    "versions: verl 0.9.1, vllm 0.26.0, torch 2.11.0+cu130, transformers 5.10.4, ray 2.60.0",
-    "\x1b[36m(pid=2153)\x1b[0m /tmp/verl/site/verl/workers/engine/__init__.py:32: UserWarning: torchtitan engine "
-    "is not available",
-    P + "step:0 - val-core/dagrl/arithmetic/acc/mean@1:np.float64(0.1171875)",
-    P + "Training Progress:   0%|          | 0/32 [00:00<?, ?it/s]",
-    P + "step:1 - response_length/mean:11.859375 - timing_s/gen:0.5924565619999953 - "
+VERL_LOG = "\n".join(
+    [
+        "versions: verl 0.9.1, vllm 0.26.0, torch 2.11.0+cu130, transformers 5.10.4, ray 2.60.0",
+        "\x1b[36m(pid=2153)\x1b[0m /tmp/verl/site/verl/workers/engine/__init__.py:32: UserWarning: torchtitan engine "
+        "is not available",
+        P + "step:0 - val-core/dagrl/arithmetic/acc/mean@1:np.float64(0.1171875)",
+        P + "Training Progress:   0%|          | 0/32 [00:00<?, ?it/s]",
+        P + "step:1 - response_length/mean:11.859375 - timing_s/gen:0.5924565619999953 - "
         "timing_s/old_log_prob:1.585580789000005 - timing_s/update_actor:3.1181076679999933 - "
         "timing_s/update_weights:0.11893055699999877 - timing_s/step:5.525746058000038",
-    P + "\rTraining Progress:   3%|▎         | 1/32 [00:05<02:54,  5.64s/it]",
-    P + "step:3 - actor/pg_clipfrac:np.float64(0.0) - critic/advantages/mean:-0.005395879037678242 - "
+        P + "\rTraining Progress:   3%|▎         | 1/32 [00:05<02:54,  5.64s/it]",
+        P + "step:3 - actor/pg_clipfrac:np.float64(0.0) - critic/advantages/mean:-0.005395879037678242 - "
         "response_length/mean:11.7578125 - timing_s/agent_loop/num_preempted/min:np.int64(-1) - "
         "timing_s/gen:0.54289234700002 - timing_s/old_log_prob:1.3526052089999894 - "
         "timing_s/update_actor:2.49344397699997 - timing_s/update_weights:0.14664415499998995 - "
         "timing_s/step:4.635444853000024",
-    P + "\rTraining Progress:   9%|▉         | 3/32 [00:15<02:22,  4.92s/it]",
-    P + "test_gen_batch meta info: {'eos_token_id': 2, 'pad_token_id': 2, 'recompute_log_prob': False, "
+        P + "\rTraining Progress:   9%|▉         | 3/32 [00:15<02:22,  4.92s/it]",
+        P + "test_gen_batch meta info: {'eos_token_id': 2, 'pad_token_id': 2, 'recompute_log_prob': False, "
         "'do_sample': False, 'validate': True, 'global_steps': 4}",
-    P + "step:4 - actor/pg_clipfrac:np.float64(0.0) - val-core/dagrl/arithmetic/acc/mean@1:np.float64(0.1875) - "
+        P + "step:4 - actor/pg_clipfrac:np.float64(0.0) - val-core/dagrl/arithmetic/acc/mean@1:np.float64(0.1875) - "
         "critic/advantages/mean:-0.006869451608508825 - response_length/mean:11.86328125 - "
         "timing_s/agent_loop/num_preempted/min:np.int64(-1) - timing_s/gen:0.4600678939999625 - "
         "timing_s/old_log_prob:0.8327316130000213 - timing_s/update_actor:2.5786337449999905 - "
         "timing_s/update_weights:0.1253115149999644 - timing_s/step:4.0585189789999845",
-    P + "step:5 - actor/pg_clipfrac:np.float64(0.0) - critic/advantages/mean:-0.0019640661776065826 - "
+        P + "step:5 - actor/pg_clipfrac:np.float64(0.0) - critic/advantages/mean:-0.0019640661776065826 - "
         "response_length/mean:11.85546875 - timing_s/agent_loop/num_preempted/min:np.int64(-1) - "
         "timing_s/gen:0.6010216839999885 - timing_s/old_log_prob:0.8574571670000068 - "
         "timing_s/update_actor:2.7777407570000037 - timing_s/update_weights:0.12495694400001867 - "
         "timing_s/step:4.428343901999995",
-])
+    ]
+)
 DAGRL_ROWS = [
     {"step": 0, "time": 1795746267.281, "val-core/dagrl/arithmetic/acc/mean@1": 0.1171875},
-    {"step": 1, "timing_s/gen": 0.43794429000001855, "timing_s/rollout_switch": 0.08278192599993872,
-     "timing_s/old_log_prob": 0.5219303069999341, "timing_s/update_actor": 0.7774276369999598,
-     "timing_s/step": 1.7566320280000127, "response_length/mean": 11.875},
-    {"step": 3, "time": 1795746271.212, "timing_s/gen": 0.3869175519999999,
-     "timing_s/rollout_switch": 0.10750812300000234, "timing_s/weight_sync": 0.01128343900006712,
-     "timing_s/old_log_prob": 0.2022564850000208,
-     "timing_s/update_actor": 0.48263861800000996, "timing_s/step": 1.0852661410000337,
-     "response_length/mean": 11.828125},
-    {"step": 4, "time": 1795746272.656, "timing_s/gen": 0.3752474540000321,
-     "timing_s/rollout_switch": 0.11096120299998802, "timing_s/weight_sync": 0.011786357999994834,
-     "timing_s/old_log_prob": 0.2167229579999912,
-     "timing_s/update_actor": 0.4806660899999997, "timing_s/step": 1.0899090560000104,
-     "response_length/mean": 11.79296875, "val-core/dagrl/arithmetic/acc/mean@1": 0.1875},
-    {"step": 5, "time": 1795746273.817, "timing_s/gen": 0.43957529199997225,
-     "timing_s/rollout_switch": 0.0908052580000458, "timing_s/weight_sync": 0.023156334999953287,
-     "timing_s/old_log_prob": 0.22126330899993718,
-     "timing_s/update_actor": 0.4801516409999067, "timing_s/step": 1.1602765359999694,
-     "response_length/mean": 11.68359375},
+    {
+        "step": 1,
+        "timing_s/gen": 0.43794429000001855,
+        "timing_s/rollout_switch": 0.08278192599993872,
+        "timing_s/old_log_prob": 0.5219303069999341,
+        "timing_s/update_actor": 0.7774276369999598,
+        "timing_s/step": 1.7566320280000127,
+        "response_length/mean": 11.875,
+    },
+    {
+        "step": 3,
+        "time": 1795746271.212,
+        "timing_s/gen": 0.3869175519999999,
+        "timing_s/rollout_switch": 0.10750812300000234,
+        "timing_s/weight_sync": 0.01128343900006712,
+        "timing_s/old_log_prob": 0.2022564850000208,
+        "timing_s/update_actor": 0.48263861800000996,
+        "timing_s/step": 1.0852661410000337,
+        "response_length/mean": 11.828125,
+    },
+    {
+        "step": 4,
+        "time": 1795746272.656,
+        "timing_s/gen": 0.3752474540000321,
+        "timing_s/rollout_switch": 0.11096120299998802,
+        "timing_s/weight_sync": 0.011786357999994834,
+        "timing_s/old_log_prob": 0.2167229579999912,
+        "timing_s/update_actor": 0.4806660899999997,
+        "timing_s/step": 1.0899090560000104,
+        "response_length/mean": 11.79296875,
+        "val-core/dagrl/arithmetic/acc/mean@1": 0.1875,
+    },
+    {
+        "step": 5,
+        "time": 1795746273.817,
+        "timing_s/gen": 0.43957529199997225,
+        "timing_s/rollout_switch": 0.0908052580000458,
+        "timing_s/weight_sync": 0.023156334999953287,
+        "timing_s/old_log_prob": 0.22126330899993718,
+        "timing_s/update_actor": 0.4801516409999067,
+        "timing_s/step": 1.1602765359999694,
+        "response_length/mean": 11.68359375,
+    },
 ]
 
 
@@ -94,8 +122,10 @@ def test_phases_split_dagrls_switch_out_of_its_generation():
 def write_out(out: Path) -> None:
     (out / "verl.log").write_text(VERL_LOG)
     (out / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps(row) for row in DAGRL_ROWS) + "\n")
-    (out / "dagrl.log").write_text("versions: vllm 0.26.0, torch 2.11.0+cu130, transformers 5.17.0, megatron.core "
-                                   "0.19.2, transformer_engine 2.17.1\nstep:1 - timing_s/step:1.757\n")
+    (out / "dagrl.log").write_text(
+        "versions: vllm 0.26.0, torch 2.11.0+cu130, transformers 5.17.0, megatron.core "
+        "0.19.2, transformer_engine 2.17.1\nstep:1 - timing_s/step:1.757\n"
+    )
     (out / "verl_mem.log").write_text("4 MiB\n26921 MiB\n28275 MiB\n2913 MiB\n")
     (out / "dagrl_mem.log").write_text("527 MiB\n7591 MiB\n")
     (out / "verl_run.json").write_text(json.dumps({"rc": 0, "wall_s": 240.0, "step_line_s": {"1": 80.0}}))
@@ -109,8 +139,13 @@ def table_row(text: str, name: str) -> list[str]:
 
 def test_report_prints_accuracy_and_median_rows(tmp_path):
     write_out(tmp_path)
-    text = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--report", "--out",
-                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        [sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--report", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "verl : verl 0.9.1, vllm 0.26.0, torch 2.11.0+cu130, transformers 5.10.4, ray 2.60.0 (exit 0)" in text
     assert "dagrl: vllm 0.26.0, torch 2.11.0+cu130, transformers 5.17.0, megatron.core 0.19.2" in text
     assert table_row(text, "0") == ["0.117", "0.117", "+0.000"]
@@ -148,16 +183,31 @@ def test_verl_data_pads_every_prompt_to_the_exact_length(tmp_path):
     make_tiny_tokenizer(str(tmp_path / "tok"))
     rows = [make_row(i, f"What is {i} + {2 * i}?", str(3 * i)) for i in range(5)]
     write_parquet(str(tmp_path / "src" / "train.parquet"), rows)
-    subprocess.run([sys.executable, "benchmarks/verl_data.py", "--src", str(tmp_path / "src"), "--dst",
-                    str(tmp_path / "dst"), "--tokenizer", str(tmp_path / "tok"), "--prompt-length", "96"],
-                   cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/verl_data.py",
+            "--src",
+            str(tmp_path / "src"),
+            "--dst",
+            str(tmp_path / "dst"),
+            "--tokenizer",
+            str(tmp_path / "tok"),
+            "--prompt-length",
+            "96",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
     out = pq.read_table(tmp_path / "dst" / "train.parquet").to_pylist()
     assert [len(vs_verl_prompt(tokenizer, row["prompt"])) for row in out] == [96] * 5
     assert out[1]["reward_model"] == rows[1]["reward_model"] and out[1]["prompt"][-1]["content"].startswith(
-        chat("What is 1 + 2?")[-1]["content"])
+        chat("What is 1 + 2?")[-1]["content"]
+    )
 
 
 def vs_verl_prompt(tokenizer, prompt):
@@ -171,8 +221,10 @@ def test_run_side_logs_versions_and_stamps_step_lines(tmp_path, monkeypatch):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "metrics.jsonl").write_text("a previous run's rows\n")
-    fake = ("printf 'loading\\nstep:1 - timing_s/step:0.5\\n\\rTraining 1/2\\n'; sleep 0.3; echo 'step:2 - x:1'; "
-            f"echo '{json.dumps(DAGRL_ROWS[1])}' >> {ckpt}/metrics.jsonl; exit 3")
+    fake = (
+        "printf 'loading\\nstep:1 - timing_s/step:0.5\\n\\rTraining 1/2\\n'; sleep 0.3; echo 'step:2 - x:1'; "
+        f"echo '{json.dumps(DAGRL_ROWS[1])}' >> {ckpt}/metrics.jsonl; exit 3"
+    )
     monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {"CKPT_DIR": str(ckpt)}))
     monkeypatch.setattr(vs_verl, "VERSIONS", {"dagrl": ["json"]})
     monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: None)
@@ -190,8 +242,14 @@ def test_run_json_is_written_at_each_step_line_then_closed_with_the_exit_code(tm
     step line with exit code null, and the final write (the exit code) is the last one."""
     writes = []
     real = vs_verl.write_run
-    monkeypatch.setattr(vs_verl, "write_run", lambda out, side, rc, wall, seen, shell: (
-        writes.append((rc, dict(seen))), real(out, side, rc, wall, seen, shell)))
+    monkeypatch.setattr(
+        vs_verl,
+        "write_run",
+        lambda out, side, rc, wall, seen, shell: (
+            writes.append((rc, dict(seen))),
+            real(out, side, rc, wall, seen, shell),
+        ),
+    )
     fake = "echo 'step:1 - a:1'; sleep 0.3; echo 'step:1 - again'; echo 'step:2 - b:2'; sleep 0.3; exit 0"
     monkeypatch.setattr(vs_verl, "command", lambda side, args: (fake, {}))
     monkeypatch.setattr(vs_verl, "VERSIONS", {"verl": ["json"]})
@@ -206,10 +264,12 @@ def test_run_json_is_written_at_each_step_line_then_closed_with_the_exit_code(tm
 def seed_dir(out: Path, seed: int, verl_acc: dict, dagrl_acc: dict) -> None:
     out.mkdir(parents=True)
     key = "val-core/dagrl/arithmetic/acc/mean@1"
-    (out / "verl.log").write_text("\n".join(f"{P}step:{step} - {key}:np.float64({acc})"
-                                            for step, acc in verl_acc.items()))
-    (out / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps({"step": step, key: acc})
-                                                       for step, acc in dagrl_acc.items()))
+    (out / "verl.log").write_text(
+        "\n".join(f"{P}step:{step} - {key}:np.float64({acc})" for step, acc in verl_acc.items())
+    )
+    (out / "dagrl_metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": step, key: acc}) for step, acc in dagrl_acc.items())
+    )
 
 
 def test_seeds_report_compares_the_means_within_the_seeds_spread(tmp_path):
@@ -227,21 +287,55 @@ def test_seeds_report_compares_the_means_within_the_seeds_spread(tmp_path):
 
 
 def test_several_seeds_run_each_into_its_own_directory(tmp_path):
-    out = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
-                          "--seeds", "0,1", "--dry-run"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/vs_verl.py",
+            "--job",
+            "learn",
+            "--out",
+            str(tmp_path),
+            "--seeds",
+            "0,1",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = out.strip().splitlines()
-    assert len(lines) == 4 and [("SEED=0" in line, "SEED=1" in line) for line in lines] == [(True, False)] * 2 + [
-        (False, True)] * 2
-    bad = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
-                          "--seeds", "0,x", "--dry-run"], cwd=ROOT, capture_output=True, text=True)
+    assert (
+        len(lines) == 4
+        and [("SEED=0" in line, "SEED=1" in line) for line in lines] == [(True, False)] * 2 + [(False, True)] * 2
+    )
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/vs_verl.py",
+            "--job",
+            "learn",
+            "--out",
+            str(tmp_path),
+            "--seeds",
+            "0,x",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "--seeds: comma-separated integers" in bad.stderr
 
 
 def test_memory_is_watched_on_the_jobs_own_gpu(monkeypatch):
     """Two jobs on two GPUs of one host: each side's nvidia-smi samples and idle wait see only its own GPU."""
     calls = []
-    monkeypatch.setattr(vs_verl.subprocess, "run", lambda argv, **kw: calls.append(argv) or
-                        subprocess.CompletedProcess(argv, 0, stdout="1200\n"))
+    monkeypatch.setattr(
+        vs_verl.subprocess,
+        "run",
+        lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, stdout="1200\n"),
+    )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert vs_verl.gpu_used_mib() == [1200] and calls[-1][:3] == ["nvidia-smi", "-i", "1"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,2")
@@ -268,21 +362,60 @@ def test_parallel_learn_runs_start_together_each_with_a_fixed_kv_cache_and_its_o
     """--parallel: every seed of every side on one GPU at once. Each vLLM gets a fixed KV cache (profiling free
     memory beside other starting runs is wrong), each verl its own Ray cluster, each dagrl its own torchrun port and
     run directory; the throughput job refuses it."""
-    out = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
-                          "--seeds", "0,1", "--parallel", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip().splitlines()
+    out = (
+        subprocess.run(
+            [
+                sys.executable,
+                "benchmarks/vs_verl.py",
+                "--job",
+                "learn",
+                "--out",
+                str(tmp_path),
+                "--seeds",
+                "0,1",
+                "--parallel",
+                "--dry-run",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     verl, dagrl = [line for line in out if "verl_kit" in line], [line for line in out if "grpo_trainer" in line]
     assert len(verl) == len(dagrl) == 2
     assert all("engine_kwargs.vllm.kv_cache_memory_bytes=4294967296" in line for line in out)
     assert all("ray_init.address=local" in line for line in verl) and not any("ray_init" in x for x in dagrl)
-    assert [("PET_MASTER_PORT=29700" in x, "PET_MASTER_PORT=29701" in x) for x in dagrl] == [(True, False),
-                                                                                          (False, True)]
+    assert [("PET_MASTER_PORT=29700" in x, "PET_MASTER_PORT=29701" in x) for x in dagrl] == [
+        (True, False),
+        (False, True),
+    ]
     assert len({line.split("CKPT_DIR=")[1].split()[0] for line in dagrl}) == 2
-    serial = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path),
-                             "--dry-run"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    serial = subprocess.run(
+        [sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--out", str(tmp_path), "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "kv_cache_memory_bytes" not in serial and "PET_MASTER_PORT" not in serial
-    bad = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "throughput", "--out", str(tmp_path),
-                          "--parallel", "--dry-run"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/vs_verl.py",
+            "--job",
+            "throughput",
+            "--out",
+            str(tmp_path),
+            "--parallel",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "--parallel: the learn job only" in bad.stderr
 
 
@@ -290,18 +423,27 @@ def test_parallel_runs_overlap_and_their_report_keeps_accuracy_but_no_step_table
     """The four runs of two seeds start before any ends (one wall, not four), the idle-GPU wait is skipped, and the
     report of a shared run prints the accuracy and the same-prompts count but no phase times."""
     stamps = tmp_path / "stamps"
-    monkeypatch.setattr(vs_verl, "command", lambda side, args: (
-        f"echo start >> {stamps}; sleep 2; echo end >> {stamps}; echo 'step:1 - timing_s/step:1'",
-        {"CKPT_DIR": str(tmp_path / f"ckpt{args.seed}")} if side == "dagrl" else {}))
+    monkeypatch.setattr(
+        vs_verl,
+        "command",
+        lambda side, args: (
+            f"echo start >> {stamps}; sleep 2; echo end >> {stamps}; echo 'step:1 - timing_s/step:1'",
+            {"CKPT_DIR": str(tmp_path / f"ckpt{args.seed}")} if side == "dagrl" else {},
+        ),
+    )
     monkeypatch.setattr(vs_verl, "VERSIONS", {"verl": ["json"], "dagrl": ["json"]})
     monkeypatch.setattr(vs_verl, "wait_for_idle_gpu", lambda: pytest.fail("a shared run waited for an idle GPU"))
     monkeypatch.setattr(vs_verl, "report", lambda args: "")
-    monkeypatch.setattr(sys, "argv", ["vs_verl.py", "--job", "learn", "--out", str(tmp_path / "o"), "--seeds", "0,1",
-                                      "--parallel"])
+    monkeypatch.setattr(
+        sys, "argv", ["vs_verl.py", "--job", "learn", "--out", str(tmp_path / "o"), "--seeds", "0,1", "--parallel"]
+    )
     vs_verl.main()
     assert stamps.read_text().split() == ["start"] * 4 + ["end"] * 4
-    assert all(json.loads((tmp_path / "o" / f"seed{s}" / f"{side}_run.json").read_text())["rc"] == 0
-               for s in (0, 1) for side in ("verl", "dagrl"))
+    assert all(
+        json.loads((tmp_path / "o" / f"seed{s}" / f"{side}_run.json").read_text())["rc"] == 0
+        for s in (0, 1)
+        for side in ("verl", "dagrl")
+    )
     monkeypatch.undo()
     (tmp_path / "r").mkdir()
     write_out(tmp_path / "r")
@@ -317,11 +459,15 @@ def test_the_curves_svg_draws_one_line_per_seed_at_the_accuracies(tmp_path):
     seed_dir(tmp_path / "seed3", 3, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 4: 0.25, 8: 0.75})
     seed_dir(tmp_path / "seed10", 10, {0: 0.0, 4: 0.5, 8: 1.0}, {0: 0.0, 8: 0.5})
     svg = vs_verl_report.curves_svg(vs_verl_report.learn_curves(tmp_path), "t")
-    labels = [line.rpartition('">')[2].removesuffix("</text>") for line in svg.splitlines() if "<line x1=\"530" in line]
+    labels = [line.rpartition('">')[2].removesuffix("</text>") for line in svg.splitlines() if '<line x1="530' in line]
     assert labels == ["verl seed3", "verl seed10", "dagrl seed3", "dagrl seed10"]  # by seed, not by position
     lines = [line for line in svg.splitlines() if line.startswith("<polyline")]
     assert len(lines) == 4 and [('stroke="#1f77b4"' in line, "dasharray" in line) for line in lines] == [
-        (True, False), (True, True), (False, False), (False, True)]
+        (True, False),
+        (True, True),
+        (False, False),
+        (False, True),
+    ]
     assert 'points="50.0,320.0 285.0,175.0 520.0,30.0"' in lines[0]  # verl seed 3: steps 0/4/8 at 0, 0.5, 1.0
     assert 'points="50.0,320.0 520.0,175.0"' in lines[3]  # dagrl seed 10 was evaluated twice
     assert svg.rstrip().endswith("</svg>")
@@ -333,14 +479,34 @@ def test_repeat_report_finds_a_rerun_equal_but_for_times_and_names_the_first_dif
         out.mkdir(parents=True)
         write_out(out)
     # dagrl's rerun: other wall times and clock, the same values otherwise; verl's: another sample from step 4 on
-    rows = [{k: (v * 1.5 if k.startswith("timing_s/") or k == "time" else v) for k, v in row.items()}
-            for row in DAGRL_ROWS]
+    rows = [
+        {k: (v * 1.5 if k.startswith("timing_s/") or k == "time" else v) for k, v in row.items()} for row in DAGRL_ROWS
+    ]
     (rerun / "dagrl_metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
-    (rerun / "verl.log").write_text(VERL_LOG.replace("acc/mean@1:np.float64(0.1875)", "acc/mean@1:np.float64(0.2)")
-                                    .replace("response_length/mean:11.86328125", "response_length/mean:11.9"))
-    text = subprocess.run([sys.executable, "benchmarks/vs_verl.py", "--job", "learn", "--report", "--seeds", "0,1",
-                           "--out", str(tmp_path / "rerun"), "--repeat-of", str(tmp_path / "earlier")], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout
+    (rerun / "verl.log").write_text(
+        VERL_LOG.replace("acc/mean@1:np.float64(0.1875)", "acc/mean@1:np.float64(0.2)").replace(
+            "response_length/mean:11.86328125", "response_length/mean:11.9"
+        )
+    )
+    text = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/vs_verl.py",
+            "--job",
+            "learn",
+            "--report",
+            "--seeds",
+            "0,1",
+            "--out",
+            str(tmp_path / "rerun"),
+            "--repeat-of",
+            str(tmp_path / "earlier"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     verl = next(line for line in text.splitlines() if line.startswith("| verl | seed0 | 5 |"))
     dagrl = next(line for line in text.splitlines() if line.startswith("| dagrl | seed0 | 5 |"))
     # dagrl: acc at steps 0 and 4, response_length/mean at 1, 3, 4, 5 compared; times and the clock left out

@@ -1,6 +1,7 @@
 """benchmarks/weak_scaling.py: each point's command line (layout, parallel sizes, the batch growing with G), the
 report's medians, tokens/s/GPU and efficiency on small fake runs, dagrl.plan's figures, and the plan-only paths on
 a CPU."""
+
 import argparse
 import json
 import subprocess
@@ -24,8 +25,15 @@ def as_dict(words: list[str]) -> dict[str, str]:
 
 
 def test_points_leave_out_tp2_on_one_gpu():
-    assert [p.name for p in ws.points_of("1,2,4,8", "dp,tp2")] == \
-        ["dp_g1", "dp_g2", "dp_g4", "dp_g8", "tp2_g2", "tp2_g4", "tp2_g8"]
+    assert [p.name for p in ws.points_of("1,2,4,8", "dp,tp2")] == [
+        "dp_g1",
+        "dp_g2",
+        "dp_g4",
+        "dp_g8",
+        "tp2_g2",
+        "tp2_g4",
+        "tp2_g8",
+    ]
     assert [p.name for p in ws.points_of("1,3,4", "tp2")] == ["tp2_g4"]
     with pytest.raises(SystemExit, match="--layouts"):
         ws.points_of("1", "dp,pp2")
@@ -72,8 +80,14 @@ PLAN_TWO_STAGES = """  phase totals:
 
 
 def test_plan_figures():
-    assert ws.plan_figures(PLAN_TWO_STAGES, 0) == {"peak": 54.2, "where": "stage 3, rollout", "fits": True,
-                                                   "rollout": 54.2, "log-prob": 37.1, "update": 30.8}
+    assert ws.plan_figures(PLAN_TWO_STAGES, 0) == {
+        "peak": 54.2,
+        "where": "stage 3, rollout",
+        "fits": True,
+        "rollout": 54.2,
+        "log-prob": 37.1,
+        "update": 30.8,
+    }
     warning = "  WARNING: estimated peak 90.0 GiB (update) exceeds the 80 GiB GPU: lower the micro-batch"
     over = ws.plan_figures("    update   90.0\n" + warning, 0)
     assert over["fits"] is False and over["peak"] == 90.0
@@ -84,8 +98,9 @@ def test_plan_figures():
 def fake_point(out: Path, name: str, gpus: int, tp: int, steps: list[dict], peak_gib: float | None = None) -> None:
     d = out / name
     d.mkdir(parents=True)
-    (d / "point.json").write_text(json.dumps({"layout": name.split("_")[0], "gpus": gpus, "tp": tp,
-                                              "prompts": 16 * gpus, "n": 8}))
+    (d / "point.json").write_text(
+        json.dumps({"layout": name.split("_")[0], "gpus": gpus, "tp": tp, "prompts": 16 * gpus, "n": 8})
+    )
     rows = [{"step": i + 1, "response_length/mean": 1024.0, **s} for i, s in enumerate(steps)]
     (d / "metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     if peak_gib is not None:
@@ -96,27 +111,53 @@ def fake_point(out: Path, name: str, gpus: int, tp: int, steps: list[dict], peak
 
 def step(gen: float, old: float, update: float, switch: float, rest: float) -> dict:
     """A metrics row: timing_s/gen includes the switch; the step is every phase."""
-    return {"timing_s/step": gen + old + update + switch + rest, "timing_s/gen": gen + switch,
-            "timing_s/old_log_prob": old, "timing_s/update_actor": update, "timing_s/rollout_switch": switch,
-            "timing_s/weight_sync": switch / 4}
+    return {
+        "timing_s/step": gen + old + update + switch + rest,
+        "timing_s/gen": gen + switch,
+        "timing_s/old_log_prob": old,
+        "timing_s/update_actor": update,
+        "timing_s/rollout_switch": switch,
+        "timing_s/weight_sync": switch / 4,
+    }
 
 
 def test_report_medians_efficiency_and_growth(tmp_path):
     # dp_g1: step 1 (vLLM's first wake-up) is left out; steps 2-4 are 10, 10 and 14 s: median 10
-    fake_point(tmp_path, "dp_g1", 1, 1, [step(20, 1, 3, 5, 1), step(4, 1, 3, 1, 1), step(4, 1, 3, 1, 1),
-                                         step(4, 1, 3, 1, 5)], peak_gib=60.0)
+    fake_point(
+        tmp_path,
+        "dp_g1",
+        1,
+        1,
+        [step(20, 1, 3, 5, 1), step(4, 1, 3, 1, 1), step(4, 1, 3, 1, 1), step(4, 1, 3, 1, 5)],
+        peak_gib=60.0,
+    )
     # dp_g8: the update grows 2 s, generation 0.5 s: 12.5 s a step
     fake_point(tmp_path, "dp_g8", 8, 1, [step(20, 1, 5, 5, 1)] + [step(4.5, 1, 5, 1, 1)] * 3, peak_gib=55.0)
     # tp2_g2: 10.24 s a step, the switch grew
     fake_point(tmp_path, "tp2_g2", 2, 2, [step(4, 1, 3, 1.24, 1)] * 3)
     # tp2_g4: 12.8 s a step, 0.8 of tp2_g2's 10.24
     fake_point(tmp_path, "tp2_g4", 4, 2, [step(4, 1, 5.56, 1.24, 1)] * 3)
-    out = subprocess.run([sys.executable, "benchmarks/weak_scaling.py", "--report", "--out", str(tmp_path),
-                          "--models", str(tmp_path / "models")], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    rows = {line.split("|")[1].strip() + "@" + layout: line.split("|")[2:-1]
-            for layout, block in zip(("dp", "tp2"), out.split("layout ")[1:]) for line in block.splitlines()
-            if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/weak_scaling.py",
+            "--report",
+            "--out",
+            str(tmp_path),
+            "--models",
+            str(tmp_path / "models"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = {
+        line.split("|")[1].strip() + "@" + layout: line.split("|")[2:-1]
+        for layout, block in zip(("dp", "tp2"), out.split("layout ")[1:])
+        for line in block.splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    }
     one, eight, two = rows["1@dp"], rows["8@dp"], rows["2@tp2"]
     assert [c.strip() for c in one[:8]] == ["3", "10.00", "4.00", "1.00", "3.00", "1.00 (0.25)", "1.00", "13,107"]
     # 16 prompts x 8 x 1,024 tokens / 10 s / 1 GPU = 13,107; 128 x 8 x 1,024 / 12.5 s / 8 GPUs = 10,486
@@ -135,9 +176,21 @@ def test_report_medians_efficiency_and_growth(tmp_path):
 def test_report_without_the_one_gpu_point_has_no_efficiency(tmp_path):
     fake_point(tmp_path, "dp_g2", 2, 1, [step(4, 1, 3, 1, 1)] * 2)
     fake_point(tmp_path, "dp_g4", 4, 1, [step(4, 1, 3, 1, 1)])  # step 1 only: nothing counted yet
-    out = subprocess.run([sys.executable, "benchmarks/weak_scaling.py", "--report", "--out", str(tmp_path),
-                          "--models", str(tmp_path / "models")], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/weak_scaling.py",
+            "--report",
+            "--out",
+            str(tmp_path),
+            "--models",
+            str(tmp_path / "models"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "not measured: efficiency not computed" in out
     row = next(line for line in out.splitlines() if line.startswith("| 2 |")).split("|")
     assert row[2].strip() == "1" and row[10].strip() == "-"
@@ -156,12 +209,33 @@ def test_execute_records_exit_and_ends_a_run_past_its_timeout(tmp_path):
 
 def test_plan_only_on_a_config_only_model(tmp_path, tiny_model):
     """dagrl.plan for every point from a config-only 1.7B with the tiny tokenizer: TP2 halves the weights' share."""
-    out = subprocess.run([sys.executable, "benchmarks/weak_scaling.py", "--plan-only", "--gpus", "1,2", "--out",
-                          str(tmp_path / "out"), "--models", str(tmp_path / "models"), "--tokenizer", str(tiny_model),
-                          "--gpu-memory-gb", "80"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/weak_scaling.py",
+            "--plan-only",
+            "--gpus",
+            "1,2",
+            "--out",
+            str(tmp_path / "out"),
+            "--models",
+            str(tmp_path / "models"),
+            "--tokenizer",
+            str(tiny_model),
+            "--gpu-memory-gb",
+            "80",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert not (tmp_path / "models" / "qwen3-1.7b-config" / "model.safetensors").exists()
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in out.splitlines() if line.startswith("| dp_") or line.startswith("| tp2_")}
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in out.splitlines()
+        if line.startswith("| dp_") or line.startswith("| tp2_")
+    }
     assert list(rows) == ["dp_g1", "dp_g2", "tp2_g2"]
     assert rows["tp2_g2"][:3] == ["TP2 x DP1", "TP2 x DP1", "32 x 8"]
     update = {name: float(cells[5]) for name, cells in rows.items()}
@@ -172,10 +246,28 @@ def test_plan_only_on_a_config_only_model(tmp_path, tiny_model):
 
 
 def test_seed_script_plan_is_the_script_as_written(tmp_path, tiny_model):
-    out = subprocess.run([sys.executable, "benchmarks/weak_scaling.py", "--seed-script", "--plan-only", "--out",
-                          str(tmp_path / "out"), "--models", str(tmp_path / "models"), "--arith",
-                          str(tmp_path / "arith"), "--tokenizer", str(tiny_model), "--gpu-memory-gb", "141"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/weak_scaling.py",
+            "--seed-script",
+            "--plan-only",
+            "--out",
+            str(tmp_path / "out"),
+            "--models",
+            str(tmp_path / "models"),
+            "--arith",
+            str(tmp_path / "arith"),
+            "--tokenizer",
+            str(tiny_model),
+            "--gpu-memory-gb",
+            "141",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "bash examples/grpo_trainer/run_qwen3-8b-megatron.sh --gpu-memory-gb 141" in out
     assert "actor/reference: TP=2 PP=4 CP=1 DP=1, sequence parallel on" in out
     assert "rollout (vllm): TP=2 DP=4" in out and "128 prompts x n=8 = 1024 responses" in out

@@ -1,4 +1,5 @@
 """The CLI: early errors (exit 2, one line, fast, no heavy imports), --cfg job, +keys under free-form maps."""
+
 import subprocess
 import sys
 import time
@@ -16,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_cli(*args, timeout=60):
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dagrl.main_dag", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagrl.main_dag", *args], capture_output=True, text=True, timeout=timeout
+    )
     return proc, time.perf_counter() - start
 
 
@@ -47,10 +49,15 @@ def test_plus_key_outside_free_form_maps_fails():
 def test_free_form_map_needs_plus_and_reaches_config():
     with pytest.raises(ConfigError, match=r"write it as \+"):
         compose(["actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform"])
-    cfg = compose(["+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
-                   "+custom_reward_function.reward_kwargs.bonus=0.5"])
-    assert (cfg["actor_rollout_ref"]["actor"]["megatron"]["override_transformer_config"]
-            == {"recompute_method": "uniform"})
+    cfg = compose(
+        [
+            "+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
+            "+custom_reward_function.reward_kwargs.bonus=0.5",
+        ]
+    )
+    assert cfg["actor_rollout_ref"]["actor"]["megatron"]["override_transformer_config"] == {
+        "recompute_method": "uniform"
+    }
     assert cfg["custom_reward_function"]["reward_kwargs"] == {"bonus": 0.5}
 
 
@@ -60,29 +67,43 @@ def test_cfg_job_prints_composed_config():
     assert "total_epochs: 7" in proc.stdout and "'n': 4" in proc.stdout
 
 
-@pytest.mark.parametrize("extra,message", [
-    ({"actor_rollout_ref.rollout.prompt_length": 64}, "conflicts with data.max_prompt_length"),
-    ({"actor_rollout_ref.actor.optim.clip_grad": 0.5}, "conflicts with actor_rollout_ref.actor.grad_clip"),
-    ({"data.train_batch_size": 3}, "ppo_mini_batch_size"),
-    ({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3}, "ppo_micro_batch_size_per_gpu"),
-    ({"data.train_files": "/nonexistent/train.parquet"}, "/nonexistent/train.parquet"),
-    ({"actor_rollout_ref.model.path": "/nonexistent/model"}, "actor_rollout_ref.model.path"),
-    ({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2}, "world size"),
-    ({"actor_rollout_ref.actor.megatron.context_parallel_size": 2},
-     "set actor_rollout_ref.model.use_remove_padding=true"),
-    ({"actor_rollout_ref.actor.megatron.context_parallel_size": 2, "actor_rollout_ref.model.use_remove_padding": True},
-     "set actor_rollout_ref.actor.megatron.param_dtype=bfloat16"),
-    ({"actor_rollout_ref.actor.use_dynamic_bsz": True, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 16},
-     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16 must be an integer >= max_prompt_length"),
-    ({"critic.use_dynamic_bsz": True, "critic.forward_max_token_len_per_gpu": 0},
-     "critic.forward_max_token_len_per_gpu=0 must be"),
-    ({"actor_rollout_ref.actor.tis_imp_ratio_cap": 2}, "rollout.calculate_log_probs=true"),
-    ({"actor_rollout_ref.rollout.name": "vllm"}, "vLLM is not installed"),
-    ({"trainer.ray_address": "auto"}, "set trainer.launcher=ray"),
-    ({"trainer.n_gpus_per_node": 8}, "torchrun --nproc-per-node 8"),
-    ({"algorithm.adv_estimator": "nope"}, "algorithm.adv_estimator='nope' is not one of"),
-    ({"custom_reward_function.path": "/nonexistent/reward.py"}, "/nonexistent/reward.py"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ({"actor_rollout_ref.rollout.prompt_length": 64}, "conflicts with data.max_prompt_length"),
+        ({"actor_rollout_ref.actor.optim.clip_grad": 0.5}, "conflicts with actor_rollout_ref.actor.grad_clip"),
+        ({"data.train_batch_size": 3}, "ppo_mini_batch_size"),
+        ({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3}, "ppo_micro_batch_size_per_gpu"),
+        ({"data.train_files": "/nonexistent/train.parquet"}, "/nonexistent/train.parquet"),
+        ({"actor_rollout_ref.model.path": "/nonexistent/model"}, "actor_rollout_ref.model.path"),
+        ({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2}, "world size"),
+        (
+            {"actor_rollout_ref.actor.megatron.context_parallel_size": 2},
+            "set actor_rollout_ref.model.use_remove_padding=true",
+        ),
+        (
+            {
+                "actor_rollout_ref.actor.megatron.context_parallel_size": 2,
+                "actor_rollout_ref.model.use_remove_padding": True,
+            },
+            "set actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
+        ),
+        (
+            {"actor_rollout_ref.actor.use_dynamic_bsz": True, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 16},
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16 must be an integer >= max_prompt_length",
+        ),
+        (
+            {"critic.use_dynamic_bsz": True, "critic.forward_max_token_len_per_gpu": 0},
+            "critic.forward_max_token_len_per_gpu=0 must be",
+        ),
+        ({"actor_rollout_ref.actor.tis_imp_ratio_cap": 2}, "rollout.calculate_log_probs=true"),
+        ({"actor_rollout_ref.rollout.name": "vllm"}, "vLLM is not installed"),
+        ({"trainer.ray_address": "auto"}, "set trainer.launcher=ray"),
+        ({"trainer.n_gpus_per_node": 8}, "torchrun --nproc-per-node 8"),
+        ({"algorithm.adv_estimator": "nope"}, "algorithm.adv_estimator='nope' is not one of"),
+        ({"custom_reward_function.path": "/nonexistent/reward.py"}, "/nonexistent/reward.py"),
+    ],
+)
 def test_preflight_errors_exit_2_fast(tiny_model, tiny_data, tmp_path, extra, message):
     proc, seconds = run_cli(*cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt", **extra))
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -136,27 +157,36 @@ def test_plain_overrides_run_the_early_composition_which_equals_hydras_own(monke
 CORRECTION = "algorithm.rollout_correction"
 
 
-@pytest.mark.parametrize("override,fix", [
-    (f"{CORRECTION}.rollout_is=token",
-     "write actor_rollout_ref.actor.tis_imp_ratio_cap=C for its rollout_is_threshold"),
-    (f"{CORRECTION}.rollout_is_threshold=3", "write actor_rollout_ref.actor.tis_imp_ratio_cap=3"),
-    (f"{CORRECTION}.rollout_rs=seq_mean_k1", "write actor_rollout_ref.actor.mis_ratio_low=1/U"),
-    # verl's k1 is log(pi_rollout / pi_old), the inverse of dagrl's ratio: L_U becomes 1/U, 1/L
-    (f"{CORRECTION}.rollout_rs_threshold=0.8_1.25",
-     "write actor_rollout_ref.actor.mis_ratio_low=0.8 actor_rollout_ref.actor.mis_ratio_high=1.25"),
-    (f"{CORRECTION}.rollout_rs_threshold=0.5_1.6",
-     "write actor_rollout_ref.actor.mis_ratio_low=0.625 actor_rollout_ref.actor.mis_ratio_high=2"),
-    (f"{CORRECTION}.rollout_rs_threshold=2", "mis_ratio_low=0.5 actor_rollout_ref.actor.mis_ratio_high=2"),
-    # no exact counterpart: the key's line says what dagrl has instead
-    (f"{CORRECTION}.rollout_is=sequence", "sequence-level IS is not supported"),
-    (f"{CORRECTION}.rollout_is_threshold=0.5_2", "IcePop's 'lower_upper' band is not supported"),
-    (f"{CORRECTION}.rollout_rs=token_k1", "other rejection options are not supported"),
-    (f"{CORRECTION}.rollout_rs_threshold=1.1_2", "'L_U' (or U alone: L = 1/U) is"),
-    (f"{CORRECTION}.bypass_mode=true", "dagrl always recomputes pi_old"),
-    (f"{CORRECTION}.loss_type=reinforce", "actor_rollout_ref.actor.policy_loss.loss_mode"),
-    (f"{CORRECTION}.rollout_is_batch_normalize=true", "not normalized to mean 1"),
-    (f"~{CORRECTION}", "actor_rollout_ref.actor.policy_loss.off_policy=decoupled"),
-])
+@pytest.mark.parametrize(
+    "override,fix",
+    [
+        (
+            f"{CORRECTION}.rollout_is=token",
+            "write actor_rollout_ref.actor.tis_imp_ratio_cap=C for its rollout_is_threshold",
+        ),
+        (f"{CORRECTION}.rollout_is_threshold=3", "write actor_rollout_ref.actor.tis_imp_ratio_cap=3"),
+        (f"{CORRECTION}.rollout_rs=seq_mean_k1", "write actor_rollout_ref.actor.mis_ratio_low=1/U"),
+        # verl's k1 is log(pi_rollout / pi_old), the inverse of dagrl's ratio: L_U becomes 1/U, 1/L
+        (
+            f"{CORRECTION}.rollout_rs_threshold=0.8_1.25",
+            "write actor_rollout_ref.actor.mis_ratio_low=0.8 actor_rollout_ref.actor.mis_ratio_high=1.25",
+        ),
+        (
+            f"{CORRECTION}.rollout_rs_threshold=0.5_1.6",
+            "write actor_rollout_ref.actor.mis_ratio_low=0.625 actor_rollout_ref.actor.mis_ratio_high=2",
+        ),
+        (f"{CORRECTION}.rollout_rs_threshold=2", "mis_ratio_low=0.5 actor_rollout_ref.actor.mis_ratio_high=2"),
+        # no exact counterpart: the key's line says what dagrl has instead
+        (f"{CORRECTION}.rollout_is=sequence", "sequence-level IS is not supported"),
+        (f"{CORRECTION}.rollout_is_threshold=0.5_2", "IcePop's 'lower_upper' band is not supported"),
+        (f"{CORRECTION}.rollout_rs=token_k1", "other rejection options are not supported"),
+        (f"{CORRECTION}.rollout_rs_threshold=1.1_2", "'L_U' (or U alone: L = 1/U) is"),
+        (f"{CORRECTION}.bypass_mode=true", "dagrl always recomputes pi_old"),
+        (f"{CORRECTION}.loss_type=reinforce", "actor_rollout_ref.actor.policy_loss.loss_mode"),
+        (f"{CORRECTION}.rollout_is_batch_normalize=true", "not normalized to mean 1"),
+        (f"~{CORRECTION}", "actor_rollout_ref.actor.policy_loss.off_policy=decoupled"),
+    ],
+)
 def test_verls_rollout_correction_keys_name_dagrls(override, fix):
     with pytest.raises(ConfigError) as info:
         compose([override])
@@ -177,15 +207,20 @@ def test_config_dir_adds_group_options_that_dag_can_choose(tmp_path):
     of overrides does too) and may extend dagrl's graphs by name; an option in neither directory is named with
     both."""
     (tmp_path / "dag").mkdir()
-    (tmp_path / "dag" / "my_graph.yaml").write_text("defaults:\n  - grpo\n  - _self_\n"
-                                                   "nodes:\n  reward: {deps: [old_log_prob]}\n  ref_log_prob: null\n")
+    (tmp_path / "dag" / "my_graph.yaml").write_text(
+        "defaults:\n  - grpo\n  - _self_\nnodes:\n  reward: {deps: [old_log_prob]}\n  ref_log_prob: null\n"
+    )
     proc, _ = run_cli("--config-dir", str(tmp_path), "dag=my_graph", "--cfg", "job")
     assert proc.returncode == 0, proc.stderr
     nodes = yaml.safe_load(proc.stdout)["dag"]["nodes"]
-    assert nodes["reward"] == {"role": "reward", "fn": "dagrl.nodes.reward:apply_kl_in_reward",
-                               "deps": ["old_log_prob"]}
+    assert nodes["reward"] == {
+        "role": "reward",
+        "fn": "dagrl.nodes.reward:apply_kl_in_reward",
+        "deps": ["old_log_prob"],
+    }
     assert nodes["ref_log_prob"] is None and list(nodes)[0] == "rollout"
     proc, _ = run_cli(f"--config-dir={tmp_path}", "dag=my_grap", "--cfg", "job")
     assert proc.returncode == 2 and proc.stderr.strip() == (
         f"dagrl: error: override 'dag=my_grap': conf/dag/ or {tmp_path}/dag/ has no 'my_grap': choose one of dapo, "
-        f"grpo, my_graph, opd, ppo"), proc.stderr
+        f"grpo, my_graph, opd, ppo"
+    ), proc.stderr

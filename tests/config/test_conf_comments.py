@@ -1,4 +1,5 @@
 """Every key in conf/ is documented by a comment on its own line (the README's config reference reads them)."""
+
 import re
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def test_comments_of_keys_taking_catalog_names_do_not_list_them():
     # the names of dagrl/algo/catalog.py reach docs/config_reference.md from the catalog itself: a list copied into
     # a comment would go stale when a name is registered
     from dagrl.algo.catalog import REGISTRIES
+
     leaves = {key.rsplit(".", 1)[-1]: registry for registry in REGISTRIES for key in registry.keys}
     checked = 0
     for path in sorted(CONF.rglob("*.yaml")):
@@ -33,8 +35,11 @@ def test_comments_of_keys_taking_catalog_names_do_not_list_them():
             key = line.strip().split(":", 1)[0]
             if KEY_LINE.match(line) and key in leaves and "#" in line:
                 comment = line.split("#", 1)[1]
-                named = [name for name in leaves[key].names()
-                         if re.search(rf"(?<![\w+-]){re.escape(name)}(?![\w+-])", comment)]
+                named = [
+                    name
+                    for name in leaves[key].names()
+                    if re.search(rf"(?<![\w+-]){re.escape(name)}(?![\w+-])", comment)
+                ]
                 assert len(named) <= 1, f"{path.relative_to(CONF)}:{number}: the comment lists {named}"
                 checked += 1
     assert checked >= 5

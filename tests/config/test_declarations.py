@@ -28,8 +28,9 @@ def generator():
 @pytest.mark.parametrize("group", [g for g in SECTIONS if g != "dag"])
 def test_each_default_yaml_is_written_from_its_declaration(group):
     text = generator().conf_yaml(SECTIONS[group])
-    assert (ROOT / "conf" / group / "default.yaml").read_text() == text, \
+    assert (ROOT / "conf" / group / "default.yaml").read_text() == text, (
         f"conf/{group}/default.yaml is stale: run python3 scripts/gen_config_reference.py"
+    )
     loaded = yaml.safe_load(text)
     for path, declared in keys().items():
         if path.startswith(group + "."):
@@ -56,6 +57,7 @@ def test_a_new_key_is_one_declaration():
     @dataclass
     class Outer:
         """A section."""
+
         inner: Inner = section(Inner, "nested")
         files: Files | None = key(None, "inputs")
         tags: list = key(["a: b", "plain"], "text that YAML must quote")
@@ -66,8 +68,11 @@ def test_a_new_key_is_one_declaration():
     assert found["outer.files"].kind == "files?"
     text = generator().conf_yaml(Outer)
     assert text.splitlines()[0] == "# A section." and "rate: 1.0e-6" in text
-    assert OmegaConf.to_container(OmegaConf.create(text)) == {"inner": {"rate": 1e-6, "name": "grpo"}, "files": None,
-                                                              "tags": ["a: b", "plain"]}
+    assert OmegaConf.to_container(OmegaConf.create(text)) == {
+        "inner": {"rate": 1e-6, "name": "grpo"},
+        "files": None,
+        "tags": ["a: b", "plain"],
+    }
     assert dataclasses.asdict(Outer())["inner"]["rate"] == 1e-6
 
 

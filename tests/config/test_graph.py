@@ -1,4 +1,5 @@
 """Graph building: order, validation errors, custom pipelines, execution."""
+
 import dataclasses
 
 import pytest
@@ -18,8 +19,16 @@ def spec(node_id, role, deps=(), fn=NOOP, **extra):
 def test_grpo_graph_order_scores_before_log_probs_and_kl_after_reference():
     graph = graph_from_config(Cfg(compose([])).dag)
     order = [node.id for node in graph.nodes]
-    assert order == ["rollout", "score", "to_actor_layout", "old_log_prob", "ref_log_prob", "reward", "advantage",
-                     "actor_update"]
+    assert order == [
+        "rollout",
+        "score",
+        "to_actor_layout",
+        "old_log_prob",
+        "ref_log_prob",
+        "reward",
+        "advantage",
+        "actor_update",
+    ]
 
 
 def test_topological_order_independent_of_listing():
@@ -27,19 +36,26 @@ def test_topological_order_independent_of_listing():
     assert [n.id for n in graph.nodes] == ["gen", "adv", "update"]
 
 
-@pytest.mark.parametrize("nodes,message", [
-    ([spec("a", "rollout", ["b"]), spec("b", "advantage", ["a"]), spec("c", "actor")], "cycle"),
-    ([spec("a", "rollout"), spec("b", "advantage", ["zz"]), spec("c", "actor")], "unknown node 'zz'"),
-    ([spec("a", "rollout"), spec("b", "advantage")], "no node with role actor"),
-    ([spec("a", "rollout"), spec("a", "advantage"), spec("c", "actor")], "appears twice"),
-    ([spec("a", "rollouts"), spec("b", "advantage"), spec("c", "actor")], "valid roles"),
-    ([spec("a", "rollout", fn="tests.dag_test_nodes:nope"), spec("b", "advantage"), spec("c", "actor")],
-     "has no function 'nope'"),
-    ([spec("a", "rollout", fn="no_such_module_x:f"), spec("b", "advantage"), spec("c", "actor")],
-     "cannot import module"),
-    ([spec("a", "rollout", colour="red"), spec("b", "advantage"), spec("c", "actor")], "unknown fields"),
-    ([], "is empty"),
-])
+@pytest.mark.parametrize(
+    "nodes,message",
+    [
+        ([spec("a", "rollout", ["b"]), spec("b", "advantage", ["a"]), spec("c", "actor")], "cycle"),
+        ([spec("a", "rollout"), spec("b", "advantage", ["zz"]), spec("c", "actor")], "unknown node 'zz'"),
+        ([spec("a", "rollout"), spec("b", "advantage")], "no node with role actor"),
+        ([spec("a", "rollout"), spec("a", "advantage"), spec("c", "actor")], "appears twice"),
+        ([spec("a", "rollouts"), spec("b", "advantage"), spec("c", "actor")], "valid roles"),
+        (
+            [spec("a", "rollout", fn="tests.dag_test_nodes:nope"), spec("b", "advantage"), spec("c", "actor")],
+            "has no function 'nope'",
+        ),
+        (
+            [spec("a", "rollout", fn="no_such_module_x:f"), spec("b", "advantage"), spec("c", "actor")],
+            "cannot import module",
+        ),
+        ([spec("a", "rollout", colour="red"), spec("b", "advantage"), spec("c", "actor")], "unknown fields"),
+        ([], "is empty"),
+    ],
+)
 def test_graph_errors_are_one_line_config_errors(nodes, message):
     with pytest.raises(ConfigError, match=message) as info:
         build_graph(nodes)
@@ -82,13 +98,19 @@ def test_run_graph_passes_node_config_and_collects_metrics():
     class Ctx:
         node_config: dict
 
-    graph = build_graph([spec("gen", "rollout", fn=gen, config={"k": 1}), spec("adv", "advantage", ["gen"]),
-                         spec("upd", "actor", ["adv"], fn=update)])
+    graph = build_graph(
+        [
+            spec("gen", "rollout", fn=gen, config={"k": 1}),
+            spec("adv", "advantage", ["gen"]),
+            spec("upd", "actor", ["adv"], fn=update),
+        ]
+    )
     timed = []
 
     def timer(name):
         timed.append(name)
         import contextlib
+
         return contextlib.nullcontext()
 
     batch, metrics = run_graph(graph, Ctx(node_config={}), [], timer)
@@ -101,8 +123,11 @@ def batch_only(batch):
 
 
 def test_a_node_function_that_cannot_take_ctx_and_batch_is_refused_before_the_first_step():
-    with pytest.raises(ConfigError, match=r"dag.nodes\[a\].fn=batch_only: batch_only\(batch\) cannot take the "
-                                          r"trainer's call fn\(ctx, batch\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dag.nodes\[a\].fn=batch_only: batch_only\(batch\) cannot take the "
+        r"trainer's call fn\(ctx, batch\)",
+    ):
         build_graph([spec("a", "rollout", fn=batch_only), spec("b", "advantage"), spec("c", "actor")])
 
 
@@ -141,6 +166,7 @@ def recording_timer(timed):
         start = time.perf_counter()
         yield
         timed[name] = time.perf_counter() - start
+
     return timer
 
 
@@ -163,6 +189,7 @@ def sleeper(column, seconds, check=None, meet=None):
         time.sleep(seconds)
         batch[column] = torch.ones(len(batch))
         return batch, {column: seconds}
+
     return node
 
 
@@ -173,11 +200,15 @@ def test_a_background_node_runs_beside_the_nodes_that_do_not_need_it_and_joins_i
     # first would wait there until the barrier broke); then score takes 0.3 s and logp 0.6 s, however loaded the
     # machine: the step finds the scores ready, having waited for them less than they took.
     both = threading.Barrier(2, timeout=30)
-    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=sleeper("scores", 0.3, meet=both),
-                                                       background=True),
-                         spec("logp", "actor", ["gen"], fn=sleeper("logp", 0.6, meet=both)),
-                         spec("adv", "advantage", ["logp", "score"], fn=sleeper("adv", 0.0, check="scores")),
-                         spec("upd", "actor", ["adv"])])
+    graph = build_graph(
+        [
+            spec("gen", "rollout"),
+            spec("score", "reward", ["gen"], fn=sleeper("scores", 0.3, meet=both), background=True),
+            spec("logp", "actor", ["gen"], fn=sleeper("logp", 0.6, meet=both)),
+            spec("adv", "advantage", ["logp", "score"], fn=sleeper("adv", 0.0, check="scores")),
+            spec("upd", "actor", ["adv"]),
+        ]
+    )
     assert [node.id for node in graph.nodes] == ["gen", "score", "logp", "adv", "upd"]  # started before logp
     timed = {}
     batch, metrics = run_graph(graph, NodeCtx({}), rows_batch(), recording_timer(timed))
@@ -186,9 +217,14 @@ def test_a_background_node_runs_beside_the_nodes_that_do_not_need_it_and_joins_i
 
 
 def test_a_background_node_without_dependents_is_joined_at_the_end():
-    graph = build_graph([spec("gen", "rollout"), spec("extra", "custom", ["gen"], fn=sleeper("extra", 0.1),
-                                                       background=True),
-                         spec("adv", "advantage", ["gen"]), spec("upd", "actor", ["adv"])])
+    graph = build_graph(
+        [
+            spec("gen", "rollout"),
+            spec("extra", "custom", ["gen"], fn=sleeper("extra", 0.1), background=True),
+            spec("adv", "advantage", ["gen"]),
+            spec("upd", "actor", ["adv"]),
+        ]
+    )
     batch, metrics = run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
     assert "extra" in batch and metrics == {"extra": 0.1}
 
@@ -198,8 +234,14 @@ def failing(ctx, batch):
 
 
 def test_a_background_node_error_is_raised_by_the_node_that_waits_for_it():
-    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=failing, background=True),
-                         spec("adv", "advantage", ["score"]), spec("upd", "actor", ["adv"])])
+    graph = build_graph(
+        [
+            spec("gen", "rollout"),
+            spec("score", "reward", ["gen"], fn=failing, background=True),
+            spec("adv", "advantage", ["score"]),
+            spec("upd", "actor", ["adv"]),
+        ]
+    )
     with pytest.raises(ValueError, match="scorer broke"):
         run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
 
@@ -209,13 +251,20 @@ def test_a_main_thread_error_waits_for_the_background_node_and_goes_up(caplog):
 
     def slow_failing(ctx, batch):
         import time
+
         time.sleep(0.3)
         finished.append(True)
         raise ValueError("scorer broke too")
 
-    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=slow_failing, background=True),
-                         spec("logp", "actor", ["gen"], fn=failing), spec("adv", "advantage", ["score", "logp"]),
-                         spec("upd", "actor", ["adv"])])
+    graph = build_graph(
+        [
+            spec("gen", "rollout"),
+            spec("score", "reward", ["gen"], fn=slow_failing, background=True),
+            spec("logp", "actor", ["gen"], fn=failing),
+            spec("adv", "advantage", ["score", "logp"]),
+            spec("upd", "actor", ["adv"]),
+        ]
+    )
     with pytest.raises(ValueError, match="scorer broke$"):
         run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
     assert finished == [True]  # no scorer left running into the next step
@@ -226,16 +275,26 @@ def test_a_node_that_changes_rows_under_a_background_node_is_named():
     def drop_row(ctx, batch):
         return batch.select([0, 1, 2]), {}
 
-    graph = build_graph([spec("gen", "rollout"), spec("score", "reward", ["gen"], fn=sleeper("scores", 0.1),
-                                                       background=True),
-                         spec("filter", "custom", ["gen"], fn=drop_row), spec("adv", "advantage", ["score", "filter"]),
-                         spec("upd", "actor", ["adv"])])
+    graph = build_graph(
+        [
+            spec("gen", "rollout"),
+            spec("score", "reward", ["gen"], fn=sleeper("scores", 0.1), background=True),
+            spec("filter", "custom", ["gen"], fn=drop_row),
+            spec("adv", "advantage", ["score", "filter"]),
+            spec("upd", "actor", ["adv"]),
+        ]
+    )
     with pytest.raises(RuntimeError, match="changed the batch's rows while background node 'score'"):
         run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
 
 
-@pytest.mark.parametrize("extra,message", [({"role": "actor"}, "cannot run in the background"),
-                                           ({"background": "yes"}, "background='yes'; write true or false")])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ({"role": "actor"}, "cannot run in the background"),
+        ({"background": "yes"}, "background='yes'; write true or false"),
+    ],
+)
 def test_background_flag_errors(extra, message):
     node = {**spec("score", "reward", ["gen"], background=True), **extra}
     with pytest.raises(ConfigError, match=message):

@@ -1,5 +1,6 @@
 """Unit tests of the pre-flight checks for mistyped and misplaced inputs: megatron's TransformerConfig
 fields read from source, the rank variables of the launch, unknown keys answered without a misleading key."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,11 +20,18 @@ def test_transformer_config_fields_from_source_match_the_dataclass():
     assert transformer_config_fields() == {field.name for field in dataclasses.fields(TransformerConfig)}
 
 
-@pytest.mark.parametrize("env, key", [({"RANK": "1"}, "RANK"), ({"RANK": "-1"}, "RANK"), ({"RANK": "x"}, "RANK"),
-                                      ({"LOCAL_RANK": "3"}, "LOCAL_RANK"),
-                                      ({"LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE"),
-                                      ({"MASTER_PORT": "abc"}, "MASTER_PORT"),
-                                      ({"MASTER_PORT": "70000"}, "MASTER_PORT")])
+@pytest.mark.parametrize(
+    "env, key",
+    [
+        ({"RANK": "1"}, "RANK"),
+        ({"RANK": "-1"}, "RANK"),
+        ({"RANK": "x"}, "RANK"),
+        ({"LOCAL_RANK": "3"}, "LOCAL_RANK"),
+        ({"LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE"),
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT"),
+    ],
+)
 def test_rank_variables_outside_the_launch_are_refused(monkeypatch, env, key):
     for name in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)

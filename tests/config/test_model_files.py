@@ -1,5 +1,6 @@
 """Pre-flight of the model directory's files (dagrl/config/model_files.py): the tokenizer's ids against
 config.json vocab_size, and the safetensors shards (present, not truncated), from headers only."""
+
 from __future__ import annotations
 
 import json

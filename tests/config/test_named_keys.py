@@ -1,5 +1,6 @@
 """An error names the key the user set: a value that reached a key through a `${...}` default is filed under
 (and named by) its source, and a launch that does not match trainer.nnodes names trainer.nnodes."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,8 +22,10 @@ def test_interpolated_defaults_come_from_the_declarations():
 
 def test_source_key_follows_chains_while_the_values_agree():
     cfg = Cfg(compose(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=0"]))
-    assert source_key(cfg, "critic.forward_micro_batch_size_per_gpu") == \
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    assert (
+        source_key(cfg, "critic.forward_micro_batch_size_per_gpu")
+        == "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    )
     key, name = named(cfg, "critic.forward_micro_batch_size_per_gpu")
     assert key == "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" and "(from actor_rollout_ref" in name
     with pytest.raises(ConfigError) as caught:
@@ -34,12 +37,22 @@ def test_source_key_follows_chains_while_the_values_agree():
     assert source_key(cfg, "data.train_batch_size") == "data.train_batch_size"
 
 
-@pytest.mark.parametrize("overrides, world, expected", [
-    (["trainer.nnodes=2"], "1", ("trainer.nnodes=2 x trainer.n_gpus_per_node=1", "set trainer.nnodes=1")),
-    (["trainer.nnodes=2", "trainer.n_gpus_per_node=4"], "4",
-     ("torchrun --nnodes 2 --nproc-per-node 4", "set trainer.nnodes=1 or trainer.n_gpus_per_node=2")),
-    (["trainer.nnodes=3", "trainer.n_gpus_per_node=2"], "4", ("trainer.n_gpus_per_node=2 = 6", "set trainer.nnodes=2")),
-])
+@pytest.mark.parametrize(
+    "overrides, world, expected",
+    [
+        (["trainer.nnodes=2"], "1", ("trainer.nnodes=2 x trainer.n_gpus_per_node=1", "set trainer.nnodes=1")),
+        (
+            ["trainer.nnodes=2", "trainer.n_gpus_per_node=4"],
+            "4",
+            ("torchrun --nnodes 2 --nproc-per-node 4", "set trainer.nnodes=1 or trainer.n_gpus_per_node=2"),
+        ),
+        (
+            ["trainer.nnodes=3", "trainer.n_gpus_per_node=2"],
+            "4",
+            ("trainer.n_gpus_per_node=2 = 6", "set trainer.nnodes=2"),
+        ),
+    ],
+)
 def test_a_launch_that_does_not_match_nnodes_names_nnodes(monkeypatch, overrides, world, expected):
     monkeypatch.setenv("WORLD_SIZE", world)
     with pytest.raises(ConfigError) as caught:
@@ -47,8 +60,10 @@ def test_a_launch_that_does_not_match_nnodes_names_nnodes(monkeypatch, overrides
     assert caught.value.key == "trainer.nnodes"
     for part in expected:
         assert part in str(caught.value)
-    assert f"trainer.n_gpus_per_node={compose(overrides)['trainer']['n_gpus_per_node']} " not in \
-        str(caught.value).split("set ")[-1] + " "  # never suggests the value it already has
+    assert (
+        f"trainer.n_gpus_per_node={compose(overrides)['trainer']['n_gpus_per_node']} "
+        not in str(caught.value).split("set ")[-1] + " "
+    )  # never suggests the value it already has
 
 
 def test_one_node_still_names_gpus_per_node(monkeypatch):

@@ -1,5 +1,6 @@
 """vLLM's tensor parallelism against the model's heads, checked in pre-flight (a GPU run found it only after the actor
 was built: SmolLM2-135M has 9 query and 3 KV heads, so rollout TP=2 cannot run)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Every example run script composes with --cfg job, so a renamed key breaks CI."""
+
 import os
 import subprocess
 import sys
@@ -19,20 +20,30 @@ def test_script_composes(script, tmp_path):
         env = ENV
     else:
         args, env = [], {**ENV, "DAGRL_DRY_RUN": "1"}
-    proc = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=120,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        ["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "actor_rollout_ref:" in proc.stdout and "trainer:" in proc.stdout
 
 
 def test_seed_script_keys_reach_the_config():
     script = next(s for s in SCRIPTS if s.name == "run_qwen3-8b-megatron.sh" and s.parent.name == "grpo_trainer")
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
-                          env={**ENV, "DAGRL_DRY_RUN": "1"})
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, env={**ENV, "DAGRL_DRY_RUN": "1"}
+    )
     out = proc.stdout
-    for expected in ("tensor_model_parallel_size: 2", "pipeline_model_parallel_size: 4", "sequence_parallel: true",
-                     "use_distributed_optimizer: true", "param_dtype: bfloat16", "name: vllm",
-                     "gpu_memory_utilization: 0.45", "prompt_length: 1024", "response_length: 2048"):
+    for expected in (
+        "tensor_model_parallel_size: 2",
+        "pipeline_model_parallel_size: 4",
+        "sequence_parallel: true",
+        "use_distributed_optimizer: true",
+        "param_dtype: bfloat16",
+        "name: vllm",
+        "gpu_memory_utilization: 0.45",
+        "prompt_length: 1024",
+        "response_length: 2048",
+    ):
         assert expected in out, expected
 
 
@@ -40,8 +51,9 @@ def test_ppo_script_runs_the_critic_graph():
     import yaml
 
     script = next(s for s in SCRIPTS if s.parent.name == "ppo_trainer" and s.name == "run_qwen3-8b-megatron.sh")
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
-                          env={**ENV, "DAGRL_DRY_RUN": "1"})
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, env={**ENV, "DAGRL_DRY_RUN": "1"}
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["algorithm"]["adv_estimator"] == "gae"
@@ -49,32 +61,55 @@ def test_ppo_script_runs_the_critic_graph():
     critic = cfg["critic"]
     assert critic["model"]["path"] == cfg["actor_rollout_ref"]["model"]["path"]
     assert critic["optim"]["lr"] == 1e-5 and critic["cliprange_value"] == 0.5 and critic["ppo_mini_batch_size"] == 128
-    assert critic["megatron"] == {**critic["megatron"], "param_offload": True, "grad_offload": True,
-                                  "optimizer_offload": True}
+    assert critic["megatron"] == {
+        **critic["megatron"],
+        "param_offload": True,
+        "grad_offload": True,
+        "optimizer_offload": True,
+    }
 
 
 def test_moe_script_keys_reach_the_config():
     import yaml
 
     script = next(s for s in SCRIPTS if s.name == "run_qwen3-30b-a3b-megatron.sh")
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
-                          env={**ENV, "DAGRL_DRY_RUN": "1"})
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, env={**ENV, "DAGRL_DRY_RUN": "1"}
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     megatron = yaml.safe_load(proc.stdout)["actor_rollout_ref"]["actor"]["megatron"]
-    assert (megatron["tensor_model_parallel_size"], megatron["expert_model_parallel_size"],
-            megatron["expert_tensor_parallel_size"], megatron["sequence_parallel"]) == (4, 8, 1, True)
+    assert (
+        megatron["tensor_model_parallel_size"],
+        megatron["expert_model_parallel_size"],
+        megatron["expert_tensor_parallel_size"],
+        megatron["sequence_parallel"],
+    ) == (4, 8, 1, True)
     assert megatron["override_transformer_config"] == {
-        "moe_token_dispatcher_type": "alltoall", "moe_grouped_gemm": True,
-        "recompute_granularity": "selective", "recompute_modules": ["layernorm", "moe_act"]}
+        "moe_token_dispatcher_type": "alltoall",
+        "moe_grouped_gemm": True,
+        "recompute_granularity": "selective",
+        "recompute_modules": ["layernorm", "moe_act"],
+    }
 
 
 def test_dapo_script_keys_reach_the_config():
     script = next(s for s in SCRIPTS if s.parent.name == "dapo_trainer" and s.name == "run_qwen3-8b-megatron.sh")
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
-                          env={**ENV, "DAGRL_DRY_RUN": "1"})
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, env={**ENV, "DAGRL_DRY_RUN": "1"}
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for expected in ("clip_ratio_low: 0.2", "clip_ratio_high: 0.28", "loss_agg_mode: token-mean",
-                     "reward_manager: dapo", "len: 512", "fn: dagrl.nodes.dynamic_sampling:filter_groups",
-                     "metric: acc", "max_num_gen_batches: 10", "on_limit: raise", "balance_batch: true",
-                     "tensor_model_parallel_size: 2", "pipeline_model_parallel_size: 4"):
+    for expected in (
+        "clip_ratio_low: 0.2",
+        "clip_ratio_high: 0.28",
+        "loss_agg_mode: token-mean",
+        "reward_manager: dapo",
+        "len: 512",
+        "fn: dagrl.nodes.dynamic_sampling:filter_groups",
+        "metric: acc",
+        "max_num_gen_batches: 10",
+        "on_limit: raise",
+        "balance_batch: true",
+        "tensor_model_parallel_size: 2",
+        "pipeline_model_parallel_size: 4",
+    ):
         assert expected in proc.stdout, expected

@@ -1,5 +1,6 @@
 """dagrl/config/schema/: every key of conf/ is declared with a type (and every numeric key a range), and a wrong type
 or an out-of-range value is one ConfigError line naming the key, the value and what is expected."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,40 +48,46 @@ def test_the_default_config_passes(defaults):
     schema.check_sampling(defaults)
 
 
-@pytest.mark.parametrize("override, expect", [
-    ("data.train_batch_size=abc", "data.train_batch_size='abc' must be a positive integer"),
-    ("data.train_batch_size=2.5", "data.train_batch_size=2.5 must be a positive integer"),
-    ("actor_rollout_ref.rollout.seed=x", "actor_rollout_ref.rollout.seed='x' must be an integer >= 0"),
-    ("actor_rollout_ref.actor.clip_ratio=wide", "actor_rollout_ref.actor.clip_ratio='wide' must be a number >= 0"),
-    ("actor_rollout_ref.rollout.top_p=high", "actor_rollout_ref.rollout.top_p='high' must be a number in (0, 1]"),
-    ("trainer.experiment_name=2024", "trainer.experiment_name=2024 must be a string"),
-    ("trainer.total_training_steps=many", "trainer.total_training_steps='many' must be null or a positive integer"),
-    ("actor_rollout_ref.actor.optim.betas=0.9", "actor_rollout_ref.actor.optim.betas=0.9 must be two numbers"),
-    ("data.train_files=3", "data.train_files=3 must be null or a file path or a list of them"),
-    ("trainer.logger=[console,3]", "trainer.logger=['console', 3] must be a string or a list of strings"),
-    ("dag.nodes=rollout", "dag.nodes='rollout' must be a map of node id to node (role, fn, deps), or a list"),
-    ("actor_rollout_ref.rollout.name=1", "actor_rollout_ref.rollout.name=1 is not one of: hf, vllm"),
-])
+@pytest.mark.parametrize(
+    "override, expect",
+    [
+        ("data.train_batch_size=abc", "data.train_batch_size='abc' must be a positive integer"),
+        ("data.train_batch_size=2.5", "data.train_batch_size=2.5 must be a positive integer"),
+        ("actor_rollout_ref.rollout.seed=x", "actor_rollout_ref.rollout.seed='x' must be an integer >= 0"),
+        ("actor_rollout_ref.actor.clip_ratio=wide", "actor_rollout_ref.actor.clip_ratio='wide' must be a number >= 0"),
+        ("actor_rollout_ref.rollout.top_p=high", "actor_rollout_ref.rollout.top_p='high' must be a number in (0, 1]"),
+        ("trainer.experiment_name=2024", "trainer.experiment_name=2024 must be a string"),
+        ("trainer.total_training_steps=many", "trainer.total_training_steps='many' must be null or a positive integer"),
+        ("actor_rollout_ref.actor.optim.betas=0.9", "actor_rollout_ref.actor.optim.betas=0.9 must be two numbers"),
+        ("data.train_files=3", "data.train_files=3 must be null or a file path or a list of them"),
+        ("trainer.logger=[console,3]", "trainer.logger=['console', 3] must be a string or a list of strings"),
+        ("dag.nodes=rollout", "dag.nodes='rollout' must be a map of node id to node (role, fn, deps), or a list"),
+        ("actor_rollout_ref.rollout.name=1", "actor_rollout_ref.rollout.name=1 is not one of: hf, vllm"),
+    ],
+)
 def test_a_wrong_type_names_the_key_the_value_and_the_type(override, expect):
     err = error([override])
     assert err.key == override.split("=")[0]
     assert expect in str(err)
 
 
-@pytest.mark.parametrize("override, expect", [
-    ("actor_rollout_ref.rollout.temperature=-1", "actor_rollout_ref.rollout.temperature=-1 must be > 0"),
-    ("actor_rollout_ref.rollout.top_p=0", "actor_rollout_ref.rollout.top_p=0 must be in (0, 1]"),
-    ("actor_rollout_ref.rollout.top_p=5", "actor_rollout_ref.rollout.top_p=5 must be in (0, 1]"),
-    ("actor_rollout_ref.rollout.top_k=0", "actor_rollout_ref.rollout.top_k=0 must be -1 (off) or an integer >= 1"),
-    ("actor_rollout_ref.actor.clip_ratio=-0.1", "actor_rollout_ref.actor.clip_ratio=-0.1 must be >= 0"),
-    ("actor_rollout_ref.actor.optim.lr=-1", "actor_rollout_ref.actor.optim.lr=-1 must be > 0"),
-    ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=2", "lr_warmup_steps_ratio=2 must be in [0, 1]"),
-    ("trainer.nnodes=0", "trainer.nnodes=0 must be a positive integer"),
-    ("data.seed=-5", "data.seed=-5 must be an integer >= 0"),
-    ("reward_model.timeout_s=0", "reward_model.timeout_s=0 must be > 0"),
-    ("actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 must be in (0, 1)"),
-])
+@pytest.mark.parametrize(
+    "override, expect",
+    [
+        ("actor_rollout_ref.rollout.temperature=-1", "actor_rollout_ref.rollout.temperature=-1 must be > 0"),
+        ("actor_rollout_ref.rollout.top_p=0", "actor_rollout_ref.rollout.top_p=0 must be in (0, 1]"),
+        ("actor_rollout_ref.rollout.top_p=5", "actor_rollout_ref.rollout.top_p=5 must be in (0, 1]"),
+        ("actor_rollout_ref.rollout.top_k=0", "actor_rollout_ref.rollout.top_k=0 must be -1 (off) or an integer >= 1"),
+        ("actor_rollout_ref.actor.clip_ratio=-0.1", "actor_rollout_ref.actor.clip_ratio=-0.1 must be >= 0"),
+        ("actor_rollout_ref.actor.optim.lr=-1", "actor_rollout_ref.actor.optim.lr=-1 must be > 0"),
+        ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),
+        ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=2", "lr_warmup_steps_ratio=2 must be in [0, 1]"),
+        ("trainer.nnodes=0", "trainer.nnodes=0 must be a positive integer"),
+        ("data.seed=-5", "data.seed=-5 must be an integer >= 0"),
+        ("reward_model.timeout_s=0", "reward_model.timeout_s=0 must be > 0"),
+        ("actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 must be in (0, 1)"),
+    ],
+)
 def test_an_out_of_range_value_names_the_range(override, expect):
     assert expect in str(error([override]))
 
@@ -88,8 +95,12 @@ def test_an_out_of_range_value_names_the_range(override, expect):
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
 def test_non_finite_numbers_are_out_of_every_range(defaults, value):
     import copy
-    for key in ("actor_rollout_ref.rollout.temperature", "actor_rollout_ref.actor.entropy_coeff",
-                "actor_rollout_ref.actor.optim.lr"):
+
+    for key in (
+        "actor_rollout_ref.rollout.temperature",
+        "actor_rollout_ref.actor.entropy_coeff",
+        "actor_rollout_ref.actor.optim.lr",
+    ):
         config = copy.deepcopy(defaults)
         section, _, leaf = key.rpartition(".")
         node = config
@@ -108,9 +119,16 @@ def test_booleans_accept_only_true_or_false(key, value):
 
 
 def test_numbers_keep_their_type_floats_accept_integers():
-    config = compose(["reward_model.timeout_s=3", "actor_rollout_ref.rollout.top_p=1",
-                      "actor_rollout_ref.rollout.multi_turn.tool_timeout_s=2.5", "trainer.logger=console",
-                      "trainer.total_training_steps=null", "+custom_reward_function.reward_kwargs.scale=2"])
+    config = compose(
+        [
+            "reward_model.timeout_s=3",
+            "actor_rollout_ref.rollout.top_p=1",
+            "actor_rollout_ref.rollout.multi_turn.tool_timeout_s=2.5",
+            "trainer.logger=console",
+            "trainer.total_training_steps=null",
+            "+custom_reward_function.reward_kwargs.scale=2",
+        ]
+    )
     schema.check_schema(config)
 
 
@@ -126,12 +144,19 @@ def test_sampling_validation_at_temperature_zero_contradicts_itself(defaults):
     config = compose(["actor_rollout_ref.rollout.val_kwargs.do_sample=true"])
     with pytest.raises(ConfigError, match="val_kwargs.temperature=0 with .*do_sample=true"):
         schema.check_sampling(config)
-    schema.check_sampling(compose(["actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-                                   "actor_rollout_ref.rollout.val_kwargs.temperature=0.6"]))
+    schema.check_sampling(
+        compose(
+            [
+                "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+                "actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
+            ]
+        )
+    )
 
 
 def test_prompt_plus_response_beyond_the_models_positions():
     from dagrl.config.validate import check_position_limit
+
     check_position_limit(256, {"max_position_embeddings": 256})
     check_position_limit(600, {"max_position_embeddings": 256, "rope_scaling": {"type": "linear", "factor": 4.0}})
     with pytest.raises(ConfigError, match="= 257 is longer than the model's max_position_embeddings=256"):

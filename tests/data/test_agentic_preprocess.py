@@ -1,5 +1,6 @@
 """The multi-turn datasets (products and marbles with the calculator, addition with retries, gsm8k with the
 calculator), run as users run the scripts, and the scorers their rows are judged by."""
+
 from __future__ import annotations
 
 import asyncio
@@ -52,7 +53,8 @@ def test_products_rows_offer_the_calculator_and_hold_the_product(tmp_path, token
     assert check_data_files(files, "prompt") == 340
     batch = PromptDataset(files[:1], tokenizer, 4096, "error", False).rows([0, 5])
     assert batch["extra_info"][1]["tools_kwargs"]["calculator"]["create_kwargs"] == {
-        "ground_truth": train[5]["reward_model"]["ground_truth"]}
+        "ground_truth": train[5]["reward_model"]["ground_truth"]
+    }
 
 
 def test_products_worked_examples_are_calls_the_loop_parses_with_right_results(tmp_path):
@@ -76,18 +78,22 @@ def test_products_are_seeded_and_never_ask_an_example_of_the_prompt(tmp_path):
     train, test = write_products(tmp_path / "d", "--digits", "2", "--train_size", "4000", "--test_size", "94")
     asked = {tuple(sorted(operands(r))) for r in train + test}
     assert len(asked) == 4094 and (12, 34) not in asked
-    result = run_script("products.py", "--local_dir", str(tmp_path / "e"), "--digits", "2",
-                        "--train_size", "4001", "--test_size", "94")
+    result = run_script(
+        "products.py", "--local_dir", str(tmp_path / "e"), "--digits", "2", "--train_size", "4001", "--test_size", "94"
+    )
     assert result.returncode == 2 and "4094 distinct problems" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("response, score", [
-    ("<tool_call>...</tool_call> The answer is 281,764.", 1.0),
-    ("347 * 812 = 281764", 1.0),
-    ("281,765", 0.0),
-    ("764", 0.0),  # what the arithmetic scorer would read from "281,764"
-    ("no number", 0.0),
-])
+@pytest.mark.parametrize(
+    "response, score",
+    [
+        ("<tool_call>...</tool_call> The answer is 281,764.", 1.0),
+        ("347 * 812 = 281764", 1.0),
+        ("281,765", 0.0),
+        ("764", 0.0),  # what the arithmetic scorer would read from "281,764"
+        ("no number", 0.0),
+    ],
+)
 def test_products_scorer_reads_thousands_separators(response, score):
     assert default_compute_score("dagrl/products", response, "281764") == score
 
@@ -102,8 +108,9 @@ def marbles_numbers(row: dict) -> tuple[int, int, int]:
 
 def test_marbles_rows_offer_the_calculator_and_hold_a_times_b_plus_c(tmp_path, tokenizer):
     out = tmp_path / "out"
-    result = run_script("marbles.py", "--local_dir", str(out), "--train_size", "300", "--test_size", "40",
-                        "--seed", "3")
+    result = run_script(
+        "marbles.py", "--local_dir", str(out), "--train_size", "300", "--test_size", "40", "--seed", "3"
+    )
     assert result.returncode == 0, result.stderr
     train, test = read_split(out, "train"), read_split(out, "test")
     assert len(train) == 300 and len(test) == 40
@@ -117,15 +124,19 @@ def test_marbles_rows_offer_the_calculator_and_hold_a_times_b_plus_c(tmp_path, t
         assert info["need_tools_kwargs"] is True and info["answer"] == truth
         assert info["tools_kwargs"] == {"calculator": {"create_kwargs": {"ground_truth": truth}}}
     # (a, b, c) and (a, c, b) are one problem: none is in both splits, none repeats
-    keys = {split: [(a, min(b, c), max(b, c)) for a, b, c in map(marbles_numbers, rows)]
-            for split, rows in (("train", train), ("test", test))}
+    keys = {
+        split: [(a, min(b, c), max(b, c)) for a, b, c in map(marbles_numbers, rows)]
+        for split, rows in (("train", train), ("test", test))
+    }
     assert len(set(keys["train"])) == 300 and len(set(keys["test"])) == 40
     assert not set(keys["train"]) & set(keys["test"])
     # the worked examples: the products prompt's system message, then calls with parentheses that the loop parses
     # and the calculator answers with the example's result
     prompt = train[0]["prompt"]
-    assert prompt[0]["content"] == write_products(tmp_path / "products", "--train_size", "2", "--test_size", "1")[0][
-        0]["prompt"][0]["content"]
+    assert (
+        prompt[0]["content"]
+        == write_products(tmp_path / "products", "--train_size", "2", "--test_size", "1")[0][0]["prompt"][0]["content"]
+    )
     for turn in (1, 5):
         (call,), errors = parse_calls(prompt[turn + 1]["content"], max_calls=1)
         a, b, c = marbles_numbers({"prompt": [prompt[turn]]})
@@ -137,15 +148,20 @@ def test_marbles_rows_offer_the_calculator_and_hold_a_times_b_plus_c(tmp_path, t
     assert check_data_files(files, "prompt") == 340
     # seeded
     again = tmp_path / "again"
-    assert run_script("marbles.py", "--local_dir", str(again), "--train_size", "300", "--test_size", "40",
-                      "--seed", "3").returncode == 0
+    assert (
+        run_script(
+            "marbles.py", "--local_dir", str(again), "--train_size", "300", "--test_size", "40", "--seed", "3"
+        ).returncode
+        == 0
+    )
     assert read_split(again, "test") == test
 
 
 def test_marbles_examples_in_system_and_size_errors(tmp_path):
     out = tmp_path / "out"
-    result = run_script("marbles.py", "--local_dir", str(out), "--train_size", "4", "--test_size", "2",
-                        "--examples_in", "system")
+    result = run_script(
+        "marbles.py", "--local_dir", str(out), "--train_size", "4", "--test_size", "2", "--examples_in", "system"
+    )
     assert result.returncode == 0, result.stderr
     (row, *_) = read_split(out, "test")
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
@@ -154,11 +170,14 @@ def test_marbles_examples_in_system_and_size_errors(tmp_path):
     assert result.returncode == 2 and "--train_size" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("response, score", [
-    ("<tool_call>...</tool_call> 1,066,545 marbles", 1.0),
-    ("1066545", 1.0),
-    ("865 * 673 + 560 = 582705", 0.0),
-])
+@pytest.mark.parametrize(
+    "response, score",
+    [
+        ("<tool_call>...</tool_call> 1,066,545 marbles", 1.0),
+        ("1066545", 1.0),
+        ("865 * 673 + 560 = 582705", 0.0),
+    ],
+)
 def test_marbles_scorer_is_the_products_scorer(response, score):
     assert default_compute_score("dagrl/marbles", response, "1066545") == score
 
@@ -169,15 +188,19 @@ def test_addition_retry_rows_name_the_try_again_interaction(tmp_path):
     assert result.returncode == 0, result.stderr
     train, test = read_split(out, "train"), read_split(out, "test")
     assert len(train) == 80 and len(test) == 20  # 10 * 10 problems, 20 held out, the rest once
-    questions = {split: {r["extra_info"]["question"] for r in rows} for split, rows in (("train", train),
-                                                                                       ("test", test))}
+    questions = {
+        split: {r["extra_info"]["question"] for r in rows} for split, rows in (("train", train), ("test", test))
+    }
     assert len(questions["train"]) == 80 and not questions["train"] & questions["test"]
     interactions = load_interactions(os.path.join(ROOT, "examples", "agentic", "interaction_config.yaml"))
     for row in train + test:
         a, b = map(int, re.fullmatch(r"What is (\d+) \+ (\d+)\?", row["prompt"][1]["content"]).groups())
         assert row["data_source"] == "dagrl/addition_retry" and row["reward_model"]["ground_truth"] == str(a + b)
-        assert row["extra_info"]["interaction_kwargs"] == {"name": "try_again", "query": row["prompt"][1]["content"],
-                                                           "ground_truth": str(a + b)}
+        assert row["extra_info"]["interaction_kwargs"] == {
+            "name": "try_again",
+            "query": row["prompt"][1]["content"],
+            "ground_truth": str(a + b),
+        }
         assert "tools_kwargs" not in row["extra_info"]
     # the row's kwargs drive the shipped interaction, as the turn loop passes them
     row = test[0]
@@ -214,8 +237,11 @@ def test_gsm8k_tool_is_gsm8ks_row_plus_the_calculator(tmp_path):
             assert "#### <answer>" in system["content"]
             assert row["data_source"] == "openai/gsm8k" and row["reward_model"] == before["reward_model"]
             truth = row["reward_model"]["ground_truth"]
-            assert row["extra_info"] == {**before["extra_info"], "need_tools_kwargs": True,
-                                         "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": truth}}}}
+            assert row["extra_info"] == {
+                **before["extra_info"],
+                "need_tools_kwargs": True,
+                "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": truth}}},
+            }
     assert read_split(tool, "train")[1]["reward_model"]["ground_truth"] == "1001"
 
 

@@ -1,5 +1,6 @@
 """Pre-flight's data-file checks (dagrl/data/checks.py): a non-regular file refused from its stat, and the first
 rows' prompts checked for the chat shape."""
+
 from __future__ import annotations
 
 import os
@@ -29,20 +30,24 @@ def test_a_fifo_is_refused_without_being_opened(tmp_path):
     assert result and "FIFO" in str(result[0]) and path in str(result[0]) and "\n" not in str(result[0])
 
 
-@pytest.mark.parametrize("prompt, expected", [
-    ("What is 1 + 1?", "plain string"),
-    ([{"from": "human", "value": "What is 1 + 1?"}], "ShareGPT"),
-    ([], "empty list"),
-    (None, "is null"),
-    ([{"content": "no role"}], "without role and content"),
-])
+@pytest.mark.parametrize(
+    "prompt, expected",
+    [
+        ("What is 1 + 1?", "plain string"),
+        ([{"from": "human", "value": "What is 1 + 1?"}], "ShareGPT"),
+        ([], "empty list"),
+        (None, "is null"),
+        ([{"content": "no role"}], "without role and content"),
+    ],
+)
 def test_prompt_shapes_refused(prompt, expected):
     assert expected in prompt_shape_problem(prompt)
 
 
 def test_a_chat_list_passes():
-    assert prompt_shape_problem([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}]) \
-        is None
+    assert (
+        prompt_shape_problem([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}]) is None
+    )
 
 
 def test_only_the_first_rows_are_checked(tmp_path):

@@ -14,13 +14,17 @@ from dagrl.data.checks import check_data_files
 from dagrl.data.dataset import PromptDataset
 from tests.helpers import make_row, write_parquet
 
-QUESTIONS = ["What is 1 + 2?", "Natalia sold clips to 48 of her friends in April, and then she sold half as many.",
-             "What is 7 + 12?"]
+QUESTIONS = [
+    "What is 1 + 2?",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many.",
+    "What is 7 + 12?",
+]
 
 
 def template_ids(tokenizer, question: str) -> list[int]:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                         tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -33,8 +37,9 @@ def data_file(tmp_path):
 def test_rows_left_pad_mask_and_positions_exact(tokenizer, data_file):
     lengths = [len(template_ids(tokenizer, q)) for q in QUESTIONS]
     width = max(lengths) + 3
-    dataset = PromptDataset([data_file], tokenizer, max_prompt_length=width, truncation="error",
-                            filter_overlong_prompts=False)
+    dataset = PromptDataset(
+        [data_file], tokenizer, max_prompt_length=width, truncation="error", filter_overlong_prompts=False
+    )
     assert len(dataset) == 3
     batch = dataset.rows([2, 0])
     assert batch["input_ids"].shape == (2, width) and batch["input_ids"].dtype == torch.long
@@ -96,10 +101,10 @@ def test_filter_overlong_prompts_drops_rows(tokenizer, data_file):
 
 
 def test_multiple_files_map_positions_to_rows(tokenizer, tmp_path):
-    first = write_parquet(str(tmp_path / "a.parquet"),
-                          [make_row(i, f"What is {i} + 1?", str(i + 1)) for i in range(2)])
-    second = write_parquet(str(tmp_path / "b.parquet"),
-                           [make_row(i, f"What is {i} + 5?", str(i + 5)) for i in range(3)])
+    first = write_parquet(str(tmp_path / "a.parquet"), [make_row(i, f"What is {i} + 1?", str(i + 1)) for i in range(2)])
+    second = write_parquet(
+        str(tmp_path / "b.parquet"), [make_row(i, f"What is {i} + 5?", str(i + 5)) for i in range(3)]
+    )
     dataset = PromptDataset([first, second], tokenizer, 64, "error", False)
     assert len(dataset) == 5
     batch = dataset.rows(np.array([4, 0, 2]))
@@ -145,17 +150,22 @@ def _no_reward_model(tmp_path):
     return write_parquet(str(tmp_path / "no_reward.parquet"), [row])
 
 
-@pytest.mark.parametrize("make_file, expected", [
-    (lambda tmp: str(tmp / "missing.parquet"), "does not exist"),
-    (_corrupt, "not a readable parquet file"),
-    (_empty, "has no rows"),
-    (_no_reward_model, "'reward_model'"),
-    (lambda tmp: str(tmp), "is a directory"),
-])
+@pytest.mark.parametrize(
+    "make_file, expected",
+    [
+        (lambda tmp: str(tmp / "missing.parquet"), "does not exist"),
+        (_corrupt, "not a readable parquet file"),
+        (_empty, "has no rows"),
+        (_no_reward_model, "'reward_model'"),
+        (lambda tmp: str(tmp), "is a directory"),
+    ],
+)
 def test_bad_files_give_one_line_errors(tokenizer, tmp_path, make_file, expected):
     path = make_file(tmp_path)
-    for build in (lambda: check_data_files([path], "prompt"),
-                  lambda: PromptDataset([path], tokenizer, 64, "error", False)):
+    for build in (
+        lambda: check_data_files([path], "prompt"),
+        lambda: PromptDataset([path], tokenizer, 64, "error", False),
+    ):
         with pytest.raises(ValueError) as caught:
             build()
         message = str(caught.value)
@@ -168,11 +178,17 @@ def test_out_of_range_index(tokenizer, data_file):
 
 
 def test_check_data_files_does_not_import_torch(data_file):
-    code = ("import sys; from dagrl.data.checks import check_data_files; "
-            f"n = check_data_files([{data_file!r}], 'prompt'); assert n == 3, n; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    code = (
+        "import sys; from dagrl.data.checks import check_data_files; "
+        f"n = check_data_files([{data_file!r}], 'prompt'); assert n == 3, n; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -197,8 +213,9 @@ class RecordingTokenizer:
 
 def arithmetic_file(path, count: int, pad: int = 0) -> str:
     """`count` rows whose question i is unique; question i is padded by `pad * (i % 3)` words (some overlong)."""
-    return write_parquet(str(path), [make_row(i, f"What is {i} + 1?" + " more" * (pad * (i % 3)), str(i + 1))
-                                     for i in range(count)])
+    return write_parquet(
+        str(path), [make_row(i, f"What is {i} + 1?" + " more" * (pad * (i % 3)), str(i + 1)) for i in range(count)]
+    )
 
 
 def test_two_ranks_read_and_tokenize_only_their_share_of_the_global_batch(tokenizer, tmp_path):
@@ -214,8 +231,9 @@ def test_two_ranks_read_and_tokenize_only_their_share_of_the_global_batch(tokeni
     parts, seen = [], []
     for rank in range(2):
         recording = RecordingTokenizer(tokenizer)
-        dataset = PromptDataset([path], recording, 64, "error", False, cache_dir=str(tmp_path / "cache"), rank=rank,
-                                world_size=2)
+        dataset = PromptDataset(
+            [path], recording, 64, "error", False, cache_dir=str(tmp_path / "cache"), rank=rank, world_size=2
+        )
         assert recording.templated == []  # building the dataset tokenizes nothing
         parts.append(dataset.rows(global_batch[rank_share(len(global_batch), rank, 2)]))
         seen.append(recording.templated)
@@ -247,6 +265,7 @@ def test_overlong_scan_is_split_over_ranks_and_gathered(tokenizer, tmp_path):
             shares[rank] = local
             barrier.wait()
             return list(shares)
+
         return gather
 
     # a tokenizer each: a fast tokenizer is not meant to be shared between threads
@@ -255,8 +274,17 @@ def test_overlong_scan_is_split_over_ranks_and_gathered(tokenizer, tmp_path):
 
     def build(rank: int) -> None:
         try:
-            built[rank] = PromptDataset([path], recorders[rank], width, "error", True, rank=rank, world_size=2,
-                                        cache_dir=str(tmp_path / "cache"), all_gather=all_gather(rank))
+            built[rank] = PromptDataset(
+                [path],
+                recorders[rank],
+                width,
+                "error",
+                True,
+                rank=rank,
+                world_size=2,
+                cache_dir=str(tmp_path / "cache"),
+                all_gather=all_gather(rank),
+            )
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
             barrier.abort()
@@ -314,10 +342,11 @@ def test_unwritable_cache_dir_is_a_config_error(tokenizer, data_file, tmp_path):
 @pytest.mark.parametrize("cached", [True, False], ids=["arrow_copy", "in_memory"])
 def test_corrupt_rows_behind_a_valid_footer_name_the_file(tokenizer, tmp_path, cached):
     path = tmp_path / "train.parquet"
-    pq.write_table(pa.Table.from_pylist([make_row(i, f"What is {i} + 1?", str(i)) for i in range(200)]), path,
-                   compression="none")
+    pq.write_table(
+        pa.Table.from_pylist([make_row(i, f"What is {i} + 1?", str(i)) for i in range(200)]), path, compression="none"
+    )
     data = bytearray(path.read_bytes())
-    data[8:len(data) // 2] = b"\xff" * (len(data) // 2 - 8)  # the column chunks; the footer stays readable
+    data[8 : len(data) // 2] = b"\xff" * (len(data) // 2 - 8)  # the column chunks; the footer stays readable
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="is corrupt: its rows cannot be read"):  # the first prompts' pages
         check_data_files([str(path)])
@@ -343,12 +372,23 @@ def _scan_worker(rank: int, port: int, path: str, tokenizer_dir: str, width: int
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
         recorder = RecordingTokenizer(AutoTokenizer.from_pretrained(tokenizer_dir))
-        cfg = Cfg({"data": {"truncation": "error", "filter_overlong_prompts": True, "prompt_key": "prompt",
-                            "cache_dir": None}, "trainer": {"default_local_dir": out_dir}})
+        cfg = Cfg(
+            {
+                "data": {
+                    "truncation": "error",
+                    "filter_overlong_prompts": True,
+                    "prompt_key": "prompt",
+                    "cache_dir": None,
+                },
+                "trainer": {"default_local_dir": out_dir},
+            }
+        )
         dataset = build_dataset(cfg, path, recorder, SimpleNamespace(prompt_length=width))
         kept = [e["index"] for e in dataset.rows(np.arange(len(dataset)))["extra_info"]]
-        torch.save({"first": recorder.templated[0], "scanned": recorder.templated[1:16], "kept": kept},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(
+            {"first": recorder.templated[0], "scanned": recorder.templated[1:16], "kept": kept},
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
     finally:
         dist.destroy_process_group()
 
@@ -382,11 +422,16 @@ def test_a_chat_template_that_raises_on_a_later_row_names_that_row(tokenizer, tm
     table[4]["prompt"] = [{"role": "user", "content": "a forbidden question"}]
     pq.write_table(pa.Table.from_pylist(table), path)
     original = tokenizer.chat_template
-    tokenizer.chat_template = ("{% for m in messages %}{% if 'forbidden' in m['content'] %}{{ raise_exception('no "
-                               "forbidden words') }}{% endif %}{{ m['content'] }}{% endfor %}")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if 'forbidden' in m['content'] %}{{ raise_exception('no "
+        "forbidden words') }}{% endif %}{{ m['content'] }}{% endfor %}"
+    )
     try:
-        with pytest.raises(ConfigError, match=rf"fails on the prompt at row 4 of '{path}' \(TemplateError: no "
-                                              rf"forbidden words\)"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"fails on the prompt at row 4 of '{path}' \(TemplateError: no "
+            rf"forbidden words\)",
+        ):
             PromptDataset(path, tokenizer, 64, check_overlong=True)
         dataset = PromptDataset(path, tokenizer, 64, truncation="left", check_overlong=True)
         dataset.rows([0, 1, 2])

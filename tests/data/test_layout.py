@@ -1,6 +1,7 @@
 """Rollout layout -> actor layout: property tests of the pure plan over (world, rollout TP, TP, PP, CP), and one
 multi-process run of the collective (this file is also the torchrun worker: `python tests/data/test_layout.py OUT`).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,8 +42,7 @@ def test_dp_rank_matches_megatron_rank_generator():
     default = inspect.signature(parallel_state.initialize_model_parallel).parameters["order"].default
     assert default == "tp-cp-ep-dp-pp"  # the order WorldLayout.dp_rank assumes
     for spec in layouts():
-        generator = parallel_state.RankGenerator(tp=spec.tp, ep=1, dp=spec.dp, pp=spec.pp, cp=spec.cp,
-                                                 order=default)
+        generator = parallel_state.RankGenerator(tp=spec.tp, ep=1, dp=spec.dp, pp=spec.pp, cp=spec.cp, order=default)
         for group in generator.get_ranks("dp"):
             assert [spec.dp_rank(rank) for rank in group] == list(range(spec.dp)), spec
         for group in generator.get_ranks("tp-pp"):  # a model-parallel group shares one DP rank (and data)
@@ -101,7 +101,7 @@ def test_each_global_mini_batch_holds_the_same_groups_for_every_dp_size(balance)
         plan = plan_rows(uids, tokens, dp, mini, balance)
         local_rows = mini * n // dp
         for k in range(groups // mini):
-            rows = np.concatenate([rows[k * local_rows:(k + 1) * local_rows] for rows in plan.rows])
+            rows = np.concatenate([rows[k * local_rows : (k + 1) * local_rows] for rows in plan.rows])
             assert {uids[r] for r in rows} == {uids[r] for r in range(k * mini * n, (k + 1) * mini * n)}
 
 
@@ -126,9 +126,14 @@ def test_balanced_plan_reports_verl_global_seqlen_metrics():
     uids, _ = make_global(4, 2, seed=0)
     tokens = [100, 100, 90, 90, 5, 5, 1, 1]  # groups of 200, 180, 10, 2 tokens
     plan = plan_rows(uids, tokens, dp=2, balance=True)
-    assert plan.metrics == {"global_seqlen/min": 12.0, "global_seqlen/max": 380.0,
-                            "global_seqlen/minmax_diff": 368.0, "global_seqlen/balanced_min": 190.0,
-                            "global_seqlen/balanced_max": 202.0, "global_seqlen/mean": 196.0}
+    assert plan.metrics == {
+        "global_seqlen/min": 12.0,
+        "global_seqlen/max": 380.0,
+        "global_seqlen/minmax_diff": 368.0,
+        "global_seqlen/balanced_min": 190.0,
+        "global_seqlen/balanced_max": 202.0,
+        "global_seqlen/mean": 196.0,
+    }
     assert [sorted({uids[r] for r in rows}) for rows in plan.rows] == [["0:0:0", "0:0:3"], ["0:0:1", "0:0:2"]]
     assert plan_rows(uids, tokens, dp=2).metrics == {}
 
@@ -167,8 +172,9 @@ def test_each_rank_receives_only_the_rows_it_needs_and_its_own_from_itself(uneve
         sends = [outgoing(spec, offsets, rows, src) for src in range(spec.world_size)]
         for dst in range(spec.world_size):
             needed = rows[spec.dp_rank(dst)]
-            arrived = np.concatenate([sends[src][dst] + offsets[spec.rollout_dp_rank(src)]
-                                      for src in range(spec.world_size)])
+            arrived = np.concatenate(
+                [sends[src][dst] + offsets[spec.rollout_dp_rank(src)] for src in range(spec.world_size)]
+            )
             assert np.array_equal(arrived[arrival_index(offsets, needed)], needed), (spec, dst)
             own = spec.rollout_dp_rank(dst)
             elsewhere = int(np.sum((needed < offsets[own]) | (needed >= offsets[own + 1])))
@@ -191,32 +197,54 @@ def test_multi_process_graphs_need_the_layout_node_between_rollout_and_actor_sid
     def graph(*nodes):
         return build_graph([{"id": i, "role": role, "fn": fn, "deps": list(deps)} for i, role, fn, deps in nodes])
 
-    good = graph(("gen", "rollout", noop, []), ("filter", "custom", filter_fn, ["gen"]),
-                 ("move", "reshard", layout, ["filter"]), ("adv", "advantage", noop, ["move"]),
-                 ("update", "actor", noop, ["adv"]))
+    good = graph(
+        ("gen", "rollout", noop, []),
+        ("filter", "custom", filter_fn, ["gen"]),
+        ("move", "reshard", layout, ["filter"]),
+        ("adv", "advantage", noop, ["move"]),
+        ("update", "actor", noop, ["adv"]),
+    )
     check_graph(good, world_size=4)
-    without = graph(("gen", "rollout", noop, []), ("adv", "advantage", noop, ["gen"]),
-                    ("update", "actor", noop, ["adv"]))
+    without = graph(
+        ("gen", "rollout", noop, []), ("adv", "advantage", noop, ["gen"]), ("update", "actor", noop, ["adv"])
+    )
     check_graph(without, world_size=1)  # one process: both layouts are the same
     with pytest.raises(ConfigError, match="no node with role reshard \\(dagrl.nodes.layout:to_actor_layout\\)"):
         check_graph(without, world_size=2)
-    early = graph(("gen", "rollout", noop, []), ("adv", "advantage", noop, ["gen"]),
-                  ("move", "reshard", layout, ["adv"]), ("update", "actor", noop, ["move"]))
+    early = graph(
+        ("gen", "rollout", noop, []),
+        ("adv", "advantage", noop, ["gen"]),
+        ("move", "reshard", layout, ["adv"]),
+        ("update", "actor", noop, ["move"]),
+    )
     with pytest.raises(ConfigError, match="node 'adv' \\(role advantage\\) runs before the reshard node 'move'"):
         check_graph(early, world_size=2)
-    late = graph(("gen", "rollout", noop, []), ("move", "reshard", layout, ["gen"]),
-                 ("filter", "custom", filter_fn, ["move"]), ("adv", "advantage", noop, ["filter"]),
-                 ("update", "actor", noop, ["adv"]))
+    late = graph(
+        ("gen", "rollout", noop, []),
+        ("move", "reshard", layout, ["gen"]),
+        ("filter", "custom", filter_fn, ["move"]),
+        ("adv", "advantage", noop, ["filter"]),
+        ("update", "actor", noop, ["adv"]),
+    )
     with pytest.raises(ConfigError, match="node 'filter' must run before the reshard node 'move'"):
         check_graph(late, world_size=2)
-    with pytest.raises(ConfigError, match="node 'move' runs dagrl.nodes.layout:to_actor_layout with role custom: "
-                                          "give it role reshard"):
-        graph(("gen", "rollout", noop, []), ("move", "custom", layout, ["gen"]), ("adv", "advantage", noop, ["move"]),
-              ("update", "actor", noop, ["adv"]))
+    with pytest.raises(
+        ConfigError, match="node 'move' runs dagrl.nodes.layout:to_actor_layout with role custom: give it role reshard"
+    ):
+        graph(
+            ("gen", "rollout", noop, []),
+            ("move", "custom", layout, ["gen"]),
+            ("adv", "advantage", noop, ["move"]),
+            ("update", "actor", noop, ["adv"]),
+        )
     with pytest.raises(ConfigError, match="nodes 'move' and 'again' both have role reshard"):
-        graph(("gen", "rollout", noop, []), ("move", "reshard", layout, ["gen"]),
-              ("again", "reshard", noop, ["move"]), ("adv", "advantage", noop, ["again"]),
-              ("update", "actor", noop, ["adv"]))
+        graph(
+            ("gen", "rollout", noop, []),
+            ("move", "reshard", layout, ["gen"]),
+            ("again", "reshard", noop, ["move"]),
+            ("adv", "advantage", noop, ["again"]),
+            ("update", "actor", noop, ["adv"]),
+        )
 
 
 def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, tiny_data, tmp_path, monkeypatch):
@@ -229,18 +257,31 @@ def test_preflight_wants_the_layout_node_in_a_multi_process_graph(tiny_model, ti
     monkeypatch.setenv("WORLD_SIZE", "2")
     data = compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path, **{"trainer.n_gpus_per_node": 2}))
     assert preflight(Cfg(data)).layout.dp == 2
-    tp2 = compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path, **{
-        "trainer.n_gpus_per_node": 2, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}))
+    tp2 = compose(
+        cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            tmp_path,
+            **{
+                "trainer.n_gpus_per_node": 2,
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+                "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+            },
+        )
+    )
     shape = preflight(Cfg(tp2))  # rollout DP 2, actor DP 1: the reshard node bridges them
     assert (shape.layout.rollout_dp, shape.layout.dp, shape.layout.tp, shape.layout.world_size) == (2, 1, 2, 2)
     del data["dag"]["nodes"]["to_actor_layout"]
-    with pytest.raises(ConfigError, match="2 processes but the graph has no node with role reshard "
-                                          "\\(dagrl.nodes.layout:to_actor_layout\\)"):
+    with pytest.raises(
+        ConfigError,
+        match="2 processes but the graph has no node with role reshard \\(dagrl.nodes.layout:to_actor_layout\\)",
+    ):
         preflight(Cfg(data))
     data["dag"]["custom_pipeline_fn"] = "tests.dag_test_nodes:custom_pipeline"  # a pipeline's graph, likewise
-    with pytest.raises(ConfigError, match="2 processes but the graph tests.dag_test_nodes:custom_pipeline returns "
-                                          "has no node with role reshard"):
+    with pytest.raises(
+        ConfigError,
+        match="2 processes but the graph tests.dag_test_nodes:custom_pipeline returns has no node with role reshard",
+    ):
         preflight(Cfg(data))
 
 
@@ -255,18 +296,28 @@ def global_batch(groups: int, n: int, seed: int):
     rows = groups * n
     lengths = rng.integers(2, 12, size=rows)
     mask = torch.tensor([[1] * int(length) + [0] * (12 - int(length)) for length in lengths])
-    return Batch({"input_ids": torch.as_tensor(rng.integers(0, 100, size=(rows, 12))), "attention_mask": mask,
-                  "token_level_scores": torch.as_tensor(rng.random((rows, 12)), dtype=torch.float32)},
-                 {"uid": [f"0:0:{g}" for g in range(groups) for _ in range(n)],
-                  "reward_model": [{"ground_truth": str(r)} for r in range(rows)],
-                  "data_source": [f"source{r % 3}" for r in range(rows)]})
+    return Batch(
+        {
+            "input_ids": torch.as_tensor(rng.integers(0, 100, size=(rows, 12))),
+            "attention_mask": mask,
+            "token_level_scores": torch.as_tensor(rng.random((rows, 12)), dtype=torch.float32),
+        },
+        {
+            "uid": [f"0:0:{g}" for g in range(groups) for _ in range(n)],
+            "reward_model": [{"ground_truth": str(r)} for r in range(rows)],
+            "data_source": [f"source{r % 3}" for r in range(rows)],
+        },
+    )
 
 
 def same(a, b) -> bool:
     import torch
 
-    return a.keys() == b.keys() and len(a) == len(b) and all(
-        torch.equal(a[k], b[k]) if k in a.tensors else list(a[k]) == list(b[k]) for k in a.keys())
+    return (
+        a.keys() == b.keys()
+        and len(a) == len(b)
+        and all(torch.equal(a[k], b[k]) if k in a.tensors else list(a[k]) == list(b[k]) for k in a.keys())
+    )
 
 
 def worker(out_dir: str) -> None:
@@ -309,8 +360,9 @@ def worker(out_dir: str) -> None:
                     assert everyone[other] == list(out["uid"]), (spec, rank, other)
             # the DP-only sum helper counts every token once: model-parallel peers are not counted twice
             model_parallel = spec.tp * spec.pp * spec.cp
-            assert data_parallel_sum(float(out["attention_mask"].sum()), model_parallel) == \
-                float(full["attention_mask"].sum())
+            assert data_parallel_sum(float(out["attention_mask"].sum()), model_parallel) == float(
+                full["attention_mask"].sum()
+            )
             checked += 1
     if rank == 0:
         Path(out_dir, "done.json").write_text(json.dumps({"checked": checked}))
@@ -322,9 +374,23 @@ def test_collective_moves_rows_as_planned_on_gloo_ranks(tmp_path, world):
     from tests.engine.engine_helpers import free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
-                           "--master-port", str(free_port()), __file__, str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(world),
+            "--master-port",
+            str(free_port()),
+            __file__,
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-6000:]
     assert json.loads((tmp_path / "done.json").read_text()) == {"checked": 2 * len(list(layouts(worlds=(world,))))}
 

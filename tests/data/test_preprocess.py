@@ -1,4 +1,5 @@
 """Each preprocessing script, run as users run it, on small local source files (no hub)."""
+
 from __future__ import annotations
 
 import json
@@ -15,13 +16,14 @@ from dagrl.data.dataset import PromptDataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "examples", "data_preprocess")
-GSM8K_INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
+GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
 
 def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, os.path.join(SCRIPTS, name), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, name), *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
 
 
 def read_split(directory, split: str) -> list[dict]:
@@ -41,8 +43,13 @@ def write_jsonl(path, rows: list[dict]) -> str:
     return str(path)
 
 
-GSM8K_ROWS = [{"question": f"Tom has {i} apples and buys 1,000 more. How many?",
-               "answer": f"{i} + 1000 = {i + 1000}\n#### {i + 1000:,}"} for i in range(6)]
+GSM8K_ROWS = [
+    {
+        "question": f"Tom has {i} apples and buys 1,000 more. How many?",
+        "answer": f"{i} + 1000 = {i + 1000}\n#### {i + 1000:,}",
+    }
+    for i in range(6)
+]
 
 
 def test_gsm8k_from_a_directory_with_train_and_test(tmp_path, tokenizer):
@@ -75,8 +82,10 @@ def test_gsm8k_missing_field_is_a_one_line_error_with_exit_code_2(tmp_path):
 
 
 def test_math_from_a_single_json_file_holds_out_test(tmp_path):
-    rows = [{"problem": f"Compute {i}/2.", "solution": f"It is $\\boxed{{\\frac{{{i}}}{{2}}}}$.", "level": "1"}
-            for i in range(1, 11)]
+    rows = [
+        {"problem": f"Compute {i}/2.", "solution": f"It is $\\boxed{{\\frac{{{i}}}{{2}}}}$.", "level": "1"}
+        for i in range(1, 11)
+    ]
     rows.append({"problem": "Given directly.", "answer": "42"})
     source = tmp_path / "math.json"
     source.write_text(json.dumps(rows))
@@ -122,8 +131,9 @@ def test_deepscaler_from_parquet(tmp_path):
 def test_arithmetic_generator_disjoint_and_deterministic(tmp_path):
     out, again = tmp_path / "a", tmp_path / "b"
     for directory in (out, again):
-        result = run_script("arithmetic.py", "--local_dir", str(directory), "--max_operand", "9", "--test_size", "30",
-                            "--seed", "3")
+        result = run_script(
+            "arithmetic.py", "--local_dir", str(directory), "--max_operand", "9", "--test_size", "30", "--seed", "3"
+        )
         assert result.returncode == 0, result.stderr
     train, test = read_split(out, "train"), read_split(out, "test")
     assert len(train) == 70 and len(test) == 30
@@ -132,7 +142,7 @@ def test_arithmetic_generator_disjoint_and_deterministic(tmp_path):
     row = test[0]
     assert row["data_source"] == "dagrl/arithmetic"
     assert row["prompt"][0] == {"role": "system", "content": "Answer with only the final number."}
-    a, b = (int(x) for x in row["prompt"][1]["content"][len("What is "):-1].split(" + "))
+    a, b = (int(x) for x in row["prompt"][1]["content"][len("What is ") : -1].split(" + "))
     assert row["reward_model"]["ground_truth"] == str(a + b) and 0 <= a <= 9 and 0 <= b <= 9
 
 
@@ -153,8 +163,9 @@ def test_one_row_source_says_no_training_rows_would_be_left(tmp_path):
     source = write_jsonl(tmp_path / "three.jsonl", GSM8K_ROWS[:3])
     result = run_script("gsm8k.py", "--source_dir", source, "--local_dir", str(tmp_path / "out"), "--test_size", "3")
     assert result.returncode == 2, result.stderr
-    assert "the source has 3 rows: --test_size 3 leaves no training rows; lower --test_size to at most 2" \
-        in result.stderr
+    assert (
+        "the source has 3 rows: --test_size 3 leaves no training rows; lower --test_size to at most 2" in result.stderr
+    )
 
 
 @pytest.mark.parametrize("script", ["gsm8k.py", "math_dataset.py", "deepscaler.py"])

@@ -1,6 +1,7 @@
 """Runs that would train nothing, found before the first step: rows no scorer takes, rows without a ground
 truth, a reward function that cannot take the trainer's call (pre-flight), and a prompt too long for
 data.truncation=error (the dataset's start-up length scan)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -70,12 +71,16 @@ def test_the_scan_reads_many_row_groups(tmp_path):
     assert data_sources(path) == {"dagrl/arithmetic": 0, "late/source": len(data) - 1}
 
 
-@pytest.mark.parametrize("source", [
-    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n",
-    "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n",
-    "def compute_score(*args, **kwargs):\n    return 0.0\n",
-    "def compute_score(data_source, solution_str, ground_truth, extra_info, scale=1.0):\n    return 0.0\n",
-], ids=["verl", "kwargs", "varargs", "named_kwarg"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n",
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n",
+        "def compute_score(*args, **kwargs):\n    return 0.0\n",
+        "def compute_score(data_source, solution_str, ground_truth, extra_info, scale=1.0):\n    return 0.0\n",
+    ],
+    ids=["verl", "kwargs", "varargs", "named_kwarg"],
+)
 def test_signatures_that_take_the_trainer_call(tmp_path, source):
     path = tmp_path / "reward.py"
     path.write_text(source)
@@ -83,15 +88,28 @@ def test_signatures_that_take_the_trainer_call(tmp_path, source):
     assert callable(load_custom_reward_fn(str(path), "compute_score", kwargs))
 
 
-@pytest.mark.parametrize("source, kwargs, expected", [
-    ("def compute_score(solution_str, ground_truth):\n    return 0.0\n", {}, "too many positional arguments"),
-    ("def compute_score(data_source, solution_str, ground_truth):\n    return 0.0\n", {},
-     "too many positional arguments"),
-    ("def compute_score(data_source, solution_str, ground_truth, extra_info, tokenizer):\n    return 0.0\n", {},
-     "'tokenizer'"),
-    ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n",
-     {"scale": 2}, "'scale'"),
-], ids=["two_args", "no_extra_info", "extra_required", "unexpected_kwarg"])
+@pytest.mark.parametrize(
+    "source, kwargs, expected",
+    [
+        ("def compute_score(solution_str, ground_truth):\n    return 0.0\n", {}, "too many positional arguments"),
+        (
+            "def compute_score(data_source, solution_str, ground_truth):\n    return 0.0\n",
+            {},
+            "too many positional arguments",
+        ),
+        (
+            "def compute_score(data_source, solution_str, ground_truth, extra_info, tokenizer):\n    return 0.0\n",
+            {},
+            "'tokenizer'",
+        ),
+        (
+            "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n",
+            {"scale": 2},
+            "'scale'",
+        ),
+    ],
+    ids=["two_args", "no_extra_info", "extra_required", "unexpected_kwarg"],
+)
 def test_signatures_that_cannot_take_it_name_the_function_and_file(tmp_path, source, kwargs, expected):
     path = tmp_path / "reward.py"
     path.write_text(source)
@@ -136,15 +154,26 @@ def test_the_scan_is_split_over_ranks_and_every_rank_names_the_same_row(tokenize
             results[rank] = local
             other = np.array([1, 99]) if rank == 1 else np.array([-1, 0])  # what the other rank found
             return [local, other] if rank == 0 else [other, local]
+
         return all_gather
 
     recorder = RecordingTokenizer(tokenizer)
     with pytest.raises(ConfigError, match="row 1 .* 99 tokens"):  # rank 1 scans rows 4..7: rank 0's find wins
-        PromptDataset([path], recorder, width, "error", False, rank=1, world_size=2, all_gather=gather_for(1),
-                      check_overlong=True)
+        PromptDataset(
+            [path], recorder, width, "error", False, rank=1, world_size=2, all_gather=gather_for(1), check_overlong=True
+        )
     # row 0 (every rank's check of the chat template), then its own share only
     assert len(recorder.templated) == 5 and recorder.templated[0] == "What is 0 + 1?" and results[1][0] == -1
     with pytest.raises(ConfigError, match="row 1 "):
-        PromptDataset([path], tokenizer, width, "error", False, rank=0, world_size=2, all_gather=gather_for(0),
-                      check_overlong=True)
+        PromptDataset(
+            [path],
+            tokenizer,
+            width,
+            "error",
+            False,
+            rank=0,
+            world_size=2,
+            all_gather=gather_for(0),
+            check_overlong=True,
+        )
     assert results[0][0] == 1

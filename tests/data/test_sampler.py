@@ -66,9 +66,10 @@ def test_rank_shares_partition_the_global_batch_in_order():
         rank_share(10, 0, 3)
 
 
-@pytest.mark.parametrize("rows,batch_size,seed,workers,order", [(272, 32, 0, 2, "verl_workers"),
-                                                                 (10, 3, 7, 1, "verl_workers"),
-                                                                 (256, 32, 1, 0, "verl"), (10, 3, 7, 0, "verl")])
+@pytest.mark.parametrize(
+    "rows,batch_size,seed,workers,order",
+    [(272, 32, 0, 2, "verl_workers"), (10, 3, 7, 1, "verl_workers"), (256, 32, 1, 0, "verl"), (10, 3, 7, 0, "verl")],
+)
 def test_batches_are_verls_for_the_same_data_seed(rows, batch_size, seed, workers, order):
     """verl 0.9.1's train loader (verl.trainer.ppo.utils.create_rl_sampler + ray_trainer): torchdata's
     StatefulDataLoader over torchdata's RandomSampler with a torch.Generator seeded by data.seed, drop_last. With
@@ -82,8 +83,14 @@ def test_batches_are_verls_for_the_same_data_seed(rows, batch_size, seed, worker
     data = list(range(rows))
     generator = torch.Generator()
     generator.manual_seed(seed)
-    loader = StatefulDataLoader(dataset=data, batch_size=batch_size, drop_last=True, collate_fn=list,
-                                num_workers=workers, sampler=RandomSampler(data_source=data, generator=generator))
+    loader = StatefulDataLoader(
+        dataset=data,
+        batch_size=batch_size,
+        drop_last=True,
+        collate_fn=list,
+        num_workers=workers,
+        sampler=RandomSampler(data_source=data, generator=generator),
+    )
     verl = [(epoch, batch) for epoch in range(3) for batch in loader]
     assert take(EpochSampler(rows, batch_size, seed, True, order=order), len(verl)) == verl
     other = "verl" if order == "verl_workers" else "verl_workers"

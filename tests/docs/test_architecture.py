@@ -1,5 +1,6 @@
 """docs/architecture.md names the code as it is: every `dagrl/...` path it names exists, every top-level package
 under dagrl/ is named in it, and it is linked from the README and the docs index."""
+
 from __future__ import annotations
 
 import re
@@ -29,11 +30,15 @@ def test_every_top_level_package_is_named():
 
 def test_the_protocols_and_the_traced_functions_are_where_the_page_says():
     text = PAGE.read_text()
-    for module, name in (("dagrl/engine/base.py", "class ActorEngine"), ("dagrl/engine/base.py", "class CriticEngine"),
-                         ("dagrl/engine/rollout/interface.py", "class RolloutEngine"),
-                         ("dagrl/launch/process.py", "def train_process"),
-                         ("dagrl/config/validate.py", "def preflight"),
-                         ("dagrl/trainer/loop.py", "class Trainer"), ("dagrl/dag/graph.py", "def run_graph")):
+    for module, name in (
+        ("dagrl/engine/base.py", "class ActorEngine"),
+        ("dagrl/engine/base.py", "class CriticEngine"),
+        ("dagrl/engine/rollout/interface.py", "class RolloutEngine"),
+        ("dagrl/launch/process.py", "def train_process"),
+        ("dagrl/config/validate.py", "def preflight"),
+        ("dagrl/trainer/loop.py", "class Trainer"),
+        ("dagrl/dag/graph.py", "def run_graph"),
+    ):
         assert module in text and name.split()[1] in text, (module, name)
         assert name in (ROOT / module).read_text(), f"{module} has no {name}"
 

@@ -1,6 +1,7 @@
 """docs/extending.md does what it says: its code blocks are written to files here and run as the page says (a node
 inserted by dag.custom_pipeline_fn, an estimator, a loss and a KL estimator registered from the user's own module,
 a reward function file), and the places it names for a model family and a rollout engine are the code's."""
+
 from __future__ import annotations
 
 import ast
@@ -84,15 +85,23 @@ def run_overrides(tiny_model, tiny_data, tmp_path, *extra: str) -> Cfg:
 
 
 def test_page_has_the_files_the_recipes_name():
-    assert set(page_files()) == {"my_nodes.py", "my_graphs.py", "my_algos.py", "train.py", "my_reward.py",
-                                 "my_rollout.py"}
+    assert set(page_files()) == {
+        "my_nodes.py",
+        "my_graphs.py",
+        "my_algos.py",
+        "train.py",
+        "my_reward.py",
+        "my_rollout.py",
+    }
     assert [int(n) for n in re.findall(r"^## (\d)\. ", PAGE.read_text(), flags=re.M)] == list(range(1, 9))
 
 
 # ---- 1. a node ---------------------------------------------------------------------------------------------------
 
+
 def test_a_node_inserted_by_custom_pipeline_fn_passes_preflight_and_runs_where_the_page_says(
-        user_code, tiny_model, tiny_data, tmp_path):
+    user_code, tiny_model, tiny_data, tmp_path
+):
     from dagrl.dag.graph import Graph, graph_from_config, run_graph
     from dagrl.nodes.layout import check_graph
 
@@ -109,8 +118,12 @@ def test_a_node_inserted_by_custom_pipeline_fn_passes_preflight_and_runs_where_t
     check_graph(graph, world_size=2)  # what the trainer checks at start: the reshard node's place
 
     # run as the graph runs it: its `config` arrives as ctx.node_config
-    batch = Batch({"token_level_scores": torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]),
-                   "response_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])})
+    batch = Batch(
+        {
+            "token_level_scores": torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]),
+            "response_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]),
+        }
+    )
     out, metrics = run_graph(Graph(nodes=(node,)), node_context(cfg), batch, lambda name: contextlib.nullcontext())
     torch.testing.assert_close(out["token_level_scores"].sum(-1), torch.tensor([1.0 - 0.1 * 3 / 4, -0.1]))
     assert metrics["reward/length_penalty"] == pytest.approx(0.1 * 3.5 / 4)
@@ -124,13 +137,16 @@ def test_a_node_swapped_in_by_id_replaces_that_nodes_function(user_code):
     target = re.search(r"runs it as node `(\w+)`", text)[1]
     graph = graph_from_config(Cfg(compose([swap])).dag)
     import my_nodes
+
     assert next(node for node in graph.nodes if node.id == target).fn is my_nodes.length_penalty
 
 
 # ---- 2-4. estimator, loss, KL ------------------------------------------------------------------------------------
 
+
 def test_registered_estimator_loss_and_kl_pass_preflight_and_compute_what_the_page_wrote(
-        user_code, tiny_model, tiny_data, tmp_path):
+    user_code, tiny_model, tiny_data, tmp_path
+):
     from dagrl.algo.kl import KLController
     from dagrl.algo.policy_loss import actor_loss, token_weights
     from dagrl.nodes.actor import policy_loss_spec
@@ -138,8 +154,12 @@ def test_registered_estimator_loss_and_kl_pass_preflight_and_compute_what_the_pa
     from dagrl.nodes.reward import apply_kl_in_reward
 
     chosen = selections(2, 3, 4)
-    assert {"algorithm.adv_estimator=group_sign", "actor_rollout_ref.actor.policy_loss.loss_mode=capped_ratio",
-            "actor_rollout_ref.actor.kl_loss_type=chi2", "algorithm.kl_penalty=chi2"} <= set(chosen)
+    assert {
+        "algorithm.adv_estimator=group_sign",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=capped_ratio",
+        "actor_rollout_ref.actor.kl_loss_type=chi2",
+        "algorithm.kl_penalty=chi2",
+    } <= set(chosen)
     assert "group_sign" not in choices_of("algorithm.adv_estimator")
     importlib.import_module("my_algos")  # what train.py's import does
     assert all("chi2" in choices_of(key) for key in KL_ESTIMATORS.keys)
@@ -147,8 +167,13 @@ def test_registered_estimator_loss_and_kl_pass_preflight_and_compute_what_the_pa
     preflight(cfg)
 
     # the estimator, through the advantage node: +1 / -1 around the group mean, 0 for a group of equal scores
-    batch = Batch({"token_level_rewards": torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0], [2.0, 0.0]]),
-                   "response_mask": torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]])}, {"uid": ["a", "a", "b", "b"]})
+    batch = Batch(
+        {
+            "token_level_rewards": torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0], [2.0, 0.0]]),
+            "response_mask": torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]]),
+        },
+        {"uid": ["a", "a", "b", "b"]},
+    )
     out, _ = compute_advantage(node_context(cfg), batch)
     torch.testing.assert_close(out["advantages"], torch.tensor([[1.0, 1.0], [-1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))
 
@@ -157,8 +182,13 @@ def test_registered_estimator_loss_and_kl_pass_preflight_and_compute_what_the_pa
     assert (spec.loss_mode, spec.kl_loss_type, spec.use_kl_loss) == ("capped_ratio", "chi2", True)
     log_prob, old, ref = torch.tensor([[-1.0, -0.5]]), torch.tensor([[-2.0, -0.5]]), torch.tensor([[-1.5, -1.0]])
     mask, advantages = torch.ones(1, 2), torch.tensor([[1.0, -2.0]])
-    micro = {"token_weights": token_weights(mask, spec.loss_agg_mode, 2.0, 1.0), "advantages": advantages,
-             "old_log_probs": old, "response_mask": mask, "ref_log_prob": ref}
+    micro = {
+        "token_weights": token_weights(mask, spec.loss_agg_mode, 2.0, 1.0),
+        "advantages": advantages,
+        "old_log_probs": old,
+        "response_mask": mask,
+        "ref_log_prob": ref,
+    }
     loss, metrics = actor_loss(micro, log_prob, None, spec)
     pg = (-1.0 * min(math.e, spec.clip_ratio_c) + 2.0 * 1.0) / 2  # ratios e and 1, token-mean
     chi2 = 0.5 * math.expm1(-0.5) ** 2  # ref - log_prob = -0.5 on both tokens
@@ -167,8 +197,14 @@ def test_registered_estimator_loss_and_kl_pass_preflight_and_compute_what_the_pa
     assert metrics["actor/ppo_kl"].item() == pytest.approx(-0.5)
 
     # the KL estimator in the reward: scores - beta x chi2 per token
-    batch = Batch({"token_level_scores": torch.tensor([[0.0, 1.0]]), "response_mask": torch.tensor([[1, 1]]),
-                   "old_log_probs": log_prob, "ref_log_prob": ref})
+    batch = Batch(
+        {
+            "token_level_scores": torch.tensor([[0.0, 1.0]]),
+            "response_mask": torch.tensor([[1, 1]]),
+            "old_log_probs": log_prob,
+            "ref_log_prob": ref,
+        }
+    )
     out, _ = apply_kl_in_reward(node_context(cfg, kl_ctrl=KLController("fixed", 0.5, 0.1, 100)), batch)
     torch.testing.assert_close(out["token_level_rewards"], torch.tensor([[-0.5 * chi2, 1.0 - 0.5 * chi2]]))
 
@@ -180,8 +216,9 @@ def test_the_launcher_script_or_trainer_plugins_make_the_names_known(user_code, 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
     def run(*command: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, *command, *args], cwd=user_code, env=env, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, *command, *args], cwd=user_code, env=env, capture_output=True, text=True, timeout=60
+        )
 
     plain, script = run("-m", "dagrl.main_dag"), run("train.py")
     plugin = run("-m", "dagrl.main_dag", "trainer.plugins=[my_algos]")
@@ -199,8 +236,10 @@ def test_the_launcher_script_or_trainer_plugins_make_the_names_known(user_code, 
 
 # ---- 5. a reward function ----------------------------------------------------------------------------------------
 
+
 def test_reward_file_selected_by_path_scores_through_the_reward_manager(
-        user_code, tiny_model, tiny_data, tmp_path, monkeypatch):
+    user_code, tiny_model, tiny_data, tmp_path, monkeypatch
+):
     from transformers import AutoTokenizer
 
     from dagrl.trainer.build import build_reward_fn
@@ -223,6 +262,7 @@ def test_reward_file_selected_by_path_scores_through_the_reward_manager(
 
 # ---- 6. a model family -------------------------------------------------------------------------------------------
 
+
 def test_model_family_places_are_the_codes(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
@@ -236,8 +276,11 @@ def test_model_family_places_are_the_codes(tmp_path, monkeypatch):
     listed = tuple(re.findall(r"`(\w+)`", re.search(r"Supported model types \(.*?\): (.*?)\. ", text)[1]))
     assert listed == tuple(families.FAMILIES) == presets.FAMILIES
     matrix = (ROOT / "tests" / "engine" / "test_family_matrix.py").read_text()
-    groups = next(ast.literal_eval(node.value) for node in ast.parse(matrix).body
-                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "GROUPS")
+    groups = next(
+        ast.literal_eval(node.value)
+        for node in ast.parse(matrix).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "GROUPS"
+    )
     assert sorted(family for members in groups.values() for family in members) == sorted(listed)
     switches = [field.name for field in dataclasses.fields(families.Family)][2:]
     assert re.findall(r"`(\w+)`", text.split("its switches (")[1].split(")")[0]) == switches
@@ -259,8 +302,17 @@ def test_model_family_places_are_the_codes(tmp_path, monkeypatch):
         read_hf_config(str(tmp_path))
     # ... and one Family line is what makes it known, with its switches read where the page says
     monkeypatch.setitem(families.FAMILIES, "gemma", families.Family("gemma", "GemmaConfig", qk_norm=True))
-    config = dict(model_type="gemma", hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  num_hidden_layers=2, intermediate_size=96, vocab_size=128, tie_word_embeddings=False)
+    config = dict(
+        model_type="gemma",
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_hidden_layers=2,
+        intermediate_size=96,
+        vocab_size=128,
+        tie_word_embeddings=False,
+    )
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert read_hf_config(str(tmp_path))["model_type"] == "gemma"
     assert unsupported_features(SimpleNamespace(**config)) == []
@@ -269,9 +321,13 @@ def test_model_family_places_are_the_codes(tmp_path, monkeypatch):
 
 # ---- 7. a rollout engine -----------------------------------------------------------------------------------------
 
+
 def _methods(cls) -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(fn) for name, fn in vars(cls).items()
-            if inspect.isfunction(fn) and not name.startswith("_")}
+    return {
+        name: inspect.signature(fn)
+        for name, fn in vars(cls).items()
+        if inspect.isfunction(fn) and not name.startswith("_")
+    }
 
 
 def _params(signature: inspect.Signature) -> list[tuple[str, object]]:
@@ -289,10 +345,20 @@ def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code, tin
 
     skeleton = importlib.import_module("my_rollout").MyRollout
     protocol = _methods(RolloutEngine)
-    assert set(protocol) == {"generate", "submit", "advance", "abort", "in_flight", "load_weights", "wake_weights",
-                             "wake_cache", "sleep"}
-    assert {name: _params(s) for name, s in _methods(skeleton).items()} == \
-        {name: _params(s) for name, s in protocol.items()}
+    assert set(protocol) == {
+        "generate",
+        "submit",
+        "advance",
+        "abort",
+        "in_flight",
+        "load_weights",
+        "wake_weights",
+        "wake_cache",
+        "sleep",
+    }
+    assert {name: _params(s) for name, s in _methods(skeleton).items()} == {
+        name: _params(s) for name, s in protocol.items()
+    }
     assert set(skeleton.__annotations__) == set(RolloutEngine.__annotations__)
     for engine_class in (HFRollout, VLLMRollout):
         methods = _methods(engine_class)
@@ -320,14 +386,22 @@ def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code, tin
 
 # ---- 8. a config key ---------------------------------------------------------------------------------------------
 
+
 def test_a_key_declared_as_the_page_writes_it_is_typed_ranged_and_written_to_the_yaml():
     import dataclasses
+    import textwrap
+
     from dagrl.config.schema import spec
     from dagrl.config.schema.root import keys
+
     section_8 = PAGE.read_text().split("## 8. A config key")[1]
     snippet = re.search(r"```python\n(.*?)```", section_8, flags=re.S).group(1)
     namespace = dict(vars(spec))
-    exec("@dataclasses.dataclass\nclass Section:\n" + snippet, {"dataclasses": dataclasses, **namespace}, namespace)
+    exec(
+        "@dataclasses.dataclass\nclass Section:\n" + textwrap.indent(snippet, "    "),
+        {"dataclasses": dataclasses, **namespace},
+        namespace,
+    )
     declared = spec.keys_of(namespace["Section"], "async_training")["async_training.max_staleness"]
     assert (declared.kind, declared.default, declared.range) == ("int", 1, spec.NON_NEGATIVE_INT)
     real = keys()["async_training.max_staleness"]

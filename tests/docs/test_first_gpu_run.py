@@ -9,6 +9,7 @@ Every bash block of the guide carries a marker comment before its fence:
   <!-- flags-checked: WHY --> not run (GPU, network, several machines): its options are checked against the program's
                               own --help and its dotted keys against the composed config, as every block's are.
 A ```text block marked <!-- output-of: NAME --> must appear, line by line and in order, in that block's output."""
+
 from __future__ import annotations
 
 import json
@@ -29,20 +30,23 @@ from tests.engine.engine_helpers import free_port
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "first_gpu_run.md"
 
-needs_venv = pytest.mark.skipif(not (VENV / "bin" / "activate").is_file(),
-                                reason="no .venv: made by bash scripts/setup_cpu.sh")
+needs_venv = pytest.mark.skipif(
+    not (VENV / "bin" / "activate").is_file(), reason="no .venv: made by bash scripts/setup_cpu.sh"
+)
 
 # Appended to the guide's launch and resume commands on a CPU: one process (no GPU), the hf rollout instead of vLLM
 # (a GPU-only engine), 2 samples of 8 tokens per prompt; the step count is added per command. The guide's batch
 # size and prompt length stay: a checkpoint's data position depends on them, and the plans after the launch check
 # the checkpoint it left as a resume would.
-ON_CPU = ("trainer.n_gpus_per_node=1 actor_rollout_ref.rollout.name=hf data.max_response_length=8 "
-          "actor_rollout_ref.rollout.n=2")
+ON_CPU = (
+    "trainer.n_gpus_per_node=1 actor_rollout_ref.rollout.name=hf data.max_response_length=8 "
+    "actor_rollout_ref.rollout.n=2"
+)
 
 
 @dataclass(frozen=True)
 class Block:
-    kind: str   # tested | tested-slow | flags-checked | output-of | "" (no marker)
+    kind: str  # tested | tested-slow | flags-checked | output-of | "" (no marker)
     name: str
     lang: str
     code: str
@@ -72,8 +76,21 @@ def test_every_bash_block_is_marked():
     run = [b.name for b in bash if b.kind in ("tested", "tested-slow")]
     assert len(run) == len(set(run)), run
     # the path of the guide, each step exercised here
-    assert {"config-only", "preprocess-offline", "overrides", "plan", "plan-config-only", "launch", "plan-nodes",
-            "script-plan-nodes", "watch", "resume", "merge", "launch-nodes", "ray-one-node"} <= set(run)
+    assert {
+        "config-only",
+        "preprocess-offline",
+        "overrides",
+        "plan",
+        "plan-config-only",
+        "launch",
+        "plan-nodes",
+        "script-plan-nodes",
+        "watch",
+        "resume",
+        "merge",
+        "launch-nodes",
+        "ray-one-node",
+    } <= set(run)
     outputs = [b for b in blocks if b.kind == "output-of"]
     assert outputs and all(b.name in run for b in outputs)
 
@@ -110,7 +127,7 @@ def commands(code: str) -> list[list[str]]:
         heredoc = re.search(r"<<'?(\w+)'?", line)
         if heredoc:
             skip_until = heredoc.group(1)
-            line = line[:heredoc.start()]
+            line = line[: heredoc.start()]
         if re.match(r"^\s*[A-Z_]+=\($", line):
             skip_until = ")"
             continue
@@ -169,6 +186,7 @@ def config_keys() -> set[str]:
             keys.add(prefix + key)
             if isinstance(value, dict):
                 walk(value, prefix + key + ".")
+
     walk(compose([]), "")
     return keys
 
@@ -217,9 +235,24 @@ def make_stand_ins(home: Path) -> None:
     tokenizer = home / "tiny_tokenizer"
     make_tiny_tokenizer(str(tokenizer))
     model = home / "models" / "Qwen3-1.7B"
-    proc = subprocess.run([sys.executable, "scripts/init_random_model.py", "--family", "qwen3", "--size", "tiny",
-                           "--tokenizer", str(tokenizer), "--out", str(model)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/init_random_model.py",
+            "--family",
+            "qwen3",
+            "--size",
+            "tiny",
+            "--tokenizer",
+            str(tokenizer),
+            "--out",
+            str(model),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     config = json.loads((model / "config.json").read_text())
     config["max_position_embeddings"] = 40960
@@ -230,8 +263,10 @@ def make_stand_ins(home: Path) -> None:
         with open(source / f"{split}.jsonl", "w") as handle:
             for index in range(count):
                 a, b = index % 9 + 1, (index * 7) % 9 + 1
-                handle.write(json.dumps({"question": f"What is {a} + {b}?",
-                                         "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+                handle.write(
+                    json.dumps({"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"})
+                    + "\n"
+                )
 
 
 def shell(script: str, home: Path, env: dict[str, str] | None = None, output: Path | None = None):
@@ -283,8 +318,9 @@ class GuideSession:
                     pytest.fail(f"guide block {b.name!r} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
             if b.name == name:
                 proc = self.results[name]
-                assert proc.returncode == 0, \
+                assert proc.returncode == 0, (
                     f"guide block {name!r} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+                )
                 return proc
         raise AssertionError(f"no tested block {name!r}")
 
@@ -361,8 +397,10 @@ def test_two_nodes_with_torchrun(prepared_home):
     assert "--nnodes 2" in code and "trainer.nnodes=2" in code
     script = block("overrides").code + code
     logs = {rank: prepared_home / f"node{rank}" for rank in (0, 1)}
-    nodes = {rank: shell(script, prepared_home, {"NODE_RANK": str(rank), "MASTER_ADDR": "127.0.0.1"}, logs[rank])
-             for rank in (1, 0)}
+    nodes = {
+        rank: shell(script, prepared_home, {"NODE_RANK": str(rank), "MASTER_ADDR": "127.0.0.1"}, logs[rank])
+        for rank in (1, 0)
+    }
     try:
         for node in nodes.values():
             node.wait(timeout=240)

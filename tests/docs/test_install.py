@@ -1,5 +1,6 @@
 """Install off this machine: the extras the docs name exist in setup.py, a hub preprocessor without
 `datasets` names the extra in one line, and docs/install.md's check commands work as printed."""
+
 from __future__ import annotations
 
 import ast
@@ -20,8 +21,11 @@ HUB_SCRIPTS = ("gsm8k.py", "gsm8k_tool.py", "math_dataset.py", "deepscaler.py") 
 
 def extras_require() -> dict[str, list[str]]:
     # read from setup.py's source: running setup() here would need the build tools and the checkout as cwd
-    call = next(node for node in ast.walk(ast.parse((ROOT / "setup.py").read_text()))
-                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup")
+    call = next(
+        node
+        for node in ast.walk(ast.parse((ROOT / "setup.py").read_text()))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup"
+    )
     return ast.literal_eval(next(k.value for k in call.keywords if k.arg == "extras_require"))
 
 
@@ -39,11 +43,18 @@ def test_every_extra_the_docs_install_is_declared():
 @pytest.mark.parametrize("script", HUB_SCRIPTS)
 def test_hub_preprocessor_without_datasets_names_the_extra(script, tmp_path):
     # sys.modules["datasets"] = None makes `import datasets` fail as on a machine without it, installed here or not
-    code = ("import runpy, sys; sys.modules['datasets'] = None; sys.path.insert(0, sys.argv[1]); "
-            "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    code = (
+        "import runpy, sys; sys.modules['datasets'] = None; sys.path.insert(0, sys.argv[1]); "
+        "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-c", code, str(SCRIPTS), str(SCRIPTS / script), "--local_dir", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(SCRIPTS), str(SCRIPTS / script), "--local_dir", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: ") and 'pip install -e ".[datasets]"' in proc.stderr
@@ -64,8 +75,7 @@ def test_install_doc_check_commands_work_as_printed(tmp_path):
     section = INSTALL_DOC.read_text().split("## Check the install", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     assert "~/models/" in block
-    proc = fresh_shell(". .venv/bin/activate && set -e\n" + block.replace("~/models/", '"$DAGRL_TEST_TMP"/'),
-                       tmp_path)
+    proc = fresh_shell(". .venv/bin/activate && set -e\n" + block.replace("~/models/", '"$DAGRL_TEST_TMP"/'), tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "configs compose" in proc.stdout
     assert re.search(r"^torch \S+ megatron-core 0\.\d+", proc.stdout, re.M), proc.stdout[-2000:]

@@ -1,6 +1,7 @@
 """The README's printed commands work as printed in a fresh shell after the two set-up commands: the run scripts
 find .venv by themselves, and the rest run after the README's `. .venv/bin/activate`; what a reader must fill in is
 marked as a placeholder (`<overrides>`), never an ellipsis that the shell passes on."""
+
 from __future__ import annotations
 
 import functools
@@ -19,8 +20,9 @@ README = ROOT / "README.md"
 # what starts a command line (a program, or the environment variables set for one)
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S*\s+)*(?:python3|torchrun|bash|ray|tensorboard|pip|\.)\s")
 
-needs_venv = pytest.mark.skipif(not (VENV / "bin" / "activate").is_file(),
-                                reason="no .venv: made by bash scripts/setup_cpu.sh")
+needs_venv = pytest.mark.skipif(
+    not (VENV / "bin" / "activate").is_file(), reason="no .venv: made by bash scripts/setup_cpu.sh"
+)
 
 
 def readme_commands() -> list[str]:
@@ -28,8 +30,10 @@ def readme_commands() -> list[str]:
     text = README.read_text(encoding="utf-8")
     blocks = re.findall(r"^\s*```[a-z]*\n(.*?)^\s*```", text, flags=re.M | re.S)
     lines = [line.strip() for block in blocks for line in block.splitlines()]
-    spans = [" ".join(span.split()) for span in re.findall(r"`([^`\n]+(?:\n[^`\n]+)?)`", re.sub(
-        r"^\s*```.*?^\s*```", "", text, flags=re.M | re.S))]
+    spans = [
+        " ".join(span.split())
+        for span in re.findall(r"`([^`\n]+(?:\n[^`\n]+)?)`", re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.M | re.S))
+    ]
     return [command for command in lines + spans if COMMAND.match(command)]
 
 
@@ -72,8 +76,10 @@ def shell_has_no_dagrl(tmp_path):
 @needs_venv
 def test_run_script_dry_run_finds_the_venv(shell_has_no_dagrl, tmp_path):
     # with an override appended, as the README's GPU command does: it reaches the printed config
-    proc = fresh_shell("DAGRL_DRY_RUN=1 bash examples/grpo_trainer/run_smollm2-135m-vllm.sh"
-                       " actor_rollout_ref.model.fp32_lm_head=True", tmp_path)
+    proc = fresh_shell(
+        "DAGRL_DRY_RUN=1 bash examples/grpo_trainer/run_smollm2-135m-vllm.sh actor_rollout_ref.model.fp32_lm_head=True",
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "actor_rollout_ref:" in proc.stdout and "name: vllm" in proc.stdout
     assert "fp32_lm_head: true" in proc.stdout
@@ -83,13 +89,17 @@ def test_run_script_dry_run_finds_the_venv(shell_has_no_dagrl, tmp_path):
 def test_plan_of_the_seed_script_after_the_readmes_activate(shell_has_no_dagrl, tmp_path):
     # the README's commands: a config-only model directory to plan with (no data), then the plan through the script
     prepare = fresh_shell(
-        '. .venv/bin/activate'
-        ' && python3 -m dagrl.main_dag --cfg job > /dev/null'
+        ". .venv/bin/activate"
+        " && python3 -m dagrl.main_dag --cfg job > /dev/null"
         ' && python3 scripts/init_random_model.py --family qwen3 --size 8b --out "$DAGRL_TEST_TMP/qwen3-8b"'
-        ' --config-only', tmp_path)
+        " --config-only",
+        tmp_path,
+    )
     assert prepare.returncode == 0, prepare.stderr[-2000:]
-    proc = fresh_shell('DAGRL_PLAN=1 MODEL_PATH="$DAGRL_TEST_TMP/qwen3-8b"'
-                       ' bash examples/grpo_trainer/run_qwen3-8b-megatron.sh', tmp_path)
+    proc = fresh_shell(
+        'DAGRL_PLAN=1 MODEL_PATH="$DAGRL_TEST_TMP/qwen3-8b" bash examples/grpo_trainer/run_qwen3-8b-megatron.sh',
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "8.19B params" in proc.stdout and "TP=2 PP=4 CP=1 DP=1" in proc.stdout
     assert "data files not found: steps per epoch unknown" in proc.stdout

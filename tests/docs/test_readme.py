@@ -2,6 +2,7 @@
 one table of headline numbers whose rows link to docs/results pages that state their provenance, and every link
 of the README, the docs index, the architecture page and the results pages resolves (headings included); the
 README headings other pages link to still exist."""
+
 from __future__ import annotations
 
 import re
@@ -10,16 +11,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results"
-TWO_COMMANDS = ("bash scripts/quickstart.sh    # 1. install, make model + data locally, train GRPO that visibly "
-                "learns\n"
-                "bash scripts/test.sh          # 2. install, run the test suite (CI runs exactly this through "
-                ".ci/run)\n")
+TWO_COMMANDS = (
+    "bash scripts/quickstart.sh    # 1. install, make model + data locally, train GRPO that visibly "
+    "learns\n"
+    "bash scripts/test.sh          # 2. install, run the test suite (CI runs exactly this through "
+    ".ci/run)\n"
+)
 
 
 def heading_anchors(path: Path) -> set[str]:
     text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)  # a `# comment` in a block is no heading
-    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            for heading in re.findall(r"^#+ (.+)$", text, re.M)}
+    return {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", text, re.M)
+    }
 
 
 def links(path: Path) -> list[str]:
@@ -31,12 +36,27 @@ def test_short_and_in_order():
     text = README.read_text()
     assert len(text.splitlines()) <= 200
     sections = re.findall(r"^## (.+)$", text, re.M)
-    assert sections == ["Install", "First CPU run", "First GPU run", "Configure", "Troubleshooting",
-                        "Headline numbers"], sections
+    assert sections == [
+        "Install",
+        "First CPU run",
+        "First GPU run",
+        "Configure",
+        "Troubleshooting",
+        "Headline numbers",
+    ], sections
     assert TWO_COMMANDS in text
     assert "examples/grpo_trainer/run_qwen3-8b-megatron.sh" in text and "(docs/bad_inputs.md)" in text
-    for node in ("rollout", "score", "to_actor_layout", "old_log_prob", "ref_log_prob", "reward", "advantage",
-                 "actor_update", "critic_update"):  # the picture of the graph
+    for node in (
+        "rollout",
+        "score",
+        "to_actor_layout",
+        "old_log_prob",
+        "ref_log_prob",
+        "reward",
+        "advantage",
+        "actor_update",
+        "critic_update",
+    ):  # the picture of the graph
         assert re.search(rf"^\[?{node}\]?\s", text, re.M), node
 
 

@@ -16,8 +16,10 @@ WORLD = Path(__file__).parent / "world.py"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: multi-process or long engine tests")
-    config.addinivalue_line("markers", "engine_world(job): the test reads job MODULE:NAME of the shared 2-rank world "
-                                       "(the engine_world fixture)")
+    config.addinivalue_line(
+        "markers",
+        "engine_world(job): the test reads job MODULE:NAME of the shared 2-rank world (the engine_world fixture)",
+    )
     # megatron warns at import about missing Apex/TE on CPU.
     warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
 
@@ -50,7 +52,17 @@ def engine_world(request, tmp_path_factory) -> World:
     from engine_helpers import free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-               str(free_port()), str(WORLD), str(root), *modules]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        str(WORLD),
+        str(root),
+        *modules,
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     return World(root, f"exit code {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}")

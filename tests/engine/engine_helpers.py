@@ -1,4 +1,5 @@
 """Batches, loss functions and comparisons shared by the single- and multi-process engine tests."""
+
 from __future__ import annotations
 
 import socket
@@ -14,24 +15,32 @@ def make_batch(rows: int = 4, prompt_len: int = 6, response_len: int = 5, vocab:
     input_ids = torch.randint(1, vocab, (rows, prompt_len + response_len), generator=g)
     attention_mask = torch.ones_like(input_ids)
     for row in range(rows):
-        attention_mask[row, : row % prompt_len] = 0                       # left padding of the prompt
+        attention_mask[row, : row % prompt_len] = 0  # left padding of the prompt
         cut = response_len - (row % 3)
-        attention_mask[row, prompt_len + cut:] = 0                       # right padding of the response
+        attention_mask[row, prompt_len + cut :] = 0  # right padding of the response
     input_ids = input_ids * attention_mask
     responses = input_ids[:, prompt_len:].clone()
     response_mask = attention_mask[:, prompt_len:].clone()
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
-    return Batch({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-                  "responses": responses, "response_mask": response_mask})
+    return Batch(
+        {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+        }
+    )
 
 
 def hf_log_probs(model, batch: Batch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs and entropies computed by hand from HF transformers' logits on the original layout."""
     response_len = batch["responses"].shape[1]
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits.float()
-    logits = logits[:, -response_len - 1:-1] / temperature
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits.float()
+    logits = logits[:, -response_len - 1 : -1] / temperature
     log_softmax = torch.log_softmax(logits, dim=-1)
     mask = batch["response_mask"].float()
     log_probs = log_softmax.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1) * mask
@@ -48,8 +57,11 @@ def sum_loss(micro_batch: Batch, log_probs: torch.Tensor, entropy: torch.Tensor 
 
 def exported(engine, bucket_bytes: int = 1 << 16) -> dict[str, torch.Tensor]:
     """Every exported tensor, copied to the host (GPU engines export device tensors)."""
-    return {name: tensor.detach().to("cpu", copy=True) for bucket in engine.export_weights(bucket_bytes)
-            for name, tensor in bucket}
+    return {
+        name: tensor.detach().to("cpu", copy=True)
+        for bucket in engine.export_weights(bucket_bytes)
+        for name, tensor in bucket
+    }
 
 
 def per_expert_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -5,6 +5,7 @@ Each scenario builds engines at several layouts in one launch (a 2-rank start co
 against layout-independent references computed with HF transformers on the full batch: log-probs, the grad norm
 and loss of the summed loss, and the weights after one torch-Adam step. Any failed check raises (exit code != 0).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,10 +52,18 @@ FULL_RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform"
 # The same checks on GPUs (tests/gpu/test_engine_layouts.py): TransformerEngine spec, NCCL, grouped-GEMM experts
 # with the alltoall dispatcher; TP2 -> TP1xDP2 checkpoint resharding; recompute variants.
 SCENARIOS["gpu_dense"] = SCENARIOS["dense"] + [
-    ("tp2_sp_recompute_full", L(tensor_model_parallel_size=2, sequence_parallel=True),
-     {"override_transformer_config": FULL_RECOMPUTE}, "tp2"),
-    ("tp2_recompute_selective", L(tensor_model_parallel_size=2),
-     {"override_transformer_config": {"recompute_granularity": "selective"}}, "tp2"),
+    (
+        "tp2_sp_recompute_full",
+        L(tensor_model_parallel_size=2, sequence_parallel=True),
+        {"override_transformer_config": FULL_RECOMPUTE},
+        "tp2",
+    ),
+    (
+        "tp2_recompute_selective",
+        L(tensor_model_parallel_size=2),
+        {"override_transformer_config": {"recompute_granularity": "selective"}},
+        "tp2",
+    ),
 ]
 SCENARIOS["gpu_vpp"] = [  # batched p2p under VPP gave wrong gradients on GPUs; hf_config turns it off
     ("pp2_vpp2", L(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2), {}, None),
@@ -62,15 +71,32 @@ SCENARIOS["gpu_vpp"] = [  # batched p2p under VPP gave wrong gradients on GPUs; 
 SCENARIOS["gpu_moe"] = [
     ("ep2", L(expert_model_parallel_size=2), {}, None),
     ("ep2_distopt", L(expert_model_parallel_size=2), {"use_distributed_optimizer": True}, None),
-    ("tp2_sp_ep2", L(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=2,
-                     expert_tensor_parallel_size=1), {}, None),
-    ("ep2_recompute_moe", L(expert_model_parallel_size=2),
-     {"override_transformer_config": {"recompute_granularity": "selective", "recompute_modules": ["moe"]}}, None),
+    (
+        "tp2_sp_ep2",
+        L(
+            tensor_model_parallel_size=2,
+            sequence_parallel=True,
+            expert_model_parallel_size=2,
+            expert_tensor_parallel_size=1,
+        ),
+        {},
+        None,
+    ),
+    (
+        "ep2_recompute_moe",
+        L(expert_model_parallel_size=2),
+        {"override_transformer_config": {"recompute_granularity": "selective", "recompute_modules": ["moe"]}},
+        None,
+    ),
 ]
 SCENARIOS["gpu_dense4"] = [
     ("tp2_pp2", L(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, sequence_parallel=True), {}, None),
-    ("tp2_pp2_vpp2", L(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-                       virtual_pipeline_model_parallel_size=2), {}, "tp2_pp2"),
+    (
+        "tp2_pp2_vpp2",
+        L(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
+        {},
+        "tp2_pp2",
+    ),
     ("tp2_dp2_distopt", L(tensor_model_parallel_size=2), {"use_distributed_optimizer": True}, None),
 ]
 SCENARIOS["gpu_moe4"] = [
@@ -88,8 +114,12 @@ BATCHING = {
         ("tp2_sp_packed", L(tensor_model_parallel_size=2, sequence_parallel=True), {"remove_padding": True}, None),
         ("pp2_dynamic", L(pipeline_model_parallel_size=2), {}, 16),
         ("pp2_packed", L(pipeline_model_parallel_size=2), {"remove_padding": True}, None),
-        ("pp2_vpp2_packed_dynamic", L(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
-         {"remove_padding": True}, 16),
+        (
+            "pp2_vpp2_packed_dynamic",
+            L(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
+            {"remove_padding": True},
+            16,
+        ),
     ],
     "batching_moe": [  # expert parallelism: the i-th micro-batches of all DP ranks get one shape
         ("ep2_dynamic", L(expert_model_parallel_size=2), {}, 16),
@@ -120,12 +150,16 @@ def hf_reference(model_dir: str, batch) -> dict:
     model = load_hf(Path(model_dir))
     log_probs, entropy = hf_log_probs(model, batch)
     response_len = batch["responses"].shape[1]
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=batch["position_ids"]).logits.float()[:, -response_len - 1:-1]
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits.float()[:, -response_len - 1 : -1]
     log_softmax = torch.log_softmax(logits, -1)
     mask = batch["response_mask"]
-    loss, _ = sum_loss(batch, log_softmax.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1) * mask,
-                       -(log_softmax.exp() * log_softmax).sum(-1) * mask)
+    loss, _ = sum_loss(
+        batch,
+        log_softmax.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1) * mask,
+        -(log_softmax.exp() * log_softmax).sum(-1) * mask,
+    )
     loss.backward()
     grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters())).item()
     torch.optim.Adam(model.parameters(), lr=ADAM.lr, betas=ADAM.betas, eps=1e-8).step()
@@ -136,6 +170,7 @@ def hf_reference(model_dir: str, batch) -> dict:
 def my_rows(batch, layout: ParallelLayout):
     """This rank's share of the batch: DP ranks split it, model-parallel ranks see the same rows."""
     from megatron.core import parallel_state as ps
+
     dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     return batch.chunk(dp_size)[dp_rank]
 
@@ -144,8 +179,17 @@ def close(a: float, b: float, rel: float = 1e-5) -> bool:
     return abs(a - b) <= rel * TOL * max(abs(a), abs(b))
 
 
-def check_layout(label: str, layout: ParallelLayout, kwargs: dict, load_from: str | None, model_dir: str,
-                 work_dir: Path, reference: dict, batch, results: dict) -> None:
+def check_layout(
+    label: str,
+    layout: ParallelLayout,
+    kwargs: dict,
+    load_from: str | None,
+    model_dir: str,
+    work_dir: Path,
+    reference: dict,
+    batch,
+    results: dict,
+) -> None:
     from megatron.core import parallel_state
 
     from dagrl.engine.megatron.actor import MegatronActorEngine
@@ -177,7 +221,8 @@ def check_layout(label: str, layout: ParallelLayout, kwargs: dict, load_from: st
     log_probs, entropy = engine.compute_log_prob(rows, micro_batch_size=1, temperature=1.0, with_entropy=True)
     want = reference["log_probs"].chunk(len(batch) // len(rows))[my_dp_rank()]
     assert (log_probs - want).abs().max() <= 1e-5 * TOL, (
-        f"{label}: log-probs differ by {(log_probs - want).abs().max()}")
+        f"{label}: log-probs differ by {(log_probs - want).abs().max()}"
+    )
     want_entropy = reference["entropy"].chunk(len(batch) // len(rows))[my_dp_rank()]
     assert (entropy - want_entropy).abs().max() <= 1e-5 * TOL, f"{label}: entropy differs"
 
@@ -204,8 +249,9 @@ def check_layout(label: str, layout: ParallelLayout, kwargs: dict, load_from: st
         print(f"OK {label}: loss {metrics['loss']:.6f} grad_norm {metrics['actor/grad_norm']:.6f}", flush=True)
 
 
-def check_batching(label: str, layout: ParallelLayout, kwargs: dict, max_token_len: int | None, model_dir: str,
-                   reference: dict, batch) -> None:
+def check_batching(
+    label: str, layout: ParallelLayout, kwargs: dict, max_token_len: int | None, model_dir: str, reference: dict, batch
+) -> None:
     """Log-probs, entropy, loss, grad norm and the weights after one Adam step against HF, with micro-batches of
     one row or by the token budget `max_token_len`, padded or packed (`remove_padding` in kwargs)."""
     from megatron.core import parallel_state
@@ -217,8 +263,9 @@ def check_batching(label: str, layout: ParallelLayout, kwargs: dict, max_token_l
     engine = MegatronActorEngine(MegatronEngineSpec(model_path=model_dir, layout=layout, optim=ADAM, **kwargs))
     rows = my_rows(batch, layout)
     part = len(batch) // len(rows)
-    log_probs, entropy = engine.compute_log_prob(rows, micro_batch_size=1, temperature=1.0, with_entropy=True,
-                                                 max_token_len=max_token_len)
+    log_probs, entropy = engine.compute_log_prob(
+        rows, micro_batch_size=1, temperature=1.0, with_entropy=True, max_token_len=max_token_len
+    )
     for name, got in (("log_probs", log_probs), ("entropy", entropy)):
         gap = (got.cpu() - reference[name].chunk(part)[my_dp_rank()]).abs().max()
         assert gap <= 1e-5 * TOL, f"{label}: {name} differ by {gap}"
@@ -234,12 +281,14 @@ def check_batching(label: str, layout: ParallelLayout, kwargs: dict, max_token_l
 
 def my_dp_rank() -> int:
     from megatron.core import parallel_state as ps
+
     return ps.get_data_parallel_rank()
 
 
 def main() -> None:
     warnings.filterwarnings("ignore")
     import faulthandler
+
     if os.environ.get("DAGRL_HANG_DUMP_S"):
         faulthandler.dump_traceback_later(float(os.environ["DAGRL_HANG_DUMP_S"]), exit=True)
     scenario, model_dir, work_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])

@@ -8,6 +8,7 @@ Adam step, and where a checkpoint label is named, the checkpoint saved at that o
 step. Qwen3 and Qwen3-MoE also run the SP/DP/distributed-optimizer layouts and the packed/dynamic-batch cases of
 mp_worker. Any failed check raises (exit code != 0); WORK_DIR/done.json lists the family/label pairs checked.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,16 +27,20 @@ from mp_worker import BATCHING, SCENARIOS, check_batching, check_layout, hf_refe
 PP2 = L(pipeline_model_parallel_size=2)
 PP2_VPP2 = L(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2)
 # (label, layout, engine kwargs, load the checkpoint of label): PP2 and PP2xVPP2 each continue from TP2's.
-DENSE = [("tp2", L(tensor_model_parallel_size=2), {}, None),
-         ("pp2", PP2, {}, "tp2"), ("pp2_vpp2", PP2_VPP2, {}, "tp2")]
+DENSE = [("tp2", L(tensor_model_parallel_size=2), {}, None), ("pp2", PP2, {}, "tp2"), ("pp2_vpp2", PP2_VPP2, {}, "tp2")]
 # MoE needs SP with TP > 1 (pre-flight); EP2 runs as EP2 x DP2. The loads cross TP+SP -> PP and EP+DP -> PP x VPP
 # (plain optimizer on both sides: the distributed one's format differs, see mp_worker.SCENARIOS).
-MOE = [("tp2_sp", L(tensor_model_parallel_size=2, sequence_parallel=True), {}, None),
-       ("ep2", L(expert_model_parallel_size=2), {}, None),
-       ("pp2", PP2, {}, "tp2_sp"), ("pp2_vpp2", PP2_VPP2, {}, "ep2"),
-       ("ep2_distopt", L(expert_model_parallel_size=2), {"use_distributed_optimizer": True}, None)]
+MOE = [
+    ("tp2_sp", L(tensor_model_parallel_size=2, sequence_parallel=True), {}, None),
+    ("ep2", L(expert_model_parallel_size=2), {}, None),
+    ("pp2", PP2, {}, "tp2_sp"),
+    ("pp2_vpp2", PP2_VPP2, {}, "ep2"),
+    ("ep2_distopt", L(expert_model_parallel_size=2), {"use_distributed_optimizer": True}, None),
+]
 LAYOUTS = {
-    "llama": DENSE, "qwen2": DENSE, "mistral": DENSE,
+    "llama": DENSE,
+    "qwen2": DENSE,
+    "mistral": DENSE,
     # + TP2+SP, DP2 (loads TP2), distributed optimizer on DP2 and TP2 (loads DP2's)
     "qwen3": SCENARIOS["dense"],
     "qwen3_moe": MOE,
@@ -57,8 +62,17 @@ def check_families(work_dir: Path, families: tuple[str, ...]) -> None:
         if dist.get_rank() == 0:
             print(f"== {family}", flush=True)
         for label, layout, kwargs, load_from in LAYOUTS[family]:
-            check_layout(label, layout, kwargs, load_from, model_dir, work_dir / "checkpoints" / family, reference,
-                         batch, results)
+            check_layout(
+                label,
+                layout,
+                kwargs,
+                load_from,
+                model_dir,
+                work_dir / "checkpoints" / family,
+                reference,
+                batch,
+                results,
+            )
         for label, layout, kwargs, max_token_len in BATCHES.get(family, []):
             check_batching(label, layout, kwargs, max_token_len, model_dir, reference, batch)
     if dist.get_rank() == 0:

@@ -4,6 +4,7 @@ in fp32, loss / grad norm / weights after one Adam step, checkpoints loaded acro
 also SP, DP2, the distributed optimizer and packed/dynamic batches. TP1 is test_megatron_engine.py's. Each group is
 a job of the shared engine world (world.py); see roundtrip_worker.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,10 @@ def run_world_job(group: str, work_dir: Path) -> None:
         mp_worker.WEIGHT_OUTLIERS = exact
 
 
-@pytest.mark.parametrize("group", [pytest.param(group, marks=pytest.mark.engine_world(f"test_family_matrix:{group}"))
-                                   for group in sorted(GROUPS)])
+@pytest.mark.parametrize(
+    "group",
+    [pytest.param(group, marks=pytest.mark.engine_world(f"test_family_matrix:{group}")) for group in sorted(GROUPS)],
+)
 def test_families_round_trip_and_match_hf_at_every_layout(engine_world, group):
     work_dir = engine_world.result(f"test_family_matrix:{group}")
     checked = json.loads((work_dir / "done.json").read_text())

@@ -1,4 +1,5 @@
 """fp32 LM head (`actor_rollout_ref.model.fp32_lm_head`): fp32 logits from bf16 operands in the Megatron engine."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,9 @@ def test_hf_response_log_probs_score_the_response_tokens_of_a_left_padded_batch(
     batch = make_batch(rows=3, prompt_len=5, response_len=4, vocab=128, seed=2)
     got = hf_response_log_probs(model, batch, fp32_head=True)
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits.float()
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits.float()
     want = torch.log_softmax(logits[:, 4:-1], -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(hf_response_log_probs(model, batch, fp32_head=False), got)  # an fp32 model: one value
@@ -65,17 +67,21 @@ def test_engine_logits_are_the_exact_head_of_its_hidden_states_and_train_the_sam
     optim = OptimSpec(lr=1e-4, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
 
     def run(fp32_head: bool) -> tuple[float, torch.dtype, dict]:
-        engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(path), param_dtype=torch.bfloat16,
-                                                        optim=optim, fp32_lm_head=fp32_head))
+        engine = MegatronActorEngine(
+            MegatronEngineSpec(model_path=str(path), param_dtype=torch.bfloat16, optim=optim, fp32_lm_head=fp32_head)
+        )
         model = engine.modules[0]
         seen = []
         hook = model.output_layer.register_forward_hook(  # copies: the loss works on the logits in place
-            lambda layer, args, out: seen.append((args[0].detach().clone(), out[0].detach().clone())))
+            lambda layer, args, out: seen.append((args[0].detach().clone(), out[0].detach().clone()))
+        )
         engine.compute_log_prob(batch, micro_batch_size=2, temperature=1.0, with_entropy=False)
         hook.remove()
         weight = (model.shared_embedding_or_output_weight() if tie else model.output_layer.weight).detach().double()
-        errors = [((out.double() - hidden.detach().double() @ weight.t()).abs().max() /
-                   out.double().abs().max()).item() for hidden, out in seen]
+        errors = [
+            ((out.double() - hidden.detach().double() @ weight.t()).abs().max() / out.double().abs().max()).item()
+            for hidden, out in seen
+        ]
         return max(errors), seen[0][1].dtype, engine.train_step(batch, sum_loss, micro_batch_size=2, temperature=1.0)
 
     exact_error, exact_dtype, exact_step = run(True)
@@ -84,8 +90,9 @@ def test_engine_logits_are_the_exact_head_of_its_hidden_states_and_train_the_sam
     assert exact_error <= 1e-5 and rounded_error >= 1e-3, (exact_error, rounded_error)
     # the backward is Megatron's bf16 one: the same step up to the forward's logit rounding
     assert abs(exact_step["loss"] - rounded_step["loss"]) <= 0.02 * abs(rounded_step["loss"])
-    assert (abs(exact_step["actor/grad_norm"] - rounded_step["actor/grad_norm"])
-            <= 0.05 * rounded_step["actor/grad_norm"])
+    assert (
+        abs(exact_step["actor/grad_norm"] - rounded_step["actor/grad_norm"]) <= 0.05 * rounded_step["actor/grad_norm"]
+    )
 
 
 def test_hf_rollout_logits_are_the_exact_head_with_the_flag(tmp_path):

@@ -1,6 +1,7 @@
 """The fused vocab-parallel log-prob head (dagrl/engine/megatron/logprob.py) on one TP rank: values and gradients
 of log p(target) and the entropy at a temperature, with padded vocabulary rows, against autograd's log_softmax.
 (TP > 1 is covered end to end against HF by the multi-process engine tests.)"""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,9 @@ def one_tp_rank(monkeypatch):
     monkeypatch.setattr(logprob, "_tp", lambda: (0, 1, None))
 
 
-@pytest.mark.parametrize("vocab,temperature,with_entropy", [(50, 1.0, False), (45, 0.7, True), (50, 1.3, True),
-                                                             (45, 1.0, False)])
+@pytest.mark.parametrize(
+    "vocab,temperature,with_entropy", [(50, 1.0, False), (45, 0.7, True), (50, 1.3, True), (45, 1.0, False)]
+)
 def test_values_and_gradients_match_log_softmax(vocab, temperature, with_entropy):
     generator = torch.Generator().manual_seed(vocab)
     logits = (torch.randn(2, 7, 50, generator=generator, dtype=torch.float64) * 3).requires_grad_()
@@ -24,14 +26,14 @@ def test_values_and_gradients_match_log_softmax(vocab, temperature, with_entropy
 
     log_probs, entropy = logprob.vocab_parallel_log_probs(logits, targets, vocab, with_entropy, temperature)
     loss = (log_probs * w_lp).sum() + ((entropy * w_h).sum() if with_entropy else 0.0)
-    grad, = torch.autograd.grad(loss, logits)
+    (grad,) = torch.autograd.grad(loss, logits)
 
     reference = logits.detach().clone().requires_grad_()
     log_softmax = torch.log_softmax(reference[..., :vocab] / temperature, -1)  # padding rows out of the softmax
     want_lp = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     want_h = -(log_softmax.exp() * log_softmax).sum(-1)
     want_loss = (want_lp * w_lp).sum() + ((want_h * w_h).sum() if with_entropy else 0.0)
-    want_grad, = torch.autograd.grad(want_loss, reference)
+    (want_grad,) = torch.autograd.grad(want_loss, reference)
 
     assert log_probs.dtype == torch.float32 and log_probs.shape == targets.shape
     assert (entropy is not None) == with_entropy
@@ -66,9 +68,9 @@ def test_a_second_backward_is_refused_where_the_first_reused_the_softmax(with_en
     targets = torch.tensor([1, 4, 9])
     log_probs, entropy = logprob.vocab_parallel_log_probs(logits, targets, 10, with_entropy)
     loss = log_probs.sum() + (entropy.sum() if with_entropy else 0.0)
-    first, = torch.autograd.grad(loss, logits, retain_graph=True)
+    (first,) = torch.autograd.grad(loss, logits, retain_graph=True)
     if with_entropy:
-        second, = torch.autograd.grad(loss, logits)
+        (second,) = torch.autograd.grad(loss, logits)
         torch.testing.assert_close(second, first)
     else:
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):

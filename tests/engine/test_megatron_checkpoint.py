@@ -4,6 +4,7 @@ cross tensor- and expert-parallel layouts.
 
 The multi-process cases are jobs of the shared 2-rank engine world (world.py): prepare_world_job and run_world_job.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -29,6 +30,7 @@ MOE_OPTIMIZERS = {"moe": {}, "moe_distopt": {"use_distributed_optimizer": True}}
 
 def engine(path: Path, optim: OptimSpec | None = None, **kwargs):
     from dagrl.engine.megatron.actor import MegatronActorEngine
+
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
@@ -36,6 +38,7 @@ def merger(*args: str) -> None:
     """scripts/model_merger.py run in this process (its engine reuses this process's TP1 Megatron state)."""
     sys.path.insert(0, str(MERGER.parent))
     import model_merger
+
     with pytest.raises(SystemExit) as done:
         model_merger.main(list(args))
     assert done.value.code == 0
@@ -47,6 +50,7 @@ def qwen3(tmp_path_factory) -> Path:
 
 
 # ---- contents and the start from a dist checkpoint ----------------------------------------------------
+
 
 def test_start_from_a_dist_checkpoint_gives_the_saved_model(qwen3, tmp_path):
     batch = make_batch(rows=4)
@@ -100,6 +104,7 @@ def test_save_contents_and_load_contents(qwen3, tmp_path):
 
 # ---- HF export and the merger ---------------------------------------------------------------------------
 
+
 def test_merged_checkpoint_loads_in_transformers_with_the_engines_log_probs(tiny_model, tmp_path):
     """A trained actor's checkpoint with the trainer's HF export beside it; the merger rebuilds the same HF model
     from the dist checkpoint alone."""
@@ -117,8 +122,17 @@ def test_merged_checkpoint_loads_in_transformers_with_the_engines_log_probs(tiny
     want, want_entropy = actor.compute_log_prob(batch, 2, 1.0, with_entropy=True)
 
     merged = tmp_path / "merged"
-    merger("merge", "--backend", "megatron", "--local_dir", str(tmp_path / "global_step_1"),
-           "--target_dir", str(merged), "--hf_model_path", str(tiny_model))
+    merger(
+        "merge",
+        "--backend",
+        "megatron",
+        "--local_dir",
+        str(tmp_path / "global_step_1"),
+        "--target_dir",
+        str(merged),
+        "--hf_model_path",
+        str(tiny_model),
+    )
     got, got_entropy = hf_log_probs(load_hf(merged), batch)
     assert (got - want).abs().max() <= 1e-5 and (got_entropy - want_entropy).abs().max() <= 1e-5
     assert (merged / "config.json").read_text() == (tiny_model / "config.json").read_text()
@@ -139,10 +153,18 @@ def test_trainer_writes_the_hf_copy_into_the_checkpoint(tiny_model, tiny_data, t
     from tests.helpers import run_in_session
 
     out = tmp_path / "run"
-    args = cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "trainer.total_training_steps": 1, "trainer.save_freq": 1, "trainer.test_freq": -1,
-        "trainer.val_before_train": False,
-        "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra,hf_model]"})
+    args = cpu_run_overrides(
+        tiny_model,
+        tiny_data,
+        out,
+        **{
+            "trainer.total_training_steps": 1,
+            "trainer.save_freq": 1,
+            "trainer.test_freq": -1,
+            "trainer.val_before_train": False,
+            "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra,hf_model]",
+        },
+    )
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args])
     assert code == 0, stderr[-3000:]
     hf_dir = out / "global_step_1" / "actor" / "huggingface"
@@ -163,27 +185,54 @@ def test_a_checkpoint_of_other_layer_names_is_refused_in_one_line(qwen3, tmp_pat
         engine(qwen3, dist_checkpoint_path=str(tmp_path / "ckpt"))
     sys.path.insert(0, str(MERGER.parent))
     import model_merger
+
     with pytest.raises(SystemExit) as done:
-        model_merger.main(["merge", "--backend", "megatron", "--local_dir", str(tmp_path / "ckpt"),
-                           "--target_dir", str(tmp_path / "out")])
+        model_merger.main(
+            [
+                "merge",
+                "--backend",
+                "megatron",
+                "--local_dir",
+                str(tmp_path / "ckpt"),
+                "--target_dir",
+                str(tmp_path / "out"),
+            ]
+        )
     lines = capsys.readouterr().err.strip().splitlines()
     assert done.value.code == 2 and len(lines) == 1 and "TransformerEngine" in lines[0]
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda root: root / "missing", "no such directory"),
-    (lambda root: root, "is not a dagrl checkpoint (no metadata.json)"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: root / "missing", "no such directory"),
+        (lambda root: root, "is not a dagrl checkpoint (no metadata.json)"),
+    ],
+)
 def test_merger_refuses_what_is_not_a_checkpoint_in_one_line(tmp_path, make, message):
-    done = subprocess.run([sys.executable, str(MERGER), "merge", "--backend", "megatron", "--local_dir",
-                           str(make(tmp_path)), "--target_dir", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(MERGER),
+            "merge",
+            "--backend",
+            "megatron",
+            "--local_dir",
+            str(make(tmp_path)),
+            "--target_dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("model_merger: error: --local_dir") and message in lines[0]
 
 
 # ---- config: pre-flight and the reference's offload flag ------------------------------------------------
+
 
 def compose_cfg(tiny_model, tiny_data, tmp_path, **extra):
     from dagrl.config.load import compose
@@ -193,18 +242,36 @@ def compose_cfg(tiny_model, tiny_data, tmp_path, **extra):
     return Cfg(compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path / "run", **extra)))
 
 
-@pytest.mark.parametrize("overrides, key, message", [
-    ({"actor_rollout_ref.actor.megatron.use_dist_checkpointing": True},
-     "dist_checkpointing_path", "needs actor_rollout_ref.actor.megatron.dist_checkpointing_path"),
-    ({"actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
-      "actor_rollout_ref.actor.megatron.dist_checkpointing_path": "/nonexistent/ckpt"}, "dist_checkpointing_path",
-     "no such directory"),
-    ({"actor_rollout_ref.actor.megatron.dist_checkpointing_path": "/nonexistent/ckpt"}, "dist_checkpointing_path",
-     "use_dist_checkpointing=false"),
-    ({"actor_rollout_ref.actor.checkpoint.save_contents": "[optimizer,hf_model]"}, "save_contents", "include model"),
-    ({"actor_rollout_ref.actor.checkpoint.load_contents": "[model,weights]"}, "load_contents", "must be a list of"),
-    ({"actor_rollout_ref.ref.megatron.param_offload": "maybe"}, "ref.megatron.param_offload", "true or false"),
-])
+@pytest.mark.parametrize(
+    "overrides, key, message",
+    [
+        (
+            {"actor_rollout_ref.actor.megatron.use_dist_checkpointing": True},
+            "dist_checkpointing_path",
+            "needs actor_rollout_ref.actor.megatron.dist_checkpointing_path",
+        ),
+        (
+            {
+                "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
+                "actor_rollout_ref.actor.megatron.dist_checkpointing_path": "/nonexistent/ckpt",
+            },
+            "dist_checkpointing_path",
+            "no such directory",
+        ),
+        (
+            {"actor_rollout_ref.actor.megatron.dist_checkpointing_path": "/nonexistent/ckpt"},
+            "dist_checkpointing_path",
+            "use_dist_checkpointing=false",
+        ),
+        (
+            {"actor_rollout_ref.actor.checkpoint.save_contents": "[optimizer,hf_model]"},
+            "save_contents",
+            "include model",
+        ),
+        ({"actor_rollout_ref.actor.checkpoint.load_contents": "[model,weights]"}, "load_contents", "must be a list of"),
+        ({"actor_rollout_ref.ref.megatron.param_offload": "maybe"}, "ref.megatron.param_offload", "true or false"),
+    ],
+)
 def test_preflight_checks_the_checkpoint_keys(tiny_model, tiny_data, tmp_path, overrides, key, message):
     from dagrl.config.errors import ConfigError
     from dagrl.config.validate import preflight
@@ -219,10 +286,18 @@ def test_preflight_accepts_a_dist_checkpoint_dir(tiny_model, tiny_data, tmp_path
 
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "metadata.json").write_text("{}")
-    preflight(compose_cfg(tiny_model, tiny_data, tmp_path, **{
-        "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
-        "actor_rollout_ref.actor.megatron.dist_checkpointing_path": str(tmp_path / "ckpt"),
-        "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra,hf_model]"}))
+    preflight(
+        compose_cfg(
+            tiny_model,
+            tiny_data,
+            tmp_path,
+            **{
+                "actor_rollout_ref.actor.megatron.use_dist_checkpointing": True,
+                "actor_rollout_ref.actor.megatron.dist_checkpointing_path": str(tmp_path / "ckpt"),
+                "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra,hf_model]",
+            },
+        )
+    )
 
 
 def test_resuming_parts_the_checkpoint_lacks_fails_in_preflight(tiny_model, tiny_data, tmp_path):
@@ -262,10 +337,16 @@ def test_reference_param_offload_is_its_own_flag(tiny_model, tiny_data, tmp_path
     from dagrl.config.validate import preflight
     from dagrl.trainer import build
 
-    cfg = compose_cfg(tiny_model, tiny_data, tmp_path, **{
-        "actor_rollout_ref.actor.use_kl_loss": True,
-        "actor_rollout_ref.actor.megatron.param_offload": actor_offload,
-        "actor_rollout_ref.ref.megatron.param_offload": ref_offload})
+    cfg = compose_cfg(
+        tiny_model,
+        tiny_data,
+        tmp_path,
+        **{
+            "actor_rollout_ref.actor.use_kl_loss": True,
+            "actor_rollout_ref.actor.megatron.param_offload": actor_offload,
+            "actor_rollout_ref.ref.megatron.param_offload": ref_offload,
+        },
+    )
     actor, reference = build.build_actor_and_reference(cfg, preflight(cfg), total_training_steps=2)
     batch = make_batch(rows=2)
     for _ in range(2):  # between phases: on the host exactly when its own flag says so
@@ -279,8 +360,10 @@ def test_reference_param_offload_is_its_own_flag(tiny_model, tiny_data, tmp_path
 
 # ---- across layouts: TP2 -> merged HF, EP2 <-> EP1 (jobs of the 2-rank engine world, world.py) ---------------
 
+
 def worker_engine(layout: ParallelLayout, model_dir: Path, **kwargs):
     from megatron.core import parallel_state
+
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     return engine(model_dir, ADAM, layout=layout, **kwargs)
@@ -288,6 +371,7 @@ def worker_engine(layout: ParallelLayout, model_dir: Path, **kwargs):
 
 def dp_rows(batch):
     from megatron.core import parallel_state as ps
+
     return batch.chunk(ps.get_data_parallel_world_size())[ps.get_data_parallel_rank()]
 
 
@@ -358,9 +442,22 @@ def test_tp2_checkpoint_merges_into_the_trained_model(engine_world, tmp_path):
     work_dir = engine_world.result("test_megatron_checkpoint:tp2")
     record = torch.load(work_dir / "records.pt")
     merged = tmp_path / "merged"
-    done = subprocess.run([sys.executable, str(MERGER), "merge", "--backend", "megatron", "--local_dir",
-                           str(work_dir / "global_step_1" / "actor"), "--target_dir", str(merged)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(MERGER),
+            "merge",
+            "--backend",
+            "megatron",
+            "--local_dir",
+            str(work_dir / "global_step_1" / "actor"),
+            "--target_dir",
+            str(merged),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     got, got_entropy = hf_log_probs(load_hf(merged), make_batch(rows=4))
     assert (got - record["log_probs"]).abs().max() <= 1e-5
@@ -371,9 +468,13 @@ def test_tp2_checkpoint_merges_into_the_trained_model(engine_world, tmp_path):
     assert all(torch.equal(tensors[name], exported_by_trainer[name]) for name in tensors)
 
 
-@pytest.mark.parametrize("scenario", [pytest.param(name,
-                                                   marks=pytest.mark.engine_world(f"test_megatron_checkpoint:{name}"))
-                                      for name in sorted(MOE_OPTIMIZERS)])
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(name, marks=pytest.mark.engine_world(f"test_megatron_checkpoint:{name}"))
+        for name in sorted(MOE_OPTIMIZERS)
+    ],
+)
 def test_moe_checkpoints_cross_expert_parallel_layouts(engine_world, scenario):
     """Qwen3-MoE: a checkpoint saved at EP2 (x DP2) loads at EP1 and one saved at EP1 loads at EP2, each giving
     the saving run's log-probs and next step (loss, grad norm, LR); plain and distributed optimizer."""
@@ -381,8 +482,10 @@ def test_moe_checkpoints_cross_expert_parallel_layouts(engine_world, scenario):
     records, expected_ep1 = torch.load(work_dir / "records.pt"), torch.load(work_dir / "expected_ep1.pt")
     ep2_loaded = engine(work_dir / "model", ADAM, **MOE_OPTIMIZERS[scenario])
     ep2_loaded.load_checkpoint(str(work_dir / "ep2"))
-    for got, want in ((continuation(ep2_loaded, make_batch(rows=4)), records["ep2"]),
-                      (records["ep2_from_ep1"], expected_ep1)):
+    for got, want in (
+        (continuation(ep2_loaded, make_batch(rows=4)), records["ep2"]),
+        (records["ep2_from_ep1"], expected_ep1),
+    ):
         assert (got["log_probs"] - want["log_probs"]).abs().max() <= 1e-5
         for key in ("loss", "actor/grad_norm", "actor/lr"):
             assert got["next"][key] == pytest.approx(want["next"][key], rel=1e-5), key

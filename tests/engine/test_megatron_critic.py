@@ -2,6 +2,7 @@
 and (on 2 ranks, a job of the shared engine world: world.py) the same values, loss and grad norm at TP2, TP2+SP, PP2
 and DP2.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,6 +27,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 
 def critic(path: Path, optim: OptimSpec | None = ADAM, **kwargs):
     from dagrl.engine.megatron.critic import MegatronCriticEngine
+
     return MegatronCriticEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
@@ -46,8 +48,10 @@ def squared_error(micro_batch, values: torch.Tensor, entropy: torch.Tensor | Non
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("critic_models")
-    return {"llama": make_model_dir(root / "llama", "llama", tie=True),  # tied: the head must not tie
-            "qwen2": make_model_dir(root / "qwen2", "qwen2", seed=2)}
+    return {
+        "llama": make_model_dir(root / "llama", "llama", tie=True),  # tied: the head must not tie
+        "qwen2": make_model_dir(root / "qwen2", "qwen2", seed=2),
+    }
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -60,11 +64,15 @@ def test_values_are_the_head_of_hf_hidden_states_before_each_response_token(mode
 
     hf = load_hf(model_dirs[family]).to(DEVICE)
     with torch.no_grad():
-        hidden = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    position_ids=batch["position_ids"], output_hidden_states=True).hidden_states[-1]
+        hidden = hf(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            output_hidden_states=True,
+        ).hidden_states[-1]
     response_len = batch["responses"].shape[1]
     head = engine.modules[-1].output_layer
-    want = (hidden[:, -response_len - 1:-1] @ head.weight.detach().t() + head.bias.detach()).squeeze(-1)
+    want = (hidden[:, -response_len - 1 : -1] @ head.weight.detach().t() + head.bias.detach()).squeeze(-1)
     want = want * batch["response_mask"]
     assert (values - want).abs().max() <= TOL
     assert values[batch["response_mask"] == 1].std() > 0.1  # a random head gives varied values, not zeros

@@ -1,5 +1,6 @@
 """Dynamic batch size (verl's use_dynamic_bsz): micro-batches by a token budget give the same log-probs, loss and
 gradient as fixed micro-batches, in the batch's row order, and never exceed the budget."""
+
 from __future__ import annotations
 
 import random
@@ -23,6 +24,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 def engine(path: Path, optim: OptimSpec | None = None, **kwargs):
     from dagrl.engine.megatron.actor import MegatronActorEngine
+
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
@@ -57,7 +59,7 @@ def test_token_budget_bins_cover_every_row_once_within_the_budget(seed):
     packed = [length for length in lengths if length <= budget]
     if packed:
         assert max(loads) - min(loads) <= max(packed)
-    assert all(not b for b in bins[len([b for b in bins if b]):])  # empty bins last
+    assert all(not b for b in bins[len([b for b in bins if b]) :])  # empty bins last
 
 
 def test_token_budget_bins_balance_and_long_rows_alone():
@@ -80,10 +82,12 @@ def test_log_probs_equal_fixed_micro_batches_in_row_order_and_within_budget(mode
     want, want_entropy = actor.compute_log_prob(batch, micro_batch_size=2, temperature=0.9, with_entropy=True)
     seen = recording(actor)
     budget = 24
-    got, entropy = actor.compute_log_prob(batch, micro_batch_size=2, temperature=0.9, with_entropy=True,
-                                          max_token_len=budget)
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6) and torch.allclose(entropy, want_entropy, rtol=1e-5,
-                                                                                 atol=1e-6)
+    got, entropy = actor.compute_log_prob(
+        batch, micro_batch_size=2, temperature=0.9, with_entropy=True, max_token_len=budget
+    )
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6) and torch.allclose(
+        entropy, want_entropy, rtol=1e-5, atol=1e-6
+    )
     micro_batches = seen[0]
     assert sorted(i for m in micro_batches for i in m.index.tolist()) == list(range(len(batch)))
     assert len(micro_batches) > 1 and len({m.rows for m in micro_batches}) > 1  # the budget decided the sizes
@@ -114,8 +118,7 @@ def test_the_vocabulary_projection_sees_real_response_tokens_only(model_dir):
 def test_train_step_equals_fixed_micro_batches(model_dir):
     batch = uneven_batch()
     fixed = engine(model_dir, ADAM).train_step(batch, sum_loss, micro_batch_size=3, temperature=1.0)
-    dynamic = engine(model_dir, ADAM).train_step(batch, sum_loss, micro_batch_size=3, temperature=1.0,
-                                                 max_token_len=20)
+    dynamic = engine(model_dir, ADAM).train_step(batch, sum_loss, micro_batch_size=3, temperature=1.0, max_token_len=20)
     for key in ("loss", "tokens", "actor/grad_norm"):
         assert dynamic[key] == pytest.approx(fixed[key], rel=1e-5), key
 
@@ -131,8 +134,9 @@ def test_a_row_longer_than_the_budget_gets_its_own_micro_batch(model_dir):
 
 
 @pytest.mark.slow
-def test_ppo_run_with_dynamic_batch_size_and_packing_matches_fixed_padded_micro_batches(tiny_model, tiny_data,
-                                                                                         tmp_path):
+def test_ppo_run_with_dynamic_batch_size_and_packing_matches_fixed_padded_micro_batches(
+    tiny_model, tiny_data, tmp_path
+):
     """The trainer on CPU (PPO with KL loss: actor, reference, old log-probs and the critic all batch by tokens, in
     packed rows) against fixed, padded micro-batches."""
     import sys
@@ -142,27 +146,47 @@ def test_ppo_run_with_dynamic_batch_size_and_packing_matches_fixed_padded_micro_
     from tests.trainer.test_end_to_end import REWARD
 
     def run(out: Path, **extra) -> dict:
-        args = cpu_run_overrides(tiny_model, tiny_data, out, **{
-            "dag": "ppo", "algorithm.adv_estimator": "gae", "custom_reward_function.path": str(REWARD),
-            "trainer.critic_warmup": 1, "trainer.val_before_train": False, "trainer.test_freq": -1,
-            "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.ppo_epochs": 2,  # old log-probs
-            "data.train_batch_size": 4,
-            "actor_rollout_ref.actor.ppo_mini_batch_size": 4, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
-            "critic.ppo_micro_batch_size_per_gpu": 2, "critic.forward_micro_batch_size_per_gpu": 2,
-            **extra})
+        args = cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{
+                "dag": "ppo",
+                "algorithm.adv_estimator": "gae",
+                "custom_reward_function.path": str(REWARD),
+                "trainer.critic_warmup": 1,
+                "trainer.val_before_train": False,
+                "trainer.test_freq": -1,
+                "actor_rollout_ref.actor.use_kl_loss": True,
+                "actor_rollout_ref.actor.ppo_epochs": 2,  # old log-probs
+                "data.train_batch_size": 4,
+                "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+                "critic.ppo_micro_batch_size_per_gpu": 2,
+                "critic.forward_micro_batch_size_per_gpu": 2,
+                **extra,
+            },
+        )
         code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args])
         assert code == 0, stderr[-3000:]
         return metrics_by_step(out)
 
     budget = 40  # max_prompt_length 32 + max_response_length 6 = 38: about two rows per micro-batch
-    dynamic = run(tmp_path / "dynamic", **{"actor_rollout_ref.actor.use_dynamic_bsz": True,
-                                           "actor_rollout_ref.model.use_remove_padding": True,
-                                           "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": budget,
-                                           "critic.ppo_max_token_len_per_gpu": budget})
+    dynamic = run(
+        tmp_path / "dynamic",
+        **{
+            "actor_rollout_ref.actor.use_dynamic_bsz": True,
+            "actor_rollout_ref.model.use_remove_padding": True,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": budget,
+            "critic.ppo_max_token_len_per_gpu": budget,
+        },
+    )
     fixed = run(tmp_path / "fixed")
     # step 1 warms the critic up (the actor is untouched), so step 2 samples the same responses in both runs
-    for step, keys in ((1, ("critic/grad_norm", "critic/vf_loss", "critic/values/mean", "actor/entropy")),
-                       (2, ("actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "critic/grad_norm"))):
+    for step, keys in (
+        (1, ("critic/grad_norm", "critic/vf_loss", "critic/values/mean", "actor/entropy")),
+        (2, ("actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "critic/grad_norm")),
+    ):
         for key in keys:
             assert dynamic[step][key] == pytest.approx(fixed[step][key], rel=1e-4, abs=1e-7), (step, key)
 
@@ -172,8 +196,15 @@ def test_nodes_pass_the_token_budget_only_when_switched_on():
     from dagrl.config.tree import Cfg
     from dagrl.nodes.actor import token_budget
 
-    cfg = Cfg(compose(["actor_rollout_ref.actor.use_dynamic_bsz=true",
-                       "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096", "critic.use_dynamic_bsz=false"]))
+    cfg = Cfg(
+        compose(
+            [
+                "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+                "critic.use_dynamic_bsz=false",
+            ]
+        )
+    )
     actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     assert token_budget(actor, "use_dynamic_bsz", "ppo_max_token_len_per_gpu") == 4096
     # verl's defaults: the log-prob passes follow the actor's switch and budget

@@ -1,4 +1,5 @@
 """Single-process (TP=PP=DP=1) tests of the Megatron actor engine on tiny random HF models."""
+
 from __future__ import annotations
 
 import math
@@ -24,6 +25,7 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
 
 def engine(path: Path, optim: OptimSpec | None = None, **kwargs):
     from dagrl.engine.megatron.actor import MegatronActorEngine
+
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
@@ -36,8 +38,9 @@ def test_log_probs_match_hf_and_export_round_trip(model_dirs, family):
     hf = load_hf(model_dirs[family])
     batch = make_batch(rows=5)
     for temperature in (1.0, 0.7):
-        log_probs, entropy = reference.compute_log_prob(batch, micro_batch_size=2, temperature=temperature,
-                                                        with_entropy=True)
+        log_probs, entropy = reference.compute_log_prob(
+            batch, micro_batch_size=2, temperature=temperature, with_entropy=True
+        )
         want_log_probs, want_entropy = hf_log_probs(hf, batch, temperature)
         assert log_probs.dtype == torch.float32 and log_probs.shape == batch["responses"].shape
         assert (log_probs - want_log_probs).abs().max() <= 1e-5
@@ -63,8 +66,9 @@ def test_gradient_is_that_of_the_summed_loss(model_dirs):
     hf = load_hf(path)
     with torch.enable_grad():
         response_len = batch["responses"].shape[1]
-        logits = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    position_ids=batch["position_ids"]).logits.float()[:, -response_len - 1:-1]
+        logits = hf(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits.float()[:, -response_len - 1 : -1]
         log_softmax = torch.log_softmax(logits, -1)
         log_probs = log_softmax.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
         entropy = -(log_softmax.exp() * log_softmax).sum(-1)
@@ -106,8 +110,9 @@ def test_trainable_top_layers_freezes_the_rest(model_dirs):
 
 @pytest.mark.parametrize("style", ["cosine", "linear"])
 def test_lr_schedule_step_by_step(model_dirs, style):
-    optim = OptimSpec(lr=1e-3, lr_warmup_steps=2, lr_warmup_init=1e-4, lr_decay_style=style, min_lr=1e-4,
-                      total_training_steps=6)
+    optim = OptimSpec(
+        lr=1e-3, lr_warmup_steps=2, lr_warmup_init=1e-4, lr_decay_style=style, min_lr=1e-4, total_training_steps=6
+    )
     actor = engine(model_dirs["llama"], optim)
     batch = make_batch(rows=1, prompt_len=3, response_len=2)
     seen = [actor.train_step(batch, sum_loss, 1, 1.0)["actor/lr"] for _ in range(7)]
@@ -124,13 +129,20 @@ def test_lr_schedule_step_by_step(model_dirs, style):
     assert seen == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.parametrize("distributed_optimizer, param_dtype", [(False, torch.float32), (True, torch.float32),
-                                                                 (False, torch.bfloat16)],
-                         ids=["fp32", "fp32_distopt_offload", "bf16"])
+@pytest.mark.parametrize(
+    "distributed_optimizer, param_dtype",
+    [(False, torch.float32), (True, torch.float32), (False, torch.bfloat16)],
+    ids=["fp32", "fp32_distopt_offload", "bf16"],
+)
 def test_save_load_continues_bit_identically(model_dirs, tmp_path, distributed_optimizer, param_dtype):
     """bf16 too: its fp32 main params are saved and restored, or the resumed step would differ."""
-    kwargs = dict(use_distributed_optimizer=distributed_optimizer, param_offload=distributed_optimizer,
-                  grad_offload=distributed_optimizer, optimizer_offload=distributed_optimizer, param_dtype=param_dtype)
+    kwargs = dict(
+        use_distributed_optimizer=distributed_optimizer,
+        param_offload=distributed_optimizer,
+        grad_offload=distributed_optimizer,
+        optimizer_offload=distributed_optimizer,
+        param_dtype=param_dtype,
+    )
     batch = make_batch(rows=4)
     first = engine(model_dirs["qwen3"], ADAM, **kwargs)
     first.train_step(batch, sum_loss, 2, 1.0)
@@ -153,8 +165,9 @@ def test_offload_gives_identical_results_and_frees_storage(model_dirs):
     batch = make_batch(rows=3)
     results = []
     for offload in (False, True):
-        actor = engine(model_dirs["qwen3_moe"], ADAM, param_offload=offload, grad_offload=offload,
-                       optimizer_offload=offload)
+        actor = engine(
+            model_dirs["qwen3_moe"], ADAM, param_offload=offload, grad_offload=offload, optimizer_offload=offload
+        )
         if offload:
             assert actor.param_store.offloaded and actor.grad_store.offloaded and actor.optim_store.offloaded
             assert next(actor.modules[0].parameters()).untyped_storage().nbytes() == 0
@@ -185,7 +198,6 @@ def test_non_finite_gradient_skips_the_step(model_dirs):
     assert actor.train_step(batch, sum_loss, 2, 1.0)["actor/skipped_steps"] == 0.0
 
 
-
 def test_one_grad_norm_per_step_and_the_same_update_as_megatrons_step(model_dirs, monkeypatch):
     """The step reuses the grad norm its non-finite check took: Megatron's norm reduction runs once per step, and
     the parameters come out bit-identical to Megatron's own optimizer.step() (which copies the grads and reduces
@@ -198,8 +210,9 @@ def test_one_grad_norm_per_step_and_the_same_update_as_megatrons_step(model_dirs
     batch = make_batch(rows=4)
     norms = []
     reduce_norm = megatron_optimizer.get_grad_norm_fp32
-    monkeypatch.setattr(megatron_optimizer, "get_grad_norm_fp32",
-                        lambda *a, **k: norms.append(1) or reduce_norm(*a, **k))
+    monkeypatch.setattr(
+        megatron_optimizer, "get_grad_norm_fp32", lambda *a, **k: norms.append(1) or reduce_norm(*a, **k)
+    )
     results = []
     for plain in (False, True):
         if plain:  # the reference: Megatron's step as it stands, norm and grad copy done again
@@ -213,19 +226,28 @@ def test_one_grad_norm_per_step_and_the_same_update_as_megatrons_step(model_dirs
     assert metrics == plain_metrics and metrics[0]["actor/grad_norm"] > 1e-3  # the clip was applied
     assert all(torch.equal(weights[name], plain_weights[name]) for name in weights)
 
+
 def test_override_transformer_config_rejects_unknown_keys(model_dirs):
     from transformers import AutoConfig
 
     from dagrl.engine.megatron.hf_config import transformer_config
 
     hf_config = AutoConfig.from_pretrained(model_dirs["llama"])
-    config = transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False, gradient_checkpointing=True,
-                                overrides={"recompute_num_layers": 2})
-    assert ((config.recompute_granularity, config.recompute_method, config.recompute_num_layers)
-            == ("full", "uniform", 2))
+    config = transformer_config(
+        hf_config,
+        ParallelLayout(),
+        torch.float32,
+        on_gpu=False,
+        gradient_checkpointing=True,
+        overrides={"recompute_num_layers": 2},
+    )
+    assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == (
+        "full",
+        "uniform",
+        2,
+    )
     with pytest.raises(ValueError, match="override_transformer_config.recompute_layerz"):
-        transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False,
-                           overrides={"recompute_layerz": 1})
+        transformer_config(hf_config, ParallelLayout(), torch.float32, on_gpu=False, overrides={"recompute_layerz": 1})
 
 
 def test_the_hf_rollout_takes_an_moe_actors_weights(model_dirs, tmp_path):
@@ -236,8 +258,12 @@ def test_the_hf_rollout_takes_an_moe_actors_weights(model_dirs, tmp_path):
     from dagrl.engine.rollout.hf import HFRollout
 
     actor = engine(model_dirs["qwen3_moe"])
-    rollout = HFRollout(str(make_model_dir(tmp_path / "other", "qwen3_moe", seed=5)), eos_token_ids=[0],
-                        pad_token_id=0, device=torch.device("cpu"))
+    rollout = HFRollout(
+        str(make_model_dir(tmp_path / "other", "qwen3_moe", seed=5)),
+        eos_token_ids=[0],
+        pad_token_id=0,
+        device=torch.device("cpu"),
+    )
     assert any(name.endswith("experts.gate_up_proj") for name, _ in rollout.model.named_parameters())
     want = load_hf(model_dirs["qwen3_moe"]).state_dict()
     assert any(not torch.equal(rollout.model.state_dict()[name], want[name]) for name in want)
@@ -245,7 +271,8 @@ def test_the_hf_rollout_takes_an_moe_actors_weights(model_dirs, tmp_path):
     got = rollout.model.state_dict()
     assert set(got) == set(want)
     assert not [name for name in want if not torch.equal(got[name], want[name])]
-    partial = [[(n, t) for n, t in bucket if ".experts.1.up_proj." not in n]
-               for bucket in actor.export_weights(1 << 16)]
+    partial = [
+        [(n, t) for n, t in bucket if ".experts.1.up_proj." not in n] for bucket in actor.export_weights(1 << 16)
+    ]
     with pytest.raises(RuntimeError, match="experts.gate_up_proj"):
         rollout.load_weights(iter(partial))

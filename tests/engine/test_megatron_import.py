@@ -1,5 +1,6 @@
 """Importing megatron-core leaves nothing in /tmp: its timers import wandb where it is installed, and `import wandb`
 makes two temporary directories that only its exit handler removes (a killed run left them behind)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -21,8 +22,9 @@ print(wandb.__name__)
 def test_megatron_is_imported_without_wandb_unless_the_run_logs_to_wandb(tmp_path, keep):
     pytest.importorskip("wandb")
     env = {"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", PROBE.format(keep=keep)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(keep=keep)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     # a run that logs to wandb imports it (and its two directories) anyway
     assert done.stdout.split() == (["2", "True"] if keep else ["0", "False"]) + ["wandb"]

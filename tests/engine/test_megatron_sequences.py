@@ -1,5 +1,6 @@
 """Packed sequences (verl's use_remove_padding): the layout functions, the context-parallel split, and on CPU the
 packed engine (one row, block-diagonal causal mask) giving the padded engine's log-probs, values and gradients."""
+
 from __future__ import annotations
 
 import random
@@ -20,6 +21,7 @@ CPU = torch.device("cpu")
 
 
 # ---- pure functions ------------------------------------------------------------------------------------------
+
 
 def test_segments_restart_positions_and_block_causal_mask():
     segments = packing.segment_lengths([3, 5, 2], align_each=2, align_total=4)
@@ -66,8 +68,14 @@ def test_context_parallel_micro_batches_reassemble_the_packed_row(cp_size, sp_tp
     layout = RowLayout.of(batch)
     index = [0, 2, 3, 5]
     align = 2 * cp_size * sp_tp
-    whole = packed_micro_batch(batch, layout, index, sum(packing.segment_lengths(
-        layout.lengths[index].tolist(), align, align)), PackSpec(align, align), CPU)
+    whole = packed_micro_batch(
+        batch,
+        layout,
+        index,
+        sum(packing.segment_lengths(layout.lengths[index].tolist(), align, align)),
+        PackSpec(align, align),
+        CPU,
+    )
     held_count = torch.zeros_like(whole.logit_pos)
     for rank in range(cp_size):
         spec = PackSpec(align_each=align, align_total=align, cp_size=cp_size, cp_rank=rank, thd=True)
@@ -79,7 +87,8 @@ def test_context_parallel_micro_batches_reassemble_the_packed_row(cp_size, sp_tp
         params = local.packed_seq_params
         assert params.qkv_format == "thd" and local.attention_mask is None
         assert params.cu_seqlens_q.tolist() == packing.cumulative(
-            packing.segment_lengths(layout.lengths[index].tolist(), align, align))
+            packing.segment_lengths(layout.lengths[index].tolist(), align, align)
+        )
         assert params.max_seqlen_q == max(torch.diff(params.cu_seqlens_q).tolist())
         held_count += held.long()
     assert torch.all(held_count == 1)
@@ -95,13 +104,14 @@ def test_packed_and_padded_micro_batches_hold_the_same_tokens():
     for j in range(len(index)):
         n = int(layout.lengths[index[j]])
         start = int(packed.logit_pos[j, 0]) - int(layout.prompt_lens[index[j]]) + 1
-        assert torch.equal(packed.tokens[0, start: start + n], padded.tokens[j, :n])
-        assert packed.position_ids[0, start: start + n].tolist() == list(range(n))
+        assert torch.equal(packed.tokens[0, start : start + n], padded.tokens[j, :n])
+        assert packed.position_ids[0, start : start + n].tolist() == list(range(n))
     offsets = packed.logit_pos - padded.logit_pos  # the same logits, shifted by each sequence's start
     assert torch.all(offsets == offsets[:, :1])
 
 
 # ---- the engine on CPU -------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
@@ -110,6 +120,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 def actor(path: Path, optim: OptimSpec | None = None, **kwargs):
     from dagrl.engine.megatron.actor import MegatronActorEngine
+
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
@@ -144,8 +155,10 @@ def test_packed_values_and_critic_step_equal_padded(model_dir):
         loss = ((values - 0.5) ** 2 * micro_batch["response_mask"]).sum()
         return loss, {"loss": loss.detach()}
 
-    engines = [MegatronCriticEngine(MegatronEngineSpec(model_path=str(model_dir), optim=ADAM, remove_padding=flag))
-               for flag in (False, True)]
+    engines = [
+        MegatronCriticEngine(MegatronEngineSpec(model_path=str(model_dir), optim=ADAM, remove_padding=flag))
+        for flag in (False, True)
+    ]
     values = [e.compute_values(batch, 2) for e in engines]
     assert (values[0] - values[1]).abs().max() <= 1e-5
     steps = [e.train_step(batch, values_loss, 2) for e in engines]

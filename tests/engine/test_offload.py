@@ -1,5 +1,6 @@
 """HostOffload keeps a store's storages in one exact-size host arena (no power-of-two rounding) and round-trips
 them bit-exactly, views included; fault_in touches every byte from several threads."""
+
 import torch
 
 from dagrl.engine.megatron import offload

@@ -1,5 +1,6 @@
 """The HF mapping covers the TransformerEngine spec's parameter names, checked on CPU against the names and shard
 shapes recorded from the GPU model (tests/engine/fixtures/te_names_*.json; fused norms, grouped-GEMM experts)."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,12 @@ def test_every_te_parameter_maps_to_hf_tensors_of_the_recorded_shard_shape(fixtu
         assert tuple(shape) == expected, (name, shape, expected)
         covered.update(rule.hf_names)
     # rank 0 holds the first `experts_per_rank` experts of each layer and every non-expert tensor
-    expected_cover = {n for n in hf if not re.search(r"\.experts\.(\d+)\.", n)
-                      or int(re.search(r"\.experts\.(\d+)\.", n).group(1)) < experts_per_rank}
+    expected_cover = {
+        n
+        for n in hf
+        if not re.search(r"\.experts\.(\d+)\.", n)
+        or int(re.search(r"\.experts\.(\d+)\.", n).group(1)) < experts_per_rank
+    }
     if model.config.tie_word_embeddings:
         expected_cover.discard("lm_head.weight")
     assert covered == expected_cover, covered ^ expected_cover

@@ -1,4 +1,5 @@
 """Tiny random HF causal LMs of every supported family, saved as safetensors dirs (no downloads)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,9 @@ def make_config(family: str, num_layers: int = 2, tie: bool = False, vocab_size:
     return hf_config(family, "tiny", num_layers=num_layers, tie=tie, vocab_size=vocab_size)
 
 
-def make_model_dir(path: Path, family: str = "llama", num_layers: int = 2, tie: bool = False,
-                   seed: int = 0, vocab_size: int = 128) -> Path:
+def make_model_dir(
+    path: Path, family: str = "llama", num_layers: int = 2, tie: bool = False, seed: int = 0, vocab_size: int = 128
+) -> Path:
     """Save a random tiny model of `family` under `path` and return `path`."""
     model = random_model(family, "tiny", seed=seed, num_layers=num_layers, tie=tie, vocab_size=vocab_size)
     with torch.no_grad():  # norms are ones at init: randomise them so a wrong mapping shows

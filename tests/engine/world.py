@@ -8,6 +8,7 @@ For each job, in order, MODULE.run_world_job(NAME, ROOT/MODULE-NAME) runs on bot
 (gloo; NCCL on a GPU machine), with rank 0's prints going to stdout.txt there, then rank 0 writes the file `done`
 there. A failed check raises: torchrun stops the world, and the jobs after it do not run.
 """
+
 from __future__ import annotations
 
 import contextlib

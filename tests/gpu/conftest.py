@@ -1,5 +1,6 @@
 """GPU tests: everything under tests/gpu carries the `gpu` marker from collection, so `-m "not gpu"` (CI) deselects
 it; run explicitly without CUDA, it is skipped."""
+
 from pathlib import Path
 
 import pytest

@@ -11,6 +11,7 @@ usage: torchrun --nproc-per-node N engine_checks.py CHECK WORK_DIR [FAMILY]
           runs in fp32 (TransformerEngine's THD attention had no fp32 kernel at CP2).
 Writes WORK_DIR/result.json; the test asserts on it.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,10 +45,17 @@ def random_batch(rows: int, prompt: int, response: int, vocab: int, seed: int = 
     mask = torch.ones_like(input_ids)
     for row in range(rows):  # uneven prompt and response lengths
         mask[row, : row * 3] = 0
-        mask[row, prompt + response - row * 5:] = 0
+        mask[row, prompt + response - row * 5 :] = 0
     input_ids = input_ids * mask
-    return Batch({"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-                  "responses": input_ids[:, prompt:].clone(), "response_mask": mask[:, prompt:].clone()})
+    return Batch(
+        {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": input_ids[:, prompt:].clone(),
+            "response_mask": mask[:, prompt:].clone(),
+        }
+    )
 
 
 def save_random_model(family: str, path: Path, dtype: torch.dtype) -> None:
@@ -95,20 +103,35 @@ def parity(work: Path, family: str) -> list[dict]:
         save_random_model(family, path, torch.bfloat16)
     dist.barrier()
     experts = 2 if family == "qwen3_moe" else 1
-    tp2 = ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=experts,
-                         expert_tensor_parallel_size=1 if experts > 1 else None)
+    tp2 = ParallelLayout(
+        tensor_model_parallel_size=2,
+        sequence_parallel=True,
+        expert_model_parallel_size=experts,
+        expert_tensor_parallel_size=1 if experts > 1 else None,
+    )
     tp1 = ParallelLayout(expert_model_parallel_size=experts)  # DP2 (EP2 for the MoE): no bf16 partial sums
     unfused = {"apply_rope_fusion": False, "bias_activation_fusion": False}
     batch = None
     results = []
-    variants = [(tp2, {}, False, LOGIT_SCALES), (tp2, {}, True, (1.0,)), (tp2, unfused, False, (1.0,)),
-                (tp1, {}, False, (1.0,)), (tp1, unfused, False, (1.0,))]
+    variants = [
+        (tp2, {}, False, LOGIT_SCALES),
+        (tp2, {}, True, (1.0,)),
+        (tp2, unfused, False, (1.0,)),
+        (tp1, {}, False, (1.0,)),
+        (tp1, unfused, False, (1.0,)),
+    ]
     for layout, overrides, fp32_head, scales in variants:
         if ps.model_parallel_is_initialized():
             ps.destroy_model_parallel()
-        engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(path), layout=layout,
-                                                        param_dtype=torch.bfloat16, fp32_lm_head=fp32_head,
-                                                        override_transformer_config=overrides))
+        engine = MegatronActorEngine(
+            MegatronEngineSpec(
+                model_path=str(path),
+                layout=layout,
+                param_dtype=torch.bfloat16,
+                fp32_lm_head=fp32_head,
+                override_transformer_config=overrides,
+            )
+        )
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(DEVICE).eval()
         if batch is None:
             batch = random_batch(rows=4, prompt=64, response=192, vocab=engine.hf_config.vocab_size).to(DEVICE)
@@ -126,21 +149,30 @@ def parity(work: Path, family: str) -> list[dict]:
             hf.to(torch.bfloat16)
             a, b, c, d = (x[mask].double() for x in (mine, reference, fp32_reference, exact))
             name = f"TP{layout.tensor_model_parallel_size}{'+SP' if layout.sequence_parallel else ''} EP{experts}"
-            results.append({"family": family, "layout": name, "logit_scale": scale,
-                            "fp32_lm_head": fp32_head, "overrides": overrides, "bit_equal_across_tp": bit_equal,
-                            "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
-                            "mean_abs_diff": float((a - b).abs().mean()), "max_abs_diff": float((a - b).abs().max()),
-                            "hf_bf16_vs_fp32_head_mean_abs_diff": float((b - c).abs().mean()),
-                            "vs_fp32_cosine": float(torch.nn.functional.cosine_similarity(a, d, dim=0)),
-                            "vs_fp32_mean_abs_diff": float((a - d).abs().mean()),
-                            "hf_bf16_vs_fp32_mean_abs_diff": float((b - d).abs().mean()),
-                            "mean_log_prob": float(b.mean()), "tokens": int(mask.sum())})
+            results.append(
+                {
+                    "family": family,
+                    "layout": name,
+                    "logit_scale": scale,
+                    "fp32_lm_head": fp32_head,
+                    "overrides": overrides,
+                    "bit_equal_across_tp": bit_equal,
+                    "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+                    "mean_abs_diff": float((a - b).abs().mean()),
+                    "max_abs_diff": float((a - b).abs().max()),
+                    "hf_bf16_vs_fp32_head_mean_abs_diff": float((b - c).abs().mean()),
+                    "vs_fp32_cosine": float(torch.nn.functional.cosine_similarity(a, d, dim=0)),
+                    "vs_fp32_mean_abs_diff": float((a - d).abs().mean()),
+                    "hf_bf16_vs_fp32_mean_abs_diff": float((b - d).abs().mean()),
+                    "mean_log_prob": float(b.mean()),
+                    "tokens": int(mask.sum()),
+                }
+            )
         del engine, hf
     return results
 
 
-def _packed_run(path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: int,
-                max_token_len: int | None) -> dict:
+def _packed_run(path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: int, max_token_len: int | None) -> dict:
     """Log-probs of every row (gathered over DP), loss and grad norm of one step, at one layout and packing."""
     from megatron.core import parallel_state as ps
 
@@ -148,27 +180,42 @@ def _packed_run(path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: 
 
     if ps.model_parallel_is_initialized():
         ps.destroy_model_parallel()
-    engine = MegatronActorEngine(MegatronEngineSpec(
-        model_path=str(path), layout=ParallelLayout(context_parallel_size=cp), param_dtype=dtype,
-        remove_padding=packed, optim=OptimSpec(lr=1e-5, total_training_steps=10)))
+    engine = MegatronActorEngine(
+        MegatronEngineSpec(
+            model_path=str(path),
+            layout=ParallelLayout(context_parallel_size=cp),
+            param_dtype=dtype,
+            remove_padding=packed,
+            optim=OptimSpec(lr=1e-5, total_training_steps=10),
+        )
+    )
     dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     rows = batch.chunk(dp)[dp_rank]
-    log_probs, _ = engine.compute_log_prob(rows, micro_batch_size=1, temperature=1.0, with_entropy=False,
-                                           max_token_len=max_token_len)
+    log_probs, _ = engine.compute_log_prob(
+        rows, micro_batch_size=1, temperature=1.0, with_entropy=False, max_token_len=max_token_len
+    )
     every = [torch.empty_like(log_probs) for _ in range(dist.get_world_size())]
     dist.all_gather(every, log_probs)  # rank order = DP order at CP1; at CP2 both ranks hold all rows
     metrics = engine.train_step(rows, sum_loss, micro_batch_size=1, temperature=1.0, max_token_len=max_token_len)
-    return {"log_probs": torch.cat(every) if dp > 1 else log_probs, "loss": metrics["loss"],
-            "grad_norm": metrics["actor/grad_norm"],
-            "ranks_equal": dp > 1 or all(torch.equal(every[0], x) for x in every)}
+    return {
+        "log_probs": torch.cat(every) if dp > 1 else log_probs,
+        "loss": metrics["loss"],
+        "grad_norm": metrics["actor/grad_norm"],
+        "ranks_equal": dp > 1 or all(torch.equal(every[0], x) for x in every),
+    }
 
 
 def _compare(label: str, got: dict, want: dict, mask: torch.Tensor) -> dict:
     a, b = got["log_probs"][mask].double(), want["log_probs"][mask].double()
-    return {"case": label, "ranks_equal": got["ranks_equal"], "log_prob_mean_abs_diff": float((a - b).abs().mean()),
-            "log_prob_max_abs_diff": float((a - b).abs().max()),
-            "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
-            "loss": [want["loss"], got["loss"]], "grad_norm": [want["grad_norm"], got["grad_norm"]]}
+    return {
+        "case": label,
+        "ranks_equal": got["ranks_equal"],
+        "log_prob_mean_abs_diff": float((a - b).abs().mean()),
+        "log_prob_max_abs_diff": float((a - b).abs().max()),
+        "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0)),
+        "loss": [want["loss"], got["loss"]],
+        "grad_norm": [want["grad_norm"], got["grad_norm"]],
+    }
 
 
 def context_parallel(work: Path) -> dict:
@@ -185,12 +232,19 @@ def context_parallel(work: Path) -> dict:
     for budget in (None, 300):  # micro-batches of one row, then by token budget (dynamic batch size)
         padded = _packed_run(path, batch, torch.bfloat16, False, 1, budget)
         for cp in (1, 2):
-            cases.append(_compare(f"bf16 packed CP{cp} budget={budget}",
-                                  _packed_run(path, batch, torch.bfloat16, True, cp, budget), padded, mask))
+            cases.append(
+                _compare(
+                    f"bf16 packed CP{cp} budget={budget}",
+                    _packed_run(path, batch, torch.bfloat16, True, cp, budget),
+                    padded,
+                    mask,
+                )
+            )
     fp32 = {"padded": _packed_run(path, batch, torch.float32, False, 1, None)}
     try:
-        fp32["compare"] = _compare("fp32 packed CP1", _packed_run(path, batch, torch.float32, True, 1, None),
-                                   fp32["padded"], mask)
+        fp32["compare"] = _compare(
+            "fp32 packed CP1", _packed_run(path, batch, torch.float32, True, 1, None), fp32["padded"], mask
+        )
     except Exception as err:  # recorded: whether fp32 packing can run on this TransformerEngine
         fp32["error"] = f"{type(err).__name__}: {str(err)[:300]}"
     return {"bf16": cases, "fp32_packed": fp32.get("compare") or fp32.get("error")}
@@ -210,12 +264,18 @@ def offload(work: Path) -> dict:
     save_random_model("qwen3", path, torch.float32)
 
     def engine(**flags):
-        return MegatronActorEngine(MegatronEngineSpec(
-            model_path=str(path), param_dtype=torch.bfloat16, optim=OptimSpec(lr=1e-5, total_training_steps=10),
-            **flags))
+        return MegatronActorEngine(
+            MegatronEngineSpec(
+                model_path=str(path),
+                param_dtype=torch.bfloat16,
+                optim=OptimSpec(lr=1e-5, total_training_steps=10),
+                **flags,
+            )
+        )
 
-    batch = random_batch(rows=4, prompt=32, response=96,
-                         vocab=hf_config("qwen3", SHAPES["qwen3"][0]).vocab_size).to(DEVICE)
+    batch = random_batch(rows=4, prompt=32, response=96, vocab=hf_config("qwen3", SHAPES["qwen3"][0]).vocab_size).to(
+        DEVICE
+    )
 
     def step(e) -> float:
         return e.train_step(batch, sum_loss, micro_batch_size=2, temperature=1.0)["loss"]
@@ -226,8 +286,11 @@ def offload(work: Path) -> dict:
     cycled = engine()
     first = step(cycled)
     freed = {}
-    for name, store in (("params", cycled.param_store), ("grads", cycled.grad_store),
-                        ("optimizer", cycled.optim_store)):
+    for name, store in (
+        ("params", cycled.param_store),
+        ("grads", cycled.grad_store),
+        ("optimizer", cycled.optim_store),
+    ):
         before = free_bytes()
         store.offload()
         after = free_bytes()
@@ -239,8 +302,13 @@ def offload(work: Path) -> dict:
     flagged = engine(param_offload=True, grad_offload=True, optimizer_offload=True)
     flagged_losses = [step(flagged), step(flagged)]
     idle_on_device = any(p.untyped_storage().nbytes() for m in flagged.modules for p in m.parameters())
-    return {"freed": freed, "plain": plain_losses, "cycled": cycled_losses, "flagged": flagged_losses,
-            "flagged_params_on_device_between_steps": idle_on_device}
+    return {
+        "freed": freed,
+        "plain": plain_losses,
+        "cycled": cycled_losses,
+        "flagged": flagged_losses,
+        "flagged_params_on_device_between_steps": idle_on_device,
+    }
 
 
 def main() -> None:
@@ -248,10 +316,14 @@ def main() -> None:
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     from dagrl.engine.megatron.parallel import init_distributed
+
     init_distributed()
     work.mkdir(parents=True, exist_ok=True)
-    checks = {"parity": lambda: parity(work, sys.argv[3]), "offload": lambda: offload(work),
-              "cp": lambda: context_parallel(work)}
+    checks = {
+        "parity": lambda: parity(work, sys.argv[3]),
+        "offload": lambda: offload(work),
+        "cp": lambda: context_parallel(work),
+    }
     result = checks[check]()
     results = [None] * dist.get_world_size()
     dist.all_gather_object(results, result)

@@ -1,5 +1,6 @@
 """bf16 parity with HF (dense and MoE), context parallelism against CP1 in bf16, bit-equal log-probs across
 tensor-parallel ranks, and offload bytes on GPU; each check runs in its own torchrun launch of engine_checks.py."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,23 @@ def run_check(gpus: int, work: Path, *args: str) -> list[dict]:
         pytest.skip(f"needs {gpus} GPUs")
     # Deterministic TransformerEngine attention backward: the offload check compares losses bit for bit.
     env = {**os.environ, "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
-                           str(WORKER), args[0], str(work), *args[1:]], capture_output=True, text=True, timeout=400,
-                          env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(gpus),
+            str(WORKER),
+            args[0],
+            str(work),
+            *args[1:],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     results = json.loads((work / "result.json").read_text())
     print("\nRESULT", json.dumps(results))
@@ -35,8 +50,12 @@ def test_bf16_log_probs_match_hf_and_agree_across_tp_ranks(family, tmp_path):
     rows = per_rank[0]
     at_gain_1 = [r for r in rows if r["logit_scale"] == 1.0]  # the random init's logits (gain 3 is reported only)
     assert [(r["layout"].split()[0], r["fp32_lm_head"], bool(r["overrides"])) for r in at_gain_1] == [
-        ("TP2+SP", False, False), ("TP2+SP", True, False), ("TP2+SP", False, True), ("TP1", False, False),
-        ("TP1", False, True)], at_gain_1
+        ("TP2+SP", False, False),
+        ("TP2+SP", True, False),
+        ("TP2+SP", False, True),
+        ("TP1", False, False),
+        ("TP1", False, True),
+    ], at_gain_1
     # Rounding where HF rounds (RoPE and SwiGLU unfused) and without TP's bf16 partial sums, the engine is HF to
     # within 1e-2: measured on 2xH200 0.0075 dense, 0.0067 MoE (EP2).
     hf_rounding = at_gain_1[-1]

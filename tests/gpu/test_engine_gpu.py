@@ -1,4 +1,5 @@
 """The Megatron engine on one GPU: no CPU shim, log-probs equal HF, a train step, save -> load -> same step."""
+
 from __future__ import annotations
 
 import sys
@@ -38,8 +39,9 @@ def test_shim_is_not_installed_and_engine_is_on_cuda(engines):
 def test_log_probs_equal_hf_on_gpu(engines):
     path, engine, _ = engines
     batch = make_batch(rows=4, vocab=128)
-    log_probs, entropy = engine.compute_log_prob(batch.to("cuda"), micro_batch_size=2, temperature=1.0,
-                                                 with_entropy=True)
+    log_probs, entropy = engine.compute_log_prob(
+        batch.to("cuda"), micro_batch_size=2, temperature=1.0, with_entropy=True
+    )
     hf = load_hf(path).to("cuda")
     expected, expected_entropy = hf_log_probs(hf, batch.to("cuda"))
     # TransformerEngine's fp32 GEMMs are TF32; the local spec (no TE) keeps full fp32.

@@ -7,6 +7,7 @@ aborted after a few steps and re-submitted as continuations after a sync (same w
 the uninterrupted run, tagged with both versions; an aborted request's partial output is what it had generated;
 log-probs come back for every token. Writes WORK_DIR/result.json; a failed check raises.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,19 @@ def main(work: Path) -> None:
     init_process_group()
     model_dir = work / "model"
     make_model(model_dir)
-    rollout = VLLMRollout(VLLMRolloutSpec(model_path=str(model_dir), gpu_memory_utilization=0.3, max_model_len=256,
-                                          load_format="dummy", enforce_eager=True), [EOS], PAD)
+    rollout = VLLMRollout(
+        VLLMRolloutSpec(
+            model_path=str(model_dir),
+            gpu_memory_utilization=0.3,
+            max_model_len=256,
+            load_format="dummy",
+            enforce_eager=True,
+        ),
+        [EOS],
+        PAD,
+    )
     from safetensors.torch import load_file
+
     weights = [(name, tensor.cuda()) for name, tensor in load_file(str(model_dir / "model.safetensors")).items()]
     rollout.load_weights(iter([weights]), version=0)
     greedy = SamplingSpec(do_sample=False, response_length=RESPONSE)
@@ -44,11 +55,14 @@ def main(work: Path) -> None:
     start = time.perf_counter()
     straight = run_to_completion(rollout, requests)
     result["request_level_s"] = time.perf_counter() - start
-    same = [list(done.token_ids) == batch["responses"][row, :int(batch["response_mask"][row].sum())].tolist()
-            for row, done in enumerate(straight)]
+    same = [
+        list(done.token_ids) == batch["responses"][row, : int(batch["response_mask"][row].sum())].tolist()
+        for row, done in enumerate(straight)
+    ]
     result["greedy_equal_to_generate"] = sum(same) / len(same)
-    assert all(len(done.log_probs) == len(done.token_ids) and all(lp <= 0 for lp in done.log_probs)
-               for done in straight)
+    assert all(
+        len(done.log_probs) == len(done.token_ids) and all(lp <= 0 for lp in done.log_probs) for done in straight
+    )
 
     rollout.submit(requests)
     finished = [completion for _ in range(3) for completion in rollout.advance()]
@@ -68,8 +82,9 @@ def main(work: Path) -> None:
     for carried in resumed:
         prefix = len(next(p for p in partial if p.id == carried.id).token_ids)
         assert carried.versions == (0,) * prefix + (1,) * (len(carried.token_ids) - prefix), carried.versions
-    result["log_prob_gap_continued"] = max(abs(a - b) for d in straight for a, b in
-                                           zip(by_id[d.id].log_probs, d.log_probs))
+    result["log_prob_gap_continued"] = max(
+        abs(a - b) for d in straight for a, b in zip(by_id[d.id].log_probs, d.log_probs)
+    )
     print("RESULT", json.dumps(result))
     (work / "result.json").write_text(json.dumps(result))
     assert result["greedy_equal_to_generate"] == 1.0 and result["continued_equal_to_straight"] >= 0.875

@@ -13,6 +13,7 @@ choreography and checks: greedy tokens are HF's argmax on the synced weights (up
 match the actor's, sleep frees the engine's memory, a training step + sync changes the output (and it still equals
 HF), and a bad tensor fails the sync by name. Rank 0 writes WORK_DIR/result.json; a failed check raises (exit != 0).
 """
+
 from __future__ import annotations
 
 import json
@@ -46,12 +47,29 @@ def make_model(path: Path) -> None:
     """A random Qwen3 whose logits are peaked (scaled head), so bf16 greedy decoding has no near-ties."""
     from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
-    shape = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
-                 num_key_value_heads=4, head_dim=32, max_position_embeddings=512, tie_word_embeddings=False,
-                 eos_token_id=EOS, pad_token_id=PAD, bos_token_id=1)
+    shape = dict(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=32,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        bos_token_id=1,
+    )
     if FAMILY == "qwen3_moe":
-        config = Qwen3MoeConfig(**shape, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128,
-                                decoder_sparse_step=1, norm_topk_prob=True)
+        config = Qwen3MoeConfig(
+            **shape,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=128,
+            decoder_sparse_step=1,
+            norm_topk_prob=True,
+        )
     else:
         config = Qwen3Config(**shape)
     torch.manual_seed(0)
@@ -70,10 +88,12 @@ def prompts_batch() -> Batch:
     mask = torch.zeros((PROMPTS, width), dtype=torch.long)
     for row in range(PROMPTS):
         length = shortest + row
-        ids[row, width - length:] = torch.randint(3, VOCAB, (length,), generator=g)
-        mask[row, width - length:] = 1
-    return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
-                 {"uid": [str(row) for row in range(PROMPTS)]})
+        ids[row, width - length :] = torch.randint(3, VOCAB, (length,), generator=g)
+        mask[row, width - length :] = 1
+    return Batch(
+        {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
+        {"uid": [str(row) for row in range(PROMPTS)]},
+    )
 
 
 def question_batch(model_dir: str) -> Batch:
@@ -81,16 +101,23 @@ def question_batch(model_dir: str) -> Batch:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}? Answer with a number."}],
-                                           tokenize=False, add_generation_prompt=True)
-             for a, b in [(3, 4), (12, 9), (25, 17), (8, 8), (40, 2), (19, 23), (7, 36), (51, 14)]]
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"What is {a} + {b}? Answer with a number."}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for a, b in [(3, 4), (12, 9), (25, 17), (8, 8), (40, 2), (19, 23), (7, 36), (51, 14)]
+    ]
     rows = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     width = max(map(len, rows))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
-                 {"uid": [str(row) for row in range(len(rows))]})
+    return Batch(
+        {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
+        {"uid": [str(row) for row in range(len(rows))]},
+    )
 
 
 def hf_greedy_margins(model_dir: Path, weights: dict[str, torch.Tensor], out: Batch) -> dict[str, float]:
@@ -100,15 +127,15 @@ def hf_greedy_margins(model_dir: Path, weights: dict[str, torch.Tensor], out: Ba
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
-    missing, unexpected = model.load_state_dict({k: v.float() for k, v in fused_experts(weights).items()},
-                                                strict=False)
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in fused_experts(weights).items()}, strict=False)
     tied = ["lm_head.weight"] if model.config.tie_word_embeddings else []  # the export leaves the tied head out
     assert not unexpected and not [m for m in missing if "rotary" not in m and m not in tied], (missing, unexpected)
     batch = out.to("cuda")
     response_len = batch["responses"].shape[1]
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits.float()[:, -response_len - 1:-1]
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits.float()[:, -response_len - 1 : -1]
     chosen = logits.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
     best, worst = logits.max(-1).values, logits.min(-1).values
     mask = batch["response_mask"].bool()
@@ -130,8 +157,9 @@ def fused_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             experts.setdefault(match.group(1), {}).setdefault(match.group(3), {})[int(match.group(2))] = tensor
     for prefix, parts in experts.items():
         order = sorted(parts["down_proj"])
-        out[prefix + "gate_up_proj"] = torch.stack([torch.cat([parts["gate_proj"][e], parts["up_proj"][e]])
-                                                    for e in order])
+        out[prefix + "gate_up_proj"] = torch.stack(
+            [torch.cat([parts["gate_proj"][e], parts["up_proj"][e]]) for e in order]
+        )
         out[prefix + "down_proj"] = torch.stack([parts["down_proj"][e] for e in order])
     return out
 
@@ -155,8 +183,11 @@ def start_without_memory(work: Path) -> None:
     free, total = torch.cuda.mem_get_info()
     hog = torch.empty(int(free - 0.2 * total), dtype=torch.uint8, device="cuda")  # leaves 20 % of the GPU
     try:
-        VLLMRollout(VLLMRolloutSpec(model_path=str(model_dir), gpu_memory_utilization=0.5, max_model_len=128),
-                    eos_token_ids=[EOS], pad_token_id=PAD)
+        VLLMRollout(
+            VLLMRolloutSpec(model_path=str(model_dir), gpu_memory_utilization=0.5, max_model_len=128),
+            eos_token_ids=[EOS],
+            pad_token_id=PAD,
+        )
         raise AssertionError("vLLM started with 50 % of a GPU that had 20 % free")
     except RuntimeError as err:
         message = str(err)
@@ -183,20 +214,43 @@ def main() -> None:
     if rank == 0 and not REAL_MODEL:
         make_model(model_dir)
     dist.barrier()
-    result: dict = {"actor_tp": actor_tp, "actor_pp": actor_pp, "actor_ep": ACTOR_EP, "rollout_tp": rollout_tp,
-                    "world": dist.get_world_size(), "family": FAMILY, "fp32_lm_head": FP32_HEAD}
-    actor = MegatronActorEngine(MegatronEngineSpec(
-        model_path=str(model_dir), layout=ParallelLayout(tensor_model_parallel_size=actor_tp,
-                                                         pipeline_model_parallel_size=actor_pp,
-                                                         expert_model_parallel_size=ACTOR_EP),
-        optim=OptimSpec(lr=2e-3, weight_decay=0.0, total_training_steps=10), param_dtype=torch.bfloat16,
-        fp32_lm_head=FP32_HEAD))
+    result: dict = {
+        "actor_tp": actor_tp,
+        "actor_pp": actor_pp,
+        "actor_ep": ACTOR_EP,
+        "rollout_tp": rollout_tp,
+        "world": dist.get_world_size(),
+        "family": FAMILY,
+        "fp32_lm_head": FP32_HEAD,
+    }
+    actor = MegatronActorEngine(
+        MegatronEngineSpec(
+            model_path=str(model_dir),
+            layout=ParallelLayout(
+                tensor_model_parallel_size=actor_tp,
+                pipeline_model_parallel_size=actor_pp,
+                expert_model_parallel_size=ACTOR_EP,
+            ),
+            optim=OptimSpec(lr=2e-3, weight_decay=0.0, total_training_steps=10),
+            param_dtype=torch.bfloat16,
+            fp32_lm_head=FP32_HEAD,
+        )
+    )
     free_before_engine = torch.cuda.mem_get_info()[0]
     start = time.perf_counter()
-    rollout = VLLMRollout(VLLMRolloutSpec(model_path=str(model_dir), tensor_parallel_size=rollout_tp,
-                                          gpu_memory_utilization=0.3, max_model_len=128, calculate_log_probs=True,
-                                          fp32_lm_head=FP32_HEAD, free_cache_engine=not KEEP_CACHE),
-                          eos_token_ids=[EOS], pad_token_id=PAD)
+    rollout = VLLMRollout(
+        VLLMRolloutSpec(
+            model_path=str(model_dir),
+            tensor_parallel_size=rollout_tp,
+            gpu_memory_utilization=0.3,
+            max_model_len=128,
+            calculate_log_probs=True,
+            fp32_lm_head=FP32_HEAD,
+            free_cache_engine=not KEEP_CACHE,
+        ),
+        eos_token_ids=[EOS],
+        pad_token_id=PAD,
+    )
     result["engine_start_s"] = time.perf_counter() - start
     engine_bytes = free_before_engine - torch.cuda.mem_get_info()[0]
 
@@ -209,10 +263,12 @@ def main() -> None:
         result["sleep_freed_fraction"] = freed / engine_bytes
         assert freed >= 0.8 * engine_bytes, (freed, engine_bytes)
 
-    cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(
-        update_weights_bucket_megabytes=1)))  # small buckets: several loads per sync
-    ctx = SimpleNamespace(cfg=cfg, actor=actor, rollout=rollout, reference=None, critic=None,
-                          versions=WeightVersions(actor=0))
+    cfg = SimpleNamespace(
+        actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(update_weights_bucket_megabytes=1))
+    )  # small buckets: several loads per sync
+    ctx = SimpleNamespace(
+        cfg=cfg, actor=actor, rollout=rollout, reference=None, critic=None, versions=WeightVersions(actor=0)
+    )
     prompts = question_batch(REAL_MODEL) if REAL_MODEL else prompts_batch()
     greedy = SamplingSpec(n=1, do_sample=False, response_length=RESPONSE)
     sampled = SamplingSpec(n=2, temperature=1.0, response_length=RESPONSE)
@@ -226,14 +282,14 @@ def main() -> None:
     result["sync_s"], result["sync_gb"] = sync_metrics["timing_s/weight_sync"], sync_metrics["perf/weight_sync_gb"]
     got = vllm_tokens(out)
     result["greedy_vs_hf"] = hf_greedy_margins(model_dir, exported(actor), out)
-    assert result["greedy_vs_hf"]["argmax_fraction"] >= 0.9 and result["greedy_vs_hf"]["max_relative_gap"] < 0.02, \
+    assert result["greedy_vs_hf"]["argmax_fraction"] >= 0.9 and result["greedy_vs_hf"]["max_relative_gap"] < 0.02, (
         result
+    )
 
     # vLLM's processed log-probs vs the actor's on sampled tokens
     ctx.versions.rollout = -1  # force a fresh sync (the engine slept and dropped its weights anyway)
     out, _ = rollout_once(sampled, seed=1)
-    actor_log_probs, _ = actor.compute_log_prob(out.to("cuda"), micro_batch_size=8, temperature=1.0,
-                                                with_entropy=False)
+    actor_log_probs, _ = actor.compute_log_prob(out.to("cuda"), micro_batch_size=8, temperature=1.0, with_entropy=False)
     mask = out["response_mask"].cuda().bool()
     gap = (actor_log_probs - out["rollout_log_probs"].cuda()).abs()[mask]
     result["log_prob_gap_mean"], result["log_prob_gap_max"] = gap.mean().item(), gap.max().item()
@@ -251,8 +307,11 @@ def main() -> None:
     after, later_sync = rollout_once(greedy, seed=0)
     result["later_sync_s"] = later_sync["timing_s/weight_sync"]  # the first sync also starts NCCL communicators
     plan = rollout.load_plan  # the syncs after the first replayed recorded copies: the checks below cover them
-    result["load_plan"] = {**plan.stats, "plans": len(plan.plans),
-                           "unplannable": dict(list(plan.unplannable.items())[:3])}
+    result["load_plan"] = {
+        **plan.stats,
+        "plans": len(plan.plans),
+        "unplannable": dict(list(plan.unplannable.items())[:3]),
+    }
     assert plan.stats["replayed"] > 0 and len(plan.plans) > len(plan.unplannable), result["load_plan"]
     got_after = vllm_tokens(after)
     result["changed_after_train"] = sum(a != b for a, b in zip(got_after, got))

@@ -1,5 +1,6 @@
 """trainer.ray_address that no Ray head answers: one line naming the key after a bounded wait, not ray.init's
 minutes of retries (dagrl/launch/ray_cluster.py check_ray_address)."""
+
 from __future__ import annotations
 
 import socket

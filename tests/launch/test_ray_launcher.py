@@ -1,6 +1,7 @@
 """trainer.launcher=ray on CPU: two Ray workers rendezvous over gloo and train; one worker dying ends the whole
 job within 60 s naming its rank, and a relaunch resumes; Ctrl-C to the driver stops the workers with a checkpoint;
 two emulated Ray nodes (slow)."""
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,26 @@ REWARD = Path(__file__).resolve().parents[1] / "trainer" / "reward_by_length.py"
 
 
 def ray_args(model, data, out: Path, **extra) -> list[str]:
-    return [sys.executable, "-m", "dagrl.main_dag", *cpu_run_overrides(model, data, out, **{
-        "trainer.launcher": "ray", "trainer.n_gpus_per_node": 2, "custom_reward_function.path": str(REWARD),
-        "trainer.total_training_steps": 3, "trainer.save_freq": 1, "trainer.test_freq": -1,
-        "trainer.val_before_train": False, **extra})]
+    return [
+        sys.executable,
+        "-m",
+        "dagrl.main_dag",
+        *cpu_run_overrides(
+            model,
+            data,
+            out,
+            **{
+                "trainer.launcher": "ray",
+                "trainer.n_gpus_per_node": 2,
+                "custom_reward_function.path": str(REWARD),
+                "trainer.total_training_steps": 3,
+                "trainer.save_freq": 1,
+                "trainer.test_freq": -1,
+                "trainer.val_before_train": False,
+                **extra,
+            },
+        ),
+    ]
 
 
 @pytest.mark.slow  # a minute; the default suite keeps Ray's Ctrl-C stop and relaunch
@@ -34,8 +51,9 @@ def test_worker_death_stops_the_job_naming_the_rank_and_a_relaunch_resumes(tiny_
     ended = time.time()
     assert code != 0, stderr[-3000:]
     assert "dagrl: error: rank 1 failed: worker process died" in stderr, stderr[-3000:]
-    killed_at = max(float(line.split()[0]) for line in trace.read_text().splitlines()
-                    if line.split()[1:] == ["actor_update", "2"])
+    killed_at = max(
+        float(line.split()[0]) for line in trace.read_text().splitlines() if line.split()[1:] == ["actor_update", "2"]
+    )
     assert ended - killed_at < 60, f"the job took {ended - killed_at:.0f} s to stop after rank 1 died"
     assert (out / "global_step_1").is_dir() and not (out / "global_step_2").exists()
 
@@ -65,9 +83,11 @@ def test_ctrl_c_to_the_driver_stops_every_worker_after_one_step_with_a_checkpoin
         stderr = err.read()
     saved = complete_steps(out)
     assert code == 130 and saved == [2], stderr[-3000:]
-    assert stderr.splitlines()[-1] == (f"dagrl: Ctrl-C: stopped after step {saved[0]} of 4; checkpoint "
-                                       f"{out / f'global_step_{saved[0]}'} written: run the same command again to "
-                                       f"resume from it"), stderr[-3000:]
+    assert stderr.splitlines()[-1] == (
+        f"dagrl: Ctrl-C: stopped after step {saved[0]} of 4; checkpoint "
+        f"{out / f'global_step_{saved[0]}'} written: run the same command again to "
+        f"resume from it"
+    ), stderr[-3000:]
     assert "Traceback" not in stderr and "stopped at once" not in stderr, stderr[-3000:]
     assert sorted(step for step in metrics_by_step(out) if step > 0) == [1, 2]
 
@@ -87,14 +107,37 @@ def test_separate_pools_on_ray_workers_train_and_match_torchrun(tiny_model, tiny
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "my_estimators.py").write_text(PLUGIN)
     path = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "plugins"), os.environ.get("PYTHONPATH")]))}
-    pools = {"actor_rollout_ref.hybrid_engine": False, "rollout.n_gpus_per_node": 1, "trainer.n_gpus_per_node": 1,
-             "async_training.max_staleness": 0, "trainer.total_training_steps": 2,
-             "trainer.plugins": "[my_estimators]", "algorithm.adv_estimator": "grpo_from_a_plugin"}
+    pools = {
+        "actor_rollout_ref.hybrid_engine": False,
+        "rollout.n_gpus_per_node": 1,
+        "trainer.n_gpus_per_node": 1,
+        "async_training.max_staleness": 0,
+        "trainer.total_training_steps": 2,
+        "trainer.plugins": "[my_estimators]",
+        "algorithm.adv_estimator": "grpo_from_a_plugin",
+    }
     args = ray_args(tiny_model, tiny_data, tmp_path / "torchrun", **pools, **{"trainer.launcher": "local"})[3:]
-    results = run_concurrently([  # side by side: much of a Ray launch is Ray starting
-        (ray_args(tiny_model, tiny_data, tmp_path / "ray", **pools), path),
-        ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-          "-m", "dagrl.main_dag", *args], path)], timeout=300)
+    results = run_concurrently(
+        [  # side by side: much of a Ray launch is Ray starting
+            (ray_args(tiny_model, tiny_data, tmp_path / "ray", **pools), path),
+            (
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nproc-per-node",
+                    "2",
+                    "--master-port",
+                    str(free_port()),
+                    "-m",
+                    "dagrl.main_dag",
+                    *args,
+                ],
+                path,
+            ),
+        ],
+        timeout=300,
+    )
     for code, stderr in results:
         assert code == 0, stderr[-3000:]
     assert metrics_by_step(tmp_path / "ray") == metrics_by_step(tmp_path / "torchrun")
@@ -117,9 +160,17 @@ def test_two_emulated_ray_nodes_one_worker_each(tiny_model, tiny_data, tmp_path)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     try:
-        args = ray_args(tiny_model, tiny_data, tmp_path / "run", **{
-            "trainer.nnodes": 2, "trainer.n_gpus_per_node": 1, "trainer.ray_address": cluster.address,
-            "trainer.total_training_steps": 2})
+        args = ray_args(
+            tiny_model,
+            tiny_data,
+            tmp_path / "run",
+            **{
+                "trainer.nnodes": 2,
+                "trainer.n_gpus_per_node": 1,
+                "trainer.ray_address": cluster.address,
+                "trainer.total_training_steps": 2,
+            },
+        )
         code, stderr = run_in_session(args, timeout=300)
         assert code == 0, stderr[-3000:]
         assert "2 worker(s) on 2 node(s)" in stderr

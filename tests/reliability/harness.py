@@ -7,6 +7,7 @@ file; the harness scans for it itself rather than asking dagrl), never a partial
 may change or vanish afterwards. Which phase a kill hit is read from the DAGRL_FAULT_TRACE file the run appends to
 at every fault point.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,7 +31,8 @@ FINISHED = re.compile(r"this run already finished: checkpoint at step (\d+) of")
 CHECKPOINT_PHASES = ("before_shards", "between_shards", "before_marker", "before_tracker")
 PHASE_LABELS = {
     "startup": "startup (imports, model build, checkpoint load)",
-    "rollout": "rollout", "actor_update": "actor update",
+    "rollout": "rollout",
+    "actor_update": "actor update",
     "before_shards": "checkpoint: writing the actor shards",
     "between_shards": "checkpoint: between the actor shards and data.pt",
     "before_marker": "checkpoint: before the marker and directory rename",
@@ -42,6 +44,7 @@ PHASE_LABELS = {
 class KillSpec:
     """How one launch dies: at fault point `phase` of `step`, or (phase None) `delay_s` seconds after it starts
     (`from_first_step`: after it passes its first fault point, i.e. once training has begun)."""
+
     phase: str | None = None
     step: int = 0
     delay_s: float = 0.0
@@ -57,13 +60,13 @@ class Launch:
     spec: KillSpec | None
     code: int
     wall_s: float
-    newest_before: int | None      # newest complete checkpoint on disk when the launch started
-    partials_before: list[str]     # incomplete checkpoint directories on disk then
-    resumed_from: int | None       # what the launch said it resumed from
-    phase: str = "startup"         # the last fault point it passed
-    step: int = 0                  # the step of that point
+    newest_before: int | None  # newest complete checkpoint on disk when the launch started
+    partials_before: list[str]  # incomplete checkpoint directories on disk then
+    resumed_from: int | None  # what the launch said it resumed from
+    phase: str = "startup"  # the last fault point it passed
+    step: int = 0  # the step of that point
     newest_after: int | None = None
-    started_at: float = 0.0        # time.time() at the launch, to compare with the trace's times
+    started_at: float = 0.0  # time.time() at the launch, to compare with the trace's times
     stderr_tail: str = ""
 
     @property
@@ -96,24 +99,29 @@ class Chain:
     def lost(self) -> int:
         """Complete checkpoints seen during the chain that are now changed or gone."""
         assert self.root is not None
-        return sum(1 for step, digest in self.checkpoint_digests.items()
-                   if not (self.root / f"global_step_{step}").is_dir()
-                   or tree_digest(self.root / f"global_step_{step}") != digest)
+        return sum(
+            1
+            for step, digest in self.checkpoint_digests.items()
+            if not (self.root / f"global_step_{step}").is_dir()
+            or tree_digest(self.root / f"global_step_{step}") != digest
+        )
 
 
 def complete_steps(root: Path) -> list[int]:
     if not root.is_dir():
         return []
-    return sorted(int(p.name.rsplit("_", 1)[1]) for p in root.glob("global_step_*")
-                  if p.is_dir() and (p / MARKER).is_file())
+    return sorted(
+        int(p.name.rsplit("_", 1)[1]) for p in root.glob("global_step_*") if p.is_dir() and (p / MARKER).is_file()
+    )
 
 
 def partial_dirs(root: Path) -> list[str]:
     """Checkpoint directories without the marker: leftovers of a killed save."""
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir()
-                  if p.is_dir() and "global_step_" in p.name and not (p / MARKER).is_file())
+    return sorted(
+        p.name for p in root.iterdir() if p.is_dir() and "global_step_" in p.name and not (p / MARKER).is_file()
+    )
 
 
 def tree_digest(path: Path) -> str:
@@ -145,8 +153,14 @@ def _wait_and_kill(proc: Any, spec: KillSpec, trace: Path, timeout_s: float) -> 
     proc.wait(timeout=timeout_s)
 
 
-def launch(args: list[str], root: Path, trace: Path, spec: KillSpec | None, timeout_s: float = 600,
-           env: dict[str, str] | None = None) -> Launch:
+def launch(
+    args: list[str],
+    root: Path,
+    trace: Path,
+    spec: KillSpec | None,
+    timeout_s: float = 600,
+    env: dict[str, str] | None = None,
+) -> Launch:
     """One launch of the run whose checkpoints live in `root`, killed as `spec` says (None: left to finish), with
     `env` added to its environment."""
     env = {"DAGRL_FAULT_TRACE": str(trace), "DAGRL_FAULT": "", **(env or {})}
@@ -154,8 +168,14 @@ def launch(args: list[str], root: Path, trace: Path, spec: KillSpec | None, time
         env["DAGRL_FAULT"] = f"{spec.phase}:{spec.step}"
     trace.unlink(missing_ok=True)
     newest = complete_steps(root)
-    record = Launch(spec=spec, code=0, wall_s=0.0, newest_before=newest[-1] if newest else None,
-                    partials_before=partial_dirs(root), resumed_from=None)
+    record = Launch(
+        spec=spec,
+        code=0,
+        wall_s=0.0,
+        newest_before=newest[-1] if newest else None,
+        partials_before=partial_dirs(root),
+        resumed_from=None,
+    )
     start, record.started_at = time.monotonic(), time.time()
     with session_process([sys.executable, "-m", "dagrl.main_dag", *args], env) as (proc, err):
         if spec is not None and not spec.phase:
@@ -183,14 +203,20 @@ def check_launch(chain: Chain, record: Launch, root: Path) -> None:
     assert record.code in (0, -9), f"{where} exited with {record.code}:\n{record.stderr_tail}"
     assert record.died_before_choosing or record.resumed_from == record.newest_before, (
         f"{where} resumed from step {record.resumed_from}, but the newest complete checkpoint on disk was "
-        f"{record.newest_before} (partials then: {record.partials_before})")
+        f"{record.newest_before} (partials then: {record.partials_before})"
+    )
     assert chain.lost == 0, f"{where} modified or removed a complete checkpoint"  # they never change or vanish
     for step in complete_steps(root):
         chain.checkpoint_digests.setdefault(step, tree_digest(root / f"global_step_{step}"))
 
 
-def run_until_done(args: list[str], root: Path, trace: Path,
-                   plan: Callable[[int | None, Chain], KillSpec | None], max_launches: int = 60) -> Chain:
+def run_until_done(
+    args: list[str],
+    root: Path,
+    trace: Path,
+    plan: Callable[[int | None, Chain], KillSpec | None],
+    max_launches: int = 60,
+) -> Chain:
     """Launch, kill as `plan(newest complete step, the chain so far)` says, relaunch, ... until a launch exits 0."""
     chain = Chain(root=root)
     while len(chain.launches) < max_launches:
@@ -223,8 +249,11 @@ def checkpoint_state(path: Path) -> dict[str, Any]:
     reader = dcp.FileSystemReader(str(actor))
     state: dict[str, Any] = {}
     for key, meta in reader.read_metadata().state_dict_metadata.items():
-        state[key] = torch.empty(meta.size, dtype=meta.properties.dtype) if isinstance(meta, TensorStorageMetadata) \
+        state[key] = (
+            torch.empty(meta.size, dtype=meta.properties.dtype)
+            if isinstance(meta, TensorStorageMetadata)
             else io.BytesIO()
+        )
     with warnings.catch_warnings():  # "torch.distributed is not initialized: loading in a single process"
         warnings.simplefilter("ignore")
         dcp.load(state, storage_reader=reader, no_dist=True)
@@ -239,8 +268,13 @@ def differences(expected: Any, actual: Any, where: str = "") -> list[str]:
     import torch
 
     if torch.is_tensor(expected) or torch.is_tensor(actual):
-        same = torch.is_tensor(expected) and torch.is_tensor(actual) and expected.dtype == actual.dtype and \
-            expected.shape == actual.shape and torch.equal(_bits(expected), _bits(actual))
+        same = (
+            torch.is_tensor(expected)
+            and torch.is_tensor(actual)
+            and expected.dtype == actual.dtype
+            and expected.shape == actual.shape
+            and torch.equal(_bits(expected), _bits(actual))
+        )
         return [] if same else [where]
     if isinstance(expected, np.ndarray) or isinstance(actual, np.ndarray):
         return [] if np.array_equal(expected, actual) else [where]
@@ -269,6 +303,7 @@ def assert_same_run(expected: Path, actual: Path) -> None:
 
 def _bits(tensor: Any) -> Any:
     import torch
+
     return tensor.detach().reshape(-1).contiguous().view(torch.uint8)
 
 
@@ -283,20 +318,32 @@ def figures_table(chains: list[Chain], total_steps: int, save_freq: int) -> str:
     by_kind = Counter(k.spec.kind for k in kills if k.spec)
     redone = [k.steps_redone for k in kills]
     rows = [
-        ("run", f"{total_steps} steps, a checkpoint every {save_freq}; tiny Llama, CPU, seeded; "
-                f"{len(chains)} run(s) killed until finished"),
-        ("kills (SIGKILL)", f"{len(kills)}: {by_kind['named']} at named phases (DAGRL_FAULT), "
-                            f"{by_kind['wall-clock']} at seeded random wall-clock moments"),
+        (
+            "run",
+            f"{total_steps} steps, a checkpoint every {save_freq}; tiny Llama, CPU, seeded; "
+            f"{len(chains)} run(s) killed until finished",
+        ),
+        (
+            "kills (SIGKILL)",
+            f"{len(kills)}: {by_kind['named']} at named phases (DAGRL_FAULT), "
+            f"{by_kind['wall-clock']} at seeded random wall-clock moments",
+        ),
         ("relaunches (resume_mode=auto)", str(len(relaunches))),
-        ("relaunches that resumed from the newest complete checkpoint",
-         f"{sum(1 for launch in chose if launch.resumed_from == launch.newest_before)} of the {len(chose)} that "
-         f"got that far ({len(relaunches) - len(chose)} were killed earlier, while starting)"),
-        ("relaunches that found a partial checkpoint on disk (chosen: never)",
-         str(sum(1 for launch in relaunches if launch.partials_before))),
+        (
+            "relaunches that resumed from the newest complete checkpoint",
+            f"{sum(1 for launch in chose if launch.resumed_from == launch.newest_before)} of the {len(chose)} that "
+            f"got that far ({len(relaunches) - len(chose)} were killed earlier, while starting)",
+        ),
+        (
+            "relaunches that found a partial checkpoint on disk (chosen: never)",
+            str(sum(1 for launch in relaunches if launch.partials_before)),
+        ),
         ("complete checkpoints modified or lost (data lost)", str(sum(chain.lost for chain in chains))),
         ("steps redone after kills (work lost)", f"{sum(redone)} in all, at most {max(redone, default=0)} per kill"),
-        ("wall-clock kills that came too late (the run had finished)",
-         str(sum(1 for launch in launches if launch.spec and not launch.killed))),
+        (
+            "wall-clock kills that came too late (the run had finished)",
+            str(sum(1 for launch in launches if launch.spec and not launch.killed)),
+        ),
         ("launch wall time", f"{sum(launch.wall_s for launch in launches):.0f} s for {len(launches)} launches"),
     ]
     table = ["| figure | value |", "|---|---|", *[f"| {name} | {value} |" for name, value in rows]]

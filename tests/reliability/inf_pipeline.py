@@ -1,5 +1,6 @@
 """The GRPO graph plus one node that makes advantages +inf at the steps in $DAGRL_TEST_INF_STEPS, for the
 numerical-fault test: `dag.custom_pipeline_fn=tests.reliability.inf_pipeline:pipeline`."""
+
 from __future__ import annotations
 
 import os

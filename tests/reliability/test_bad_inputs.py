@@ -5,6 +5,7 @@ the key or file and the fix; a case found in pre-flight ends before megatron or 
 seconds (CPU, not wall time: the machine is shared); no checkpoint in trainer.default_local_dir changes.
 docs/bad_inputs.md is the corpus's table: each case checks its own row, and `DAGRL_UPDATE_DOCS=1` rewrites it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,15 +74,25 @@ def paths(tmp_path, tiny_model, tiny_data) -> Paths:
 def trained_checkpoint(tiny_model, tiny_data, tmp_path_factory) -> Path:
     """A real one-step run's checkpoint directory, for the cases that only show once a step runs."""
     out = tmp_path_factory.mktemp("trained") / "ckpt"
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *runtime_base(tiny_model, tiny_data, out,
-                                                                                           steps=1)])
+    code, stderr = run_in_session(
+        [sys.executable, "-m", "dagrl.main_dag", *runtime_base(tiny_model, tiny_data, out, steps=1)]
+    )
     assert code == 0, stderr[-3000:]
     return out
 
 
 def runtime_base(model: Path, data: dict, out: Path, steps: int) -> list[str]:
-    return cpu_run_overrides(model, data, out, **{"trainer.total_training_steps": steps, "trainer.save_freq": 1,
-                                                  "trainer.val_before_train": False, "data.val_files": "null"})
+    return cpu_run_overrides(
+        model,
+        data,
+        out,
+        **{
+            "trainer.total_training_steps": steps,
+            "trainer.save_freq": 1,
+            "trainer.val_before_train": False,
+            "data.val_files": "null",
+        },
+    )
 
 
 def run_case(case: Case, paths: Paths, base: list[str]) -> tuple[int, str, dict, float]:
@@ -91,8 +102,11 @@ def run_case(case: Case, paths: Paths, base: list[str]) -> tuple[int, str, dict,
     fields = {"ws": paths.ws, "model": paths.model, "train": paths.train, "ckpt": paths.ckpt}
     args = merged(base, [arg.format(**fields) for arg in case.overrides])
     probe = paths.ws / "probe.json"
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")])),
-           "DAGRL_IMPORT_PROBE": str(probe), **case.env}
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE_DIR), os.environ.get("PYTHONPATH")])),
+        "DAGRL_IMPORT_PROBE": str(probe),
+        **case.env,
+    }
     start = time.monotonic()
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], env, timeout=300)
     wall = time.monotonic() - start
@@ -106,12 +120,12 @@ def error_lines(case: Case, code: int, stderr: str, paths: Paths) -> list[str]:
     assert "Traceback" not in stderr, f"{case.id}: a traceback on stderr\n{stderr[-3000:]}"
     errors = [line for line in stderr.splitlines() if line.startswith("dagrl: error:")]
     expected = (case.expect, *case.also)
-    assert len(errors) == len(expected), f"{case.id}: {len(errors)} error lines, expected {len(expected)}\n" \
-                                         f"{stderr[-3000:]}"
+    assert len(errors) == len(expected), (
+        f"{case.id}: {len(errors)} error lines, expected {len(expected)}\n{stderr[-3000:]}"
+    )
     lines = []
     for line, expect in zip(errors, expected):
-        for path, placeholder in ((paths.ws, "<tmp>"), (paths.model, "<model>"),
-                                  (Path(paths.train).parent, "<data>")):
+        for path, placeholder in ((paths.ws, "<tmp>"), (paths.model, "<model>"), (Path(paths.train).parent, "<data>")):
             line = line.replace(str(path), placeholder)
         missing = [text for text in expect if text not in line]
         assert not missing, f"{case.id}: the error line lacks {missing}: {line}"
@@ -132,8 +146,10 @@ def check_table_row(case: Case, code: int, lines: list[str]) -> None:
         ordered = [rows[c.id] for c in CASES if c.id in rows]
         DOCS.write_text(f"{head}{TABLE_HEADER}\n|---|---|---|---|---|\n" + "\n".join(ordered) + "\n")
         return
-    assert row in text.splitlines(), (f"docs/bad_inputs.md is stale for {case.id}; expected the row\n{row}\n"
-                                      f"(DAGRL_UPDATE_DOCS=1 pytest tests/reliability/test_bad_inputs.py rewrites it)")
+    assert row in text.splitlines(), (
+        f"docs/bad_inputs.md is stale for {case.id}; expected the row\n{row}\n"
+        f"(DAGRL_UPDATE_DOCS=1 pytest tests/reliability/test_bad_inputs.py rewrites it)"
+    )
 
 
 def test_the_table_lists_the_corpus_and_the_base_config_is_valid(tiny_model, tiny_data, tmp_path):
@@ -145,14 +161,16 @@ def test_the_table_lists_the_corpus_and_the_base_config_is_valid(tiny_model, tin
     from dagrl.config.load import compose
     from dagrl.config.tree import Cfg
     from dagrl.config.validate import preflight
+
     # a fresh checkpoint root: pre-flight reads the checkpoint a run resumes from, and the corpus's stand-ins
     # (write_checkpoints) hold random bytes
     preflight(Cfg(compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt"))))
 
 
 def cannot_run_here(case: Case) -> bool:
-    return case.id == "checkpoint_dir_not_writable" and (not os.path.isdir("/proc/sys")
-                                                         or os.access("/proc/sys", os.W_OK))
+    return case.id == "checkpoint_dir_not_writable" and (
+        not os.path.isdir("/proc/sys") or os.access("/proc/sys", os.W_OK)
+    )
 
 
 class CaseRuns:
@@ -199,8 +217,9 @@ class CaseRuns:
 @pytest.fixture(scope="module")
 def case_runs(request, tmp_path_factory, tiny_model, tiny_data):
     tests = ("test_bad_input_is_refused_in_preflight", "test_bad_input_found_at_start_up_stops_before_any_model")
-    order = [item.callspec.params["case"] for item in request.session.items
-             if getattr(item, "originalname", "") in tests]
+    order = [
+        item.callspec.params["case"] for item in request.session.items if getattr(item, "originalname", "") in tests
+    ]
     runs = CaseRuns(order, tmp_path_factory, tiny_model, tiny_data)
     yield runs
     runs.pool.shutdown(cancel_futures=True)
@@ -238,8 +257,9 @@ def test_bad_input_found_at_start_up_stops_before_any_model(case, case_runs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [c for c in CASES if c.found == RUNTIME], ids=lambda c: c.id)
-def test_bad_input_found_at_run_time_stops_the_run_with_one_line(case, paths, trained_checkpoint, tiny_model,
-                                                                 tiny_data):
+def test_bad_input_found_at_run_time_stops_the_run_with_one_line(
+    case, paths, trained_checkpoint, tiny_model, tiny_data
+):
     shutil.rmtree(paths.ckpt)
     shutil.copytree(trained_checkpoint, paths.ckpt)
     before = digest(paths.ckpt, checkpoints_only=True)

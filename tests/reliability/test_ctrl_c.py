@@ -2,6 +2,7 @@
 step, a step, a later validation, a second Ctrl-C during the checkpoint the first one causes), each launch the same
 command again; the run ends with exactly the metrics and weights of an uninterrupted one. Under torchrun the
 launcher passes the terminal's Ctrl-C on to every worker (colocated and with separate pools)."""
+
 from __future__ import annotations
 
 import os
@@ -29,9 +30,19 @@ VAL = "val-core/dagrl/arithmetic/acc/mean@1"
 def run_args(model, data, out: Path, **extra) -> list[str]:
     """Validation before the first step and after every second one; a checkpoint only after the last step, so that
     every other checkpoint is one a Ctrl-C wrote."""
-    return cpu_run_overrides(model, data, out, **{
-        "custom_reward_function.path": str(REWARD), "trainer.total_training_steps": TOTAL,
-        "trainer.save_freq": TOTAL, "trainer.test_freq": 2, "trainer.val_before_train": True, **extra})
+    return cpu_run_overrides(
+        model,
+        data,
+        out,
+        **{
+            "custom_reward_function.path": str(REWARD),
+            "trainer.total_training_steps": TOTAL,
+            "trainer.save_freq": TOTAL,
+            "trainer.test_freq": 2,
+            "trainer.val_before_train": True,
+            **extra,
+        },
+    )
 
 
 def dagrl_lines(stderr: str) -> list[str]:
@@ -55,12 +66,17 @@ def expected_line(kind: str, out: Path) -> str:
     """What the launch prints last: "stopped N" (a checkpoint of step N written), "second" (a second Ctrl-C) or
     "idle" (no step under way), naming the newest complete checkpoint."""
     steps = complete_steps(out)
-    intact = f"checkpoint {out / f'global_step_{steps[-1]}'} intact: {AGAIN}" if steps else \
-        "no checkpoint yet: the same command starts the run afresh"
+    intact = (
+        f"checkpoint {out / f'global_step_{steps[-1]}'} intact: {AGAIN}"
+        if steps
+        else "no checkpoint yet: the same command starts the run afresh"
+    )
     if kind.startswith("stopped"):
         step = int(kind.split()[1])
-        return f"dagrl: Ctrl-C: stopped after step {step} of {TOTAL}; checkpoint {out / f'global_step_{step}'} " \
-               f"written: {AGAIN}"
+        return (
+            f"dagrl: Ctrl-C: stopped after step {step} of {TOTAL}; checkpoint {out / f'global_step_{step}'} "
+            f"written: {AGAIN}"
+        )
     if kind == "second":
         return f"dagrl: second Ctrl-C: stopped at once without a checkpoint; {intact}"
     return f"dagrl: Ctrl-C with no step under way: stopped at once, nothing unsaved; {intact}"
@@ -71,10 +87,12 @@ MID_STEP = ("actor_update:2=SIGINT", "stopped 2", [2])  # the step ends, its val
 SECOND_IN_ITS_SAVE = ("actor_update:5=SIGINT,before_marker:5=SIGINT", "second", None)  # the newest stays as it was
 PLANS = {
     "mid-step, then twice": [MID_STEP, SECOND_IN_ITS_SAVE],
-    "every phase": [("validation:0=SIGINT", "idle", []),  # before the first step: nothing to keep, at once
-                    MID_STEP,
-                    ("validation:4=SIGINT", "stopped 4", [2, 4]),  # a validation after an unsaved step: finished
-                    SECOND_IN_ITS_SAVE],
+    "every phase": [
+        ("validation:0=SIGINT", "idle", []),  # before the first step: nothing to keep, at once
+        MID_STEP,
+        ("validation:4=SIGINT", "stopped 4", [2, 4]),  # a validation after an unsaved step: finished
+        SECOND_IN_ITS_SAVE,
+    ],
 }
 
 
@@ -83,8 +101,11 @@ def test_ctrl_c_keeps_the_work_and_the_relaunches_match_an_uninterrupted_run(tin
     straight, out, trace = tmp_path / "straight", tmp_path / "run", tmp_path / "trace"
     args = run_args(tiny_model, tiny_data, out)
     with ThreadPoolExecutor(1) as pool:
-        baseline = pool.submit(run_in_session, [sys.executable, "-m", "dagrl.main_dag",
-                                                *run_args(tiny_model, tiny_data, straight)], ONE_THREAD)
+        baseline = pool.submit(
+            run_in_session,
+            [sys.executable, "-m", "dagrl.main_dag", *run_args(tiny_model, tiny_data, straight)],
+            ONE_THREAD,
+        )
         code, stderr = ctrl_c_in_start_up(args, trace)
         assert code == 130 and "Traceback" not in stderr, stderr[-3000:]
         assert not trace.exists() and complete_steps(out) == [], "the Ctrl-C came after start-up"
@@ -103,8 +124,11 @@ def test_ctrl_c_keeps_the_work_and_the_relaunches_match_an_uninterrupted_run(tin
                 assert complete_steps(out) == saved, where
             else:  # cut inside the checkpoint: left as a partial save, every complete one unchanged
                 assert complete_steps(out) == sorted(before) and partial_dirs(out) == [".tmp_global_step_5"], where
-                assert not [d for step in before for d in differences(before[step], checkpoint_state(
-                    out / f"global_step_{step}"))], where
+                assert not [
+                    d
+                    for step in before
+                    for d in differences(before[step], checkpoint_state(out / f"global_step_{step}"))
+                ], where
 
         record = launch(args, out, trace, None, env=ONE_THREAD)  # the same command, to the end
         assert record.code == 0 and record.resumed_from == max(before), record.stderr_tail
@@ -119,19 +143,24 @@ def test_ctrl_c_keeps_the_work_and_the_relaunches_match_an_uninterrupted_run(tin
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pools", [False, True], ids=["colocated", "two pools"])
-def test_ctrl_c_to_torchrun_stops_every_worker_at_one_step_boundary_with_a_checkpoint(tiny_model, tiny_data, tmp_path,
-                                                                                      pools):
+def test_ctrl_c_to_torchrun_stops_every_worker_at_one_step_boundary_with_a_checkpoint(
+    tiny_model, tiny_data, tmp_path, pools
+):
     """The terminal's SIGINT reaches torchrun only (its workers run in sessions of their own); it sends each worker
     SIGINT. Every worker stops after the same step, the training side's rank 0 prints the line, and the relaunch
     matches an uninterrupted run."""
-    extra = {"actor_rollout_ref.hybrid_engine": False, "async_training.max_staleness": 0} if pools else \
-        {"trainer.n_gpus_per_node": 2}
+    extra = (
+        {"actor_rollout_ref.hybrid_engine": False, "async_training.max_staleness": 0}
+        if pools
+        else {"trainer.n_gpus_per_node": 2}
+    )
     straight, out, trace = tmp_path / "straight", tmp_path / "run", tmp_path / "trace"
     extra = {**extra, "trainer.val_before_train": False}
     with ThreadPoolExecutor(1) as pool:
         baseline = pool.submit(run_in_session, torchrun(run_args(tiny_model, tiny_data, straight, **extra)))
-        with session_process(torchrun(run_args(tiny_model, tiny_data, out, **extra)),
-                             {"DAGRL_FAULT_TRACE": str(trace)}) as (proc, err):
+        with session_process(
+            torchrun(run_args(tiny_model, tiny_data, out, **extra)), {"DAGRL_FAULT_TRACE": str(trace)}
+        ) as (proc, err):
             while not (trace.exists() and " actor_update 2" in trace.read_text()):
                 assert proc.poll() is None
                 time.sleep(0.02)
@@ -149,8 +178,7 @@ def test_ctrl_c_to_torchrun_stops_every_worker_at_one_step_boundary_with_a_check
     assert metrics_by_step(out) == metrics_by_step(straight)
 
 
-def test_a_kill_while_an_old_checkpoint_is_pruned_leaves_a_partial_save_not_a_damaged_checkpoint(tmp_path,
-                                                                                                  monkeypatch):
+def test_a_kill_while_an_old_checkpoint_is_pruned_leaves_a_partial_save_not_a_damaged_checkpoint(tmp_path, monkeypatch):
     from dagrl.trainer import checkpoint
     from dagrl.trainer.checkpoint import CheckpointManager, complete_checkpoints, partial_saves
 
@@ -187,4 +215,5 @@ def test_where_the_same_command_would_not_resume_the_line_gives_the_one_that_doe
     trainer = SimpleNamespace(default_local_dir=str(tmp_path), resume_mode="disable", resume_from_path=None)
     assert resume_advice(trainer, "written") == (
         f"checkpoint {tmp_path / 'global_step_3'} written: resume from it with trainer.resume_mode=auto (the same "
-        f"command: python3 -m dagrl.main_dag data.seed=1 trainer.resume_mode=auto)")
+        f"command: python3 -m dagrl.main_dag data.seed=1 trainer.resume_mode=auto)"
+    )

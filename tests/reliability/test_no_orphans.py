@@ -2,6 +2,7 @@
 checkpoint writer left a spawned multiprocessing Manager holding torch and the log file, and the resource tracker,
 alive for good; a writer forked mid-save hung forever) and no temporary directory (megatron's `import wandb` made
 two)."""
+
 from __future__ import annotations
 
 import os
@@ -45,9 +46,19 @@ def left_after(sid: int, seconds: float) -> list[str]:
 def test_kill_9_of_the_trainer_after_a_checkpoint_leaves_no_process(tiny_model, tiny_data, tmp_path):
     out, scratch = tmp_path / "run", tmp_path / "tmp"
     scratch.mkdir()
-    args = cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "custom_reward_function.path": str(REWARD), "data.val_files": "null", "trainer.val_before_train": False,
-        "trainer.test_freq": -1, "trainer.total_training_steps": 50, "trainer.save_freq": 1})
+    args = cpu_run_overrides(
+        tiny_model,
+        tiny_data,
+        out,
+        **{
+            "custom_reward_function.path": str(REWARD),
+            "data.val_files": "null",
+            "trainer.val_before_train": False,
+            "trainer.test_freq": -1,
+            "trainer.total_training_steps": 50,
+            "trainer.save_freq": 1,
+        },
+    )
     with session_process([sys.executable, "-m", "dagrl.main_dag", *args], {"TMPDIR": str(scratch)}) as (proc, err):
         deadline = time.monotonic() + 300
         while not (out / "global_step_1" / MARKER).is_file():
@@ -60,8 +71,13 @@ def test_kill_9_of_the_trainer_after_a_checkpoint_leaves_no_process(tiny_model, 
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=30) == -9
         left = left_after(proc.pid, GRACE_S)
-        assert not left, (f"{GRACE_S:.0f} s after kill -9 of the trainer these processes of its session live on:\n"
-                          + "\n".join(left) + "\n(the session before the kill:\n" + "\n".join(before) + ")")
+        assert not left, (
+            f"{GRACE_S:.0f} s after kill -9 of the trainer these processes of its session live on:\n"
+            + "\n".join(left)
+            + "\n(the session before the kill:\n"
+            + "\n".join(before)
+            + ")"
+        )
     # torch's compile cache directory is kept on purpose; nothing else a run makes in TMPDIR outlives it
     assert not [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")]
 
@@ -84,8 +100,13 @@ def test_a_child_forked_inside_children_die_with_us_dies_with_its_parent(tmp_pat
         print(inside.pid, outside.pid, flush=True)
         time.sleep(600)
     """)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).parents[2], start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        start_new_session=True,
+    )
     try:
         inside, outside = (int(pid) for pid in parent.stdout.readline().split())
         os.kill(parent.pid, signal.SIGKILL)

@@ -2,6 +2,7 @@
 logged; after trainer.max_consecutive_skips such steps the run stops and the last good checkpoint is intact.
 (The NaN case is tests/trainer/test_end_to_end.py::test_non_finite_steps_are_skipped_...; this one checks also
 that a skipped step leaves the weights and the optimizer state exactly as they were.)"""
+
 from __future__ import annotations
 
 import math
@@ -19,12 +20,23 @@ REWARD = Path(__file__).parents[1] / "trainer" / "reward_by_length.py"
 
 @pytest.mark.slow  # one ~20 s run; the NaN test of the CI suite covers the same policy
 def test_inf_in_the_loss_is_skipped_counted_logged_then_the_run_stops_on_the_last_good_checkpoint(
-        tiny_model, tiny_data, tmp_path):
+    tiny_model, tiny_data, tmp_path
+):
     out = tmp_path / "inf"
-    args = cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "custom_reward_function.path": str(REWARD), "data.val_files": "null", "trainer.val_before_train": False,
-        "trainer.total_training_steps": 5, "trainer.save_freq": 1, "trainer.max_consecutive_skips": 2,
-        "dag.custom_pipeline_fn": "tests.reliability.inf_pipeline:pipeline"})
+    args = cpu_run_overrides(
+        tiny_model,
+        tiny_data,
+        out,
+        **{
+            "custom_reward_function.path": str(REWARD),
+            "data.val_files": "null",
+            "trainer.val_before_train": False,
+            "trainer.total_training_steps": 5,
+            "trainer.save_freq": 1,
+            "trainer.max_consecutive_skips": 2,
+            "dag.custom_pipeline_fn": "tests.reliability.inf_pipeline:pipeline",
+        },
+    )
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], {"DAGRL_TEST_INF_STEPS": "2,3"})
 
     assert code != 0

@@ -1,6 +1,7 @@
 """A finished run destroys every process group before the interpreter shuts down (dagrl.utils.dist), so no gloo worker
 thread is left to free a collective's tensors then: that aborted a rank after a finished run in CI ("terminate called
 without an active exception"). The end-to-end check is in tests/trainer/test_partial_rollout.py."""
+
 import json
 import os
 
@@ -11,8 +12,15 @@ from tests.trainer.exit_threads import gloo_threads
 
 
 def _worker(rank: int, port: int, out: str) -> None:
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     from dagrl.engine.megatron.parallel import init_model_parallel
     from dagrl.placement import ParallelLayout
     from dagrl.utils import dist
@@ -20,6 +28,7 @@ def _worker(rank: int, port: int, out: str) -> None:
     dist.init_process_group()
     init_model_parallel(ParallelLayout(), seed=0)  # Megatron's groups, as the engines build them
     import torch.distributed.checkpoint  # noqa: F401 - after the process group, as the first checkpoint save imports it
+
     dist.all_gather_objects(["uid"] * 8)  # the run's last collective (the partial-rollout buffer's uids)
     running = gloo_threads()
     dist.destroy_process_groups()

@@ -3,6 +3,7 @@ stacks written and the run ends naming it; a launcher's restart (torchrun --max-
 Ray) resumes and finishes with the metrics of an uninterrupted run; SIGTERM stops the run after the current step
 with a checkpoint and exit code 0, and the relaunch finishes exactly as an uninterrupted run (colocated, and with
 separate pools where the rollout pool got the signal)."""
+
 from __future__ import annotations
 
 import json
@@ -24,14 +25,37 @@ HANG_TIMEOUT = 8
 
 
 def overrides(model, data, out: Path, **extra) -> list[str]:
-    return cpu_run_overrides(model, data, out, **{
-        "custom_reward_function.path": str(REWARD), "trainer.total_training_steps": 4, "trainer.save_freq": 1,
-        "trainer.test_freq": -1, "trainer.val_before_train": False, "trainer.hang_timeout_s": HANG_TIMEOUT, **extra})
+    return cpu_run_overrides(
+        model,
+        data,
+        out,
+        **{
+            "custom_reward_function.path": str(REWARD),
+            "trainer.total_training_steps": 4,
+            "trainer.save_freq": 1,
+            "trainer.test_freq": -1,
+            "trainer.val_before_train": False,
+            "trainer.hang_timeout_s": HANG_TIMEOUT,
+            **extra,
+        },
+    )
 
 
 def torchrun(args: list[str], processes: int = 2, restarts: int = 0) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
-            str(free_port()), "--max-restarts", str(restarts), "-m", "dagrl.main_dag", *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(processes),
+        "--master-port",
+        str(free_port()),
+        "--max-restarts",
+        str(restarts),
+        "-m",
+        "dagrl.main_dag",
+        *args,
+    ]
 
 
 def steps_only(records: dict[int, dict]) -> dict[int, dict]:
@@ -47,21 +71,27 @@ def straight(tiny_model, tiny_data, tmp_path_factory) -> dict[int, dict]:
     return metrics_by_step(out)
 
 
-@pytest.mark.parametrize("phase", ["actor_update", pytest.param("rollout", marks=pytest.mark.slow),
-                                   pytest.param("old_log_prob", marks=pytest.mark.slow),
-                                   pytest.param("before_shards", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "phase",
+    [
+        "actor_update",
+        pytest.param("rollout", marks=pytest.mark.slow),
+        pytest.param("old_log_prob", marks=pytest.mark.slow),
+        pytest.param("before_shards", marks=pytest.mark.slow),
+    ],
+)
 def test_a_hung_rank_is_found_with_every_ranks_stacks_and_ends_the_run(tiny_model, tiny_data, tmp_path, phase):
     """One rank sleeps forever at the start of step 2's `phase` (before_shards: rank 0, which runs the checkpoint's
     phases, inside the checkpoint of step 2; otherwise rank 1)."""
     hung, peer = (0, 1) if phase == "before_shards" else (1, 0)
     out, trace = tmp_path / "run", tmp_path / "faults.trace"
     args = overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2})
-    code, stderr = run_in_session(torchrun(args), {"DAGRL_HANG": f"{phase}:2@{hung}", "DAGRL_FAULT_TRACE": str(trace)},
-                                  timeout=300)
+    code, stderr = run_in_session(
+        torchrun(args), {"DAGRL_HANG": f"{phase}:2@{hung}", "DAGRL_FAULT_TRACE": str(trace)}, timeout=300
+    )
     ended = time.time()
     assert code != 0
-    hung_at = max(float(line.split()[0]) for line in trace.read_text().splitlines()
-                  if line.split()[1:] == [phase, "2"])
+    hung_at = max(float(line.split()[0]) for line in trace.read_text().splitlines() if line.split()[1:] == [phase, "2"])
     assert ended - hung_at < HANG_TIMEOUT + 10, f"the hang ended the run {ended - hung_at:.0f} s after it began"
     assert f"dagrl: error: rank {hung} hung: no progress for" in stderr and f"in phase {phase} of step 2" in stderr
     stacks = {rank: (out / "hang" / f"rank{rank}.txt").read_text() for rank in (0, 1)}
@@ -87,8 +117,9 @@ def test_sigusr1_is_a_stop_signal_too_and_a_world_of_one_agrees_on_it():
 
 
 @pytest.mark.slow  # 70 s; the default suite keeps the hang detector and the exact SIGTERM relaunch
-def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path,
-                                                                               straight):
+def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(
+    tiny_model, tiny_data, tmp_path, straight
+):
     out = tmp_path / "run"
     args = overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2})
     env = {"DAGRL_HANG": "actor_update:3@0", "DAGRL_HANG_ONCE": str(tmp_path / "hung_once")}
@@ -104,8 +135,12 @@ def test_torchrun_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(t
 def test_ray_max_restarts_resumes_a_hung_run_to_the_uninterrupted_metrics(tiny_model, tiny_data, tmp_path, straight):
     pytest.importorskip("ray")
     out = tmp_path / "run"
-    args = overrides(tiny_model, tiny_data, out, **{"trainer.n_gpus_per_node": 2, "trainer.launcher": "ray",
-                                                     "trainer.max_restarts": 1})
+    args = overrides(
+        tiny_model,
+        tiny_data,
+        out,
+        **{"trainer.n_gpus_per_node": 2, "trainer.launcher": "ray", "trainer.max_restarts": 1},
+    )
     env = {"DAGRL_HANG": "old_log_prob:2@1", "DAGRL_HANG_ONCE": str(tmp_path / "hung_once")}
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], env, timeout=400)
     assert code == 0, stderr[-3000:]
@@ -117,8 +152,12 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # the SIGTERM tests' runs go two at a tim
 
 
 def sigterm_run(model, data, root: Path) -> list[str]:
-    return [sys.executable, "-m", "dagrl.main_dag", *overrides(model, data, root, **{
-        "trainer.save_freq": -1, "trainer.total_training_steps": 8})]
+    return [
+        sys.executable,
+        "-m",
+        "dagrl.main_dag",
+        *overrides(model, data, root, **{"trainer.save_freq": -1, "trainer.total_training_steps": 8}),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +172,14 @@ def sigterm_straight(tiny_model, tiny_data, tmp_path_factory):
             code, stderr = run.result()
             assert code == 0, stderr[-3000:]
             return out
+
         yield finished
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exact(tiny_model, tiny_data, tmp_path,
-                                                                                  sigterm_straight, seed):
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exact(
+    tiny_model, tiny_data, tmp_path, sigterm_straight, seed
+):
     """SIGTERM at a seeded random moment: a random point of a random early step (read from the fault trace) plus a
     random delay (a tiny step takes ~0.1 s); the run stops after the step it was in or a later one, before the end."""
     import random
@@ -147,8 +188,10 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exac
     step, phase = rng.randint(1, 3), rng.choice(["rollout", "old_log_prob", "actor_update"])
     delay, total = rng.random() * 0.2, 8
     out, trace = tmp_path / "run", tmp_path / "faults.trace"
-    with session_process(sigterm_run(tiny_model, tiny_data, out), {**ONE_THREAD, "DAGRL_FAULT_TRACE": str(trace)}
-                         ) as (proc, err):
+    with session_process(sigterm_run(tiny_model, tiny_data, out), {**ONE_THREAD, "DAGRL_FAULT_TRACE": str(trace)}) as (
+        proc,
+        err,
+    ):
         while not (trace.exists() and f" {phase} {step}" in trace.read_text()):
             assert proc.poll() is None
             time.sleep(0.02)
@@ -171,12 +214,17 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exac
 
 @pytest.mark.slow  # a minute; the default suite keeps the colocated SIGTERM stop and the two-pool kill -9 resumes
 def test_a_stop_signal_in_the_rollout_pool_stops_both_pools_at_a_step_boundary(tiny_model, tiny_data, tmp_path):
-    pools = {"actor_rollout_ref.hybrid_engine": False, "async_training.max_staleness": 0,
-             "trainer.save_freq": -1}
+    pools = {"actor_rollout_ref.hybrid_engine": False, "async_training.max_staleness": 0, "trainer.save_freq": -1}
     straight_out, out = tmp_path / "straight", tmp_path / "run"
-    (code, stderr), straight = run_concurrently([  # the uninterrupted run beside: two cores, less wait
-        (torchrun(overrides(tiny_model, tiny_data, out, **pools)), {"DAGRL_SIGNAL": "score:2@0"}),  # the rollout pool
-        (torchrun(overrides(tiny_model, tiny_data, straight_out, **pools)), {})])
+    (code, stderr), straight = run_concurrently(
+        [  # the uninterrupted run beside: two cores, less wait
+            (
+                torchrun(overrides(tiny_model, tiny_data, out, **pools)),
+                {"DAGRL_SIGNAL": "score:2@0"},
+            ),  # the rollout pool
+            (torchrun(overrides(tiny_model, tiny_data, straight_out, **pools)), {}),
+        ]
+    )
     assert code == 0, stderr[-3000:]
     assert "stopped on SIGTERM after step" in stderr and "the training pool stopped early" in stderr
     saved = sorted(p.name for p in out.glob("global_step_*"))

@@ -1,4 +1,5 @@
 """The watchdog's thread ends as soon as the run stops it: every run's exit waits for that join."""
+
 import threading
 import time
 

@@ -1,5 +1,6 @@
 """User code that does not fit what the trainer calls (the corpus's graph, tool and interaction cases): importable as
 tests.reliability.user_code, without torch, so pre-flight stays fast."""
+
 from __future__ import annotations
 
 import sys

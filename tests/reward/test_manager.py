@@ -14,8 +14,9 @@ from dagrl.reward.manager import RewardManager
 WIDTH = 24
 
 
-def make_batch(tokenizer, texts: list[str], truths: list[str], data_source: str = "dagrl/arithmetic",
-               end_with_eos: bool = True) -> Batch:
+def make_batch(
+    tokenizer, texts: list[str], truths: list[str], data_source: str = "dagrl/arithmetic", end_with_eos: bool = True
+) -> Batch:
     """Right-padded responses as a rollout produces them; eos (a special token) ends each one."""
     responses = torch.full((len(texts), WIDTH), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(texts), WIDTH), dtype=torch.long)
@@ -23,12 +24,16 @@ def make_batch(tokenizer, texts: list[str], truths: list[str], data_source: str 
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         ids = ids + ([tokenizer.eos_token_id] if end_with_eos else [])
         assert len(ids) <= WIDTH
-        responses[row, :len(ids)] = torch.tensor(ids)
-        mask[row, :len(ids)] = 1
-    return Batch(tensors={"responses": responses, "response_mask": mask},
-                 columns={"data_source": [data_source] * len(texts),
-                          "reward_model": [{"style": "rule", "ground_truth": t} for t in truths],
-                          "extra_info": [{"index": i} for i in range(len(texts))]})
+        responses[row, : len(ids)] = torch.tensor(ids)
+        mask[row, : len(ids)] = 1
+    return Batch(
+        tensors={"responses": responses, "response_mask": mask},
+        columns={
+            "data_source": [data_source] * len(texts),
+            "reward_model": [{"style": "rule", "ground_truth": t} for t in truths],
+            "extra_info": [{"index": i} for i in range(len(texts))],
+        },
+    )
 
 
 def test_score_sits_on_the_last_valid_token(tokenizer):
@@ -149,6 +154,7 @@ def test_timeout_with_on_error_raise(tokenizer):
 
 def test_alarm_handler_is_restored(tokenizer):
     import signal
+
     before = signal.getsignal(signal.SIGALRM)
     RewardManager("naive", hanging_scorer, {}, 0.2, "zero", None)(make_batch(tokenizer, ["1"], ["1"]), tokenizer)
     assert signal.getsignal(signal.SIGALRM) is before
@@ -159,22 +165,25 @@ def test_dapo_overlong_penalty_is_linear_in_the_buffer(tokenizer):
     # Length-only responses: every token is the digit "1"; the scorer gives 1.0 to all.
     def always_one(*args, **kwargs):
         return 1.0
+
     lengths = [10, 16, 20, 24]
     responses = torch.full((4, WIDTH), tokenizer.pad_token_id)
     mask = torch.zeros((4, WIDTH), dtype=torch.long)
     for row, length in enumerate(lengths):
         mask[row, :length] = 1
         responses[row, :length] = tokenizer.convert_tokens_to_ids("1")
-    batch = Batch(tensors={"responses": responses, "response_mask": mask},
-                  columns={"data_source": ["x"] * 4, "reward_model": [{"ground_truth": "1"}] * 4})
-    manager = RewardManager("dapo", always_one, {}, 5.0, "zero",
-                            {"enable": True, "len": 8, "penalty_factor": 1.0})
+    batch = Batch(
+        tensors={"responses": responses, "response_mask": mask},
+        columns={"data_source": ["x"] * 4, "reward_model": [{"ground_truth": "1"}] * 4},
+    )
+    manager = RewardManager("dapo", always_one, {}, 5.0, "zero", {"enable": True, "len": 8, "penalty_factor": 1.0})
     scores, metrics = manager(batch, tokenizer)
     # max length 24, buffer 8: no penalty up to 16, then -(length - 16) / 8.
     assert scores.sum(-1).tolist() == pytest.approx([1.0, 1.0, 0.5, 0.0])
     assert metrics["reward/overlong_ratio"] == 0.5
-    naive_scores, _ = RewardManager("naive", always_one, {}, 5.0, "zero",
-                                    {"enable": True, "len": 8, "penalty_factor": 1.0})(batch, tokenizer)
+    naive_scores, _ = RewardManager(
+        "naive", always_one, {}, 5.0, "zero", {"enable": True, "len": 8, "penalty_factor": 1.0}
+    )(batch, tokenizer)
     assert naive_scores.sum(-1).tolist() == [1.0] * 4
 
 
@@ -199,8 +208,15 @@ def test_row_without_ground_truth_is_a_named_sample_error(tokenizer):
 def test_dapo_uses_the_configured_max_response_length(tokenizer):
     batch = make_batch(tokenizer, ["1"], ["1"])  # a short response in a WIDTH-wide batch
     length = int(batch["response_mask"].sum())
-    manager = RewardManager("dapo", lambda *a: 0.0, {}, 5.0, "zero",
-                            {"enable": True, "len": 4, "penalty_factor": 2.0}, max_response_length=length + 1)
+    manager = RewardManager(
+        "dapo",
+        lambda *a: 0.0,
+        {},
+        5.0,
+        "zero",
+        {"enable": True, "len": 4, "penalty_factor": 2.0},
+        max_response_length=length + 1,
+    )
     scores, _ = manager(batch, tokenizer)
     # expected length = max - buffer = length - 3, so 3 tokens over: -3 / 4 * 2
     assert scores.sum().item() == pytest.approx(-1.5)
@@ -240,11 +256,14 @@ def test_a_scorer_that_calls_sys_exit_stops_the_run_under_either_policy(tokenize
     assert "sys.exit(0) on sample 1" in str(error) and "remove the sys.exit" in str(error)
 
 
-@pytest.mark.parametrize("returned, said", [
-    ("seven", "returned 'seven' (a str), not a float or a dict with a 'score' key"),
-    (None, "returned None (a NoneType)"),
-    ({"reward": 1.0}, "returned a dict without a 'score' key (keys ['reward'])"),
-])
+@pytest.mark.parametrize(
+    "returned, said",
+    [
+        ("seven", "returned 'seven' (a str), not a float or a dict with a 'score' key"),
+        (None, "returned None (a NoneType)"),
+        ({"reward": 1.0}, "returned a dict without a 'score' key (keys ['reward'])"),
+    ],
+)
 def test_a_wrong_return_type_names_the_function_the_sample_and_the_value(tokenizer, returned, said):
     def typed_scorer(data_source, solution_str, ground_truth, extra_info):
         return returned if solution_str == "odd" else 1.0
@@ -264,8 +283,9 @@ def test_a_step_where_every_score_failed_stops_the_run_with_on_error_zero(tokeni
     from dagrl.config.errors import RunError
     from dagrl.nodes.reward import score
 
-    ctx = SimpleNamespace(reward_fn=RewardManager("naive", flaky_scorer, {}, 5.0, "zero", None), tokenizer=tokenizer,
-                          step=3)
+    ctx = SimpleNamespace(
+        reward_fn=RewardManager("naive", flaky_scorer, {}, 5.0, "zero", None), tokenizer=tokenizer, step=3
+    )
     _, metrics = score(ctx, make_batch(tokenizer, ["1", "boom", "text", "2"], ["1", "1", "1", "2"]))
     assert metrics["reward/errors"] == 2.0
     with pytest.raises(RunError) as caught:
@@ -282,9 +302,13 @@ def test_scores_made_in_the_background_are_checked_for_all_failed_by_the_kl_in_r
     from dagrl.config.errors import RunError
     from dagrl.nodes.reward import apply_kl_in_reward, score_rows
 
-    ctx = SimpleNamespace(reward_fn=RewardManager("naive", flaky_scorer, {}, 5.0, "zero", None), tokenizer=tokenizer,
-                          step=5, shape=SimpleNamespace(layout=SimpleNamespace(model_parallel_size=1)),
-                          cfg=SimpleNamespace(algorithm=SimpleNamespace(use_kl_in_reward=False)))
+    ctx = SimpleNamespace(
+        reward_fn=RewardManager("naive", flaky_scorer, {}, 5.0, "zero", None),
+        tokenizer=tokenizer,
+        step=5,
+        shape=SimpleNamespace(layout=SimpleNamespace(model_parallel_size=1)),
+        cfg=SimpleNamespace(algorithm=SimpleNamespace(use_kl_in_reward=False)),
+    )
     some, _ = score_rows(ctx, make_batch(tokenizer, ["1", "boom", "text", "2"], ["1", "1", "1", "2"]))
     assert some["reward_failed"].tolist() == [0.0, 1.0, 1.0, 0.0]
     out, metrics = apply_kl_in_reward(ctx, some)

@@ -1,4 +1,5 @@
 """The hf rollout: layout of its output, shared-prefix prefill, seeding, and loud weight-sync failures."""
+
 import pytest
 import torch
 

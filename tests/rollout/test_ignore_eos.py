@@ -1,5 +1,6 @@
 """actor_rollout_ref.rollout.ignore_eos (verl's key): every training response runs to its limit, eos or not, on the
 hf rollout (batch and request level) and in vLLM's requests and unpacking; validation keeps eos."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -22,7 +23,8 @@ def always_eos_rollout(tiny_model):
     rollout = HFRollout(str(tiny_model), [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"))
     eos = tokenizer.eos_token_id
     rollout.model.get_output_embeddings().register_forward_hook(
-        lambda head, args, logits: torch.full_like(logits, float("-inf")).index_fill(-1, torch.tensor([eos]), 0.0))
+        lambda head, args, logits: torch.full_like(logits, float("-inf")).index_fill(-1, torch.tensor([eos]), 0.0)
+    )
     return tokenizer, rollout
 
 
@@ -30,8 +32,10 @@ def prompts_of(tokenizer, texts):
     from dagrl.data.batch import Batch
 
     encoded = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
-    return Batch({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]},
-                 {"uid": [str(i) for i in range(len(texts))]})
+    return Batch(
+        {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]},
+        {"uid": [str(i) for i in range(len(texts))]},
+    )
 
 
 def test_hf_batch_runs_every_response_to_its_limit_past_eos(tiny_model):
@@ -67,10 +71,18 @@ def test_finish_reason_and_vllm_requests_drop_the_stop_tokens():
 
 
 def test_vllm_unpacking_keeps_tokens_after_an_eos_in_the_mask():
-    outputs = [SimpleNamespace(outputs=[completion(0, [9, EOS, 9, 9])]),
-               SimpleNamespace(outputs=[completion(0, [EOS, 8, 8, 8])])]
-    kept = unpack_outputs(left_padded_prompts(), outputs, SamplingSpec(n=1, response_length=4, ignore_eos=True),
-                          [EOS], PAD, with_log_probs=False)
+    outputs = [
+        SimpleNamespace(outputs=[completion(0, [9, EOS, 9, 9])]),
+        SimpleNamespace(outputs=[completion(0, [EOS, 8, 8, 8])]),
+    ]
+    kept = unpack_outputs(
+        left_padded_prompts(),
+        outputs,
+        SamplingSpec(n=1, response_length=4, ignore_eos=True),
+        [EOS],
+        PAD,
+        with_log_probs=False,
+    )
     assert kept["response_mask"].sum(-1).tolist() == [4, 4]
     cut = unpack_outputs(left_padded_prompts(), outputs, SamplingSpec(n=1, response_length=4), [EOS], PAD, False)
     assert cut["response_mask"].sum(-1).tolist() == [2, 1]

@@ -6,6 +6,7 @@ padded vocab shard (copy + fill), MoE experts by id, an fp32 head fed bf16, a pa
 Some loaders do what a replay must refuse: a transposed temporary, an in-place op on the input, a write the
 torch-function mode cannot see.
 """
+
 from __future__ import annotations
 
 import torch
@@ -58,7 +59,7 @@ class FakeVLLMModel(torch.nn.Module):
     def _vocab_loader(self, param, weight):
         rows = VOCAB - RANK * (PADDED // TP) if RANK * (PADDED // TP) < VOCAB else 0
         rows = min(rows, PADDED // TP)
-        param[:rows].data.copy_(weight[RANK * (PADDED // TP): RANK * (PADDED // TP) + rows])
+        param[:rows].data.copy_(weight[RANK * (PADDED // TP) : RANK * (PADDED // TP) + rows])
         param[rows:].data.fill_(0)
 
     def _expert_loader(self, param, weight, weight_name, shard_id, expert_id):
@@ -104,11 +105,20 @@ def hf_tensors(seed: int, overlap: bool = False) -> list[tuple[str, torch.Tensor
         return torch.randn(*shape, generator=gen).to(torch.bfloat16)
 
     qkv = w(HEAD + 2 * KV, H)  # q, k and v as views of one buffer, as the actor's QKV split exports them
-    tensors = [("q_proj.weight", qkv[:HEAD]), ("k_proj.weight", qkv[HEAD:HEAD + KV]),
-               ("v_proj.weight", qkv[HEAD + KV:]),
-               ("gate_proj.weight", w(INTER, H)), ("up_proj.weight", w(INTER, H)), ("down.weight", w(H, INTER)),
-               ("embed.weight", w(VOCAB, H)), ("norm.weight", w(H)), ("head.weight", w(H, H)),
-               ("transposed.weight", w(4, H)), ("scaled.weight", w(4, H)), ("hidden.weight", w(4, H))]
+    tensors = [
+        ("q_proj.weight", qkv[:HEAD]),
+        ("k_proj.weight", qkv[HEAD : HEAD + KV]),
+        ("v_proj.weight", qkv[HEAD + KV :]),
+        ("gate_proj.weight", w(INTER, H)),
+        ("up_proj.weight", w(INTER, H)),
+        ("down.weight", w(H, INTER)),
+        ("embed.weight", w(VOCAB, H)),
+        ("norm.weight", w(H)),
+        ("head.weight", w(H, H)),
+        ("transposed.weight", w(4, H)),
+        ("scaled.weight", w(4, H)),
+        ("hidden.weight", w(4, H)),
+    ]
     tensors += [(f"experts.{e}.{p}.weight", w(INTER, H)) for e in range(EXPERTS) for p in ("gate_proj", "up_proj")]
     if overlap:
         tensors.append(("wrong_down.weight", w(H, INTER)))
@@ -140,7 +150,7 @@ def test_replayed_syncs_write_exactly_what_the_loader_writes():
     assert "not tensor view -> parameter view" in plan.unplannable["transposed.weight"]
     assert "mul_" in plan.unplannable["scaled.weight"]
     assert plan.stats == {"replayed": 2 * (len(names) - 2), "loader": len(names) + 2 * 2}
-    assert (planned.embed[VOCAB - RANK * PADDED // TP:] == 0).all()  # the replayed fill of the padded rows
+    assert (planned.embed[VOCAB - RANK * PADDED // TP :] == 0).all()  # the replayed fill of the padded rows
 
 
 def test_a_tensor_with_a_new_layout_goes_back_to_the_loader():
@@ -190,5 +200,7 @@ def test_the_plan_is_logged_once_per_recording_sync(caplog):
         plan.load(hf_tensors(2))  # a replayed sync records nothing: nothing to say
         plan.end_sync()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("weight sync plan")]
-    assert lines == [f"weight sync plan: {len(tensors) - 2} tensors replay as copies, 2 go through the model's "
-                     f"loader (e.g. {next(iter(plan.unplannable))}: {next(iter(plan.unplannable.values()))})"], lines
+    assert lines == [
+        f"weight sync plan: {len(tensors) - 2} tensors replay as copies, 2 go through the model's "
+        f"loader (e.g. {next(iter(plan.unplannable))}: {next(iter(plan.unplannable.values()))})"
+    ], lines

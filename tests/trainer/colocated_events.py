@@ -2,6 +2,7 @@
 sharing its device with the actor, recording the order of the rollout engine's sleep/wake calls, the actor's (and
 reference's) offloads and its checkpoint load into EVENTS_FILE (one name a line). On a CPU the hf rollout's sleep
 and wake move nothing; the offloads copy to host buffers and back."""
+
 import sys
 
 from dagrl.engine.megatron.engine import MegatronEngine
@@ -15,6 +16,7 @@ def record(name: str, method):
         with open(events_file, "a") as stream:
             stream.write(f"{name}\n")
         return method(self, *args, **kwargs)
+
     return wrapped
 
 

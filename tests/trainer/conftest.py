@@ -1,4 +1,5 @@
 """Fixtures shared by the trainer's test modules (tests/conftest.py has the session-wide ones)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,9 +26,23 @@ def dapo_args(tiny_model, tiny_data, tmp_path_factory):
     reward.write_text(PARITY_REWARD)
 
     def make(out: Path, mode: str = "parity", **extra) -> list[str]:
-        return ["dag=dapo", *cpu_run_overrides(tiny_model, tiny_data, out, **{
-            "custom_reward_function.path": str(reward), "+custom_reward_function.reward_kwargs.mode": mode,
-            "actor_rollout_ref.rollout.n": 4, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
-            "trainer.val_before_train": False, "reward_model.overlong_buffer.enable": True,
-            "reward_model.overlong_buffer.len": 2, **extra})]
+        return [
+            "dag=dapo",
+            *cpu_run_overrides(
+                tiny_model,
+                tiny_data,
+                out,
+                **{
+                    "custom_reward_function.path": str(reward),
+                    "+custom_reward_function.reward_kwargs.mode": mode,
+                    "actor_rollout_ref.rollout.n": 4,
+                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+                    "trainer.val_before_train": False,
+                    "reward_model.overlong_buffer.enable": True,
+                    "reward_model.overlong_buffer.len": 2,
+                    **extra,
+                },
+            ),
+        ]
+
     return make

@@ -2,6 +2,7 @@
 threads still alive when the interpreter begins to shut down. A process group that outlives the run leaves its
 threads there, and one still freeing its last collective's tensors then aborts the process ("terminate called without
 an active exception")."""
+
 import atexit
 import os
 import sys

@@ -1,5 +1,6 @@
 """DAPO dynamic sampling: the node with a scripted rollout (exact counts, trim order, the limit, the smaller batch),
 then CPU runs of dag=dapo on the tiny model with a reward that makes some groups uniform."""
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ N, RESPONSE = 2, 4
 
 class ScriptedRollout:
     """Each prompt's `kind` decides its group: 'same' -> every response scores 1, 'mixed' -> 0, 1, 0, ..."""
+
     colocated, needs_weights = False, False
 
     def __init__(self) -> None:
@@ -40,8 +42,9 @@ class ScriptedRollout:
         self.seeds.append(seed)
         out = prompts.repeat_interleave(sampling.n)
         rows = len(out)
-        out["planned"] = torch.tensor([1.0 if kind == "same" else float(i % sampling.n % 2)
-                                       for i, kind in enumerate(out["kind"])])
+        out["planned"] = torch.tensor(
+            [1.0 if kind == "same" else float(i % sampling.n % 2) for i, kind in enumerate(out["kind"])]
+        )
         out["responses"] = torch.ones(rows, RESPONSE, dtype=torch.long)
         out["response_mask"] = torch.ones(rows, RESPONSE, dtype=torch.long)
         out["attention_mask"] = torch.ones(rows, RESPONSE + 2, dtype=torch.long)
@@ -54,8 +57,11 @@ class PlannedReward:
     def score_batch(self, batch: Batch, tokenizer):
         scores = torch.zeros(len(batch), RESPONSE)
         scores[:, -1] = batch["planned"]
-        return scores, {}, {"score": batch["planned"].clone(), "acc": batch["planned"].clone(),
-                            "failed": torch.zeros(len(batch))}
+        return (
+            scores,
+            {},
+            {"score": batch["planned"].clone(), "acc": batch["planned"].clone(), "failed": torch.zeros(len(batch))},
+        )
 
 
 def make_ctx(schedule: dict[int, str], actor_dp: int = 1, **overrides) -> StepContext:
@@ -63,16 +69,33 @@ def make_ctx(schedule: dict[int, str], actor_dp: int = 1, **overrides) -> StepCo
     one rollout-TP group of `actor_dp` ranks, so one rollout shard (this rank's) holds every prompt."""
     args = {"data.train_batch_size": 4, "actor_rollout_ref.rollout.n": N, **overrides}
     cfg = Cfg(compose(["dag=dapo", *(f"{k}={v}" for k, v in args.items())]))
-    shape = RunShape(world_size=actor_dp, rollout_tp=actor_dp, prompt_length=2,
-                     response_length=RESPONSE, grad_clip=1.0, train_rows=64, hf_config={})
+    shape = RunShape(
+        world_size=actor_dp,
+        rollout_tp=actor_dp,
+        prompt_length=2,
+        response_length=RESPONSE,
+        grad_clip=1.0,
+        train_rows=64,
+        hf_config={},
+    )
 
     def draw(step: int, round_index: int) -> Batch:
         kinds = ["same" if letter == "s" else "mixed" for letter in schedule[round_index]]
         return Batch(columns={"uid": [f"{step}:{round_index}:{p}" for p in range(len(kinds))], "kind": kinds})
 
-    return StepContext(cfg=cfg, shape=shape, actor=None, rollout=ScriptedRollout(), reference=None,
-                       reward_fn=PlannedReward(), tokenizer=None, kl_ctrl=None,
-                       versions=WeightVersions(actor=0, rollout=0), step=7, draw_prompts=draw)
+    return StepContext(
+        cfg=cfg,
+        shape=shape,
+        actor=None,
+        rollout=ScriptedRollout(),
+        reference=None,
+        reward_fn=PlannedReward(),
+        tokenizer=None,
+        kl_ctrl=None,
+        versions=WeightVersions(actor=0, rollout=0),
+        step=7,
+        draw_prompts=draw,
+    )
 
 
 def first_round(ctx: StepContext) -> Batch:
@@ -90,8 +113,12 @@ def groups_of(batch: Batch) -> list[str]:
 def test_regenerates_until_the_batch_is_full_then_trims_in_round_order():
     ctx = make_ctx({0: "ssms", 1: "mmss", 2: "mmmm"})
     out, metrics = filter_groups(ctx, first_round(ctx))
-    assert metrics == {"train/num_gen_batches": 3.0, "train/num_generated_groups": 12.0,
-                       "train/num_kept_groups": 7.0, "train/num_batch_groups": 4.0}
+    assert metrics == {
+        "train/num_gen_batches": 3.0,
+        "train/num_generated_groups": 12.0,
+        "train/num_kept_groups": 7.0,
+        "train/num_batch_groups": 4.0,
+    }
     assert groups_of(out) == ["7:0:2", "7:1:0", "7:1:1", "7:2:0"]
     assert len(out) == 4 * N and set(out["kind"]) == {"mixed"}
     assert out["token_level_scores"].sum(-1).tolist() == [0.0, 1.0] * 4
@@ -110,32 +137,45 @@ def test_nothing_is_regenerated_when_the_first_batch_has_enough_and_off_means_un
 
 def test_the_limit_raises_naming_the_keys():
     ctx = make_ctx({0: "ssms", 1: "msss", 2: "mmmm"}, **{"algorithm.filter_groups.max_num_gen_batches": 2})
-    with pytest.raises(RuntimeError, match=r"only 2 of data.train_batch_size=4 .* after 2 generation batches "
-                                           r"\(algorithm.filter_groups.max_num_gen_batches=2\).*"
-                                           r"on_limit=smaller_batch"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"only 2 of data.train_batch_size=4 .* after 2 generation batches "
+        r"\(algorithm.filter_groups.max_num_gen_batches=2\).*"
+        r"on_limit=smaller_batch",
+    ):
         filter_groups(ctx, first_round(ctx))
 
 
 @pytest.mark.parametrize("actor_dp,expected", [(1, ["7:0:0", "7:0:1", "7:1:3"]), (2, ["7:0:0", "7:0:1"])])
 def test_smaller_batch_trains_on_whole_groups_for_every_dp_rank(actor_dp, expected):
-    ctx = make_ctx({0: "mmss", 1: "sssm", 2: "mmmm"}, actor_dp=actor_dp,
-                   **{"algorithm.filter_groups.max_num_gen_batches": 2,
-                      "algorithm.filter_groups.on_limit": "smaller_batch"})
+    ctx = make_ctx(
+        {0: "mmss", 1: "sssm", 2: "mmmm"},
+        actor_dp=actor_dp,
+        **{"algorithm.filter_groups.max_num_gen_batches": 2, "algorithm.filter_groups.on_limit": "smaller_batch"},
+    )
     out, metrics = filter_groups(ctx, first_round(ctx))
     assert groups_of(out) == expected
     assert metrics["train/num_kept_groups"] == 3.0 and metrics["train/num_batch_groups"] == len(expected)
 
 
 def test_too_few_groups_for_the_dp_ranks_is_an_error_even_with_smaller_batch():
-    ctx = make_ctx({0: "msss"}, actor_dp=2, **{"algorithm.filter_groups.max_num_gen_batches": 1,
-                                               "algorithm.filter_groups.on_limit": "smaller_batch"})
+    ctx = make_ctx(
+        {0: "msss"},
+        actor_dp=2,
+        **{"algorithm.filter_groups.max_num_gen_batches": 1, "algorithm.filter_groups.on_limit": "smaller_batch"},
+    )
     with pytest.raises(RuntimeError, match="fewer than the 2 actor-DP ranks"):
         filter_groups(ctx, first_round(ctx))
 
 
 def test_metrics_and_trim_plan():
-    batch = Batch({"token_level_scores": torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.5, 0.0], [0.0, 0.2]]),
-                   "acc": torch.tensor([1.0, 1.0, 0.0, 0.0])}, {"uid": ["a", "a", "b", "b"]})
+    batch = Batch(
+        {
+            "token_level_scores": torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.5, 0.0], [0.0, 0.2]]),
+            "acc": torch.tensor([1.0, 1.0, 0.0, 0.0]),
+        },
+        {"uid": ["a", "a", "b", "b"]},
+    )
     # shaped rewards differ inside group b while acc is uniform everywhere: what DAPO's acc metric is for
     assert group_metric(batch, "seq_reward").tolist() == pytest.approx([1.0, 1.0, 0.5, 0.2])
     assert [rows.tolist() for rows in varied_groups(batch["uid"], group_metric(batch, "seq_reward"))] == [[2, 3]]
@@ -146,14 +186,20 @@ def test_metrics_and_trim_plan():
     assert keep_counts(np.array([[3, 3]]), 4).tolist() == [[3, 1]]
 
 
-@pytest.mark.parametrize("overrides,key,message", [
-    (["algorithm.filter_groups.metric=reward"], "algorithm.filter_groups.metric", "acc, score, seq_reward"),
-    (["algorithm.filter_groups.on_limit=ignore"], "algorithm.filter_groups.on_limit", "raise, smaller_batch"),
-    (["algorithm.filter_groups.max_num_gen_batches=1.5"], "algorithm.filter_groups.max_num_gen_batches", "integer"),
-    (["algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"],
-     "algorithm.filter_groups.metric", "filter on seq_reward instead"),
-    (["trainer.balance_batch=sometimes"], "trainer.balance_batch", "true or false"),
-])
+@pytest.mark.parametrize(
+    "overrides,key,message",
+    [
+        (["algorithm.filter_groups.metric=reward"], "algorithm.filter_groups.metric", "acc, score, seq_reward"),
+        (["algorithm.filter_groups.on_limit=ignore"], "algorithm.filter_groups.on_limit", "raise, smaller_batch"),
+        (["algorithm.filter_groups.max_num_gen_batches=1.5"], "algorithm.filter_groups.max_num_gen_batches", "integer"),
+        (
+            ["algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"],
+            "algorithm.filter_groups.metric",
+            "filter on seq_reward instead",
+        ),
+        (["trainer.balance_batch=sometimes"], "trainer.balance_batch", "true or false"),
+    ],
+)
 def test_preflight_refuses_bad_dynamic_sampling_keys(overrides, key, message, tiny_model, tiny_data, tmp_path):
     from dagrl.config.errors import ConfigError
     from dagrl.config.validate import preflight
@@ -189,17 +235,25 @@ def test_dapo_run_filters_groups_and_regenerates(dapo_args, tmp_path):
 
 @pytest.mark.slow
 def test_dapo_limit_error_and_smaller_batch_runs(dapo_args, tmp_path):
-    code, stderr = launch(dapo_args(tmp_path / "error", mode="constant",
-                                    **{"algorithm.filter_groups.max_num_gen_batches": 2}))
+    code, stderr = launch(
+        dapo_args(tmp_path / "error", mode="constant", **{"algorithm.filter_groups.max_num_gen_batches": 2})
+    )
     assert code != 0
     assert "algorithm.filter_groups.max_num_gen_batches=2" in stderr and "on_limit=smaller_batch" in stderr
     assert "only 0 of data.train_batch_size=4" in stderr
 
     # data.seed 3: each step's one generation batch holds a group that varies (in verl's prompt order; some seeds'
     # batches hold none, and smaller_batch then stops the run, as the first part asserts)
-    code, stderr = launch(dapo_args(tmp_path / "smaller", **{"data.seed": 3,
-                                                             "algorithm.filter_groups.max_num_gen_batches": 1,
-                                                             "algorithm.filter_groups.on_limit": "smaller_batch"}))
+    code, stderr = launch(
+        dapo_args(
+            tmp_path / "smaller",
+            **{
+                "data.seed": 3,
+                "algorithm.filter_groups.max_num_gen_batches": 1,
+                "algorithm.filter_groups.on_limit": "smaller_batch",
+            },
+        )
+    )
     assert code == 0, stderr[-3000:]
     records = metrics_by_step(tmp_path / "smaller")
     for step in (1, 2):
@@ -216,15 +270,19 @@ def test_dapo_kill_and_resume_matches_an_uninterrupted_run(dapo_args, tmp_path):
     extra = {"trainer.total_training_steps": 3, "trainer.save_freq": 2}
     code, stderr = launch(dapo_args(tmp_path / "straight", **extra))
     assert code == 0, stderr[-3000:]
-    code, _ = run_in_session([sys.executable, "-m", "dagrl.main_dag", *dapo_args(tmp_path / "resumed", **extra)],
-                             env={"DAGRL_FAULT": "actor_update:3"})
+    code, _ = run_in_session(
+        [sys.executable, "-m", "dagrl.main_dag", *dapo_args(tmp_path / "resumed", **extra)],
+        env={"DAGRL_FAULT": "actor_update:3"},
+    )
     assert code == -9
     code, stderr = launch(dapo_args(tmp_path / "resumed", **extra))
     assert code == 0, stderr[-3000:]
     straight, resumed = metrics_by_step(tmp_path / "straight"), metrics_by_step(tmp_path / "resumed")
     assert straight == resumed and straight[3]["train/num_gen_batches"] >= 1
-    data = [json.dumps(sorted(torch.load(p / "global_step_3" / "data.pt", weights_only=False)["sampler"].items()))
-            for p in (tmp_path / "straight", tmp_path / "resumed")]
+    data = [
+        json.dumps(sorted(torch.load(p / "global_step_3" / "data.pt", weights_only=False)["sampler"].items()))
+        for p in (tmp_path / "straight", tmp_path / "resumed")
+    ]
     assert data[0] == data[1]
 
 
@@ -232,12 +290,29 @@ def test_dapo_kill_and_resume_matches_an_uninterrupted_run(dapo_args, tmp_path):
 def test_dapo_on_two_processes_counts_groups_globally(dapo_args, tmp_path):
     """Rollout DP 2 (hf) and actor TP 2 (DP 1): both ranks run the same rounds (else the run would hang), the
     trimmed batch is assembled from both rollout shards and moved to the one actor-DP rank."""
-    args = dapo_args(tmp_path / "dp2", **{"trainer.n_gpus_per_node": 2,
-                                          "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
-                                          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2})
-    code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                   "--master-port", str(free_port()), "-m", "dagrl.main_dag", *args],
-                                  env={"OMP_NUM_THREADS": "1"})
+    args = dapo_args(
+        tmp_path / "dp2",
+        **{
+            "trainer.n_gpus_per_node": 2,
+            "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+        },
+    )
+    code, stderr = run_in_session(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "dagrl.main_dag",
+            *args,
+        ],
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert code == 0, stderr[-3000:]
     records = metrics_by_step(tmp_path / "dp2")
     for step in (1, 2):

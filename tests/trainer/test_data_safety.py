@@ -1,6 +1,7 @@
 """Nothing saved is lost: dagrl never deletes or overwrites what it did not write, never marks a non-finite
 checkpoint complete, never overwrites a newer checkpoint when resuming from an older one, and says at start what
 a resume changes (applied) or cannot change (refused)."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ def error_line(stderr: str) -> str:
 @pytest.fixture(scope="module")
 def args(tiny_model, tiny_data):
     def make(out: Path, **extra) -> list[str]:
-        return cpu_run_overrides(tiny_model, tiny_data, out, **{
-            "trainer.save_freq": 1, "trainer.test_freq": -1, "trainer.val_before_train": False, **extra})
+        return cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{"trainer.save_freq": 1, "trainer.test_freq": -1, "trainer.val_before_train": False, **extra},
+        )
+
     return make
 
 
@@ -76,8 +82,11 @@ def test_a_save_never_replaces_an_existing_directory_and_clears_only_its_own_par
         (root / name).mkdir()
         (root / name / PARTIAL_MARKER).touch()
     manager.clear_partial()
-    assert sorted(p.name for p in root.iterdir()) == [".tmp_global_step_2", "global_step_1",
-                                                     "latest_checkpointed_iteration.txt"]
+    assert sorted(p.name for p in root.iterdir()) == [
+        ".tmp_global_step_2",
+        "global_step_1",
+        "latest_checkpointed_iteration.txt",
+    ]
 
 
 def test_a_save_is_logged_once_under_its_published_name(tmp_path, caplog):
@@ -90,9 +99,12 @@ def test_a_save_is_logged_once_under_its_published_name(tmp_path, caplog):
 
 
 def test_non_finite_config_numbers_are_refused_in_preflight(args, tmp_path):
-    for key, value in (("actor_rollout_ref.actor.optim.lr", "inf"), ("actor_rollout_ref.actor.entropy_coeff", "nan"),
-                       ("actor_rollout_ref.rollout.temperature", "-inf"),
-                       ("actor_rollout_ref.actor.optim.lr", "1e39")):
+    for key, value in (
+        ("actor_rollout_ref.actor.optim.lr", "inf"),
+        ("actor_rollout_ref.actor.entropy_coeff", "nan"),
+        ("actor_rollout_ref.rollout.temperature", "-inf"),
+        ("actor_rollout_ref.actor.optim.lr", "1e39"),
+    ):
         code, stderr = launch(args(tmp_path / "run", **{key: value}))
         assert code == 2 and f"{key}=" in error_line(stderr) and "finite" in error_line(stderr)
     assert not (tmp_path / "run").exists()
@@ -100,8 +112,10 @@ def test_non_finite_config_numbers_are_refused_in_preflight(args, tmp_path):
 
 def test_an_update_that_makes_the_weights_non_finite_is_never_saved(args, tmp_path):
     out = tmp_path / "run"  # NaN written into a weight after step 2's update (finite loss and gradients)
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(out, **{
-        "trainer.total_training_steps": 3})], {"DAGRL_INJECT_NAN_WEIGHTS": "2"})
+    code, stderr = run_in_session(
+        [sys.executable, "-m", "dagrl.main_dag", *args(out, **{"trainer.total_training_steps": 3})],
+        {"DAGRL_INJECT_NAN_WEIGHTS": "2"},
+    )
     assert code == 1
     line = error_line(stderr)
     assert "step 2" in line and "NaN/inf" in line and "last good checkpoint: " in line and "global_step_1" in line
@@ -114,16 +128,32 @@ def test_resuming_from_an_older_checkpoint_never_overwrites_a_newer_one(args, tw
     shutil.copytree(two_steps, out)
     before = digest(out, checkpoints_only=True)
     older = out / "global_step_1"
-    code, stderr = launch(args(out, **{"trainer.resume_mode": "resume_path", "trainer.resume_from_path": older,
-                                       "trainer.total_training_steps": 3}))
+    code, stderr = launch(
+        args(
+            out,
+            **{
+                "trainer.resume_mode": "resume_path",
+                "trainer.resume_from_path": older,
+                "trainer.total_training_steps": 3,
+            },
+        )
+    )
     assert code == 2
     line = error_line(stderr)
     assert "global_step_1" in line and "global_step_2" in line and "new directory" in line
     assert digest(out, checkpoints_only=True) == before
 
     branch = tmp_path / "branch"  # the fix the line names: the resumed run writes elsewhere
-    code, stderr = launch(args(branch, **{"trainer.resume_mode": "resume_path", "trainer.resume_from_path": older,
-                                          "trainer.total_training_steps": 3}))
+    code, stderr = launch(
+        args(
+            branch,
+            **{
+                "trainer.resume_mode": "resume_path",
+                "trainer.resume_from_path": older,
+                "trainer.total_training_steps": 3,
+            },
+        )
+    )
     assert code == 0, stderr[-3000:]
     assert sorted(p.name for p in branch.glob("global_step_*")) == ["global_step_2", "global_step_3"]
     assert digest(out, checkpoints_only=True) == before
@@ -144,8 +174,12 @@ def test_a_resume_applies_a_new_lr_and_refuses_a_new_batch_size_saying_so(args, 
     out = tmp_path / "run"
     shutil.copytree(two_steps, out)
     before = digest(out, checkpoints_only=True)
-    code, stderr = launch(args(out, **{"data.train_batch_size": 8, "actor_rollout_ref.actor.optim.lr": 5e-3,
-                                       "trainer.total_training_steps": 3}))
+    code, stderr = launch(
+        args(
+            out,
+            **{"data.train_batch_size": 8, "actor_rollout_ref.actor.optim.lr": 5e-3, "trainer.total_training_steps": 3},
+        )
+    )
     assert code == 2
     line = error_line(stderr)
     assert "data.train_batch_size" in line and "another trainer.default_local_dir" in line
@@ -163,15 +197,18 @@ def test_a_resume_applies_a_new_lr_and_refuses_a_new_batch_size_saying_so(args, 
 
 
 def test_the_resume_policy_names_each_changed_key(tmp_path):
-    saved = {"data": {"seed": 1, "max_prompt_length": 32, "filter_overlong_prompts": True},
-             "trainer": {"resume_mode": "auto", "total_epochs": 1}, "algorithm": {"kl_ctrl": {"type": "adaptive",
-                                                                                              "kl_coef": 0.1}}}
+    saved = {
+        "data": {"seed": 1, "max_prompt_length": 32, "filter_overlong_prompts": True},
+        "trainer": {"resume_mode": "auto", "total_epochs": 1},
+        "algorithm": {"kl_ctrl": {"type": "adaptive", "kl_coef": 0.1}},
+    }
     current = json.loads(json.dumps(saved))
     current["trainer"].update(resume_mode="resume_path", total_epochs=2)
     assert changed_keys(saved, current) == [("trainer.total_epochs", 1, 2)]  # resume_mode is not a setting
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert check_changed_settings(tmp_path, "config.json", current, log=False) == [
-        f"resume from {tmp_path.name}: trainer.total_epochs changed 1 -> 2: applied"]
+        f"resume from {tmp_path.name}: trainer.total_epochs changed 1 -> 2: applied"
+    ]
     for key, value in (("max_prompt_length", 64), ("seed", 2)):
         changed = json.loads(json.dumps(current))
         changed["data"][key] = value
@@ -185,8 +222,9 @@ def test_the_resume_policy_names_each_changed_key(tmp_path):
     with pytest.raises(ConfigError, match="adaptive KL"):
         check_changed_settings(tmp_path, "config.json", changed, log=False)
     changed["algorithm"]["kl_ctrl"]["type"] = "fixed"
-    assert [line.endswith("applied") for line in check_changed_settings(tmp_path, "config.json", changed,
-                                                                         log=False)] == [True, True, True]
+    assert [
+        line.endswith("applied") for line in check_changed_settings(tmp_path, "config.json", changed, log=False)
+    ] == [True, True, True]
 
 
 def test_extending_a_finished_run_validates_its_last_step_once(args, tmp_path):
@@ -194,8 +232,11 @@ def test_extending_a_finished_run_validates_its_last_step_once(args, tmp_path):
     validate that step again (metrics.jsonl had two rows of it): the checkpoint records whether it was validated."""
     out = tmp_path / "run"
     for total in (1, 2):
-        code, stderr = launch(args(out, **{"trainer.total_training_steps": total, "trainer.test_freq": 5,
-                                           "trainer.val_before_train": True}))
+        code, stderr = launch(
+            args(
+                out, **{"trainer.total_training_steps": total, "trainer.test_freq": 5, "trainer.val_before_train": True}
+            )
+        )
         assert code == 0, stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if any(k.startswith("val-core/") for k in r)] == [0, 1, 2]

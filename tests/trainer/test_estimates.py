@@ -1,6 +1,7 @@
 """What the console says while a run goes: each step line's time left (from step 1, validations counted by the
 schedule), progress lines of a long phase, the jsonl and TensorBoard rows a relaunch drops, and the summary of a
 run stopped early."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,18 @@ def clock(monkeypatch) -> Clock:
 
 
 def test_durations_read_at_the_precision_they_deserve():
-    assert [duration(s) for s in (0, 40.2, 59.4, 60, 89, 91, 1290, 3570, 3600, 21900)] == \
-        ["0s", "40s", "59s", "1m", "1m", "2m", "22m", "1h00m", "1h00m", "6h05m"]
+    assert [duration(s) for s in (0, 40.2, 59.4, 60, 89, 91, 1290, 3570, 3600, 21900)] == [
+        "0s",
+        "40s",
+        "59s",
+        "1m",
+        "1m",
+        "2m",
+        "22m",
+        "1h00m",
+        "1h00m",
+        "6h05m",
+    ]
 
 
 def step_lines(capsys) -> list[str]:
@@ -45,8 +56,17 @@ def step_lines(capsys) -> list[str]:
 
 
 def test_each_step_line_ends_with_the_time_left_counting_the_validations_to_come(clock, capsys):
-    tracker = Tracker("p", "e", ["console"], None, None, total_steps=10, start_step=0, enabled=True,
-                      validates=lambda step: step % 5 == 0)
+    tracker = Tracker(
+        "p",
+        "e",
+        ["console"],
+        None,
+        None,
+        total_steps=10,
+        start_step=0,
+        enabled=True,
+        validates=lambda step: step % 5 == 0,
+    )
     clock.advance(30)  # step 0's validation
     tracker.log({"val-core/d/acc/mean@1": 0.1}, 0)
     clock.advance(12)
@@ -95,8 +115,10 @@ def test_a_long_phase_shows_its_progress_at_a_modest_rate_and_a_short_one_says_n
         progress.update(done)
     clock.advance(63)
     progress.finish()
-    assert said == ["validation (step 0): 128/256 prompts, 41 s, about 41 s left",  # 64 was at 5 s, 192 4 s later
-                    "validation (step 0): 256 prompts in 108 s"]
+    assert said == [
+        "validation (step 0): 128/256 prompts, 41 s, about 41 s left",  # 64 was at 5 s, 192 4 s later
+        "validation (step 0): 256 prompts in 108 s",
+    ]
 
     said.clear()
     short = Progress("validation (step 5)", 256, "prompts", say)
@@ -111,10 +133,14 @@ def rows_of(path) -> list[int]:
     return [json.loads(line)["step"] for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("keep_through,message", [
-    (-1, "dropped 6 row(s) of steps 0..5, written by a run that left no checkpoint: they run again"),
-    (3, "dropped 2 row(s) of steps 4..5, written after the checkpoint of step 3: they run again"),
-    (4, "dropped 1 row(s) of step 5, written after the checkpoint of step 4: they run again")])
+@pytest.mark.parametrize(
+    "keep_through,message",
+    [
+        (-1, "dropped 6 row(s) of steps 0..5, written by a run that left no checkpoint: they run again"),
+        (3, "dropped 2 row(s) of steps 4..5, written after the checkpoint of step 3: they run again"),
+        (4, "dropped 1 row(s) of step 5, written after the checkpoint of step 4: they run again"),
+    ],
+)
 def test_a_relaunch_says_which_rows_it_drops_and_why(tmp_path, caplog, keep_through, message):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": step, "x": 1.0}) + "\n" for step in range(6)))
@@ -144,8 +170,9 @@ def test_tensorboard_hides_the_steps_of_the_killed_run_that_run_again(tmp_path, 
     for step in range(6):
         killed.log({"x": 1.0}, step)
     killed.close()
-    relaunched = Tracker("p", "e", ["tensorboard"], board, None, 10, max(keep_through, 0), enabled=True,
-                         keep_through=keep_through)
+    relaunched = Tracker(
+        "p", "e", ["tensorboard"], board, None, 10, max(keep_through, 0), enabled=True, keep_through=keep_through
+    )
     for step in range(keep_through + 1, 8):
         relaunched.log({"x": 2.0}, step)
     relaunched.close()
@@ -153,8 +180,9 @@ def test_tensorboard_hides_the_steps_of_the_killed_run_that_run_again(tmp_path, 
     assert tensorboard_points(tmp_path / "tensorboard") == {**kept, **{s: 2.0 for s in range(keep_through + 1, 8)}}
 
 
-def test_a_run_names_its_start_up_phases_with_their_seconds_and_every_step_line_the_time_left(tiny_model, tiny_data,
-                                                                                              tmp_path):
+def test_a_run_names_its_start_up_phases_with_their_seconds_and_every_step_line_the_time_left(
+    tiny_model, tiny_data, tmp_path
+):
     import subprocess
     import sys
 
@@ -163,13 +191,25 @@ def test_a_run_names_its_start_up_phases_with_their_seconds_and_every_step_line_
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "x": 1.0}) + "\n")  # a run that left no checkpoint
-    proc = subprocess.run([sys.executable, "-m", "dagrl.main_dag",
-                           *cpu_run_overrides(tiny_model, tiny_data, out, **{"trainer.test_freq": 1})],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagrl.main_dag",
+            *cpu_run_overrides(tiny_model, tiny_data, out, **{"trainer.test_freq": 1}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
-    for phase in ("training prompts, 2 steps of 4; 8 validation prompts (", "models built in ",
-                  "rollout engine started in ", "ready in "):
+    for phase in (
+        "training prompts, 2 steps of 4; 8 validation prompts (",
+        "models built in ",
+        "rollout engine started in ",
+        "ready in ",
+    ):
         assert phase in log, phase
     assert "written by a run that left no checkpoint: they run again" in log and "after step -1" not in log
     steps = [line for line in log.splitlines() if " - 1/2 steps, eta " in line or " - 2/2 steps, eta 0s" in line]

@@ -1,5 +1,6 @@
 """A mixture-of-experts GRPO run on CPU: a tiny qwen3_moe at EP2 over two processes with the hf rollout, whose fused
 expert tensors (transformers >= 5) take the actor's per-expert export at every weight sync."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,23 @@ from tests.trainer.test_end_to_end import REWARD
 
 def test_moe_grpo_at_ep2_trains_and_syncs_the_experts_to_the_rollout(tiny_data, tmp_path):
     model, out = make_tiny_model_dir(tmp_path / "model", family="qwen3_moe"), tmp_path / "run"
-    code, stderr = run_in_session(torchrun(cpu_run_overrides(model, tiny_data, out, **{
-        "trainer.n_gpus_per_node": 2, "actor_rollout_ref.actor.megatron.expert_model_parallel_size": 2,
-        "custom_reward_function.path": str(REWARD), "trainer.val_before_train": False, "trainer.save_freq": -1})),
-        {"OMP_NUM_THREADS": "1"})
+    code, stderr = run_in_session(
+        torchrun(
+            cpu_run_overrides(
+                model,
+                tiny_data,
+                out,
+                **{
+                    "trainer.n_gpus_per_node": 2,
+                    "actor_rollout_ref.actor.megatron.expert_model_parallel_size": 2,
+                    "custom_reward_function.path": str(REWARD),
+                    "trainer.val_before_train": False,
+                    "trainer.save_freq": -1,
+                },
+            )
+        ),
+        {"OMP_NUM_THREADS": "1"},
+    )
     assert code == 0, stderr[-3000:]
     metrics = metrics_by_step(out)
     assert sorted(metrics) == [1, 2], metrics

@@ -1,6 +1,7 @@
 """Colocated partial rollout: the pool's bookkeeping on a scripted engine (exactly-once, the staleness bound, the
 checkpoint round trip), then the trainer end to end on CPU with the hf rollout (kill -9 and resume continue
 exactly; the carried prefixes cross weight syncs)."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,10 @@ class ScriptedEngine:
 def prompts(step: int, count: int) -> Batch:
     ids = torch.tensor([[PAD, 3 + step, 4 + row] for row in range(count)])
     mask = torch.tensor([[0, 1, 1]] * count)
-    return Batch({"input_ids": ids, "attention_mask": mask},
-                 {"uid": [f"{step}:{row}" for row in range(count)], "position": list(range(count))})
+    return Batch(
+        {"input_ids": ids, "attention_mask": mask},
+        {"uid": [f"{step}:{row}" for row in range(count)], "position": list(range(count))},
+    )
 
 
 @pytest.mark.parametrize("staleness", [0, 1, 3])
@@ -115,14 +118,18 @@ def test_partial_rollout_trains_resumes_exactly_and_carries_prefixes_across_sync
     args = partial_rollout_args
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     one_thread = {"OMP_NUM_THREADS": "1"}  # the first two runs go side by side on the two cores (all three: the same)
-    (code, stderr), (killed, _) = run_concurrently([
-        ([sys.executable, "-m", "dagrl.main_dag", *args(straight)], one_thread),
-        ([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {**one_thread, "DAGRL_FAULT": "actor_update:3"})])
+    (code, stderr), (killed, _) = run_concurrently(
+        [
+            ([sys.executable, "-m", "dagrl.main_dag", *args(straight)], one_thread),
+            ([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {**one_thread, "DAGRL_FAULT": "actor_update:3"}),
+        ]
+    )
     assert code == 0, stderr[-3000:]
     assert killed == -9
     pool_files = sorted(p.name for p in (resumed / "global_step_2" / "partial_rollout").iterdir())
-    assert pool_files == ["dp0.json"] and json.loads((resumed / "global_step_2" / "partial_rollout" / "dp0.json"
-                                                      ).read_text())  # groups were carried over the checkpoint
+    assert pool_files == ["dp0.json"] and json.loads(
+        (resumed / "global_step_2" / "partial_rollout" / "dp0.json").read_text()
+    )  # groups were carried over the checkpoint
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], one_thread)
     assert code == 0, stderr[-3000:]
     expected, actual = metrics_by_step(straight), metrics_by_step(resumed)
@@ -137,9 +144,21 @@ def test_partial_rollout_on_two_ranks_keeps_a_pool_per_rollout_shard(partial_rol
     args = partial_rollout_args
     out = tmp_path / "dp2"
     from tests.engine.engine_helpers import free_port
-    code, stderr = run_in_session([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                   "--master-port", str(free_port()), "-m", "tests.trainer.exit_threads",
-                                   *args(out, **{"trainer.n_gpus_per_node": 2})])
+
+    code, stderr = run_in_session(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "tests.trainer.exit_threads",
+            *args(out, **{"trainer.n_gpus_per_node": 2}),
+        ]
+    )
     assert code == 0, stderr[-3000:]
     # every process group ended with the run: no gloo worker may free a collective's tensors at interpreter shutdown,
     # which aborted rank 1 after a finished run once in CI ("terminate called without an active exception")

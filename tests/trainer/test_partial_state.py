@@ -1,5 +1,6 @@
 """A checkpoint's partial-rollout buffers: written one file per rollout shard, read back by shard; a checkpoint whose
 folder has the earlier name `rollout_pool/` reads the same."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,5 +1,6 @@
 """PPO with a critic on CPU (dag=ppo, gae): the critic warms up alone, learns, is checkpointed beside the actor,
 and a kill -9 and relaunch reproduce an uninterrupted run exactly."""
+
 from __future__ import annotations
 
 import json
@@ -20,20 +21,35 @@ CRITIC_LR = 2e-3
 @pytest.fixture(scope="module")
 def ppo_args(tiny_model, tiny_data):
     def make(out: Path, **extra) -> list[str]:
-        return cpu_run_overrides(tiny_model, tiny_data, out, **{
-            "dag": "ppo", "algorithm.adv_estimator": "gae", "algorithm.lam": 0.95,
-            "custom_reward_function.path": str(REWARD),
-            "trainer.critic_warmup": 1, "trainer.val_before_train": False,
-            "critic.optim.lr": CRITIC_LR, "critic.ppo_epochs": 2, "critic.ppo_mini_batch_size": 4,
-            "critic.ppo_micro_batch_size_per_gpu": 4, "critic.forward_micro_batch_size_per_gpu": 3,
-            **extra})
+        return cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{
+                "dag": "ppo",
+                "algorithm.adv_estimator": "gae",
+                "algorithm.lam": 0.95,
+                "custom_reward_function.path": str(REWARD),
+                "trainer.critic_warmup": 1,
+                "trainer.val_before_train": False,
+                "critic.optim.lr": CRITIC_LR,
+                "critic.ppo_epochs": 2,
+                "critic.ppo_mini_batch_size": 4,
+                "critic.ppo_micro_batch_size_per_gpu": 4,
+                "critic.forward_micro_batch_size_per_gpu": 3,
+                **extra,
+            },
+        )
+
     return make
 
 
 def test_ppo_warms_up_the_critic_then_trains_both(ppo_args, tmp_path):
     out, reads = tmp_path / "ppo", tmp_path / "reads.json"
-    train(ppo_args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": 2}),
-          {"DAGRL_RECORD_CONFIG_READS": str(reads)})
+    train(
+        ppo_args(out, **{"trainer.total_training_steps": 2, "trainer.save_freq": 2}),
+        {"DAGRL_RECORD_CONFIG_READS": str(reads)},
+    )
     records = metrics_by_step(out)
     first, second = records[1], records[2]
     # step 1 is critic warmup: no actor update; step 2 updates both
@@ -48,17 +64,27 @@ def test_ppo_warms_up_the_critic_then_trains_both(ppo_args, tmp_path):
     assert (out / "global_step_2" / "critic").is_dir() and (out / "global_step_2" / "actor").is_dir()
     # no dead critic.* key: a PPO run reads every one (tests/trainer/test_end_to_end.py checks the others on GRPO)
     read = set(json.loads(reads.read_text()))
-    unread = sorted(key for key in leaf_keys(compose([])) if key.startswith("critic.") and key not in read
-                    and not any(r.startswith(key + ".") for r in read))
+    unread = sorted(
+        key
+        for key in leaf_keys(compose([]))
+        if key.startswith("critic.") and key not in read and not any(r.startswith(key + ".") for r in read)
+    )
     assert not unread, f"critic keys a PPO run does not read: {unread}"
 
 
 def test_ppo_without_gae_or_with_warmup_but_no_critic_is_rejected(ppo_args, tmp_path):
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag",
-                                   *ppo_args(tmp_path / "a", **{"algorithm.adv_estimator": "grpo"})])
+    code, stderr = run_in_session(
+        [sys.executable, "-m", "dagrl.main_dag", *ppo_args(tmp_path / "a", **{"algorithm.adv_estimator": "grpo"})]
+    )
     assert code == 2 and "algorithm.adv_estimator=gae" in stderr
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *ppo_args(tmp_path / "b", dag="grpo", **{
-        "algorithm.adv_estimator": "grpo"})])
+    code, stderr = run_in_session(
+        [
+            sys.executable,
+            "-m",
+            "dagrl.main_dag",
+            *ppo_args(tmp_path / "b", dag="grpo", **{"algorithm.adv_estimator": "grpo"}),
+        ]
+    )
     assert code == 2 and "trainer.critic_warmup=1" in stderr
 
 

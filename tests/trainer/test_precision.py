@@ -1,5 +1,6 @@
 """The dtype chosen by the machine (`auto`), the start-up line and warning, explicit values, and a dtype change on
 resume: refused in pre-flight when the optimizer state would be restored, weights alone converted."""
+
 from __future__ import annotations
 
 import json
@@ -33,10 +34,12 @@ MACHINES = {"avx2": AVX2, "bf16_cpu": BF16_CPU, "gpu": precision.GPU}
 @pytest.fixture
 def machine(monkeypatch):
     """Pretend to run on one of MACHINES: precision.detect answers it, the start-up lines are logged afresh."""
+
     def use(name: str) -> Machine:
         monkeypatch.setattr(precision, "detect", lambda: MACHINES[name])
         precision.announce_once.cache_clear()
         return MACHINES[name]
+
     yield use
     precision.announce_once.cache_clear()
 
@@ -54,8 +57,9 @@ def test_detection_sees_a_cpu_without_bf16_instructions():
     """torch and oneDNN limited to AVX2 (as on most laptops): no bf16 instructions, and a measured slowdown."""
     code = "from dagrl.utils.precision import detect; m = detect(); print(m.gpu, m.bf16_native, m.isa, m.slowdown)"
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=120, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=True
+    ).stdout.split()
     assert out[:3] == ["False", "False", "AVX2"]
     assert float(out[3]) > 2  # tens of times slower where measured; 2 holds on a loaded machine
 
@@ -64,12 +68,20 @@ def test_the_start_up_line_says_what_auto_chose_on_a_cpu():
     both = {PARAM_DTYPE: "auto", ROLLOUT_DTYPE: "auto"}
     info, warnings = precision.startup_lines(both, AVX2)
     assert warnings == () and len(info) == 1
-    assert info[0].startswith("this CPU has no bf16 instructions (AVX2; a bf16 matmul runs 52x slower than float32 "
-                              "here): training and generating in float32 (")
+    assert info[0].startswith(
+        "this CPU has no bf16 instructions (AVX2; a bf16 matmul runs 52x slower than float32 "
+        "here): training and generating in float32 ("
+    )
     assert f"{PARAM_DTYPE}=auto" in info[0] and f"{ROLLOUT_DTYPE}=auto" in info[0]
     info, warnings = precision.startup_lines(both, BF16_CPU)
-    assert info == ("this CPU has bf16 instructions (AVX512): training and generating in bfloat16 "
-                    f"({PARAM_DTYPE}=auto, {ROLLOUT_DTYPE}=auto)",) and warnings == ()
+    assert (
+        info
+        == (
+            "this CPU has bf16 instructions (AVX512): training and generating in bfloat16 "
+            f"({PARAM_DTYPE}=auto, {ROLLOUT_DTYPE}=auto)",
+        )
+        and warnings == ()
+    )
     assert precision.startup_lines(both, precision.GPU) == ((), ())  # on a GPU auto is bf16: nothing to say
 
 
@@ -77,9 +89,11 @@ def test_explicit_bf16_on_a_cpu_without_bf16_instructions_warns_once_with_the_fa
     values = {PARAM_DTYPE: "bfloat16", ROLLOUT_DTYPE: "auto"}
     info, warnings = precision.startup_lines(values, AVX2)
     assert len(info) == 1 and "generating in float32" in info[0] and "training" not in info[0]
-    assert warnings == (f"this CPU has no bf16 instructions (AVX2; a bf16 matmul runs 52x slower than float32 here), "
-                        f"and {PARAM_DTYPE}=bfloat16 asks for bf16: set {PARAM_DTYPE}=auto (float32 here) for a "
-                        f"faster run",)
+    assert warnings == (
+        f"this CPU has no bf16 instructions (AVX2; a bf16 matmul runs 52x slower than float32 here), "
+        f"and {PARAM_DTYPE}=bfloat16 asks for bf16: set {PARAM_DTYPE}=auto (float32 here) for a "
+        f"faster run",
+    )
     for machine in (BF16_CPU, precision.GPU):
         assert precision.startup_lines(values, machine)[1] == ()
     assert precision.startup_lines({PARAM_DTYPE: "float32", ROLLOUT_DTYPE: "float32"}, AVX2) == ((), ())
@@ -119,6 +133,7 @@ def test_the_cpu_examples_choose_by_the_machine():
 
 # ---- a dtype change on resume -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def bf16_checkpoint(tmp_path_factory) -> tuple[Path, Path, object]:
     """A trained bf16 actor's checkpoint, as global_step_1/actor, with a config.json saying `auto`."""
@@ -129,8 +144,13 @@ def bf16_checkpoint(tmp_path_factory) -> tuple[Path, Path, object]:
 
     root = tmp_path_factory.mktemp("bf16_run")
     model = make_model_dir(root / "model", "qwen3", seed=5)
-    actor = MegatronActorEngine(MegatronEngineSpec(model_path=str(model), param_dtype=torch.bfloat16,
-                                                   optim=OptimSpec(lr=1e-3, clip_grad=1e9, total_training_steps=4)))
+    actor = MegatronActorEngine(
+        MegatronEngineSpec(
+            model_path=str(model),
+            param_dtype=torch.bfloat16,
+            optim=OptimSpec(lr=1e-3, clip_grad=1e9, total_training_steps=4),
+        )
+    )
     actor.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
     step = root / "global_step_1"
     actor.save_checkpoint(str(step / "actor"))
@@ -166,16 +186,24 @@ def test_a_dtype_change_that_restores_the_weights_alone_is_applied_and_converts_
     machine("avx2")
     contents = "actor_rollout_ref.actor.checkpoint.load_contents=[model,extra]"
     assert [line for line in _resume_lines(step, f"{PARAM_DTYPE}=auto", contents) if "dtype" in line] == [
-        f"resume from {step.name}: {PARAM_DTYPE} changed 'bfloat16' -> 'float32': applied"]
+        f"resume from {step.name}: {PARAM_DTYPE} changed 'bfloat16' -> 'float32': applied"
+    ]
 
     def fp32_engine(**kwargs):
-        return MegatronActorEngine(MegatronEngineSpec(model_path=str(model), param_dtype=torch.float32, **kwargs,
-                                                      optim=OptimSpec(lr=1e-3, clip_grad=1e9, total_training_steps=4)))
+        return MegatronActorEngine(
+            MegatronEngineSpec(
+                model_path=str(model),
+                param_dtype=torch.float32,
+                **kwargs,
+                optim=OptimSpec(lr=1e-3, clip_grad=1e9, total_training_steps=4),
+            )
+        )
 
     with pytest.raises(ValueError, match=f"{PARAM_DTYPE}=bfloat16"):  # the engine's own guard, past pre-flight
         fp32_engine().load_checkpoint(str(step / "actor"))
     resumed = fp32_engine(load_contents=("model", "extra"))
     resumed.load_checkpoint(str(step / "actor"))
     want, got = exported(trained), exported(resumed)
-    assert all(got[name].dtype == torch.float32 and torch.equal(got[name], tensor.float())
-               for name, tensor in want.items())
+    assert all(
+        got[name].dtype == torch.float32 and torch.equal(got[name], tensor.float()) for name, tensor in want.items()
+    )

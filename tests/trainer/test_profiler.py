@@ -1,5 +1,6 @@
 """global_profiler.* (dagrl/trainer/profiler.py): a profiled step writes its table, with the graph nodes' ranges,
 and changes nothing in the run; a step profiled again never overwrites the earlier table."""
+
 from __future__ import annotations
 
 import sys
@@ -17,8 +18,9 @@ from tests.helpers import metrics_by_step, run_concurrently
 def train(*runs: list[str]) -> list[str]:
     """The stderr of each run of `python -m dagrl.main_dag <overrides>`, all at the same time, each on one thread (two
     fit the two cores; every run compared computes alike)."""
-    results = run_concurrently([([sys.executable, "-m", "dagrl.main_dag", *overrides], {"OMP_NUM_THREADS": "1"})
-                                for overrides in runs])
+    results = run_concurrently(
+        [([sys.executable, "-m", "dagrl.main_dag", *overrides], {"OMP_NUM_THREADS": "1"}) for overrides in runs]
+    )
     for code, stderr in results:
         assert code == 0, stderr[-3000:]
     return [stderr for _, stderr in results]
@@ -26,8 +28,9 @@ def train(*runs: list[str]) -> list[str]:
 
 def test_a_profiled_step_writes_its_table_and_changes_nothing(tiny_model, tiny_data, tmp_path):
     plain, profiled = tmp_path / "plain", tmp_path / "profiled"
-    args = cpu_run_overrides(tiny_model, tiny_data, profiled, **{"global_profiler.tool": "torch",
-                                                                   "global_profiler.steps": "[2]"})
+    args = cpu_run_overrides(
+        tiny_model, tiny_data, profiled, **{"global_profiler.tool": "torch", "global_profiler.steps": "[2]"}
+    )
     _, stderr = train(cpu_run_overrides(tiny_model, tiny_data, plain), args)
     table = profiled / "profile" / "step_2_rank0.txt"  # save_path defaults to <default_local_dir>/profile
     assert "profiled step 2 on rank 0" in stderr and str(table) in stderr
@@ -40,8 +43,9 @@ def test_a_profiled_step_writes_its_table_and_changes_nothing(tiny_model, tiny_d
 
 
 def test_a_step_profiled_again_gets_a_new_file(tmp_path):
-    options = Cfg({"tool": "torch", "steps": [3], "ranks": [0, 2], "save_path": str(tmp_path / "p"),
-                   "with_trace": True})
+    options = Cfg(
+        {"tool": "torch", "steps": [3], "ranks": [0, 2], "save_path": str(tmp_path / "p"), "with_trace": True}
+    )
 
     def step(number: int) -> int:
         with node_range("work"):
@@ -51,7 +55,11 @@ def test_a_step_profiled_again_gets_a_new_file(tmp_path):
     profiler = StepProfiler(options, rank=2)
     assert [profiler.run(n, step) for n in (2, 3, 3)] == [20, 30, 30]
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
-        "step_3_rank2.1.trace.json.gz", "step_3_rank2.1.txt", "step_3_rank2.trace.json.gz", "step_3_rank2.txt"]
+        "step_3_rank2.1.trace.json.gz",
+        "step_3_rank2.1.txt",
+        "step_3_rank2.trace.json.gz",
+        "step_3_rank2.txt",
+    ]
     assert "dagrl/node/work" in (tmp_path / "p" / "step_3_rank2.1.txt").read_text()
     assert StepProfiler(options, rank=1).run(3, step) == 30  # a rank not listed: nothing written
     assert len(list((tmp_path / "p").iterdir())) == 4

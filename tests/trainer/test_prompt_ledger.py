@@ -2,6 +2,7 @@
 <trainer.default_local_dir>/prompt_ledger.jsonl — trained, filtered (with the reason) or still in flight at the end —
 across kill -9 and an auto-resume, synchronous and with colocated partial rollout. Runs whose order does not matter
 go two at a time (the tiny model's runs are mostly start-up)."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ ENV = {"OMP_NUM_THREADS": "1"}  # two runs share the CPU cores
 
 def launch(*runs: tuple[list[str], dict]) -> list[tuple[int, str]]:
     """Run `python -m dagrl.main_dag <args>` for each (args, env) at the same time; (exit code, stderr) of each."""
-    return run_concurrently([([sys.executable, "-m", "dagrl.main_dag", *arguments], {**ENV, **env})
-                             for arguments, env in runs])
+    return run_concurrently(
+        [([sys.executable, "-m", "dagrl.main_dag", *arguments], {**ENV, **env}) for arguments, env in runs]
+    )
 
 
 def straight_and_resumed(make, tmp_path: Path, kill: str = KILL, **extra) -> tuple[Path, Path, int]:
@@ -35,7 +37,7 @@ def straight_and_resumed(make, tmp_path: Path, kill: str = KILL, **extra) -> tup
     assert code == 0, stderr[-3000:]
     assert killed == -9
     lines_at_kill = len(ledger(resumed))
-    (code, stderr), = launch((make(resumed, **extra), {}))
+    ((code, stderr),) = launch((make(resumed, **extra), {}))
     assert code == 0, stderr[-3000:]
     return straight, resumed, lines_at_kill
 
@@ -72,7 +74,7 @@ def test_the_ledger_truncates_to_a_checkpoint_length_and_copies_a_resumed_runs_p
     assert [json.loads(line)["uid"] for line in path.read_text().splitlines()] == ["0:1", "0:2", "0:3"]
     branch = tmp_path / "branch" / LEDGER_FILE  # trainer.resume_from_path in another directory
     PromptLedger(branch, saved, source=path).close()
-    assert branch.read_bytes() == path.read_bytes()[:saved["bytes"]]
+    assert branch.read_bytes() == path.read_bytes()[: saved["bytes"]]
     PromptLedger(path, saved, source=path).close()  # the checkpoint's own directory: truncated in place
     assert path.read_bytes() == branch.read_bytes()
     PromptLedger(path).close()  # a fresh run (no checkpoint) starts an empty ledger
@@ -83,13 +85,23 @@ def test_the_ledger_truncates_to_a_checkpoint_length_and_copies_a_resumed_runs_p
 
 
 def test_step_records_name_every_seen_prompt_once_with_its_reason():
-    records = step_records(3, trained=["0:10", "0:9", "0:10"], seen=["0:9", "0:10", "1:2", "0:11", "0:5"],
-                           in_flight=["0:11"], reasons={"1:2": "zero_variance"})
-    assert records == [{"uid": "0:9", "fate": "trained@3"}, {"uid": "0:10", "fate": "trained@3"},
-                       {"uid": "0:5", "fate": "filtered:dropped", "step": 3},
-                       {"uid": "1:2", "fate": "filtered:zero_variance", "step": 3}]
-    assert in_flight_records(4, ["0:11", "0:2", "0:11"]) == [{"uid": "0:2", "fate": "in_flight", "step": 4},
-                                                            {"uid": "0:11", "fate": "in_flight", "step": 4}]
+    records = step_records(
+        3,
+        trained=["0:10", "0:9", "0:10"],
+        seen=["0:9", "0:10", "1:2", "0:11", "0:5"],
+        in_flight=["0:11"],
+        reasons={"1:2": "zero_variance"},
+    )
+    assert records == [
+        {"uid": "0:9", "fate": "trained@3"},
+        {"uid": "0:10", "fate": "trained@3"},
+        {"uid": "0:5", "fate": "filtered:dropped", "step": 3},
+        {"uid": "1:2", "fate": "filtered:zero_variance", "step": 3},
+    ]
+    assert in_flight_records(4, ["0:11", "0:2", "0:11"]) == [
+        {"uid": "0:2", "fate": "in_flight", "step": 4},
+        {"uid": "0:11", "fate": "in_flight", "step": 4},
+    ]
 
 
 def test_dynamic_sampling_names_why_it_drops_each_group():
@@ -106,16 +118,29 @@ def test_dynamic_sampling_names_why_it_drops_each_group():
 
     out, _ = filter_groups(ctx, first_round(ctx))
     assert sorted(set(out["ledger_uid"])) == ["L7:0:2", "L7:1:0", "L7:1:1", "L7:2:0"]
-    assert ctx.dropped == {"L7:0:0": "zero_variance", "L7:0:1": "zero_variance", "L7:0:3": "zero_variance",
-                           "L7:1:2": "zero_variance", "L7:1:3": "zero_variance",
-                           "L7:2:1": "surplus", "L7:2:2": "surplus", "L7:2:3": "surplus"}
+    assert ctx.dropped == {
+        "L7:0:0": "zero_variance",
+        "L7:0:1": "zero_variance",
+        "L7:0:3": "zero_variance",
+        "L7:1:2": "zero_variance",
+        "L7:1:3": "zero_variance",
+        "L7:2:1": "surplus",
+        "L7:2:2": "surplus",
+        "L7:2:3": "surplus",
+    }
 
 
 # ---- runs on the tiny model ------------------------------------------------------------------------------------
 def test_a_synchronous_run_killed_and_resumed_writes_the_uninterrupted_runs_ledger(partial_rollout_args, tmp_path):
-    straight, resumed, at_kill = straight_and_resumed(partial_rollout_args, tmp_path, **{
-        "async_training.partial_rollout": False, "async_training.oversample_ratio": 1.0,
-        "async_training.max_staleness": 0})
+    straight, resumed, at_kill = straight_and_resumed(
+        partial_rollout_args,
+        tmp_path,
+        **{
+            "async_training.partial_rollout": False,
+            "async_training.oversample_ratio": 1.0,
+            "async_training.max_staleness": 0,
+        },
+    )
     assert at_kill == 2 * BATCH  # killed in step 3's update: steps 1-2 had their lines
     records = ledger(resumed)
     assert len(records) == BATCH * STEPS
@@ -144,11 +169,11 @@ def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(partial_roll
     assert saved_length(resumed, 4)["lines"] == len(records) - BATCH  # the in_flight lines come after it
     if staleness != 3:
         return
-    (code, stderr), = launch((partial_rollout_args(resumed, **extra, **{"trainer.total_training_steps": 5}), {}))
+    ((code, stderr),) = launch((partial_rollout_args(resumed, **extra, **{"trainer.total_training_steps": 5}), {}))
     assert code == 0, stderr[-3000:]
     extended = ledger(resumed)
     assert_exactly_once(extended)
-    assert extended[:len(records) - BATCH] == records[:-BATCH]  # the old in_flight lines are gone
+    assert extended[: len(records) - BATCH] == records[:-BATCH]  # the old in_flight lines are gone
     assert {record["uid"] for record in records[-BATCH:]} <= {record["uid"] for record in extended}  # decided now
     pool = json.loads((resumed / "global_step_5" / "partial_rollout" / "dp0.json").read_text())
     assert [record for record in extended if record["fate"] == "in_flight"] == extended[-BATCH:]
@@ -158,7 +183,7 @@ def test_partial_rollout_killed_and_resumed_keeps_every_prompt_once(partial_roll
 
 def test_dapo_ledger_names_the_zero_variance_groups(dapo_args, tmp_path):
     out = tmp_path / "run"
-    (code, stderr), = launch((dapo_args(out), {}))
+    ((code, stderr),) = launch((dapo_args(out), {}))
     assert code == 0, stderr[-3000:]
     records, metrics = ledger(out), metrics_by_step(out)
     assert_exactly_once(records)

@@ -2,6 +2,7 @@
 run's names and config; neither is imported unless asked for; pre-flight names the pip extra when one is missing.
 
 wandb and mlflow are not in the `test` extra (together ~100 MB of packages): these tests skip without them."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,10 @@ from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_in_session
 
 ROOT = Path(__file__).parents[2]
-STEPS = {1: {"critic/score/mean": 0.25, "val-core/dagrl/arithmetic/acc/mean@2": 0.5},
-         2: {"critic/score/mean": 0.75, "val-core/dagrl/arithmetic/acc/mean@2": 1.0}}
+STEPS = {
+    1: {"critic/score/mean": 0.25, "val-core/dagrl/arithmetic/acc/mean@2": 0.5},
+    2: {"critic/score/mean": 0.75, "val-core/dagrl/arithmetic/acc/mean@2": 1.0},
+}
 CONFIG = {"data": {"seed": 7, "train_files": ["a.parquet"]}, "trainer": {"project_name": "proj"}}
 
 
@@ -45,10 +48,10 @@ def _wandb_records(run_file: Path) -> list:
         if block - position % block < 7:  # too little room left for a chunk header: the block is padded
             position += block - position % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
         if kind == 0 or position + 7 + length > len(data):  # the end, or a chunk still being written
             break
-        pending += data[position + 7:position + 7 + length]
+        pending += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()
@@ -75,8 +78,9 @@ def wandb_run(wandb_dir: Path) -> tuple[dict, dict[int, dict[str, float]]]:
             config = {item.key: json.loads(item.value_json) for item in record.run.config.update}
             run = {"project": record.run.project, "name": record.run.display_name, "config": config}
         elif kind == "history":
-            values = {item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                      for item in record.history.item}
+            values = {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+            }
             history[int(values.pop("_step"))] = {k: v for k, v in values.items() if not k.startswith("_")}
     return run, history
 
@@ -84,17 +88,23 @@ def wandb_run(wandb_dir: Path) -> tuple[dict, dict[int, dict[str, float]]]:
 @pytest.fixture()
 def offline_wandb(tmp_path, monkeypatch) -> Iterator[Path]:
     wandb = needs("wandb")
-    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
-                        "WANDB_CONFIG_DIR": str(tmp_path / "config"), "WANDB_CACHE_DIR": str(tmp_path / "cache"),
-                        "WANDB_DATA_DIR": str(tmp_path / "data")}.items():
+    for name, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_SILENT": "true",
+        "WANDB_CONFIG_DIR": str(tmp_path / "config"),
+        "WANDB_CACHE_DIR": str(tmp_path / "cache"),
+        "WANDB_DATA_DIR": str(tmp_path / "data"),
+    }.items():
         monkeypatch.setenv(name, value)
     yield tmp_path
     wandb.teardown()  # wandb keeps the first run's settings (WANDB_DIR) for the process otherwise
 
 
 def log_steps(backends: list[str], **kwargs) -> None:
-    tracker = Tracker("proj", "exp", backends, None, None, total_steps=2, start_step=0, enabled=True,
-                      config=lambda: CONFIG, **kwargs)
+    tracker = Tracker(
+        "proj", "exp", backends, None, None, total_steps=2, start_step=0, enabled=True, config=lambda: CONFIG, **kwargs
+    )
     for step, metrics in STEPS.items():
         tracker.log(metrics, step)
         tracker.advance()
@@ -147,25 +157,28 @@ def test_optional_sinks_are_off_on_other_ranks_and_not_imported_unless_asked(tmp
     def unread_config() -> dict:
         raise AssertionError("the config is read only for a sink that records it")
 
-    tracker = Tracker("proj", "exp", ["console", "wandb", "mlflow"], None, None, 2, 0, enabled=False,
-                      config=unread_config)
+    tracker = Tracker(
+        "proj", "exp", ["console", "wandb", "mlflow"], None, None, 2, 0, enabled=False, config=unread_config
+    )
     tracker.log(STEPS[1], 1)
     tracker.close()
     assert tracker.remote == []
 
-    code = ("import sys; from dagrl.trainer.tracking import Tracker; "
-            f"t = Tracker('p', 'e', ['console', 'jsonl'], None, {str(tmp_path / 'm.jsonl')!r}, 1, 0, True, "
-            "config=lambda: 1 / 0); t.log({'a': 1.0}, 1); t.close(); "
-            "loaded = {'wandb', 'mlflow'} & set(sys.modules); assert not loaded, loaded")
+    code = (
+        "import sys; from dagrl.trainer.tracking import Tracker; "
+        f"t = Tracker('p', 'e', ['console', 'jsonl'], None, {str(tmp_path / 'm.jsonl')!r}, 1, 0, True, "
+        "config=lambda: 1 / 0); t.log({'a': 1.0}, 1); t.close(); "
+        "loaded = {'wandb', 'mlflow'} & set(sys.modules); assert not loaded, loaded"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("package", ["wandb", "mlflow"])
-def test_preflight_names_the_extra_of_a_missing_logger_package(tiny_model, tiny_data, tmp_path, monkeypatch,
-                                                                package):
-    overrides = cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt",
-                                  **{"trainer.logger": f"[console,{package}]"})
+def test_preflight_names_the_extra_of_a_missing_logger_package(tiny_model, tiny_data, tmp_path, monkeypatch, package):
+    overrides = cpu_run_overrides(
+        tiny_model, tiny_data, tmp_path / "ckpt", **{"trainer.logger": f"[console,{package}]"}
+    )
     monkeypatch.setitem(sys.modules, package, None)  # find_spec answers None: as if not installed
     with pytest.raises(ConfigError) as caught:
         preflight(Cfg(compose(overrides)))
@@ -179,14 +192,23 @@ def test_preflight_names_the_extra_of_a_missing_logger_package(tiny_model, tiny_
 def test_a_run_logs_the_same_metrics_to_jsonl_wandb_and_mlflow(tiny_model, tiny_data, offline_wandb):
     needs("mlflow")
     out = offline_wandb / "run"
-    overrides = cpu_run_overrides(tiny_model, tiny_data, out, **{
-        "trainer.logger": "[console,jsonl,wandb,mlflow]", "trainer.total_training_steps": 1,
-        "trainer.project_name": "proj", "trainer.experiment_name": "exp"})
+    overrides = cpu_run_overrides(
+        tiny_model,
+        tiny_data,
+        out,
+        **{
+            "trainer.logger": "[console,jsonl,wandb,mlflow]",
+            "trainer.total_training_steps": 1,
+            "trainer.project_name": "proj",
+            "trainer.experiment_name": "exp",
+        },
+    )
     env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
     code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *overrides], env)
     assert code == 0, stderr[-3000:]
-    expected = {step: {k: v for k, v in metrics.items() if k != "step"} for step, metrics in
-                metrics_by_step(out).items()}
+    expected = {
+        step: {k: v for k, v in metrics.items() if k != "step"} for step, metrics in metrics_by_step(out).items()
+    }
     assert sorted(expected) == [0, 1] and "critic/score/mean" in expected[1]
 
     run, history = wandb_run(offline_wandb)
@@ -204,8 +226,9 @@ def test_the_run_summary_says_how_it_went_and_jsonl_rows_carry_the_wall_clock(tm
     tracker = Tracker("p", "e", ["jsonl"], None, str(path), 3, 0, True)
     tracker.log({"val-core/src/acc/mean@1": 0.2}, 0)
     for step, acc in ((1, None), (2, 0.6), (3, 0.5)):
-        tracker.log({"training/global_step": float(step), **({} if acc is None else {"val-core/src/acc/mean@1": acc})},
-                    step)
+        tracker.log(
+            {"training/global_step": float(step), **({} if acc is None else {"val-core/src/acc/mean@1": acc})}, step
+        )
     summary = tracker.summary(3, "/ckpt (newest: global_step_3)", str(path), None)
     tracker.close()
     lines = summary.splitlines()

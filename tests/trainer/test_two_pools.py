@@ -2,6 +2,7 @@
 colocated run exactly (1+1 and 2+2 processes); the staleness bound holds on every trained trajectory and is reached
 when training is the slow side; partial rollout carries prefixes across pushes; kill -9 of the training pool and a
 relaunch train every prompt exactly once (K=0: bit-exact); a pool that stops on an error stops the other."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,8 +34,18 @@ SLOW_TRAINER = {"DAGRL_DELAY": "actor_update:1.5"}  # the rollout pool runs ahea
 def command(args: list[str], processes: int, module: str = "dagrl.main_dag") -> list[str]:
     if processes == 1:
         return [sys.executable, "-m", module, *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
-            str(free_port()), "-m", module, *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(processes),
+        "--master-port",
+        str(free_port()),
+        "-m",
+        module,
+        *args,
+    ]
 
 
 # torchrun's "Sending process <pid> closing signal SIGTERM": a worker died and torchrun stops the others, each with 30 s
@@ -50,8 +61,10 @@ def launch(*runs: tuple[list[str], int, dict]) -> list[tuple[int, str]]:
     worker SIGKILLed), the processes torchrun says it stops get its SIGKILL after STOP_GRACE_S instead of 30 s;
     torchrun still notices the death, stops the rest and reports the failure itself."""
     with contextlib.ExitStack() as stack:
-        started = [stack.enter_context(session_process(command(args, processes), {**ENV, **env}))
-                   for args, processes, env in runs]
+        started = [
+            stack.enter_context(session_process(command(args, processes), {**ENV, **env}))
+            for args, processes, env in runs
+        ]
         results = []
         for (proc, err), (_, _, env) in zip(started, runs):
             if "DAGRL_FAULT" in env:
@@ -90,12 +103,31 @@ def ok(result: tuple[int, str]) -> None:
 @pytest.fixture(scope="module")
 def args(tiny_model, tiny_data):
     def make(out: Path, pools: tuple[int, int] | None = (1, 1), **extra) -> list[str]:
-        split = {} if pools is None else {"actor_rollout_ref.hybrid_engine": False,
-                                          "rollout.n_gpus_per_node": pools[0], "trainer.n_gpus_per_node": pools[1]}
-        return cpu_run_overrides(tiny_model, tiny_data, out, **{
-            "trainer.total_training_steps": 4, "trainer.save_freq": 2, "trainer.test_freq": 2,
-            "trainer.val_before_train": False, "async_training.max_staleness": 0,
-            "custom_reward_function.path": str(REWARD), **split, **extra})  # rewards that vary: updates that move
+        split = (
+            {}
+            if pools is None
+            else {
+                "actor_rollout_ref.hybrid_engine": False,
+                "rollout.n_gpus_per_node": pools[0],
+                "trainer.n_gpus_per_node": pools[1],
+            }
+        )
+        return cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{
+                "trainer.total_training_steps": 4,
+                "trainer.save_freq": 2,
+                "trainer.test_freq": 2,
+                "trainer.val_before_train": False,
+                "async_training.max_staleness": 0,
+                "custom_reward_function.path": str(REWARD),
+                **split,
+                **extra,
+            },
+        )  # rewards that vary: updates that move
+
     return make
 
 
@@ -117,8 +149,11 @@ def test_the_schedule_pushes_every_trigger_steps_and_at_every_validation():
 
 
 def test_weight_buckets_cross_the_wire_bit_exact():
-    bucket = [("a", torch.randn(3, 4, dtype=torch.bfloat16)), ("b", torch.arange(5, dtype=torch.float32)),
-              ("c", torch.randn(2, 1, 3))]
+    bucket = [
+        ("a", torch.randn(3, 4, dtype=torch.bfloat16)),
+        ("b", torch.arange(5, dtype=torch.float32)),
+        ("c", torch.randn(2, 1, 3)),
+    ]
     header, flats = pack_buckets(iter([bucket, bucket[:1]]))
     assert [f.dtype for f in flats] == [torch.uint8] * 2
     for entries, flat, original in zip(header, flats, [bucket, bucket[:1]]):
@@ -150,8 +185,11 @@ def test_after_a_stop_signal_a_peer_whose_liveness_counter_stands_still_stops_th
         store.add(bridge_module.ALIVE_KEY.format(1), 1)
         bridge.check_failed()
         time.sleep(0.02)
-    with pytest.raises(bridge_module.PoolStopped, match=r"launch rank 1 \(the train pool\) stopped answering .* "
-                                                         r"after this process got SIGTERM"):
+    with pytest.raises(
+        bridge_module.PoolStopped,
+        match=r"launch rank 1 \(the train pool\) stopped answering .* "
+        r"after this process got SIGTERM",
+    ):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # killed: its counter stands still
             bridge.check_failed()
@@ -170,8 +208,9 @@ def test_a_finished_run_frees_every_process_group_of_both_pools(args, tmp_path):
     """Both pools wait for each other at the end (Bridge.finish), then free their groups, the bridge's too: no gloo
     worker is left to free a collective's tensors at interpreter shutdown (which can abort a finished run), and none
     frees its groups while the other pool still uses them."""
-    with session_process(command(args(tmp_path / "run", **{"trainer.total_training_steps": 2}), 2,
-                                 "tests.trainer.exit_threads"), ENV) as (proc, err):
+    with session_process(
+        command(args(tmp_path / "run", **{"trainer.total_training_steps": 2}), 2, "tests.trainer.exit_threads"), ENV
+    ) as (proc, err):
         code = proc.wait(timeout=600)
         err.seek(0)
         stderr = err.read()
@@ -218,9 +257,10 @@ def test_k0_in_two_pools_is_the_colocated_run_and_resumes_bit_exact(args, tmp_pa
 
 def test_two_by_two_pools_at_k0_match_two_colocated_ranks(args, tmp_path):
     colocated, pools = tmp_path / "colocated", tmp_path / "pools"
-    results = launch((args(colocated, pools=None, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2}
-                           ), 2, {}),
-                     (args(pools, pools=(2, 2), **{"trainer.total_training_steps": 2}), 4, {}))
+    results = launch(
+        (args(colocated, pools=None, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2}), 2, {}),
+        (args(pools, pools=(2, 2), **{"trainer.total_training_steps": 2}), 4, {}),
+    )
     for result in results:
         ok(result)
     assert without_async(metrics_by_step(pools)) == metrics_by_step(colocated)
@@ -242,8 +282,11 @@ def run_killed_and_straight(make, tmp_path: Path, env: dict, kill: str) -> tuple
 
 def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kill_9(args, tmp_path):
     """K=1: batch b waits for version b-2, so from the third step every batch is exactly one version stale."""
-    make = lambda out: args(out, **{"async_training.max_staleness": 1, "trainer.total_training_steps": 6,  # noqa: E731 - a short local helper
-                                    "trainer.save_freq": 3, "trainer.test_freq": -1})
+
+    def make(out):
+        overrides = {"trainer.total_training_steps": 6, "trainer.save_freq": 3, "trainer.test_freq": -1}
+        return args(out, **{"async_training.max_staleness": 1, **overrides})
+
     straight, resumed = run_killed_and_straight(make, tmp_path, SLOW_TRAINER, kill="actor_update:5@1")
     staleness = [metrics_by_step(root)[s]["async/staleness_max"] for root in (straight, resumed) for s in range(1, 7)]
     # the resumed run restarts the rollout pool from the step-3 checkpoint with version 3: batch 4 is fresh
@@ -252,15 +295,25 @@ def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kil
     assert max(buffered) == 1  # the admission bound: K + 1 batches generated ahead of the trainer, this one included
 
 
-def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill_9(args, long_tail_model,
-                                                                                     tmp_path):
+def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill_9(args, long_tail_model, tmp_path):
     """K=3, a slow rollout pool (the usual case): the training pool pushes while the rollout pool generates, so
     carried prefixes continue under newer weights. The rollout pool is the one killed."""
-    make = lambda out: args(out, **{  # noqa: E731 - a short local helper
-        "actor_rollout_ref.model.path": str(long_tail_model), "async_training.max_staleness": 3,
-        "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
-        "data.max_response_length": 16, "trainer.total_training_steps": 6, "trainer.save_freq": 3,
-        "trainer.test_freq": -1})
+
+    def make(out):
+        return args(
+            out,
+            **{
+                "actor_rollout_ref.model.path": str(long_tail_model),
+                "async_training.max_staleness": 3,
+                "async_training.partial_rollout": True,
+                "async_training.oversample_ratio": 2.0,
+                "data.max_response_length": 16,
+                "trainer.total_training_steps": 6,
+                "trainer.save_freq": 3,
+                "trainer.test_freq": -1,
+            },
+        )
+
     straight, resumed = run_killed_and_straight(make, tmp_path, {"DAGRL_DELAY": "score:1.0"}, kill="score:5@0")
     for root in (straight, resumed):
         records = metrics_by_step(root)
@@ -269,35 +322,56 @@ def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill
 
 
 @pytest.mark.parametrize("pools", [(1, 1), (2, 1)])
-def test_partial_rollout_in_two_pools_loads_pushes_mid_batch_and_trains_each_prompt_once(args, long_tail_model,
-                                                                                          tmp_path, pools):
+def test_partial_rollout_in_two_pools_loads_pushes_mid_batch_and_trains_each_prompt_once(
+    args, long_tail_model, tmp_path, pools
+):
     """A slow decode: pushes arrive while the rollout pool generates a batch; it aborts what is in flight, loads
     them and goes on, so responses carry tokens of several versions, all within the staleness bound. Two rollout
     ranks agree at every scheduling step on when to load (the weights come by a collective)."""
     out = tmp_path / "run"
     # data.seed 2: a prompt order with responses long enough to span a load in pools1 (seed 1's do not)
-    ok(launch((args(out, pools=pools, **{
-        "actor_rollout_ref.model.path": str(long_tail_model), "async_training.max_staleness": 1,
-        "async_training.partial_rollout": True, "async_training.oversample_ratio": 2.0,
-        "data.max_response_length": 16, "trainer.total_training_steps": 5, "trainer.save_freq": -1,
-        "trainer.test_freq": -1, "data.seed": 2}), sum(pools), {"DAGRL_DELAY": "rollout_poll:0.1"}))[0])
+    ok(
+        launch(
+            (
+                args(
+                    out,
+                    pools=pools,
+                    **{
+                        "actor_rollout_ref.model.path": str(long_tail_model),
+                        "async_training.max_staleness": 1,
+                        "async_training.partial_rollout": True,
+                        "async_training.oversample_ratio": 2.0,
+                        "data.max_response_length": 16,
+                        "trainer.total_training_steps": 5,
+                        "trainer.save_freq": -1,
+                        "trainer.test_freq": -1,
+                        "data.seed": 2,
+                    },
+                ),
+                sum(pools),
+                {"DAGRL_DELAY": "rollout_poll:0.1"},
+            )
+        )[0]
+    )
     records = metrics_by_step(out)
     assert sum(records[s]["async/mid_batch_loads"] for s in range(1, 6)) >= 2
     assert max(records[s]["async/partial_fraction"] for s in range(2, 6)) > 0  # tokens of two versions in a row
     assert all(records[s]["async/staleness_max"] <= 1 for s in range(1, 6))
-    trained = [json.loads(line)["uid"] for line in (out / LEDGER_FILE).read_text().splitlines()
-               if '"trained@' in line]
+    trained = [json.loads(line)["uid"] for line in (out / LEDGER_FILE).read_text().splitlines() if '"trained@' in line]
     assert len(trained) == len(set(trained)) == 5 * 4
     assert not undocumented_metrics(out), "add these to docs/metrics.md"
 
 
 def test_a_pool_that_stops_on_an_error_stops_the_other_with_its_message(args, tmp_path):
     reward = tmp_path / "reward.py"
-    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    raise ValueError('scorer broke')\n")
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    raise ValueError('scorer broke')\n"
+    )
     out = tmp_path / "broken"
-    (code, stderr), = launch((args(out, **{"custom_reward_function.path": str(reward),
-                                           "reward_model.on_error": "raise"}), 2, {}))
+    ((code, stderr),) = launch(
+        (args(out, **{"custom_reward_function.path": str(reward), "reward_model.on_error": "raise"}), 2, {})
+    )
     assert code != 0
     assert "scorer broke" in stderr and "the rollout pool (rank 0) stopped" in stderr
 
@@ -306,15 +380,22 @@ def test_one_rank_of_a_two_rank_rollout_pool_failing_alone_stops_every_process(a
     """The other rollout rank is then waiting in a collective and the trainer in the bridge: both stop with the
     failing rank's message instead of waiting for a collective's timeout."""
     reward = tmp_path / "reward.py"
-    reward.write_text("import os\n"
-                      "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    if os.environ['RANK'] == '0':\n"
-                      "        raise ValueError('scorer broke on one rank')\n"
-                      "    return 0.0\n")
+    reward.write_text(
+        "import os\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if os.environ['RANK'] == '0':\n"
+        "        raise ValueError('scorer broke on one rank')\n"
+        "    return 0.0\n"
+    )
     out = tmp_path / "broken"
     start = time.monotonic()
-    (code, stderr), = launch((args(out, pools=(2, 1), **{"custom_reward_function.path": str(reward),
-                                                         "reward_model.on_error": "raise"}), 3, {}))
+    ((code, stderr),) = launch(
+        (
+            args(out, pools=(2, 1), **{"custom_reward_function.path": str(reward), "reward_model.on_error": "raise"}),
+            3,
+            {},
+        )
+    )
     assert code != 0
     assert "scorer broke on one rank" in stderr and "the rollout pool (rank 0) stopped" in stderr
     # far sooner than the collectives' 600 s timeout (actor_rollout_ref.nccl_timeout), which the others would

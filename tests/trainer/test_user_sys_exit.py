@@ -1,5 +1,6 @@
 """A sys.exit from user code during a run (a node, tool, interaction) never ends the trainer with its exit code:
 sys.exit(0) would read as a run that finished. train_process turns it into exit 1 and one line naming where."""
+
 from __future__ import annotations
 
 import sys
@@ -45,6 +46,7 @@ def test_the_call_site_is_the_users_when_a_library_replaced_sys_exit(monkeypatch
 
 def test_the_call_site_is_the_users_under_two_hooks(monkeypatch):
     """A bound-method hook (wandb's ExitHooks.exit) installed first, then a function hook over it."""
+
     class Hooks:
         def __init__(self):
             self.original = sys.exit

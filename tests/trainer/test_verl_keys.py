@@ -1,5 +1,6 @@
 """verl's keys dagrl accepts under verl's name (docs/from_verl.md): trainer.rollout_data_dir,
 trainer.log_val_generations, trainer.val_only, and the FSDP schedule keys optim.warmup_style / optim.min_lr_ratio."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # runs that go two at a time on the two c
 
 def train(*runs: list[str]) -> list[str]:
     """The stderr of each run of `python -m dagrl.main_dag <overrides>`, all at the same time, each on one thread."""
-    results = run_concurrently([([sys.executable, "-m", "dagrl.main_dag", *overrides], ONE_THREAD)
-                                for overrides in runs])
+    results = run_concurrently(
+        [([sys.executable, "-m", "dagrl.main_dag", *overrides], ONE_THREAD) for overrides in runs]
+    )
     for code, stderr in results:
         assert code == 0, stderr[-3000:]
     return [stderr for _, stderr in results]
@@ -43,13 +45,18 @@ def val_rows(out: Path) -> dict[int, float]:
 
 def test_rollout_dump_val_generation_lines_and_val_only(tiny_model, tiny_data, tmp_path):
     def args(out: Path, **extra) -> list[str]:
-        return cpu_run_overrides(tiny_model, tiny_data, out, **{
-            "custom_reward_function.path": str(REWARD), "trainer.test_freq": 2, "trainer.save_freq": 2, **extra})
+        return cpu_run_overrides(
+            tiny_model,
+            tiny_data,
+            out,
+            **{"custom_reward_function.path": str(REWARD), "trainer.test_freq": 2, "trainer.save_freq": 2, **extra},
+        )
 
     out, fresh = tmp_path / "run", tmp_path / "fresh"
-    stderr, _ = train(args(out, **{"trainer.rollout_data_dir": str(tmp_path / "rollouts"),
-                                   "trainer.log_val_generations": 2}),
-                      args(fresh, **{"trainer.val_only": True}))  # from model.path, beside it: checked last
+    stderr, _ = train(
+        args(out, **{"trainer.rollout_data_dir": str(tmp_path / "rollouts"), "trainer.log_val_generations": 2}),
+        args(fresh, **{"trainer.val_only": True}),
+    )  # from model.path, beside it: checked last
     # every training step's responses: train_batch_size 4 x rollout.n 2, with the score the step's metric averaged
     assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == ["1.jsonl", "2.jsonl"]
     metrics = {json.loads(line)["step"]: json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()}
@@ -62,14 +69,15 @@ def test_rollout_dump_val_generation_lines_and_val_only(tiny_model, tiny_data, t
         assert mean == pytest.approx(metrics[step]["critic/score/mean"])
     # the first 2 validation generations at each validation (steps 0 and 2), the same prompts each time
     lines = [line for line in stderr.splitlines() if "val generation (step" in line]
-    assert len(lines) == 4 and [line.split("] ")[0].split("[")[-1] for line in lines[:2]] == \
-        [line.split("] ")[0].split("[")[-1] for line in lines[2:]]
+    assert len(lines) == 4 and [line.split("] ")[0].split("[")[-1] for line in lines[:2]] == [
+        line.split("] ")[0].split("[")[-1] for line in lines[2:]
+    ]
     assert "prompt: " in stderr and "response: " in stderr
     expected = val_rows(out)
     assert sorted(expected) == [0, 2]
 
     # val_only on the checkpoint: validates step 2's weights once (the same greedy metric) and trains nothing
-    stderr, = train(args(out, **{"trainer.val_only": True, "trainer.total_training_steps": 4}))
+    (stderr,) = train(args(out, **{"trainer.val_only": True, "trainer.total_training_steps": 4}))
     assert "trainer.val_only: validated the weights of step 2" in stderr
     assert val_rows(out)[2] == expected[2]
     assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2"]
@@ -97,28 +105,41 @@ def test_verl_schedule_keys_give_the_schedule_of_dagrls_keys():
     assert spec(f"{OPTIM}.warmup_style=cosine", f"{OPTIM}.lr_decay_style=cosine") == replace(dagrl, min_lr=0.0)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ([f"{OPTIM}.warmup_style=linear"], "warmup_style='linear' is not one of: constant, cosine"),
-    ([f"{OPTIM}.warmup_style=cosine", f"{OPTIM}.lr_decay_style=linear"],
-     "warmup_style=cosine conflicts with actor_rollout_ref.actor.optim.lr_decay_style=linear"),
-    ([f"{OPTIM}.min_lr_ratio=0.1", f"{OPTIM}.min_lr=5e-6"], "min_lr_ratio=0.1 (min_lr 1e-06) conflicts with"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ([f"{OPTIM}.warmup_style=linear"], "warmup_style='linear' is not one of: constant, cosine"),
+        (
+            [f"{OPTIM}.warmup_style=cosine", f"{OPTIM}.lr_decay_style=linear"],
+            "warmup_style=cosine conflicts with actor_rollout_ref.actor.optim.lr_decay_style=linear",
+        ),
+        ([f"{OPTIM}.min_lr_ratio=0.1", f"{OPTIM}.min_lr=5e-6"], "min_lr_ratio=0.1 (min_lr 1e-06) conflicts with"),
+    ],
+)
 def test_verl_schedule_keys_that_contradict_dagrls_are_refused(overrides, message):
     with pytest.raises(ConfigError) as info:
         spec(*overrides)
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.actor.megatron.dtype=bfloat16", "dagrl's key is actor_rollout_ref.actor.megatron.param_dtype"),
-    ("actor_rollout_ref.ref.megatron.tensor_model_parallel_size=4",
-     "the reference reuses the actor's layout and dtype: set "
-     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size instead"),
-    ("critic.megatron.sequence_parallel=true", "set actor_rollout_ref.actor.megatron.sequence_parallel instead"),
-    ("actor_rollout_ref.actor.ppo_micro_batch_size=8", "set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
-    ("reward_model.enable=false", "model-based reward models are not supported yet"),
-    ("trainer.max_critic_ckpt_to_keep=2", "trainer.max_actor_ckpt_to_keep=N keeps N of them"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "actor_rollout_ref.actor.megatron.dtype=bfloat16",
+            "dagrl's key is actor_rollout_ref.actor.megatron.param_dtype",
+        ),
+        (
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=4",
+            "the reference reuses the actor's layout and dtype: set "
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size instead",
+        ),
+        ("critic.megatron.sequence_parallel=true", "set actor_rollout_ref.actor.megatron.sequence_parallel instead"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size=8", "set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+        ("reward_model.enable=false", "model-based reward models are not supported yet"),
+        ("trainer.max_critic_ckpt_to_keep=2", "trainer.max_actor_ckpt_to_keep=N keeps N of them"),
+    ],
+)
 def test_refused_verl_keys_say_why_and_what_to_set(override, message):
     with pytest.raises(ConfigError) as info:
         compose([override])

@@ -2,6 +2,7 @@
 pre-flight. A failure is one line: the key, the value, the expectation: `data.shuffle='no' must be true or false`,
 `actor_rollout_ref.rollout.top_p=5 must be a number in (0, 1]`. tests/config/test_schema.py proves that every key
 of the composed config is declared and every numeric key has a range."""
+
 from __future__ import annotations
 
 import functools
@@ -20,9 +21,22 @@ from dagrl.config.tree import Cfg
 MISSING = object()
 
 # characters a value copied from a web page or a word processor brings along: Hydra's grammar refuses them
-LOOKALIKES = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u201c": '"',
-              "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ", "\u2009": " ",
-              "\u202f": " ", "\u00d7": "x"}
+LOOKALIKES = {
+    "\u2212": "-",
+    "\u2013": "-",
+    "\u2014": "-",
+    "\u2010": "-",
+    "\u2011": "-",
+    "\u201c": '"',
+    "\u201d": '"',
+    "\u201e": '"',
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u00a0": " ",
+    "\u2009": " ",
+    "\u202f": " ",
+    "\u00d7": "x",
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,15 +120,19 @@ def check_value(key: str, kind: str, value: Any, config: dict[str, Any] | None =
     bound = range_of(key) if kind.rstrip("?") in ("int", "float", "list") else None
     if not type_ok(kind, value):
         ratio = f"{key}_ratio"  # lr_warmup_steps=0.1: a fraction meant for lr_warmup_steps_ratio
-        hint = f" (a fraction of all steps is {ratio})" if kind.rstrip("?") == "int" and isinstance(value, float) \
-            and 0 < value < 1 and ratio in schema() else ""
+        hint = (
+            f" (a fraction of all steps is {ratio})"
+            if kind.rstrip("?") == "int" and isinstance(value, float) and 0 < value < 1 and ratio in schema()
+            else ""
+        )
         if not hint and value is None and bound is not None and bound.hint:
             hint = f" ({bound.hint})"  # null where a number goes: say what the special values are instead
         text = _number_as_text(key, kind, value)
         if text:  # '1e-5' (quoted), '3e-6\' (a pasted line continuation): the number is there, the text is the fault
             raise ConfigError(key, f"{key}={show(value)} must be {expected(kind, bound)}, not text: {text}")
-        raise ConfigError(key, f"{key}={show(value)} must be {expected(kind, bound)}{hint}"
-                               f"{_followed(key, value, config)}")
+        raise ConfigError(
+            key, f"{key}={show(value)} must be {expected(kind, bound)}{hint}{_followed(key, value, config)}"
+        )
     if value is not None and bound is not None and not bound.ok(value):
         # a number of the right type out of range: "must be > 0", "must be in (0, 1]"; integers keep their noun
         text = expected(kind, bound) if kind.startswith("int") else bound.text.removeprefix("=")
@@ -135,11 +153,15 @@ def _number_as_text(key: str, kind: str, value: Any) -> str:
     if not math.isfinite(number) or (kind.rstrip("?") == "int" and not number.is_integer()):
         return ""
     if cleaned == value:
-        return (f"it was quoted (or came from a YAML file, which reads 1e-5 without a '.' as text): write "
-                f"{key}={cleaned} unquoted")
+        return (
+            f"it was quoted (or came from a YAML file, which reads 1e-5 without a '.' as text): write "
+            f"{key}={cleaned} unquoted"
+        )
     if value.rstrip().endswith("\\"):
-        return (f"it ends with a backslash (a line continuation pasted into the value?): write {key}={cleaned}, "
-                f"with a space before any '\\' that continues the command")
+        return (
+            f"it ends with a backslash (a line continuation pasted into the value?): write {key}={cleaned}, "
+            f"with a space before any '\\' that continues the command"
+        )
     return f"write {key}={cleaned} (plain ASCII digits, no spaces or quotes)"
 
 
@@ -185,5 +207,8 @@ def check_sampling(config: Any) -> None:
     val = (Cfg(config) if isinstance(config, dict) else config).actor_rollout_ref.rollout.val_kwargs
     key = "actor_rollout_ref.rollout.val_kwargs.temperature"
     if val.do_sample and val.temperature == 0:
-        raise ConfigError(key, f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
-                               f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false")
+        raise ConfigError(
+            key,
+            f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
+            f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false",
+        )

@@ -1,5 +1,6 @@
 """The dag section: the graph a step runs. Its options are whole graphs (conf/dag/<name>.yaml: grpo, the default,
 dapo, ppo, opd), written by hand, not from this declaration."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from dagrl.config.schema.spec import Graph, Section, key
 @dataclass(frozen=True)
 class Dag(Section):
     """The node graph of one training step."""
-    custom_pipeline_fn: str | None = key(None, "module:function returning a list of node dicts, used instead of "
-                                         "`nodes`")
+
+    custom_pipeline_fn: str | None = key(
+        None, "module:function returning a list of node dicts, used instead of `nodes`"
+    )
     nodes: Graph = key({}, "id: {role, fn (module:function), deps, optional per-node config}")

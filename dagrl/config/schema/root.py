@@ -1,6 +1,7 @@
 """The whole config as one typed tree: a section a group of conf/dagrl.yaml's defaults, in that order, and
 `keys()`, every declared key by its dotted name (what pre-flight checks, what the YAML and the reference are
 written from)."""
+
 from __future__ import annotations
 
 import functools

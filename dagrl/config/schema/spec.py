@@ -5,6 +5,7 @@ cannot disagree; `keys()` flattens them to {dotted key: Key}.
 
 Annotations: bool, int, float, str, list, dict (a free-form map: `+map.key=value` adds to it), `T | None` (null
 allowed), and the path kinds below, which dagrl/config/path_values.py checks by what the path must name."""
+
 from __future__ import annotations
 
 import copy
@@ -22,8 +23,8 @@ from dagrl.config.tree import Cfg, mark_subtree_read, record_read
 @dataclass(frozen=True)
 class Range:
     ok: Callable[[Any], bool]
-    text: str            # appended to the type's noun ("an integer" + " >= 0"); a leading "=" replaces the noun
-    hint: str = ""       # why, or what the special values mean: appended in parentheses
+    text: str  # appended to the type's noun ("an integer" + " >= 0"); a leading "=" replaces the noun
+    hint: str = ""  # why, or what the special values mean: appended in parentheses
 
 
 def hinted(bound: Range, hint: str) -> Range:
@@ -53,11 +54,14 @@ TOP_P = Range(lambda v: _finite(v) and 0 < v <= 1, "in (0, 1]")
 TOP_K = Range(lambda v: v == -1 or v >= 1, "=-1 (off) or an integer >= 1")
 EVERY_N = Range(lambda v: v == -1 or v >= 1, "=-1 or an integer >= 1")  # every N steps; -1 = never
 TIS_CAP = Range(lambda v: _finite(v) and (v <= 0 or v >= 1), "=-1 (off) or a cap >= 1")
-LEARNING_RATE = Range(lambda v: _finite(v) and 0 < v <= 1, "> 0 and <= 1",
-                      "a peak learning rate, e.g. 1e-6; at 0 nothing would train")
+LEARNING_RATE = Range(
+    lambda v: _finite(v) and 0 < v <= 1, "> 0 and <= 1", "a peak learning rate, e.g. 1e-6; at 0 nothing would train"
+)
 LOG_PROB_FLOOR = Range(lambda v: _finite(v) and v < 0, "< 0", "a log-prob floor, e.g. -10; null for none")
-BETAS = Range(lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
-                                            for b in v), "=two numbers in [0, 1)")
+BETAS = Range(
+    lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v),
+    "=two numbers in [0, 1)",
+)
 STEP_LIST = Range(_ints_from(1), "=a non-empty list of positive integers (global steps), e.g. [2,3]")
 RANK_LIST = Range(_ints_from(0), "=a non-empty list of integers >= 0 (global ranks), e.g. [0]")
 
@@ -71,17 +75,28 @@ OutDir = Annotated[str, "outdir"]
 Paths = Annotated[Union[str, list], "paths"]
 Graph = Annotated[Union[dict, list], "graph"]  # nodes: a map by id (conf/dag/), or a list of node dicts
 
-NOUNS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
-         "paths": "a string or a list of strings", "list": "a list", "dict": "a map (key: value)",
-         "file": "a file path", "files": "a file path or a list of them", "dir": "a directory path",
-         "model": "a model directory path", "outdir": "a directory path",
-         "graph": "a map of node id to node (role, fn, deps), or a list of node dicts"}
+NOUNS = {
+    "bool": "true or false",
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "paths": "a string or a list of strings",
+    "list": "a list",
+    "dict": "a map (key: value)",
+    "file": "a file path",
+    "files": "a file path or a list of them",
+    "dir": "a directory path",
+    "model": "a model directory path",
+    "outdir": "a directory path",
+    "graph": "a map of node id to node (role, fn, deps), or a list of node dicts",
+}
 PATH_KINDS = ("file", "files", "dir", "model", "outdir")  # strings (files: or lists of strings) naming a path
 
 
 @dataclass(frozen=True)
 class Key:
     """One declared key: `kind` is the checker's type name ("int", "float?", "files", ...)."""
+
     path: str
     kind: str
     default: Any
@@ -107,6 +122,7 @@ class Section:
     """Base of every declared section. An instance built by `build` is the run's config, typed: `cfg.algorithm.gamma`
     is a float an editor and a type checker know, and it reads as a `Cfg` does (`[]`, `get`, `in`, `to_dict`; a
     free-form map comes back as a `Cfg`), recording each key read in tree.READ_KEYS for the dead-key test."""
+
     _path = ""
 
     def __getattribute__(self, name: str) -> Any:
@@ -134,8 +150,10 @@ class Section:
     def snapshot(self) -> dict[str, Any]:
         """A deep copy as plain data that does not count as reading it."""
         values = {name: object.__getattribute__(self, name) for name in type(self).__dataclass_fields__}
-        return {name: value.snapshot() if isinstance(value, Section) else copy.deepcopy(value)
-                for name, value in values.items()}
+        return {
+            name: value.snapshot() if isinstance(value, Section) else copy.deepcopy(value)
+            for name, value in values.items()
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """A deep copy as plain data; counts as reading the whole subtree."""
@@ -150,8 +168,12 @@ def build(cls: type, data: dict[str, Any], path: str = "") -> Any:
     undeclared = [name for name in data if name not in cls.__dataclass_fields__]
     if undeclared:
         raise KeyError(f"config key {f'{path}.{undeclared[0]}'.lstrip('.')!r} is not declared in dagrl/config/schema/")
-    values = {name: build(hints[name], data[name], f"{path}.{name}".lstrip(".")) if is_section(hints[name])
-              else copy.deepcopy(data[name]) for name in cls.__dataclass_fields__}
+    values = {
+        name: build(hints[name], data[name], f"{path}.{name}".lstrip("."))
+        if is_section(hints[name])
+        else copy.deepcopy(data[name])
+        for name in cls.__dataclass_fields__
+    }
     instance = cls(**values)
     object.__setattr__(instance, "_path", path)
     return instance
@@ -193,8 +215,14 @@ def keys_of(cls: type, prefix: str) -> dict[str, Key]:
             found.update(keys_of(annotation, path))
             continue
         default = field.default_factory() if field.default is dataclasses.MISSING else field.default
-        found[path] = Key(path, kind_of(annotation), default, field.metadata["doc"], field.metadata["range"],
-                          field.metadata["choices"])
+        found[path] = Key(
+            path,
+            kind_of(annotation),
+            default,
+            field.metadata["doc"],
+            field.metadata["range"],
+            field.metadata["choices"],
+        )
     return found
 
 
@@ -207,4 +235,3 @@ def section_docs(cls: type, prefix: str) -> dict[str, str]:
             found[f"{prefix}.{field.name}"] = field.metadata["doc"]
             found.update(section_docs(hints[field.name], f"{prefix}.{field.name}"))
     return found
-

@@ -1,5 +1,6 @@
 """MegatronActorEngine: the policy (or, frozen, the reference) on top of `MegatronEngine`: log-probs of responses
 on vocab-parallel logits, training on them, and the HF weight export that rollouts load."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator
@@ -62,8 +63,9 @@ class MegatronActorEngine(MegatronEngine):
         hidden = args[0][micro.logit_pos[rows, cols], micro.logit_row[rows]].unsqueeze(1).contiguous()
         return (hidden, *args[1:]), kwargs
 
-    def _response_log_probs(self, micro: MicroBatch, logits: torch.Tensor, temperature: float,
-                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _response_log_probs(
+        self, micro: MicroBatch, logits: torch.Tensor, temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[rows, R] log-probs (and entropies) of the micro-batch's responses, 0 off the response mask. Computed on
         the real response tokens only (`MicroBatch.kept`), then placed in the padded layout."""
         rows, cols = micro.kept()
@@ -71,19 +73,28 @@ class MegatronActorEngine(MegatronEngine):
             response_logits = logits.reshape(-1, logits.shape[-1])
         else:
             response_logits = logits[micro.logit_row[rows], micro.logit_pos[rows, cols]]
-        flat, flat_entropy = vocab_parallel_log_probs(response_logits, micro.targets[rows, cols],
-                                                      self.hf_config.vocab_size, with_entropy, temperature)
+        flat, flat_entropy = vocab_parallel_log_probs(
+            response_logits, micro.targets[rows, cols], self.hf_config.vocab_size, with_entropy, temperature
+        )
 
         def padded(values: torch.Tensor) -> torch.Tensor:
-            return self._context_parallel_rows(micro, values.new_zeros(micro.targets.shape).index_put((rows, cols),
-                                                                                                       values))
+            return self._context_parallel_rows(
+                micro, values.new_zeros(micro.targets.shape).index_put((rows, cols), values)
+            )
 
         return padded(flat), (padded(flat_entropy) if flat_entropy is not None else None)
 
-    def compute_log_prob(self, batch: Batch, micro_batch_size: int, temperature: float, with_entropy: bool,
-                         max_token_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def compute_log_prob(
+        self,
+        batch: Batch,
+        micro_batch_size: int,
+        temperature: float,
+        with_entropy: bool,
+        max_token_len: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropies) of `batch["responses"]`, float32 [B, R], 0 where response_mask is 0.
         `max_token_len`: dynamic batch size (micro-batches of at most that many real tokens per GPU)."""
+
         def head(micro: MicroBatch, logits: torch.Tensor) -> dict[str, torch.Tensor]:
             log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
             out = {"log_probs": log_probs.detach()}
@@ -91,13 +102,22 @@ class MegatronActorEngine(MegatronEngine):
                 out["entropy"] = entropy.detach()
             return out
 
-        rows = self._forward_rows(batch, micro_batch_size, head, ["log_probs", "entropy"] if with_entropy
-                                  else ["log_probs"], max_token_len)
+        rows = self._forward_rows(
+            batch, micro_batch_size, head, ["log_probs", "entropy"] if with_entropy else ["log_probs"], max_token_len
+        )
         return rows["log_probs"], rows.get("entropy")
 
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, temperature: float,
-                   max_token_len: int | None = None, with_entropy: bool = True) -> dict[str, float]:
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        micro_batch_size: int,
+        temperature: float,
+        max_token_len: int | None = None,
+        with_entropy: bool = True,
+    ) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
+
         def head(micro: MicroBatch, logits: torch.Tensor) -> Any:
             log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
             return loss_fn(micro.batch, log_probs, entropy)

@@ -8,6 +8,7 @@ layout they were saved with. Which parts are written and restored is `spec.save_
 (verl's names: model, optimizer, extra = RNG states); the common part records what the checkpoint holds, the
 model it came from and its dtype, so `scripts/model_merger.py` needs nothing else.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,25 +33,46 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CONTENTS = ("model", "optimizer", "extra")  # the parts a Megatron checkpoint can hold
-HF_DIR = "huggingface"                      # <actor checkpoint>/huggingface: the HF export (verl's layout)
+HF_DIR = "huggingface"  # <actor checkpoint>/huggingface: the HF export (verl's layout)
 # Files of an HF model directory that are not weights: config, generation config, tokenizer.
-HF_SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                 "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
-                 "tokenizer.model", "chat_template.jinja", "chat_template.json")
+HF_SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 def _layout_key() -> list[int]:
     from megatron.core import parallel_state as ps
-    return [ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size(),
-            ps.get_virtual_pipeline_model_parallel_world_size() or 1, ps.get_data_parallel_world_size(),
-            ps.get_expert_model_parallel_world_size()]
+
+    return [
+        ps.get_tensor_model_parallel_world_size(),
+        ps.get_pipeline_model_parallel_world_size(),
+        ps.get_virtual_pipeline_model_parallel_world_size() or 1,
+        ps.get_data_parallel_world_size(),
+        ps.get_expert_model_parallel_world_size(),
+    ]
 
 
 def _rng_state() -> dict[str, Any]:
     from megatron.core import tensor_parallel
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-             "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()}
+
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -58,6 +80,7 @@ def _rng_state() -> dict[str, Any]:
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     from megatron.core import tensor_parallel
+
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -72,8 +95,7 @@ def _has_frozen_params(engine: "MegatronEngine") -> bool:
 
 def _model_state(modules: list[torch.nn.Module], use_distributed_optimizer: bool) -> dict[str, Any]:
     metadata = compat.sharded_state_dict_metadata(use_distributed_optimizer)
-    return {f"model{index}": module.sharded_state_dict(metadata=dict(metadata))
-            for index, module in enumerate(modules)}
+    return {f"model{index}": module.sharded_state_dict(metadata=dict(metadata)) for index, module in enumerate(modules)}
 
 
 def _sharded_state_dict(engine: "MegatronEngine", is_loading: bool, parts: Iterable[str]) -> dict[str, Any]:
@@ -90,19 +112,26 @@ def _sharded_state_dict(engine: "MegatronEngine", is_loading: bool, parts: Itera
             # Optimizer state covers only the trainable layers of the stacked decoder tensors, which
             # dist_checkpointing cannot store as sharded tensors: keep it whole per (PP, TP) rank.
             state["optimizer_partial"] = ShardedObject(
-                "optimizer_partial", None if is_loading else engine.optimizer.state_dict(), (pp, tp),
+                "optimizer_partial",
+                None if is_loading else engine.optimizer.state_dict(),
+                (pp, tp),
                 (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
-                replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
+                replica_id=ps.get_data_parallel_rank(with_context_parallel=True),
+            )
         else:
             # The nested per-chunk dict, not a merge: virtual chunks share local key names.
-            state["optimizer"] = engine.optimizer.sharded_state_dict(model_state, is_loading=is_loading,
-                                                                     metadata=dict(metadata))
+            state["optimizer"] = engine.optimizer.sharded_state_dict(
+                model_state, is_loading=is_loading, metadata=dict(metadata)
+            )
         state["scheduler"] = engine.scheduler.state_dict()
     if "extra" in parts:
         state["rng"] = ShardedObject(
-            "rng_state", None if is_loading else _rng_state(), (pp, tp),
+            "rng_state",
+            None if is_loading else _rng_state(),
+            (pp, tp),
             (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
-            replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
+            replica_id=ps.get_data_parallel_rank(with_context_parallel=True),
+        )
     state["layout"] = _layout_key()
     return state
 
@@ -130,10 +159,12 @@ def layer_spec_name(modules: list[torch.nn.Module]) -> str:
 def check_layer_spec(path: str, modules: list[torch.nn.Module], recorded: str | None) -> None:
     here = layer_spec_name(modules)
     if recorded is not None and recorded != here:
-        raise ValueError(f"checkpoint {path} holds a model built with the {recorded} layer spec; this process builds "
-                         f"the {here} spec (TransformerEngine {'not ' if here == 'local' else ''}in use), whose "
-                         f"tensor names differ: load it where the same spec is built (TransformerEngine layers need "
-                         f"a GPU with transformer-engine installed)")
+        raise ValueError(
+            f"checkpoint {path} holds a model built with the {recorded} layer spec; this process builds "
+            f"the {here} spec (TransformerEngine {'not ' if here == 'local' else ''}in use), whose "
+            f"tensor names differ: load it where the same spec is built (TransformerEngine layers need "
+            f"a GPU with transformer-engine installed)"
+        )
 
 
 def describe(path: str, common: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -167,8 +198,10 @@ def _as_current_chain(engine: "MegatronEngine", loaded: Any, saved: Any) -> Any:
     param groups from this optimizer (the scheduler sets their LR), the step from the saved state (every optimizer
     of a chain steps together)."""
     if saved is None:  # written by a run with trainable_top_layers: kept whole, see _sharded_state_dict
-        raise ValueError("this checkpoint's optimizer state was saved with frozen layers (trainable_top_layers) "
-                         "and loads only with the same trainable_top_layers; or restore load_contents=[model]")
+        raise ValueError(
+            "this checkpoint's optimizer state was saved with frozen layers (trainable_top_layers) "
+            "and loads only with the same trainable_top_layers; or restore load_contents=[model]"
+        )
     inner = getattr(engine.optimizer, "chained_optimizers", None) or [engine.optimizer]
     saved_chain = [saved[key] for key in sorted(saved)] if all(isinstance(k, int) for k in saved) else [saved]
     if len(saved_chain) == len(inner):
@@ -183,9 +216,15 @@ def _as_current_chain(engine: "MegatronEngine", loaded: Any, saved: Any) -> Any:
             for group in own["optimizer"]["param_groups"]:
                 if step is not None and "step" in group:
                     group["step"] = step
-            rebuilt.append({**own, "param_state": part["param_state"],
-                            "param_state_sharding_type": compat.sharded_state_dict_metadata(True)[
-                                "distrib_optim_sharding_type"]})
+            rebuilt.append(
+                {
+                    **own,
+                    "param_state": part["param_state"],
+                    "param_state_sharding_type": compat.sharded_state_dict_metadata(True)[
+                        "distrib_optim_sharding_type"
+                    ],
+                }
+            )
             continue
         state = {key: value for key, value in part["state"].items() if key != "common_step"}
         if step is not None:
@@ -214,13 +253,20 @@ def save(engine: "MegatronEngine", path: str) -> None:
     """Collective: write the parts of `engine.spec.save_contents` into directory `path`."""
     from megatron.core import dist_checkpointing
 
-    parts = [part for part in CONTENTS if part in engine.spec.save_contents
-             and (part != "optimizer" or engine.optimizer is not None)]
+    parts = [
+        part
+        for part in CONTENTS
+        if part in engine.spec.save_contents and (part != "optimizer" or engine.optimizer is not None)
+    ]
     Path(path).mkdir(parents=True, exist_ok=True)
     state = _sharded_state_dict(engine, is_loading=False, parts=parts)
-    state["dagrl"] = {"contents": parts, "model_path": os.path.abspath(engine.spec.model_path),
-                      "param_dtype": _DTYPE_NAMES[engine.spec.param_dtype], "role": engine.role,
-                      "layer_spec": layer_spec_name(engine.modules)}
+    state["dagrl"] = {
+        "contents": parts,
+        "model_path": os.path.abspath(engine.spec.model_path),
+        "param_dtype": _DTYPE_NAMES[engine.spec.param_dtype],
+        "role": engine.role,
+        "layer_spec": layer_spec_name(engine.modules),
+    }
     compat.keep_write_results_in_process()
     with children_die_with_us():  # megatron forks a writer per file; a kill -9 of the trainer must take them along
         dist_checkpointing.save(state, path, sharded_strategy=compat.save_strategy())
@@ -240,9 +286,11 @@ def restorable_parts(path: str, load_contents: Iterable[str] | None, held: list[
     wanted = [part for part in CONTENTS if part in (load_contents or held)]
     missing = [part for part in wanted if part not in held]
     if missing:
-        raise ValueError(f"checkpoint {path} holds only {held} (save_contents of the run that wrote it); it cannot "
-                         f"restore {missing}: set actor_rollout_ref.actor.checkpoint.load_contents to a subset of "
-                         f"{held}")
+        raise ValueError(
+            f"checkpoint {path} holds only {held} (save_contents of the run that wrote it); it cannot "
+            f"restore {missing}: set actor_rollout_ref.actor.checkpoint.load_contents to a subset of "
+            f"{held}"
+        )
     return wanted
 
 
@@ -267,19 +315,22 @@ def load(engine: "MegatronEngine", path: str) -> None:
     here = _DTYPE_NAMES[engine.spec.param_dtype]
     if "optimizer" in parts and info["param_dtype"] not in (None, here):
         # bf16 parameters keep fp32 main copies in Megatron's optimizer, fp32 ones none: the states differ in kind
-        raise ValueError(f"checkpoint {path} holds {info['param_dtype']} parameters and their optimizer state, and "
-                         f"this engine is built in {here}: set actor_rollout_ref.actor.megatron.param_dtype="
-                         f"{info['param_dtype']}, or restore the weights without the optimizer (checkpoint."
-                         f"load_contents=[model,extra])")
+        raise ValueError(
+            f"checkpoint {path} holds {info['param_dtype']} parameters and their optimizer state, and "
+            f"this engine is built in {here}: set actor_rollout_ref.actor.megatron.param_dtype="
+            f"{info['param_dtype']}, or restore the weights without the optimizer (checkpoint."
+            f"load_contents=[model,extra])"
+        )
     same_layout = info["layout"] == _layout_key()
     if not same_layout and "extra" in parts:
         parts.remove("extra")
-        logger.info("checkpoint layout %s differs from %s: RNG states are not restored", info["layout"],
-                    _layout_key())
+        logger.info("checkpoint layout %s differs from %s: RNG states are not restored", info["layout"], _layout_key())
     state = _sharded_state_dict(engine, is_loading=True, parts=parts)
     if not same_layout and "optimizer_partial" in state:
-        raise ValueError(f"checkpoint {path} was saved at layout {info['layout']} with frozen layers "
-                         f"(trainable_top_layers); it loads only at that layout, not {_layout_key()}")
+        raise ValueError(
+            f"checkpoint {path} was saved at layout {info['layout']} with frozen layers "
+            f"(trainable_top_layers); it loads only at that layout, not {_layout_key()}"
+        )
     loaded = dist_checkpointing.load(state, path)
     if "model" in parts:
         for index, module in enumerate(engine.modules):
@@ -287,11 +338,15 @@ def load(engine: "MegatronEngine", path: str) -> None:
     if "optimizer" in parts:
         # the saved param groups carry the saving run's max_lr/min_lr, which the scheduler reads per group: keep
         # this run's, so that a resume applies the config's LR (see trainer/resume_policy.py)
-        schedule = [[{k: group[k] for k in ("max_lr", "min_lr") if k in group}
-                     for group in torch_optimizer.param_groups]
-                    for torch_optimizer in compat.torch_optimizers(engine.optimizer)]
-        engine.optimizer.load_state_dict(_as_current_chain(engine, loaded["optimizer"], common.get("optimizer"))
-                                         if "optimizer" in loaded else loaded["optimizer_partial"])
+        schedule = [
+            [{k: group[k] for k in ("max_lr", "min_lr") if k in group} for group in torch_optimizer.param_groups]
+            for torch_optimizer in compat.torch_optimizers(engine.optimizer)
+        ]
+        engine.optimizer.load_state_dict(
+            _as_current_chain(engine, loaded["optimizer"], common.get("optimizer"))
+            if "optimizer" in loaded
+            else loaded["optimizer_partial"]
+        )
         for torch_optimizer, groups in zip(compat.torch_optimizers(engine.optimizer), schedule):
             for group, own in zip(torch_optimizer.param_groups, groups):
                 group.update(own)
@@ -322,6 +377,7 @@ def load_model_weights(modules: list[torch.nn.Module], path: str, use_distribute
 
 
 # ---- HF export -----------------------------------------------------------------------------------
+
 
 class _SafetensorsShards:
     """Writes (name, tensor) pairs into safetensors files of at most `shard_bytes` (HF's sharded layout, with
@@ -367,8 +423,13 @@ class _SafetensorsShards:
         (self.directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
-def write_hf_model(buckets: Iterable[WeightBucket], directory: str | Path, source_dir: str | Path,
-                   write: bool, shard_bytes: int = 5 << 30) -> None:
+def write_hf_model(
+    buckets: Iterable[WeightBucket],
+    directory: str | Path,
+    source_dir: str | Path,
+    write: bool,
+    shard_bytes: int = 5 << 30,
+) -> None:
     """Consume an engine's `export_weights` stream (collective: every rank iterates it) and, where `write`
     (rank 0), save it as an HF model directory: safetensors shards plus config, generation config and tokenizer
     files copied from `source_dir`."""

@@ -3,6 +3,7 @@
 0.16.1 runs the CPU tests here; the GPU kit has 0.19.2. Anything that differs between them is answered here so
 the rest of the package can use one spelling.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,14 +20,14 @@ SUPPORTED = (Version("0.15"), Version("0.20"))
 
 def megatron_version() -> Version:
     from megatron.core import package_info
+
     return Version(package_info.__version__)
 
 
 def check_version() -> None:
     version = megatron_version()
     if not SUPPORTED[0] <= version < SUPPORTED[1]:
-        raise ImportError(f"megatron-core {version} is outside the supported range "
-                          f">={SUPPORTED[0]},<{SUPPORTED[1]}")
+        raise ImportError(f"megatron-core {version} is outside the supported range >={SUPPORTED[0]},<{SUPPORTED[1]}")
 
 
 def import_megatron(keep_wandb: bool) -> None:
@@ -71,6 +72,7 @@ def sharded_state_dict_metadata(use_distributed_optimizer: bool) -> dict[str, An
 def save_strategy() -> Any:
     """The torch_dist save strategy, without async or process-spawning writers (they hang on CPU tests)."""
     from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
     return TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1)
 
 
@@ -84,6 +86,7 @@ def keep_write_results_in_process() -> None:
     import queue
 
     from megatron.core.dist_checkpointing.strategies import filesystem_async
+
     if getattr(filesystem_async, "_results_queue", False) is None:  # not yet created (absent in other versions)
         filesystem_async._results_queue = queue.Queue()
 
@@ -120,6 +123,7 @@ def unshare_adam_steps(optimizer: Any) -> None:
 
 def transformer_engine_available() -> bool:
     import importlib.util
+
     return importlib.util.find_spec("transformer_engine") is not None
 
 

@@ -13,6 +13,7 @@ without arguments answers 'torch.cuda.*' (megatron's optimizer asserts on that s
 directly, not through a TorchFunctionMode, because a mode is not active inside autograd backward
 (activation recompute would escape it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,9 +29,27 @@ import torch
 logger = logging.getLogger(__name__)
 
 _CPU = torch.device("cpu")
-_FACTORIES = ("tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint",
-              "randperm", "zeros_like", "ones_like", "empty_like", "full_like", "linspace", "eye",
-              "empty_strided", "normal")
+_FACTORIES = (
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "arange",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "linspace",
+    "eye",
+    "empty_strided",
+    "normal",
+)
 _installed = False
 
 
@@ -49,6 +68,7 @@ def _cpu_factory(factory: Callable) -> Callable:
         if _is_cuda(kwargs.get("device")):
             kwargs["device"] = _CPU
         return factory(*args, **kwargs)
+
     create.__wrapped__ = factory
     return create
 
@@ -135,6 +155,7 @@ class _MegatronImportHook(importlib.abc.MetaPathFinder):
         def exec_and_bind(module: types.ModuleType) -> None:
             exec_module(module)
             _bind_proxy(module)
+
         spec.loader.exec_module = exec_and_bind  # type: ignore[method-assign]
         return spec
 
@@ -154,7 +175,7 @@ def _patch_tensor_methods() -> None:
     def type_as_cuda(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         name = type_(self, *args, **kwargs)
         if not args and not kwargs and name.startswith("torch.") and not name.startswith("torch.cuda."):
-            return "torch.cuda." + name[len("torch."):]
+            return "torch.cuda." + name[len("torch.") :]
         return name
 
     torch.Tensor.to = to_cpu
@@ -170,19 +191,22 @@ def _patch_megatron() -> None:
 
     # CUDA RNG state save/restore (RNG tracker fork, activation recompute) -> the CPU generator.
     mp_random._get_cuda_rng_state = lambda *a, clone=False, **k: (
-        torch.get_rng_state().clone() if clone else torch.get_rng_state())
+        torch.get_rng_state().clone() if clone else torch.get_rng_state()
+    )
     mp_random._set_cuda_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
 
     # WrappedTorchNorm refuses sequence parallel (Apex/TE norms are expected there). A torch norm works if its
     # params are tagged, so finalize_model_grads all-reduces their grads over the TP group.
-    def torch_norm_new(cls: type, config: Any, hidden_size: int, eps: float = 1e-5, *args: Any,
-                       **kwargs: Any) -> torch.nn.Module:
+    def torch_norm_new(
+        cls: type, config: Any, hidden_size: int, eps: float = 1e-5, *args: Any, **kwargs: Any
+    ) -> torch.nn.Module:
         norm_cls = {"LayerNorm": torch.nn.LayerNorm, "RMSNorm": torch.nn.RMSNorm}[config.normalization]
         norm = norm_cls(normalized_shape=hidden_size, eps=eps)
         if config.sequence_parallel:
             for param in norm.parameters():
                 param.sequence_parallel = True
         return norm
+
     torch_norm.WrappedTorchNorm.__new__ = torch_norm_new
 
     # The router's TE gemm name is only defined when TE imports; None selects the torch path.

@@ -4,6 +4,7 @@ The decoder is initialised from the HF model's weights (the LM head is not used)
 starts from a seeded random row, identical on every rank. Values are aligned with `responses` like verl's: the
 value of response token t is read at the position that predicts it, i.e. the state before the token.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,12 +39,14 @@ class ValueHead(torch.nn.Module):
         for param in (self.weight, self.bias):
             param.sequence_parallel = sequence_parallel
 
-    def forward(self, hidden: torch.Tensor, weight: torch.Tensor | None = None,
-                runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
+    def forward(
+        self, hidden: torch.Tensor, weight: torch.Tensor | None = None, runtime_gather_output: bool | None = None
+    ) -> tuple[torch.Tensor, None]:
         """Called by GPTModel in place of its output layer (`weight` is the tied embedding, unused here)."""
         values = F.linear(hidden, self.weight, self.bias)
         if self.sequence_parallel:
             from megatron.core.tensor_parallel.mappings import gather_from_sequence_parallel_region
+
             values = gather_from_sequence_parallel_region(values, tensor_parallel_output_grad=False)
         return values, None
 
@@ -71,8 +74,12 @@ class MegatronCriticEngine(MegatronEngine):
         for module in modules:
             if module.post_process:
                 module.output_layer = ValueHead(
-                    self.tf_config.hidden_size, self.spec.param_dtype, self.tf_config.init_method_std,
-                    self.spec.seed, self.tf_config.sequence_parallel).to(self.device)
+                    self.tf_config.hidden_size,
+                    self.spec.param_dtype,
+                    self.tf_config.init_method_std,
+                    self.spec.seed,
+                    self.tf_config.sequence_parallel,
+                ).to(self.device)
         return modules
 
     def _response_values(self, micro: MicroBatch, output: torch.Tensor) -> torch.Tensor:
@@ -83,15 +90,18 @@ class MegatronCriticEngine(MegatronEngine):
     def compute_values(self, batch: Batch, micro_batch_size: int, max_token_len: int | None = None) -> torch.Tensor:
         """Values of the states before each response token, float32 [B, R], 0 where response_mask is 0.
         `max_token_len`: dynamic batch size (micro-batches of at most that many real tokens per GPU)."""
+
         def head(micro: MicroBatch, output: torch.Tensor) -> dict[str, torch.Tensor]:
             return {"values": self._response_values(micro, output).detach()}
 
         return self._forward_rows(batch, micro_batch_size, head, ["values"], max_token_len)["values"]
 
-    def train_step(self, batch: Batch, loss_fn: LossFn, micro_batch_size: int,
-                   max_token_len: int | None = None) -> dict[str, float]:
+    def train_step(
+        self, batch: Batch, loss_fn: LossFn, micro_batch_size: int, max_token_len: int | None = None
+    ) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `loss_fn(micro_batch, values, None)` over all
         micro-batches and DP ranks; metrics are summed the same way, plus critic/grad_norm and critic/lr."""
+
         def head(micro: MicroBatch, output: torch.Tensor):
             return loss_fn(micro.batch, self._response_values(micro, output), None)
 

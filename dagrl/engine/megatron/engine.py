@@ -2,6 +2,7 @@
 DDP and the optimizer, offload, micro-batches, the forward-backward schedule, metric reduction and checkpoints.
 The actor (actor.py) adds log-probs on vocab-parallel logits and the weight export; the critic (critic.py) adds
 a value head."""
+
 from __future__ import annotations
 
 import contextlib
@@ -46,13 +47,17 @@ class MegatronEngine:
         # Packed rows go in as THD on GPU with TransformerEngine, else as one row with a block-diagonal mask.
         self._thd = spec.remove_padding and torch.cuda.is_available() and compat.transformer_engine_available()
         if spec.layout.context_parallel_size > 1 and not self._thd:
-            raise ValueError("actor_rollout_ref.actor.megatron.context_parallel_size>1 needs packed sequences on GPU "
-                             "with TransformerEngine (THD attention): set actor_rollout_ref.model.use_remove_padding"
-                             "=true and run on GPUs with transformer_engine installed, or set it to 1")
+            raise ValueError(
+                "actor_rollout_ref.actor.megatron.context_parallel_size>1 needs packed sequences on GPU "
+                "with TransformerEngine (THD attention): set actor_rollout_ref.model.use_remove_padding"
+                "=true and run on GPUs with transformer_engine installed, or set it to 1"
+            )
         if spec.layout.context_parallel_size > 1 and spec.param_dtype != torch.bfloat16:
-            raise ValueError("actor_rollout_ref.actor.megatron.context_parallel_size>1 runs TransformerEngine's THD "
-                             "attention, which has no fp32 kernel: set actor_rollout_ref.actor.megatron.param_dtype"
-                             "=bfloat16")
+            raise ValueError(
+                "actor_rollout_ref.actor.megatron.context_parallel_size>1 runs TransformerEngine's THD "
+                "attention, which has no fp32 kernel: set actor_rollout_ref.actor.megatron.param_dtype"
+                "=bfloat16"
+            )
         if spec.param_dtype == torch.float16:
             raise ValueError("param_dtype float16 is not supported (no loss scaling): use bfloat16 or float32")
         world_size = dist.get_world_size() if dist.is_initialized() else 1
@@ -60,9 +65,14 @@ class MegatronEngine:
         init_model_parallel(spec.layout, spec.seed)
         self.device = local_device()
         on_gpu = self.device.type == "cuda"
-        self.tf_config = transformer_config(self.hf_config, spec.layout, spec.param_dtype, on_gpu=on_gpu,
-                                            gradient_checkpointing=spec.gradient_checkpointing,
-                                            overrides=spec.override_transformer_config)
+        self.tf_config = transformer_config(
+            self.hf_config,
+            spec.layout,
+            spec.param_dtype,
+            on_gpu=on_gpu,
+            gradient_checkpointing=spec.gradient_checkpointing,
+            overrides=spec.override_transformer_config,
+        )
         if spec.remove_padding and not self._thd:
             # The fused causal softmax kernel ignores a given mask; the packed rows' block-diagonal one must apply.
             self.tf_config.masked_softmax_fusion = False
@@ -91,6 +101,7 @@ class MegatronEngine:
             module.to(self.device)
         if self.spec.fp32_lm_head:
             from dagrl.engine.megatron.lm_head import use_fp32_lm_head
+
             use_fp32_lm_head(modules)
         if self.spec.dist_checkpoint_path:  # a pre-converted Megatron checkpoint (config still from model_path)
             checkpoint.load_model_weights(modules, self.spec.dist_checkpoint_path, self.spec.use_distributed_optimizer)
@@ -108,8 +119,9 @@ class MegatronEngine:
                     param.requires_grad_(False)
                 elif top is not None:
                     layer = _global_layer(module, name)
-                    trainable = ((layer is not None and layer >= first_trainable)
-                                 or name == "decoder.final_layernorm.weight")
+                    trainable = (
+                        layer is not None and layer >= first_trainable
+                    ) or name == "decoder.final_layernorm.weight"
                     param.requires_grad_(trainable)
 
     def _wrap(self) -> list[torch.nn.Module]:
@@ -121,16 +133,21 @@ class MegatronEngine:
         if overlap is None:  # on by default on GPUs, as in Megatron's training loop
             overlap = self.device.type == "cuda"
         ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True, overlap_grad_reduce=overlap,
-            use_distributed_optimizer=self.spec.use_distributed_optimizer)
+            grad_reduce_in_fp32=True,
+            overlap_grad_reduce=overlap,
+            use_distributed_optimizer=self.spec.use_distributed_optimizer,
+        )
         wrapped = []
         for index, module in enumerate(self.modules):
             if self.spec.optim is None:
                 module.eval()
             inner = Float16Module(self.tf_config, module) if self.spec.param_dtype == torch.bfloat16 else module
             # As Megatron does: only the first virtual chunk gets buckets overlapping with backward.
-            wrapped.append(inner if self.spec.optim is None else
-                           DistributedDataParallel(self.tf_config, ddp_config, inner, disable_bucketing=index > 0))
+            wrapped.append(
+                inner
+                if self.spec.optim is None
+                else DistributedDataParallel(self.tf_config, ddp_config, inner, disable_bucketing=index > 0)
+            )
         if overlap and self.spec.optim is not None:
             # What Megatron's schedules call to hold the reduction until the last micro-batch's backward and then
             # start each chunk's buckets as their grads are ready (finalize_model_grads waits for them).
@@ -146,25 +163,44 @@ class MegatronEngine:
 
         optim = self.spec.optim
         config = OptimizerConfig(
-            optimizer="adam", lr=optim.lr, min_lr=optim.min_lr, weight_decay=optim.weight_decay,
-            adam_beta1=optim.betas[0], adam_beta2=optim.betas[1], clip_grad=optim.clip_grad,
-            bf16=self.spec.param_dtype == torch.bfloat16, params_dtype=self.spec.param_dtype,
-            use_distributed_optimizer=self.spec.use_distributed_optimizer)
+            optimizer="adam",
+            lr=optim.lr,
+            min_lr=optim.min_lr,
+            weight_decay=optim.weight_decay,
+            adam_beta1=optim.betas[0],
+            adam_beta2=optim.betas[1],
+            clip_grad=optim.clip_grad,
+            bf16=self.spec.param_dtype == torch.bfloat16,
+            params_dtype=self.spec.param_dtype,
+            use_distributed_optimizer=self.spec.use_distributed_optimizer,
+        )
         optimizer = get_megatron_optimizer(config, self.model)
         compat.init_optimizer_state(optimizer)
         decay_steps = optim.lr_decay_steps or optim.total_training_steps
         scheduler = OptimizerParamScheduler(
-            optimizer, init_lr=optim.lr_warmup_init, max_lr=optim.lr, min_lr=optim.min_lr,
-            lr_warmup_steps=optim.lr_warmup_steps, lr_decay_steps=max(decay_steps, optim.lr_warmup_steps + 1),
-            lr_decay_style=optim.lr_decay_style, start_wd=optim.weight_decay, end_wd=optim.weight_decay,
-            wd_incr_steps=max(decay_steps, 1), wd_incr_style="constant",
+            optimizer,
+            init_lr=optim.lr_warmup_init,
+            max_lr=optim.lr,
+            min_lr=optim.min_lr,
+            lr_warmup_steps=optim.lr_warmup_steps,
+            lr_decay_steps=max(decay_steps, optim.lr_warmup_steps + 1),
+            lr_decay_style=optim.lr_decay_style,
+            start_wd=optim.weight_decay,
+            end_wd=optim.weight_decay,
+            wd_incr_steps=max(decay_steps, 1),
+            wd_incr_style="constant",
             # a resume applies this run's schedule (trainer/resume_policy.py); only the step count is restored
-            use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=True)
+            use_checkpoint_opt_param_scheduler=False,
+            override_opt_param_scheduler=True,
+        )
         return optimizer, scheduler
 
     def _build_offloaders(self) -> None:
-        self.param_store, self.grad_store, self.optim_store = (HostOffload("params"), HostOffload("grads"),
-                                                               HostOffload("optimizer"))
+        self.param_store, self.grad_store, self.optim_store = (
+            HostOffload("params"),
+            HostOffload("grads"),
+            HostOffload("optimizer"),
+        )
         if self.optimizer is None:
             self.param_store.track(p for m in self.modules for p in m.parameters())
             return
@@ -187,8 +223,7 @@ class MegatronEngine:
             for group in torch_optimizer.param_groups:
                 self.optim_store.track(group["params"], exclude=taken)
             for state in torch_optimizer.state.values():
-                self.optim_store.track((v for v in state.values() if torch.is_tensor(v) and v.dim() > 0),
-                                       exclude=taken)
+                self.optim_store.track((v for v in state.values() if torch.is_tensor(v) and v.dim() > 0), exclude=taken)
 
     # ---- offload -------------------------------------------------------------------------------
     def offload_params(self) -> None:
@@ -235,9 +270,13 @@ class MegatronEngine:
     def _micro_batches(self, batch: Batch, micro_batch_size: int, max_token_len: int | None) -> list[MicroBatch]:
         """This rank's micro-batches (see `plan_micro_batches`); PP stages exchange shapes when they vary."""
         micro_batches, variable = plan_micro_batches(
-            batch, micro_batch_size, max_token_len, device=self.device,
+            batch,
+            micro_batch_size,
+            max_token_len,
+            device=self.device,
             pack=pack_spec(self._thd, self.tf_config.sequence_parallel) if self.spec.remove_padding else None,
-            seq_multiple=self.tf_config.tensor_model_parallel_size if self.tf_config.sequence_parallel else 1)
+            seq_multiple=self.tf_config.tensor_model_parallel_size if self.tf_config.sequence_parallel else 1,
+        )
         self.tf_config.variable_seq_lengths = variable  # read by Megatron's p2p exchange at each call
         return micro_batches
 
@@ -251,13 +290,15 @@ class MegatronEngine:
             raise NotImplementedError("use_remove_padding without TransformerEngine supports plain RoPE only")
         return output[micro.position_ids[0]]
 
-    def _forward_step(self, head: Any, data_iterator: Iterator[MicroBatch],
-                      model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+    def _forward_step(
+        self, head: Any, data_iterator: Iterator[MicroBatch], model: torch.nn.Module
+    ) -> tuple[torch.Tensor, Any]:
         micro = next(data_iterator)
         beat("micro-batch")  # progress for the hang watchdog
         self._micro = micro  # read by forward hooks during this forward
-        output = model(micro.tokens, micro.position_ids, micro.attention_mask,
-                       packed_seq_params=micro.packed_seq_params)
+        output = model(
+            micro.tokens, micro.position_ids, micro.attention_mask, packed_seq_params=micro.packed_seq_params
+        )
         return output, partial(head, micro)
 
     def _run(self, micro_batches: list[MicroBatch], forward_only: bool, head: Any) -> list[dict[str, Any]]:
@@ -268,8 +309,12 @@ class MegatronEngine:
         return get_forward_backward_func()(
             forward_step_func=partial(self._forward_step, head),
             data_iterator=iterators if len(iterators) > 1 else iterators[0],
-            model=self.model, num_microbatches=len(micro_batches), seq_length=micro_batches[0].seq_length,
-            micro_batch_size=micro_batches[0].tokens.shape[0], forward_only=forward_only)
+            model=self.model,
+            num_microbatches=len(micro_batches),
+            seq_length=micro_batches[0].seq_length,
+            micro_batch_size=micro_batches[0].tokens.shape[0],
+            forward_only=forward_only,
+        )
 
     def _context_parallel_rows(self, micro: MicroBatch, values: torch.Tensor) -> torch.Tensor:
         """[rows, R] per-token results computed at this rank's logits -> the whole rows on every CP rank."""
@@ -278,8 +323,9 @@ class MegatronEngine:
         return packing.context_parallel_sum(values * micro.held.to(values.dtype))
 
     @torch.no_grad()
-    def _forward_rows(self, batch: Batch, micro_batch_size: int, head: Any, names: list[str],
-                      max_token_len: int | None = None) -> dict[str, torch.Tensor]:
+    def _forward_rows(
+        self, batch: Batch, micro_batch_size: int, head: Any, names: list[str], max_token_len: int | None = None
+    ) -> dict[str, torch.Tensor]:
         """Forward only. `head(micro, output)` returns {name: [rows, R] tensor} per micro-batch on the last stage;
         every rank gets the float32 [B, R] results in the batch's row order, on the device of
         `batch["responses"]`."""
@@ -301,13 +347,15 @@ class MegatronEngine:
                     tensor[micro.index.to(self.device)] = out[name].float()
         if ps.get_pipeline_model_parallel_world_size() > 1:
             for tensor in rows.values():
-                dist.broadcast(tensor, src=ps.get_pipeline_model_parallel_last_rank(),
-                               group=ps.get_pipeline_model_parallel_group())
+                dist.broadcast(
+                    tensor, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group()
+                )
         return {name: tensor.to(batch["responses"].device) for name, tensor in rows.items()}
 
     # ---- training ------------------------------------------------------------------------------
-    def _train(self, batch: Batch, micro_batch_size: int, head: Any,
-               max_token_len: int | None = None) -> dict[str, float]:
+    def _train(
+        self, batch: Batch, micro_batch_size: int, head: Any, max_token_len: int | None = None
+    ) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `head(micro, output)[0]` over all
         micro-batches and DP ranks; the head's metrics are summed the same way. Empty micro-batches (which keep
         DP ranks in step) contribute nothing and never reach the head."""
@@ -331,16 +379,22 @@ class MegatronEngine:
                     return output.sum() * 0.0, {}
                 loss, metrics = head(micro, output)
                 # Kept on the device: a host copy here would stall the CPU on every micro-batch's forward.
-                metrics = {k: torch.as_tensor(v, dtype=torch.float64, device=self.device).detach()
-                           for k, v in metrics.items()}
+                metrics = {
+                    k: torch.as_tensor(v, dtype=torch.float64, device=self.device).detach() for k, v in metrics.items()
+                }
                 return loss * scale, metrics
 
             outputs = self._run(micro_batches, False, scaled)
             metrics = self._reduce_metrics(outputs)
             lr = self.optimizer.param_groups[0]["lr"]
             grad_norm, stepped = self._optimizer_step()
-        metrics.update({f"{self.role}/grad_norm": grad_norm, f"{self.role}/lr": lr,
-                        f"{self.role}/skipped_steps": 0.0 if stepped else 1.0})
+        metrics.update(
+            {
+                f"{self.role}/grad_norm": grad_norm,
+                f"{self.role}/lr": lr,
+                f"{self.role}/skipped_steps": 0.0 if stepped else 1.0,
+            }
+        )
         return metrics
 
     def _optimizer_step(self) -> tuple[float, bool]:
@@ -364,15 +418,17 @@ class MegatronEngine:
         names = sorted(outputs[0]) if outputs else None
         if ps.get_pipeline_model_parallel_world_size() > 1:
             box = [names]
-            dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
-                                       group=ps.get_pipeline_model_parallel_group())
+            dist.broadcast_object_list(
+                box, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group()
+            )
             names = box[0]
         totals = torch.zeros(len(names), dtype=torch.float64, device=self.device)
         for out in outputs:
             totals += torch.stack([out[name] for name in names])
         if ps.get_pipeline_model_parallel_world_size() > 1:
-            dist.broadcast(totals, src=ps.get_pipeline_model_parallel_last_rank(),
-                           group=ps.get_pipeline_model_parallel_group())
+            dist.broadcast(
+                totals, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group()
+            )
         if ps.get_data_parallel_world_size() > 1:
             dist.all_reduce(totals, group=ps.get_data_parallel_group())
         return {name: float(value) for name, value in zip(names, totals.tolist())}

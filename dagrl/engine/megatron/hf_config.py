@@ -1,4 +1,5 @@
 """HF model config -> Megatron TransformerConfig, layer spec and GPTModel (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +18,16 @@ from dagrl.engine.megatron.preflight import num_experts, unsupported_features
 logger = logging.getLogger(__name__)
 
 # Every fusion needs Apex/TE or costs a torch.compile of several seconds: off on CPU.
-_CPU_FUSIONS_OFF = dict(gradient_accumulation_fusion=False, bias_activation_fusion=False,
-                        masked_softmax_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
-                        persist_layer_norm=False, cross_entropy_loss_fusion=False, moe_permute_fusion=False)
+_CPU_FUSIONS_OFF = dict(
+    gradient_accumulation_fusion=False,
+    bias_activation_fusion=False,
+    masked_softmax_fusion=False,
+    bias_dropout_fusion=False,
+    apply_rope_fusion=False,
+    persist_layer_norm=False,
+    cross_entropy_loss_fusion=False,
+    moe_permute_fusion=False,
+)
 
 
 def rope_theta(hf_config: Any) -> float:
@@ -40,9 +48,15 @@ def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
     return -(-vocab_size // multiple) * multiple
 
 
-def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torch.dtype, *,
-                       on_gpu: bool, gradient_checkpointing: bool = False,
-                       overrides: dict[str, Any] | None = None) -> Any:
+def transformer_config(
+    hf_config: Any,
+    layout: ParallelLayout,
+    param_dtype: torch.dtype,
+    *,
+    on_gpu: bool,
+    gradient_checkpointing: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
     """The TransformerConfig of `hf_config` under `layout`; `overrides` (override_transformer_config) win."""
     from megatron.core.transformer import TransformerConfig
 
@@ -110,11 +124,14 @@ def transformer_config(hf_config: Any, layout: ParallelLayout, param_dtype: torc
     known = {f.name for f in dataclasses.fields(TransformerConfig)}
     for key, value in overrides.items():
         if key not in known:
-            raise ValueError(f"actor_rollout_ref.actor.megatron.override_transformer_config.{key}: not a field of "
-                             f"megatron.core TransformerConfig")
+            raise ValueError(
+                f"actor_rollout_ref.actor.megatron.override_transformer_config.{key}: not a field of "
+                f"megatron.core TransformerConfig"
+            )
         kwargs[key] = value
     config = TransformerConfig(**kwargs)
     from megatron.core.distributed import finalize_model_grads
+
     # Without it tied-embedding grads under PP and sequence-parallel norm grads are never reduced.
     config.finalize_model_grads_func = finalize_model_grads
     return config
@@ -129,11 +146,16 @@ def layer_spec(config: Any, on_gpu: bool) -> Any:
         logger.warning("TransformerEngine is not installed: the GPU model uses Megatron's local layer spec")
     elif on_gpu:
         return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
-            qk_layernorm=config.qk_layernorm)
+            num_experts=config.num_moe_experts,
+            moe_grouped_gemm=config.moe_grouped_gemm,
+            qk_layernorm=config.qk_layernorm,
+        )
     return gpt_layer_specs.get_gpt_layer_local_spec(
-        num_experts=config.num_moe_experts, moe_grouped_gemm=False, qk_layernorm=config.qk_layernorm,
-        normalization="RMSNorm")
+        num_experts=config.num_moe_experts,
+        moe_grouped_gemm=False,
+        qk_layernorm=config.qk_layernorm,
+        normalization="RMSNorm",
+    )
 
 
 def build_gpt_chunks(hf_config: Any, config: Any, on_gpu: bool) -> list[torch.nn.Module]:
@@ -146,16 +168,18 @@ def build_gpt_chunks(hf_config: Any, config: Any, on_gpu: bool) -> list[torch.nn
     chunks = []
     for vp_stage in range(vpp):
         stage = vp_stage if vpp > 1 else None
-        chunks.append(GPTModel(
-            config=config,
-            transformer_layer_spec=spec,
-            vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
-            max_sequence_length=hf_config.max_position_embeddings,
-            pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
-            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
-            share_embeddings_and_output_weights=bool(getattr(hf_config, "tie_word_embeddings", False)),
-            position_embedding_type="rope",
-            rotary_base=rope_theta(hf_config),
-            vp_stage=stage,
-        ))
+        chunks.append(
+            GPTModel(
+                config=config,
+                transformer_layer_spec=spec,
+                vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
+                max_sequence_length=hf_config.max_position_embeddings,
+                pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
+                post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
+                share_embeddings_and_output_weights=bool(getattr(hf_config, "tie_word_embeddings", False)),
+                position_embedding_type="rope",
+                rotary_base=rope_theta(hf_config),
+                vp_stage=stage,
+            )
+        )
     return chunks

@@ -7,6 +7,7 @@ so with the flag both sides agree up to the layers' own bf16 noise. The backward
 the head is rounded to bf16 as in Megatron's own path), and it only replaces the output layer's matmul: the tensor-
 and sequence-parallel communication around it is Megatron's.
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,11 +17,14 @@ import torch
 from dagrl.engine.logits import fp32_logits
 
 
-def _output_forward(layer, input_: torch.Tensor, weight: torch.Tensor | None = None,
-                    runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
+def _output_forward(
+    layer, input_: torch.Tensor, weight: torch.Tensor | None = None, runtime_gather_output: bool | None = None
+) -> tuple[torch.Tensor, None]:
     """ColumnParallelLinear.forward of the output layer (no bias, vocab-parallel output) with fp32 logits."""
-    from megatron.core.tensor_parallel.mappings import (copy_to_tensor_model_parallel_region,
-                                                        gather_from_sequence_parallel_region)
+    from megatron.core.tensor_parallel.mappings import (
+        copy_to_tensor_model_parallel_region,
+        gather_from_sequence_parallel_region,
+    )
 
     weight = layer.weight if weight is None else weight  # tied embeddings pass the embedding's weight
     if layer.sequence_parallel:  # all-gather the sequence shards; the backward reduce-scatters

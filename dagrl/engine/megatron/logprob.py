@@ -10,6 +10,7 @@ op and make one full-vocabulary pass per op and per gradient (about ten passes o
 here the forward leaves the softmax in one fp32 buffer, which the backward turns into the gradient in place, as
 Megatron's own vocab-parallel cross-entropy does.
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,14 +19,19 @@ import torch.distributed as dist
 
 def _tp():
     from megatron.core import parallel_state as ps
-    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(), \
-        ps.get_tensor_model_parallel_group()
+
+    return (
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_tensor_model_parallel_world_size(),
+        ps.get_tensor_model_parallel_group(),
+    )
 
 
 class _VocabParallelLogProbs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, inv_temperature: float,
-                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, inv_temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         tp_rank, tp_size, group = _tp()
         shard = logits.shape[-1]
         start = tp_rank * shard
@@ -34,11 +40,11 @@ class _VocabParallelLogProbs(torch.autograd.Function):
         if inv_temperature != 1.0:
             x.mul_(inv_temperature)
         if start + shard > vocab_size:  # this slice holds padding rows Megatron adds: out of the softmax
-            x[:, max(vocab_size - start, 0):] = float("-inf")
+            x[:, max(vocab_size - start, 0) :] = float("-inf")
         shift = x.amax(dim=-1)
         if tp_size > 1:
             dist.all_reduce(shift, op=dist.ReduceOp.MAX, group=group)
-        x.sub_(shift.unsqueeze(-1))                                      # x - max: every exponent <= 0
+        x.sub_(shift.unsqueeze(-1))  # x - max: every exponent <= 0
         local_target = targets.reshape(-1) - start
         in_shard = (local_target >= 0) & (local_target < shard)
         local_target = local_target.clamp(0, shard - 1)
@@ -57,7 +63,7 @@ class _VocabParallelLogProbs(torch.autograd.Function):
         sum_exp = reduced[0]
         log_sum_exp = torch.log(sum_exp)
         log_probs = reduced[1] - log_sum_exp
-        p.div_(sum_exp.unsqueeze(-1))                                    # this rank's slice of the softmax
+        p.div_(sum_exp.unsqueeze(-1))  # this rank's slice of the softmax
         entropy = log_sum_exp - reduced[2] / sum_exp if with_entropy else log_probs.new_zeros(())
         ctx.save_for_backward(p, local_target, in_shard, entropy)
         ctx.inv_temperature, ctx.dtype, ctx.shape = inv_temperature, logits.dtype, logits.shape
@@ -70,7 +76,7 @@ class _VocabParallelLogProbs(torch.autograd.Function):
         g_lp = grad_log_probs.reshape(-1, 1).float()
         if entropy.dim():
             g_h = grad_entropy.reshape(-1, 1).float()
-            grad = torch.special.xlogy(p, p).mul_(g_h)                  # p log p, 0 where p = 0
+            grad = torch.special.xlogy(p, p).mul_(g_h)  # p log p, 0 where p = 0
             grad.addcmul_(p, g_lp + g_h * entropy.unsqueeze(-1)).neg_()
         else:
             grad = p.mul_(-g_lp)  # the softmax buffer is not needed again: reused for the gradient
@@ -81,8 +87,9 @@ class _VocabParallelLogProbs(torch.autograd.Function):
         return grad.to(ctx.dtype).view(ctx.shape), None, None, None, None
 
 
-def vocab_parallel_log_probs(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, with_entropy: bool,
-                             temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
+def vocab_parallel_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, with_entropy: bool, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [..., V/tp] (this rank's vocab slice), targets [...] global ids; the softmax is that of
     logits / `temperature`.
 

@@ -10,6 +10,7 @@ storage) rounds every block up to a power of two (a 6.1 GB grad buffer pins 8 GB
 locks the pages in one thread: the first switch of a Qwen3-1.7B actor, ~27 GB, took 16-30 s that way on an H100
 host. One registration per store also keeps registrations from sharing a page (CUDA refuses a second one there).
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,8 +38,10 @@ class PinnedHostMemory:
         if nbytes:
             error = int(torch.cuda.cudart().cudaHostRegister(self.ptr, nbytes, 0))
             if error != 0:
-                raise RuntimeError(f"cudaHostRegister of {nbytes} bytes of host memory failed (CUDA error {error}): "
-                                   f"the host may lack the RAM or the lockable memory (ulimit -l) for the offload")
+                raise RuntimeError(
+                    f"cudaHostRegister of {nbytes} bytes of host memory failed (CUDA error {error}): "
+                    f"the host may lack the RAM or the lockable memory (ulimit -l) for the offload"
+                )
             self.registered = True
 
     def __del__(self) -> None:
@@ -50,7 +53,7 @@ def fault_in(tensor: torch.Tensor, threads: int | None = None) -> None:
     """Touch every page of a fresh uint8 CPU tensor from several threads (torch releases the GIL inside zero_): CUDA
     then locks resident pages instead of faulting them in one by one. A torchrun rank usually runs with
     OMP_NUM_THREADS=1, so torch's own intra-op threads would not do it."""
-    chunks = [tensor[start:start + _FAULT_CHUNK] for start in range(0, tensor.numel(), _FAULT_CHUNK)]
+    chunks = [tensor[start : start + _FAULT_CHUNK] for start in range(0, tensor.numel(), _FAULT_CHUNK)]
     workers = max(1, min(threads or min(8, os.cpu_count() or 1), len(chunks)))
     if workers == 1:
         for chunk in chunks:
@@ -113,7 +116,7 @@ class HostOffload:
             memory = self._arena.tensor
         else:
             memory = self._arena = torch.empty(total, dtype=torch.uint8)
-        self._slots = [memory[offset:offset + size] for offset, size in zip(offsets, self._sizes)]
+        self._slots = [memory[offset : offset + size] for offset, size in zip(offsets, self._sizes)]
 
     def offload(self) -> None:
         if self.offloaded:
@@ -134,8 +137,13 @@ class HostOffload:
             torch.cuda.empty_cache()
         self.offloaded = True
         if allocate and self.nbytes >= 1 << 30:  # a large store's first offload: the first rollout switch pays it
-            logger.info("offloaded %s: %.1f GiB into newly allocated%s host memory in %.1f s", self.name,
-                        self.nbytes / 2**30, " page-locked" if is_cuda else "", time.perf_counter() - start)
+            logger.info(
+                "offloaded %s: %.1f GiB into newly allocated%s host memory in %.1f s",
+                self.name,
+                self.nbytes / 2**30,
+                " page-locked" if is_cuda else "",
+                time.perf_counter() - start,
+            )
         else:
             logger.debug("offloaded %s: %d bytes", self.name, self.nbytes)
 

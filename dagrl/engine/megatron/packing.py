@@ -8,6 +8,7 @@ Nothing here imports megatron at module level, so the functions are unit-tested 
 - `thd_packed_seq_params`: the GPU (TransformerEngine) description of a packed row;
 - `context_parallel_sum`: sums per-token results over the CP group, with an identity backward.
 """
+
 from __future__ import annotations
 
 import math
@@ -109,8 +110,9 @@ def context_parallel_positions(segments: Sequence[int], cp_size: int, cp_rank: i
     return torch.cat(pieces)
 
 
-def context_parallel_index(global_positions: torch.Tensor, segments: Sequence[int], cp_size: int,
-                           cp_rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+def context_parallel_index(
+    global_positions: torch.Tensor, segments: Sequence[int], cp_size: int, cp_rank: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """For global positions of any shape: (local index on `cp_rank`, 0 where not held; held mask)."""
     total = sum(segments)
     local_of = torch.full((total,), -1, dtype=torch.long)
@@ -133,8 +135,9 @@ def thd_packed_seq_params(segments: Sequence[int], device: torch.device) -> Any:
 
     cu_seqlens = torch.tensor(cumulative(segments), dtype=torch.int32, device=device)
     longest = int(max(segments))
-    kwargs = dict(qkv_format="thd", cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens, max_seqlen_q=longest,
-                  max_seqlen_kv=longest)
+    kwargs = dict(
+        qkv_format="thd", cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens, max_seqlen_q=longest, max_seqlen_kv=longest
+    )
     fields = {f.name for f in dataclasses.fields(PackedSeqParams)}
     for name in ("cu_seqlens_q_padded", "cu_seqlens_kv_padded"):
         if name in fields:

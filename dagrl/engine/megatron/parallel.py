@@ -1,4 +1,5 @@
 """Process groups and seeds for Megatron models."""
+
 from __future__ import annotations
 
 import logging
@@ -57,19 +58,28 @@ def init_model_parallel(layout: ParallelLayout, seed: int) -> None:
         torch.cuda.set_device(local_device())
     else:
         from dagrl.engine.megatron.cpu import install_cpu_shim
+
         install_cpu_shim()
-    wanted = (layout.tensor_model_parallel_size, layout.pipeline_model_parallel_size,
-              layout.virtual_pipeline_model_parallel_size, layout.context_parallel_size,
-              layout.expert_model_parallel_size)
+    wanted = (
+        layout.tensor_model_parallel_size,
+        layout.pipeline_model_parallel_size,
+        layout.virtual_pipeline_model_parallel_size,
+        layout.context_parallel_size,
+        layout.expert_model_parallel_size,
+    )
     if parallel_state.model_parallel_is_initialized():
-        current = (parallel_state.get_tensor_model_parallel_world_size(),
-                   parallel_state.get_pipeline_model_parallel_world_size(),
-                   parallel_state.get_virtual_pipeline_model_parallel_world_size(),
-                   parallel_state.get_context_parallel_world_size(),
-                   parallel_state.get_expert_model_parallel_world_size())
+        current = (
+            parallel_state.get_tensor_model_parallel_world_size(),
+            parallel_state.get_pipeline_model_parallel_world_size(),
+            parallel_state.get_virtual_pipeline_model_parallel_world_size(),
+            parallel_state.get_context_parallel_world_size(),
+            parallel_state.get_expert_model_parallel_world_size(),
+        )
         if current != wanted:
-            raise ValueError(f"Megatron parallel state already initialised with (tp, pp, vpp, cp, ep)={current}; "
-                             f"this engine asks for {wanted}: every Megatron engine of one process must share it")
+            raise ValueError(
+                f"Megatron parallel state already initialised with (tp, pp, vpp, cp, ep)={current}; "
+                f"this engine asks for {wanted}: every Megatron engine of one process must share it"
+            )
     else:
         parallel_state.initialize_model_parallel(**layout.sizes())
     seed_everything(seed)

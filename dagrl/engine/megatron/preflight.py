@@ -3,6 +3,7 @@
 Runs before any heavy import: this module imports neither megatron nor vllm nor transformers. `hf_config` is
 anything with the HF config attributes (a `PretrainedConfig`, or a namespace read from config.json).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,7 +35,8 @@ def unsupported_features(hf_config: Any) -> list[str]:
     if rope_type not in (None, "default"):
         problems.append(f"rope scaling rope_type={rope_type!r} (only unscaled RoPE)")
     if getattr(hf_config, "use_sliding_window", False) or (
-            kind is not None and kind.sliding_window_field and getattr(hf_config, "sliding_window", None) is not None):
+        kind is not None and kind.sliding_window_field and getattr(hf_config, "sliding_window", None) is not None
+    ):
         problems.append(f"sliding_window={getattr(hf_config, 'sliding_window', None)} (only full attention)")
     layer_types = getattr(hf_config, "layer_types", None) or []
     if any(kind != "full_attention" for kind in layer_types):
@@ -58,52 +60,73 @@ def check_layout(hf_config: Any, layout: ParallelLayout, world_size: int) -> Non
     """Raise ValueError (one line naming the config key and the fix) when `layout` cannot run `hf_config`."""
     problems = unsupported_features(hf_config)
     if problems:
-        raise ValueError(f"model at {getattr(hf_config, '_name_or_path', '?')!r} uses what dagrl's Megatron "
-                         f"converter does not support: {'; '.join(problems)}")
+        raise ValueError(
+            f"model at {getattr(hf_config, '_name_or_path', '?')!r} uses what dagrl's Megatron "
+            f"converter does not support: {'; '.join(problems)}"
+        )
     tp = layout.tensor_model_parallel_size
     pp = layout.pipeline_model_parallel_size
     vpp = layout.virtual_pipeline_model_parallel_size
     cp = layout.context_parallel_size
     ep = layout.expert_model_parallel_size
-    for name, value in (("tensor_model_parallel_size", tp), ("pipeline_model_parallel_size", pp),
-                        ("context_parallel_size", cp), ("expert_model_parallel_size", ep)):
+    for name, value in (
+        ("tensor_model_parallel_size", tp),
+        ("pipeline_model_parallel_size", pp),
+        ("context_parallel_size", cp),
+        ("expert_model_parallel_size", ep),
+    ):
         if value < 1:
             raise ValueError(f"{KEY}.{name}={value}: must be >= 1")
     heads = hf_config.num_attention_heads
     kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
     if heads % tp:
-        raise ValueError(f"{KEY}.tensor_model_parallel_size={tp} does not divide num_attention_heads={heads}: "
-                         f"pick a divisor of {heads}")
+        raise ValueError(
+            f"{KEY}.tensor_model_parallel_size={tp} does not divide num_attention_heads={heads}: "
+            f"pick a divisor of {heads}"
+        )
     if kv_heads % tp:
-        raise ValueError(f"{KEY}.tensor_model_parallel_size={tp} does not divide num_key_value_heads={kv_heads} "
-                         f"(KV groups): pick a divisor of {kv_heads}")
+        raise ValueError(
+            f"{KEY}.tensor_model_parallel_size={tp} does not divide num_key_value_heads={kv_heads} "
+            f"(KV groups): pick a divisor of {kv_heads}"
+        )
     layers = hf_config.num_hidden_layers
     stages = pp * (vpp or 1)
     if vpp is not None and vpp > 1 and pp == 1:
-        raise ValueError(f"{KEY}.virtual_pipeline_model_parallel_size={vpp} needs pipeline_model_parallel_size>1:"
-                         f" set it to null or raise pipeline_model_parallel_size")
+        raise ValueError(
+            f"{KEY}.virtual_pipeline_model_parallel_size={vpp} needs pipeline_model_parallel_size>1:"
+            f" set it to null or raise pipeline_model_parallel_size"
+        )
     if layers % stages:
         vpp_name = f" x virtual_pipeline_model_parallel_size={vpp}" if vpp else ""
-        raise ValueError(f"{KEY}.pipeline_model_parallel_size={pp}{vpp_name} does not divide "
-                         f"num_hidden_layers={layers}: pick sizes whose product divides {layers}")
+        raise ValueError(
+            f"{KEY}.pipeline_model_parallel_size={pp}{vpp_name} does not divide "
+            f"num_hidden_layers={layers}: pick sizes whose product divides {layers}"
+        )
     experts = num_experts(hf_config)
     if ep > 1 and not experts:
         raise ValueError(f"{KEY}.expert_model_parallel_size={ep} but the model has no experts: set it to 1")
     if experts and experts % ep:
-        raise ValueError(f"{KEY}.expert_model_parallel_size={ep} does not divide num_experts={experts}: "
-                         f"pick a divisor of {experts}")
+        raise ValueError(
+            f"{KEY}.expert_model_parallel_size={ep} does not divide num_experts={experts}: pick a divisor of {experts}"
+        )
     if experts and tp > 1 and not layout.sequence_parallel:
-        raise ValueError(f"{KEY}.sequence_parallel=False with MoE and tensor_model_parallel_size={tp}: Megatron "
-                         f"needs sequence parallelism there, set it to True")
+        raise ValueError(
+            f"{KEY}.sequence_parallel=False with MoE and tensor_model_parallel_size={tp}: Megatron "
+            f"needs sequence parallelism there, set it to True"
+        )
     model_parallel = tp * pp * cp
     if world_size % model_parallel:
-        raise ValueError(f"world size {world_size} is not a multiple of {KEY}.tensor_model_parallel_size x "
-                         f"pipeline_model_parallel_size x context_parallel_size = {tp}x{pp}x{cp}: change the "
-                         f"sizes or trainer.nnodes x trainer.n_gpus_per_node")
+        raise ValueError(
+            f"world size {world_size} is not a multiple of {KEY}.tensor_model_parallel_size x "
+            f"pipeline_model_parallel_size x context_parallel_size = {tp}x{pp}x{cp}: change the "
+            f"sizes or trainer.nnodes x trainer.n_gpus_per_node"
+        )
     etp = layout.expert_tensor_parallel_size or tp
     # Megatron's expert groups split each pipeline stage's ranks into EP x ETP x expert-DP; context parallelism is
     # the attention's alone (AReaL's folding: attention TP2 x CP2, experts EP4 x ETP1 on the same 4 ranks)
     if experts and world_size % (pp * ep * etp):
-        raise ValueError(f"{KEY}.expert_model_parallel_size={ep} x expert_tensor_parallel_size={etp} x "
-                         f"pipeline_model_parallel_size={pp} = {pp * ep * etp} does not divide the world size "
-                         f"{world_size}: change the sizes or trainer.nnodes x trainer.n_gpus_per_node")
+        raise ValueError(
+            f"{KEY}.expert_model_parallel_size={ep} x expert_tensor_parallel_size={etp} x "
+            f"pipeline_model_parallel_size={pp} = {pp * ep * etp} does not divide the world size "
+            f"{world_size}: change the sizes or trainer.nnodes x trainer.n_gpus_per_node"
+        )

@@ -11,6 +11,7 @@ logit predicting response token t sits at position (valid prompt length + t - 1)
 Only real rows enter a micro-batch's outputs: `logit_row`/`logit_pos` name, for every real row and response
 token, where its logit is; the caller scatters results back by `index`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,18 +26,18 @@ from dagrl.engine.megatron import packing
 
 @dataclass
 class MicroBatch:
-    tokens: torch.Tensor          # [b, S] input ids on this rank (the local tokens under context parallelism)
-    position_ids: torch.Tensor    # [b, S]
-    logit_row: torch.Tensor       # [rows] row of `tokens` holding each real row (0 when packed)
-    logit_pos: torch.Tensor       # [rows, R] local position of the logit predicting each response token
-    targets: torch.Tensor         # [rows, R] response token ids
-    response_mask: torch.Tensor   # [rows, R]
-    index: torch.Tensor           # [rows] the rows' indices in the caller's batch (CPU)
-    batch: Batch                  # those rows of the caller's batch, for the loss function
-    seq_length: int               # S before any context-parallel split (what Megatron's schedule is told)
+    tokens: torch.Tensor  # [b, S] input ids on this rank (the local tokens under context parallelism)
+    position_ids: torch.Tensor  # [b, S]
+    logit_row: torch.Tensor  # [rows] row of `tokens` holding each real row (0 when packed)
+    logit_pos: torch.Tensor  # [rows, R] local position of the logit predicting each response token
+    targets: torch.Tensor  # [rows, R] response token ids
+    response_mask: torch.Tensor  # [rows, R]
+    index: torch.Tensor  # [rows] the rows' indices in the caller's batch (CPU)
+    batch: Batch  # those rows of the caller's batch, for the loss function
+    seq_length: int  # S before any context-parallel split (what Megatron's schedule is told)
     attention_mask: torch.Tensor | None = None  # packed without TE: [1, 1, S, S] bool, True = masked
-    packed_seq_params: Any = None               # packed with TE: THD description of the row
-    held: torch.Tensor | None = None            # context parallel: [rows, R] bool, this rank holds that logit
+    packed_seq_params: Any = None  # packed with TE: THD description of the row
+    held: torch.Tensor | None = None  # context parallel: [rows, R] bool, this rank holds that logit
     _kept: tuple | None = None
 
     @property
@@ -49,13 +50,15 @@ class MicroBatch:
         longest response (one 8k response among short ones made that 14 GB of float32 logits). Found on the host
         when the micro-batch is built: a nonzero() on the device would stall the CPU at every forward."""
         if self._kept is None:
-            self._kept = kept_positions(self.response_mask.cpu(), None if self.held is None else self.held.cpu(),
-                                        self.response_mask.device)
+            self._kept = kept_positions(
+                self.response_mask.cpu(), None if self.held is None else self.held.cpu(), self.response_mask.device
+            )
         return self._kept
 
 
-def kept_positions(response_mask: torch.Tensor, held: torch.Tensor | None,
-                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def kept_positions(
+    response_mask: torch.Tensor, held: torch.Tensor | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`MicroBatch.kept` of host tensors, on `device`."""
     keep = response_mask.bool() if held is None else response_mask.bool() & held
     rows, cols = keep.nonzero(as_tuple=True)
@@ -65,9 +68,10 @@ def kept_positions(response_mask: torch.Tensor, held: torch.Tensor | None,
 @dataclass
 class RowLayout:
     """Per-row facts of a batch, computed once per engine call."""
-    tokens: torch.Tensor        # [B, P + R] valid prompt tokens, then the whole response, then zeros (CPU)
-    prompt_lens: torch.Tensor   # [B]
-    lengths: torch.Tensor       # [B] valid prompt + response up to its last mask token
+
+    tokens: torch.Tensor  # [B, P + R] valid prompt tokens, then the whole response, then zeros (CPU)
+    prompt_lens: torch.Tensor  # [B]
+    lengths: torch.Tensor  # [B] valid prompt + response up to its last mask token
 
     @classmethod
     def of(cls, batch: Batch) -> "RowLayout":
@@ -78,13 +82,16 @@ class RowLayout:
         if len(batch) and int(prompt_lens.min()) == 0:
             raise ValueError("a row has no prompt token (attention_mask is 0 over the whole prompt)")
         mask = batch["response_mask"].cpu().bool()
-        last = torch.where(mask, torch.arange(1, response_len + 1), 0).amax(dim=1) if response_len else \
-            torch.zeros(len(batch), dtype=torch.long)
+        last = (
+            torch.where(mask, torch.arange(1, response_len + 1), 0).amax(dim=1)
+            if response_len
+            else torch.zeros(len(batch), dtype=torch.long)
+        )
         tokens = torch.zeros(len(batch), input_ids.shape[1], dtype=torch.long)
         for row in range(len(batch)):
             prompt = input_ids[row, : input_ids.shape[1] - response_len][prompt_mask[row]]
             tokens[row, : len(prompt)] = prompt
-            tokens[row, len(prompt): len(prompt) + response_len] = responses[row]
+            tokens[row, len(prompt) : len(prompt) + response_len] = responses[row]
         return cls(tokens=tokens, prompt_lens=prompt_lens, lengths=prompt_lens + last)
 
     def logit_positions(self, index: list[int], response_len: int) -> torch.Tensor:
@@ -99,13 +106,19 @@ def _outputs(batch: Batch, index: list[int], device: torch.device, held: torch.T
     """The MicroBatch fields every layout shares; `held` (CPU) under context parallelism."""
     rows = torch.as_tensor(index, dtype=torch.long)
     response_mask = batch["response_mask"].cpu()[rows]
-    return dict(targets=batch["responses"].cpu()[rows].long().to(device), response_mask=response_mask.to(device),
-                index=rows, batch=batch.select(index).to(device), _kept=kept_positions(response_mask, held, device),
-                held=None if held is None else held.to(device))
+    return dict(
+        targets=batch["responses"].cpu()[rows].long().to(device),
+        response_mask=response_mask.to(device),
+        index=rows,
+        batch=batch.select(index).to(device),
+        _kept=kept_positions(response_mask, held, device),
+        held=None if held is None else held.to(device),
+    )
 
 
-def padded_micro_batch(batch: Batch, layout: RowLayout, index: list[int], rows: int, seq_len: int,
-                       device: torch.device) -> MicroBatch:
+def padded_micro_batch(
+    batch: Batch, layout: RowLayout, index: list[int], rows: int, seq_len: int, device: torch.device
+) -> MicroBatch:
     """Rows `index` of `batch` as a [rows, seq_len] block (dummy rows beyond len(index) never reach a loss)."""
     if len(index) > rows or (index and seq_len < int(layout.lengths[index].max())):
         raise ValueError(f"{len(index)} rows do not fit a [{rows}, {seq_len}] micro-batch")
@@ -117,21 +130,25 @@ def padded_micro_batch(batch: Batch, layout: RowLayout, index: list[int], rows: 
         position_ids=torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1),
         logit_row=torch.arange(len(index), device=device),
         logit_pos=layout.logit_positions(index, batch["responses"].shape[1]).to(device),
-        seq_length=seq_len, **_outputs(batch, index, device))
+        seq_length=seq_len,
+        **_outputs(batch, index, device),
+    )
 
 
 @dataclass(frozen=True)
 class PackSpec:
     """How one packed row is laid out on this rank."""
-    align_each: int = 1        # each segment padded to a multiple of this (2 x CP x SP-TP under CP)
-    align_total: int = 1       # the row's length a multiple of this (TP under sequence parallelism)
+
+    align_each: int = 1  # each segment padded to a multiple of this (2 x CP x SP-TP under CP)
+    align_total: int = 1  # the row's length a multiple of this (TP under sequence parallelism)
     cp_size: int = 1
     cp_rank: int = 0
-    thd: bool = False          # TransformerEngine THD (PackedSeqParams) rather than a block-diagonal mask
+    thd: bool = False  # TransformerEngine THD (PackedSeqParams) rather than a block-diagonal mask
 
 
-def packed_micro_batch(batch: Batch, layout: RowLayout, index: list[int], total: int, spec: PackSpec,
-                       device: torch.device) -> MicroBatch:
+def packed_micro_batch(
+    batch: Batch, layout: RowLayout, index: list[int], total: int, spec: PackSpec, device: torch.device
+) -> MicroBatch:
     """Rows `index` of `batch` concatenated into one packed row of `total` tokens (before any CP split).
 
     With no rows (a dummy micro-batch that only keeps ranks in step) the row is one segment of padding."""
@@ -142,7 +159,7 @@ def packed_micro_batch(batch: Batch, layout: RowLayout, index: list[int], total:
     starts = packing.cumulative(segments)[:-1]
     tokens = torch.zeros(total, dtype=torch.long)
     for start, row in zip(starts, index):
-        tokens[start: start + int(layout.lengths[row])] = layout.tokens[row, : int(layout.lengths[row])]
+        tokens[start : start + int(layout.lengths[row])] = layout.tokens[row, : int(layout.lengths[row])]
     positions = packing.restart_positions(segments)
     offsets = torch.as_tensor(starts[: len(index)], dtype=torch.long)
     logit_pos = layout.logit_positions(index, batch["responses"].shape[1]) + offsets[:, None]
@@ -152,12 +169,15 @@ def packed_micro_batch(batch: Batch, layout: RowLayout, index: list[int], total:
         tokens, positions = tokens[local], positions[local]
         logit_pos, held = packing.context_parallel_index(logit_pos, segments, spec.cp_size, spec.cp_rank)
     return MicroBatch(
-        tokens=tokens.unsqueeze(0).to(device), position_ids=positions.unsqueeze(0).to(device),
-        logit_row=torch.zeros(len(index), dtype=torch.long, device=device), logit_pos=logit_pos.to(device),
+        tokens=tokens.unsqueeze(0).to(device),
+        position_ids=positions.unsqueeze(0).to(device),
+        logit_row=torch.zeros(len(index), dtype=torch.long, device=device),
+        logit_pos=logit_pos.to(device),
         seq_length=total,
         attention_mask=None if spec.thd else packing.block_causal_mask(segments).to(device),
         packed_seq_params=packing.thd_packed_seq_params(segments, device) if spec.thd else None,
-        **_outputs(batch, index, device, held))
+        **_outputs(batch, index, device, held),
+    )
 
 
 def packed_total(layout: RowLayout, index: list[int], spec: PackSpec) -> int:
@@ -180,8 +200,13 @@ def pack_spec(thd: bool, sequence_parallel: bool) -> PackSpec:
     tp = ps.get_tensor_model_parallel_world_size() if sequence_parallel else 1
     cp = ps.get_context_parallel_world_size()
     align = 2 * cp * tp if cp > 1 else 1
-    return PackSpec(align_each=align, align_total=align if cp > 1 else tp, cp_size=cp,
-                    cp_rank=ps.get_context_parallel_rank(), thd=thd)
+    return PackSpec(
+        align_each=align,
+        align_total=align if cp > 1 else tp,
+        cp_size=cp,
+        cp_rank=ps.get_context_parallel_rank(),
+        thd=thd,
+    )
 
 
 def _agreed_bins(make_bins: Any, multiple: int, device: torch.device) -> list[list[int]]:
@@ -202,8 +227,15 @@ def _agreed_bins(make_bins: Any, multiple: int, device: torch.device) -> list[li
         bins = make_bins(high)
 
 
-def plan_micro_batches(batch: Batch, micro_batch_size: int, max_token_len: int | None, *, device: torch.device,
-                       pack: PackSpec | None, seq_multiple: int) -> tuple[list[MicroBatch], bool]:
+def plan_micro_batches(
+    batch: Batch,
+    micro_batch_size: int,
+    max_token_len: int | None,
+    *,
+    device: torch.device,
+    pack: PackSpec | None,
+    seq_multiple: int,
+) -> tuple[list[MicroBatch], bool]:
     """This rank's micro-batches of `batch`, and whether their shapes vary (pipeline stages must then exchange
     shapes: Megatron's `variable_seq_lengths`).
 
@@ -247,10 +279,12 @@ def plan_micro_batches(batch: Batch, micro_batch_size: int, max_token_len: int |
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
         shapes = agreed.tolist()
     if pack is not None:
-        micro_batches = [packed_micro_batch(batch, layout, b, total, pack, device)
-                         for b, (_, total) in zip(bins, shapes)]
+        micro_batches = [
+            packed_micro_batch(batch, layout, b, total, pack, device) for b, (_, total) in zip(bins, shapes)
+        ]
     else:
-        micro_batches = [padded_micro_batch(batch, layout, b, rows, seq_len, device)
-                         for b, (rows, seq_len) in zip(bins, shapes)]
+        micro_batches = [
+            padded_micro_batch(batch, layout, b, rows, seq_len, device) for b, (rows, seq_len) in zip(bins, shapes)
+        ]
     varies = len({tuple(s) for s in shapes}) > 1 and ps.get_pipeline_model_parallel_world_size() > 1
     return micro_batches, varies

@@ -12,6 +12,7 @@ Names are the local spec's; the Transformer Engine spec fuses the two norms into
 and `linear_fc1.layer_norm_weight`, which the layer table already maps, and its grouped-GEMM experts name expert e
 `mlp.experts.linear_fc1.weight{e}` where the local spec has `mlp.experts.local_experts.{e}.linear_fc1.weight`.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,17 +31,21 @@ from dagrl.engine.megatron.hf_config import head_dim, padded_vocab_size
 logger = logging.getLogger(__name__)
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
-_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")              # SequentialMLP
-_GROUPED_EXPERT = re.compile(r"^mlp\.experts\.(linear_fc[12])\.weight(\d+)$")      # TEGroupedMLP
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")  # SequentialMLP
+_GROUPED_EXPERT = re.compile(r"^mlp\.experts\.(linear_fc[12])\.weight(\d+)$")  # TEGroupedMLP
 
 # Per-layer parameters: Megatron suffix -> (kind, HF suffixes under model.layers.{i}.)
 _LAYER_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "input_layernorm.weight": ("copy", ("input_layernorm.weight",)),
     "self_attention.linear_qkv.layer_norm_weight": ("copy", ("input_layernorm.weight",)),  # TE
-    "self_attention.linear_qkv.weight": ("qkv", ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                                 "self_attn.v_proj.weight")),
-    "self_attention.linear_qkv.bias": ("qkv", ("self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                                               "self_attn.v_proj.bias")),
+    "self_attention.linear_qkv.weight": (
+        "qkv",
+        ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    ),
+    "self_attention.linear_qkv.bias": (
+        "qkv",
+        ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
+    ),
     "self_attention.q_layernorm.weight": ("copy", ("self_attn.q_norm.weight",)),
     "self_attention.k_layernorm.weight": ("copy", ("self_attn.k_norm.weight",)),
     "self_attention.linear_proj.weight": ("col", ("self_attn.o_proj.weight",)),
@@ -58,9 +63,9 @@ _EXPERT_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
 
 @dataclass(frozen=True)
 class Rule:
-    kind: str                    # copy | row | col | vocab | qkv | fc1
+    kind: str  # copy | row | col | vocab | qkv | fc1
     hf_names: tuple[str, ...]
-    expert: bool = False         # split over the expert-TP group instead of TP
+    expert: bool = False  # split over the expert-TP group instead of TP
 
 
 def parallel_ranks(expert: bool) -> tuple[int, int, Any]:
@@ -68,10 +73,16 @@ def parallel_ranks(expert: bool) -> tuple[int, int, Any]:
     from megatron.core import parallel_state as ps
 
     if expert:
-        return (ps.get_expert_tensor_parallel_rank(), ps.get_expert_tensor_parallel_world_size(),
-                ps.get_expert_tensor_parallel_group())
-    return (ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(),
-            ps.get_tensor_model_parallel_group())
+        return (
+            ps.get_expert_tensor_parallel_rank(),
+            ps.get_expert_tensor_parallel_world_size(),
+            ps.get_expert_tensor_parallel_group(),
+        )
+    return (
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_tensor_model_parallel_world_size(),
+        ps.get_tensor_model_parallel_group(),
+    )
 
 
 def local_expert(suffix: str) -> tuple[int, str] | None:
@@ -127,6 +138,7 @@ def layer_rule(suffix: str, layer: int, first_expert: int = 0) -> Rule:
 
 # ---- HF -> Megatron ----------------------------------------------------------------------------
 
+
 def _qkv_groups(hf_config: Any) -> tuple[int, int, int]:
     heads = hf_config.num_attention_heads
     groups = getattr(hf_config, "num_key_value_heads", None) or heads
@@ -137,8 +149,10 @@ def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hf_config: Any) 
     """Full (all TP ranks) linear_qkv: for each KV group, its query heads then its key and value head."""
     groups, q_per_group, dim = _qkv_groups(hf_config)
     tail = q.shape[1:]
-    fused = torch.cat([q.reshape(groups, q_per_group * dim, *tail), k.reshape(groups, dim, *tail),
-                       v.reshape(groups, dim, *tail)], dim=1)
+    fused = torch.cat(
+        [q.reshape(groups, q_per_group * dim, *tail), k.reshape(groups, dim, *tail), v.reshape(groups, dim, *tail)],
+        dim=1,
+    )
     return fused.reshape(groups * (q_per_group + 2) * dim, *tail)
 
 
@@ -147,8 +161,7 @@ def split_qkv(fused: torch.Tensor, hf_config: Any) -> tuple[torch.Tensor, torch.
     tail = fused.shape[1:]
     grouped = fused.reshape(groups, (q_per_group + 2) * dim, *tail)
     q, k, v = torch.split(grouped, [q_per_group * dim, dim, dim], dim=1)
-    return (q.reshape(-1, *tail).contiguous(), k.reshape(-1, *tail).contiguous(),
-            v.reshape(-1, *tail).contiguous())
+    return (q.reshape(-1, *tail).contiguous(), k.reshape(-1, *tail).contiguous(), v.reshape(-1, *tail).contiguous())
 
 
 def local_shard(rule: Rule, hf: list[torch.Tensor], hf_config: Any) -> torch.Tensor:
@@ -217,6 +230,7 @@ def import_hf_weights(chunks: list[torch.nn.Module], hf_config: Any, model_dir: 
 
 # ---- Megatron -> HF ----------------------------------------------------------------------------
 
+
 def _gather_shards(params: list[torch.Tensor], expert: bool) -> list[list[torch.Tensor]]:
     """Every TP rank's shard of each parameter, in one collective for all of them (a call per tensor costs more
     than the bytes it moves: 112 small all-gathers made a 1.7B sync 6x its bound)."""
@@ -231,7 +245,7 @@ def _gather_shards(params: list[torch.Tensor], expert: bool) -> list[list[torch.
         dist.all_gather(list(out.unbind(0)), flat, group=group)
     parts, offset = [], 0
     for param in params:
-        parts.append([row[offset:offset + param.numel()].view(param.shape) for row in out])
+        parts.append([row[offset : offset + param.numel()].view(param.shape) for row in out])
         offset += param.numel()
     return parts
 
@@ -273,8 +287,9 @@ def export_entries(chunks: list[torch.nn.Module], hf_config: Any) -> list[Export
     return entries
 
 
-def _local_hf_tensors(entries: list[ExportEntry], hf_config: Any,
-                      gather_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def _local_hf_tensors(
+    entries: list[ExportEntry], hf_config: Any, gather_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Per local parameter: its full HF tensors, expert tensors gathered over the EP group. TP shards are gathered
     for groups of parameters of about `gather_bytes` (full size) at a time."""
     from megatron.core import parallel_state as ps
@@ -287,8 +302,11 @@ def _local_hf_tensors(entries: list[ExportEntry], hf_config: Any,
         parts: dict[int, list[torch.Tensor]] = {}
         for expert in (False, True):
             for dtype in sorted({param.dtype for *_, param in pending}, key=str):  # one order on every rank
-                group = [(i, param) for i, (_, _, rule, param) in enumerate(pending)
-                         if rule.expert == expert and rule.kind != "copy" and param.dtype == dtype]
+                group = [
+                    (i, param)
+                    for i, (_, _, rule, param) in enumerate(pending)
+                    if rule.expert == expert and rule.kind != "copy" and param.dtype == dtype
+                ]
                 if group:
                     parts.update(zip([i for i, _ in group], _gather_shards([p for _, p in group], expert)))
         for i, (chunk, name, rule, param) in enumerate(pending):
@@ -308,8 +326,9 @@ def _local_hf_tensors(entries: list[ExportEntry], hf_config: Any,
     yield from convert()
 
 
-def _gather_experts(tensors: list[tuple[str, torch.Tensor]], chunk: torch.nn.Module,
-                    name: str) -> list[tuple[str, torch.Tensor]]:
+def _gather_experts(
+    tensors: list[tuple[str, torch.Tensor]], chunk: torch.nn.Module, name: str
+) -> list[tuple[str, torch.Tensor]]:
     """Every EP rank holds other experts at the same local index: gather them and name them globally."""
     from megatron.core import parallel_state as ps
 
@@ -327,8 +346,9 @@ def _gather_experts(tensors: list[tuple[str, torch.Tensor]], chunk: torch.nn.Mod
     return out
 
 
-def _pipeline_stream(chunks: list[torch.nn.Module], entries: list[ExportEntry], hf_config: Any,
-                     gather_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
+def _pipeline_stream(
+    chunks: list[torch.nn.Module], entries: list[ExportEntry], hf_config: Any, gather_bytes: int
+) -> Iterator[tuple[str, torch.Tensor]]:
     """Every HF tensor of the whole model on every rank: each PP stage in turn broadcasts what it owns."""
     from megatron.core import parallel_state as ps
 
@@ -349,8 +369,9 @@ def _pipeline_stream(chunks: list[torch.nn.Module], entries: list[ExportEntry], 
             if meta[0] is None:  # the owning stage is done
                 break
             if tensors is None:
-                tensors = [(n, torch.empty(shape, dtype=dtype, device=_device_of(chunks)))
-                           for n, shape, dtype in meta[0]]
+                tensors = [
+                    (n, torch.empty(shape, dtype=dtype, device=_device_of(chunks))) for n, shape, dtype in meta[0]
+                ]
             for _, tensor in tensors:
                 dist.broadcast(tensor, src=ranks[stage], group=group)
             yield from tensors
@@ -360,8 +381,9 @@ def _device_of(chunks: list[torch.nn.Module]) -> torch.device:
     return next(chunks[0].parameters()).device
 
 
-def export_hf_weights(chunks: list[torch.nn.Module], hf_config: Any, bucket_bytes: int,
-                      entries: list[ExportEntry] | None = None) -> Iterator[WeightBucket]:
+def export_hf_weights(
+    chunks: list[torch.nn.Module], hf_config: Any, bucket_bytes: int, entries: list[ExportEntry] | None = None
+) -> Iterator[WeightBucket]:
     """Full HF-named tensors in buckets of at most `bucket_bytes` (a larger tensor is a bucket of its own);
     `entries`: `export_entries(chunks, hf_config)`, when the caller keeps it.
 

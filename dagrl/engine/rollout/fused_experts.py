@@ -6,6 +6,7 @@ checkpoint, vLLM and the actor's export name one 2-D tensor per expert (`<layer>
 ...). `slot` finds where such a tensor goes in the model's parameters; `Filled` tells when every slot of a fused
 parameter has arrived.
 """
+
 from __future__ import annotations
 
 import re

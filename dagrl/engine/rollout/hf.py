@@ -3,6 +3,7 @@
 It takes the actor's weights through the same bucketed HF-named stream as the vLLM rollout, so the weight
 path is exercised on every CPU run. Its request level is an interruptible decode loop (hf_decode.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,14 +24,22 @@ logger = logging.getLogger(__name__)
 
 def _fp32_logits_hook(head: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
     from dagrl.engine.logits import fp32_logits
+
     return fp32_logits(args[0], head.weight)
 
 
 class HFRollout:
     """Samples with `model.generate`; reseeded for every call so a resumed run samples the same tokens."""
 
-    def __init__(self, model_path: str, eos_token_ids: list[int], pad_token_id: int,
-                 device: torch.device, dtype: torch.dtype = torch.float32, fp32_lm_head: bool = False) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        eos_token_ids: list[int],
+        pad_token_id: int,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+        fp32_lm_head: bool = False,
+    ) -> None:
         from transformers import AutoModelForCausalLM
 
         self.device = device
@@ -68,14 +77,20 @@ class HFRollout:
         greedy = not sampling.do_sample or sampling.temperature == 0
         # per-row limits: generate to the longest, then cut each row at its own (its first tokens do not depend
         # on how long the batch runs)
-        limits = None if sampling.response_lengths is None else torch.tensor(
-            sampling.response_lengths).repeat_interleave(sampling.n)
+        limits = (
+            None
+            if sampling.response_lengths is None
+            else torch.tensor(sampling.response_lengths).repeat_interleave(sampling.n)
+        )
         config = GenerationConfig(
-            max_new_tokens=sampling.response_length if limits is None else int(limits.max()), do_sample=not greedy,
+            max_new_tokens=sampling.response_length if limits is None else int(limits.max()),
+            do_sample=not greedy,
             temperature=None if greedy else sampling.temperature,
             top_p=None if greedy else sampling.top_p,
             top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
-            eos_token_id=sampling.stop_ids(self.eos_token_ids) or None, pad_token_id=self.pad_token_id)
+            eos_token_id=sampling.stop_ids(self.eos_token_ids) or None,
+            pad_token_id=self.pad_token_id,
+        )
         # drop the left-padding columns no row uses: generate's cost grows with the padded width
         used = prompts["attention_mask"].bool().any(dim=0).nonzero()
         first = int(used[0]) if len(used) else 0
@@ -86,25 +101,37 @@ class HFRollout:
             # prefill each prompt once and share its KV cache among its n samples (n times less prefill)
             cache = DynamicCache()
             positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-            self.model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                       position_ids=positions[:, :-1], use_cache=True, **{cache_kwarg(self.model): cache})
+            self.model(
+                input_ids=input_ids[:, :-1],
+                attention_mask=attention_mask[:, :-1],
+                position_ids=positions[:, :-1],
+                use_cache=True,
+                **{cache_kwarg(self.model): cache},
+            )
             cache.batch_repeat_interleave(sampling.n)
             input_ids = input_ids.repeat_interleave(sampling.n, dim=0)
             attention_mask = attention_mask.repeat_interleave(sampling.n, dim=0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                         generation_config=config, **{cache_kwarg(self.model): cache})
-        responses = output[:, input_ids.shape[1]:].cpu()
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                **{cache_kwarg(self.model): cache},
+            )
+        responses = output[:, input_ids.shape[1] :].cpu()
         batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
-        return join_prompt_and_response(batch, responses, sampling.response_length,
-                                        sampling.stop_ids(self.eos_token_ids), self.pad_token_id, limits)
+        return join_prompt_and_response(
+            batch, responses, sampling.response_length, sampling.stop_ids(self.eos_token_ids), self.pad_token_id, limits
+        )
 
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Copy every bucket in; a name or shape the model does not have fails with that name."""
         if self.in_flight():
-            raise RuntimeError(f"load_weights with {self.in_flight()} requests in flight: abort them first (their "
-                               f"KV cache belongs to the old weights) and re-submit their continuations")
+            raise RuntimeError(
+                f"load_weights with {self.in_flight()} requests in flight: abort them first (their "
+                f"KV cache belongs to the old weights) and re-submit their continuations"
+            )
         start, loaded, nbytes, fused = time.perf_counter(), set(), 0, fused_experts.Filled()
         params = dict(self.model.named_parameters())
         with torch.no_grad():
@@ -120,8 +147,10 @@ class HFRollout:
                     else:
                         loaded.add(name)
                     if target.shape != tensor.shape:
-                        raise ValueError(f"weight sync: {name} has shape {tuple(tensor.shape)}, the rollout "
-                                         f"model expects {tuple(target.shape)}")
+                        raise ValueError(
+                            f"weight sync: {name} has shape {tuple(tensor.shape)}, the rollout "
+                            f"model expects {tuple(target.shape)}"
+                        )
                     target.copy_(tensor)
                     nbytes += tensor.numel() * tensor.element_size()
         missing = self._expected - loaded - fused.complete(params) - self._tied_names()

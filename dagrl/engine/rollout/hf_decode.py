@@ -8,6 +8,7 @@ join while others decode (a multi-turn trajectory's next turn, a new prompt) are
 a weight sync. Finished rows leave the cache at once. Each request samples from its own generator, seeded by the
 request, so what it samples does not depend on which other requests share its batch.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,14 +47,15 @@ def filter_logits(logits: torch.Tensor, sampling: SamplingSpec) -> torch.Tensor:
 class DecodeLoop:
     """Requests in flight on one model; see the module docstring."""
 
-    def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int,
-                 device: torch.device) -> None:
+    def __init__(
+        self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int, device: torch.device
+    ) -> None:
         self.model, self.device = model, device
         self.eos_token_ids, self.pad_token_id = list(eos_token_ids), pad_token_id
-        self.rows: list[Progress] = []       # in flight, in cache order
+        self.rows: list[Progress] = []  # in flight, in cache order
         self.generators: list[torch.Generator] = []
-        self.cache = None                    # None: the next advance prefills every row
-        self.cached = 0                      # rows[:cached] are in the cache; the rest joined since and wait
+        self.cache = None  # None: the next advance prefills every row
+        self.cached = 0  # rows[:cached] are in the cache; the rest joined since and wait
         self.attention_mask: torch.Tensor | None = None
         self.next_ids: torch.Tensor | None = None  # [B, 1] the last sampled token of each row, not yet in the cache
 
@@ -131,12 +133,17 @@ class DecodeLoop:
         ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(sequences), width), dtype=torch.long)
         for row, sequence in enumerate(sequences):
-            ids[row, width - len(sequence):] = torch.tensor(sequence)
-            mask[row, width - len(sequence):] = 1
+            ids[row, width - len(sequence) :] = torch.tensor(sequence)
+            mask[row, width - len(sequence) :] = 1
         mask, cache = mask.to(self.device), DynamicCache()
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
-                         use_cache=True, **{cache_kwarg(self.model): cache})
+        out = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{cache_kwarg(self.model): cache},
+        )
         return cache, mask, out.logits[:, -1, :].float()
 
     def _join(self) -> torch.Tensor:
@@ -144,7 +151,7 @@ class DecodeLoop:
         if not _plain_layers(self.cache):  # a cache kind whose tensors we do not know: prefill every row again
             self.cache, self.attention_mask, logits = self._prefill(self.rows)
             return logits
-        cache, mask, joined_logits = self._prefill(self.rows[self.cached:])
+        cache, mask, joined_logits = self._prefill(self.rows[self.cached :])
         logits = self._decode()
         width = max(self.attention_mask.shape[1], mask.shape[1])
         for layer, new in zip(self.cache.layers, cache.layers):
@@ -158,8 +165,13 @@ class DecodeLoop:
         ones = torch.ones((self.attention_mask.shape[0], 1), dtype=self.attention_mask.dtype, device=self.device)
         self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)
         positions = self.attention_mask.sum(-1, keepdim=True) - 1
-        out = self.model(input_ids=self.next_ids, attention_mask=self.attention_mask, position_ids=positions,
-                         use_cache=True, **{cache_kwarg(self.model): self.cache})
+        out = self.model(
+            input_ids=self.next_ids,
+            attention_mask=self.attention_mask,
+            position_ids=positions,
+            use_cache=True,
+            **{cache_kwarg(self.model): self.cache},
+        )
         return out.logits[:, -1, :].float()
 
     def _sample(self, logits: torch.Tensor) -> tuple[list[int], list[float]]:

@@ -10,6 +10,7 @@ Two levels over one engine:
   new weights. Every generated token records the weight version that sampled it.
 The asynchronous trainer and the multi-turn loop drive engines through the request level only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,6 +29,7 @@ WeightBucket = list[tuple[str, torch.Tensor]]
 @dataclass
 class SamplingSpec:
     """How one rollout call samples; passed explicitly, never stored in the batch."""
+
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
@@ -41,8 +43,7 @@ class SamplingSpec:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if self.response_lengths is not None and not all(0 < n <= self.response_length
-                                                         for n in self.response_lengths):
+        if self.response_lengths is not None and not all(0 < n <= self.response_length for n in self.response_lengths):
             raise ValueError(f"response_lengths must lie in 1..response_length={self.response_length}")
 
     def stop_ids(self, eos_token_ids) -> list[int]:
@@ -66,10 +67,11 @@ class SamplingSpec:
 class Request:
     """One sequence to generate. A request with a prefix continues a response sampled earlier (a partial rollout
     carried across a weight sync): the prefix counts against `sampling.response_length`."""
+
     id: str
     prompt_ids: tuple[int, ...]
-    sampling: SamplingSpec          # `n` is not used: one request is one sequence
-    seed: int                       # the request's own sampling stream
+    sampling: SamplingSpec  # `n` is not used: one request is one sequence
+    seed: int  # the request's own sampling stream
     prefix_ids: tuple[int, ...] = ()
     prefix_log_probs: tuple[float, ...] = ()
     prefix_versions: tuple[int, ...] = ()
@@ -91,10 +93,11 @@ class Request:
 class Completion:
     """A request's response so far: whole when finished ("stop": an eos, "length": the budget), partial when
     aborted ("abort"). Lists run over the whole response, prefix included."""
+
     request: Request
     token_ids: tuple[int, ...]
-    log_probs: tuple[float, ...]    # behaviour log-prob of each token, at the sampling temperature
-    versions: tuple[int, ...]       # the weight version that sampled each token
+    log_probs: tuple[float, ...]  # behaviour log-prob of each token, at the sampling temperature
+    versions: tuple[int, ...]  # the weight version that sampled each token
     finish_reason: str
 
     @property
@@ -103,13 +106,15 @@ class Completion:
 
     def continuation(self) -> Request:
         """The request that carries this partial response on (after a weight sync)."""
-        return dataclasses.replace(self.request, prefix_ids=self.token_ids, prefix_log_probs=self.log_probs,
-                                   prefix_versions=self.versions)
+        return dataclasses.replace(
+            self.request, prefix_ids=self.token_ids, prefix_log_probs=self.log_probs, prefix_versions=self.versions
+        )
 
 
 @dataclass
 class Progress:
     """An engine's record of one request in flight: what it has generated after the request's prefix."""
+
     request: Request
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
@@ -117,9 +122,13 @@ class Progress:
 
     def completion(self, finish_reason: str) -> Completion:
         request = self.request
-        return Completion(request, request.prefix_ids + tuple(self.token_ids),
-                          request.prefix_log_probs + tuple(self.log_probs),
-                          request.prefix_versions + tuple(self.versions), finish_reason)
+        return Completion(
+            request,
+            request.prefix_ids + tuple(self.token_ids),
+            request.prefix_log_probs + tuple(self.log_probs),
+            request.prefix_versions + tuple(self.versions),
+            finish_reason,
+        )
 
 
 def finish_reason(token: int, generated: int, request: Request, eos_token_ids: list[int]) -> str | None:
@@ -137,9 +146,10 @@ class RolloutEngine(Protocol):
     One colocated rollout is: wake_weights → load_weights (when stale or `needs_weights`) → wake_cache →
     generate (or submit/advance) → sleep.
     """
-    colocated: bool        # shares its device with the actor: the actor's memory is released around a rollout
-    needs_weights: bool    # its weights were dropped (or never loaded): the next rollout must sync them
-    version: int           # the weight version of the last load_weights: new tokens are tagged with it
+
+    colocated: bool  # shares its device with the actor: the actor's memory is released around a rollout
+    needs_weights: bool  # its weights were dropped (or never loaded): the next rollout must sync them
+    version: int  # the weight version of the last load_weights: new tokens are tagged with it
     eos_token_ids: list[int]
     pad_token_id: int
 

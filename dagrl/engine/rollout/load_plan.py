@@ -9,6 +9,7 @@ shape, stride and dtype replays them: one batched copy per bucket instead of the
 anything else (a temporary, an in-place op on something other than a parameter, a copy that is not a view of the
 tensor, a parameter loaded behind the recorder's back) keeps going through `load_weights` every time.
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,8 +70,11 @@ def _in_place(func: Callable) -> bool:
     name = getattr(func, "__name__", "")
     if name in _HARMLESS_IN_PLACE:
         return False
-    return (name.endswith("_") and not name.startswith("_")) or name.startswith("__i") or name in (
-        "__setitem__", "__set__", "__delitem__")
+    return (
+        (name.endswith("_") and not name.startswith("_"))
+        or name.startswith("__i")
+        or name in ("__setitem__", "__set__", "__delitem__")
+    )
 
 
 class _Recorder(TorchFunctionMode):
@@ -143,8 +147,10 @@ class WeightLoadPlan:
     def _param_index(self) -> tuple[dict[int, torch.Tensor], dict[str, int]]:
         """Parameters by storage address (to recognise a copy's target), and their ids by reported name."""
         named = list(self.model.named_parameters())
-        return ({param.untyped_storage().data_ptr(): param for _, param in named},
-                {self.param_name(name): id(param) for name, param in named})
+        return (
+            {param.untyped_storage().data_ptr(): param for _, param in named},
+            {self.param_name(name): id(param) for name, param in named},
+        )
 
     def _loaded_names(self, names: Any) -> set[str]:
         return {self.param_name(name) for name in names}
@@ -159,7 +165,10 @@ class WeightLoadPlan:
         for name, tensor in bucket:
             plan = self.plans.get(name)
             if plan is not None and (plan.shape, plan.stride, plan.dtype) == (
-                    tuple(tensor.shape), tensor.stride(), tensor.dtype):
+                tuple(tensor.shape),
+                tensor.stride(),
+                tensor.dtype,
+            ):
                 self._replay(plan, tensor, pending)
                 loaded |= plan.loaded
                 self.stats["replayed"] += 1
@@ -182,8 +191,10 @@ class WeightLoadPlan:
 
     def summary(self) -> str:
         example = next(iter(self.unplannable.items()), ("", ""))
-        return (f"weight sync plan: {len(self.plans)} tensors replay as copies, {len(self.unplannable)} go through "
-                f"the model's loader" + f" (e.g. {example[0]}: {example[1]})" * bool(example[0]))
+        return (
+            f"weight sync plan: {len(self.plans)} tensors replay as copies, {len(self.unplannable)} go through "
+            f"the model's loader" + f" (e.g. {example[0]}: {example[1]})" * bool(example[0])
+        )
 
     def end_sync(self) -> None:
         """Called after a sync's last bucket: logs the plan once when this sync recorded any tensor."""
@@ -191,8 +202,9 @@ class WeightLoadPlan:
             self._recorded = False
             logger.info(self.summary())
 
-    def _record(self, name: str, tensor: torch.Tensor, storages: dict[int, torch.Tensor],
-                param_ids: dict[str, int]) -> set[str]:
+    def _record(
+        self, name: str, tensor: torch.Tensor, storages: dict[int, torch.Tensor], param_ids: dict[str, int]
+    ) -> set[str]:
         recorder = _Recorder(tensor, storages)
         with recorder:
             loaded = self._loaded_names(self.model.load_weights([(name, tensor)]))
@@ -205,8 +217,9 @@ class WeightLoadPlan:
         if steps is None:
             self.unplannable[name] = why
             return loaded
-        self.plans[name] = _TensorPlan(tuple(tensor.shape), tensor.stride(), tensor.dtype, tuple(steps),
-                                       frozenset(loaded))
+        self.plans[name] = _TensorPlan(
+            tuple(tensor.shape), tensor.stride(), tensor.dtype, tuple(steps), frozenset(loaded)
+        )
         return loaded
 
     def _overlapping(self) -> bool:

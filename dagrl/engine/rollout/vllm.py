@@ -8,6 +8,7 @@ TP shard) and records what it copied; later syncs replay those copies (load_plan
 Measured (vLLM 0.26.0, 2 x H200): the in-process load of full HF-named GPU tensors runs at ~700 GB/s (8.8 GB in
 12.6 ms), and sleep(level=1) frees ~42 GiB per GPU at gpu_memory_utilization=0.3 for the trainer to use.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,13 @@ from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
-from dagrl.engine.rollout.vllm_io import (prompt_token_ids, record_progress, request_params, single_request_params,
-                                          unpack_outputs)
+from dagrl.engine.rollout.vllm_io import (
+    prompt_token_ids,
+    record_progress,
+    request_params,
+    single_request_params,
+    unpack_outputs,
+)
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
 logger = logging.getLogger(__name__)
@@ -57,8 +63,12 @@ class _ProcessRngGuard:
     """`LLM(seed=…)` reseeds the whole process; the trainer's RNG streams must not notice."""
 
     def __enter__(self) -> None:
-        self.states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-                       torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        self.states = (
+            random.getstate(),
+            np.random.get_state(),
+            torch.get_rng_state(),
+            torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        )
 
     def __exit__(self, *exc: object) -> None:
         python, numpy_state, cpu, cuda = self.states
@@ -104,13 +114,15 @@ class VLLMRollout:
 
     colocated = True  # shares its GPU with the actor: the rollout node offloads the actor around it
 
-    def __init__(self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int,
-                 manifest: WeightManifest | None = None) -> None:
+    def __init__(
+        self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int, manifest: WeightManifest | None = None
+    ) -> None:
         try:
             from vllm import LLM
         except ImportError as err:
-            raise RuntimeError(f"actor_rollout_ref.rollout.name=vllm needs vLLM: pip install 'dagrl[gpu]' "
-                               f"({err})") from err
+            raise RuntimeError(
+                f"actor_rollout_ref.rollout.name=vllm needs vLLM: pip install 'dagrl[gpu]' ({err})"
+            ) from err
         if not torch.cuda.is_available():
             raise RuntimeError("actor_rollout_ref.rollout.name=vllm needs a CUDA GPU: use rollout.name=hf on CPU")
         # in-process engine: no engine-core subprocess, so load_weights can take this process's GPU tensors
@@ -125,13 +137,23 @@ class VLLMRollout:
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
         self._manifest = manifest  # None: read at the first sync (a dummy-load run may never sync)
         kwargs = dict(
-            model=spec.model_path, tensor_parallel_size=spec.tensor_parallel_size, dtype=spec.dtype,
-            seed=spec.seed, gpu_memory_utilization=spec.gpu_memory_utilization, max_model_len=spec.max_model_len,
-            max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
-            enforce_eager=spec.enforce_eager, enable_chunked_prefill=spec.enable_chunked_prefill,
-            enable_prefix_caching=spec.enable_prefix_caching, load_format=spec.load_format,
-            distributed_executor_backend="external_launcher", enable_sleep_mode=True, skip_tokenizer_init=True,
-            logprobs_mode="processed_logprobs")  # log-probs after temperature, like the actor's
+            model=spec.model_path,
+            tensor_parallel_size=spec.tensor_parallel_size,
+            dtype=spec.dtype,
+            seed=spec.seed,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            max_model_len=spec.max_model_len,
+            max_num_batched_tokens=spec.max_num_batched_tokens,
+            max_num_seqs=spec.max_num_seqs,
+            enforce_eager=spec.enforce_eager,
+            enable_chunked_prefill=spec.enable_chunked_prefill,
+            enable_prefix_caching=spec.enable_prefix_caching,
+            load_format=spec.load_format,
+            distributed_executor_backend="external_launcher",
+            enable_sleep_mode=True,
+            skip_tokenizer_init=True,
+            logprobs_mode="processed_logprobs",
+        )  # log-probs after temperature, like the actor's
         if spec.fp32_lm_head:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
@@ -145,9 +167,11 @@ class VLLMRollout:
         except (torch.cuda.OutOfMemoryError, ValueError) as err:
             if isinstance(err, ValueError) and not any(w in str(err).lower() for w in ("memory", "cache", "kv")):
                 raise
-            raise RuntimeError(f"vLLM could not start with actor_rollout_ref.rollout.gpu_memory_utilization="
-                               f"{spec.gpu_memory_utilization} ({_free_gib()} on this GPU): lower it, or offload "
-                               f"more of the actor (actor.megatron.*_offload) — {err}") from err
+            raise RuntimeError(
+                f"vLLM could not start with actor_rollout_ref.rollout.gpu_memory_utilization="
+                f"{spec.gpu_memory_utilization} ({_free_gib()} on this GPU): lower it, or offload "
+                f"more of the actor (actor.megatron.*_offload) — {err}"
+            ) from err
         logger.info("vLLM engine up in %.1f s (TP=%d)", time.perf_counter() - start, spec.tensor_parallel_size)
         self.model = self.llm.llm_engine.model_executor.driver_worker.worker.get_model()
         # vLLM's FusedMoE keeps expert weights in a `routed_experts` submodule, but its loaders report them under
@@ -182,9 +206,11 @@ class VLLMRollout:
         try:
             self.llm.wake_up(tags=tags)
         except torch.cuda.OutOfMemoryError as err:
-            raise RuntimeError(f"vLLM could not wake its {tags[0]} ({_free_gib()}): lower actor_rollout_ref."
-                               f"rollout.gpu_memory_utilization={self.spec.gpu_memory_utilization} or offload more "
-                               f"of the actor") from err
+            raise RuntimeError(
+                f"vLLM could not wake its {tags[0]} ({_free_gib()}): lower actor_rollout_ref."
+                f"rollout.gpu_memory_utilization={self.spec.gpu_memory_utilization} or offload more "
+                f"of the actor"
+            ) from err
 
     @property
     def manifest(self) -> WeightManifest:
@@ -200,8 +226,10 @@ class VLLMRollout:
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Load every bucket as it arrives (the whole model is never held twice); fail on any stale tensor."""
         if self._progress:
-            raise RuntimeError(f"load_weights with {len(self._progress)} requests in flight: abort them first "
-                               f"(their KV cache belongs to the old weights) and re-submit their continuations")
+            raise RuntimeError(
+                f"load_weights with {len(self._progress)} requests in flight: abort them first "
+                f"(their KV cache belongs to the old weights) and re-submit their continuations"
+            )
         torch.cuda.synchronize()
         start, nbytes, loaded = time.perf_counter(), 0, set()
         for bucket in buckets:
@@ -216,8 +244,10 @@ class VLLMRollout:
             self.load_plan.end_sync()
         missing = self._vllm_params - loaded
         if missing:
-            raise RuntimeError(f"weight sync left {len(missing)} vLLM tensors stale, e.g. {sorted(missing)[:3]}: "
-                               f"the actor's export does not cover this model")
+            raise RuntimeError(
+                f"weight sync left {len(missing)} vLLM tensors stale, e.g. {sorted(missing)[:3]}: "
+                f"the actor's export does not cover this model"
+            )
         if self._cache_filled:  # cached KV blocks were computed with the old weights (a pass over every block)
             self.llm.reset_prefix_cache()
             self._cache_filled = False
@@ -234,8 +264,10 @@ class VLLMRollout:
         if self.weights_discarded:
             raise RuntimeError("vLLM has no current weights: sync the actor's weights before generating")
         with_log_probs = self.spec.calculate_log_probs
-        params = [SamplingParams(**p.as_kwargs())
-                  for p in request_params(sampling, len(prompts), seed, self.eos_token_ids, with_log_probs)]
+        params = [
+            SamplingParams(**p.as_kwargs())
+            for p in request_params(sampling, len(prompts), seed, self.eos_token_ids, with_log_probs)
+        ]
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
         self._cache_filled = True
         outputs = self.llm.generate(requests, params, use_tqdm=False)
@@ -252,10 +284,10 @@ class VLLMRollout:
         for request in requests:
             if request.id in self._progress:
                 raise ValueError(f"request {request.id!r} is already in flight")
-            params = SamplingParams(**single_request_params(request, self.eos_token_ids).as_kwargs(),
-                                    output_kind=RequestOutputKind.DELTA)  # each step's new tokens only
-            engine.add_request(request.id, {"prompt_token_ids": list(request.prompt_ids + request.prefix_ids)},
-                               params)
+            params = SamplingParams(
+                **single_request_params(request, self.eos_token_ids).as_kwargs(), output_kind=RequestOutputKind.DELTA
+            )  # each step's new tokens only
+            engine.add_request(request.id, {"prompt_token_ids": list(request.prompt_ids + request.prefix_ids)}, params)
             self._progress[request.id] = Progress(request)
         self._cache_filled = True
 

@@ -2,6 +2,7 @@
 
 Pure functions over plain objects (no vLLM import), so CPU tests cover them with recorded-shape fakes.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -30,6 +31,7 @@ def request_seed(seed: int, row: int) -> int:
 @dataclass(frozen=True)
 class RequestParams:
     """What one vLLM SamplingParams gets (kept as plain fields so tests need no vLLM)."""
+
     n: int
     temperature: float
     top_p: float
@@ -41,14 +43,24 @@ class RequestParams:
     ignore_eos: bool = False
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "max_tokens": self.max_tokens, "seed": self.seed, "stop_token_ids": list(self.stop_token_ids),
-                "logprobs": self.logprobs, "detokenize": False, "skip_special_tokens": False,
-                "ignore_eos": self.ignore_eos}
+        return {
+            "n": self.n,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "stop_token_ids": list(self.stop_token_ids),
+            "logprobs": self.logprobs,
+            "detokenize": False,
+            "skip_special_tokens": False,
+            "ignore_eos": self.ignore_eos,
+        }
 
 
-def _params(sampling: SamplingSpec, n: int, max_tokens: int, seed: int, eos_token_ids: Sequence[int],
-            with_log_probs: bool) -> RequestParams:
+def _params(
+    sampling: SamplingSpec, n: int, max_tokens: int, seed: int, eos_token_ids: Sequence[int], with_log_probs: bool
+) -> RequestParams:
     greedy = sampling.greedy
     return RequestParams(
         n=n,
@@ -63,10 +75,13 @@ def _params(sampling: SamplingSpec, n: int, max_tokens: int, seed: int, eos_toke
     )
 
 
-def request_params(sampling: SamplingSpec, rows: int, seed: int, eos_token_ids: Sequence[int],
-                   with_log_probs: bool) -> list[RequestParams]:
-    return [_params(sampling, sampling.n, sampling.limit(row), request_seed(seed, row), eos_token_ids,
-                    with_log_probs) for row in range(rows)]
+def request_params(
+    sampling: SamplingSpec, rows: int, seed: int, eos_token_ids: Sequence[int], with_log_probs: bool
+) -> list[RequestParams]:
+    return [
+        _params(sampling, sampling.n, sampling.limit(row), request_seed(seed, row), eos_token_ids, with_log_probs)
+        for row in range(rows)
+    ]
 
 
 def single_request_params(request: Request, eos_token_ids: Sequence[int]) -> RequestParams:
@@ -89,10 +104,9 @@ def record_progress(progress: Progress, output: Any, version: int) -> str | None
         tokens.append(stop)
         log_probs.append(0.0)
     progress.token_ids.extend(tokens)
-    progress.log_probs.extend(log_probs[:len(tokens)])
+    progress.log_probs.extend(log_probs[: len(tokens)])
     progress.versions.extend([version] * len(tokens))
     return (completion.finish_reason or "stop") if output.finished else None
-
 
 
 def _sampled_log_probs(completion: Any) -> list[float]:
@@ -100,8 +114,14 @@ def _sampled_log_probs(completion: Any) -> list[float]:
     return [float(step[token].logprob) for token, step in zip(completion.token_ids, completion.logprobs)]
 
 
-def unpack_outputs(prompts: Batch, outputs: Sequence[Any], sampling: SamplingSpec, eos_token_ids: Sequence[int],
-                   pad_token_id: int, with_log_probs: bool) -> Batch:
+def unpack_outputs(
+    prompts: Batch,
+    outputs: Sequence[Any],
+    sampling: SamplingSpec,
+    eos_token_ids: Sequence[int],
+    pad_token_id: int,
+    with_log_probs: bool,
+) -> Batch:
     """Request outputs (one per prompt row, each with n completions) → rows [p0 r0, p0 r1, …, p1 r0, …]."""
     if len(outputs) != len(prompts):
         raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
@@ -125,7 +145,7 @@ def unpack_outputs(prompts: Batch, outputs: Sequence[Any], sampling: SamplingSpe
             flat_tokens.extend(tokens)
             lengths.append(len(tokens))
             if with_log_probs:
-                values = _sampled_log_probs(completion)[:len(tokens)]
+                values = _sampled_log_probs(completion)[: len(tokens)]
                 flat_log_probs.extend(values + [0.0] * (len(tokens) - len(values)))
     counts = torch.tensor(lengths, dtype=torch.long)
     filled = torch.arange(length)[None, :] < counts[:, None]
@@ -135,8 +155,9 @@ def unpack_outputs(prompts: Batch, outputs: Sequence[Any], sampling: SamplingSpe
     if with_log_probs:
         log_probs[filled] = torch.from_numpy(np.array(flat_log_probs, dtype=np.float32))
     expanded = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
-    batch = join_prompt_and_response(expanded, responses, length, sampling.stop_ids(eos_token_ids), pad_token_id,
-                                     counts)
+    batch = join_prompt_and_response(
+        expanded, responses, length, sampling.stop_ids(eos_token_ids), pad_token_id, counts
+    )
     if with_log_probs:
         batch["rollout_log_probs"] = log_probs * batch["response_mask"]
     return batch

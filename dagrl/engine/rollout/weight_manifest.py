@@ -3,6 +3,7 @@
 A rollout checks every synced tensor against it before loading, so a wrong name or shape fails loudly with
 that name instead of leaving the engine half-loaded or silently ignoring a tensor.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,10 @@ def read_safetensors_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors in {model_dir}: the rollout needs the HF model's weight files "
-                                f"(their headers give the tensor names and shapes)")
+        raise FileNotFoundError(
+            f"no *.safetensors in {model_dir}: the rollout needs the HF model's weight files "
+            f"(their headers give the tensor names and shapes)"
+        )
     for file in files:
         with open(file, "rb") as handle:
             header_size = struct.unpack("<Q", handle.read(8))[0]

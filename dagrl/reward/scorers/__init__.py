@@ -4,6 +4,7 @@
 `custom_reward_function.path` is set. Scorer modules are imported on first use, so a run that never sees a
 math row never imports math-verify (and sympy).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,13 +28,16 @@ SCORER_BY_DATA_SOURCE: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def default_compute_score(data_source: str, solution_str: str, ground_truth: Any,
-                          extra_info: dict | None = None, **kwargs: Any) -> float:
+def default_compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
+) -> float:
     """The rule score of one response; `kwargs` (custom_reward_function.reward_kwargs) go to the scorer."""
     if data_source not in SCORER_BY_DATA_SOURCE:
-        raise ValueError(f"no built-in reward scorer for data_source {data_source!r} (built-in: "
-                         f"{sorted(SCORER_BY_DATA_SOURCE)}); set custom_reward_function.path (and .name) to a "
-                         f"file defining compute_score(data_source, solution_str, ground_truth, extra_info)")
+        raise ValueError(
+            f"no built-in reward scorer for data_source {data_source!r} (built-in: "
+            f"{sorted(SCORER_BY_DATA_SOURCE)}); set custom_reward_function.path (and .name) to a "
+            f"file defining compute_score(data_source, solution_str, ground_truth, extra_info)"
+        )
     module_name, fixed_kwargs = SCORER_BY_DATA_SOURCE[data_source]
     module = importlib.import_module(f"{__name__}.{module_name}")
     return module.compute_score(solution_str, ground_truth, **{**fixed_kwargs, **kwargs})

@@ -1,4 +1,5 @@
 """The synthetic addition task (examples/data_preprocess/arithmetic.py): the last integer in the response."""
+
 from __future__ import annotations
 
 import re

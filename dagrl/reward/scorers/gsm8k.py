@@ -1,4 +1,5 @@
 """GSM8K answers: `strict` reads the number after the last "####", `flexible` the last number in the text."""
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,9 @@ def extract_answer(solution_str: str, method: str = "strict") -> str | None:
     return _normalize(matches[-1]) if matches else None
 
 
-def compute_score(solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0,
-                  score: float = 1.0) -> float:
+def compute_score(
+    solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+) -> float:
     """`score` for the right answer, `format_score` for a wrong answer in the right format, 0 for no answer."""
     answer = extract_answer(solution_str, method)
     if answer is None:

@@ -3,6 +3,7 @@
 The products and marbles tasks (examples/data_preprocess/{products,marbles}.py) have 5-7 digit answers, which
 models often write with commas; dagrl.reward.scorers.arithmetic would read "281,764" as 764.
 """
+
 from __future__ import annotations
 
 import re

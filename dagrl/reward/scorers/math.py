@@ -3,6 +3,7 @@
 math-verify's own timeouts use `signal.alarm`, which would cancel the reward manager's per-sample timer (both use
 the process's one real-time timer). So its timeouts are turned off here and the manager's timer bounds each call.
 """
+
 from __future__ import annotations
 
 import logging
