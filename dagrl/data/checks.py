@@ -1,130 +1,29 @@
 """Pre-flight checks of the data files: each file's footer (rows, columns), its first rows' prompts, and the columns
 the reward reads. Every failure is a one-line ValueError naming the file and the fix (pre-flight files it under
-data.train_files or data.val_files). Reads parquet footers and single columns only; imports neither torch nor
-transformers.
+data.train_files or data.val_files; opening a file is parquet_file.py's). Reads parquet footers and single columns
+only; imports neither torch nor transformers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dagrl.data.parquet_file import PREPROCESS, column_batches, corrupt, open_parquet
+
 # Rows whose prompts pre-flight checks for the chat shape (the first of each file: a file written with the wrong
 # shape has it in every row; a full scan is the startup length check's job).
 PROMPT_ROWS_CHECKED = 16
-PREPROCESS = "examples/data_preprocess/*.py"
 
 
 def required_columns(prompt_key: str) -> tuple[str, ...]:
     """Columns every data file must have: the prompt, and what the reward needs to score it."""
     return (prompt_key, "data_source", "reward_model")
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-def open_parquet(path: str) -> pq.ParquetFile:
-    """Opens one data file, turning every way it can be unusable into a one-line ValueError. A FIFO, socket or
-    device is refused from its stat, before anything opens it (opening a FIFO waits for a writer forever)."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise ValueError(
-                f"data file {path!r} is a broken symlink (to {os.readlink(path)!r}, which does not "
-                f"exist); fix the link or data.train_files / data.val_files"
-            ) from None
-        raise ValueError(
-            f"data file {path!r} does not exist; fix data.train_files / data.val_files (preprocess with {PREPROCESS})"
-        ) from None
-    except OSError as error:
-        raise ValueError(
-            f"data file {path!r} cannot be read ({first_line(error)}); fix data.train_files / data.val_files"
-        ) from None
-    if stat.S_ISDIR(mode):
-        raise ValueError(directory_problem(path))
-    if not stat.S_ISREG(mode):
-        kind = (
-            "a FIFO (named pipe)"
-            if stat.S_ISFIFO(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file"
-        )
-        raise ValueError(
-            f"data file {path!r} is {kind}, not a regular file (parquet is read by seeking to its "
-            f"footer); write the data to a .parquet file and point data.train_files / data.val_files "
-            f"at it"
-        )
-    try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as error:
-        suffix = os.path.splitext(path)[1].lower()
-        if suffix in (".json", ".jsonl", ".csv"):  # not parquet by name: say how to convert it
-            reader = "read_csv" if suffix == ".csv" else "read_json"
-            lines = ", lines=True" if suffix == ".jsonl" else ""
-            raise ValueError(
-                f"data file {path!r} is a {suffix[1:]} file, but data.train_files / data.val_files take "
-                f"parquet files only: convert it (pandas.{reader}({path!r}{lines}).to_parquet(...)) or "
-                f"regenerate it with {PREPROCESS}"
-            ) from error
-        listed = _listed_paths(path)
-        if listed:  # a text file naming the data files (one a line): the list goes into the config itself
-            raise ValueError(
-                f"data file {path!r} is a text file listing data files ({listed[0]!r}, ...), not "
-                f"parquet: give the list itself, e.g. data.train_files='[{','.join(listed[:2])}"
-                f"{',...' if len(listed) > 2 else ''}]'"
-            ) from error
-        raise ValueError(
-            f"data file {path!r} is not a readable parquet file ({first_line(error)}); regenerate it with {PREPROCESS}"
-        ) from error
-
-
-def directory_problem(path: str) -> str:
-    """The line for a data path that is a directory: what it holds decides the fix (the part files of a
-    partitioned parquet dataset, a datasets save_to_disk folder, or nothing known)."""
-    try:
-        names = sorted(os.listdir(path))
-    except OSError:
-        names = []
-    parts = [os.path.join(path, name) for name in names if name.endswith(".parquet")]
-    if parts:  # Spark's or pandas' partitioned output: train.parquet/part-00000-....parquet
-        shown = ",".join(parts[:2]) + (",..." if len(parts) > 2 else "")
-        return (
-            f"data file {path!r} is a directory of {len(parts)} parquet part file(s) (a partitioned dataset); "
-            f"data.train_files / data.val_files take files: list them, e.g. data.train_files='[{shown}]'"
-        )
-    if {"dataset_info.json", "state.json", "dataset_dict.json"} & set(names):
-        split = "['train']" if "dataset_dict.json" in names else ""
-        return (
-            f"data file {path!r} is a Hugging Face datasets folder (save_to_disk's Arrow shards), not parquet: "
-            f"convert it with datasets.load_from_disk({path!r}){split}.to_parquet('train.parquet') and point "
-            f"data.train_files / data.val_files at that file"
-        )
-    return (
-        f"data file {path!r} is a directory; data.train_files / data.val_files take parquet files (e.g. "
-        f"{os.path.join(path, 'train.parquet')!r})"
-    )
-
-
-def _listed_paths(path: str) -> list[str]:
-    """The lines of a small text file when each names a .parquet file, else []."""
-    try:
-        with open(path, "rb") as handle:
-            lines = handle.read(65536).decode("utf-8").split()
-    except (OSError, UnicodeDecodeError):
-        return []
-    return lines if lines and all(line.endswith(".parquet") for line in lines) else []
 
 
 def check_schema(path: str, schema: pa.Schema, num_rows: int, prompt_key: str) -> None:
@@ -277,7 +176,7 @@ def check_extra_info(path: str, parquet: pq.ParquetFile) -> None:
             f"write each row's response limit as a token count (an int), or drop the field"
         )
     offset = 0
-    for batch in _column_batches(path, "extra_info.max_response_length"):
+    for batch in column_batches(path, "extra_info.max_response_length"):
         values = batch.column(0).field("max_response_length").to_numpy(zero_copy_only=False)
         low = [i for i, v in enumerate(values) if v is not None and v == v and v < 1]
         if low:
@@ -307,7 +206,7 @@ def nested_values(path: str, dotted: str) -> dict[Any, int]:
         kind = kind.field(part).type
     first: dict[Any, int] = {}
     offset = 0
-    for batch in _column_batches(path, dotted):
+    for batch in column_batches(path, dotted):
         column = batch.column(0)
         for part in dotted.split(".")[1:]:
             column = column.field(part)
@@ -318,19 +217,6 @@ def nested_values(path: str, dotted: str) -> dict[Any, int]:
     return first
 
 
-def corrupt(path: str, error: BaseException) -> ValueError:
-    return ValueError(f"data file {path!r} is corrupt: its rows cannot be read ({first_line(error)}); regenerate it")
-
-
-def _column_batches(path: str, column: str):
-    """Record batches of one column (or nested field, `a.b`) of a data file: only its pages are read."""
-    parquet = open_parquet(path)
-    try:
-        yield from parquet.iter_batches(batch_size=65536, columns=[column])
-    except (pa.ArrowException, OSError) as error:
-        raise corrupt(path, error) from error
-
-
 def data_sources(path: str) -> dict[Any, int]:
     """The distinct `data_source` values of a data file, each with the first row that has it (the data_source
     column only is read)."""
@@ -338,7 +224,7 @@ def data_sources(path: str) -> dict[Any, int]:
 
     first: dict[Any, int] = {}
     offset = 0
-    for batch in _column_batches(os.path.expanduser(path), "data_source"):
+    for batch in column_batches(os.path.expanduser(path), "data_source"):
         column = batch.column(0)
         if pa.types.is_dictionary(column.type):  # a categorical column written by pandas
             column = column.dictionary_decode()
@@ -368,7 +254,7 @@ def first_row_without_ground_truth(path: str) -> int | None:
     if field_type.get_field_index("ground_truth") < 0:
         return -1
     offset = 0
-    for batch in _column_batches(path, "reward_model.ground_truth"):  # that leaf's pages only
+    for batch in column_batches(path, "reward_model.ground_truth"):  # that leaf's pages only
         column = batch.column(0)
         missing = column.is_null().to_numpy(zero_copy_only=False) | column.field("ground_truth").is_null().to_numpy(
             zero_copy_only=False

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dagrl.config.errors import ConfigError
-from dagrl.data.checks import check_schema, corrupt, first_line, open_parquet, required_columns
+from dagrl.data.checks import check_schema, required_columns
+from dagrl.data.parquet_file import corrupt, first_line, open_parquet
 
 if TYPE_CHECKING:
     from dagrl.data.batch import Batch

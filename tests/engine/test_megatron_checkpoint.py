@@ -110,7 +110,7 @@ def test_merged_checkpoint_loads_in_transformers_with_the_engines_log_probs(tiny
     from the dist checkpoint alone."""
     from transformers import AutoTokenizer
 
-    from dagrl.engine.megatron.checkpoint import HF_DIR, write_hf_model
+    from dagrl.engine.megatron.hf_export import HF_DIR, write_hf_model
 
     batch = make_batch(rows=4)
     actor = engine(tiny_model, ADAM)
@@ -410,7 +410,7 @@ def run_world_job(name: str, work_dir: Path) -> None:
     (x DP2) trains a step and saves; then a fresh EP2 engine loads the EP1 checkpoint."""
     import torch.distributed as dist
 
-    from dagrl.engine.megatron.checkpoint import HF_DIR, write_hf_model
+    from dagrl.engine.megatron.hf_export import HF_DIR, write_hf_model
 
     batch, model_dir = make_batch(rows=4), work_dir / "model"
     records = {}

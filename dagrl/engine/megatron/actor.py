@@ -126,7 +126,7 @@ class MegatronActorEngine(MegatronEngine):
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
-        from dagrl.engine.megatron.weights import export_entries, export_hf_weights
+        from dagrl.engine.megatron.weight_export import export_entries, export_hf_weights
 
         if self._export_entries is None:
             self._export_entries = export_entries(self.modules, self.hf_config)

@@ -1,5 +1,5 @@
-"""Reshardable Megatron checkpoints of an engine: model, optimizer (+ LR scheduler) and RNG states, and the HF
-export of an actor.
+"""Reshardable Megatron checkpoints of an engine: model, optimizer (+ LR scheduler) and RNG states (an actor's HF
+export is hf_export.py).
 
 Written with megatron `dist_checkpointing` (torch_dist format) into one directory; the trainer makes the write
 atomic. Tensors are keyed by their global names, so a checkpoint saved at one layout (TP, PP, VPP, DP, EP, the
@@ -15,7 +15,6 @@ import copy
 import logging
 import os
 import random
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -23,9 +22,10 @@ import numpy as np
 import torch
 
 from dagrl.utils.lifetime import children_die_with_us
-from dagrl.utils.watchdog import beat
-from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.engine.megatron import compat
+
+# the HF export's names, where the trainer (an actor checkpoint's huggingface/) and scripts/model_merger.py import them
+from dagrl.engine.megatron.hf_export import HF_DIR as HF_DIR, write_hf_model as write_hf_model
 
 if TYPE_CHECKING:
     from dagrl.engine.megatron.engine import MegatronEngine
@@ -33,22 +33,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CONTENTS = ("model", "optimizer", "extra")  # the parts a Megatron checkpoint can hold
-HF_DIR = "huggingface"  # <actor checkpoint>/huggingface: the HF export (verl's layout)
-# Files of an HF model directory that are not weights: config, generation config, tokenizer.
-HF_SIDE_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -374,79 +358,3 @@ def load_model_weights(modules: list[torch.nn.Module], path: str, use_distribute
     for index, module in enumerate(modules):
         module.load_state_dict(loaded[f"model{index}"], strict=True)
     logger.info("loaded initial model weights from Megatron checkpoint %s", path)
-
-
-# ---- HF export -----------------------------------------------------------------------------------
-
-
-class _SafetensorsShards:
-    """Writes (name, tensor) pairs into safetensors files of at most `shard_bytes` (HF's sharded layout, with
-    model.safetensors.index.json when there is more than one file)."""
-
-    def __init__(self, directory: Path, shard_bytes: int) -> None:
-        self.directory, self.shard_bytes = directory, shard_bytes
-        self.pending: dict[str, torch.Tensor] = {}
-        self.pending_bytes = 0
-        self.files: list[tuple[Path, list[str]]] = []
-        self.total_bytes = 0
-
-    def add(self, name: str, tensor: torch.Tensor) -> None:
-        nbytes = tensor.numel() * tensor.element_size()
-        if self.pending and self.pending_bytes + nbytes > self.shard_bytes:
-            self._flush()
-        self.pending[name] = tensor.detach().to("cpu", copy=True).contiguous()
-        self.pending_bytes += nbytes
-        self.total_bytes += nbytes
-
-    def _flush(self) -> None:
-        from safetensors.torch import save_file
-
-        path = self.directory / f".shard-{len(self.files)}.safetensors"
-        save_file(self.pending, str(path), metadata={"format": "pt"})
-        self.files.append((path, list(self.pending)))
-        self.pending, self.pending_bytes = {}, 0
-
-    def finish(self) -> None:
-        import json
-
-        if self.pending or not self.files:
-            self._flush()
-        if len(self.files) == 1:
-            os.replace(self.files[0][0], self.directory / "model.safetensors")
-            return
-        weight_map = {}
-        for number, (path, names) in enumerate(self.files, 1):
-            final = f"model-{number:05d}-of-{len(self.files):05d}.safetensors"
-            os.replace(path, self.directory / final)
-            weight_map.update({name: final for name in names})
-        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map}
-        (self.directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-
-
-def write_hf_model(
-    buckets: Iterable[WeightBucket],
-    directory: str | Path,
-    source_dir: str | Path,
-    write: bool,
-    shard_bytes: int = 5 << 30,
-) -> None:
-    """Consume an engine's `export_weights` stream (collective: every rank iterates it) and, where `write`
-    (rank 0), save it as an HF model directory: safetensors shards plus config, generation config and tokenizer
-    files copied from `source_dir`."""
-    directory = Path(directory)
-    shards = None
-    if write:
-        directory.mkdir(parents=True, exist_ok=True)
-        shards = _SafetensorsShards(directory, shard_bytes)
-    for bucket in buckets:
-        beat("checkpoint: hf_model")  # progress for the hang watchdog, bucket by bucket
-        if shards is not None:
-            for name, tensor in bucket:
-                shards.add(name, tensor)
-    if shards is None:
-        return
-    shards.finish()
-    for name in HF_SIDE_FILES:
-        if (Path(source_dir) / name).is_file():
-            shutil.copyfile(Path(source_dir) / name, directory / name)
-    logger.debug("wrote HF model (%.1f MB of weights) to %s", shards.total_bytes / 2**20, directory)

@@ -1,13 +1,11 @@
 """Megatron-Core engines. `MegatronEngine` holds what every Megatron model shares: building from an HF directory,
-DDP and the optimizer, offload, micro-batches, the forward-backward schedule, metric reduction and checkpoints.
-The actor (actor.py) adds log-probs on vocab-parallel logits and the weight export; the critic (critic.py) adds
-a value head."""
+DDP and the optimizer (optim.py), offload, micro-batches, the forward-backward schedule, metric reduction and
+checkpoints. The actor (actor.py) adds log-probs on vocab-parallel logits and the weight export; the critic
+(critic.py) adds a value head."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import math
 from functools import partial
 from typing import Any, Iterator
 
@@ -17,12 +15,10 @@ import torch.distributed as dist
 from dagrl.data.batch import Batch
 from dagrl.engine.base import MegatronEngineSpec
 from dagrl.utils.watchdog import beat
-from dagrl.engine.megatron import checkpoint, compat
+from dagrl.engine.megatron import checkpoint, compat, optim
 from dagrl.engine.megatron.offload import HostOffload
 from dagrl.engine.megatron import packing
 from dagrl.engine.megatron.sequences import MicroBatch, pack_spec, plan_micro_batches
-
-logger = logging.getLogger(__name__)
 
 
 class MegatronEngine:
@@ -77,7 +73,7 @@ class MegatronEngine:
             # The fused causal softmax kernel ignores a given mask; the packed rows' block-diagonal one must apply.
             self.tf_config.masked_softmax_fusion = False
         self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
-        self._set_trainable()
+        optim.set_trainable(self.modules, spec, self.hf_config.num_hidden_layers)
         self._micro: MicroBatch | None = None  # the micro-batch being forwarded (read by forward hooks)
         if spec.remove_padding and not self._thd:
             for module in self.modules:
@@ -85,9 +81,9 @@ class MegatronEngine:
                     module.rotary_pos_emb.register_forward_hook(self._restart_rotary_positions)
         self.optimizer: Any = None
         self.scheduler: Any = None
-        self.model = self._wrap()
+        self.model = optim.wrap(self.modules, self.tf_config, spec, self.device)
         if spec.optim is not None:
-            self.optimizer, self.scheduler = self._build_optimizer()
+            self.optimizer, self.scheduler = optim.build_optimizer(spec, self.model)
         self._build_offloaders()
         self._offload_idle_state()
 
@@ -108,92 +104,6 @@ class MegatronEngine:
         else:
             import_hf_weights(modules, self.hf_config, self.spec.model_path)
         return modules
-
-    def _set_trainable(self) -> None:
-        top = self.spec.trainable_top_layers
-        frozen = self.spec.optim is None
-        first_trainable = self.hf_config.num_hidden_layers - (top or 0)
-        for module in self.modules:
-            for name, param in module.named_parameters():
-                if frozen:
-                    param.requires_grad_(False)
-                elif top is not None:
-                    layer = _global_layer(module, name)
-                    trainable = (
-                        layer is not None and layer >= first_trainable
-                    ) or name == "decoder.final_layernorm.weight"
-                    param.requires_grad_(trainable)
-
-    def _wrap(self) -> list[torch.nn.Module]:
-        """Each chunk in Float16Module when parameters are bf16, then in DDP (grad buffers) when trainable."""
-        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-        from megatron.core.transformer.module import Float16Module
-
-        overlap = self.spec.overlap_grad_reduce
-        if overlap is None:  # on by default on GPUs, as in Megatron's training loop
-            overlap = self.device.type == "cuda"
-        ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True,
-            overlap_grad_reduce=overlap,
-            use_distributed_optimizer=self.spec.use_distributed_optimizer,
-        )
-        wrapped = []
-        for index, module in enumerate(self.modules):
-            if self.spec.optim is None:
-                module.eval()
-            inner = Float16Module(self.tf_config, module) if self.spec.param_dtype == torch.bfloat16 else module
-            # As Megatron does: only the first virtual chunk gets buckets overlapping with backward.
-            wrapped.append(
-                inner
-                if self.spec.optim is None
-                else DistributedDataParallel(self.tf_config, ddp_config, inner, disable_bucketing=index > 0)
-            )
-        if overlap and self.spec.optim is not None:
-            # What Megatron's schedules call to hold the reduction until the last micro-batch's backward and then
-            # start each chunk's buckets as their grads are ready (finalize_model_grads waits for them).
-            no_sync = [ddp.no_sync for ddp in wrapped]
-            grad_sync = [ddp.start_grad_sync for ddp in wrapped]
-            self.tf_config.no_sync_func = no_sync[0] if len(wrapped) == 1 else no_sync
-            self.tf_config.grad_sync_func = grad_sync[0] if len(wrapped) == 1 else grad_sync
-        return wrapped
-
-    def _build_optimizer(self) -> tuple[Any, Any]:
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-
-        optim = self.spec.optim
-        config = OptimizerConfig(
-            optimizer="adam",
-            lr=optim.lr,
-            min_lr=optim.min_lr,
-            weight_decay=optim.weight_decay,
-            adam_beta1=optim.betas[0],
-            adam_beta2=optim.betas[1],
-            clip_grad=optim.clip_grad,
-            bf16=self.spec.param_dtype == torch.bfloat16,
-            params_dtype=self.spec.param_dtype,
-            use_distributed_optimizer=self.spec.use_distributed_optimizer,
-        )
-        optimizer = get_megatron_optimizer(config, self.model)
-        compat.init_optimizer_state(optimizer)
-        decay_steps = optim.lr_decay_steps or optim.total_training_steps
-        scheduler = OptimizerParamScheduler(
-            optimizer,
-            init_lr=optim.lr_warmup_init,
-            max_lr=optim.lr,
-            min_lr=optim.min_lr,
-            lr_warmup_steps=optim.lr_warmup_steps,
-            lr_decay_steps=max(decay_steps, optim.lr_warmup_steps + 1),
-            lr_decay_style=optim.lr_decay_style,
-            start_wd=optim.weight_decay,
-            end_wd=optim.weight_decay,
-            wd_incr_steps=max(decay_steps, 1),
-            wd_incr_style="constant",
-            # a resume applies this run's schedule (trainer/resume_policy.py); only the step count is restored
-            use_checkpoint_opt_param_scheduler=False,
-            override_opt_param_scheduler=True,
-        )
-        return optimizer, scheduler
 
     def _build_offloaders(self) -> None:
         self.param_store, self.grad_store, self.optim_store = (
@@ -387,7 +297,7 @@ class MegatronEngine:
             outputs = self._run(micro_batches, False, scaled)
             metrics = self._reduce_metrics(outputs)
             lr = self.optimizer.param_groups[0]["lr"]
-            grad_norm, stepped = self._optimizer_step()
+            grad_norm, stepped = optim.optimizer_step(self.optimizer, self.scheduler)
         metrics.update(
             {
                 f"{self.role}/grad_norm": grad_norm,
@@ -396,19 +306,6 @@ class MegatronEngine:
             }
         )
         return metrics
-
-    def _optimizer_step(self) -> tuple[float, bool]:
-        """Clip and step unless the grad norm is not finite; the LR schedule advances either way."""
-        found_inf = self.optimizer.prepare_grads()  # only with a loss scaler: never under bf16 or fp32
-        grad_norm = float(self.optimizer.get_grad_norm())
-        stepped = math.isfinite(grad_norm) and not found_inf
-        if stepped:  # Megatron would clip by a NaN norm and write NaN into every parameter
-            stepped = compat.step_with_norm(self.optimizer, grad_norm)
-        else:
-            logger.warning("non-finite grad norm %s: optimizer step skipped", grad_norm)
-        self.optimizer.zero_grad()
-        self.scheduler.step(increment=1)
-        return grad_norm, stepped
 
     def _reduce_metrics(self, outputs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
         """Sum over micro-batches (last PP stage), share with every PP stage, sum over DP."""
@@ -446,10 +343,3 @@ class MegatronEngine:
         # Grads too: the optimizer state is re-tracked after loading, which needs every storage's address.
         with self._resident(params=True, grads=True, optimizer=True):
             checkpoint.load(self, path)
-
-
-def _global_layer(module: torch.nn.Module, name: str) -> int | None:
-    parts = name.split(".")
-    if parts[:2] != ["decoder", "layers"]:
-        return None
-    return module.decoder.layers[int(parts[2])].layer_number - 1
