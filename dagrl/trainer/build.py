@@ -173,56 +173,21 @@ def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
 
 
 def build_rollout(cfg: Cfg, shape: RunShape, tokenizer, device: torch.device):
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.name == "hf":
-        from dagrl.engine.rollout.hf import HFRollout
+    """The engine actor_rollout_ref.rollout.name names, built by its entry of ROLLOUT_ENGINES
+    (dagrl/engine/rollout/registry.py: hf and vllm, and any a trainer.plugins module registers)."""
+    from dagrl.engine.rollout.registry import ROLLOUT_ENGINES, RolloutSetup
 
-        return HFRollout(
-            os.path.expanduser(cfg.actor_rollout_ref.model.path),
-            eos_token_ids(cfg, tokenizer),
-            pad_token_id(tokenizer),
-            device=device,
-            dtype=_DTYPES[run_dtype(cfg, precision.ROLLOUT_DTYPE)],
-            fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head,
-        )
-    from dagrl.engine.rollout.vllm import VLLMRollout
-
-    return VLLMRollout(vllm_spec(cfg, shape), eos_token_ids(cfg, tokenizer), pad_token_id(tokenizer))
-
-
-def vllm_spec(cfg: Cfg, shape: RunShape):
-    from dagrl.engine.rollout.vllm import VLLMRolloutSpec
-
-    rollout = cfg.actor_rollout_ref.rollout
-    return VLLMRolloutSpec(
+    setup = RolloutSetup(
+        cfg,
+        shape,
+        tokenizer,
+        device,
         model_path=os.path.expanduser(cfg.actor_rollout_ref.model.path),
-        tensor_parallel_size=shape.rollout_tp,
+        eos_token_ids=eos_token_ids(cfg, tokenizer),
+        pad_token_id=pad_token_id(tokenizer),
         dtype=run_dtype(cfg, precision.ROLLOUT_DTYPE),
-        seed=rollout.seed,
-        gpu_memory_utilization=rollout.gpu_memory_utilization,
-        max_model_len=shape.max_model_len,
-        max_num_batched_tokens=rollout.max_num_batched_tokens,
-        max_num_seqs=rollout.max_num_seqs,
-        # a rollout pool of its own never sleeps: no actor wants its memory back
-        enforce_eager=rollout.enforce_eager,
-        free_cache_engine=rollout.free_cache_engine and shape.pool != "rollout",
-        enable_chunked_prefill=rollout.enable_chunked_prefill,
-        enable_prefix_caching=rollout.enable_prefix_caching,
-        load_format=rollout.load_format,
-        calculate_log_probs=rollout.calculate_log_probs,
-        fp32_lm_head=cfg.actor_rollout_ref.model.fp32_lm_head,
-        cache_root=vllm_cache_root(cfg),
-        engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),
     )
-
-
-def vllm_cache_root(cfg: Cfg) -> str | None:
-    """rollout.cache_dir as an absolute path (vLLM's cache root for the engine), or None: vLLM's own
-    ($VLLM_CACHE_ROOT, else ~/.cache/vllm). A machine-wide cache keeps new runs on that machine warm; a directory
-    beside the checkpoints keeps a resume on another machine warm (SmolLM2 on one H100: engine up in 7.9 s instead of
-    33.3 s), at the cost of compiling once per run and one copy per rank in the run directory."""
-    configured = cfg.actor_rollout_ref.rollout.cache_dir
-    return os.path.abspath(os.path.expanduser(configured)) if configured else None
+    return ROLLOUT_ENGINES[cfg.actor_rollout_ref.rollout.name](setup)
 
 
 def eos_token_ids(cfg: Cfg, tokenizer) -> list[int]:

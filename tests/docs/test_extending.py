@@ -27,6 +27,7 @@ from dagrl.config.schema.check import choices_of
 from dagrl.config.tree import Cfg
 from dagrl.config.validate import preflight
 from dagrl.data.batch import Batch
+from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
 from tests.conftest import cpu_run_overrides
 from tests.helpers import node_context
 
@@ -70,7 +71,7 @@ def user_code(tmp_path, monkeypatch):
     for name, source in files.items():
         (root / name).write_text(source)
     monkeypatch.syspath_prepend(str(root))
-    known = {registry: set(registry.names()) for registry in REGISTRIES}
+    known = {registry: set(registry.names()) for registry in (*REGISTRIES, ROLLOUT_ENGINES)}
     yield root
     for registry, names in known.items():
         for entry in list(registry):
@@ -334,14 +335,10 @@ def _params(signature: inspect.Signature) -> list[tuple[str, object]]:
     return [(p.name, p.default) for p in signature.parameters.values() if p.name != "self"]
 
 
-def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code, tiny_model, tiny_data, tmp_path):
-    from transformers import AutoTokenizer
-
-    from dagrl.config.sections import check_choices
+def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code):
     from dagrl.engine.rollout.hf import HFRollout
-    from dagrl.engine.rollout.interface import Request, RolloutEngine, SamplingSpec, run_to_completion
+    from dagrl.engine.rollout.interface import RolloutEngine
     from dagrl.engine.rollout.vllm import VLLMRollout
-    from dagrl.trainer.build import build_rollout
 
     skeleton = importlib.import_module("my_rollout").MyRollout
     protocol = _methods(RolloutEngine)
@@ -365,23 +362,63 @@ def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code, tin
         for name, signature in protocol.items():
             assert _params(methods[name]) == _params(signature), (engine_class.__name__, name)
 
+
+def test_a_registered_rollout_engine_passes_preflight_and_build_rollout_makes_it(
+    user_code, tiny_model, tiny_data, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    from dagrl.engine.rollout.hf import HFRollout
+    from dagrl.engine.rollout.interface import Request, RolloutEngine, SamplingSpec, run_to_completion
+    from dagrl.trainer.build import build_rollout
+
     text = section(7)
-    names = tuple(re.findall(r"`(\w+)`", re.search(r"`actor_rollout_ref\.rollout\.name`, one of (.*?)\. ", text)[1]))
-    assert names == tuple(choices_of("actor_rollout_ref.rollout.name")) == ("hf", "vllm")
+    own = tuple(re.findall(r"`(\w+)`", re.search(r"dagrl's own engines, (.*?), are", text)[1]))
+    assert (
+        own == tuple(ROLLOUT_ENGINES.names()) == tuple(choices_of("actor_rollout_ref.rollout.name")) == ("hf", "vllm")
+    )
+    for name in own:  # each entry's builder is where the page says, named lazily
+        assert ROLLOUT_ENGINES[name].target == f"dagrl.engine.rollout.{name}:build"
+    assert "vllm_spec(setup)" in inspect.getsource(importlib.import_module("dagrl.engine.rollout.vllm").build)
+    chosen = selections(7)
+    assert chosen == ["actor_rollout_ref.rollout.name=my_engine", "trainer.plugins=[my_rollout]"]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+
+    # without the plugin the name is unknown to pre-flight: one line naming the key
     with pytest.raises(ConfigError) as info:
-        check_choices(Cfg(compose(["actor_rollout_ref.rollout.name=mine"])))
-    assert info.value.key == "actor_rollout_ref.rollout.name"
-    built = inspect.getsource(build_rollout)
-    assert all(name in built for name in re.findall(r"`(\w+Rollout)`", text))
+        preflight(run_overrides(tiny_model, tiny_data, tmp_path, chosen[0]))
+    assert info.value.key == "actor_rollout_ref.rollout.name" and "'my_engine' is not one of" in str(info.value)
+    assert "my_engine" not in ROLLOUT_ENGINES
+
+    # with it, pre-flight imports the module (its register line runs) and build_rollout calls its builder
+    cfg = run_overrides(tiny_model, tiny_data, tmp_path, *chosen)
+    shape = preflight(cfg)
+    assert "my_engine" in choices_of("actor_rollout_ref.rollout.name")
+    engine = build_rollout(cfg, shape, tokenizer, torch.device("cpu"))
+    assert type(engine).__module__ == "my_rollout" and type(engine).__name__ == "MyRollout"
+    assert engine.model_path == str(tiny_model) and engine.pad_token_id == tokenizer.pad_token_id
+    assert tokenizer.eos_token_id in engine.eos_token_ids
+    assert all(hasattr(engine, name) for name in RolloutEngine.__annotations__)
 
     # the hf engine build_rollout makes carries the protocol's attributes and serves a request
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
     engine = build_rollout(run_overrides(tiny_model, tiny_data, tmp_path), None, tokenizer, torch.device("cpu"))
     assert isinstance(engine, HFRollout)
     assert all(hasattr(engine, name) for name in RolloutEngine.__annotations__)
     prompt = tuple(tokenizer("What is 1 + 2?")["input_ids"])
     done = run_to_completion(engine, [Request("r0", prompt, SamplingSpec(do_sample=False, response_length=2), 0)])
     assert len(done) == 1 and 1 <= len(done[0].token_ids) <= 2 and set(done[0].versions) == {engine.version}
+
+
+def test_registering_the_rollout_engines_imports_neither_torch_nor_an_engine():
+    code = (
+        "import sys; from dagrl.config.schema.check import choices_of; "
+        "print(list(choices_of('actor_rollout_ref.rollout.name'))); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm', 'transformers') "
+        "or m.startswith('dagrl.engine.rollout.') and not m.endswith('.registry')))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines() == ["['hf', 'vllm']", "[]"], out.stdout
 
 
 # ---- 8. a config key ---------------------------------------------------------------------------------------------

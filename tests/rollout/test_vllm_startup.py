@@ -11,7 +11,7 @@ import torch
 
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.trainer.build import vllm_cache_root
+from dagrl.engine.rollout.vllm import vllm_cache_root
 
 
 def cfg_of(*overrides: str) -> Cfg:

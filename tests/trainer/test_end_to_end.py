@@ -17,7 +17,7 @@ from tests.helpers import metrics_by_step, run_concurrently, run_in_session, und
 
 REWARD = Path(__file__).with_name("reward_by_length.py")
 # Keys only a GPU run reads (covered by tests/gpu).
-# read only where vLLM starts (cache_dir: trainer/build.vllm_cache_root, tests/rollout/test_vllm_startup.py)
+# read only where vLLM starts (cache_dir: engine/rollout/vllm.vllm_cache_root, tests/rollout/test_vllm_startup.py)
 # read only by a rollout sharing a GPU with the actor (offload_train_state: tests/trainer/test_colocated_resume.py)
 ROOT = Path(__file__).resolve().parents[2]
 GPU_ONLY_KEYS = {

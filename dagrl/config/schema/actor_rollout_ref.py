@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from dagrl.algo.catalog import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from dagrl.config.schema.optim import Optim
+from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
 from dagrl.config.schema.spec import (
     ABOVE_ONE,
     FINITE,
@@ -283,7 +284,7 @@ class MultiTurn(Section):
 class Rollout(Section):
     """the engine that samples responses with the actor's latest weights"""
 
-    name: str = key("hf", "rollout engine: hf (transformers generate) | vllm", choices=("hf", "vllm"))
+    name: str = key("hf", "rollout engine: hf (transformers generate) | vllm", choices=ROLLOUT_ENGINES.choices)
     n: int = key(1, "responses sampled per prompt (the GRPO group size)", POSITIVE_INT)
     temperature: float = key(
         1.0,

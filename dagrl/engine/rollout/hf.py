@@ -17,6 +17,7 @@ from dagrl.data.batch import Batch
 from dagrl.engine.rollout import fused_experts
 from dagrl.engine.rollout.hf_decode import DecodeLoop, cache_kwarg
 from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket
+from dagrl.engine.rollout.registry import RolloutSetup
 from dagrl.engine.rollout.sequences import join_prompt_and_response
 
 logger = logging.getLogger(__name__)
@@ -174,3 +175,15 @@ class HFRollout:
 
     def wake_cache(self) -> None:
         """transformers allocates its KV cache per call: nothing to bring back."""
+
+
+def build(setup: RolloutSetup) -> HFRollout:
+    """The `hf` entry of ROLLOUT_ENGINES (registry.py): this rank's engine, in the rollout dtype."""
+    return HFRollout(
+        setup.model_path,
+        setup.eos_token_ids,
+        setup.pad_token_id,
+        device=setup.device,
+        dtype=getattr(torch, setup.dtype),
+        fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
+    )

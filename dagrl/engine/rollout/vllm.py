@@ -26,6 +26,7 @@ from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
+from dagrl.engine.rollout.registry import RolloutSetup
 from dagrl.engine.rollout.vllm_io import (
     prompt_token_ids,
     record_progress,
@@ -312,3 +313,42 @@ class VLLMRollout:
 
     def in_flight(self) -> int:
         return len(self._progress)
+
+
+def build(setup: RolloutSetup) -> VLLMRollout:
+    """The `vllm` entry of ROLLOUT_ENGINES (registry.py): this rank's engine of its rollout-TP group."""
+    return VLLMRollout(vllm_spec(setup), setup.eos_token_ids, setup.pad_token_id)
+
+
+def vllm_spec(setup: RolloutSetup) -> VLLMRolloutSpec:
+    """The engine's settings from actor_rollout_ref.rollout and the run's geometry."""
+    rollout, shape = setup.cfg.actor_rollout_ref.rollout, setup.shape
+    return VLLMRolloutSpec(
+        model_path=setup.model_path,
+        tensor_parallel_size=shape.rollout_tp,
+        dtype=setup.dtype,
+        seed=rollout.seed,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        max_model_len=shape.max_model_len,
+        max_num_batched_tokens=rollout.max_num_batched_tokens,
+        max_num_seqs=rollout.max_num_seqs,
+        # a rollout pool of its own never sleeps: no actor wants its memory back
+        enforce_eager=rollout.enforce_eager,
+        free_cache_engine=rollout.free_cache_engine and shape.pool != "rollout",
+        enable_chunked_prefill=rollout.enable_chunked_prefill,
+        enable_prefix_caching=rollout.enable_prefix_caching,
+        load_format=rollout.load_format,
+        calculate_log_probs=rollout.calculate_log_probs,
+        fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
+        cache_root=vllm_cache_root(setup.cfg),
+        engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),
+    )
+
+
+def vllm_cache_root(cfg: Any) -> str | None:
+    """rollout.cache_dir as an absolute path (vLLM's cache root for the engine), or None: vLLM's own
+    ($VLLM_CACHE_ROOT, else ~/.cache/vllm). A machine-wide cache keeps new runs on that machine warm; a directory
+    beside the checkpoints keeps a resume on another machine warm (SmolLM2 on one H100: engine up in 7.9 s instead of
+    33.3 s), at the cost of compiling once per run and one copy per rank in the run directory."""
+    configured = cfg.actor_rollout_ref.rollout.cache_dir
+    return os.path.abspath(os.path.expanduser(configured)) if configured else None
