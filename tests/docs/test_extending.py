@@ -337,7 +337,7 @@ def _params(signature: inspect.Signature) -> list[tuple[str, object]]:
 def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code, tiny_model, tiny_data, tmp_path):
     from transformers import AutoTokenizer
 
-    from dagrl.config.sections import check_choices
+    from dagrl.config.schema.check import check_choices
     from dagrl.engine.rollout.hf import HFRollout
     from dagrl.engine.rollout.interface import Request, RolloutEngine, SamplingSpec, run_to_completion
     from dagrl.engine.rollout.vllm import VLLMRollout
