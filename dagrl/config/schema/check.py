@@ -15,7 +15,7 @@ from dagrl.algo.catalog import REGISTRIES
 from dagrl.config.checks import get, named
 from dagrl.config.conf_dir import CONF_DIR
 from dagrl.config.errors import ConfigError, require
-from dagrl.config.schema.root import followers, interpolated_defaults, keys
+from dagrl.config.schema.root import Config, followers, interpolated_defaults, keys
 from dagrl.config.schema.spec import NOUNS, PATH_KINDS, Range
 from dagrl.config.tree import Cfg
 
@@ -42,10 +42,13 @@ LOOKALIKES = {
 
 @functools.lru_cache(maxsize=1)
 def default_config() -> dict[str, Any]:
-    """conf/ with every group at its default option, resolved (as compose() without overrides, minus Hydra)."""
-    defaults = [entry for entry in OmegaConf.load(CONF_DIR / "dagrl.yaml").defaults if not isinstance(entry, str)]
-    options = {group: option for entry in defaults for group, option in entry.items() if " " not in group}
-    tree = {group: OmegaConf.load(CONF_DIR / group / f"{option}.yaml") for group, option in options.items()}
+    """Every declared key at its default, resolved (as compose() without overrides, minus Hydra): conf/'s YAML is
+    written from the declarations, all but the graph, whose default option (conf/dagrl.yaml's dag: grpo) is written
+    by hand."""
+    tree = Config().snapshot()
+    defaults = OmegaConf.load(CONF_DIR / "dagrl.yaml").defaults
+    graph = next(entry.dag for entry in defaults if not isinstance(entry, str) and "dag" in entry)
+    tree["dag"] = OmegaConf.load(CONF_DIR / "dag" / f"{graph}.yaml")
     return OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
 
 
