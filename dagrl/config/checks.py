@@ -6,13 +6,10 @@ Every failure is a ConfigError: one line naming the key (or file) and the fix.
 from __future__ import annotations
 
 import contextlib
-import logging
 
 from dagrl.config.schema.root import interpolated_defaults
 from dagrl.config.errors import ConfigError, Problems, require
 from dagrl.config.tree import Cfg, leaves
-
-logger = logging.getLogger(__name__)
 
 
 def get(cfg: Cfg, dotted: str):
@@ -110,14 +107,3 @@ def as_config_error(key: str):
 
 def as_list(value) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
-
-
-def layout_from_config(megatron: Cfg):
-    """The actor's ParallelLayout from actor_rollout_ref.actor.megatron.* (reference and critic reuse it)."""
-    from dagrl.placement import PARALLEL_SIZE_NAMES, ParallelLayout
-
-    tp = megatron.tensor_model_parallel_size
-    sequence_parallel = bool(megatron.sequence_parallel) and tp > 1
-    if megatron.sequence_parallel and tp == 1:
-        logger.warning("actor_rollout_ref.actor.megatron.sequence_parallel=true has no effect with TP=1: turned off")
-    return ParallelLayout(**{name: megatron[name] for name in PARALLEL_SIZE_NAMES}, sequence_parallel=sequence_parallel)

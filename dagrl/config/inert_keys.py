@@ -222,7 +222,7 @@ def check_inert_keys(cfg: Cfg, reported: set[str] | frozenset = frozenset()) -> 
     """The first key set while the key that makes it apply is off (one line: both keys, and the fix). `reported`:
     keys pre-flight has already named (a bad critic value on a graph without a critic is that value's line alone)."""
     from dagrl.config.schema.check import show
-    from dagrl.config.sections import graph_roles
+    from dagrl.config.preflight.graph import graph_roles
 
     config = leaves(cfg.snapshot())
     changed = _set_keys(config)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME
 from dagrl.config.schema.root import freeform_maps
 from dagrl.config.errors import ConfigError
-from dagrl.config.override_hints import key_fix, not_an_override, parse_fix, stray_word, sweep_fix, value_fix
+from dagrl.config.override_hints import not_an_override, parse_error, stray_word, sweep_fix
 
 # verl's keys that dagrl names or shapes differently: an override of one gets the dagrl key in its error line
 VERL_KEYS = {
@@ -179,34 +179,6 @@ def section_keys(key: str, tree: dict[str, Any]) -> str:
     return f"; the sections are: {', '.join(tree)}"
 
 
-def _parse_error(parser: Any, overrides: list[str], err: Exception) -> ConfigError:
-    """Hydra's grammar refused the command line: name the override it refused (each is parsed alone to find it) and
-    the likely fix (a trailing comma, a character Hydra reserves such as `~` or `$`: quote the value)."""
-    from hydra.errors import OverrideParseException
-
-    reason = str(err).splitlines()[0]
-    for arg in overrides:
-        try:
-            parser.parse_overrides([arg])
-        except OverrideParseException as own:
-            reason = re.sub(r" expecting \{.*\}", "", str(own).splitlines()[0])  # not the grammar's token list
-            key, _, value = arg.partition("=")
-            if value.endswith(",") and value.strip(","):
-                fix = f"drop the trailing comma: {key}={value.rstrip(',')}"
-            elif key_fix(key, value) or value_fix(key, value):  # the key's form, a lookalike character, ~user
-                fix = key_fix(key, value) or value_fix(key, value)
-            elif parse_fix(key, value):
-                fix = parse_fix(key, value)
-            elif value[:1] in "[{":
-                fix = "close the bracket (a list is written [a,b], a map {a: 1})"
-            elif "'" not in value:
-                fix = f"quote the value: \"{key}='{value}'\""
-            else:
-                fix = f"write {key}=<value> with a valid value"
-            return ConfigError(key.lstrip("+~"), f"cannot parse the command line: override '{arg}': {reason}; {fix}")
-    return ConfigError("overrides", f"cannot parse the command line: {reason}")
-
-
 def _required(key: str, section: bool) -> str:
     what = f"its keys instead ({key}.<key>=...)" if section else f"a value instead ({key}=...)"
     return f"{key} is required and cannot be deleted: set {what}"
@@ -244,7 +216,7 @@ def check_overrides(
     try:
         parsed = parser.parse_overrides(overrides)
     except OverrideParseException as err:
-        raise _parse_error(parser, overrides, err) from None
+        raise parse_error(parser, overrides, err) from None
     groups = config_groups()
     choices, changes = [], []
     for override in parsed:

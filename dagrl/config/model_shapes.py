@@ -112,7 +112,7 @@ def position_limit(hf_config: dict):
 def check_critic_model(critic_path: str | None, sequence_length: int, actor_config: dict) -> None:
     """critic.model.path, when set: a prompt + response fits its positions, and its weights fit its config.json
     (the actor's model is checked in validate.preflight; the critic's tokenizer is the actor's,
-    sections.check_critic)."""
+    preflight/critic.py's check_critic)."""
     if not critic_path:
         return
 

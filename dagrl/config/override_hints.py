@@ -1,12 +1,14 @@
 """The fix that an override's error line suggests, where the obvious one would mislead: Hydra refuses or misreads
 what a hurried user types (`clip_ratio=0,2` is a sweep, `betas=(0.9,0.999)` does not parse), and "quote the value"
-would only turn a number into a string the type check then refuses. config/load.py calls these."""
+would only turn a number into a string the type check then refuses; and the line for an override Hydra's grammar
+refuses. config/load.py calls these."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from dagrl.config.errors import ConfigError
 from dagrl.config.schema.check import LOOKALIKES, MISSING, default_config, default_value, schema
 
 
@@ -174,3 +176,31 @@ def not_an_override(arg: str) -> str | None:
             f"options in a directory given with --config-dir"
         )
     return None
+
+
+def parse_error(parser: Any, overrides: list[str], err: Exception) -> ConfigError:
+    """Hydra's grammar refused the command line: name the override it refused (each is parsed alone to find it) and
+    the likely fix (a trailing comma, a character Hydra reserves such as `~` or `$`: quote the value)."""
+    from hydra.errors import OverrideParseException
+
+    reason = str(err).splitlines()[0]
+    for arg in overrides:
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as own:
+            reason = re.sub(r" expecting \{.*\}", "", str(own).splitlines()[0])  # not the grammar's token list
+            key, _, value = arg.partition("=")
+            if value.endswith(",") and value.strip(","):
+                fix = f"drop the trailing comma: {key}={value.rstrip(',')}"
+            elif key_fix(key, value) or value_fix(key, value):  # the key's form, a lookalike character, ~user
+                fix = key_fix(key, value) or value_fix(key, value)
+            elif parse_fix(key, value):
+                fix = parse_fix(key, value)
+            elif value[:1] in "[{":
+                fix = "close the bracket (a list is written [a,b], a map {a: 1})"
+            elif "'" not in value:
+                fix = f"quote the value: \"{key}='{value}'\""
+            else:
+                fix = f"write {key}=<value> with a valid value"
+            return ConfigError(key.lstrip("+~"), f"cannot parse the command line: override '{arg}': {reason}; {fix}")
+    return ConfigError("overrides", f"cannot parse the command line: {reason}")

@@ -31,7 +31,7 @@ def path_keys() -> dict[str, str]:
 
 
 def check_path_values(cfg: Cfg, problems) -> None:
-    """Each path key on its own (one line per bad key, `problems` a checks.Problems). Read from a snapshot: this
+    """Each path key on its own (one line per bad key, `problems` an errors.Problems). Read from a snapshot: this
     look does not count as the code using the keys (tests prove every key is read by a run). The run's output
     directories are checked shortest first, and one inside a directory already refused is not named again (the
     profiler's default save_path lies under trainer.default_local_dir)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from dagrl.config.tree import Cfg
-from dagrl.config.distill_checks import teacher_config
+from dagrl.config.preflight.distillation import teacher_config
 from dagrl.config.shape import RunShape
 from dagrl.placement import Placement, Pool, WorldLayout
 from dagrl.plan.memory import (

@@ -96,7 +96,7 @@ def critic_schedule(cfg: Cfg, shape: RunShape) -> CriticSchedule:
 
 
 def step_schedule(cfg: Cfg, shape: RunShape) -> Schedule:
-    from dagrl.config.sections import graph_roles
+    from dagrl.config.preflight.graph import graph_roles
 
     actor = cfg.actor_rollout_ref.actor
     n = cfg.actor_rollout_ref.rollout.n

@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from dagrl.config.loggers import OPTIONAL_LOGGERS
+from dagrl.config.preflight.trainer import OPTIONAL_LOGGERS
 from dagrl.trainer.timing import duration
 
 logger = logging.getLogger(__name__)

@@ -169,7 +169,7 @@ def test_options_a_registered_entry_reads_are_inert_without_it(overrides, key, s
 
 def test_the_catalog_imports_without_torch():
     code = (
-        "import sys; import dagrl.algo.catalog, dagrl.config.sections, dagrl.config.inert_keys; "
+        "import sys; import dagrl.algo.catalog, dagrl.config.preflight.algorithm, dagrl.config.inert_keys; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from dagrl.config.load import compose
-from dagrl.config.sections import hint_forward_micro_batches
+from dagrl.config.preflight.batches import hint_forward_micro_batches
 from dagrl.config.tree import Cfg
 
 
@@ -17,7 +17,7 @@ def hints(caplog, overrides: list[str]) -> list[str]:
         prefix: cfg.actor_rollout_ref[prefix.split(".")[-1]].log_prob_micro_batch_size_per_gpu
         for prefix in ("actor_rollout_ref.rollout", "actor_rollout_ref.ref")
     }
-    with caplog.at_level(logging.WARNING, logger="dagrl.config.sections"):
+    with caplog.at_level(logging.WARNING, logger="dagrl.config.preflight.batches"):
         caplog.clear()
         hint_forward_micro_batches(cfg, forward, cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)
     return [record.getMessage() for record in caplog.records]

@@ -68,14 +68,14 @@ def test_custom_pipeline_fn_replaces_nodes():
 
 
 def test_the_pipeline_is_called_once_for_all_of_preflight_and_the_trainer():
-    from dagrl.config import sections
+    from dagrl.config.preflight import graph as graph_rules
     from dagrl.dag.graph import preflight_graph
     from tests import dag_test_nodes
 
     cfg = Cfg(compose(["dag.custom_pipeline_fn=tests.dag_test_nodes:counted_pipeline"]))
     dag_test_nodes.CALLS.clear()
-    sections.check_graph_nodes(cfg, 1)
-    assert sections.graph_roles(cfg) == {"rollout", "advantage", "actor"}
+    graph_rules.check_graph_nodes(cfg, 1)
+    assert graph_rules.graph_roles(cfg) == {"rollout", "advantage", "actor"}
     preflight_graph(cfg.dag)
     graph = graph_from_config(cfg.dag)
     graph.nodes[0].config["mutated"] = True  # a caller's change does not reach the next caller

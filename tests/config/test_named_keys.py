@@ -10,7 +10,7 @@ from dagrl.config.schema.root import interpolated_defaults
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import world_size_from_env
+from dagrl.config.preflight.layout import world_size_from_env
 
 
 def test_interpolated_defaults_come_from_the_declarations():

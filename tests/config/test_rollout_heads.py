@@ -8,7 +8,7 @@ import pytest
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
-from dagrl.config.validate import check_rollout_heads
+from dagrl.config.preflight.rollout import check_rollout_heads
 
 KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 SMOLLM2 = {"num_attention_heads": 9, "num_key_value_heads": 3}

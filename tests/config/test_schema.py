@@ -9,6 +9,7 @@ from dagrl.config.schema import check as schema
 from dagrl.config.errors import ConfigError
 from dagrl.config.schema.root import freeform_maps
 from dagrl.config.load import compose
+from dagrl.config.preflight.rollout import check_sampling
 from dagrl.config.tree import leaves
 
 
@@ -45,7 +46,7 @@ def defaults_at(tree: dict, key: str):
 
 def test_the_default_config_passes(defaults):
     schema.check_schema(defaults)
-    schema.check_sampling(defaults)
+    check_sampling(defaults)
 
 
 @pytest.mark.parametrize(
@@ -143,8 +144,8 @@ def test_interpolated_keys_are_checked_by_their_resolved_value():
 def test_sampling_validation_at_temperature_zero_contradicts_itself(defaults):
     config = compose(["actor_rollout_ref.rollout.val_kwargs.do_sample=true"])
     with pytest.raises(ConfigError, match="val_kwargs.temperature=0 with .*do_sample=true"):
-        schema.check_sampling(config)
-    schema.check_sampling(
+        check_sampling(config)
+    check_sampling(
         compose(
             [
                 "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
@@ -155,7 +156,7 @@ def test_sampling_validation_at_temperature_zero_contradicts_itself(defaults):
 
 
 def test_prompt_plus_response_beyond_the_models_positions():
-    from dagrl.config.validate import check_position_limit
+    from dagrl.config.preflight.data import check_position_limit
 
     check_position_limit(256, {"max_position_embeddings": 256})
     check_position_limit(600, {"max_position_embeddings": 256, "rope_scaling": {"type": "linear", "factor": 4.0}})

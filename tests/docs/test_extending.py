@@ -444,3 +444,6 @@ def test_a_key_declared_as_the_page_writes_it_is_typed_ranged_and_written_to_the
     real = keys()["async_training.max_staleness"]
     assert (real.kind, real.default, real.range) == ("int", 1, spec.NON_NEGATIVE_INT)
     assert "max_staleness: 1 " in (ROOT / "conf" / "async_training" / "default.yaml").read_text()
+    named = re.findall(r"`(dagrl/[\w/.<>]+)`", section_8)  # where the keys and the rules between them go
+    assert "dagrl/config/preflight/<section>.py" in named
+    assert all(list(ROOT.glob(re.sub(r"<\w+>", "*", path))) for path in named), named

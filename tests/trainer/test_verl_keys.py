@@ -13,7 +13,7 @@ import pytest
 
 from dagrl.config.errors import ConfigError
 from dagrl.config.load import compose
-from dagrl.config.sections import check_verl_schedule
+from dagrl.config.preflight.optim import check_verl_schedule
 from dagrl.config.tree import Cfg
 from dagrl.trainer.build import optim_spec
 from tests.conftest import cpu_run_overrides

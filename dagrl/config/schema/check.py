@@ -11,10 +11,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from dagrl.config.algorithm_checks import choice_error
+from dagrl.algo.catalog import REGISTRIES
+from dagrl.config.checks import get, named
 from dagrl.config.conf_dir import CONF_DIR
-from dagrl.config.errors import ConfigError
-from dagrl.config.schema.root import followers, interpolated_defaults, keys
+from dagrl.config.errors import ConfigError, require
+from dagrl.config.schema.root import Config, followers, interpolated_defaults, keys
 from dagrl.config.schema.spec import NOUNS, PATH_KINDS, Range
 from dagrl.config.tree import Cfg
 
@@ -41,10 +42,13 @@ LOOKALIKES = {
 
 @functools.lru_cache(maxsize=1)
 def default_config() -> dict[str, Any]:
-    """conf/ with every group at its default option, resolved (as compose() without overrides, minus Hydra)."""
-    defaults = [entry for entry in OmegaConf.load(CONF_DIR / "dagrl.yaml").defaults if not isinstance(entry, str)]
-    options = {group: option for entry in defaults for group, option in entry.items() if " " not in group}
-    tree = {group: OmegaConf.load(CONF_DIR / group / f"{option}.yaml") for group, option in options.items()}
+    """Every declared key at its default, resolved (as compose() without overrides, minus Hydra): conf/'s YAML is
+    written from the declarations, all but the graph, whose default option (conf/dagrl.yaml's dag: grpo) is written
+    by hand."""
+    tree = Config().snapshot()
+    defaults = OmegaConf.load(CONF_DIR / "dagrl.yaml").defaults
+    graph = next(entry.dag for entry in defaults if not isinstance(entry, str) and "dag" in entry)
+    tree["dag"] = OmegaConf.load(CONF_DIR / "dag" / f"{graph}.yaml")
     return OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
 
 
@@ -61,6 +65,25 @@ def range_of(key: str) -> Range | None:
 def choices_of(key: str):
     """The names a key takes (a registry's live view for the algorithm keys), or None."""
     return keys()[key].choices if key in keys() else None
+
+
+def choice_error(key: str, shown: str, allowed) -> str:
+    """The line for `key`'s value `shown` outside `allowed`: the reason a registry refuses a name it knows (verl's
+    remax), else the names it takes."""
+    registry = next((r for r in REGISTRIES if key in r.keys), None)
+    refused = registry and registry.refused.get(shown.strip("'"))
+    if refused:
+        return f"{key}={shown} {refused}"
+    return f"{key}={shown} is not one of: {', '.join(map(str, allowed))}"
+
+
+def check_choices(cfg: Cfg) -> None:
+    """Every key declared with choices holds one of them, a value that came through an interpolation named with
+    the key the user set (check_value, in check_schema, names the key itself)."""
+    for key, allowed in ((path, k.choices) for path, k in keys().items() if k.choices is not None):
+        value = get(cfg, key)
+        filed, name = named(cfg, key)
+        require(value in allowed, filed, choice_error(name, repr(value), allowed))
 
 
 def expected(kind: str, bound: Range | None) -> str:
@@ -173,7 +196,7 @@ def _followed(key: str, value: Any, config: dict[str, Any] | None) -> str:
 
 def check_schema(config: dict[str, Any], problems=None) -> None:
     """Every key of the schema, in conf/'s order: the first wrong type or out-of-range value raises ConfigError;
-    with `problems` (checks.Problems), every such key not reported yet is."""
+    with `problems` (errors.Problems), every such key not reported yet is."""
     for key, kind in schema().items():
         value = _lookup(config, key)
         if value is MISSING:  # a key another group option lacks is not checked
@@ -198,17 +221,3 @@ def _fails(key: str | None, value: Any, config: dict[str, Any]) -> bool:
 def default_value(key: str) -> Any:
     """`key`'s value in conf/'s defaults (MISSING where the default config has no such key)."""
     return _lookup(default_config(), key)
-
-
-def check_sampling(config: Any) -> None:
-    """Validation that samples at temperature 0 contradicts itself (vLLM and HF both refuse or divide by zero).
-    `config` a Cfg (pre-flight: its reads are recorded, so a do_sample that failed its type check is not reread
-    here as true) or plain data."""
-    val = (Cfg(config) if isinstance(config, dict) else config).actor_rollout_ref.rollout.val_kwargs
-    key = "actor_rollout_ref.rollout.val_kwargs.temperature"
-    if val.do_sample and val.temperature == 0:
-        raise ConfigError(
-            key,
-            f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
-            f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false",
-        )

@@ -1,5 +1,5 @@
-"""Pre-flight of the checkpoint keys: where checkpoints go (and what there must never be touched), what a resume
-starts from, and what the actor saves and loads."""
+"""Pre-flight of the checkpoint keys of trainer.*: where checkpoints go (and what there must never be touched) and
+what a resume starts from (what the actor saves and loads is config/preflight/actor.py's)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import os
 import re
 from pathlib import Path
 
-from dagrl.config.checks import as_list, get
-from dagrl.config.errors import require
-from dagrl.config.errors import ConfigError
+from dagrl.config.checks import as_list
+from dagrl.config.errors import ConfigError, require
 from dagrl.config.path_values import check_writable_dir
 from dagrl.config.tree import Cfg
 
@@ -197,69 +196,3 @@ def check_markers(root: Path) -> None:
             f"checkpoint {path} in trainer.default_local_dir is damaged: {problem}; a resume would fail after "
             f"the models are built; move it out of {root} (or restore it), then rerun",
         )
-
-
-CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
-
-
-def check_actor_checkpoint(cfg: Cfg) -> None:
-    """actor.checkpoint.save_contents/load_contents, the start from a Megatron dist checkpoint, the ref's offload."""
-    for name in ("save_contents", "load_contents"):
-        key = f"actor_rollout_ref.actor.checkpoint.{name}"
-        value = get(cfg, key)
-        parts = as_list(value) if isinstance(value, (str, list, tuple)) else None
-        require(
-            parts is not None and all(part in CHECKPOINT_CONTENTS for part in parts),
-            key,
-            f"{key}={value!r} must be a list of: {', '.join(CHECKPOINT_CONTENTS)}",
-        )
-        require(
-            "model" in parts,
-            key,
-            f"{key}={list(parts)} must include model (a checkpoint is resumed from its "
-            f"weights; add hf_model for an HF copy as well)",
-        )
-    checkpoint = cfg.actor_rollout_ref.actor.checkpoint
-    unsaved = [
-        part
-        for part in as_list(checkpoint.load_contents)
-        if part not in as_list(checkpoint.save_contents) and part != "hf_model"
-    ]
-    require(
-        not unsaved,
-        "actor_rollout_ref.actor.checkpoint.load_contents",
-        f"actor_rollout_ref.actor.checkpoint.load_contents restores {unsaved} that save_contents="
-        f"{list(as_list(checkpoint.save_contents))} does not save, so this run's own checkpoints could not be "
-        f"resumed: add {unsaved} to actor_rollout_ref.actor.checkpoint.save_contents or drop them from "
-        f"load_contents",
-    )
-    for flag in (
-        "actor_rollout_ref.actor.megatron.use_dist_checkpointing",
-        "actor_rollout_ref.ref.megatron.param_offload",
-    ):
-        require(isinstance(get(cfg, flag), bool), flag, f"{flag}={get(cfg, flag)!r} must be true or false")
-    megatron = cfg.actor_rollout_ref.actor.megatron
-    key = "actor_rollout_ref.actor.megatron.dist_checkpointing_path"
-    path = megatron.dist_checkpointing_path
-    if not megatron.use_dist_checkpointing:
-        require(
-            path is None,
-            key,
-            f"{key} is set but actor_rollout_ref.actor.megatron.use_dist_checkpointing=false: "
-            f"set it to true to start from that checkpoint, or drop {key}",
-        )
-        return
-    require(
-        bool(path),
-        key,
-        "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true needs "
-        f"{key}=<dir of a Megatron torch_dist checkpoint>",
-    )
-    resolved = Path(os.path.expanduser(str(path)))
-    require(resolved.is_dir(), key, f"{key}={path}: no such directory")
-    require(
-        (resolved / "metadata.json").is_file(),
-        key,
-        f"{key}={path} is not a Megatron dist checkpoint (no metadata.json): point it at a converted checkpoint "
-        f"or a dagrl global_step_N/actor directory",
-    )

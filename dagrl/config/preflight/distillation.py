@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from dagrl.config.errors import require
+from dagrl.config.errors import ConfigError, require
 from dagrl.config.model_dir import read_hf_config
-from dagrl.config.errors import ConfigError
 from dagrl.config.model_files import _json, check_weight_files, highest_token_id
 from dagrl.config.model_shapes import check_weight_shapes, position_limit
 from dagrl.config.tree import Cfg
+
 
 KEY = "distillation.teacher_model.model_path"
 SWITCH = "distillation.enabled"

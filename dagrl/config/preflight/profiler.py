@@ -1,11 +1,13 @@
 """Pre-flight of global_profiler.* (verl's names; dagrl/trainer/profiler.py runs it). The types and ranges of its
-keys are the schema's (dagrl/config/schema/); these are the rules between them."""
+keys are the schema's (dagrl/config/schema/); these are the rules between them and the run."""
 
 from __future__ import annotations
 
-from dagrl.config.path_values import check_writable_dir
+from dagrl.config.derived import total_steps
 from dagrl.config.errors import require
+from dagrl.config.path_values import check_writable_dir
 from dagrl.config.tree import Cfg
+
 
 TOOLS = ("torch",)
 
@@ -55,3 +57,18 @@ def check_global_profiler(cfg: Cfg, world_size: int) -> None:
         f"into the current directory); leave the default ${{trainer.default_local_dir}}/profile or set a path",
     )
     check_writable_dir("global_profiler.save_path", save_path, "profile directory")
+
+
+def check_profiled_steps(cfg: Cfg, train_rows: int) -> None:
+    """Every step global_profiler.steps names is one the run reaches (`derived.total_steps`)."""
+    steps = cfg.global_profiler.steps
+    if cfg.global_profiler.tool is None or not steps:
+        return
+    total = total_steps(cfg, train_rows)
+    beyond = sorted(step for step in steps if step > total)
+    require(
+        not beyond,
+        "global_profiler.steps",
+        f"global_profiler.steps={list(steps)}: step(s) {', '.join(map(str, beyond))} beyond this run's {total} "
+        f"step(s) (trainer.total_training_steps / total_epochs) would never be profiled: pick steps in 1..{total}",
+    )

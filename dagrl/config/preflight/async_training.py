@@ -1,14 +1,10 @@
-"""Pre-flight rules of asynchronous training (async_training.*) and of the off-policy correction the actor applies to
-stale samples. The pools' sizes are checked where the world size is (config/validate.py)."""
+"""Pre-flight of asynchronous training (async_training.*). The pools' sizes are checked with the world size
+(config/preflight/layout.py), the off-policy correction of stale samples with the actor (config/preflight/actor.py)."""
 
 from __future__ import annotations
 
 from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_async_training(cfg: Cfg) -> None:
@@ -68,53 +64,3 @@ def check_async_training(cfg: Cfg) -> None:
         "async_training.partial_rollout=true with algorithm.filter_groups.enable=true (dynamic sampling) is not "
         "supported yet: turn one of them off",
     )
-
-
-def check_off_policy(cfg: Cfg) -> None:
-    """Truncated importance sampling, decoupled PPO and sequence masking (dagrl/algo/off_policy.py); the off_policy
-    name is in the schema's choices."""
-    actor = cfg.actor_rollout_ref.actor
-    behaviour = cfg.actor_rollout_ref.rollout.calculate_log_probs is True or cfg.async_training.partial_rollout is True
-    fix = "set actor_rollout_ref.rollout.calculate_log_probs=true"
-    cap, key = actor.tis_imp_ratio_cap, "actor_rollout_ref.actor.tis_imp_ratio_cap"
-    require(_number(cap) and (cap <= 0 or cap >= 1), key, f"{key}={cap!r} must be -1 (off) or a cap >= 1, e.g. 2")
-    require(cap <= 0 or behaviour, key, f"{key} needs the rollout's log-probs: {fix}")
-    key = "actor_rollout_ref.actor.policy_loss.behav_imp_weight_cap"
-    cap = actor.policy_loss.behav_imp_weight_cap
-    require(
-        cap is None or (_number(cap) and cap > 1),
-        key,
-        f"{key}={cap!r} must be a number > 1 (AReaL masks tokens whose pi_prox/pi_behav exceeds it), e.g. 5, "
-        f"or null for no cap",
-    )
-    if actor.policy_loss.off_policy == "decoupled":
-        key = "actor_rollout_ref.actor.policy_loss.off_policy"
-        require(
-            behaviour,
-            key,
-            f"{key}=decoupled weights tokens by pi_prox/pi_behav and needs the rollout's log-probs: {fix}",
-        )
-        require(
-            actor.tis_imp_ratio_cap <= 0,
-            "actor_rollout_ref.actor.tis_imp_ratio_cap",
-            f"actor_rollout_ref.actor.tis_imp_ratio_cap with {key}=decoupled would weight each token by "
-            f"pi_old/pi_rollout twice: set actor_rollout_ref.actor.tis_imp_ratio_cap=-1 (behav_imp_weight_cap "
-            f"bounds decoupled's weight)",
-        )
-    for side, bound, valid in (
-        ("low", actor.mis_ratio_low, "a number in (0, 1)"),
-        ("high", actor.mis_ratio_high, "a number > 1"),
-    ):
-        key = f"actor_rollout_ref.actor.mis_ratio_{side}"
-        ok = _number(bound) and (0 < bound < 1 if side == "low" else bound > 1)
-        require(
-            bound is None or ok,
-            key,
-            f"{key}={bound!r} must be null (no bound) or {valid}: the band of kept "
-            f"sequence ratios must hold 1, an on-policy sequence's ratio",
-        )
-        require(
-            bound is None or behaviour,
-            key,
-            f"{key} masks sequences by pi_old/pi_rollout and needs the rollout's log-probs: {fix}",
-        )

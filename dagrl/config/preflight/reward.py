@@ -1,4 +1,4 @@
-"""Pre-flight of the built-in reward scorers against the data and custom_reward_function.reward_kwargs.
+"""Pre-flight of reward_model.* and custom_reward_function.*, and of the built-in scorers against the data.
 
 Without custom_reward_function.path each row is scored by the scorer its data_source names
 (dagrl.reward.scorers.SCORER_BY_DATA_SOURCE). Two mistakes there score every response 0 without an error the run
@@ -20,6 +20,50 @@ from typing import Any, Callable
 from dagrl.config.checks import as_list
 from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
+
+
+def check_overlong_buffer(cfg: Cfg, response_length: int) -> None:
+    buffer = cfg.reward_model.overlong_buffer
+    require(
+        not buffer.enable or 0 < buffer.len < response_length,
+        "reward_model.overlong_buffer.len",
+        f"reward_model.overlong_buffer.len={buffer.len} must be in 1..{response_length - 1} when enabled",
+    )
+
+
+def check_overlong_manager(cfg: Cfg) -> None:
+    """The overlong-buffer penalty is the dapo reward manager's: with naive it would silently not apply."""
+    reward = cfg.reward_model
+    require(
+        not reward.overlong_buffer.enable or reward.reward_manager == "dapo",
+        "reward_model.overlong_buffer.enable",
+        f"reward_model.overlong_buffer.enable=true has no effect with reward_model.reward_manager="
+        f"{reward.reward_manager} (the penalty is the dapo manager's): set reward_model.reward_manager=dapo, or "
+        f"drop overlong_buffer.enable",
+    )
+
+
+def check_async_reward(cfg: Cfg) -> None:
+    """Scoring in the background happens behind the reshard node, where dynamic sampling no longer sees the scores."""
+    require(
+        not (cfg.reward_model.launch_reward_fn_async and cfg.algorithm.filter_groups.enable),
+        "reward_model.launch_reward_fn_async",
+        "reward_model.launch_reward_fn_async=true scores behind the reshard node, beside the log-prob passes, but "
+        "dynamic sampling (algorithm.filter_groups.enable=true) filters on the scores before it: set one of them "
+        "false",
+    )
+
+
+def check_reward_name_without_path(cfg: Cfg) -> None:
+    """A function name without a file would be ignored: the built-in scorers would score the run."""
+    custom = cfg.custom_reward_function
+    require(
+        custom.path is not None or custom.name in (None, "compute_score"),
+        "custom_reward_function.name",
+        f"custom_reward_function.name={custom.name} has no effect without custom_reward_function.path (the "
+        f"built-in scorers would score the run): set custom_reward_function.path to the file defining "
+        f"{custom.name}, or drop the name",
+    )
 
 
 def _integer(text: str) -> bool:

@@ -1,32 +1,45 @@
-"""Pre-flight of what the advantage estimator and the policy loss need from the rest of the config, read from their
-declarations in dagrl/algo/catalog.py (the names themselves are the schema's choices, and a name a registry refuses
-gets its reason from `choice_error`; sections.check_algorithm runs the rest)."""
+"""Pre-flight of algorithm.*: what the advantage estimator and the policy loss need from the rest of the config, read
+from their declarations in dagrl/algo/catalog.py (the names themselves are the schema's choices), the KL controller
+and DAPO's dynamic sampling."""
 
 from __future__ import annotations
 
-from typing import Callable
-
-from dagrl.algo.catalog import ADV_ESTIMATORS, REGISTRIES
-from dagrl.config.errors import ConfigError
+from dagrl.algo.catalog import ADV_ESTIMATORS
+from dagrl.config.errors import ConfigError, require
+from dagrl.config.preflight.actor import check_off_policy
+from dagrl.config.preflight.graph import graph_roles
 from dagrl.config.tree import Cfg
-
-
-def choice_error(key: str, shown: str, allowed) -> str:
-    """The line for `key`'s value `shown` outside `allowed`: the reason a registry refuses a name it knows (verl's
-    remax), else the names it takes."""
-    registry = next((r for r in REGISTRIES if key in r.keys), None)
-    refused = registry and registry.refused.get(shown.strip("'"))
-    if refused:
-        return f"{key}={shown} {refused}"
-    return f"{key}={shown} is not one of: {', '.join(map(str, allowed))}"
 
 
 N_KEY = "actor_rollout_ref.rollout.n"
 N_FIX = f"set {N_KEY} to 2 or more (verl's scripts use 5-16)"
 
 
-def check_estimator(cfg: Cfg, graph_roles: Callable[[Cfg], set[str]]) -> None:
-    """The estimator's batch fields (a critic's values: a node with role critic among `graph_roles(cfg)`) and its
+def check_algorithm(cfg: Cfg) -> None:
+    """Advantage-estimator, policy-loss, loss-aggregation and KL-controller keys (the names themselves are in
+    the schema's choices)."""
+    algorithm = cfg.algorithm
+    check_estimator(cfg)
+    n = cfg.actor_rollout_ref.rollout.n
+    require(
+        not (isinstance(n, int) and n < 2) or algorithm.filter_groups.enable is not True,
+        N_KEY,
+        f"algorithm.filter_groups.enable=true keeps the groups whose metric varies, but {N_KEY}={n} makes every "
+        f"group one response, which never varies: no group would ever be kept; {N_FIX}, or set "
+        f"algorithm.filter_groups.enable=false",
+    )
+    check_loss_options(cfg)
+    check_off_policy(cfg)  # truncated IS, decoupled PPO, sequence masking (the actor's)
+    kl = algorithm.kl_ctrl
+    require(
+        kl.type != "adaptive" or kl.target_kl > 0,
+        "algorithm.kl_ctrl.target_kl",
+        f"algorithm.kl_ctrl.target_kl={kl.target_kl} must be > 0 with kl_ctrl.type=adaptive",
+    )
+
+
+def check_estimator(cfg: Cfg) -> None:
+    """The estimator's batch fields (a critic's values: a node with role critic in the graph) and its
     groups (rollout.n responses per prompt)."""
     name = cfg.algorithm.adv_estimator
     estimator = ADV_ESTIMATORS.get(name)
@@ -85,3 +98,14 @@ def check_loss_options(cfg: Cfg) -> None:
             f"{key}={low} must be below actor_rollout_ref.actor.policy_loss.clip_cov_ub={high} "
             f"(clip_cov drops the tokens whose covariance lies between them)",
         )
+
+
+def check_filter_groups(cfg: Cfg) -> None:
+    """DAPO dynamic sampling: a filter metric that exists when the filter runs."""
+    options = cfg.algorithm.filter_groups
+    require(
+        not (options.enable and options.metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward),
+        "algorithm.filter_groups.metric",
+        "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: the KL penalty is "
+        "applied after the reference log-probs, long after dynamic sampling; filter on seq_reward instead",
+    )

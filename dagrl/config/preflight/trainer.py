@@ -1,5 +1,5 @@
-"""trainer.logger: the backends dagrl knows, and that an optional one is installed and (W&B) can log in, checked
-before any model is built."""
+"""Pre-flight of trainer.*: validation-only runs, the loggers (the backends dagrl knows, that an optional one is
+installed and that W&B can log in) and the launcher; checkpoints are config/preflight/checkpoints.py's."""
 
 from __future__ import annotations
 
@@ -8,6 +8,22 @@ import os
 
 from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
+
+
+def check_run_length_and_sampling(cfg: Cfg) -> None:
+    """The run-length and validation switches between keys (each key's own type and range are the schema's)."""
+    trainer = cfg.trainer
+    require(
+        not trainer.val_only or cfg.data.val_files,
+        "trainer.val_only",
+        "trainer.val_only=true validates and exits, but data.val_files is null: set data.val_files",
+    )
+    require(
+        not trainer.val_only or cfg.actor_rollout_ref.hybrid_engine,
+        "trainer.val_only",
+        "trainer.val_only=true is supported on colocated runs only: set actor_rollout_ref.hybrid_engine=true",
+    )
+
 
 LOGGERS = ("console", "tensorboard", "jsonl", "wandb", "mlflow")
 OPTIONAL_LOGGERS = ("wandb", "mlflow")  # optional packages, each with a pip extra of its own name
@@ -67,3 +83,38 @@ def wandb_credentials() -> bool:
             return "api_key" in handle.read()
     except OSError:
         return False
+
+
+def check_launcher(cfg: Cfg) -> None:
+    trainer = cfg.trainer
+    address = trainer.ray_address
+    require(
+        address is None or (isinstance(address, str) and address),
+        "trainer.ray_address",
+        f'trainer.ray_address={address!r} must be null, "auto" or host:port of a Ray head',
+    )
+    require(
+        address is None or trainer.launcher == "ray",
+        "trainer.ray_address",
+        f"trainer.ray_address is set but trainer.launcher={trainer.launcher}: set trainer.launcher=ray",
+    )
+    require(
+        trainer.max_restarts == 0 or trainer.launcher == "ray",
+        "trainer.max_restarts",
+        f"trainer.max_restarts={trainer.max_restarts} restarts Ray workers (trainer.launcher=ray); under torchrun "
+        f"use torchrun --max-restarts={trainer.max_restarts} and leave trainer.max_restarts=0",
+    )
+    if trainer.launcher == "ray":
+        import importlib.util
+
+        require(
+            importlib.util.find_spec("ray") is not None,
+            "trainer.launcher",
+            "trainer.launcher=ray but Ray is not installed: pip install ray (or use trainer.launcher=local "
+            "with torchrun)",
+        )
+        require(
+            "WORLD_SIZE" not in os.environ or os.environ.get("DAGRL_LAUNCHER") == "ray",
+            "trainer.launcher",
+            "trainer.launcher=ray starts its own workers: run python3 -m dagrl.main_dag once, not under torchrun",
+        )

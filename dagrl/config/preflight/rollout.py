@@ -1,0 +1,111 @@
+"""Pre-flight of actor_rollout_ref.rollout: its TP against the pool and the model's heads, the engine's sequence
+limit and install, and sampling that contradicts itself or the estimator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagrl.config.checks import divides
+from dagrl.config.errors import ConfigError, require
+from dagrl.config.tree import Cfg
+from dagrl.placement import ParallelLayout, Placement
+
+
+def check_sampling(config: Any) -> None:
+    """Validation that samples at temperature 0 contradicts itself (vLLM and HF both refuse or divide by zero).
+    `config` a Cfg (pre-flight: its reads are recorded, so a do_sample that failed its type check is not reread
+    here as true) or plain data."""
+    val = (Cfg(config) if isinstance(config, dict) else config).actor_rollout_ref.rollout.val_kwargs
+    key = "actor_rollout_ref.rollout.val_kwargs.temperature"
+    if val.do_sample and val.temperature == 0:
+        raise ConfigError(
+            key,
+            f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
+            f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false",
+        )
+
+
+def check_rollout_tp(cfg: Cfg, parallel: ParallelLayout, place: Placement) -> int:
+    rollout = cfg.actor_rollout_ref.rollout
+    rollout_tp = rollout.tensor_model_parallel_size or parallel.tensor_model_parallel_size
+    require(
+        rollout.name != "hf" or rollout_tp == 1,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        f"the hf rollout runs one full model per rank: set actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
+        f"(now {rollout_tp}) or use rollout.name=vllm",
+    )
+    divides(
+        place.pool("rollout").size,
+        rollout_tp,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        "world size by rollout TP" if place.is_colocated else "the rollout pool's processes by rollout TP",
+    )
+    return rollout_tp
+
+
+def check_rollout_heads(cfg: Cfg, rollout_tp: int, hf_config: dict) -> None:
+    """vLLM splits the attention heads over its TP ranks and refuses a TP that does not divide them (found on a GPU
+    only once the actor was built); KV heads fewer than the TP are replicated, so the TP must be their multiple."""
+    key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    if cfg.actor_rollout_ref.rollout.name != "vllm" or rollout_tp == 1:
+        return
+    heads = hf_config.get("num_attention_heads")
+    if not isinstance(heads, int) or heads < 1:
+        return  # reported by the model checks
+    kv_heads = hf_config.get("num_key_value_heads") or heads
+
+    def splits_kv(tp: int) -> bool:
+        return kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
+
+    if heads % rollout_tp == 0 and splits_kv(rollout_tp):
+        return
+    divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and splits_kv(d))
+    require(
+        heads % rollout_tp == 0,
+        key,
+        f"{key}={rollout_tp} does not divide the model's num_attention_heads={heads} "
+        f"(vLLM splits the heads over its TP ranks): pick one of {divisors}",
+    )
+    raise ConfigError(
+        key,
+        f"{key}={rollout_tp} neither divides nor is a multiple of the model's num_key_value_heads="
+        f"{kv_heads} (vLLM splits or replicates the KV heads): pick one of {divisors}",
+    )
+
+
+def check_greedy_groups(cfg: Cfg) -> None:
+    """Greedy training rollouts give a group n identical responses: a group estimator's advantages are all 0."""
+    from dagrl.algo.catalog import ADV_ESTIMATORS
+
+    rollout, estimator = cfg.actor_rollout_ref.rollout, cfg.algorithm.adv_estimator
+    group = estimator in ADV_ESTIMATORS and ADV_ESTIMATORS[estimator].group
+    require(
+        rollout.do_sample is not False or not group or rollout.n == 1,
+        "actor_rollout_ref.rollout.do_sample",
+        f"actor_rollout_ref.rollout.do_sample=false samples greedily: the {rollout.n} responses of a prompt are "
+        f"the same, so algorithm.adv_estimator={estimator} gives every advantage 0 and nothing trains; set "
+        f"actor_rollout_ref.rollout.do_sample=true (greedy is for validation: val_kwargs.do_sample=false)",
+    )
+
+
+def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool = True) -> int:
+    """The vLLM engine's sequence limit and install (checked on every run so a bad value fails before a GPU job is
+    queued; the engine keys' types and ranges are the schema's)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    max_model_len = rollout.max_model_len or sequence_length
+    require(
+        isinstance(max_model_len, int) and max_model_len >= sequence_length,
+        "actor_rollout_ref.rollout.max_model_len",
+        f"actor_rollout_ref.rollout.max_model_len={max_model_len} is shorter than max_prompt_length + "
+        f"max_response_length = {sequence_length}: raise it or leave it null",
+    )
+    if rollout.name == "vllm" and check_installed:
+        import importlib.util
+
+        require(
+            importlib.util.find_spec("vllm") is not None,
+            "actor_rollout_ref.rollout.name",
+            "actor_rollout_ref.rollout.name=vllm but vLLM is not installed: pip install 'dagrl[gpu]' "
+            "(or use rollout.name=hf)",
+        )
+    return max_model_len
