@@ -131,7 +131,8 @@ def compare(weights: dict, test_hf_dir: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     path = checkpoint_dir(args.local_dir)  # before the heavy imports: a wrong path fails at once
-    from dagrl.engine.megatron.checkpoint import describe, write_hf_model
+    from dagrl.engine.megatron.checkpoint import describe
+    from dagrl.engine.megatron.hf_export import write_hf_model
 
     try:
         info = describe(str(path))

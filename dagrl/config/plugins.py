@@ -1,6 +1,7 @@
-"""trainer.plugins: the user's modules that register algorithm parts (dagrl/algo/catalog.py's registries), imported
-by pre-flight itself, so every process that checks the names knows them first: the CLI's, each torchrun rank's and
-each Ray worker's (which start from dagrl's own entry point, not the user's launcher script)."""
+"""trainer.plugins: the user's modules that register algorithm parts (dagrl/algo/catalog.py's registries) and rollout
+engines (dagrl/engine/rollout/registry.py), imported by pre-flight itself, so every process that checks the names
+knows them first: the CLI's, each torchrun rank's and each Ray worker's (which start from dagrl's own entry point,
+not the user's launcher script)."""
 
 from __future__ import annotations
 

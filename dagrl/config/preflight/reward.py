@@ -106,7 +106,7 @@ def scorer_parameters(module: str) -> tuple[list[str], bool] | None:
 
 def _rows(path: str):
     """(row, data_source, ground_truth) of a data file, from those two columns only."""
-    from dagrl.data.checks import open_parquet
+    from dagrl.data.parquet_file import open_parquet
 
     parquet, offset = open_parquet(path), 0
     for batch in parquet.iter_batches(batch_size=65536, columns=["data_source", "reward_model"]):

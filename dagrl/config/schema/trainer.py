@@ -113,5 +113,5 @@ class Trainer(Section):
     plugins: list = key(
         [],
         "Python modules every process imports before pre-flight, e.g. [my_algos]: their "
-        "register(...) calls add estimators, losses and KL estimators (Ray workers included)",
+        "register(...) calls add estimators, losses, KL estimators and rollout engines (Ray workers included)",
     )
