@@ -206,15 +206,18 @@ def unpack(args: argparse.Namespace) -> None:
         fail(f"{name}: the joined parts' sha256 is not the manifest's; copy all its parts again")
     for component in manifest["components"]:
         shutil.rmtree(os.path.join(args.dest, component), ignore_errors=True)
-    with tarfile.open(payload, "r:*") as tar:
-        tar.extractall(args.dest, filter="data")
+    with tarfile.open(payload, "r:*") as tar:  # the "data" filter (Python >= 3.11.4): nothing lands outside DEST
+        tar.extractall(args.dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     shutil.rmtree(stage)
     installed = ""
     if "wheels" in manifest["components"]:
         site = args.site or os.path.join(args.dest, "site")
         wheels = sorted(os.path.join(args.dest, "wheels", f) for f in os.listdir(os.path.join(args.dest, "wheels")))
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-        result = subprocess.run([*pip, "--disable-pip-version-check", "--upgrade", "--target", site, *wheels])
+        quiet = {**os.environ, "PIP_ROOT_USER_ACTION": "ignore"}  # a GPU machine's root user is no mistake here
+        result = subprocess.run(
+            [*pip, "--disable-pip-version-check", "--upgrade", "--target", site, *wheels], env=quiet
+        )
         if result.returncode != 0:
             fail(f"{name}: pip install --target {site} failed (its output is above)")
         installed = f"; {len(wheels)} wheel(s) installed into {site} (put it on PYTHONPATH)"
