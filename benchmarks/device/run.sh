@@ -39,7 +39,8 @@ MODEL=$(cd "$MODEL" && pwd) DATA=$(cd "$DATA" && pwd) OUT=$(cd "$OUT" && pwd) CO
 if [ "$DETACH" = 1 ]; then  # a frozen copy of the source, then this script again from it, in its own session
   rm -rf "$OUT/code" && mkdir -p "$OUT/code"
   if git -C "$CODE" rev-parse --is-inside-work-tree > /dev/null 2>&1; then  # tracked and unignored files only
-    (cd "$CODE" && git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf -) | tar -x -C "$OUT/code"
+    (cd "$CODE" && git ls-files -z -co --exclude-standard | grep -zv "^${OUT#"$CODE"/}/" \
+      | tar --null --ignore-failed-read -T - -cf -) | tar -x -C "$OUT/code"  # not OUT itself, if inside
     echo "$(git -C "$CODE" rev-parse --short HEAD)$(git -C "$CODE" diff --quiet HEAD || echo ' with uncommitted changes')" \
       > "$OUT/code/.commit"
   else  # no git: all but the usual heavy ignored folders and the output folder itself
