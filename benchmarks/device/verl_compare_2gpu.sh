@@ -8,8 +8,8 @@ export CUDA_DEVICE_ORDER=PCI_BUS_ID
 NODASH="+ray_kwargs.ray_init.include_dashboard=False"
 gpu_used
 (export CUDA_VISIBLE_DEVICES=0
- step tput python3 benchmarks/vs_verl.py --smol "$MODEL" --arith "$DATA" --job throughput --out $O/tput --sides dagrl,verl \
-   --timeout 1200 --verl-extra "$NODASH") &
+ step tput python3 benchmarks/vs_verl.py --smol "$MODEL" --arith "$DATA" --job throughput --out $O/tput \
+   --sides dagrl,verl --timeout 1200 --verl-extra "$NODASH") &
 (export CUDA_VISIBLE_DEVICES=1 PET_MASTER_PORT=29611
  step learn python3 benchmarks/vs_verl.py --smol "$MODEL" --arith "$DATA" --job learn --seeds 0,1 --out $O/learn \
    --timeout 900 --verl-extra "$NODASH") &

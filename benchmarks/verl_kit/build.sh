@@ -20,7 +20,8 @@ status)
   exec $PY "$AIRGAP" status --dest "$V" ;;
 env)  # verl's site first, so that its transformers and tokenizers shadow the install's in verl's processes only
   echo "export PYTHONPATH=$V/site\${PYTHONPATH:+:\$PYTHONPATH}"
-  echo "export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1"
+  echo "export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 RAY_USAGE_STATS_ENABLED=0"
+  echo "export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1"
   echo "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1"
   exit 0 ;;
 esac
@@ -69,7 +70,8 @@ for name, version, _ in read_lock(lock):
 EOF
   touch "$W/.done"
 fi
-echo "build: $(ls "$W"/*.whl | wc -l) wheels, $(du -sb "$W" | awk '{printf "%.1f MB", $1/1e6}') repacked; xz -9 (a few minutes on 2 cores)"
+size=$(du -sb "$W" | awk '{printf "%.1f MB", $1/1e6}')
+echo "build: $(ls "$W"/*.whl | wc -l) wheels, $size repacked; xz -9 (a few minutes on 2 cores)"
 
 # 3. one xz tar of them, cut into parts of PART_MB (OUT/partNN, each with its MANIFEST.json)
 $PY "$AIRGAP" pack --name verl --out "$OUT" --part-mb "$PART_MB" --xz --wheels "$W"
