@@ -39,7 +39,7 @@ OUT=${OUT:-outputs/device/$NAME}
 mkdir -p "$OUT" || fail "cannot make --out $OUT"
 MODEL=$(cd "$MODEL" && pwd) DATA=$(cd "$DATA" && pwd) OUT=$(cd "$OUT" && pwd) CODE=$(cd "$CODE" && pwd)
 
-if [ "$DETACH" = 1 ]; then  # a frozen copy of the source, then this script again from it, in its own session
+if [ "$DETACH" = 1 ]; then  # a frozen copy of the source, then this script again from it, detached (setsid)
   rm -rf "$OUT/code" && mkdir -p "$OUT/code"
   if git -C "$CODE" rev-parse --is-inside-work-tree > /dev/null 2>&1; then  # tracked and unignored files only
     (cd "$CODE" && git ls-files -z -co --exclude-standard | grep -zv "^${OUT#"$CODE"/}/" \
