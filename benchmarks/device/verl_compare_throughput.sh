@@ -1,3 +1,4 @@
-# dagrl against verl, the throughput job (sourced by run.sh; the verl kit received): dagrl first, so that a run stopped
+# dagrl against verl, the throughput job (run.sh sources it; verl installed apart): dagrl first, so that a run stopped
 # early still leaves one whole side (18 min on one H200: dagrl 324 s, verl 669 s with its fused kernels).
-step tput python3 benchmarks/vs_verl.py --job throughput --out $O/tput --sides dagrl,verl --timeout 1200
+step tput python3 benchmarks/vs_verl.py --smol "$MODEL" --arith "$DATA" --job throughput --out $O/tput \
+  --sides dagrl,verl --timeout 1200

@@ -1,10 +1,10 @@
-# Weak scaling on a 4-GPU machine (sourced by run.sh): the weak-scaling points of docs/benchmarks.md, each against a
+# Weak scaling on a 4-GPU machine (run.sh sources it): the weak-scaling points of docs/benchmarks.md, each against a
 # dp_g1 baseline of this card, then TP2 at 2 GPUs with twice the training token budget (SP splits the activations).
 for point in "dp 1" "dp 4" "tp2 4" "dp 2" "tp2 2"; do
   set -- $point
-  step "ws_$1_g$2" python3 benchmarks/weak_scaling.py --out $O/ws --layouts $1 --gpus $2 --tokenizer /tmp/smol --timeout 900
+  step "ws_$1_g$2" python3 benchmarks/weak_scaling.py --out $O/ws --layouts $1 --gpus $2 --tokenizer $MODEL --timeout 900
 done
-step ws_tp2_g2_12k python3 benchmarks/weak_scaling.py --out $O/ws12k --layouts tp2 --gpus 2 --tokenizer /tmp/smol \
+step ws_tp2_g2_12k python3 benchmarks/weak_scaling.py --out $O/ws12k --layouts tp2 --gpus 2 --tokenizer $MODEL \
   --train-tokens 12288 --timeout 900
 python3 benchmarks/weak_scaling.py --report --out $O/ws > $O/report.txt 2>&1
 python3 benchmarks/weak_scaling.py --report --out $O/ws12k >> $O/report.txt 2>&1

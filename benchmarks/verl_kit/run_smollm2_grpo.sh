@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # verl 0.9.1 (FSDP backend, vLLM rollout) on the job of examples/grpo_trainer/run_smollm2-135m-vllm.sh: SmolLM2-135M-
 # Instruct GRPO on the arithmetic task, 32 prompts x 8, responses <= 12 tokens, lr 1e-5, clip 1.0, KL off, T=1,
-# greedy held-out every 4 steps. Run on the GPU machine after the kit's recv (README.md); extra overrides appended
+# greedy held-out every 4 steps. Run on the GPU machine with verl installed apart (README.md); extra overrides appended
 # (the last value of a key wins). Without flash-attn: sdpa attention and no remove-padding. trainer.use_v1=False:
 # TransferQueue is not carried. Keys whose verl default differs from dagrl's are set to dagrl's value (README.md,
 # "Settings"): seeds, gradient checkpointing off, eager vLLM, max_num_seqs 1024, max_model_len = prompt + response.
