@@ -1,17 +1,20 @@
-"""The bad-input corpus (tests/reliability/corpus.py) against `python -m dagrl.main_dag`.
+"""The bad-input corpus (tests/reliability/corpus/, one module per topic) against `python -m dagrl.main_dag`.
 
 Every case exits non-zero (2 for configuration and data errors) with exactly one error line, no traceback, naming
 the key or file and the fix; a case found in pre-flight ends before megatron or vllm is imported, within 5 CPU
 seconds (CPU, not wall time: the machine is shared); no checkpoint in trainer.default_local_dir changes.
-docs/bad_inputs.md is the corpus's table: each case checks its own row, and `DAGRL_UPDATE_DOCS=1` rewrites it.
+docs/bad_inputs.md is the corpus's tables, one per topic: each case checks its own row, and `DAGRL_UPDATE_DOCS=1`
+rewrites it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import os
+import pkgutil
 import shutil
 import sys
 import time
@@ -22,11 +25,14 @@ import pytest
 
 from tests.conftest import cpu_run_overrides
 from tests.helpers import run_in_session
-from tests.reliability.corpus import CASES, PREFLIGHT, RUNTIME, STARTUP, Case, Paths
+from tests.reliability import corpus
+from tests.reliability.corpus import CASES, PREFLIGHT, RUNTIME, STARTUP, TOPICS, Case, Paths
 
 PROBE_DIR = Path(__file__).with_name("probe")  # its sitecustomize records imports and CPU time at exit
 DOCS = Path(__file__).parents[2] / "docs" / "bad_inputs.md"
-TABLE_HEADER = "| case | bad input | found at | exit | the one line on stderr |"
+TABLE_HEADER = (
+    "| case | bad input | found at | exit | the one line on stderr |\n|---|---|---|---|---|"  # opens each table
+)
 PREFLIGHT_CPU_S = 5.0
 
 
@@ -133,6 +139,28 @@ def error_lines(case: Case, code: int, stderr: str, paths: Paths) -> list[str]:
     return lines
 
 
+def table_rows(text: str) -> dict[str, str]:
+    """Case id -> its row, over every table of docs/bad_inputs.md, in the document's order."""
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line not in TABLE_HEADER.splitlines()]
+    return {row.split(" | ")[0][2:]: row for row in rows}
+
+
+def tables(head: str, rows: dict[str, str]) -> str:
+    """docs/bad_inputs.md: `head` (the title and the paragraph on what is checked), then one table per topic of the
+    corpus, the topic its heading, holding `rows` in the corpus's order."""
+    sections = []
+    for topic, cases in TOPICS.items():
+        listed = [rows[case.id] for case in cases if case.id in rows]
+        if listed:
+            sections.append(f"## {topic}\n\n{TABLE_HEADER}\n" + "\n".join(listed) + "\n")
+    return head + "\n".join(sections)
+
+
+def table_head(text: str) -> str:
+    """What comes before the first table and its topic's heading."""
+    return text[: min(i for i in (text.find("\n## "), text.find("\n" + TABLE_HEADER)) if i >= 0) + 1]
+
+
 def check_table_row(case: Case, code: int, lines: list[str]) -> None:
     """The case's row in docs/bad_inputs.md says what the run said (several lines joined by <br>);
     DAGRL_UPDATE_DOCS=1 writes it instead."""
@@ -140,11 +168,7 @@ def check_table_row(case: Case, code: int, lines: list[str]) -> None:
     row = f"| {case.id} | {case.what.replace('|', chr(92) + '|')} | {case.found} | {code} | {message} |"
     text = DOCS.read_text()
     if os.environ.get("DAGRL_UPDATE_DOCS"):
-        head, _, table = text.partition(TABLE_HEADER + "\n|---|---|---|---|---|\n")
-        rows = {r.split(" | ")[0][2:]: r for r in table.splitlines() if r.startswith("| ")}
-        rows[case.id] = row
-        ordered = [rows[c.id] for c in CASES if c.id in rows]
-        DOCS.write_text(f"{head}{TABLE_HEADER}\n|---|---|---|---|---|\n" + "\n".join(ordered) + "\n")
+        DOCS.write_text(tables(table_head(text), {**table_rows(text), case.id: row}))
         return
     assert row in text.splitlines(), (
         f"docs/bad_inputs.md is stale for {case.id}; expected the row\n{row}\n"
@@ -155,8 +179,15 @@ def check_table_row(case: Case, code: int, lines: list[str]) -> None:
 def test_the_table_lists_the_corpus_and_the_base_config_is_valid(tiny_model, tiny_data, tmp_path):
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids)) and len(ids) >= 30
-    table = DOCS.read_text().partition(TABLE_HEADER)[2].splitlines()[2:]
-    assert [row.split(" | ")[0][2:] for row in table if row.startswith("| ")] == ids
+    # every topic module of the corpus is in it (one left out of corpus.MODULES would drop its cases unseen)
+    modules = {
+        m.name: importlib.import_module(f"{corpus.__name__}.{m.name}") for m in pkgutil.iter_modules(corpus.__path__)
+    }
+    topics = {name for name, module in modules.items() if hasattr(module, "TOPIC")}
+    assert topics == set(corpus.MODULES)
+    text = DOCS.read_text()
+    assert list(table_rows(text)) == ids  # every case has a row, in the corpus's order
+    assert tables(table_head(text), table_rows(text)) == text  # under its topic's heading, and nothing else
     # every case fails because of its own change: the base it changes passes pre-flight
     from dagrl.config.load import compose
     from dagrl.config.tree import Cfg

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from tests.reliability.corpus.case import MODEL_KEY, Case
+
+TOPIC = "Environment variables"
+CASES: tuple[Case, ...] = (
+    Case(
+        "env_variable_unset",
+        "`actor_rollout_ref.model.path=${oc.env:MODEL_DIR}` with MODEL_DIR not exported",
+        (f"{MODEL_KEY}=${{{{oc.env:DAGRL_UNSET_MODEL_DIR}}}}",),
+        ("DAGRL_UNSET_MODEL_DIR is not set", "export DAGRL_UNSET_MODEL_DIR="),
+    ),
+    Case(
+        "world_size_not_a_number",
+        "`WORLD_SIZE=two` in the environment",
+        (),
+        ("WORLD_SIZE='two' is not a positive integer", "torchrun --nproc-per-node N"),
+        env={"WORLD_SIZE": "two"},
+    ),
+    Case(
+        "world_size_zero", "`WORLD_SIZE=0`", (), ("WORLD_SIZE='0' is not a positive integer",), env={"WORLD_SIZE": "0"}
+    ),
+    Case(
+        "rank_beyond_world",
+        "`RANK=1` exported by hand for a one-process run",
+        (),
+        ("RANK=1 is outside this launch of WORLD_SIZE=1", "torchrun"),
+        env={"RANK": "1"},
+    ),
+    Case("rank_negative", "`RANK=-1`", (), ("RANK=-1",), env={"RANK": "-1"}),
+    Case(
+        "local_rank_beyond_world",
+        "`LOCAL_RANK=3` exported for a one-process run",
+        (),
+        ("LOCAL_RANK=3 is outside 0..0",),
+        env={"LOCAL_RANK": "3"},
+    ),
+    Case(
+        "master_port_not_a_number",
+        "`MASTER_PORT=abc`",
+        (),
+        ("MASTER_PORT='abc'", "MASTER_PORT=29500"),
+        env={"MASTER_PORT": "abc"},
+    ),
+    Case(
+        "log_level_unknown",
+        "`DAGRL_LOG_LEVEL=verbose`",
+        (),
+        ("DAGRL_LOG_LEVEL='verbose'", "DEBUG, INFO, WARNING"),
+        env={"DAGRL_LOG_LEVEL": "verbose"},
+    ),
+)

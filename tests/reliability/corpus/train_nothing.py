@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from tests.reliability.corpus.case import Case
+
+TOPIC = "Runs that would train nothing"
+CASES: tuple[Case, ...] = (
+    Case(
+        "greedy_training_groups",
+        "`actor_rollout_ref.rollout.do_sample=false` with grpo (a group of identical responses: every advantage 0)",
+        ("actor_rollout_ref.rollout.do_sample=false",),
+        ("actor_rollout_ref.rollout.do_sample", "do_sample=true"),
+    ),
+    Case(
+        "grpo_with_one_sample",
+        "GRPO (the default estimator) with `actor_rollout_ref.rollout.n=1`: no group to compare against",
+        ("actor_rollout_ref.rollout.n=1",),
+        ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo", "2 or more"),
+    ),
+    Case(
+        "rloo_with_one_sample",
+        "RLOO with `rollout.n=1`",
+        ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo"),
+        ("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo"),
+    ),
+    Case(
+        "dynamic_sampling_with_one_sample",
+        "DAPO dynamic sampling with `rollout.n=1` (no group ever varies)",
+        (
+            "actor_rollout_ref.rollout.n=1",
+            "algorithm.adv_estimator=reinforce_plus_plus",
+            "dag=dapo",
+            "algorithm.filter_groups.enable=true",
+        ),
+        ("actor_rollout_ref.rollout.n=1", "filter_groups.enable=true"),
+    ),
+    Case(
+        "val_only_without_val_files",
+        "`trainer.val_only=true` with data.val_files=null (nothing to validate)",
+        ("trainer.val_only=true", "data.val_files=null"),
+        ("trainer.val_only=true", "set data.val_files"),
+    ),
+)

@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+from tests.reliability.corpus.case import MODEL_KEY, Case
+from tests.reliability.corpus.model_makers import model_copy
+
+TOPIC = "Values out of range, or at odds with another key"
+CASES: tuple[Case, ...] = (
+    Case(
+        "negative_total_steps",
+        "`trainer.total_training_steps=-3`",
+        ("trainer.total_training_steps=-3",),
+        ("trainer.total_training_steps", "null", "positive integer"),
+    ),
+    Case(
+        "zero_max_prompt_length",
+        "`data.max_prompt_length=0`",
+        ("data.max_prompt_length=0",),
+        ("data.max_prompt_length", "positive integer"),
+    ),
+    Case(
+        "negative_lr",
+        "`actor_rollout_ref.actor.optim.lr=-1e-3`",
+        ("actor_rollout_ref.actor.optim.lr=-1e-3",),
+        ("actor_rollout_ref.actor.optim.lr", "must be > 0"),
+    ),
+    Case(
+        "zero_temperature",
+        "`actor_rollout_ref.rollout.temperature=0` (log-probs divide by it)",
+        ("actor_rollout_ref.rollout.temperature=0",),
+        ("actor_rollout_ref.rollout.temperature", "> 0"),
+    ),
+    Case(
+        "dual_clip_below_one",
+        "`actor_rollout_ref.actor.clip_ratio_c=0.5`",
+        ("actor_rollout_ref.actor.clip_ratio_c=0.5",),
+        ("actor_rollout_ref.actor.clip_ratio_c", "must be > 1"),
+    ),
+    Case(
+        "zero_reward_timeout",
+        "`reward_model.timeout_s=0`",
+        ("reward_model.timeout_s=0",),
+        ("reward_model.timeout_s", "> 0"),
+    ),
+    Case(
+        "negative_skip_limit",
+        "`trainer.max_consecutive_skips=-1`",
+        ("trainer.max_consecutive_skips=-1",),
+        ("trainer.max_consecutive_skips", ">= 0"),
+    ),
+    Case(
+        "alias_conflict",
+        "`actor_rollout_ref.rollout.response_length=8` while data.max_response_length=6",
+        ("actor_rollout_ref.rollout.response_length=8",),
+        ("actor_rollout_ref.rollout.response_length", "set only data.max_response_length"),
+    ),
+    Case(
+        "trainable_layers_out_of_range",
+        "`actor_rollout_ref.model.trainable_top_layers=5` (the model has 2)",
+        ("actor_rollout_ref.model.trainable_top_layers=5",),
+        ("actor_rollout_ref.model.trainable_top_layers", "1..2"),
+    ),
+    Case(
+        "lr_zero",
+        "`optim.lr=0` (nothing would train)",
+        ("actor_rollout_ref.actor.optim.lr=0",),
+        ("actor_rollout_ref.actor.optim.lr=0 must be > 0", "nothing would train"),
+    ),
+    Case(
+        "lr_above_one",
+        "`actor_rollout_ref.actor.optim.lr=1e6` (the exponent's minus forgotten)",
+        ("actor_rollout_ref.actor.optim.lr=1e6",),
+        ("actor_rollout_ref.actor.optim.lr", "<= 1"),
+    ),
+    Case(
+        "min_lr_above_lr",
+        "`optim.min_lr=0.01` above `optim.lr=1e-3` with cosine decay (Megatron's scheduler "
+        "asserted once the models were built)",
+        ("actor_rollout_ref.actor.optim.lr_decay_style=cosine", "actor_rollout_ref.actor.optim.min_lr=0.01"),
+        ("actor_rollout_ref.actor.optim.min_lr=0.01 is above actor_rollout_ref.actor.optim.lr=0.001", "min_lr <= lr"),
+    ),
+    Case(
+        "min_lr_above_lr_constant",
+        "`optim.min_lr` above `optim.lr` under the constant schedule",
+        ("actor_rollout_ref.actor.optim.min_lr=0.05",),
+        ("min_lr=0.05 is above actor_rollout_ref.actor.optim.lr", "set min_lr <= lr"),
+    ),
+    Case(
+        "clip_ratio_as_percent",
+        "`actor_rollout_ref.actor.clip_ratio=20` (a percentage: the lower clip bound 1 - 20 clips nothing)",
+        ("actor_rollout_ref.actor.clip_ratio=20",),
+        ("actor_rollout_ref.actor.clip_ratio=20", "[0, 1)"),
+    ),
+    Case(
+        "clip_ratio_low_above_one",
+        "`actor_rollout_ref.actor.clip_ratio_low=1.2`",
+        ("actor_rollout_ref.actor.clip_ratio_low=1.2",),
+        ("actor_rollout_ref.actor.clip_ratio_low=1.2", "[0, 1)"),
+    ),
+    Case(
+        "temperature_negative",
+        "`actor_rollout_ref.rollout.temperature=-1`",
+        ("actor_rollout_ref.rollout.temperature=-1",),
+        ("actor_rollout_ref.rollout.temperature=-1", "> 0"),
+    ),
+    Case(
+        "val_temperature_negative",
+        "`rollout.val_kwargs.temperature=-0.5`",
+        ("actor_rollout_ref.rollout.val_kwargs.temperature=-0.5",),
+        ("val_kwargs.temperature=-0.5", ">= 0"),
+    ),
+    Case(
+        "response_length_zero",
+        "`data.max_response_length=0`",
+        ("data.max_response_length=0",),
+        ("data.max_response_length=0", "positive integer"),
+    ),
+    Case(
+        "max_model_len_too_small",
+        "`rollout.max_model_len=16` below prompt + response (38)",
+        ("actor_rollout_ref.rollout.max_model_len=16",),
+        ("actor_rollout_ref.rollout.max_model_len=16", "= 38"),
+    ),
+    Case(
+        "rollout_n_zero",
+        "`actor_rollout_ref.rollout.n=0`",
+        ("actor_rollout_ref.rollout.n=0",),
+        ("actor_rollout_ref.rollout.n=0", "positive integer"),
+    ),
+    Case(
+        "total_epochs_zero",
+        "`trainer.total_epochs=0`",
+        ("trainer.total_epochs=0",),
+        ("trainer.total_epochs=0", "positive integer"),
+    ),
+    Case(
+        "save_freq_zero",
+        "`trainer.save_freq=0` (verl's habit for never)",
+        ("trainer.save_freq=0",),
+        ("trainer.save_freq=0", "-1 or an integer >= 1", "-1 = never"),
+    ),
+    Case(
+        "test_freq_zero",
+        "`trainer.test_freq=0`",
+        ("trainer.test_freq=0",),
+        ("trainer.test_freq=0", "-1 or an integer >= 1"),
+    ),
+    Case(
+        "max_num_seqs_zero",
+        "`rollout.max_num_seqs=0`",
+        ("actor_rollout_ref.rollout.max_num_seqs=0",),
+        ("actor_rollout_ref.rollout.max_num_seqs=0", "positive integer"),
+    ),
+    Case(
+        "weight_bucket_zero",
+        "`rollout.update_weights_bucket_megabytes=0`",
+        ("actor_rollout_ref.rollout.update_weights_bucket_megabytes=0",),
+        ("update_weights_bucket_megabytes=0", "positive integer"),
+    ),
+    Case(
+        "startup_hang_timeout_negative",
+        "`trainer.hang_startup_timeout_s=-5`",
+        ("trainer.hang_startup_timeout_s=-5",),
+        ("trainer.hang_startup_timeout_s=-5", "> 0"),
+    ),
+    Case(
+        "top_p_above_one",
+        "`actor_rollout_ref.rollout.top_p=5` (a percentage?)",
+        ("actor_rollout_ref.rollout.top_p=5",),
+        ("actor_rollout_ref.rollout.top_p=5", "must be in (0, 1]"),
+    ),
+    Case(
+        "top_p_zero",
+        "`actor_rollout_ref.rollout.top_p=0`",
+        ("actor_rollout_ref.rollout.top_p=0",),
+        ("actor_rollout_ref.rollout.top_p=0", "must be in (0, 1]"),
+    ),
+    Case(
+        "top_k_zero",
+        "`actor_rollout_ref.rollout.top_k=0` (off is -1)",
+        ("actor_rollout_ref.rollout.top_k=0",),
+        ("actor_rollout_ref.rollout.top_k=0", "-1 (off) or an integer >= 1"),
+    ),
+    Case(
+        "negative_clip_ratio",
+        "`actor_rollout_ref.actor.clip_ratio=-0.1`",
+        ("actor_rollout_ref.actor.clip_ratio=-0.1",),
+        ("actor_rollout_ref.actor.clip_ratio=-0.1", "must be >= 0"),
+    ),
+    Case(
+        "negative_entropy_coeff",
+        "`actor_rollout_ref.actor.entropy_coeff=-0.01`",
+        ("actor_rollout_ref.actor.entropy_coeff=-0.01",),
+        ("actor_rollout_ref.actor.entropy_coeff=-0.01", ">= 0"),
+    ),
+    Case(
+        "negative_kl_loss_coef",
+        "`actor_rollout_ref.actor.kl_loss_coef=-1`",
+        ("actor_rollout_ref.actor.kl_loss_coef=-1",),
+        ("actor_rollout_ref.actor.kl_loss_coef=-1", ">= 0"),
+    ),
+    Case("gamma_above_one", "`algorithm.gamma=1.5`", ("algorithm.gamma=1.5",), ("algorithm.gamma=1.5", "in [0, 1]")),
+    Case(
+        "warmup_ratio_above_one",
+        "`actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=10` (steps, not a ratio)",
+        ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=10",),
+        ("lr_warmup_steps_ratio=10", "in [0, 1]"),
+    ),
+    Case(
+        "gpu_memory_as_percent",
+        "`actor_rollout_ref.rollout.gpu_memory_utilization=90`",
+        ("actor_rollout_ref.rollout.gpu_memory_utilization=90",),
+        ("gpu_memory_utilization=90", "in (0, 1)"),
+    ),
+    Case("negative_seed", "`data.seed=-1`", ("data.seed=-1",), ("data.seed=-1", "an integer >= 0")),
+    Case("zero_nodes", "`trainer.nnodes=0`", ("trainer.nnodes=0",), ("trainer.nnodes=0", "positive integer")),
+    Case(
+        "zero_tool_timeout",
+        "`actor_rollout_ref.rollout.multi_turn.tool_timeout_s=0`",
+        ("actor_rollout_ref.rollout.multi_turn.tool_timeout_s=0",),
+        ("tool_timeout_s=0", "must be > 0"),
+    ),
+    Case(
+        "negative_overlong_penalty",
+        "`reward_model.overlong_buffer.penalty_factor=-1`",
+        ("reward_model.overlong_buffer.penalty_factor=-1",),
+        ("reward_model.overlong_buffer.penalty_factor=-1", ">= 0"),
+    ),
+    Case(
+        "val_sampling_at_zero_temperature",
+        "`val_kwargs.do_sample=true` with val_kwargs.temperature=0 (the default)",
+        ("actor_rollout_ref.rollout.val_kwargs.do_sample=true",),
+        ("val_kwargs.temperature=0", "do_sample=true", "do_sample=false"),
+    ),
+    Case(
+        "length_beyond_positions",
+        "prompt + response (38) longer than the model's max_position_embeddings=32",
+        (f"{MODEL_KEY}={{ws}}/model",),
+        ("= 38", "max_position_embeddings=32", "data.max_prompt_length"),
+        make=model_copy(patch={"max_position_embeddings": 32}),
+    ),
+)

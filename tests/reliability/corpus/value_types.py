@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+from tests.reliability.corpus.case import MEGATRON, Case
+
+TOPIC = "Values of the wrong type, and choices misspelt"
+CASES: tuple[Case, ...] = (
+    Case(
+        "wrong_type_batch",
+        "`data.train_batch_size=abc`",
+        ("data.train_batch_size=abc",),
+        ("data.train_batch_size", "positive integer"),
+    ),
+    Case(
+        "wrong_type_epochs",
+        "`trainer.total_epochs=two`",
+        ("trainer.total_epochs=two",),
+        ("trainer.total_epochs", "positive integer"),
+    ),
+    Case(
+        "bad_logger",
+        "`trainer.logger=[console,swanlab]`",
+        ("trainer.logger=[console,swanlab]",),
+        ("trainer.logger", "'swanlab'", "valid: console, tensorboard, jsonl, wandb, mlflow"),
+    ),
+    Case(
+        "bad_choice",
+        "`actor_rollout_ref.rollout.name=sglang`",
+        ("actor_rollout_ref.rollout.name=sglang",),
+        ("actor_rollout_ref.rollout.name", "is not one of"),
+    ),
+    Case(
+        "bool_shuffle_no",
+        "`data.shuffle=no` (a string to Hydra, truthy: it would still shuffle)",
+        ("data.shuffle=no",),
+        ("data.shuffle='no'", "must be true or false"),
+    ),
+    Case(
+        "bool_kl_loss_maybe",
+        "`actor_rollout_ref.actor.use_kl_loss=maybe`",
+        ("actor_rollout_ref.actor.use_kl_loss=maybe",),
+        ("actor_rollout_ref.actor.use_kl_loss='maybe'", "true or false"),
+    ),
+    Case(
+        "bool_as_integer",
+        "`actor_rollout_ref.rollout.do_sample=1`",
+        ("actor_rollout_ref.rollout.do_sample=1",),
+        ("actor_rollout_ref.rollout.do_sample=1", "must be true or false"),
+    ),
+    Case(
+        "int_as_fraction",
+        "`actor_rollout_ref.rollout.n=2.5`",
+        ("actor_rollout_ref.rollout.n=2.5",),
+        ("actor_rollout_ref.rollout.n=2.5", "positive integer"),
+    ),
+    Case(
+        "null_batch_size",
+        "`data.train_batch_size=null`",
+        ("data.train_batch_size=null",),
+        ("data.train_batch_size=null", "positive integer"),
+    ),
+    Case(
+        "number_as_word",
+        "`actor_rollout_ref.actor.clip_ratio=high`",
+        ("actor_rollout_ref.actor.clip_ratio=high",),
+        ("actor_rollout_ref.actor.clip_ratio='high'", "a number >= 0"),
+    ),
+    Case(
+        "string_as_number",
+        "`trainer.experiment_name=2024` (Hydra reads an integer)",
+        ("trainer.experiment_name=2024",),
+        ("trainer.experiment_name=2024", "must be a string"),
+    ),
+    Case(
+        "choice_as_bool",
+        "`data.truncation=true`",
+        ("data.truncation=true",),
+        ("data.truncation=true", "is not one of: error, left, right, middle"),
+    ),
+    Case(
+        "logger_as_number",
+        "`trainer.logger=3`",
+        ("trainer.logger=3",),
+        ("trainer.logger=3", "a string or a list of strings"),
+    ),
+    Case(
+        "betas_as_scalar",
+        "`actor_rollout_ref.actor.optim.betas=0.9` (two are needed)",
+        ("actor_rollout_ref.actor.optim.betas=0.9",),
+        ("actor_rollout_ref.actor.optim.betas=0.9", "two numbers in [0, 1)"),
+    ),
+    Case(
+        "lr_quoted",
+        '`actor_rollout_ref.actor.optim.lr="1e-6"` (quoted: a string to Hydra)',
+        ('actor_rollout_ref.actor.optim.lr="1e-6"',),
+        ("actor_rollout_ref.actor.optim.lr='1e-6'", "a number"),
+    ),
+    Case(
+        "number_quoted_as_text",
+        "`critic.optim.lr='1e-5'` (quoted: a string)",
+        ("dag=ppo", "algorithm.adv_estimator=gae", "critic.optim.lr='1e-5'"),
+        ("critic.optim.lr='1e-5'", "not text", "write critic.optim.lr=1e-5 unquoted"),
+    ),
+    Case(
+        "bool_as_yes",
+        "`actor_rollout_ref.rollout.do_sample=yes`",
+        ("actor_rollout_ref.rollout.do_sample=yes",),
+        ("actor_rollout_ref.rollout.do_sample='yes'", "true or false"),
+    ),
+    Case(
+        "val_do_sample_word",
+        "`val_kwargs.do_sample=sometimes`",
+        ("actor_rollout_ref.rollout.val_kwargs.do_sample=sometimes",),
+        ("val_kwargs.do_sample='sometimes' must be true or false",),
+    ),
+    Case(
+        "filter_overlong_as_one",
+        "`data.filter_overlong_prompts=1`",
+        ("data.filter_overlong_prompts=1",),
+        ("data.filter_overlong_prompts=1 must be true or false",),
+    ),
+    Case("val_only_word", "`trainer.val_only=yes`", ("trainer.val_only=yes",), ("trainer.val_only='yes'",)),
+    Case(
+        "steps_in_scientific_notation",
+        "`trainer.total_training_steps=1e3` (a float to Hydra)",
+        ("trainer.total_training_steps=1e3",),
+        ("trainer.total_training_steps=1000.0", "positive integer"),
+    ),
+    Case("data_seed_fraction", "`data.seed=1.5`", ("data.seed=1.5",), ("data.seed=1.5", "integer >= 0")),
+    Case(
+        "nccl_timeout_with_unit",
+        "`actor_rollout_ref.nccl_timeout=10m`",
+        ("actor_rollout_ref.nccl_timeout=10m",),
+        ("actor_rollout_ref.nccl_timeout='10m'", "a number > 0"),
+    ),
+    Case(
+        "project_name_null",
+        "`trainer.project_name=null` (names the checkpoint path)",
+        ("trainer.project_name=null",),
+        ("trainer.project_name=null must be a string",),
+    ),
+    Case(
+        "transformer_overrides_as_string",
+        "`megatron.override_transformer_config=recompute`",
+        (f"{MEGATRON}.override_transformer_config=recompute",),
+        ("override_transformer_config='recompute'", "a map"),
+    ),
+    Case(
+        "choice_with_underscore",
+        "`actor_rollout_ref.actor.loss_agg_mode=token_mean`",
+        ("actor_rollout_ref.actor.loss_agg_mode=token_mean",),
+        ("actor_rollout_ref.actor.loss_agg_mode='token_mean'", "token-mean"),
+    ),
+    Case(
+        "adv_estimator_upper_case",
+        "`algorithm.adv_estimator=GRPO`",
+        ("algorithm.adv_estimator=GRPO",),
+        ("algorithm.adv_estimator='GRPO'", "grpo, rloo"),
+    ),
+    Case(
+        "truncation_capitalised",
+        "`data.truncation=Left`",
+        ("data.truncation=Left",),
+        ("data.truncation='Left'", "error, left, right, middle"),
+    ),
+    Case(
+        "resume_mode_capitalised",
+        "`trainer.resume_mode=Auto`",
+        ("trainer.resume_mode=Auto",),
+        ("trainer.resume_mode='Auto'", "auto, disable, resume_path"),
+    ),
+    Case(
+        "actor_seed_not_int",
+        "`actor_rollout_ref.actor.megatron.seed=abc` (the critic's seed interpolates it)",
+        (f"{MEGATRON}.seed=abc",),
+        (f"{MEGATRON}.seed='abc'", "must be an integer"),
+    ),
+    Case(
+        "actor_shuffle_not_bool",
+        "`actor_rollout_ref.actor.shuffle=maybe` (critic.shuffle interpolates it)",
+        ("actor_rollout_ref.actor.shuffle=maybe",),
+        ("actor_rollout_ref.actor.shuffle='maybe'", "true or false"),
+    ),
+    Case(
+        "gradient_checkpointing_not_bool",
+        "`actor_rollout_ref.model.enable_gradient_checkpointing=yes`",
+        ("actor_rollout_ref.model.enable_gradient_checkpointing=yes",),
+        ("actor_rollout_ref.model.enable_gradient_checkpointing='yes'", "true or false"),
+    ),
+    Case(
+        "save_freq_as_word",
+        "`trainer.save_freq=often`",
+        ("trainer.save_freq=often",),
+        ("trainer.save_freq='often'", "integer"),
+    ),
+    Case(
+        "test_freq_as_fraction",
+        "`trainer.test_freq=2.5`",
+        ("trainer.test_freq=2.5",),
+        ("trainer.test_freq=2.5", "integer"),
+    ),
+)
