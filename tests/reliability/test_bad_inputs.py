@@ -30,9 +30,8 @@ from tests.reliability.corpus import CASES, PREFLIGHT, RUNTIME, STARTUP, TOPICS,
 
 PROBE_DIR = Path(__file__).with_name("probe")  # its sitecustomize records imports and CPU time at exit
 DOCS = Path(__file__).parents[2] / "docs" / "bad_inputs.md"
-TABLE_HEADER = (
-    "| case | bad input | found at | exit | the one line on stderr |\n|---|---|---|---|---|"  # opens each table
-)
+# opens each topic's table in docs/bad_inputs.md
+TABLE_HEADER = "| case | bad input | found at | exit | the one line on stderr |\n|---|---|---|---|---|"
 PREFLIGHT_CPU_S = 5.0
 
 
