@@ -1816,6 +1816,30 @@ CASES: tuple[Case, ...] = (
             "filter_groups.enable=true) filters on the scores before it",
         ),
     ),
+    Case(
+        "async_reward_without_a_waiter",
+        "`reward_model.launch_reward_fn_async=true` with the KL-in-reward node no longer depending on `score`",
+        ("reward_model.launch_reward_fn_async=true", "dag.nodes.reward.deps=[ref_log_prob]"),
+        (
+            "reward_model.launch_reward_fn_async=true scores in the background behind the reshard node",
+            "no node after it depends on 'score' to wait for the scores",
+            "set reward_model.launch_reward_fn_async=false",
+        ),
+    ),
+    Case(
+        "async_reward_without_a_reshard",
+        "`reward_model.launch_reward_fn_async=true` on a graph without the reshard node (one process)",
+        (
+            "reward_model.launch_reward_fn_async=true",
+            "dag.nodes.to_actor_layout=null",
+            "dag.nodes.old_log_prob.deps=[score]",
+        ),
+        (
+            "reward_model.launch_reward_fn_async=true scores in the background behind the reshard node",
+            "the graph has no reshard node (dagrl.nodes.layout:to_actor_layout) to score behind",
+            "set reward_model.launch_reward_fn_async=false",
+        ),
+    ),
     # ---- user modules ----
     Case(
         "plugin_file_name",
@@ -1852,7 +1876,17 @@ CASES: tuple[Case, ...] = (
         "dag_dep_misspelt",
         "`dag.nodes.score.deps=[rolout]`",
         ("dag.nodes.score.deps=[rolout]",),
-        ("depends on unknown node 'rolout'", "known: rollout"),
+        ("depends on unknown node 'rolout'", "known: weight_sync, rollout"),
+    ),
+    Case(
+        "dag_rollout_without_weight_sync",
+        "`dag.nodes.weight_sync=null dag.nodes.rollout.deps=[]` (a graph whose rollout node has no weight sync)",
+        ("dag.nodes.weight_sync=null", "dag.nodes.rollout.deps=[]"),
+        (
+            "dag.nodes: node 'rollout' (role rollout) has no node with role weight_sync before it",
+            "add weight_sync: {role: weight_sync, fn: dagrl.nodes.rollout:weight_sync, deps: []}",
+            "make 'rollout' depend on it",
+        ),
     ),
     Case(
         "dag_deps_as_string",
@@ -1882,9 +1916,9 @@ CASES: tuple[Case, ...] = (
         "dag_node_as_string",
         "`dag.nodes.score=rollout`",
         ("dag.nodes.score=rollout",),
-        ("dag.nodes[1] must be a mapping", "got 'rollout'"),
+        ("dag.nodes[2] must be a mapping", "got 'rollout'"),
     ),
-    Case("dag_nodes_empty", "`dag.nodes=[]`", ("dag.nodes=[]",), ("dag.nodes is a section", "dag.nodes.rollout=")),
+    Case("dag_nodes_empty", "`dag.nodes=[]`", ("dag.nodes=[]",), ("dag.nodes is a section", "dag.nodes.weight_sync=")),
     Case(
         "pipeline_fn_with_dot",
         "`dag.custom_pipeline_fn=my_graphs.build`",
