@@ -30,8 +30,9 @@ def sync_weights(ctx: StepContext) -> dict[str, float]:
     return metrics
 
 
-def wake_rollout(ctx: StepContext) -> dict[str, float]:
-    """The memory choreography before a rollout on a GPU shared with the actor; the weight-sync metrics.
+def wake_rollout(ctx: StepContext) -> tuple[dict[str, float], float]:
+    """The memory choreography before a rollout on a GPU shared with the actor: the weight-sync metrics, and its
+    seconds.
 
     Optimizer state and grads leave the device first (training does not need them until the update), the
     rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
@@ -58,23 +59,22 @@ def wake_rollout(ctx: StepContext) -> dict[str, float]:
     elif colocated and torch.cuda.is_available():
         torch.cuda.empty_cache()  # the phases' freed blocks (activations, sync buckets) back to the driver for vLLM
     ctx.rollout.wake_cache()
-    ctx.wake.switch_s = time.perf_counter() - start
-    return metrics
+    return metrics, time.perf_counter() - start
 
 
-def put_rollout_to_sleep(ctx: StepContext) -> dict[str, float]:
+def put_rollout_to_sleep(ctx: StepContext, woke_s: float) -> dict[str, float]:
     """The rollout sleeps after generating; `timing_s/rollout_switch`: the seconds of the whole choreography
-    (offloads, wake-ups, weight sync, sleep), which a rollout pool of its own never pays."""
+    (offloads, wake-ups, weight sync: `woke_s`, and the sleep), which a rollout pool of its own never pays."""
     start = time.perf_counter()
     ctx.rollout.sleep()
-    switch, ctx.wake.switch_s = ctx.wake.switch_s, None
-    return {"timing_s/rollout_switch": switch + time.perf_counter() - start}
+    return {"timing_s/rollout_switch": woke_s + time.perf_counter() - start}
 
 
 def weight_sync(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     """Node (role weight_sync): wakes the rollout engine with the actor's latest weights for the rollout node after
     it, which puts it back to sleep (`wake_rollout`)."""
-    return batch, wake_rollout(ctx)
+    metrics, ctx.wake.switch_s = wake_rollout(ctx)
+    return batch, metrics
 
 
 @contextlib.contextmanager
@@ -82,18 +82,19 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
     """One rollout outside the graph's weight_sync and rollout nodes (validation, dynamic sampling's extra rounds):
     woken with the actor's weights, put to sleep at the end. Yields the weight-sync metrics, and
     `timing_s/rollout_switch` once it ends."""
-    metrics = wake_rollout(ctx)
+    metrics, woke_s = wake_rollout(ctx)
     try:
         yield metrics
     finally:
-        metrics.update(put_rollout_to_sleep(ctx))
+        metrics.update(put_rollout_to_sleep(ctx, woke_s))
 
 
 @contextlib.contextmanager
 def woken(ctx: StepContext) -> Iterator[dict[str, float]]:
     """The rollout the weight_sync node woke, put to sleep at the end; yields a dict that gets
     `timing_s/rollout_switch` then."""
-    if ctx.wake.switch_s is None:
+    woke_s, ctx.wake.switch_s = ctx.wake.switch_s, None
+    if woke_s is None:
         raise RuntimeError(
             "the rollout engine is asleep: a rollout node runs after a weight_sync node "
             "(dagrl.nodes.rollout:weight_sync), which wakes it"
@@ -102,7 +103,7 @@ def woken(ctx: StepContext) -> Iterator[dict[str, float]]:
     try:
         yield metrics
     finally:
-        metrics.update(put_rollout_to_sleep(ctx))
+        metrics.update(put_rollout_to_sleep(ctx, woke_s))
 
 
 def sampling_seed(base_seed: int, step: int, rollout_dp_rank: int, purpose: str) -> int:

@@ -104,3 +104,20 @@ def test_a_rollout_node_without_the_weight_sync_before_it_says_so():
     with pytest.raises(RuntimeError, match="runs after a weight_sync node"):
         generate(context(events), prompts())
     assert "generate" not in events
+
+
+def test_a_rollout_session_needs_no_more_context_than_before():
+    """What tests/gpu/vllm_worker.py gives rollout_session: the engines, the bucket size and the versions."""
+    from dagrl.nodes.context import WeightVersions
+
+    events: list[str] = []
+    rollout = RecordingRollout(events)
+    rollout.colocated = False
+    cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(update_weights_bucket_megabytes=1)))
+    ctx = SimpleNamespace(
+        cfg=cfg, actor=RecordingActor(events), rollout=rollout, reference=None, critic=None, versions=WeightVersions()
+    )
+    with rollout_session(ctx) as metrics:
+        rollout.generate(prompts(), SimpleNamespace(n=1), seed=0)
+    assert events == ["wake_weights", "load_weights:1", "wake_cache", "generate", "sleep"]
+    assert metrics["timing_s/weight_sync"] == 0.5 and metrics["timing_s/rollout_switch"] > 0
