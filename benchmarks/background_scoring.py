@@ -7,8 +7,9 @@ The graph is the GRPO graph's middle: rollout (a batch of random response tokens
 (dagrl's reward manager: decode and the arithmetic rule scorer) and a stand-in for the old log-prob pass, which on a GPU
 is mostly waiting for kernels: `--logprob-s` seconds of which `--launch-share` is Python holding the GIL (launching
 kernels) and the rest a sleep (the GPU's time, the GIL released) -> KL-in-reward, which needs both. In line, the graph
-runs score then log-prob; in the background, the score node runs in a thread beside the log-prob pass
-(`dagrl.nodes.reward.score_in_background`'s layout). The table: median seconds of the middle of the step, the scorer's
+runs score then log-prob; in the background, the score node runs in a thread beside the log-prob pass (the layout
+conf/dag/grpo.yaml's `background_scoring` switch declares: the score node behind the reshard, the KL-in-reward node
+waiting for it). The table: median seconds of the middle of the step, the scorer's
 own seconds, the log-prob stand-in's (slowed by sharing the GIL) and the wait at the join, both ways in the same run.
 """
 

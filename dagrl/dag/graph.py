@@ -6,10 +6,15 @@ import or cannot take `(ctx, batch)`, a custom_pipeline_fn that raises, exits or
 one line naming the node. Pre-flight (`preflight_graph`) runs the same checks without importing dagrl's own node
 modules (they import torch), so a user's graph or node function fails in a second.
 
+`graph_from_config` builds the graph a run's config declares: `dag.nodes` (or dag.custom_pipeline_fn's), with the
+switches that are on merged in (dag/switches.py), every rollout node after a weight sync; the trainer runs exactly
+that graph, cut at the reshard node when the pools are separate.
+
 A node marked `background: true` runs in a thread beside the nodes that do not depend on it (scoring on the CPU while
 the GPU computes log-probs: reward_model.launch_reward_fn_async); the first node that depends on it waits for it. It
 works on a shallow copy of the batch, whose new columns join the batch then, and must not call collectives or
-engines (the main thread's nodes use them meanwhile); nodes between may add columns but not change rows.
+engines (the main thread's nodes use them meanwhile; `in_background` tells a node where it runs); nodes between may
+add columns but not change rows.
 """
 
 from __future__ import annotations
@@ -17,27 +22,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import graphlib
-import importlib
-import importlib.util
 import inspect
 import logging
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
+from dagrl.dag.functions import check_node_signature, import_function, lazy_import
+from dagrl.dag.switches import switched, switches_on
+from dagrl.dag.roles import BACKGROUND_ROLES, REQUIRED_ROLES, RESHARD, RESHARD_FN, ROLES, WEIGHT_SYNC, WEIGHT_SYNC_FN
 
 logger = logging.getLogger(__name__)
+_THREAD = threading.local()  # .node: the id of the background node this thread runs
 
-ROLES = ("rollout", "actor", "reference", "teacher", "critic", "reward", "advantage", "reshard", "custom")
-# The reshard node moves the batch from the rollout layout to the actor layout (dagrl.nodes.layout:to_actor_layout):
-# the nodes before it run on the rollout's shards, those after it on the actor's. A graph has at most one; the layout
-# check, the split into separate pools and background scoring read its place in the graph.
-RESHARD = "reshard"
-RESHARD_FN = "dagrl.nodes.layout:to_actor_layout"
-REQUIRED_ROLES = ("rollout", "advantage", "actor")
-BACKGROUND_ROLES = ("reward", "custom")  # the others drive engines and collectives, which only the main thread may
 NODE_KEYS = {"id", "role", "fn", "deps", "config", "background"}
 
 
@@ -65,95 +63,6 @@ class Graph:
     def reshard(self) -> int | None:
         """The reshard node's position in execution order (None: the graph has none)."""
         return next((i for i, node in enumerate(self.nodes) if node.role == RESHARD), None)
-
-
-def import_function(spec: str, key: str) -> Callable[..., Any]:
-    """'pkg.module:function' -> the function; ConfigError naming `key` when it cannot be loaded."""
-    module_name, sep, function_name = spec.partition(":")
-    if not sep or not module_name or not function_name:
-        raise ConfigError(key, f"{key}={spec!r} must look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(key, f"{key}={spec!r}: cannot import module {module_name!r} ({err})") from None
-    function = getattr(module, function_name, None)
-    if function is not None and not callable(function):  # a list or a dict of nodes where a function goes
-        raise ConfigError(
-            key,
-            f"{key}={spec!r}: {function_name} in module {module_name!r} is a "
-            f"{type(function).__name__}, not a function: name a function (def "
-            f"{function_name}(): return [...])",
-        )
-    if not callable(function):
-        raise ConfigError(key, f"{key}={spec!r}: module {module_name!r} has no function {function_name!r}")
-    return function
-
-
-def check_node_signature(fn: Callable[..., Any], key: str, spec: str) -> None:
-    """run_graph calls `fn(ctx, batch)`: a function that cannot take that call would fail at the first step."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin or C function without a signature: its call will tell
-        return
-    try:
-        signature.bind("ctx", "batch")
-    except TypeError as error:
-        raise ConfigError(
-            key,
-            f"{key}={spec}: {getattr(fn, '__name__', 'fn')}{signature} cannot take the trainer's "
-            f"call fn(ctx, batch) ({error}); define it as def fn(ctx, batch) returning "
-            f"(batch, metrics)",
-        ) from None
-
-
-def _builtin_stub(ctx: Any, batch: Any) -> Any:
-    raise AssertionError("pre-flight's stand-in for a dagrl node function is never run")
-
-
-def lazy_import(spec: str, key: str) -> Callable[..., Any]:
-    """import_function for a user's function; dagrl's own (`dagrl.` modules, which import torch and are tested)
-    only checked to exist as modules, with a stand-in that is never called (pre-flight)."""
-    module_name, sep, function_name = spec.partition(":")
-    if not spec.startswith("dagrl.") or not sep or not function_name:  # the user's, or a malformed spec
-        return import_function(spec, key)
-    try:
-        found = importlib.util.find_spec(module_name) is not None
-    except ImportError:  # a parent package that does not exist
-        found = False
-    if not found:
-        raise ConfigError(key, f"{key}={spec!r}: cannot import module {module_name!r} (no such dagrl module)")
-    names, functions = _top_level_names(module_name)
-    if names is not None and function_name not in names:
-        public = sorted(name for name in functions if not name.startswith("_"))
-        raise ConfigError(
-            key,
-            f"{key}={spec!r}: module {module_name!r} has no function {function_name!r} (it "
-            f"defines {', '.join(public[:8])}{', ...' if len(public) > 8 else ''}): fix the name",
-        )
-    return _builtin_stub
-
-
-def _top_level_names(module_name: str) -> tuple[set[str] | None, set[str]]:
-    """The names a dagrl module's source binds at top level and the functions it defines, read with ast (the module
-    itself imports torch); (None, empty) when its source cannot be read."""
-    import ast
-
-    origin = importlib.util.find_spec(module_name).origin
-    try:
-        tree = ast.parse(Path(origin).read_text(encoding="utf-8"))
-    except (OSError, TypeError, SyntaxError, ValueError):
-        return None, set()
-    names: set[str] = set()
-    functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return names, functions
 
 
 def node_list(nodes: Any, source: str = "dag.nodes") -> Any:
@@ -329,16 +238,44 @@ def _call_pipeline(spec: str, factory: Callable[..., Any]) -> list | tuple:
 
 
 def graph_from_config(dag_cfg: Any, load: Callable[[str, str], Callable[..., Any]] = import_function) -> Graph:
-    """The graph named by the `dag` config group, or built by dag.custom_pipeline_fn."""
-    if dag_cfg.custom_pipeline_fn:
-        return build_graph(pipeline_nodes(dag_cfg.custom_pipeline_fn), source="dag.custom_pipeline_fn", load=load)
-    return build_graph(dag_cfg.to_dict()["nodes"] if hasattr(dag_cfg, "to_dict") else dag_cfg["nodes"], load=load)
+    """The graph the trainer runs: `dag.nodes` (or what dag.custom_pipeline_fn returns) with the switches that are
+    on merged in (dag.switches, dagrl/dag/switches.py); every rollout node has a weight sync before it."""
+    data = dag_cfg.to_dict() if hasattr(dag_cfg, "to_dict") else dict(dag_cfg)
+    custom = data.get("custom_pipeline_fn")
+    source = "dag.custom_pipeline_fn" if custom else "dag.nodes"
+    specs = pipeline_nodes(custom) if custom else node_list(data["nodes"])
+    graph = build_graph(specs, source=source, load=load)
+    for key, changes in switches_on(data.get("switches")):
+        specs = switched(graph, specs, key, changes)
+        graph = build_graph(specs, source=f"{source} ({key})", load=load)
+    check_weight_sync(graph, source)
+    return graph
+
+
+def check_weight_sync(graph: Graph, source: str) -> None:
+    """Every rollout node runs after a weight_sync node, which wakes the rollout engine with the actor's weights."""
+    synced: set[str] = set()  # nodes with a weight_sync node among their deps, directly or through others
+    for node in graph.nodes:
+        if node.role == WEIGHT_SYNC or synced.intersection(node.deps):
+            synced.add(node.id)
+        if node.role == "rollout" and node.id not in synced:
+            raise ConfigError(
+                source,
+                f"{source}: node {node.id!r} (role rollout) has no node with role {WEIGHT_SYNC} before it to "
+                f"wake the rollout engine with the actor's weights; add weight_sync: {{role: {WEIGHT_SYNC}, "
+                f"fn: {WEIGHT_SYNC_FN}, deps: []}} and make {node.id!r} depend on it (as conf/dag/grpo.yaml does)",
+            )
 
 
 def preflight_graph(dag_cfg: Any) -> None:
     """The graph's checks before any model: user node functions imported and their signatures checked, the
     pipeline factory dry-called, dagrl's own node modules left unimported (see lazy_import)."""
     graph_from_config(dag_cfg, load=lazy_import)
+
+
+def in_background() -> bool:
+    """Whether the calling node runs in a background thread, where it must leave collectives to the main thread."""
+    return getattr(_THREAD, "node", None) is not None
 
 
 def run_graph(graph: Graph, ctx: Any, batch: Any, timer: Callable[[str], Any]) -> tuple[Any, dict[str, float]]:
@@ -378,6 +315,7 @@ class Background:
         copy.tensors, copy.columns = dict(batch.tensors), dict(batch.columns)
 
         def run() -> None:
+            _THREAD.node = node.id
             try:
                 with timer(f"{node.id}_background"):
                     self.outcome["result"] = node.fn(ctx, copy)

@@ -25,6 +25,14 @@ class WeightVersions:
 
 
 @dataclass
+class RolloutWake:
+    """The rollout engine between the weight_sync node, which wakes it, and the node that generates and puts it back
+    to sleep (nodes/rollout.py): the seconds of the choreography so far, None while it sleeps."""
+
+    switch_s: float | None = None
+
+
+@dataclass
 class StepContext:
     cfg: Config  # the run's config, typed (dagrl/config/schema/): built once by the trainer
     shape: RunShape
@@ -57,6 +65,8 @@ class StepContext:
     # ledger uid (column `ledger_uid`, "<epoch>:<dataset index>") -> why a node dropped that prompt this step
     # (dynamic sampling: zero_variance, surplus); the trainer resets it every step and writes it to the prompt ledger
     dropped: dict[str, str] = field(default_factory=dict)
+    # shared by every node of a step (run_graph gives each node a copy of this context, not of this field)
+    wake: RolloutWake = field(default_factory=RolloutWake)
 
     @functools.cached_property
     def schedule(self) -> Schedule:

@@ -1,13 +1,14 @@
-"""Reward nodes: rule scores right after rollout (or in the background beside the log-prob passes, with
-reward_model.launch_reward_fn_async); KL-in-reward once reference log-probs exist."""
+"""Reward nodes: rule scores right after rollout (or in the background beside the log-prob passes, where
+reward_model.launch_reward_fn_async's switch in conf/dag/grpo.yaml moves the node); KL-in-reward once reference
+log-probs exist."""
 
 from __future__ import annotations
 
 import torch
 
 from dagrl.algo.kl import kl_penalty
-from dagrl.config.errors import ConfigError, RunError
-from dagrl.dag.graph import RESHARD_FN, Graph, build_graph
+from dagrl.config.errors import RunError
+from dagrl.dag.graph import in_background
 from dagrl.data.batch import Batch
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import data_parallel_sums
@@ -15,16 +16,18 @@ from dagrl.utils.dist import data_parallel_sums
 
 def score(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     """The scores in the rollout layout, where filters (dynamic sampling) read them; stops a step whose every
-    response failed. Every rank of a rollout-TP group scores the same shard: the sums count it once per rank."""
+    response failed. Every rank of a rollout-TP group scores the same shard: the sums count it once per rank.
+    In the background (behind the reshard node) the all-failed check, a collective, is left to the main thread:
+    the KL-in-reward node, which waits for the scores, makes it (`reward_failed` stays in the batch until then)."""
     batch, metrics = score_rows(ctx, batch)
-    stop_if_every_score_failed(ctx, batch.pop("reward_failed"), model_parallel_size=1)
+    if not in_background():
+        stop_if_every_score_failed(ctx, batch.pop("reward_failed"), model_parallel_size=1)
     return batch, metrics
 
 
 def score_rows(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     """`token_level_scores`, per-response `score` and `acc` (what dynamic sampling may filter on) and `reward_failed`
-    (1 for a response whose scorer failed). No collective, so it may run in the background (score_in_background):
-    the all-failed check, a collective, is then made on the main thread by the first node that reads the scores."""
+    (1 for a response whose scorer failed). No collective, so it may run in the background."""
     scores, metrics, rows = ctx.reward_fn.score_batch(batch, ctx.tokenizer)
     sequence_scores = scores.sum(-1)  # on the CPU: a .item() on the GPU would wait for the other thread's kernels
     metrics.update(
@@ -60,52 +63,6 @@ def stop_if_every_score_failed(ctx: StepContext, failed: torch.Tensor, model_par
     )
     if totals[1] > 0 and totals[0] >= totals[1]:
         raise RunError(ctx.reward_fn.all_failed_message(int(round(float(totals[1]))), ctx.step))
-
-
-def score_in_background(graph: Graph) -> Graph:
-    """reward_model.launch_reward_fn_async (verl's key): the score node runs in a thread beside the log-prob passes.
-    It moves behind the reshard node (it then scores the rows this rank trains; the ranks of a model-parallel group
-    score the same rows) and becomes score_rows; the nodes that came after it for order come after what it came
-    after, and the KL-in-reward node waits for it. A graph without the built-in score node is left as it is."""
-    scorer = next((node for node in graph.nodes if node.fn is score), None)
-    if scorer is None:
-        return graph
-    layout = None if graph.reshard is None else graph.nodes[graph.reshard]
-    waiter = next((node for node in graph.nodes if node.fn is apply_kl_in_reward), None)
-    readers = [node.id for node in graph.nodes if scorer.id in node.deps and node is not layout]
-    why = (
-        f"node {readers[0]!r} reads the scores before the reshard node"
-        if readers
-        else f"the graph has no reshard node ({RESHARD_FN}) to score behind"
-        if layout is None
-        else "the graph has no node dagrl.nodes.reward:apply_kl_in_reward to wait for the scores"
-        if waiter is None
-        else None
-    )
-    if why:
-        raise ConfigError(
-            "reward_model.launch_reward_fn_async",
-            f"reward_model.launch_reward_fn_async=true scores in the background behind the reshard node, "
-            f"but {why}; set reward_model.launch_reward_fn_async=false",
-        )
-    specs = []
-    for node in graph.nodes:
-        spec = {
-            "id": node.id,
-            "role": node.role,
-            "fn": node.fn,
-            "deps": list(node.deps),
-            "config": node.config,
-            "background": node.background,
-        }
-        if node is scorer:
-            spec.update(fn=score_rows, deps=[layout.id], background=True)
-        elif node is layout:
-            spec["deps"] = [dep for dep in node.deps if dep != scorer.id] + list(scorer.deps)
-        elif node is waiter:
-            spec["deps"].append(scorer.id)
-        specs.append(spec)
-    return build_graph(specs, source="dag.nodes (reward_model.launch_reward_fn_async)")
 
 
 def apply_kl_in_reward(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:

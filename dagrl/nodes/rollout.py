@@ -1,4 +1,5 @@
-"""Rollout node: sync fresh actor weights into the rollout engine, then sample n responses per prompt."""
+"""The weight_sync node wakes the rollout engine with the actor's latest weights; the rollout node after it samples n
+responses per prompt and puts the engine back to sleep."""
 
 from __future__ import annotations
 
@@ -29,17 +30,15 @@ def sync_weights(ctx: StepContext) -> dict[str, float]:
     return metrics
 
 
-@contextlib.contextmanager
-def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
-    """Memory choreography around one rollout on a GPU shared with the actor.
+def wake_rollout(ctx: StepContext) -> tuple[dict[str, float], float]:
+    """The memory choreography before a rollout on a GPU shared with the actor: the weight-sync metrics, and its
+    seconds.
 
     Optimizer state and grads leave the device first (training does not need them until the update), the
     rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
     reference's, teacher's and critic's) parameters leave too, and only then does the rollout take its KV cache; with
     rollout.offload_train_state=false nothing leaves beyond what the *_offload flags keep on the host. After
-    generating, the rollout sleeps; the actor's phases bring back what each needs. Yields the weight-sync metrics, and
-    `timing_s/rollout_switch`: the seconds of this choreography (offloads, wake-ups, weight sync, sleep), which a
-    rollout pool of its own never pays.
+    generating, `put_rollout_to_sleep`; the actor's phases bring back what each needs.
     """
     start = time.perf_counter()
     colocated = ctx.rollout.colocated
@@ -60,13 +59,51 @@ def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
     elif colocated and torch.cuda.is_available():
         torch.cuda.empty_cache()  # the phases' freed blocks (activations, sync buckets) back to the driver for vLLM
     ctx.rollout.wake_cache()
-    switch = time.perf_counter() - start
+    return metrics, time.perf_counter() - start
+
+
+def put_rollout_to_sleep(ctx: StepContext, woke_s: float) -> dict[str, float]:
+    """The rollout sleeps after generating; `timing_s/rollout_switch`: the seconds of the whole choreography
+    (offloads, wake-ups, weight sync: `woke_s`, and the sleep), which a rollout pool of its own never pays."""
+    start = time.perf_counter()
+    ctx.rollout.sleep()
+    return {"timing_s/rollout_switch": woke_s + time.perf_counter() - start}
+
+
+def weight_sync(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    """Node (role weight_sync): wakes the rollout engine with the actor's latest weights for the rollout node after
+    it, which puts it back to sleep (`wake_rollout`)."""
+    metrics, ctx.wake.switch_s = wake_rollout(ctx)
+    return batch, metrics
+
+
+@contextlib.contextmanager
+def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
+    """One rollout outside the graph's weight_sync and rollout nodes (validation, dynamic sampling's extra rounds):
+    woken with the actor's weights, put to sleep at the end. Yields the weight-sync metrics, and
+    `timing_s/rollout_switch` once it ends."""
+    metrics, woke_s = wake_rollout(ctx)
     try:
         yield metrics
     finally:
-        start = time.perf_counter()
-        ctx.rollout.sleep()
-        metrics["timing_s/rollout_switch"] = switch + time.perf_counter() - start
+        metrics.update(put_rollout_to_sleep(ctx, woke_s))
+
+
+@contextlib.contextmanager
+def woken(ctx: StepContext) -> Iterator[dict[str, float]]:
+    """The rollout the weight_sync node woke, put to sleep at the end; yields a dict that gets
+    `timing_s/rollout_switch` then."""
+    woke_s, ctx.wake.switch_s = ctx.wake.switch_s, None
+    if woke_s is None:
+        raise RuntimeError(
+            "the rollout engine is asleep: a rollout node runs after a weight_sync node "
+            "(dagrl.nodes.rollout:weight_sync), which wakes it"
+        )
+    metrics: dict[str, float] = {}
+    try:
+        yield metrics
+    finally:
+        metrics.update(put_rollout_to_sleep(ctx, woke_s))
 
 
 def sampling_seed(base_seed: int, step: int, rollout_dp_rank: int, purpose: str) -> int:
@@ -144,7 +181,7 @@ def generate(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
         out, metrics = generate_partial(ctx, batch, sampling, seed)
     else:
         greedy = None
-        with rollout_session(ctx) as metrics:
+        with woken(ctx) as metrics:
             out, sampled = sample(ctx, batch, sampling, seed)
             if needs_greedy_baseline(ctx.cfg):  # ReMax: in the same session, no second weight sync or wake-up
                 greedy, _ = sample(ctx, batch, replace(sampling, n=1, do_sample=False), seed)
@@ -220,7 +257,7 @@ def generate_partial(
     base = ctx.versions.actor if ctx.update_base is None else ctx.update_base
     options = ctx.cfg.async_training
     restarted = buffer.restart_stale(base - options.max_staleness) if options.restart_stale else 0
-    with rollout_session(ctx) as metrics:
+    with woken(ctx) as metrics:
         groups = buffer.run(ctx.rollout, sampling, share, ctx.weight_updates)
     if buffer.agent is not None:  # multi-turn trajectories
         from dagrl.agent.partial import batch_of

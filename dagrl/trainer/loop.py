@@ -49,10 +49,6 @@ class Trainer:
         started = time.perf_counter()
         say = logger.info if self.rank == 0 else logger.debug  # start-up progress: minutes pass before step 1
         self.graph = graph_from_config(cfg.dag)
-        if cfg.reward_model.launch_reward_fn_async:
-            from dagrl.nodes.reward import score_in_background
-
-            self.graph = score_in_background(self.graph)
         check_layout_node(self.graph, shape.placement.world_size if shape.placement else self.world)
         self.feed = None  # the training pool's link to the rollout pool
         if shape.two_pools:

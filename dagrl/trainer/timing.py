@@ -11,8 +11,11 @@ from typing import Callable, Iterator
 from dagrl.trainer.profiler import node_range
 from dagrl.utils.faults import fault_point
 
-# verl's timing names for the built-in nodes; other nodes are timed under their own id.
+# verl's timing names for the built-in nodes; other nodes are timed under their own id. The weight_sync node's
+# seconds count in `gen` with the rollout node's: verl's generation time, from wake-up to sleep (`rollout_switch` is
+# part of it).
 TIMING_NAMES = {
+    "weight_sync": "gen",
     "rollout": "gen",
     "score": "reward",
     "ref_log_prob": "ref",

@@ -218,7 +218,7 @@ def test_config_dir_adds_group_options_that_dag_can_choose(tmp_path):
         "fn": "dagrl.nodes.reward:apply_kl_in_reward",
         "deps": ["old_log_prob"],
     }
-    assert nodes["ref_log_prob"] is None and list(nodes)[0] == "rollout"
+    assert nodes["ref_log_prob"] is None and list(nodes)[:2] == ["weight_sync", "rollout"]
     proc, _ = run_cli(f"--config-dir={tmp_path}", "dag=my_grap", "--cfg", "job")
     assert proc.returncode == 2 and proc.stderr.strip() == (
         f"dagrl: error: override 'dag=my_grap': conf/dag/ or {tmp_path}/dag/ has no 'my_grap': choose one of dapo, "

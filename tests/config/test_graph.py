@@ -1,6 +1,7 @@
 """Graph building: order, validation errors, custom pipelines, execution."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -20,6 +21,7 @@ def test_grpo_graph_order_scores_before_log_probs_and_kl_after_reference():
     graph = graph_from_config(Cfg(compose([])).dag)
     order = [node.id for node in graph.nodes]
     assert order == [
+        "weight_sync",
         "rollout",
         "score",
         "to_actor_layout",
@@ -64,7 +66,7 @@ def test_graph_errors_are_one_line_config_errors(nodes, message):
 
 def test_custom_pipeline_fn_replaces_nodes():
     cfg = Cfg(compose(["dag.custom_pipeline_fn=tests.dag_test_nodes:custom_pipeline"]))
-    assert [n.id for n in graph_from_config(cfg.dag).nodes] == ["rollout", "advantage", "update"]
+    assert [n.id for n in graph_from_config(cfg.dag).nodes] == ["sync", "rollout", "advantage", "update"]
 
 
 def test_the_pipeline_is_called_once_for_all_of_preflight_and_the_trainer():
@@ -75,11 +77,11 @@ def test_the_pipeline_is_called_once_for_all_of_preflight_and_the_trainer():
     cfg = Cfg(compose(["dag.custom_pipeline_fn=tests.dag_test_nodes:counted_pipeline"]))
     dag_test_nodes.CALLS.clear()
     graph_rules.check_graph_nodes(cfg, 1)
-    assert graph_rules.graph_roles(cfg) == {"rollout", "advantage", "actor"}
+    assert graph_rules.graph_roles(cfg) == {"weight_sync", "rollout", "advantage", "actor"}
     preflight_graph(cfg.dag)
     graph = graph_from_config(cfg.dag)
     graph.nodes[0].config["mutated"] = True  # a caller's change does not reach the next caller
-    assert [n.id for n in graph_from_config(cfg.dag).nodes] == ["rollout", "advantage", "update"]
+    assert [n.id for n in graph_from_config(cfg.dag).nodes] == ["sync", "rollout", "advantage", "update"]
     assert "mutated" not in graph_from_config(cfg.dag).nodes[0].config
     assert len(dag_test_nodes.CALLS) == 1
 
@@ -302,15 +304,113 @@ def test_background_flag_errors(extra, message):
 
 
 def test_launch_reward_fn_async_scores_behind_the_layout_node_beside_the_log_prob_passes():
-    from dagrl.nodes.reward import score_in_background, score_rows
-
-    for dag, waiter in (("grpo", "reward"), ("ppo", "reward")):
-        graph = score_in_background(graph_from_config(Cfg(compose([f"dag={dag}"])).dag))
+    """The switch grpo.yaml declares (dag.switches.background_scoring), inherited by ppo and opd: the graph the
+    config composes is the graph that runs."""
+    for dag, reader in (("grpo", "ref_log_prob"), ("ppo", "values"), ("opd", "teacher_log_prob")):
+        cfg = Cfg(compose([f"dag={dag}", "reward_model.launch_reward_fn_async=true"]))
+        assert cfg.dag.switches.background_scoring.when == "reward_model.launch_reward_fn_async=True"
+        graph = graph_from_config(cfg.dag)
         by_id = {node.id: node for node in graph.nodes}
         order = [node.id for node in graph.nodes]
-        assert order[:4] == ["rollout", "to_actor_layout", "score", "old_log_prob"]
-        assert by_id["score"].background and by_id["score"].fn is score_rows
+        assert order[:5] == ["weight_sync", "rollout", "to_actor_layout", "score", "old_log_prob"]
+        assert by_id["score"].background and by_id["score"].fn is by_id_of(dag)["score"].fn  # the same scorer
         assert by_id["score"].deps == ("to_actor_layout",) and by_id["to_actor_layout"].deps == ("rollout",)
-        assert "score" in by_id[waiter].deps
-    with pytest.raises(ConfigError, match="node 'dynamic_sampling' reads the scores before the reshard node"):
-        score_in_background(graph_from_config(Cfg(compose(["dag=dapo"])).dag))
+        assert by_id["reward"].deps == (reader, "score")  # the KL-in-reward node waits for the scores
+    assert not any(node.background for node in by_id_of("grpo").values())  # off: as declared in `nodes`
+
+
+def by_id_of(dag):
+    return {node.id: node for node in graph_from_config(Cfg(compose([f"dag={dag}"])).dag).nodes}
+
+
+ASYNC = "reward_model.launch_reward_fn_async=true"
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["dag=dapo", "algorithm.filter_groups.enable=false"], "node 'dynamic_sampling' reads the scores before the "),
+        (
+            ["dag.nodes.to_actor_layout=null", "dag.nodes.old_log_prob.deps=[score]"],
+            r"no reshard node \(dagrl.nodes.layout:to_actor_layout\) to score behind",
+        ),
+        (["dag.nodes.reward.deps=[ref_log_prob]"], "no node after it depends on 'score' to wait for the scores"),
+        (
+            [
+                "dag.nodes.score=null",
+                "dag.nodes.to_actor_layout.deps=[rollout]",
+                "dag.nodes.reward.deps=[ref_log_prob]",
+            ],
+            "changes node 'score', which the graph does not have",
+        ),
+    ],
+)
+def test_a_graph_that_cannot_score_in_the_background_is_named_in_one_line(overrides, message):
+    from dagrl.dag.graph import preflight_graph
+
+    cfg = Cfg(compose([*overrides, ASYNC]))
+    with pytest.raises(ConfigError, match=message) as info:
+        preflight_graph(cfg.dag)
+    assert info.value.key == "reward_model.launch_reward_fn_async" and "\n" not in str(info.value)
+    assert str(info.value).startswith("reward_model.launch_reward_fn_async=true ")
+    assert str(info.value).endswith("; set reward_model.launch_reward_fn_async=false")
+    graph_from_config(Cfg(compose(overrides)).dag)  # the same graph without the switch is fine
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("dag.switches.background_scoring.when=on", "must be {when: <key>="),
+        ("dag.switches.background_scoring.nodes.score=1", "nodes must be a map of node id"),
+    ],
+)
+def test_a_malformed_switch_is_named(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        graph_from_config(Cfg(compose([override])).dag)
+    assert info.value.key == "dag.switches.background_scoring"
+
+
+def test_a_switch_turned_off_or_removed_leaves_the_nodes_as_declared():
+    declared = [(node.id, node.deps) for node in by_id_of("grpo").values()]
+    removed = graph_from_config(Cfg(compose(["dag.switches.background_scoring=null", ASYNC])).dag)
+    assert [(node.id, node.deps) for node in removed.nodes] == declared
+
+
+def test_a_background_node_knows_it_runs_in_the_background():
+    from dagrl.dag.graph import in_background
+
+    def where(column):
+        def node(ctx, batch):
+            batch[column] = [in_background()] * len(batch)
+            return batch, {}
+
+        return node
+
+    graph = build_graph(
+        [
+            spec("gen", "rollout", fn=where("main")),
+            spec("score", "reward", ["gen"], fn=where("thread"), background=True),
+            spec("adv", "advantage", ["score"]),
+            spec("upd", "actor", ["adv"]),
+        ]
+    )
+    batch, _ = run_graph(graph, NodeCtx({}), rows_batch(), recording_timer({}))
+    assert list(batch["main"]) == [False] * 4 and list(batch["thread"]) == [True] * 4 and not in_background()
+
+
+# ---- the weight sync before the rollout ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "overrides,source",
+    [
+        (["dag.nodes.weight_sync=null", "dag.nodes.rollout.deps=[]"], "dag.nodes"),
+        (["dag.nodes.weight_sync.role=custom"], "dag.nodes"),
+        (["dag.custom_pipeline_fn=tests.dag_test_nodes:pipeline_without_weight_sync"], "dag.custom_pipeline_fn"),
+    ],
+)
+def test_a_rollout_node_without_a_weight_sync_before_it_is_refused_in_preflight(overrides, source):
+    from dagrl.dag.graph import preflight_graph
+
+    with pytest.raises(ConfigError, match="has no node with role weight_sync before it") as info:
+        preflight_graph(Cfg(compose(overrides)).dag)
+    assert info.value.key == source and str(info.value).startswith(f"{source}: node 'rollout' (role rollout)")
+    assert "add weight_sync: {role: weight_sync, fn: dagrl.nodes.rollout:weight_sync, deps: []}" in str(info.value)

@@ -55,4 +55,4 @@ def test_unknown_keys_get_a_near_key_or_their_section_not_a_neighbour():
     assert closest_key("trainer.totl_epochs", tree) == "trainer.total_epochs"
     assert closest_key("actor_rollout_ref.rolout.temperature", tree) == "actor_rollout_ref.rollout.temperature"
     assert closest_key("actor_rollout_ref.model.use_shm", tree) is None  # was model.path
-    assert section_keys("dag.workflow_path", tree) == "; dag has: custom_pipeline_fn, nodes"
+    assert section_keys("dag.workflow_path", tree) == "; dag has: custom_pipeline_fn, nodes, switches"

@@ -223,7 +223,7 @@ def test_the_graph_is_cut_at_the_layout_node():
 
     nodes = compose(["dag=dapo"])["dag"]["nodes"]
     rollout, train = split_graph(build_graph(nodes))
-    assert [n.id for n in rollout.nodes] == ["rollout", "score", "dynamic_sampling"]
+    assert [n.id for n in rollout.nodes] == ["weight_sync", "rollout", "score", "dynamic_sampling"]
     assert [n.id for n in train.nodes][0] == "to_actor_layout" and train.nodes[-1].id == "actor_update"
 
 

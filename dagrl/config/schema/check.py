@@ -115,7 +115,7 @@ def type_ok(kind: str, value: Any) -> bool:
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     if kind in PATH_KINDS:
         return isinstance(value, str)
-    return isinstance(value, {"int": int, "str": str, "list": list, "dict": dict}[kind])
+    return isinstance(value, {"int": int, "str": str, "list": list, "dict": dict, "switches": dict}[kind])
 
 
 def _lookup(tree: dict[str, Any], key: str) -> Any:

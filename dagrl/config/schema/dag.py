@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dagrl.config.schema.spec import Graph, Section, key
+from dagrl.config.schema.spec import Graph, Section, Switches, key
 
 
 @dataclass(frozen=True)
@@ -16,3 +16,6 @@ class Dag(Section):
         None, "module:function returning a list of node dicts, used instead of `nodes`"
     )
     nodes: Graph = key({}, "id: {role, fn (module:function), deps, optional per-node config}")
+    switches: Switches = key(
+        {}, "name: {when: <key>=${<key>}, nodes}: the node changes a key of another section makes while it is true"
+    )

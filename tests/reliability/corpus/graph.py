@@ -27,7 +27,17 @@ CASES: tuple[Case, ...] = (
         "dag_dep_misspelt",
         "`dag.nodes.score.deps=[rolout]`",
         ("dag.nodes.score.deps=[rolout]",),
-        ("depends on unknown node 'rolout'", "known: rollout"),
+        ("depends on unknown node 'rolout'", "known: weight_sync, rollout"),
+    ),
+    Case(
+        "dag_rollout_without_weight_sync",
+        "`dag.nodes.weight_sync=null dag.nodes.rollout.deps=[]` (a graph whose rollout node has no weight sync)",
+        ("dag.nodes.weight_sync=null", "dag.nodes.rollout.deps=[]"),
+        (
+            "dag.nodes: node 'rollout' (role rollout) has no node with role weight_sync before it",
+            "add weight_sync: {role: weight_sync, fn: dagrl.nodes.rollout:weight_sync, deps: []}",
+            "make 'rollout' depend on it",
+        ),
     ),
     Case(
         "dag_deps_as_string",
@@ -57,9 +67,9 @@ CASES: tuple[Case, ...] = (
         "dag_node_as_string",
         "`dag.nodes.score=rollout`",
         ("dag.nodes.score=rollout",),
-        ("dag.nodes[1] must be a mapping", "got 'rollout'"),
+        ("dag.nodes[2] must be a mapping", "got 'rollout'"),
     ),
-    Case("dag_nodes_empty", "`dag.nodes=[]`", ("dag.nodes=[]",), ("dag.nodes is a section", "dag.nodes.rollout=")),
+    Case("dag_nodes_empty", "`dag.nodes=[]`", ("dag.nodes=[]",), ("dag.nodes is a section", "dag.nodes.weight_sync=")),
     Case(
         "pipeline_fn_with_dot",
         "`dag.custom_pipeline_fn=my_graphs.build`",

@@ -46,4 +46,28 @@ CASES: tuple[Case, ...] = (
             "filter_groups.enable=true) filters on the scores before it",
         ),
     ),
+    Case(
+        "async_reward_without_a_waiter",
+        "`reward_model.launch_reward_fn_async=true` with the KL-in-reward node no longer depending on `score`",
+        ("reward_model.launch_reward_fn_async=true", "dag.nodes.reward.deps=[ref_log_prob]"),
+        (
+            "reward_model.launch_reward_fn_async=true scores in the background behind the reshard node",
+            "no node after it depends on 'score' to wait for the scores",
+            "set reward_model.launch_reward_fn_async=false",
+        ),
+    ),
+    Case(
+        "async_reward_without_a_reshard",
+        "`reward_model.launch_reward_fn_async=true` on a graph without the reshard node (one process)",
+        (
+            "reward_model.launch_reward_fn_async=true",
+            "dag.nodes.to_actor_layout=null",
+            "dag.nodes.old_log_prob.deps=[score]",
+        ),
+        (
+            "reward_model.launch_reward_fn_async=true scores in the background behind the reshard node",
+            "the graph has no reshard node (dagrl.nodes.layout:to_actor_layout) to score behind",
+            "set reward_model.launch_reward_fn_async=false",
+        ),
+    ),
 )
