@@ -36,7 +36,7 @@ class StepRunner:
 
     def __init__(self, cfg: Cfg, shape: RunShape, graph: Graph) -> None:
         self.cfg, self.shape, self.graph = cfg, shape, graph
-        self.rank, self.world = dist.rank(), dist.world_size()
+        self.rank = dist.rank()
         started = time.perf_counter()
         self.say = logger.info if self.rank == 0 else logger.debug  # start-up progress: minutes pass before step 1
         self.tokenizer = build.load_tokenizer(cfg.actor_rollout_ref.model.path)
