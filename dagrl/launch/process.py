@@ -125,20 +125,24 @@ def exit_message(error: SystemExit) -> str:
 
 
 def run_pool(cfg, shape, joined: Callable[[], None]) -> None:
-    """This process's part of a run with separate rollout and training pools (trainer/pools.py); `joined` once the
-    pools' process groups exist."""
+    """This process's part of a run with separate rollout and training pools (dagrl/trainer/pools/); `joined` once
+    the pools' process groups exist."""
     from dagrl.placement.bridge import init_pools
-    from dagrl.trainer.loop import Trainer
-    from dagrl.trainer.rollout_pool import serve
-
+    from dagrl.trainer.pools.rollout import RolloutPool
+    from dagrl.trainer.pools.training import TrainingPool
     from dagrl.utils.dist import destroy_process_groups
 
     bridge = init_pools(shape.placement, timeout_s=cfg.actor_rollout_ref.nccl_timeout)
     joined()
 
-    def work() -> bool:  # the trainer, and the groups its engines hold, go when it returns
-        trainer = Trainer(cfg, shape, bridge)
-        trainer.fit() if shape.pool == "train" else serve(trainer, bridge)
+    def work() -> bool:  # the pool's process, and the groups its engines hold, go when it returns
+        training = shape.pool == "train"
+        part = TrainingPool(cfg, shape, bridge) if training else RolloutPool(cfg, shape, bridge)
+        # with the other pool killed, a stop signal stops the wait at once (Bridge.check_peers_alive); the callback
+        # holds the stop request, not the part: the bridge outlives the part, whose engines hold process groups
+        stop = part.stop
+        bridge.stop_signal = lambda: stop.signal
+        part.fit() if training else part.serve()
         return bridge.finish()
 
     try:

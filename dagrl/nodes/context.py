@@ -55,12 +55,12 @@ class StepContext:
     # (nodes/partial_rollout.py)
     partial: Any | None = None
     # the weight version the update that trains this step's batch starts from: the staleness bound counts from it.
-    # None: the actor's current version (colocated); the rollout pool of two sets step - 1 (trainer/pools.py)
+    # None: the actor's current version (colocated); the rollout pool of two sets step - 1 (trainer/pools/rollout.py)
     update_base: int | None = None
     # actor_rollout_ref.rollout.multi_turn: the loop every rollout (and validation) runs (dagrl/agent/loop.py)
     agent: Any | None = None
     # the rollout pool of two with partial rollout: takes weight pushes between scheduling steps, mid-batch
-    # (trainer/rollout_pool.py Receiver: poll, load)
+    # (trainer/pools/rollout.py Receiver: poll, load)
     weight_updates: Any | None = None
     # ledger uid (column `ledger_uid`, "<epoch>:<dataset index>") -> why a node dropped that prompt this step
     # (dynamic sampling: zero_variance, surplus); the trainer resets it every step and writes it to the prompt ledger

@@ -21,7 +21,8 @@ import torch
 from dagrl.dag.graph import build_graph
 from dagrl.placement import Placement
 from dagrl.trainer.ledger import LEDGER_FILE
-from dagrl.trainer.pools import Schedule, pack_buckets, split_graph, unpack_bucket
+from dagrl.trainer.pools.schedule import Schedule, split_graph
+from dagrl.trainer.pools.wire import pack_buckets, unpack_bucket
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, session_process, undocumented_metrics
 from tests.engine.engine_helpers import free_port

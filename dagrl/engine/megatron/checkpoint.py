@@ -25,7 +25,6 @@ from dagrl.utils.lifetime import children_die_with_us
 from dagrl.engine.megatron import compat
 
 # the HF export's names, where the trainer (an actor checkpoint's huggingface/) and scripts/model_merger.py import them
-from dagrl.engine.megatron.hf_export import HF_DIR as HF_DIR, write_hf_model as write_hf_model
 
 if TYPE_CHECKING:
     from dagrl.engine.megatron.engine import MegatronEngine
