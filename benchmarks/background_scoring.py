@@ -26,7 +26,7 @@ import torch
 
 from dagrl.dag.graph import build_graph, run_graph
 from dagrl.data.batch import Batch
-from dagrl.nodes.reward import score_rows
+from dagrl.nodes.common import score_rows
 from dagrl.reward.manager import RewardManager
 from dagrl.trainer.timing import Timer
 

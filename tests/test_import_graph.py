@@ -4,6 +4,7 @@ every import statement counts except those under `if TYPE_CHECKING:` (never run)
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dagrl"
@@ -117,3 +118,33 @@ def test_no_import_cycle_in_dagrl():
     assert "dagrl.config.errors" in graph["dagrl.config.checks"]  # edges are seen (function-level ones too)
     found = cycles(graph)
     assert not found, "import cycles (imports inside functions count): " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_node_modules_import_shared_helpers_from_one_place_not_from_each_other():
+    """A module whose functions the graphs in conf/dag/ name imports, of dagrl.nodes, only the context, the shared
+    helpers (dagrl/nodes/common.py) and the partial-rollout buffer's module: never another node module."""
+    known = modules()
+    named = {
+        "dagrl.nodes." + fn.split(":")[0].rsplit(".", 1)[1]
+        for graph in (PACKAGE.parent / "conf" / "dag").glob("*.yaml")
+        for fn in re.findall(r'fn: "?(dagrl\.nodes\.[\w.]+:\w+)', graph.read_text())
+    }
+    assert {"dagrl.nodes.rollout", "dagrl.nodes.actor", "dagrl.nodes.dynamic_sampling"} <= named
+    helpers = {"dagrl.nodes.context", "dagrl.nodes.common", "dagrl.nodes.partial_rollout"}
+    assert not named & helpers
+    crossing = {
+        name: sorted(target for target in imports(name, known[name], known) if target.startswith("dagrl.nodes."))
+        for name in sorted(named)
+    }
+    assert {name: [t for t in targets if t not in helpers] for name, targets in crossing.items()} == {
+        name: [] for name in crossing
+    }
+
+
+def test_every_module_is_under_400_lines():
+    long = {
+        str(path.relative_to(PACKAGE.parent)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) >= 400
+    }
+    assert long == {}

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
-from typing import Iterator
 
-import numpy as np
-import torch
 
 from dagrl.algo.off_policy import off_policy_metrics, off_policy_sums
-from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, aggregation_counts, loss_options, token_weights
+from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, loss_options
 from dagrl.config.derived import skips_old_log_prob
 from dagrl.config.errors import RunError
-from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
-from dagrl.nodes.advantage import NO_ROLLOUT_LOG_PROBS, reject_sequences
+from dagrl.nodes.common import NO_ROLLOUT_LOG_PROBS, reject_sequences
+from dagrl.nodes.common import mean_over_mini_batches, token_budget, weighted_mini_batches
 from dagrl.nodes.context import StepContext
-from dagrl.plan.schedule import CriticSchedule, Schedule
 from dagrl.utils.faults import nan_injected
 
 
@@ -40,49 +35,6 @@ def policy_loss_spec(ctx: StepContext) -> PolicyLossSpec:
         behav_imp_weight_cap=actor.policy_loss.behav_imp_weight_cap,
         **loss_options(actor),
     )
-
-
-def token_budget(section: Cfg, switch: str, budget: str) -> int | None:
-    """verl's dynamic batch size: `section.<budget>` tokens per micro-batch when `section.<switch>` is on, else None
-    (micro-batches of a fixed row count)."""
-    return section[budget] if section[switch] else None
-
-
-def weighted_mini_batches(
-    ctx: StepContext,
-    batch: Batch,
-    cut: Schedule | CriticSchedule,
-    shuffle: bool,
-    loss_agg_mode: str,
-    loss_scale_factor: float | None,
-) -> Iterator[Batch]:
-    """`cut.ppo_epochs` passes over this rank's rows in mini-batches of `cut.mini_batch_rows_per_rank` rows (the step's
-    schedule, the actor's or the critic's; reshuffled each pass when `shuffle`). Each mini-batch gets
-    `token_weights` for its global `loss_agg_mode` aggregate and `token_mean_weights` (a global token mean, for
-    metrics), both from token and sequence counts summed over the DP ranks. Tokens are those of `loss_mask` where
-    the batch has one (sequence masking), else of `response_mask`; sequences are those with a response token, masked
-    or not, since verl's seq-mean modes divide by the nominal ppo_mini_batch_size x rollout.n however many it
-    rejected."""
-    for epoch in range(cut.ppo_epochs):
-        order = np.arange(len(batch))
-        if shuffle:
-            order = np.random.default_rng([ctx.cfg.data.seed, ctx.step, epoch]).permutation(len(batch))
-        for mini_batch in batch.select(order).split(cut.mini_batch_rows_per_rank):
-            mask = mini_batch.get("loss_mask", mini_batch["response_mask"])
-            counts = torch.stack([aggregation_counts(mask)[0], aggregation_counts(mini_batch["response_mask"])[1]])
-            tokens, sequences = ctx.dp_sums(counts).tolist()
-            mini_batch["token_weights"] = token_weights(mask, loss_agg_mode, tokens, sequences, loss_scale_factor)
-            mini_batch["token_mean_weights"] = token_weights(mask, "token-mean", tokens)  # clip fractions, ppo_kl
-            yield mini_batch
-
-
-def mean_over_mini_batches(steps: list[dict[str, float]]) -> dict[str, float]:
-    """Each metric's mean over the optimizer steps of one update."""
-    per_key: dict[str, list[float]] = defaultdict(list)
-    for metrics in steps:
-        for key, value in metrics.items():
-            per_key[key].append(value)
-    return {key: float(np.mean(values)) for key, values in per_key.items()}
 
 
 def off_policy_view(ctx: StepContext, batch: Batch, spec: PolicyLossSpec) -> tuple[Batch, dict[str, float]]:

@@ -14,12 +14,9 @@ import torch
 
 from dagrl.algo.advantage import AdvantageInputs, ReduceSum
 from dagrl.algo.catalog import ADV_ESTIMATORS
-from dagrl.algo.off_policy import sequence_keep
-from dagrl.config.errors import RunError
-from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
+from dagrl.nodes.common import masked_stats, reject_sequences
 from dagrl.nodes.context import StepContext
-from dagrl.utils.dist import global_max
 
 
 def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -43,39 +40,6 @@ def compute_advantage(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, 
         metrics.update(masked_stats("critic/values", batch["values"], mask, reduce_sum))
         metrics["critic/vf_explained_var"] = explained_variance(returns, batch["values"], mask, reduce_sum)
     return batch, metrics
-
-
-NO_ROLLOUT_LOG_PROBS = (
-    "but the batch has none (rollout.name=hf returns them only with partial rollout): use "
-    "actor_rollout_ref.rollout.name=vllm with calculate_log_probs=true"
-)
-
-
-def reject_sequences(cfg: Cfg, batch: Batch) -> Batch:
-    """A copy of the batch with `loss_mask` = response_mask without the sequences outside [mis_ratio_low,
-    mis_ratio_high]; the batch itself when no band is set, or when it has the mask already."""
-    actor = cfg.actor_rollout_ref.actor
-    band = (actor.mis_ratio_low, actor.mis_ratio_high)
-    if band == (None, None) or "loss_mask" in batch:
-        return batch
-    if "rollout_log_probs" not in batch:
-        raise RunError(f"actor_rollout_ref.actor.mis_ratio_* need the rollout's log-probs, {NO_ROLLOUT_LOG_PROBS}")
-    mask = batch["response_mask"]
-    keep = sequence_keep(batch["old_log_probs"], batch["rollout_log_probs"], mask, *band)
-    return batch.union(Batch({"loss_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}))
-
-
-def masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSum) -> dict[str, float]:
-    """<prefix>/mean, /max, /min over the response tokens of the global batch (0 when it has none)."""
-    valid = values[mask.bool()].double()
-    count, total = reduce_sum(
-        torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64), valid.sum()])
-    ).tolist()
-    local = torch.stack([valid.max(), -valid.min()]) if valid.numel() else torch.full((2,), float("-inf"))
-    high, neg_low = global_max(local).tolist()
-    if count == 0:
-        return {f"{prefix}/mean": 0.0, f"{prefix}/max": 0.0, f"{prefix}/min": 0.0}
-    return {f"{prefix}/mean": total / count, f"{prefix}/max": high, f"{prefix}/min": -neg_low}
 
 
 def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, reduce_sum: ReduceSum) -> float:

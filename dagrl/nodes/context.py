@@ -27,7 +27,7 @@ class WeightVersions:
 @dataclass
 class RolloutWake:
     """The rollout engine between the weight_sync node, which wakes it, and the node that generates and puts it back
-    to sleep (nodes/rollout.py): the seconds of the choreography so far, None while it sleeps."""
+    to sleep (nodes/common.py): the seconds of the choreography so far, None while it sleeps."""
 
     switch_s: float | None = None
 

@@ -12,7 +12,7 @@ import functools
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.nodes.actor import mean_over_mini_batches, token_budget, weighted_mini_batches
+from dagrl.nodes.common import mean_over_mini_batches, token_budget, weighted_mini_batches
 from dagrl.nodes.context import StepContext
 
 

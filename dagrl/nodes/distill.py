@@ -7,8 +7,8 @@ from __future__ import annotations
 from dagrl.algo.distill import DistillSpec, distill_advantages
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
-from dagrl.nodes.actor import token_budget
-from dagrl.nodes.advantage import masked_stats
+from dagrl.nodes.common import token_budget
+from dagrl.nodes.common import masked_stats
 from dagrl.nodes.context import StepContext
 
 

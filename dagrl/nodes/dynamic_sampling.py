@@ -22,8 +22,8 @@ import torch
 from dagrl.data.batch import Batch
 from dagrl.data.layout import group_rows
 from dagrl.nodes.context import StepContext
-from dagrl.nodes.reward import score
-from dagrl.nodes.rollout import rollout_dp_rank, rollout_session, sampling_seed, train_sampling
+from dagrl.nodes.common import scored
+from dagrl.nodes.common import rollout_dp_rank, rollout_session, sampling_seed, train_sampling
 from dagrl.utils.dist import data_parallel_sums
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def _generate_round(ctx: StepContext, round_index: int) -> tuple[Batch, dict[str
     )
     with rollout_session(ctx):
         batch = ctx.rollout.generate(prompts, train_sampling(ctx, prompts), seed=seed)
-    return score(ctx, batch)
+    return scored(ctx, batch)
 
 
 def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:

@@ -8,8 +8,8 @@ import torch
 from dagrl.algo.advantage import ReduceSum
 from dagrl.config.derived import skips_old_log_prob
 from dagrl.data.batch import Batch
-from dagrl.nodes.actor import token_budget
-from dagrl.nodes.advantage import masked_stats
+from dagrl.nodes.common import token_budget
+from dagrl.nodes.common import masked_stats
 from dagrl.nodes.context import StepContext
 
 

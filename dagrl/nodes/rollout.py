@@ -3,71 +3,25 @@ responses per prompt and puts the engine back to sleep."""
 
 from __future__ import annotations
 
-import contextlib
-import numbers
 import time
-import zlib
 from dataclasses import replace
-from typing import Iterator
 
 import torch
 
 from dagrl.algo.catalog import ADV_ESTIMATORS
-from dagrl.config.errors import ConfigError
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import SamplingSpec
+from dagrl.nodes.common import (
+    response_limits,
+    rollout_dp_rank,
+    sample,
+    sampling_seed,
+    train_sampling,
+    wake_rollout,
+    woken,
+)
 from dagrl.nodes.context import StepContext
 from dagrl.utils.dist import global_max
-
-
-def sync_weights(ctx: StepContext) -> dict[str, float]:
-    """Stream the actor's HF-named weights into the rollout when it holds an older version (or none)."""
-    if ctx.versions.rollout == ctx.versions.actor and not ctx.rollout.needs_weights:
-        return {}
-    bucket_bytes = int(ctx.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
-    metrics = ctx.rollout.load_weights(ctx.actor.export_weights(bucket_bytes), version=ctx.versions.actor)
-    ctx.versions.rollout = ctx.versions.actor
-    return metrics
-
-
-def wake_rollout(ctx: StepContext) -> tuple[dict[str, float], float]:
-    """The memory choreography before a rollout on a GPU shared with the actor: the weight-sync metrics, and its
-    seconds.
-
-    Optimizer state and grads leave the device first (training does not need them until the update), the
-    rollout's weights come back and are refreshed bucket by bucket from the actor, then the actor's (and the
-    reference's, teacher's and critic's) parameters leave too, and only then does the rollout take its KV cache; with
-    rollout.offload_train_state=false nothing leaves beyond what the *_offload flags keep on the host. After
-    generating, `put_rollout_to_sleep`; the actor's phases bring back what each needs.
-    """
-    start = time.perf_counter()
-    colocated = ctx.rollout.colocated
-    # offload_train_state=false: the state stays where the *_offload flags keep it between phases (verl's way). The
-    # KV cache is as large either way: vLLM sized it at start-up, beside the resident actor.
-    offload = colocated and ctx.cfg.actor_rollout_ref.rollout.offload_train_state
-    trainable = [engine for engine in (ctx.actor, ctx.critic) if engine is not None]
-    if offload:
-        for engine in trainable:
-            engine.offload_grads()
-            engine.offload_optimizer()
-    ctx.rollout.wake_weights()
-    metrics = sync_weights(ctx)
-    if offload:
-        for engine in (*trainable, ctx.reference, ctx.teacher):
-            if engine is not None:
-                engine.offload_params()
-    elif colocated and torch.cuda.is_available():
-        torch.cuda.empty_cache()  # the phases' freed blocks (activations, sync buckets) back to the driver for vLLM
-    ctx.rollout.wake_cache()
-    return metrics, time.perf_counter() - start
-
-
-def put_rollout_to_sleep(ctx: StepContext, woke_s: float) -> dict[str, float]:
-    """The rollout sleeps after generating; `timing_s/rollout_switch`: the seconds of the whole choreography
-    (offloads, wake-ups, weight sync: `woke_s`, and the sleep), which a rollout pool of its own never pays."""
-    start = time.perf_counter()
-    ctx.rollout.sleep()
-    return {"timing_s/rollout_switch": woke_s + time.perf_counter() - start}
 
 
 def weight_sync(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -75,87 +29,6 @@ def weight_sync(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]
     it, which puts it back to sleep (`wake_rollout`)."""
     metrics, ctx.wake.switch_s = wake_rollout(ctx)
     return batch, metrics
-
-
-@contextlib.contextmanager
-def rollout_session(ctx: StepContext) -> Iterator[dict[str, float]]:
-    """One rollout outside the graph's weight_sync and rollout nodes (validation, dynamic sampling's extra rounds):
-    woken with the actor's weights, put to sleep at the end. Yields the weight-sync metrics, and
-    `timing_s/rollout_switch` once it ends."""
-    metrics, woke_s = wake_rollout(ctx)
-    try:
-        yield metrics
-    finally:
-        metrics.update(put_rollout_to_sleep(ctx, woke_s))
-
-
-@contextlib.contextmanager
-def woken(ctx: StepContext) -> Iterator[dict[str, float]]:
-    """The rollout the weight_sync node woke, put to sleep at the end; yields a dict that gets
-    `timing_s/rollout_switch` then."""
-    woke_s, ctx.wake.switch_s = ctx.wake.switch_s, None
-    if woke_s is None:
-        raise RuntimeError(
-            "the rollout engine is asleep: a rollout node runs after a weight_sync node "
-            "(dagrl.nodes.rollout:weight_sync), which wakes it"
-        )
-    metrics: dict[str, float] = {}
-    try:
-        yield metrics
-    finally:
-        metrics.update(put_rollout_to_sleep(ctx, woke_s))
-
-
-def sampling_seed(base_seed: int, step: int, rollout_dp_rank: int, purpose: str) -> int:
-    """A seed fixed by (seed, step, rollout-DP rank, purpose): resumed runs sample exactly what the original did,
-    and the ranks of one rollout-TP group (one vLLM engine) send identical requests."""
-    return zlib.crc32(f"{base_seed}/{step}/{rollout_dp_rank}/{purpose}".encode()) & 0x7FFFFFFF
-
-
-def rollout_dp_rank(ctx: StepContext) -> int:
-    """Consecutive ranks form one rollout-TP group and share a data shard."""
-    return ctx.shape.layout.rollout_dp_rank(ctx.rank)
-
-
-def train_sampling(ctx: StepContext, prompts: Batch | None = None) -> SamplingSpec:
-    """The training rollout's sampling; for `prompts`, with their rows' own response limits (response_limits)."""
-    rollout = ctx.cfg.actor_rollout_ref.rollout
-    length = ctx.shape.response_length
-    return SamplingSpec(
-        n=rollout.n,
-        temperature=rollout.temperature,
-        top_p=rollout.top_p,
-        top_k=rollout.top_k,
-        do_sample=rollout.do_sample,
-        response_length=length,
-        ignore_eos=rollout.ignore_eos,
-        response_lengths=None if prompts is None else response_limits(prompts, length),
-    )
-
-
-def response_limits(prompts: Batch, response_length: int) -> tuple[int, ...] | None:
-    """Each prompt row's response limit: its `extra_info.max_response_length` (a long-tailed workload's lengths),
-    capped at `response_length`, which rows without one get; None when no row has one."""
-    extra = prompts.get("extra_info")
-    infos = [] if extra is None else [info or {} for info in extra]
-    if all(info.get("max_response_length") is None for info in infos):  # parquet structs fill absent keys: None
-        return None
-    limits = []
-    for row, info in enumerate(infos):
-        value = info.get("max_response_length")
-        if value is None:
-            limits.append(response_length)
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer() or value < 1:
-            index = prompts["index"][row] if "index" in prompts else row
-            raise ConfigError(
-                "extra_info.max_response_length",
-                f"extra_info.max_response_length={value!r} of prompt row {index} is not a positive "
-                f"integer; set it to a token count >= 1 (capped at data.max_response_length) or drop "
-                f"the key from the row",
-            )
-        limits.append(min(int(value), response_length))
-    return tuple(limits)
 
 
 def response_metrics(batch: Batch, response_length: int) -> dict[str, float]:
@@ -222,14 +95,6 @@ def wait_for_the_slowest_rank(seconds: float) -> float:
     a rule reward look like 12 s). Returns the slowest minus the fastest rank's seconds."""
     negative_fastest, slowest = global_max(torch.tensor([-seconds, seconds], dtype=torch.float64)).tolist()
     return slowest + negative_fastest
-
-
-def sample(ctx: StepContext, prompts: Batch, sampling: SamplingSpec, seed: int) -> tuple[Batch, dict[str, float]]:
-    """`sampling.n` responses per prompt inside a rollout session: one turn each, or the multi-turn loop's
-    trajectories (actor_rollout_ref.rollout.multi_turn)."""
-    if ctx.agent is not None:
-        return ctx.agent.generate(ctx.rollout, prompts, sampling, seed, sampling.response_length)
-    return ctx.rollout.generate(prompts, sampling, seed=seed), {}
 
 
 def generate_partial(

@@ -7,7 +7,7 @@ and one warning names the first failure (`on_error="zero"`), or the run stops wi
 scorer and the sample (`on_error="raise"`). A scorer that calls sys.exit stops the run under either policy: it
 asked the process to end, and a SystemExit escaping here would end the trainer with the scorer's exit code (0
 for a bare sys.exit()), as if the run had finished. A step whose every response failed is the reward node's to
-stop (dagrl/nodes/reward.py: it sums failures over ranks): zeros there would train on nothing.
+stop (dagrl/nodes/common.py: it sums failures over ranks): zeros there would train on nothing.
 
 Timeouts. In the main thread a per-sample real-time timer (`signal.setitimer` + SIGALRM) interrupts the scorer:
 this stops pure-Python loops and sleeps at once. Its limits: a scorer blocked inside one long C call (a huge regex
@@ -298,7 +298,7 @@ class RewardManager:
         return score
 
     def all_failed_message(self, total: int, step: int) -> str:
-        """The RunError of a step whose every response failed scoring under on_error=zero (nodes/reward.py)."""
+        """The RunError of a step whose every response failed scoring under on_error=zero (nodes/common.py)."""
         return (
             f"{self.scorer} failed on all {total} responses of step {step}, first {self.first_failure}; "
             f"reward_model.on_error=zero scores occasional failures 0, but a step with no score trains "

@@ -44,7 +44,7 @@ def read_partials(path: Path, shards: int) -> list | None:
 
 def restore_partial(ctx, train_data, state: list | None) -> None:
     """A rank's partial-rollout buffer (`ctx.partial`) from its saved state; None leaves it empty."""
-    from dagrl.nodes.rollout import train_sampling
+    from dagrl.nodes.common import train_sampling
 
     if state is None:
         return

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from dagrl.engine.rollout.interface import SamplingSpec
-from dagrl.nodes.rollout import rollout_session, sample, sampling_seed
+from dagrl.nodes.common import rollout_session, sample, sampling_seed
 from dagrl.placement import WorldLayout
 from dagrl.trainer.timing import Progress
 from dagrl.trainer.tracking import Tracker, dump_generations, generation_records, log_generations, mlflow_tracking_uri

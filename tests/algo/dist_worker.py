@@ -13,7 +13,8 @@ import torch.distributed as dist
 
 from dagrl.algo import advantage as estimators
 from dagrl.algo.policy_loss import aggregation_counts
-from dagrl.nodes.advantage import explained_variance, masked_stats
+from dagrl.nodes.advantage import explained_variance
+from dagrl.nodes.common import masked_stats
 from dagrl.utils.dist import data_parallel_sums
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from dagrl.data.dataset import PromptDataset
-from dagrl.nodes.rollout import response_limits
+from dagrl.nodes.common import response_limits
 
 ROOT = Path(__file__).resolve().parents[2]
 

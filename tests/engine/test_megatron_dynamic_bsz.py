@@ -194,7 +194,7 @@ def test_ppo_run_with_dynamic_batch_size_and_packing_matches_fixed_padded_micro_
 def test_nodes_pass_the_token_budget_only_when_switched_on():
     from dagrl.config.load import compose
     from dagrl.config.tree import Cfg
-    from dagrl.nodes.actor import token_budget
+    from dagrl.nodes.common import token_budget
 
     cfg = Cfg(
         compose(

@@ -206,7 +206,7 @@ def main() -> None:
     from dagrl.engine.megatron.parallel import init_distributed
     from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
     from dagrl.nodes.context import WeightVersions
-    from dagrl.nodes.rollout import rollout_session
+    from dagrl.nodes.common import rollout_session
 
     init_distributed()
     rank = dist.get_rank()

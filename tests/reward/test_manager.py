@@ -300,7 +300,8 @@ def test_scores_made_in_the_background_are_checked_for_all_failed_by_the_kl_in_r
     from types import SimpleNamespace
 
     from dagrl.config.errors import RunError
-    from dagrl.nodes.reward import apply_kl_in_reward, score_rows
+    from dagrl.nodes.reward import apply_kl_in_reward
+    from dagrl.nodes.common import score_rows
 
     ctx = SimpleNamespace(
         reward_fn=RewardManager("naive", flaky_scorer, {}, 5.0, "zero", None),

@@ -91,7 +91,7 @@ def test_vllm_unpacking_keeps_tokens_after_an_eos_in_the_mask():
 def test_the_training_rollout_takes_the_key():
     from dagrl.config.load import compose
     from dagrl.config.tree import Cfg
-    from dagrl.nodes.rollout import train_sampling
+    from dagrl.nodes.common import train_sampling
 
     for value in (False, True):
         cfg = Cfg(compose([f"actor_rollout_ref.rollout.ignore_eos={str(value).lower()}"]))

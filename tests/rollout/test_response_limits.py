@@ -20,7 +20,8 @@ from dagrl.engine.rollout.hf import HFRollout
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.engine.rollout.vllm_io import request_params, unpack_outputs
 from dagrl.nodes.partial_rollout import PartialRolloutBuffer
-from dagrl.nodes.rollout import response_limits, response_metrics
+from dagrl.nodes.rollout import response_metrics
+from dagrl.nodes.common import response_limits
 from tests.helpers import metrics_by_step, straight_and_resumed
 
 R = 6  # data.max_response_length of these tests

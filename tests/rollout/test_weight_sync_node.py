@@ -9,7 +9,8 @@ import torch
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.data.batch import Batch
-from dagrl.nodes.rollout import generate, rollout_session, weight_sync
+from dagrl.nodes.rollout import generate, weight_sync
+from dagrl.nodes.common import rollout_session
 from tests.helpers import node_context
 
 PROMPT, RESPONSE = 2, 3

@@ -100,7 +100,7 @@ def make_ctx(schedule: dict[int, str], actor_dp: int = 1, **overrides) -> StepCo
 
 def first_round(ctx: StepContext) -> Batch:
     """What the rollout and score nodes hand to dynamic sampling."""
-    from dagrl.nodes.rollout import train_sampling
+    from dagrl.nodes.common import train_sampling
 
     batch, _ = score(ctx, ctx.rollout.generate(ctx.draw_prompts(ctx.step, 0), train_sampling(ctx), seed=0))
     return batch

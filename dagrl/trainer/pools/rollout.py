@@ -39,7 +39,7 @@ class Receiver:
     def receive(self) -> None:
         """The next push (waits for it), loaded into the rollout at once: between batches nothing is in flight.
         Acknowledged only then, so CUDA IPC memory stays valid while it is read."""
-        from dagrl.nodes.rollout import sync_weights
+        from dagrl.nodes.common import sync_weights
 
         leader = self.bridge.train_leader
         (meta,) = self.bridge.recv_tensors(leader, "weights", ack=False)
