@@ -59,6 +59,18 @@ class Graph:
     def has(self, node_id: str) -> bool:
         return any(node.id == node_id for node in self.nodes)
 
+    def describe(self) -> str:
+        """The nodes in run order, each with what it waits for where that is not the node before it, and the
+        background ones marked: `weight_sync -> rollout -> score [background, after to_actor_layout] -> ...`."""
+        words, previous = [], None
+        for node in self.nodes:
+            notes = ["background"] if node.background else []
+            if list(node.deps) != ([previous] if previous else []):
+                notes.append("after " + (", ".join(node.deps) or "nothing"))
+            words.append(node.id + (f" [{'; '.join(notes)}]" if notes else ""))
+            previous = node.id
+        return " -> ".join(words)
+
     @property
     def reshard(self) -> int | None:
         """The reshard node's position in execution order (None: the graph has none)."""

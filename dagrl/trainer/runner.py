@@ -50,6 +50,7 @@ class StepRunner:
             len(self.train_data), cfg.data.train_batch_size, seed=cfg.data.seed, shuffle=cfg.data.shuffle
         )
         self.total_steps = total_steps(cfg, len(self.train_data))
+        self.say("graph: %s", graph.describe())  # the one that runs: dag.nodes with the switches that are on
         self.say(
             "data: %d training prompts, %d steps of %d; %s validation prompts (%.1f s)",
             len(self.train_data),

@@ -414,3 +414,13 @@ def test_a_rollout_node_without_a_weight_sync_before_it_is_refused_in_preflight(
         preflight_graph(Cfg(compose(overrides)).dag)
     assert info.value.key == source and str(info.value).startswith(f"{source}: node 'rollout' (role rollout)")
     assert "add weight_sync: {role: weight_sync, fn: dagrl.nodes.rollout:weight_sync, deps: []}" in str(info.value)
+
+
+def test_the_graph_describes_itself_as_it_runs_with_the_switches_applied():
+    """The trainer logs `graph.describe()` at start-up: run order, the waits that are not the node before, and
+    background nodes, so the background-scoring switch shows where it moved the score node."""
+    plain = graph_from_config(Cfg(compose([])).dag).describe()
+    assert plain.startswith("weight_sync -> rollout -> score -> to_actor_layout -> old_log_prob")
+    assert "reward [after ref_log_prob, score]" in plain and "background" not in plain
+    switched = graph_from_config(Cfg(compose(["reward_model.launch_reward_fn_async=true"])).dag).describe()
+    assert "rollout -> to_actor_layout -> score [background] -> old_log_prob [after to_actor_layout]" in switched
