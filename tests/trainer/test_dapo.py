@@ -221,8 +221,15 @@ def launch(args: list[str]) -> tuple[int, str]:
 
 
 def test_dapo_run_filters_groups_and_regenerates(dapo_args, tmp_path):
-    code, stderr = launch(dapo_args(tmp_path / "run"))
+    reads = tmp_path / "reads.json"
+    code, stderr = run_in_session(
+        [sys.executable, "-m", "dagrl.main_dag", *dapo_args(tmp_path / "run")],
+        {"DAGRL_RECORD_CONFIG_READS": str(reads)},
+    )
     assert code == 0, stderr[-3000:]
+    # the GRPO run's dead-key test (tests/trainer/test_end_to_end.py) leaves dynamic sampling's keys to this run
+    read = set(json.loads(reads.read_text()))
+    assert {f"algorithm.filter_groups.{key}" for key in ("enable", "metric", "max_num_gen_batches")} <= read
     records = metrics_by_step(tmp_path / "run")
     for step in (1, 2):
         assert records[step]["train/num_batch_groups"] == 4.0

@@ -38,8 +38,8 @@ VLLM_KEYS = {
         "max_num_seqs",
     )
 }
-# keys another CPU run of the suite reads: GAE's (tests/trainer/test_ppo.py), dynamic sampling's
-# (tests/trainer/test_dapo.py)
+# keys another CPU run of the suite reads, and asserts it does: GAE's (tests/trainer/test_ppo.py), dynamic
+# sampling's (tests/trainer/test_dapo.py)
 OTHER_RUNS = {"algorithm.gamma", "algorithm.lam", "algorithm.filter_groups.max_num_gen_batches"}
 
 

@@ -70,6 +70,7 @@ def test_ppo_warms_up_the_critic_then_trains_both(ppo_args, tmp_path):
         if key.startswith("critic.") and key not in read and not any(r.startswith(key + ".") for r in read)
     )
     assert not unread, f"critic keys a PPO run does not read: {unread}"
+    assert {"algorithm.gamma", "algorithm.lam"} <= read  # GAE's: the GRPO run's dead-key test leaves them to this one
 
 
 def test_ppo_without_gae_or_with_warmup_but_no_critic_is_rejected(ppo_args, tmp_path):
