@@ -28,6 +28,8 @@ _HOME_KEYS = (
     "XDG_DATA_HOME",
     "XDG_STATE_HOME",
     "HF_HOME",
+    "TRITON_CACHE_DIR",
+    "CUDA_CACHE_PATH",
     "HF_HUB_OFFLINE",
     "RAY_AUTH_TOKEN_PATH",
     "RUSTUP_HOME",
@@ -58,6 +60,10 @@ def pytest_configure(config) -> None:
             "XDG_STATE_HOME": str(root / "state"),
             "HF_HOME": str(root / "huggingface"),
             "HF_HUB_OFFLINE": "1",
+            # Triton's kernel cache and the CUDA driver's JIT cache: an environment that set them to the user's
+            # home (a GPU install's activation script does) would have the GPU tests write there
+            "TRITON_CACHE_DIR": str(root / "triton"),
+            "CUDA_CACHE_PATH": str(root / "nv"),
             "RAY_AUTH_TOKEN_PATH": str(token),
         }
     )

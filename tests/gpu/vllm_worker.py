@@ -263,11 +263,17 @@ def main() -> None:
         result["sleep_freed_fraction"] = freed / engine_bytes
         assert freed >= 0.8 * engine_bytes, (freed, engine_bytes)
 
-    cfg = SimpleNamespace(
-        actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(update_weights_bucket_megabytes=1))
-    )  # small buckets: several loads per sync
+    # small buckets: several loads per sync; the actor's state offloaded around each rollout, as a colocated run does
+    rollout_keys = SimpleNamespace(update_weights_bucket_megabytes=1, offload_train_state=True)
+    cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout_keys))
     ctx = SimpleNamespace(
-        cfg=cfg, actor=actor, rollout=rollout, reference=None, critic=None, versions=WeightVersions(actor=0)
+        cfg=cfg,
+        actor=actor,
+        rollout=rollout,
+        reference=None,
+        critic=None,
+        teacher=None,
+        versions=WeightVersions(actor=0),
     )
     prompts = question_batch(REAL_MODEL) if REAL_MODEL else prompts_batch()
     greedy = SamplingSpec(n=1, do_sample=False, response_length=RESPONSE)
