@@ -50,7 +50,8 @@ if [ "$DETACH" = 1 ]; then  # a frozen copy of the source, then this script agai
     (cd "$CODE" && tar -cf - --exclude=./.venv --exclude=./.airgap --exclude=./outputs \
       --exclude="./${OUT#"$CODE"/}" .) | tar -x -C "$OUT/code"
   fi
-  case $JOB in "$CODE"/*) JOB=$OUT/code/${JOB#"$CODE"/} ;; esac
+  # the job from the frozen copy; a job file the copy lacks (an ignored or untracked one) is read where it is
+  case $JOB in "$CODE"/*) [ ! -f "$OUT/code/${JOB#"$CODE"/}" ] || JOB=$OUT/code/${JOB#"$CODE"/} ;; esac
   setsid nohup bash "$OUT/code/benchmarks/device/run.sh" "$JOB" --model "$MODEL" --data "$DATA" --out "$OUT" \
     --code "$OUT/code" > "$OUT/job.log" 2>&1 < /dev/null &
   echo $! > "$OUT/pid"

@@ -89,3 +89,26 @@ def test_every_job_parses_and_reads_the_model_and_data_it_is_given():
     for job in jobs:
         assert subprocess.run(["bash", "-n", str(job)], capture_output=True).returncode == 0, job
         assert "/tmp/smol" not in job.read_text() and "/tmp/data/arithmetic" not in job.read_text(), job
+
+
+def test_detach_reads_a_job_file_the_frozen_copy_leaves_out_where_it_is(folders):
+    """A job kept in an ignored folder of the source (not copied into OUT/code) still runs, from where it is."""
+    code = folders / "code"
+    (code / "dagrl").mkdir(parents=True)
+    (code / "dagrl" / "main_dag.py").write_text("")
+    (code / "benchmarks" / "device").mkdir(parents=True)
+    (code / "benchmarks" / "device" / "run.sh").write_text(RUN.read_text())
+    (code / ".gitignore").write_text("/mine/\n")
+    (code / "mine").mkdir()
+    (code / "mine" / "job.sh").write_text("step hello true\n")
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"]):
+        subprocess.run(["git", "-C", str(code), *command], check=True, capture_output=True)
+    out = folders / "out"
+    args = ("--model", folders / "model", "--data", folders / "data", "--out", out, "--code", code, "--detach")
+    result = run(code / "mine" / "job.sh", *args)
+    assert result.returncode == 0, result.stderr
+    deadline = time.time() + 60
+    while "ALL DONE" not in ((out / "progress").read_text() if (out / "progress").exists() else ""):
+        assert time.time() < deadline, (out / "job.log").read_text()
+        time.sleep(0.2)
+    assert not (out / "code" / "mine").exists() and "done hello rc=0" in (out / "progress").read_text()
