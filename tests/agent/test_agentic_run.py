@@ -110,6 +110,7 @@ def args(long_tail_model, retry_data):
     return make
 
 
+@pytest.mark.slow  # the partial-rollout multi-turn run below trains, resumes exactly and validates too
 def test_a_multi_turn_run_trains_and_resumes_exactly(args, tmp_path):
     straight, resumed = straight_and_resumed(args, tmp_path)
     expected, actual = metrics_by_step(straight), metrics_by_step(resumed)

@@ -176,7 +176,7 @@ def sigterm_straight(tiny_model, tiny_data, tmp_path_factory):
         yield finished
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # another random moment
 def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exact(
     tiny_model, tiny_data, tmp_path, sigterm_straight, seed
 ):

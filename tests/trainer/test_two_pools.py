@@ -281,14 +281,27 @@ def run_killed_and_straight(make, tmp_path: Path, env: dict, kill: str) -> tuple
     return straight, resumed
 
 
-def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kill_9(args, tmp_path):
-    """K=1: batch b waits for version b-2, so from the third step every batch is exactly one version stale."""
-
+def slow_trainer_run(args):
     def make(out):
         overrides = {"trainer.total_training_steps": 6, "trainer.save_freq": 3, "trainer.test_freq": -1}
         return args(out, **{"async_training.max_staleness": 1, **overrides})
 
-    straight, resumed = run_killed_and_straight(make, tmp_path, SLOW_TRAINER, kill="actor_update:5@1")
+    return make
+
+
+def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound(args, tmp_path):
+    """K=1: batch b waits for version b-2, so from the third step every batch is exactly one version stale."""
+    straight = tmp_path / "straight"
+    ok(launch((slow_trainer_run(args)(straight), 2, SLOW_TRAINER))[0])
+    assert [metrics_by_step(straight)[s]["async/staleness_max"] for s in range(1, 7)] == [0, 1, 1, 1, 1, 1]
+    assert max(uids(straight).values()) == 1
+    buffered = [metrics_by_step(straight)[s]["async/buffered_batches"] for s in range(1, 7)]
+    assert max(buffered) == 1  # the admission bound: K + 1 batches generated ahead of the trainer, this one included
+
+
+@pytest.mark.slow  # 50 s; the default suite keeps the bound without the kill and the K=0 kill -9 resume in two pools
+def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kill_9(args, tmp_path):
+    straight, resumed = run_killed_and_straight(slow_trainer_run(args), tmp_path, SLOW_TRAINER, kill="actor_update:5@1")
     staleness = [metrics_by_step(root)[s]["async/staleness_max"] for root in (straight, resumed) for s in range(1, 7)]
     # the resumed run restarts the rollout pool from the step-3 checkpoint with version 3: batch 4 is fresh
     assert staleness == [0, 1, 1, 1, 1, 1] + [0, 1, 1, 0, 1, 1]
@@ -296,6 +309,7 @@ def test_a_slow_trainer_holds_the_rollout_pool_at_the_staleness_bound_across_kil
     assert max(buffered) == 1  # the admission bound: K + 1 batches generated ahead of the trainer, this one included
 
 
+@pytest.mark.slow  # 40 s; the default suite keeps partial rollout in two pools (below) and the K=0 kill -9 resume
 def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill_9(args, long_tail_model, tmp_path):
     """K=3, a slow rollout pool (the usual case): the training pool pushes while the rollout pool generates, so
     carried prefixes continue under newer weights. The rollout pool is the one killed."""
@@ -322,7 +336,7 @@ def test_partial_rollout_in_two_pools_carries_prefixes_across_pushes_across_kill
     assert max(metrics_by_step(straight)[s]["async/partial_fraction"] for s in range(2, 7)) > 0
 
 
-@pytest.mark.parametrize("pools", [(1, 1), (2, 1)])
+@pytest.mark.parametrize("pools", [pytest.param((1, 1), marks=pytest.mark.slow), (2, 1)])  # (2, 1) holds (1, 1)
 def test_partial_rollout_in_two_pools_loads_pushes_mid_batch_and_trains_each_prompt_once(
     args, long_tail_model, tmp_path, pools
 ):
