@@ -1,0 +1,31 @@
+"""benchmarks/moe_learn.py's table: each arm's held-out curve, step time, log-prob gap and routing agreement read
+from its runs' metrics.jsonl; a metric a run never logged is a dash, not a zero."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import moe_learn  # noqa: E402 - after the sys.path insert above
+
+
+def write_run(directory: Path, rows: list[dict]) -> None:
+    (directory / "ckpt").mkdir(parents=True)
+    (directory / "ckpt" / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_the_table_has_each_arms_curve_gap_and_agreement(tmp_path):
+    acc = "val-core/dagrl/arithmetic/acc/mean@1"
+    write_run(tmp_path / "dense_seed0", [{"step": 0, acc: 0.1}, {"step": 1, "timing_s/step": 2.0, acc: 0.3}])
+    write_run(
+        tmp_path / "moe_r3_seed0",
+        [
+            {"step": 0, acc: 0.1},
+            {"step": 1, "timing_s/step": 4.0, acc: 0.5, moe_learn.GAP: 0.02, moe_learn.AGREEMENT: 0.9},
+            {"step": 2, "timing_s/step": 6.0, moe_learn.GAP: 0.04, moe_learn.AGREEMENT: 0.8},
+        ],
+    )
+    table = moe_learn.report(moe_learn.parse(["--out", str(tmp_path), "--arms", "dense,moe_r3"])).splitlines()
+    assert table[1] == "| arm | step 0 | step 1 | s/step (median) | gap | agreement |"
+    assert table[3] == "| dense | 0.100 | 0.300 | 2.00 | - | - |"
+    assert table[4] == "| moe_r3 | 0.100 | 0.500 | 5.00 | 0.030 | 0.850 |"
