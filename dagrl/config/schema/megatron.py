@@ -44,6 +44,15 @@ class Megatron(Section):
         None, "a Megatron torch_dist dir, e.g. RUN/global_step_N/actor (config, tokenizer still from model.path)"
     )
     seed: int = key(42, "model init / dropout seed", NON_NEGATIVE_INT)
+    use_deterministic_algorithms: bool = key(
+        False,
+        "the same batch gives the same log-probs and gradients, run after run (AReaL's key; verl's nearest is "
+        "+...override_transformer_config.deterministic_mode=true): TransformerConfig deterministic_mode with "
+        "cross_entropy_loss_fusion, bias_dropout_fusion and tp_comm_overlap off, torch.use_deterministic_algorithms, "
+        "and at launch CUBLAS_WORKSPACE_CONFIG=:4096:8 NCCL_ALGO=Ring NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (values "
+        "already set must be deterministic ones); costs speed: Ring all-reduces, TransformerEngine's deterministic "
+        "attention backward, no fused cross entropy",
+    )
     override_transformer_config: dict = key(
         {}, "extra TransformerConfig fields, e.g. +...override_transformer_config.recompute_method=uniform"
     )
