@@ -1,6 +1,7 @@
 """Pre-flight of the launch environment beyond WORLD_SIZE (validate.world_size_from_env): the rank variables a
 launcher sets, and MASTER_PORT, as a hand-written `export` leaves them. A wrong one would surface as a hang or a
-traceback in torch.distributed once the process group starts."""
+traceback in torch.distributed once the process group starts. Also the environment the determinism switch needs,
+set in each launched process before CUDA or NCCL start."""
 
 from __future__ import annotations
 
