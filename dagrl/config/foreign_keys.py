@@ -109,6 +109,46 @@ def rollout_correction_hint(key: str, value: str) -> str | None:
     return None
 
 
+# TransformerConfig fields that other trainers take beside their layout keys (ROLL's strategy_config, Megatron-LM's
+# flags): dagrl passes every such field through override_transformer_config, so the line writes that override with
+# the user's value. A row says what dagrl does with the field; any other field of TransformerConfig under
+# actor_rollout_ref.actor.megatron gets the same line without one.
+MEGATRON = "actor_rollout_ref.actor.megatron"
+TRANSFORMER_CONFIG_KEYS = {
+    "moe_token_dispatcher_type": "allgather | alltoall | flex; dagrl's default is alltoall on GPU, allgather on CPU",
+    "moe_grouped_gemm": "dagrl's default is on where TransformerEngine is installed (TEGroupedMLP)",
+    "moe_layer_recompute": "recomputes the MoE layers; not with full recompute",
+    "recompute_granularity": "full | selective; full recompute of every layer is also "
+    "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+    "recompute_method": "uniform | block, with recompute_granularity=full",
+    "recompute_num_layers": "with recompute_granularity=full",
+    "recompute_modules": "with recompute_granularity=selective",
+}
+
+
+def transformer_config_hint(key: str, value: str) -> str | None:
+    """The line for `key` = actor_rollout_ref.actor.megatron.<a TransformerConfig field> that dagrl does not declare
+    itself; None for any other key."""
+    name = key.removeprefix(MEGATRON + ".")
+    if name == key or "." in name:
+        return None
+    if name == "deterministic_mode":
+        return (
+            f"'{key}' is not a dagrl key: dagrl's switch is {MEGATRON}.use_deterministic_algorithms=true "
+            f"(deterministic_mode, with torch's deterministic algorithms and the launch environment it needs)"
+        )
+    if name not in TRANSFORMER_CONFIG_KEYS:
+        from dagrl.config.megatron_fields import transformer_config_fields
+
+        if name not in (transformer_config_fields() or ()):
+            return None
+    note = TRANSFORMER_CONFIG_KEYS.get(name)
+    return (
+        f"'{key}' is a field of megatron.core's TransformerConfig, not a dagrl key: write "
+        f"+{MEGATRON}.override_transformer_config.{name}={value}" + (f" ({note})" if note else "")
+    )
+
+
 def foreign_key_hint(key: str, known: dict[str, str]) -> str | None:
     """What to do instead of `key` when it, or a section above it, is one of `known`."""
     parts = key.split(".")

@@ -1,6 +1,7 @@
 """Pre-flight of the launch environment beyond WORLD_SIZE (validate.world_size_from_env): the rank variables a
 launcher sets, and MASTER_PORT, as a hand-written `export` leaves them. A wrong one would surface as a hang or a
-traceback in torch.distributed once the process group starts."""
+traceback in torch.distributed once the process group starts. Also the environment the determinism switch needs,
+set in each launched process before CUDA or NCCL start."""
 
 from __future__ import annotations
 
@@ -89,3 +90,33 @@ def check_rendezvous_env() -> None:
         f"--nproc-per-node {os.environ['WORLD_SIZE']} -m dagrl.main_dag ...), which sets them all, or unset "
         f"WORLD_SIZE for one process",
     )
+
+
+# what actor_rollout_ref.actor.megatron.use_deterministic_algorithms sets where unset, and what it accepts where set:
+# cuBLAS's fixed workspaces, NCCL algorithms whose reduction order is fixed (Megatron-Core's list), TransformerEngine's
+# deterministic kernels (its attention refuses deterministic_mode without it)
+DETERMINISTIC_ENV = {
+    "CUBLAS_WORKSPACE_CONFIG": (":4096:8", {":4096:8", ":16:8"}),
+    "NCCL_ALGO": ("Ring", {"Ring", "CollnetDirect", "CollnetChain", "^NVLS"}),
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO": ("0", {"0"}),
+}
+DETERMINISM_KEY = "actor_rollout_ref.actor.megatron.use_deterministic_algorithms"
+
+
+def apply_determinism(switch: bool) -> None:
+    """The switch's process-wide part, before CUDA, NCCL or any model starts: the environment above, and torch's
+    deterministic algorithms (the Megatron engine reads that flag to set deterministic_mode)."""
+    if not switch:
+        return
+    for name, (default, accepted) in DETERMINISTIC_ENV.items():
+        value = os.environ.setdefault(name, default)
+        parts = [part.strip() for part in value.split(",")] if name == "NCCL_ALGO" else [value]
+        require(
+            all(part in accepted for part in parts),
+            name,
+            f"environment variable {name}={value!r} is not deterministic, which {DETERMINISM_KEY}=true needs: unset "
+            f"it (dagrl sets {name}={default}) or set one of {', '.join(sorted(accepted))}",
+        )
+    import torch
+
+    torch.use_deterministic_algorithms(True)

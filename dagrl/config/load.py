@@ -91,6 +91,7 @@ from dagrl.config.foreign_keys import (  # noqa: E402 - beside the VERL_KEYS tab
     foreign_key_hint,
     other_trainer_hint,
     rollout_correction_hint,
+    transformer_config_hint,
 )
 
 VERL_KEYS.update(MORE_VERL_KEYS)
@@ -278,6 +279,9 @@ def check_overrides(
         verl = rollout_correction_hint(key, value) or foreign_key_hint(key, VERL_KEYS)
         if verl:
             raise ConfigError(key, f"'{key}' is verl's; {verl}")
+        field = transformer_config_hint(key, value)
+        if field:
+            raise ConfigError(key, field)
         hint = closest_key(key, base)
         other = None if hint else other_trainer_hint(key, value, base)
         if other:  # dagrl's own near miss first (actor.optim.lr is actor_rollout_ref.actor.optim.lr, not TRL's lr)

@@ -40,3 +40,25 @@ def transformer_config_fields() -> frozenset[str] | None:
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
         )
     return frozenset(fields)
+
+
+# model.enable_gradient_checkpointing: every layer recomputed, one a unit (unless the map sets recompute_granularity)
+FULL_RECOMPUTE = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+# megatron.use_deterministic_algorithms: Megatron's deterministic code paths (the embedding's backward by indexing,
+# TransformerEngine attention's guard), and off what has no deterministic kernel: the fused cross entropy and TP
+# communication overlap (Megatron-LM's --deterministic-mode refuses both), the fused bias-dropout-add (AReaL's switch
+# turns it off too)
+DETERMINISTIC = dict(
+    deterministic_mode=True, cross_entropy_loss_fusion=False, tp_comm_overlap=False, bias_dropout_fusion=False
+)
+
+
+def dagrl_fields(gradient_checkpointing: bool, deterministic: bool, overrides: dict) -> dict:
+    """The TransformerConfig fields dagrl's own switches set; override_transformer_config is applied after them
+    (pre-flight refuses a map that contradicts the deterministic ones)."""
+    fields: dict = {}
+    if gradient_checkpointing and "recompute_granularity" not in overrides:
+        fields.update(FULL_RECOMPUTE)
+    if deterministic:
+        fields.update(DETERMINISTIC)
+    return fields

@@ -31,6 +31,7 @@ from dagrl.config.preflight import (
     reward,
     rollout,
     trainer,
+    transformer_config,
 )
 from dagrl.config.preflight.layout import placement, planned_world_size
 from dagrl.config.schema import check as schema
@@ -95,7 +96,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(reward.check_overlong_manager, cfg)
     check(reward.check_async_reward, cfg)
     check(layout.check_rollout_pool_keys, cfg)
-    check(actor.check_transformer_overrides, cfg)
+    check(transformer_config.check_transformer_overrides, cfg)
+    check(transformer_config.check_model_fields, cfg, hf_config)
     check(rollout.check_greedy_groups, cfg)
     check(reward.check_reward_name_without_path, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):  # a floor above the peak is wrong under any

@@ -60,9 +60,10 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         composed = time.perf_counter()
         shape = preflight(cfg)
         checked = time.perf_counter()
-        from dagrl.config.launch_env import check_rendezvous_env
+        from dagrl.config.launch_env import apply_determinism, check_rendezvous_env
 
         check_rendezvous_env()  # here, not in pre-flight: dagrl.plan and the tests validate a launch by WORLD_SIZE
+        apply_determinism(cfg.actor_rollout_ref.actor.megatron.use_deterministic_algorithms)
         from dagrl.placement.bridge import global_rank
         from dagrl.trainer.loop import Trainer
         from dagrl.utils import watchdog

@@ -52,12 +52,13 @@ class ParallelGroups:
     rollout_tp: list[list[int]]
     rollout_dp: list[list[int]]
 
-    def rows(self, moe: bool) -> list[tuple[str, list[list[int]]]]:
-        """(name, groups) in the order the plan prints them; expert groups only for an MoE model."""
-        rows = [("TP", self.tp), ("CP", self.cp), ("DP", self.dp), ("PP", self.pp)]
-        if moe:
-            rows += [("EP", self.ep), ("expert-TP", self.expert_tp), ("expert-DP", self.expert_dp)]
-        return rows
+    def attention_rows(self) -> list[tuple[str, list[list[int]]]]:
+        """(name, groups) of the attention and dense-layer grid, in the order the plan prints them."""
+        return [("TP", self.tp), ("CP", self.cp), ("DP", self.dp), ("PP", self.pp)]
+
+    def expert_rows(self) -> list[tuple[str, list[list[int]]]]:
+        """(name, groups) of the MoE experts' grid over the same ranks (PP is the attention's)."""
+        return [("EP", self.ep), ("expert-TP", self.expert_tp), ("expert-DP", self.expert_dp)]
 
 
 def megatron_groups(layout: WorldLayout) -> ParallelGroups:

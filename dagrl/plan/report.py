@@ -65,16 +65,29 @@ def placement_line(plan: Plan) -> str:
 
 
 def _actor_lines(plan: Plan, limit: int) -> list[str]:
+    """A dense model's one grid; an MoE model's attention grid and its experts' grid over the same ranks, each with
+    AReaL's name of it (d<DP>p<PP>t<TP>c<CP> and d<expert-DP>p<PP>t<expert-TP>e<EP>)."""
     lo, m = plan.layout, plan.model
-    lines = [
-        f"  actor/reference: TP={lo.tp} PP={lo.pp}"
-        + (f" (VPP={lo.vpp})" if lo.vpp > 1 else "")
-        + f" CP={lo.cp} DP={lo.dp}"
-        + (f" EP={lo.ep} expert-TP={lo.etp} expert-DP={lo.expert_dp}" if m.moe else "")
-        + f", sequence parallel {'on' if lo.sequence_parallel else 'off'}"
+    vpp = f" (VPP={lo.vpp})" if lo.vpp > 1 else ""
+    sequence_parallel = f", sequence parallel {'on' if lo.sequence_parallel else 'off'}"
+    if not m.moe:
+        lines = [f"  actor/reference: TP={lo.tp} PP={lo.pp}{vpp} CP={lo.cp} DP={lo.dp}{sequence_parallel}"]
+    else:
+        lines = [
+            f"  actor/reference attention: TP={lo.tp} CP={lo.cp} DP={lo.dp} PP={lo.pp}{vpp}{sequence_parallel} "
+            f"(d{lo.dp}p{lo.pp}t{lo.tp}c{lo.cp})"
+        ]
+    lines += [
+        f"  {name + ' groups':<17} {format_groups(groups, limit)}" for name, groups in plan.groups.attention_rows()
     ]
-    for name, groups in plan.groups.rows(m.moe):
-        lines.append(f"  {name + ' groups':<17} {format_groups(groups, limit)}")
+    if m.moe:
+        lines.append(
+            f"  actor/reference experts: EP={lo.ep} expert-TP={lo.etp} expert-DP={lo.expert_dp} PP={lo.pp} "
+            f"(d{lo.expert_dp}p{lo.pp}t{lo.etp}e{lo.ep}), over the same ranks"
+        )
+        lines += [
+            f"  {name + ' groups':<17} {format_groups(groups, limit)}" for name, groups in plan.groups.expert_rows()
+        ]
     if lo.pp > 1:
         stages = "; ".join(
             f"{s}: layers "

@@ -129,6 +129,55 @@ def compare_with_megatron(world, tp, pp, cp, ep, etp):
             dist.destroy_process_group()
 
 
+def test_plan_prints_attention_and_expert_groups_apart(tmp_path, prompts):
+    """AReaL's folding on 16 ranks: attention TP2 CP2 PP4 (d1p4t2c2), experts EP4 expert-TP1 PP4 (d1p4t1e4)."""
+    from dagrl.config.validate import preflight
+    from dagrl.plan import make_plan
+    from dagrl.plan.report import render
+
+    model = config_dir(tmp_path / "qwen3-30b-a3b", "qwen3_moe", "30b-a3b")
+    megatron = "actor_rollout_ref.actor.megatron"
+    cfg = Cfg(
+        compose(
+            [
+                f"actor_rollout_ref.model.path={model}",
+                f"data.train_files={prompts}",
+                "data.train_batch_size=16",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.model.use_remove_padding=true",
+                "actor_rollout_ref.rollout.n=2",
+                f"{megatron}.sequence_parallel=true",
+                "trainer.nnodes=2",
+                "trainer.n_gpus_per_node=8",
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                f"{megatron}.param_dtype=bfloat16",
+                f"{megatron}.tensor_model_parallel_size=2",
+                f"{megatron}.pipeline_model_parallel_size=4",
+                f"{megatron}.context_parallel_size=2",
+                f"{megatron}.expert_model_parallel_size=4",
+                f"{megatron}.expert_tensor_parallel_size=1",
+            ]
+        )
+    )
+    lines = render(make_plan(cfg, preflight(cfg, world_size=16))).splitlines()
+    attention = lines.index("  actor/reference attention: TP=2 CP=2 DP=1 PP=4, sequence parallel on (d1p4t2c2)")
+    experts = lines.index(
+        "  actor/reference experts: EP=4 expert-TP=1 expert-DP=1 PP=4 (d1p4t1e4), over the same ranks"
+    )
+    assert lines[attention + 1 : experts] == [
+        "  TP groups         [0,1] [2,3] [4,5] [6,7] [8,9] [10,11] [12,13] [14,15]",
+        "  CP groups         [0,2] [1,3] [4,6] [5,7] [8,10] [9,11] [12,14] [13,15]",
+        "  DP groups         size 1 (not split)",
+        "  PP groups         [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15]",
+    ]
+    assert lines[experts + 1 : experts + 4] == [
+        "  EP groups         [0,1,2,3] [4,5,6,7] [8,9,10,11] [12,13,14,15]",
+        "  expert-TP groups  size 1 (not split)",
+        "  expert-DP groups  size 1 (not split)",
+    ]
+
+
 def test_orthogonal_groups_equal_megatron_rank_generator():
     from megatron.core.parallel_state import RankGenerator
 
@@ -290,7 +339,8 @@ def test_plan_of_the_moe_script(tmp_path, prompts):
     assert proc.returncode == 0, proc.stderr
     for expected in (
         "128 experts (top-8, FFN 768)",
-        "TP=4 PP=1 CP=1 DP=2 EP=8 expert-TP=1 expert-DP=1",
+        "actor/reference attention: TP=4 CP=1 DP=2 PP=1, sequence parallel on (d2p1t4c1)",
+        "actor/reference experts: EP=8 expert-TP=1 expert-DP=1 PP=1 (d1p1t1e8)",
         "EP groups         [0,1,2,3,4,5,6,7]",
         "DP groups         [0,4] [1,5] [2,6] [3,7]",
         "recompute selective (layernorm, moe_act)",

@@ -1,6 +1,6 @@
 """Pre-flight of actor_rollout_ref.actor (and the model keys it trains with): the PPO clip, trainable top layers,
-packing under context parallelism, TransformerConfig overrides, the off-policy correction of stale samples, and what
-its checkpoints save and load."""
+packing under context parallelism, the off-policy correction of stale samples, and what its checkpoints save and
+load (TransformerConfig overrides: transformer_config.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from dagrl.config.checks import alias, as_list, get, positive_int
-from dagrl.config.errors import ConfigError, require
+from dagrl.config.errors import require
 from dagrl.config.preflight.graph import graph_roles
 from dagrl.config.preflight.optim import check_optim
 from dagrl.config.tree import Cfg
@@ -66,33 +66,6 @@ def check_remove_padding(cfg: Cfg) -> None:
         f"actor_rollout_ref.actor.megatron.context_parallel_size={cp} runs TransformerEngine's packed (THD) "
         f"attention, which has no fp32 kernel: set {dtype_key}=bfloat16 (or context_parallel_size=1)",
     )
-
-
-def check_transformer_overrides(cfg: Cfg) -> None:
-    """override_transformer_config keys are fields of megatron.core's TransformerConfig, read from its source (no
-    megatron import in pre-flight); the engine would refuse an unknown one only once the models are built."""
-    key = "actor_rollout_ref.actor.megatron.override_transformer_config"
-    overrides = get(cfg, key)
-    overrides = overrides.to_dict() if hasattr(overrides, "to_dict") else overrides
-    if not isinstance(overrides, dict) or not overrides:
-        return
-    from dagrl.config.megatron_fields import transformer_config_fields
-
-    known = transformer_config_fields()
-    if known is None:  # megatron-core not found where expected: the engine checks at build time
-        return
-    unknown = sorted(name for name in overrides if name not in known)
-    if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0], sorted(known), n=3, cutoff=0.6)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ConfigError(
-            f"{key}.{unknown[0]}",
-            f"{key}.{unknown[0]} is not a field of megatron.core's TransformerConfig{hint}: drop "
-            f"+{key}.{unknown[0]} or fix its name (the fields: megatron/core/transformer/"
-            f"transformer_config.py)",
-        )
 
 
 def _number(value) -> bool:

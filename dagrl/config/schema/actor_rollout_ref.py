@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dagrl.algo.catalog import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from dagrl.config.schema.megatron import Megatron
 from dagrl.config.schema.optim import Optim
 from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
 from dagrl.config.schema.spec import (
@@ -19,7 +20,6 @@ from dagrl.config.schema.spec import (
     TIS_CAP,
     TOP_K,
     TOP_P,
-    Dir,
     File,
     ModelDir,
     OutDir,
@@ -95,46 +95,6 @@ class Checkpoint(Section):
     load_contents: Paths = key(
         "${actor_rollout_ref.actor.checkpoint.save_contents}",
         "parts restored on resume; must have been saved (hf_model is ignored)",
-    )
-
-
-@dataclass(frozen=True)
-class Megatron(Section):
-    """parallel layout and memory knobs; ref reuses the layout"""
-
-    tensor_model_parallel_size: int = key(1, "TP: shards each layer over this many GPUs", POSITIVE_INT)
-    pipeline_model_parallel_size: int = key(1, "PP: splits the layers into this many stages", POSITIVE_INT)
-    virtual_pipeline_model_parallel_size: int | None = key(
-        None, "VPP: model chunks per pipeline stage (interleaved 1F1B)", POSITIVE_INT
-    )
-    context_parallel_size: int = key(1, "CP: splits each sequence over this many GPUs", POSITIVE_INT)
-    expert_model_parallel_size: int = key(1, "EP: spreads MoE experts over this many GPUs", POSITIVE_INT)
-    expert_tensor_parallel_size: int | None = key(
-        None, "TP inside each expert; null = tensor_model_parallel_size", POSITIVE_INT
-    )
-    sequence_parallel: bool = key(
-        False, "shard activations along the sequence in TP regions (off with a warning when TP=1)"
-    )
-    use_distributed_optimizer: bool = key(False, "shard optimizer state over data-parallel ranks (ZeRO-1)")
-    param_dtype: str = key(
-        "float32",
-        "parameter dtype: float32 | bfloat16 (bf16 keeps fp32 main params) | auto "
-        "(bfloat16 on a GPU or a CPU with bf16 instructions, else float32)",
-        choices=precision.CHOICES,
-    )
-    param_offload: bool = key(False, "keep actor parameters on the host outside the phases that use them")
-    grad_offload: bool = key(False, "keep gradient buffers on the host between updates")
-    optimizer_offload: bool = key(False, "keep optimizer state on the host between updates")
-    use_dist_checkpointing: bool = key(
-        False,
-        "start actor and ref from the Megatron checkpoint at dist_checkpointing_path, not model.path's safetensors",
-    )
-    dist_checkpointing_path: Dir | None = key(
-        None, "a Megatron torch_dist dir, e.g. RUN/global_step_N/actor (config, tokenizer still from model.path)"
-    )
-    seed: int = key(42, "model init / dropout seed", NON_NEGATIVE_INT)
-    override_transformer_config: dict = key(
-        {}, "extra TransformerConfig fields, e.g. +...override_transformer_config.recompute_method=uniform"
     )
 
 

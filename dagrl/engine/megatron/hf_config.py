@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dagrl.config.megatron_fields import dagrl_fields
 from dagrl.engine.megatron import compat
 from dagrl.models.families import family
 from dagrl.placement import ParallelLayout
@@ -119,8 +120,9 @@ def transformer_config(
         # megatron-core 0.19.2 a PP2xVPP2 step's grad norm came out 36418 instead of 202.9 (HF: 202.8).
         kwargs.update(batch_p2p_comm=False)
     overrides = overrides or {}
-    if gradient_checkpointing and "recompute_granularity" not in overrides:
-        kwargs.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    # megatron.use_deterministic_algorithms turns torch's process-wide flag on at launch, before any model is built
+    # (dagrl/config/launch_env.py): every model of the process (actor, reference, critic, teacher) follows it
+    kwargs.update(dagrl_fields(gradient_checkpointing, torch.are_deterministic_algorithms_enabled(), overrides))
     known = {f.name for f in dataclasses.fields(TransformerConfig)}
     for key, value in overrides.items():
         if key not in known:

@@ -40,6 +40,7 @@ MODULES = (
     "environment",
     "numerics",
     "other_trainers",
+    "transformer_config",
     "several_mistakes",
 )
 TOPICS: dict[str, tuple[Case, ...]] = {
