@@ -138,6 +138,8 @@ def assert_exact_resume(straight: Path, resumed: Path, scratch: Path) -> None:
     """Steps 1-2 of the killed run are a second seeded run's (the same metrics); step 3 is the relaunch's, and its
     checkpoint holds the same weights, Adam state and RNG as the uninterrupted run's."""
     assert metrics_by_step(resumed) == metrics_by_step(straight)
+    # the killed run logged steps 1-2 and the relaunch only step 3: it resumed rather than began again
+    assert [row["step"] for row in map(json.loads, (resumed / "metrics.jsonl").open())] == [1, 2, 3]
     saved = assert_same_checkpoint(straight / "global_step_3" / "actor", resumed / "global_step_3" / "actor", scratch)
     # what the comparison covered: the experts' and the router's weights and Adam moments
     for part in ("experts.linear_fc1.weight", "experts.linear_fc2.weight", "router.weight"):
