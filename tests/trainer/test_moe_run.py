@@ -1,8 +1,9 @@
 """Mixture-of-experts GRPO runs on CPU over two processes with the hf rollout, whose fused expert tensors
 (transformers >= 5) take the actor's per-expert export at every weight sync: a tiny qwen3_moe at EP2 (the
-distributed optimizer on, so the dense params' Adam state is sharded over DP2 and the experts' over expert-DP) and
-at TP2 x EP2 (attention TP2/DP1 and experts EP2/ETP1 in one world of 2). kill -9 inside step 3 and a relaunch
-reproduce the uninterrupted run's metrics and its saved weights, Adam state and RNG exactly; two seeded runs agree."""
+distributed optimizer on: the dense params' Adam state sharded over DP2, the experts' kept in their expert-DP group)
+and at TP2 x EP2 (attention TP2/DP1 and experts EP2/ETP1 in one world of 2), where the rollout's token log-probs
+(partial rollout keeps them) equal the actor's. kill -9 inside step 3 and a relaunch reproduce the uninterrupted
+run's metrics and its saved weights, Adam state and RNG exactly; two seeded runs agree."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ TP2_EP2 = {
     f"{MEGATRON}.expert_model_parallel_size": 2,
     f"{MEGATRON}.expert_tensor_parallel_size": 1,
     "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,  # the hf rollout: a full model on each rank
-    # the hf rollout keeps its token log-probs under partial rollout: the gap to the actor's is the weight check
-    "async_training.partial_rollout": True,
 }
+# the hf rollout keeps its token log-probs under partial rollout: their gap to the actor's checks the weights
+WITH_ROLLOUT_LOG_PROBS = {"async_training.partial_rollout": True}
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,10 @@ def test_moe_grpo_at_tp2_ep2_trains_and_the_rollout_holds_the_actors_weights(moe
     expert left stale or misplaced would put the gap at the size of an update)."""
     out = tmp_path / "run"
     code, stderr = run_in_session(
-        torchrun(moe_args(moe_model, tiny_data, TP2_EP2, **{"trainer.save_freq": 2})(out)), {"OMP_NUM_THREADS": "1"}
+        torchrun(
+            moe_args(moe_model, tiny_data, {**TP2_EP2, **WITH_ROLLOUT_LOG_PROBS}, **{"trainer.save_freq": 2})(out)
+        ),
+        {"OMP_NUM_THREADS": "1"},
     )
     assert code == 0, stderr[-3000:]
     metrics = metrics_by_step(out)
@@ -173,6 +177,6 @@ def test_moe_grpo_at_tp2_ep2_trains_and_the_rollout_holds_the_actors_weights(moe
 
 
 @pytest.mark.slow  # a minute; the default suite keeps the EP2 kill -9 resume and the TP2 x EP2 run
-def test_moe_kill_9_and_resume_at_tp2_ep2_is_exact(moe_model, tiny_data, tmp_path):
+def test_moe_grpo_kill_9_and_resume_at_tp2_ep2_is_exact(moe_model, tiny_data, tmp_path):
     args = moe_args(moe_model, tiny_data, TP2_EP2, **THREE_STEPS)
     assert_exact_resume(*straight_and_resumed(args, tmp_path, launch=torchrun), tmp_path)
