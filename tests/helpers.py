@@ -119,24 +119,33 @@ def run_concurrently(runs: list[tuple[list[str], dict]], timeout: float = 600) -
 
 
 def straight_and_resumed(
-    args: Callable[[Path], list[str]], root: Path, fault: str = "actor_update:3"
+    args: Callable[[Path], list[str]],
+    root: Path,
+    fault: str = "actor_update:3",
+    launch: Callable[[list[str]], list[str]] | None = None,
 ) -> tuple[Path, Path]:
     """Two `dagrl.main_dag` runs of `args(dir)`: one uninterrupted (root/straight), one killed by the fault point
     `fault` and relaunched to the end (root/resumed); both must finish. The first two go side by side, each on one
-    thread (so that two fit the two cores; the relaunch too, as every run compared must compute alike)."""
+    thread (so that two fit the two cores; the relaunch too, as every run compared must compute alike). `launch`
+    makes the command line of a run's overrides (one process by default; torchrun's for several, whose every rank
+    kills itself at the fault point and torchrun reports the failure)."""
     import sys
 
+    command = launch or (lambda overrides: [sys.executable, "-m", "dagrl.main_dag", *overrides])
     straight, resumed = root / "straight", root / "resumed"
     one_thread = {"OMP_NUM_THREADS": "1"}
-    (code, stderr), (killed, _) = run_concurrently(
+    (code, stderr), (killed, killed_stderr) = run_concurrently(
         [
-            ([sys.executable, "-m", "dagrl.main_dag", *args(straight)], one_thread),
-            ([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], {**one_thread, "DAGRL_FAULT": fault}),
+            (command(args(straight)), one_thread),
+            (command(args(resumed)), {**one_thread, "DAGRL_FAULT": fault}),
         ]
     )
     assert code == 0, stderr[-3000:]
-    assert killed == -9
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args(resumed)], one_thread)
+    if launch is None:
+        assert killed == -9
+    else:
+        assert killed != 0 and "DAGRL_FAULT: killing this process" in killed_stderr, killed_stderr[-3000:]
+    code, stderr = run_in_session(command(args(resumed)), one_thread)
     assert code == 0, stderr[-3000:]
     return straight, resumed
 

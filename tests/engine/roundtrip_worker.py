@@ -36,6 +36,18 @@ MOE = [
     ("pp2", PP2, {}, "tp2_sp"),
     ("pp2_vpp2", PP2_VPP2, {}, "ep2"),
     ("ep2_distopt", L(expert_model_parallel_size=2), {"use_distributed_optimizer": True}, None),
+    # attention TP2 x DP1 beside experts EP2 x ETP1 on the same 2 ranks, continuing from EP2 x DP2's checkpoint
+    (
+        "tp2_sp_ep2",
+        L(
+            tensor_model_parallel_size=2,
+            sequence_parallel=True,
+            expert_model_parallel_size=2,
+            expert_tensor_parallel_size=1,
+        ),
+        {},
+        "ep2",
+    ),
 ]
 LAYOUTS = {
     "llama": DENSE,

@@ -80,6 +80,11 @@ def test_valid_layouts_pass():
             "expert_model_parallel_size=4 x expert_tensor_parallel_size=2 x pipeline_model_parallel_size=2 = 16 "
             "does not divide the world size 8",
         ),
+        (
+            ParallelLayout(tensor_model_parallel_size=2, sequence_parallel=True, expert_model_parallel_size=2),
+            2,
+            "expert_tensor_parallel_size=2 (null: tensor_model_parallel_size's) x pipeline_model_parallel_size=1 = 4",
+        ),
     ],
 )
 def test_bad_layouts_name_the_key(layout, world, key):

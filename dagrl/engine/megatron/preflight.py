@@ -125,8 +125,10 @@ def check_layout(hf_config: Any, layout: ParallelLayout, world_size: int) -> Non
     # Megatron's expert groups split each pipeline stage's ranks into EP x ETP x expert-DP; context parallelism is
     # the attention's alone (AReaL's folding: attention TP2 x CP2, experts EP4 x ETP1 on the same 4 ranks)
     if experts and world_size % (pp * ep * etp):
+        # unset, it follows the attention's TP: TP2 x EP2 on 2 ranks needs expert_tensor_parallel_size=1 said
+        unset = " (null: tensor_model_parallel_size's)" if layout.expert_tensor_parallel_size is None else ""
         raise ValueError(
-            f"{KEY}.expert_model_parallel_size={ep} x expert_tensor_parallel_size={etp} x "
+            f"{KEY}.expert_model_parallel_size={ep} x expert_tensor_parallel_size={etp}{unset} x "
             f"pipeline_model_parallel_size={pp} = {pp * ep * etp} does not divide the world size "
             f"{world_size}: change the sizes or trainer.nnodes x trainer.n_gpus_per_node"
         )
