@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
-from dagrl.dag.functions import check_node_signature, import_function, lazy_import
+from dagrl.dag.functions import StandIn, check_node_signature, import_function, lazy_import
 from dagrl.dag.switches import switched, switches_on
 from dagrl.dag.roles import BACKGROUND_ROLES, REQUIRED_ROLES, RESHARD, RESHARD_FN, ROLES, WEIGHT_SYNC, WEIGHT_SYNC_FN
 
@@ -279,10 +279,23 @@ def check_weight_sync(graph: Graph, source: str) -> None:
             )
 
 
-def preflight_graph(dag_cfg: Any) -> None:
+def preflight_graph(dag_cfg: Any) -> Graph:
     """The graph's checks before any model: user node functions imported and their signatures checked, the
-    pipeline factory dry-called, dagrl's own node modules left unimported (see lazy_import)."""
-    graph_from_config(dag_cfg, load=lazy_import)
+    pipeline factory dry-called, dagrl's own node modules left unimported (their functions are StandIns, see
+    lazy_import). The graph built is the run's: the trainer takes it through `imported`."""
+    return graph_from_config(dag_cfg, load=lazy_import)
+
+
+def imported(graph: Graph) -> Graph:
+    """Pre-flight's graph with dagrl's own node functions imported in place of their stand-ins: the graph that runs."""
+    return Graph(
+        nodes=tuple(
+            dataclasses.replace(node, fn=import_function(node.fn.spec, f"dag.nodes[{node.id}].fn"))
+            if isinstance(node.fn, StandIn)
+            else node
+            for node in graph.nodes
+        )
+    )
 
 
 def in_background() -> bool:

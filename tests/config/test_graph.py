@@ -424,3 +424,31 @@ def test_the_graph_describes_itself_as_it_runs_with_the_switches_applied():
     assert "reward [after ref_log_prob, score]" in plain and "background" not in plain
     switched = graph_from_config(Cfg(compose(["reward_model.launch_reward_fn_async=true"])).dag).describe()
     assert "rollout -> to_actor_layout -> score [background] -> old_log_prob [after to_actor_layout]" in switched
+
+
+def test_the_trainer_runs_the_graph_preflight_built(monkeypatch, tiny_model, tiny_data, tmp_path):
+    """Pre-flight builds the step graph once (dagrl's node functions as stand-ins, no torch import); the trainer
+    takes that graph with the functions themselves in their places and builds none of its own."""
+    from dagrl.config.validate import preflight
+    from dagrl.dag.functions import StandIn
+    from dagrl.nodes.rollout import weight_sync
+    from dagrl.trainer import loop
+    from tests.conftest import cpu_run_overrides
+
+    overrides = [*cpu_run_overrides(tiny_model, tiny_data, tmp_path), "reward_model.launch_reward_fn_async=true"]
+    shape = preflight(Cfg(compose(overrides)))
+    assert (
+        isinstance(shape.graph.nodes[0].fn, StandIn)
+        and shape.graph.nodes[0].fn.spec == "dagrl.nodes.rollout:weight_sync"
+    )
+
+    def built_again(*args, **kwargs):
+        raise AssertionError("the trainer built the graph again")
+
+    monkeypatch.setattr(loop, "graph_from_config", built_again)
+    graph = loop.step_graph(Cfg(compose(overrides)), shape)
+    assert graph.describe() == shape.graph.describe() and "score [background]" in graph.describe()
+    assert graph.nodes[0].fn is weight_sync and not any(isinstance(node.fn, StandIn) for node in graph.nodes)
+    assert [dataclasses.replace(n, fn=None) for n in graph.nodes] == [
+        dataclasses.replace(n, fn=None) for n in shape.graph.nodes
+    ]
