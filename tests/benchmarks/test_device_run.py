@@ -112,3 +112,27 @@ def test_detach_reads_a_job_file_the_frozen_copy_leaves_out_where_it_is(folders)
         assert time.time() < deadline, (out / "job.log").read_text()
         time.sleep(0.2)
     assert not (out / "code" / "mine").exists() and "done hello rc=0" in (out / "progress").read_text()
+
+
+def test_detach_copies_a_checkout_with_a_deleted_tracked_file_quietly(folders):
+    """A tracked file deleted from the work tree is left out of the frozen copy without tar's "Cannot stat"."""
+    code = folders / "code"
+    (code / "dagrl").mkdir(parents=True)
+    (code / "dagrl" / "main_dag.py").write_text("")
+    (code / "benchmarks" / "device").mkdir(parents=True)
+    (code / "benchmarks" / "device" / "run.sh").write_text(RUN.read_text())
+    (code / "job.sh").write_text("step hello true\n")
+    (code / "gone.txt").write_text("")
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"]):
+        subprocess.run(["git", "-C", str(code), *command], check=True, capture_output=True)
+    (code / "gone.txt").unlink()
+    out = folders / "out"
+    args = ("--model", folders / "model", "--data", folders / "data", "--out", out, "--code", code, "--detach")
+    result = run(code / "job.sh", *args)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    deadline = time.time() + 60
+    while "ALL DONE" not in ((out / "progress").read_text() if (out / "progress").exists() else ""):
+        assert time.time() < deadline, (out / "job.log").read_text()
+        time.sleep(0.2)
+    assert (out / "code" / "job.sh").exists() and not (out / "code" / "gone.txt").exists()
+    assert "with uncommitted changes" in (out / "code" / ".commit").read_text()
