@@ -260,7 +260,7 @@ def write_run(out: Path, side: str, rc: int | None, wall: float, seen: dict, she
 
 
 def prepare_throughput(args: argparse.Namespace) -> None:
-    """The random model and the 512-token prompts, once per machine (they stay in /tmp while it is held)."""
+    """The random model and the 512-token prompts, built once per machine (a no-op when they are there)."""
     log = Path(args.out) / "prep.log"
     if not (Path(args.model) / "config.json").exists():
         random_qwen3("1.7b", args.model, args.smol, log, "--dtype", "bf16", "--device", "cuda")
