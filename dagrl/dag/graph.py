@@ -7,8 +7,9 @@ one line naming the node. Pre-flight (`preflight_graph`) runs the same checks wi
 modules (they import torch), so a user's graph or node function fails in a second.
 
 `graph_from_config` builds the graph a run's config declares: `dag.nodes` (or dag.custom_pipeline_fn's), with the
-switches that are on merged in (dag/switches.py), every rollout node after a weight sync; the trainer runs exactly
-that graph, cut at the reshard node when the pools are separate.
+switches that are on merged in (dag/switches.py), every rollout node after a weight sync. Pre-flight builds it once
+and the trainer runs exactly that graph (`imported`: dagrl's node functions in place of their stand-ins), cut at the
+reshard node when the pools are separate.
 
 A node marked `background: true` runs in a thread beside the nodes that do not depend on it (scoring on the CPU while
 the GPU computes log-probs: reward_model.launch_reward_fn_async); the first node that depends on it waits for it. It
