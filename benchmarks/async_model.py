@@ -13,19 +13,19 @@ a GPU's tokens/s grow with occupancy towards decode_tok_s, a lone long sequence 
 time), and filling the tail with more sequences (partial rollout) is nearly free. Sequences (re)submitted to a GPU
 are prefilled first (prompt + kept prefix, at prefill_tok_s), which delays that GPU's decode.
 
-Schedules, as dagrl runs them: each batch of B prompts x n is split over the rollout ranks in contiguous shares of
-whole groups, and each rank keeps its own pool (where B does not split over the ranks, --table's large counts,
-gcd(B, ranks) pools of equal sets of GPUs). `colocated`: every GPU generates its share, then all train (plus
-`switch_s` a step: the engine's sleep and wake-up). With partial rollout a pool holds ceil(oversample x share)
-groups (step 1 draws further batches to fill it); its rank stops once `share` are finished and trains on those;
-the rest are carried and prefilled again. `two_pools`: batch b is generated once version >= b-1-K is loaded (the
-newest available is loaded first, a push stalling the rollout push_s); training step b starts when batch b is there
-and step b-1 done, and its end makes version b available. With partial rollout the rollout pool generates until
-every rank has its share, and a push arriving mid-batch interrupts it: load, prefill what is in flight, go on.
-With `staleness` K (colocated) or `restarts` (two pools), a group holding a token more than K versions older than
-the weights its batch's update starts from restarts from its prompt when the batch begins (generation spent
-twice); without, it finishes under newer weights. Training takes tokens (prompt + response) / (rate x GPUs). Step 1
-may carry one-time costs: `first_train_s`, and `first_switch_s` (colocated: the engine's first wake-up).
+Schedules, as dagrl runs them: each batch of B prompts x n is split over the rollout ranks in contiguous shares of whole
+groups, and each rank keeps its own buffer of groups, as dagrl's `PartialRolloutBuffer` (where B does not split over the
+ranks, --table's large counts, gcd(B, ranks) buffers over equal sets of GPUs). `colocated`: every GPU generates its
+share, then all train (plus `switch_s` a step: the engine's sleep and wake-up). With partial rollout a buffer holds
+ceil(oversample x share) groups (step 1 draws further batches to fill it); its rank stops once `share` are finished and
+trains on those; the rest are carried and prefilled again. `two_pools`: batch b is generated once version >= b-1-K is
+loaded (the newest available is loaded first, a push stalling the rollout push_s); training step b starts when batch b
+is there and step b-1 done, and its end makes version b available. With partial rollout the rollout pool generates until
+every rank has its share, and a push arriving mid-batch interrupts it: load, prefill what is in flight, go on. With
+`staleness` K (colocated) or `restarts` (two pools), a group holding a token more than K versions older than the weights
+its batch's update starts from restarts from its prompt when the batch begins (generation spent twice); without, it
+finishes under newer weights. Training takes tokens (prompt + response) / (rate x GPUs). Step 1 may carry one-time
+costs: `first_train_s`, and `first_switch_s` (colocated: the engine's first wake-up).
 """
 
 from __future__ import annotations
@@ -131,17 +131,19 @@ class _Engine:
     def active(self) -> np.ndarray:
         return self.gid >= 0
 
-    def place(self, gids: np.ndarray, lengths: np.ndarray, pools: np.ndarray, width: int) -> None:
-        """Fill free slots of each sequence's pool (GPUs [p * width, (p + 1) * width)), least-loaded GPU first."""
+    def place(self, gids: np.ndarray, lengths: np.ndarray, cohorts: np.ndarray, width: int) -> None:
+        """Fill free slots of each sequence's cohort (GPUs [c * width, (c + 1) * width)), least-loaded GPU first."""
         free = ~self.active()
         key = np.where(free, (~free).sum(1, keepdims=True) + np.cumsum(free, 1), np.iinfo(np.int64).max)
         slots = free.shape[1]
-        best = np.argsort(key.reshape(-1, width * slots), axis=1, kind="stable")  # each pool's slots, best first
-        order = np.argsort(pools, kind="stable")
-        pools, gids, lengths = pools[order], gids[order], lengths[order]
-        flat = best[pools, np.arange(len(pools)) - np.searchsorted(pools, pools)]  # the k-th of its pool: k-th best
-        rows, cols = pools * width + flat // slots, flat % slots
-        assert free[rows, cols].all(), "pool overfilled"
+        best = np.argsort(key.reshape(-1, width * slots), axis=1, kind="stable")  # each cohort's slots, best first
+        order = np.argsort(cohorts, kind="stable")
+        cohorts, gids, lengths = cohorts[order], gids[order], lengths[order]
+        flat = best[
+            cohorts, np.arange(len(cohorts)) - np.searchsorted(cohorts, cohorts)
+        ]  # the k-th of its cohort: k-th best
+        rows, cols = cohorts * width + flat // slots, flat % slots
+        assert free[rows, cols].all(), "cohort overfilled"
         self.gid[rows, cols], self.rem[rows, cols], self.prefix[rows, cols] = gids, lengths, 0.0
         self.fresh[rows, cols] = True
 
@@ -181,17 +183,18 @@ class _Engine:
         return gids, moved, busy
 
 
-class _Pools:
-    """The groups a run draws and where each stands, over the rollout ranks' engine (see the module docstring)."""
+class _Buffers:
+    """The groups a run draws and where each stands: the rollout ranks' buffers and their engine (see the module
+    docstring)."""
 
     def __init__(self, w: Workload, rates: Rates, ranks: int, steps: int, oversample: float):
         self.w, self.n, self.rng = w, w.n, np.random.default_rng(w.seed)
-        # dagrl: a pool a rank, each its contiguous share of every batch. Where the batch does not split over
-        # the ranks (--table's large counts), gcd(B, ranks) pools of equal sets of GPUs: the nearest that does
+        # dagrl: a buffer a rank, each its contiguous share of every batch. Where the batch does not split over
+        # the ranks (--table's large counts), gcd(B, ranks) buffers over equal sets of GPUs: the nearest that does
         self.cohorts = math.gcd(w.batch, ranks)
-        self.width = ranks // self.cohorts  # GPUs a pool
-        self.share = w.batch // self.cohorts  # groups a pool trains a step
-        self.target = math.ceil(oversample * self.share)  # groups a pool keeps
+        self.width = ranks // self.cohorts  # GPUs a buffer
+        self.share = w.batch // self.cohorts  # groups a buffer trains a step
+        self.target = math.ceil(oversample * self.share)  # groups a buffer keeps
         self.rank_cohort = np.arange(ranks) // self.width
         slots = math.ceil(self.target * w.n / self.width)
         self.engine = _Engine(ranks, slots, rates, w.prompt_len)
@@ -199,11 +202,11 @@ class _Pools:
         self.lengths = np.zeros((bound, w.n))
         self.cohort, self.left = np.zeros(bound, int), np.zeros(bound, int)
         self.born = np.full(bound, NONE)  # the version of each group's first token
-        self.state = np.zeros(bound, int)  # 0 not drawn, 1 in a pool, 2 trained
+        self.state = np.zeros(bound, int)  # 0 not drawn, 1 in a buffer, 2 trained
         self.drawn, self.version = 0, 0
 
     def fill(self) -> None:
-        """Draw this step's batch, and further batches while the pools hold fewer than their target."""
+        """Draw this step's batch, and further batches while the buffers hold fewer than their target."""
         while True:
             B, n, first = self.w.batch, self.n, self.drawn
             if self.w.replay is not None:
@@ -225,7 +228,7 @@ class _Pools:
         )
 
     def restart(self, oldest: int) -> int:
-        """Groups in the pools with a token older than version `oldest` start again from their prompts."""
+        """Groups in the buffers with a token older than version `oldest` start again from their prompts."""
         stale = np.flatnonzero((self.state == 1) & (self.born < oldest))
         self.engine.gid[np.isin(self.engine.gid, stale)] = -1
         self.left[stale], self.born[stale] = self.n, NONE
@@ -237,9 +240,9 @@ class _Pools:
         act = self.engine.active()
         finish = np.full(len(self.state), -np.inf)
         np.maximum.at(finish, self.engine.gid[act], done[act])
-        pool, C = self.state == 1, self.cohorts
-        need = self.share - np.bincount(self.cohort[pool & (self.left == 0)], minlength=C)
-        waiting = np.flatnonzero(pool & (self.left > 0))
+        held, C = self.state == 1, self.cohorts
+        need = self.share - np.bincount(self.cohort[held & (self.left == 0)], minlength=C)
+        waiting = np.flatnonzero(held & (self.left > 0))
         order = np.lexsort((finish[waiting], self.cohort[waiting]))
         cohort, times = self.cohort[waiting][order], finish[waiting][order]
         start, count = np.searchsorted(cohort, np.arange(C)), np.bincount(cohort, minlength=C)
@@ -255,7 +258,7 @@ class _Pools:
         return busy
 
     def take(self) -> tuple[float, float, int]:
-        """Each cohort's first `share` finished groups, in pool order: (prompt + response tokens, response tokens,
+        """Each cohort's first `share` finished groups, in buffer order: (prompt + response tokens, response tokens,
         responses) of the batch."""
         fin = np.flatnonzero((self.state == 1) & (self.left == 0))
         cohort = self.cohort[fin]
@@ -302,19 +305,19 @@ def colocated(
     groups, stops at `share` finished and carries the rest; with `staleness` K, a carried group holding a token
     more than K versions older than step i's weights (version i-1) restarts. `warm`: steps left uncounted (default
     a quarter)."""
-    pools = _Pools(w, rates, gpus, steps, oversample if partial else 1.0)
+    buffers = _Buffers(w, rates, gpus, steps, oversample if partial else 1.0)
     seconds, tokens, idle = [], [], []
     for i in range(1, steps + 1):
-        pools.fill()
-        pools.version = i - 1
+        buffers.fill()
+        buffers.version = i - 1
         if partial and staleness is not None:
-            pools.restart(i - 1 - staleness)
-        stop = pools.ready(pools.engine.plan())  # each rank stops at its own share
-        busy = pools.advance(stop)
-        pools.engine.fresh |= pools.engine.active()  # the engine sleeps: what is carried is prefilled again
+            buffers.restart(i - 1 - staleness)
+        stop = buffers.ready(buffers.engine.plan())  # each rank stops at its own share
+        busy = buffers.advance(stop)
+        buffers.engine.fresh |= buffers.engine.active()  # the engine sleeps: what is carried is prefilled again
         gen = float(stop.max())
         idle.append(float((gen - busy).sum()))
-        tokens.append(pools.take())
+        tokens.append(buffers.take())
         first = rates.first_switch_s + rates.first_train_s if i == 1 else 0.0
         seconds.append(gen + tokens[-1][0] / (gpus * rates.train_tok_s) + rates.push_s + rates.switch_s + first)
     warm = max(1, steps // 4) if warm is None else warm
@@ -336,7 +339,7 @@ def two_pools(
     """Rollout pool and training pool meet at a buffer; batch b is generated once version >= b-1-K is loaded;
     training step b starts when batch b is complete and step b-1 is done. `restarts` (partial): when batch b
     begins, a group holding a token older than version b-1-K starts again from its prompt."""
-    pools, R = _Pools(w, rates, rollout_gpus, steps, oversample if partial else 1.0), rollout_gpus
+    buffers, R = _Buffers(w, rates, rollout_gpus, steps, oversample if partial else 1.0), rollout_gpus
     t, ends, spans, idle = 0.0, [0.0], [], []  # ends[s]: when version s is available (0: at the start)
     newest = lambda now: max(s for s, end in enumerate(ends) if end <= now)  # noqa: E731 - a short local helper
     for b in range(1, steps + 1):
@@ -344,24 +347,24 @@ def two_pools(
         if ends[need] > t:  # the staleness bound: wait for the weights
             idle.append((np.full(R, t), ends[need]))
             t = ends[need]
-        if newest(t) > pools.version:  # new weights: the prefix cache is reset, what is carried is prefilled again
-            t, pools.version = t + rates.push_s, newest(t)
-            pools.engine.fresh |= pools.engine.active()
-        pools.fill()
+        if newest(t) > buffers.version:  # new weights: the prefix cache is reset, what is carried is prefilled again
+            t, buffers.version = t + rates.push_s, newest(t)
+            buffers.engine.fresh |= buffers.engine.active()
+        buffers.fill()
         if partial and restarts:
-            pools.restart(b - 1 - K)
+            buffers.restart(b - 1 - K)
         while True:
-            ready = float(pools.ready(pools.engine.plan()).max())  # every rank has its share
-            push = ends[pools.version + 1] - t if partial and pools.version + 1 < len(ends) else np.inf
+            ready = float(buffers.ready(buffers.engine.plan()).max())  # every rank has its share
+            push = ends[buffers.version + 1] - t if partial and buffers.version + 1 < len(ends) else np.inf
             seg = min(ready, max(push, 0.0))
-            busy = pools.advance(seg)
+            busy = buffers.advance(seg)
             idle.append((t + busy, t + seg))
             t += seg
             if seg == ready:
                 break
-            t, pools.version = t + rates.push_s, newest(t)  # a push mid-batch: load it, prefill again, go on
-            pools.engine.fresh |= pools.engine.active()
-        tokens = pools.take()
+            t, buffers.version = t + rates.push_s, newest(t)  # a push mid-batch: load it, prefill again, go on
+            buffers.engine.fresh |= buffers.engine.active()
+        tokens = buffers.take()
         start = max(t, ends[-1])
         ends.append(start + tokens[0] / (train_gpus * rates.train_tok_s) + (rates.first_train_s if b == 1 else 0.0))
         spans.append((start, ends[-1], tokens))

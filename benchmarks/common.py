@@ -1,21 +1,52 @@
 """Pieces the GPU benchmarks share: a config-only model directory every rank sees, an actor engine on random
-weights (the benchmarks measure speed, so no multi-GB checkpoint is written or read), and a CPU-time profile."""
+weights (the benchmarks measure speed, so no multi-GB checkpoint is written or read), a CPU-time profile, and the
+preparing commands (a random Qwen3, prompts padded to one length) run with their output in a log.
+
+Light to import: the drivers that only start processes load no torch through it."""
 
 from __future__ import annotations
 
 import cProfile
 import io
 import pstats
+import subprocess
+import sys
 import tempfile
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch.distributed as dist
+if TYPE_CHECKING:
+    from dagrl.engine.base import MegatronEngineSpec
 
-from dagrl.engine.base import MegatronEngineSpec
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def logged(command: list[str], log: Path) -> None:
+    """`command` run from the repository root, its output appended to `log`; a failure raises."""
+    with open(log, "a") as stream:
+        subprocess.run(command, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, check=True)
+
+
+def random_qwen3(size: str, out: str, tokenizer: str, log: Path, *flags: str) -> None:
+    """scripts/init_random_model.py: a random Qwen3 of the preset `size` with `tokenizer`'s vocabulary at `out`
+    (`flags`: --config-only, or the weights' --dtype and --device)."""
+    script = "scripts/init_random_model.py"
+    logged(
+        [sys.executable, script, "--family", "qwen3", "--size", size, "--out", out, "--tokenizer", tokenizer, *flags],
+        log,
+    )
+
+
+def padded_prompts(src: str, dst: str, tokenizer: str, length: int, log: Path) -> None:
+    """benchmarks/verl_data.py: the parquet prompts of `src` padded to exactly `length` tokens of `tokenizer`."""
+    words = ["--src", src, "--dst", dst, "--tokenizer", tokenizer, "--prompt-length", str(length)]
+    logged([sys.executable, "benchmarks/verl_data.py", *words], log)
 
 
 def shared_config_dir(config: Any, prefix: str) -> str:
     """Rank 0 saves `config` (an HF config) into a fresh directory; every rank gets its path. Collective."""
+    import torch.distributed as dist
+
     path = [tempfile.mkdtemp(prefix=prefix) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(path, src=0)
     if dist.get_rank() == 0:

@@ -34,6 +34,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import random_qwen3  # noqa: E402 - after the sys.path insert above
+
 MODES = {
     "inproc": "vllm.LLM in process, no tokenizer, one generate call (dagrl)",
     "detok": "vllm.LLM in process, tokenizer loaded, detokenize=True",
@@ -148,26 +152,7 @@ def build_model(args: argparse.Namespace, log: Path) -> None:
             f"--model {args.model} has no config.json and --tokenizer {args.tokenizer} no tokenizer to "
             f"build it with: pass a --model with both, or a --tokenizer directory"
         )
-    with open(log, "a") as stream:
-        subprocess.run(
-            [
-                sys.executable,
-                "scripts/init_random_model.py",
-                "--family",
-                "qwen3",
-                "--size",
-                "1.7b",
-                "--out",
-                args.model,
-                "--tokenizer",
-                args.tokenizer,
-                "--config-only",
-            ],
-            cwd=Path(__file__).resolve().parents[1],
-            stdout=stream,
-            stderr=subprocess.STDOUT,
-            check=True,
-        )
+    random_qwen3("1.7b", args.model, args.tokenizer, log, "--config-only")
 
 
 def report(out: Path, modes: list[str]) -> str:

@@ -51,6 +51,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ROOT, padded_prompts, random_qwen3  # noqa: E402 - after the sys.path insert above
 from vs_verl_report import (
     ANSI,
     PROMPT_LEN,
@@ -64,7 +67,6 @@ from vs_verl_report import (
     seeds_report,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS = {"learn": 32, "throughput": 6}
 VERSIONS = {
     "verl": ["verl", "vllm", "torch", "transformers", "ray"],
@@ -258,50 +260,12 @@ def write_run(out: Path, side: str, rc: int | None, wall: float, seen: dict, she
 
 
 def prepare_throughput(args: argparse.Namespace) -> None:
-    """The random model and the 512-token prompts, once per machine (they stay in /tmp while it is held)."""
-    with open(Path(args.out) / "prep.log", "a") as log:
-        if not (Path(args.model) / "config.json").exists():
-            subprocess.run(
-                [
-                    sys.executable,
-                    "scripts/init_random_model.py",
-                    "--family",
-                    "qwen3",
-                    "--size",
-                    "1.7b",
-                    "--out",
-                    args.model,
-                    "--tokenizer",
-                    args.smol,
-                    "--dtype",
-                    "bf16",
-                    "--device",
-                    "cuda",
-                ],
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=True,
-            )
-        if not (Path(args.data) / "train.parquet").exists():
-            subprocess.run(
-                [
-                    sys.executable,
-                    "benchmarks/verl_data.py",
-                    "--src",
-                    args.arith,
-                    "--dst",
-                    args.data,
-                    "--tokenizer",
-                    args.model,
-                    "--prompt-length",
-                    str(PROMPT_LEN),
-                ],
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=True,
-            )
+    """The random model and the 512-token prompts, built once per machine (a no-op when they are there)."""
+    log = Path(args.out) / "prep.log"
+    if not (Path(args.model) / "config.json").exists():
+        random_qwen3("1.7b", args.model, args.smol, log, "--dtype", "bf16", "--device", "cuda")
+    if not (Path(args.data) / "train.parquet").exists():
+        padded_prompts(args.arith, args.data, args.model, PROMPT_LEN, log)
 
 
 def main() -> None:

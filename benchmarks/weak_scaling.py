@@ -36,7 +36,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ROOT, logged, padded_prompts, random_qwen3  # noqa: E402 - after the sys.path insert above
+
 PROMPT_LEN, RESPONSE_LEN = 512, 1024
 SEED_SCRIPT = "examples/grpo_trainer/run_qwen3-8b-megatron.sh"
 PHASES = ("gen", "old_log_prob", "update", "switch", "rest")
@@ -142,50 +145,19 @@ def seed_env(model: str, arith: str, out: Path) -> dict:
 
 
 # ---- preparing (any machine; the weights need a GPU) ----
-def sh(command: list[str], log: Path) -> None:
-    with open(log, "a") as stream:
-        subprocess.run(command, cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, check=True)
-
-
 def model_dir(args: argparse.Namespace, size: str, config_only: bool) -> str:
     """A random Qwen3 of `size` with --tokenizer's vocabulary (what a run trains), built once per machine."""
     path = Path(args.models) / f"qwen3-{size}{'-config' if config_only else ''}"
     if not (path / "config.json").exists() or not (config_only or list(path.glob("*.safetensors"))):
         flags = ["--config-only"] if config_only else ["--dtype", "bf16", "--device", "cuda"]
-        sh(
-            [
-                sys.executable,
-                "scripts/init_random_model.py",
-                "--family",
-                "qwen3",
-                "--size",
-                size,
-                "--out",
-                str(path),
-                "--tokenizer",
-                args.tokenizer,
-                *flags,
-            ],
-            Path(args.models) / "prep.log",
-        )
+        random_qwen3(size, str(path), args.tokenizer, Path(args.models) / "prep.log", *flags)
     return str(path)
 
 
 def arith_dir(args: argparse.Namespace) -> str:
     if not (Path(args.arith) / "train.parquet").exists():
-        sh(
-            [
-                sys.executable,
-                "examples/data_preprocess/arithmetic.py",
-                "--local_dir",
-                args.arith,
-                "--max_operand",
-                "99",
-                "--train_size",
-                "2048",
-            ],
-            Path(args.models) / "prep.log",
-        )
+        words = ["--local_dir", args.arith, "--max_operand", "99", "--train_size", "2048"]
+        logged([sys.executable, "examples/data_preprocess/arithmetic.py", *words], Path(args.models) / "prep.log")
     return args.arith
 
 
@@ -193,21 +165,7 @@ def prompt_dir(args: argparse.Namespace, model: str) -> str:
     """The arithmetic prompts padded to exactly PROMPT_LEN tokens with the model's tokenizer."""
     path = Path(args.models) / f"prompt{PROMPT_LEN}"
     if not (path / "train.parquet").exists():
-        sh(
-            [
-                sys.executable,
-                "benchmarks/verl_data.py",
-                "--src",
-                arith_dir(args),
-                "--dst",
-                str(path),
-                "--tokenizer",
-                model,
-                "--prompt-length",
-                str(PROMPT_LEN),
-            ],
-            Path(args.models) / "prep.log",
-        )
+        padded_prompts(arith_dir(args), str(path), model, PROMPT_LEN, Path(args.models) / "prep.log")
     return str(path)
 
 

@@ -42,7 +42,9 @@ MODEL=$(cd "$MODEL" && pwd) DATA=$(cd "$DATA" && pwd) OUT=$(cd "$OUT" && pwd) CO
 if [ "$DETACH" = 1 ]; then  # a frozen copy of the source, then this script again from it, detached (setsid)
   rm -rf "$OUT/code" && mkdir -p "$OUT/code"
   if git -C "$CODE" rev-parse --is-inside-work-tree > /dev/null 2>&1; then  # tracked and unignored files only
+    # tracked files deleted from the work tree are listed too: left out here, so tar has no "Cannot stat" to say
     (cd "$CODE" && git ls-files -z -co --exclude-standard | grep -zv "^${OUT#"$CODE"/}/" \
+      | while IFS= read -r -d '' f; do if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi; done \
       | tar --null --ignore-failed-read -T - -cf -) | tar -x -C "$OUT/code"  # not OUT itself, if inside
     dirty=$(git -C "$CODE" diff --quiet HEAD || echo " with uncommitted changes")
     echo "$(git -C "$CODE" rev-parse --short HEAD)$dirty" > "$OUT/code/.commit"

@@ -6,7 +6,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from dagrl.placement import ParallelLayout, Placement, WorldLayout
+
+if TYPE_CHECKING:
+    from dagrl.dag.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class RunShape:
     parallel: ParallelLayout = field(default_factory=ParallelLayout)  # the actor's Megatron sizes
     pool: str = "colocated"  # this process's pool: colocated, or rollout / train (world_size is the pool's size)
     placement: Placement | None = None
+    graph: Graph | None = None  # pre-flight's step graph, the one the trainer runs (None: a shape made without it)
 
     @property
     def layout(self) -> WorldLayout:

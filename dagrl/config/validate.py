@@ -111,7 +111,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(graph.check_graph_nodes, cfg, launch_size)
     from dagrl.dag.graph import preflight_graph  # user node functions' signatures, the pipeline factory's dry call
 
-    check(preflight_graph, cfg.dag)
+    step_graph = check(preflight_graph, cfg.dag)  # built once: the trainer runs this graph (RunShape.graph)
     check(trainer.check_launcher, cfg)
     check(profiler.check_global_profiler, cfg, launch_size)
     max_model_len = check(rollout.check_rollout_engine, cfg, sequence_length, check_installed=not planning)
@@ -144,6 +144,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         critic_grad_clip=critic_grad_clip,
         parallel=parallel,
         placement=place,
+        graph=step_graph,
     )
     if place.is_colocated:
         return shape

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,13 +52,20 @@ def check_node_signature(fn: Callable[..., Any], key: str, spec: str) -> None:
         ) from None
 
 
-def _builtin_stub(ctx: Any, batch: Any) -> Any:
-    raise AssertionError("pre-flight's stand-in for a dagrl node function is never run")
+@dataclass(frozen=True)
+class StandIn:
+    """Pre-flight's stand-in for a dagrl node function `spec`: found, not imported (its module imports torch). The
+    trainer takes pre-flight's graph with the function itself in its place (graph.imported)."""
+
+    spec: str
+
+    def __call__(self, ctx: Any, batch: Any) -> Any:
+        raise AssertionError(f"pre-flight's stand-in for {self.spec} is never run: the trainer imports the function")
 
 
 def lazy_import(spec: str, key: str) -> Callable[..., Any]:
     """import_function for a user's function; dagrl's own (`dagrl.` modules, which import torch and are tested)
-    only checked to exist as modules, with a stand-in that is never called (pre-flight)."""
+    only checked to exist, with a StandIn in its place (pre-flight)."""
     module_name, sep, function_name = spec.partition(":")
     if not spec.startswith("dagrl.") or not sep or not function_name:  # the user's, or a malformed spec
         return import_function(spec, key)
@@ -75,7 +83,7 @@ def lazy_import(spec: str, key: str) -> Callable[..., Any]:
             f"{key}={spec!r}: module {module_name!r} has no function {function_name!r} (it "
             f"defines {', '.join(public[:8])}{', ...' if len(public) > 8 else ''}): fix the name",
         )
-    return _builtin_stub
+    return StandIn(spec)
 
 
 def _top_level_names(module_name: str) -> tuple[set[str] | None, set[str]]:

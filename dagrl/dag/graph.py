@@ -7,8 +7,9 @@ one line naming the node. Pre-flight (`preflight_graph`) runs the same checks wi
 modules (they import torch), so a user's graph or node function fails in a second.
 
 `graph_from_config` builds the graph a run's config declares: `dag.nodes` (or dag.custom_pipeline_fn's), with the
-switches that are on merged in (dag/switches.py), every rollout node after a weight sync; the trainer runs exactly
-that graph, cut at the reshard node when the pools are separate.
+switches that are on merged in (dag/switches.py), every rollout node after a weight sync. Pre-flight builds it once
+and the trainer runs exactly that graph (`imported`: dagrl's node functions in place of their stand-ins), cut at the
+reshard node when the pools are separate.
 
 A node marked `background: true` runs in a thread beside the nodes that do not depend on it (scoring on the CPU while
 the GPU computes log-probs: reward_model.launch_reward_fn_async); the first node that depends on it waits for it. It
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dagrl.config.errors import ConfigError
-from dagrl.dag.functions import check_node_signature, import_function, lazy_import
+from dagrl.dag.functions import StandIn, check_node_signature, import_function, lazy_import
 from dagrl.dag.switches import switched, switches_on
 from dagrl.dag.roles import BACKGROUND_ROLES, REQUIRED_ROLES, RESHARD, RESHARD_FN, ROLES, WEIGHT_SYNC, WEIGHT_SYNC_FN
 
@@ -279,10 +280,23 @@ def check_weight_sync(graph: Graph, source: str) -> None:
             )
 
 
-def preflight_graph(dag_cfg: Any) -> None:
+def preflight_graph(dag_cfg: Any) -> Graph:
     """The graph's checks before any model: user node functions imported and their signatures checked, the
-    pipeline factory dry-called, dagrl's own node modules left unimported (see lazy_import)."""
-    graph_from_config(dag_cfg, load=lazy_import)
+    pipeline factory dry-called, dagrl's own node modules left unimported (their functions are StandIns, see
+    lazy_import). The graph built is the run's: the trainer takes it through `imported`."""
+    return graph_from_config(dag_cfg, load=lazy_import)
+
+
+def imported(graph: Graph) -> Graph:
+    """Pre-flight's graph with dagrl's own node functions imported in place of their stand-ins: the graph that runs."""
+    return Graph(
+        nodes=tuple(
+            dataclasses.replace(node, fn=import_function(node.fn.spec, f"dag.nodes[{node.id}].fn"))
+            if isinstance(node.fn, StandIn)
+            else node
+            for node in graph.nodes
+        )
+    )
 
 
 def in_background() -> bool:

@@ -1,10 +1,11 @@
 """Switches: the node changes a key of another section makes to the graph, declared beside the nodes.
 
 conf/dag/grpo.yaml declares, under `dag.switches`, what `reward_model.launch_reward_fn_async=true` (verl's key) does
-to its nodes, and the graphs that extend it (dapo, ppo, opd) inherit that. A switch is `{when, nodes}`: `when` is
-`<key>=${<key>}`, the key named and its value interpolated by the composition, and `nodes` is merged over the graph's
-nodes while that value is true, each field given replacing the node's (as a graph that extends another changes a
-node). So the config a run composes holds the graph it runs; `graph_from_config` applies the switches that are on.
+to its nodes, and the graphs that extend it (dapo, ppo, opd) inherit that. A switch is `{key, on, nodes}`: `key` names
+the key (for the messages), `on` is `${<key>}`, its value interpolated by the composition, and `nodes` is merged over
+the graph's nodes while `on` is true, each field given replacing the node's (as a graph that extends another changes
+a node). So the config a run composes holds the graph it runs; `graph_from_config` applies the switches that are on.
+`on` is quoted in YAML ("on": ...): a bare `on` is YAML's word for true, a key of the wrong type.
 
 A switch that moves a node into the background (`background: true`) runs it behind the reshard node, beside the
 actor-side passes: it is checked as background scoring is, each problem one line naming the switch's key.
@@ -23,32 +24,38 @@ if TYPE_CHECKING:
 
 
 def switches_on(switches: Any) -> list[tuple[str, dict]]:
-    """(key, node changes) of each switch whose key is true, in declaration order."""
+    """(key, node changes) of each switch that is on, in declaration order."""
     if switches is None:
         return []
     if not isinstance(switches, dict):
         raise ConfigError(
-            "dag.switches", f"dag.switches must be a map of name to {{when, nodes}}, got {type(switches).__name__}"
+            "dag.switches", f"dag.switches must be a map of name to {{key, on, nodes}}, got {type(switches).__name__}"
         )
     on = []
     for name, switch in switches.items():
-        where = f"dag.switches.{name}"
         if switch is None:  # removed, as a node set to null is
             continue
-        when = switch.get("when") if isinstance(switch, dict) else None
-        key, _, value = str(when).partition("=")
-        if not isinstance(switch, dict) or set(switch) - {"when", "nodes"} or value.lower() not in ("true", "false"):
-            raise ConfigError(
-                where,
-                f"{where} must be {{when: <key>=${{<key>}}, nodes: {{id: changes}}}} (see conf/dag/grpo.yaml), "
-                f"got {switch!r}",
-            )
-        nodes = switch.get("nodes") or {}
-        if not isinstance(nodes, dict) or not all(isinstance(change, dict) for change in nodes.values()):
-            raise ConfigError(where, f"{where}.nodes must be a map of node id to the fields it changes, got {nodes!r}")
-        if value.lower() == "true":
+        key, value, nodes = switch_fields(f"dag.switches.{name}", switch)
+        if value:
             on.append((key, nodes))
     return on
+
+
+def switch_fields(where: str, switch: Any) -> tuple[str, bool, dict]:
+    """A switch's (key, on, nodes), each problem one line naming the switch (`where`) and the fix."""
+    shape = '{key: <key>, "on": ${<key>}, nodes: {id: changes}} (see conf/dag/grpo.yaml)'
+    if isinstance(switch, dict) and True in switch:
+        raise ConfigError(where, f'{where} has a key true: YAML reads a bare on as true; quote it, "on": ${{<key>}}')
+    if not isinstance(switch, dict) or set(switch) != {"key", "on", "nodes"} or not isinstance(switch["key"], str):
+        raise ConfigError(where, f"{where} must be {shape}, got {switch!r}")
+    key, value, nodes = switch["key"], switch["on"], switch["nodes"] or {}
+    if not isinstance(value, bool):
+        raise ConfigError(
+            where, f'{where}.on={value!r} is not true or false: make it the key\'s value, "on": ${{{key}}}'
+        )
+    if not isinstance(nodes, dict) or not all(isinstance(change, dict) for change in nodes.values()):
+        raise ConfigError(where, f"{where}.nodes must be a map of node id to the fields it changes, got {nodes!r}")
+    return key, value, nodes
 
 
 def switched(graph: Graph, specs: list[dict], key: str, changes: dict[str, dict]) -> list[dict]:

@@ -15,7 +15,7 @@ import torch
 from dagrl.config.errors import RunError
 from dagrl.config.shape import RunShape
 from dagrl.config.tree import Cfg
-from dagrl.dag.graph import Graph, graph_from_config, run_graph
+from dagrl.dag.graph import Graph, graph_from_config, imported, run_graph
 from dagrl.data.batch import Batch
 from dagrl.data.sampler import ORDERS
 from dagrl.nodes.context import WeightVersions
@@ -37,8 +37,10 @@ logger = logging.getLogger(__name__)
 
 
 def step_graph(cfg: Cfg, shape: RunShape) -> Graph:
-    """The run's whole graph, its reshard node checked against the layout (separate pools each run a part of it)."""
-    graph = graph_from_config(cfg.dag)  # with the switches that are on (dag.switches): the graph that runs
+    """The run's whole graph, its reshard node checked against the layout (separate pools each run a part of it):
+    pre-flight's, with the switches that are on (dag.switches), dagrl's node functions imported; built here only for
+    a shape made without pre-flight."""
+    graph = imported(shape.graph) if shape.graph is not None else graph_from_config(cfg.dag)
     check_layout_node(graph, shape.placement.world_size if shape.placement else dist.world_size())
     return graph
 

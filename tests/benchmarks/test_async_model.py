@@ -109,9 +109,9 @@ def test_partial_rollout_trains_a_shorter_mix_under_restarts_and_not_without(see
     assert restarted.resp_mean < 0.93 * free.resp_mean
     assert restarted.step_s > free.step_s  # and the thrown-away tokens cost generation
     # the same in two pools at K=0
-    pools = [two_pools(w, rates, 2, 2, 0, 24, partial=True, oversample=2.0, restarts=r, warm=4) for r in (False, True)]
-    assert pools[0].resp_mean > 0.95 * plain and pools[1].resp_mean < 0.97 * pools[0].resp_mean
-    # a short run counted from step 1 trains the short ones first even without restarts: the pool starts empty
+    runs = [two_pools(w, rates, 2, 2, 0, 24, partial=True, oversample=2.0, restarts=r, warm=4) for r in (False, True)]
+    assert runs[0].resp_mean > 0.95 * plain and runs[1].resp_mean < 0.97 * runs[0].resp_mean
+    # a short run counted from step 1 trains the short ones first even without restarts: the buffer starts empty
     assert (
         colocated(w, rates, 4, 4, partial=True, oversample=2.0, warm=0).resp_mean
         < 0.8 * colocated(w, rates, 4, 4, warm=0).resp_mean
@@ -119,7 +119,7 @@ def test_partial_rollout_trains_a_shorter_mix_under_restarts_and_not_without(see
 
 
 def test_each_rank_trains_its_own_share():
-    """dagrl's partial-rollout buffers are per rank: a rank whose pool holds only long groups waits for its share of
+    """dagrl's partial-rollout buffers are per rank: a rank whose buffer holds only long groups waits for its share of
     them, however many short groups the other rank has finished."""
     replay = np.repeat(np.array([4000.0, 4000, 100, 100] * 2), 2)  # each draw: rank 0 two long prompts, rank 1 short
     w = Workload(batch=4, n=2, prompt_len=0, replay=replay)

@@ -60,10 +60,7 @@ def test_detach_runs_a_frozen_copy_of_the_source_in_the_background(folders):
     out = folders / "out"
     result = run(folders / "job.sh", "--model", folders / "model", "--data", folders / "data", "--out", out, "--detach")
     assert result.returncode == 0 and "started in the background" in result.stdout, result.stderr
-    deadline = time.time() + 60
-    while "ALL DONE" not in ((out / "progress").read_text() if (out / "progress").exists() else ""):
-        assert time.time() < deadline, (out / "job.log").read_text()
-        time.sleep(0.2)
+    wait_all_done(out)
     assert (out / "hello.log").read_text().split()[0] == str(out / "code" / "dagrl")
     assert (out / "code" / "benchmarks" / "device" / "run.sh").read_text() == RUN.read_text()
     assert (out / "code" / ".commit").read_text().strip()
@@ -91,24 +88,43 @@ def test_every_job_parses_and_reads_the_model_and_data_it_is_given():
         assert "/tmp/smol" not in job.read_text() and "/tmp/data/arithmetic" not in job.read_text(), job
 
 
-def test_detach_reads_a_job_file_the_frozen_copy_leaves_out_where_it_is(folders):
-    """A job kept in an ignored folder of the source (not copied into OUT/code) still runs, from where it is."""
-    code = folders / "code"
-    (code / "dagrl").mkdir(parents=True)
-    (code / "dagrl" / "main_dag.py").write_text("")
-    (code / "benchmarks" / "device").mkdir(parents=True)
-    (code / "benchmarks" / "device" / "run.sh").write_text(RUN.read_text())
-    (code / ".gitignore").write_text("/mine/\n")
-    (code / "mine").mkdir()
-    (code / "mine" / "job.sh").write_text("step hello true\n")
-    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"]):
-        subprocess.run(["git", "-C", str(code), *command], check=True, capture_output=True)
-    out = folders / "out"
-    args = ("--model", folders / "model", "--data", folders / "data", "--out", out, "--code", code, "--detach")
-    result = run(code / "mine" / "job.sh", *args)
-    assert result.returncode == 0, result.stderr
+def wait_all_done(out: Path) -> None:
+    """Until the detached job's progress says ALL DONE (a minute at most)."""
     deadline = time.time() + 60
     while "ALL DONE" not in ((out / "progress").read_text() if (out / "progress").exists() else ""):
         assert time.time() < deadline, (out / "job.log").read_text()
         time.sleep(0.2)
+
+
+def committed_checkout(code: Path, files: dict[str, str]) -> Path:
+    """A git checkout at `code` holding run.sh, a stand-in dagrl and `files` (path: text), all committed."""
+    for path, text in {"dagrl/main_dag.py": "", "benchmarks/device/run.sh": RUN.read_text(), **files}.items():
+        (code / path).parent.mkdir(parents=True, exist_ok=True)
+        (code / path).write_text(text)
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"]):
+        subprocess.run(["git", "-C", str(code), *command], check=True, capture_output=True)
+    return code
+
+
+def test_detach_reads_a_job_file_the_frozen_copy_leaves_out_where_it_is(folders):
+    """A job kept in an ignored folder of the source (not copied into OUT/code) still runs, from where it is."""
+    code = committed_checkout(folders / "code", {".gitignore": "/mine/\n", "mine/job.sh": "step hello true\n"})
+    out = folders / "out"
+    args = ("--model", folders / "model", "--data", folders / "data", "--out", out, "--code", code, "--detach")
+    result = run(code / "mine" / "job.sh", *args)
+    assert result.returncode == 0, result.stderr
+    wait_all_done(out)
     assert not (out / "code" / "mine").exists() and "done hello rc=0" in (out / "progress").read_text()
+
+
+def test_detach_copies_a_checkout_with_a_deleted_tracked_file_quietly(folders):
+    """A tracked file deleted from the work tree is left out of the frozen copy without tar's "Cannot stat"."""
+    code = committed_checkout(folders / "code", {"job.sh": "step hello true\n", "gone.txt": ""})
+    (code / "gone.txt").unlink()
+    out = folders / "out"
+    args = ("--model", folders / "model", "--data", folders / "data", "--out", out, "--code", code, "--detach")
+    result = run(code / "job.sh", *args)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    wait_all_done(out)
+    assert (out / "code" / "job.sh").exists() and not (out / "code" / "gone.txt").exists()
+    assert "with uncommitted changes" in (out / "code" / ".commit").read_text()

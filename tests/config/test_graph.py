@@ -308,7 +308,8 @@ def test_launch_reward_fn_async_scores_behind_the_layout_node_beside_the_log_pro
     config composes is the graph that runs."""
     for dag, reader in (("grpo", "ref_log_prob"), ("ppo", "values"), ("opd", "teacher_log_prob")):
         cfg = Cfg(compose([f"dag={dag}", "reward_model.launch_reward_fn_async=true"]))
-        assert cfg.dag.switches.background_scoring.when == "reward_model.launch_reward_fn_async=True"
+        switch = cfg.dag.switches.background_scoring
+        assert switch.key == "reward_model.launch_reward_fn_async" and switch.on is True  # the value, interpolated
         graph = graph_from_config(cfg.dag)
         by_id = {node.id: node for node in graph.nodes}
         order = [node.id for node in graph.nodes]
@@ -360,7 +361,8 @@ def test_a_graph_that_cannot_score_in_the_background_is_named_in_one_line(overri
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("dag.switches.background_scoring.when=on", "must be {when: <key>="),
+        ("dag.switches.background_scoring.on=maybe", "on='maybe' is not true or false: make it the key's value"),
+        ("dag.switches.background_scoring.key=null", 'must be {key: <key>, "on": ${<key>}, nodes:'),
         ("dag.switches.background_scoring.nodes.score=1", "nodes must be a map of node id"),
     ],
 )
@@ -368,6 +370,17 @@ def test_a_malformed_switch_is_named(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         graph_from_config(Cfg(compose([override])).dag)
     assert info.value.key == "dag.switches.background_scoring"
+
+
+def test_a_bare_on_in_a_graph_file_is_named_with_the_quoting_fix(tmp_path):
+    """YAML reads a bare `on:` as the key true: the switch says to quote it."""
+    (tmp_path / "dag").mkdir()
+    (tmp_path / "dag" / "mine.yaml").write_text(
+        "defaults: [grpo, _self_]\nswitches:\n  mine: {key: trainer.val_before_train, on: true, nodes: {}}\n"
+    )
+    with pytest.raises(ConfigError, match=re.escape('quote it, "on": ${<key>}')) as info:
+        graph_from_config(Cfg(compose(["dag=mine"], config_dirs=[str(tmp_path)])).dag)
+    assert info.value.key == "dag.switches.mine" and "\n" not in str(info.value)
 
 
 def test_a_switch_turned_off_or_removed_leaves_the_nodes_as_declared():
@@ -424,3 +437,31 @@ def test_the_graph_describes_itself_as_it_runs_with_the_switches_applied():
     assert "reward [after ref_log_prob, score]" in plain and "background" not in plain
     switched = graph_from_config(Cfg(compose(["reward_model.launch_reward_fn_async=true"])).dag).describe()
     assert "rollout -> to_actor_layout -> score [background] -> old_log_prob [after to_actor_layout]" in switched
+
+
+def test_the_trainer_runs_the_graph_preflight_built(monkeypatch, tiny_model, tiny_data, tmp_path):
+    """Pre-flight builds the step graph once (dagrl's node functions as stand-ins, no torch import); the trainer
+    takes that graph with the functions themselves in their places and builds none of its own."""
+    from dagrl.config.validate import preflight
+    from dagrl.dag.functions import StandIn
+    from dagrl.nodes.rollout import weight_sync
+    from dagrl.trainer import loop
+    from tests.conftest import cpu_run_overrides
+
+    overrides = [*cpu_run_overrides(tiny_model, tiny_data, tmp_path), "reward_model.launch_reward_fn_async=true"]
+    shape = preflight(Cfg(compose(overrides)))
+    assert (
+        isinstance(shape.graph.nodes[0].fn, StandIn)
+        and shape.graph.nodes[0].fn.spec == "dagrl.nodes.rollout:weight_sync"
+    )
+
+    def built_again(*args, **kwargs):
+        raise AssertionError("the trainer built the graph again")
+
+    monkeypatch.setattr(loop, "graph_from_config", built_again)
+    graph = loop.step_graph(Cfg(compose(overrides)), shape)
+    assert graph.describe() == shape.graph.describe() and "score [background]" in graph.describe()
+    assert graph.nodes[0].fn is weight_sync and not any(isinstance(node.fn, StandIn) for node in graph.nodes)
+    assert [dataclasses.replace(n, fn=None) for n in graph.nodes] == [
+        dataclasses.replace(n, fn=None) for n in shape.graph.nodes
+    ]

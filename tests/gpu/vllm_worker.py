@@ -21,7 +21,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -197,6 +196,45 @@ def start_without_memory(work: Path) -> None:
     dist.destroy_process_group()
 
 
+def session_context(actor, rollout, rollout_tp: int, prompts: Batch):
+    """The StepContext the rollout session reads, built as the trainer builds one: the typed config, with small
+    buckets (several loads per sync) and the actor's state offloaded around each rollout as a colocated run does,
+    the shape of a run of these `prompts`, and no reference, critic or teacher."""
+    from dagrl.config.load import compose
+    from dagrl.config.schema.root import typed
+    from dagrl.config.shape import RunShape
+    from dagrl.config.tree import Cfg
+    from dagrl.nodes.context import StepContext, WeightVersions
+
+    overrides = [
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes=1",
+        "actor_rollout_ref.rollout.offload_train_state=true",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}",
+    ]
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    shape = RunShape(
+        world_size=world,
+        rollout_tp=rollout_tp,
+        prompt_length=prompts["input_ids"].shape[1],
+        response_length=RESPONSE,
+        grad_clip=1.0,
+        train_rows=None,
+        hf_config={},
+    )
+    return StepContext(
+        cfg=typed(Cfg(compose(overrides))),
+        shape=shape,
+        actor=actor,
+        rollout=rollout,
+        reference=None,
+        reward_fn=None,
+        tokenizer=None,
+        kl_ctrl=None,
+        versions=WeightVersions(actor=0),
+        rank=dist.get_rank() if dist.is_initialized() else 0,
+    )
+
+
 def main() -> None:
     if sys.argv[1] == "oom":
         return start_without_memory(Path(sys.argv[2]))
@@ -205,7 +243,6 @@ def main() -> None:
     from dagrl.engine.megatron.actor import MegatronActorEngine
     from dagrl.engine.megatron.parallel import init_distributed
     from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
-    from dagrl.nodes.context import WeightVersions
     from dagrl.nodes.common import rollout_session
 
     init_distributed()
@@ -263,19 +300,8 @@ def main() -> None:
         result["sleep_freed_fraction"] = freed / engine_bytes
         assert freed >= 0.8 * engine_bytes, (freed, engine_bytes)
 
-    # small buckets: several loads per sync; the actor's state offloaded around each rollout, as a colocated run does
-    rollout_keys = SimpleNamespace(update_weights_bucket_megabytes=1, offload_train_state=True)
-    cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout_keys))
-    ctx = SimpleNamespace(
-        cfg=cfg,
-        actor=actor,
-        rollout=rollout,
-        reference=None,
-        critic=None,
-        teacher=None,
-        versions=WeightVersions(actor=0),
-    )
     prompts = question_batch(REAL_MODEL) if REAL_MODEL else prompts_batch()
+    ctx = session_context(actor, rollout, rollout_tp, prompts)
     greedy = SamplingSpec(n=1, do_sample=False, response_length=RESPONSE)
     sampled = SamplingSpec(n=2, temperature=1.0, response_length=RESPONSE)
 

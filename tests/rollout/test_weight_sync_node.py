@@ -107,18 +107,49 @@ def test_a_rollout_node_without_the_weight_sync_before_it_says_so():
     assert "generate" not in events
 
 
-def test_a_rollout_session_needs_no_more_context_than_before():
-    """What tests/gpu/vllm_worker.py gives rollout_session: the engines, the bucket size and the versions."""
-    from dagrl.nodes.context import WeightVersions
+def test_the_gpu_workers_context_is_a_step_context_a_session_runs_on():
+    """tests/gpu/vllm_worker.py's context (the GPU test's) is the trainer's StepContext: the engines, the bucket size
+    and the versions rollout_session reads."""
+    from dagrl.nodes.context import StepContext
+    from tests.gpu.vllm_worker import session_context
 
     events: list[str] = []
     rollout = RecordingRollout(events)
     rollout.colocated = False
-    cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(update_weights_bucket_megabytes=1)))
-    ctx = SimpleNamespace(
-        cfg=cfg, actor=RecordingActor(events), rollout=rollout, reference=None, critic=None, versions=WeightVersions()
-    )
+    ctx = session_context(RecordingActor(events), rollout, 1, Batch({"input_ids": torch.ones(2, 4, dtype=torch.long)}))
+    assert isinstance(ctx, StepContext) and ctx.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes == 1
     with rollout_session(ctx) as metrics:
         rollout.generate(prompts(), SimpleNamespace(n=1), seed=0)
     assert events == ["wake_weights", "load_weights:1", "wake_cache", "generate", "sleep"]
     assert metrics["timing_s/weight_sync"] == 0.5 and metrics["timing_s/rollout_switch"] > 0
+    assert ctx.versions.rollout == ctx.versions.actor == 0
+
+
+def test_the_gpu_workers_session_syncs_the_actor_into_the_hf_rollout_on_cpu(tiny_model):
+    """The same context around a real actor and the hf rollout: the session loads the actor's weights (changed by a
+    step, so the sync is seen) into the rollout before it generates."""
+    from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+    from dagrl.engine.rollout.hf import HFRollout
+    from dagrl.engine.rollout.interface import SamplingSpec
+    from tests.gpu.vllm_worker import session_context
+
+    actor = MegatronActorEngine(MegatronEngineSpec(model_path=str(tiny_model), optim=OptimSpec(lr=1e-3)))
+    rollout = HFRollout(str(tiny_model), [2], 0, torch.device("cpu"))
+    with torch.no_grad():
+        for param in actor.modules[0].parameters():
+            param.add_(0.5)
+    ids = torch.randint(3, 64, (2, 4), generator=torch.Generator().manual_seed(0))
+    batch = Batch(
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(4).repeat(2, 1)}
+    )
+    ctx = session_context(actor, rollout, 1, batch)
+    with rollout_session(ctx) as metrics:
+        out = rollout.generate(batch, SamplingSpec(n=1, do_sample=False, response_length=RESPONSE), seed=0)
+    assert metrics["timing_s/weight_sync"] > 0 and ctx.versions.rollout == 0
+    exported = dict(pair for bucket in actor.export_weights(1 << 20) for pair in bucket)
+    loaded = rollout.model.state_dict()
+    assert exported and all(
+        torch.equal(loaded[name], tensor.to(loaded[name].dtype)) for name, tensor in exported.items()
+    )
+    assert out["responses"].shape == (2, RESPONSE)

@@ -17,5 +17,5 @@ class Dag(Section):
     )
     nodes: Graph = key({}, "id: {role, fn (module:function), deps, optional per-node config}")
     switches: Switches = key(
-        {}, "name: {when: <key>=${<key>}, nodes}: the node changes a key of another section makes while it is true"
+        {}, "name: {key, on: ${<key>}, nodes}: the node changes a key of another section makes while it is true"
     )

@@ -74,7 +74,7 @@ ModelDir = Annotated[str, "model"]
 OutDir = Annotated[str, "outdir"]
 Paths = Annotated[Union[str, list], "paths"]
 Graph = Annotated[Union[dict, list], "graph"]  # nodes: a map by id (conf/dag/), or a list of node dicts
-Switches = Annotated[dict, "switches"]  # dag.switches: name -> {when, nodes} (dagrl/dag/switches.py)
+Switches = Annotated[dict, "switches"]  # dag.switches: name -> {key, on, nodes} (dagrl/dag/switches.py)
 
 NOUNS = {
     "bool": "true or false",
@@ -90,7 +90,7 @@ NOUNS = {
     "model": "a model directory path",
     "outdir": "a directory path",
     "graph": "a map of node id to node (role, fn, deps), or a list of node dicts",
-    "switches": "a map of switch name to {when, nodes}",
+    "switches": "a map of switch name to {key, on, nodes}",
 }
 PATH_KINDS = ("file", "files", "dir", "model", "outdir")  # strings (files: or lists of strings) naming a path
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from tests.reliability.corpus.case import Case
 from tests.reliability.corpus.file_makers import text_file
 
+
 TOPIC = "The graph (dag.*)"
 CASES: tuple[Case, ...] = (
     Case(
@@ -106,5 +107,20 @@ CASES: tuple[Case, ...] = (
         ("dag.custom_pipeline_fn={ws}/graphs.py:build",),
         ("not a file path", "PYTHONPATH", "graphs:build"),
         make=text_file("graphs.py", "def build():\n    return []\n"),
+    ),
+    Case(
+        "dag_switch_on_not_a_bool",
+        "`dag.switches.background_scoring.on=maybe` (a switch's `on` is its key's value)",
+        ("dag.switches.background_scoring.on=maybe",),
+        (
+            "dag.switches.background_scoring.on='maybe' is not true or false",
+            '"on": ${reward_model.launch_reward_fn_async}',
+        ),
+    ),
+    Case(
+        "dag_switch_without_key",
+        "`dag.switches.background_scoring.key=null` (a switch that does not name its key)",
+        ("dag.switches.background_scoring.key=null",),
+        ('dag.switches.background_scoring must be {key: <key>, "on": ${<key>}, nodes: {id: changes}}',),
     ),
 )
