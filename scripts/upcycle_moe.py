@@ -148,7 +148,6 @@ class ShardWriter:
 def upcycle(src: Path, dst: Path, experts: int, top_k: int, router_std: float, seed: int, shard_gb: float) -> dict:
     """Write the Mixtral directory; returns its config.json fields."""
     import torch
-    from safetensors import safe_open
     from transformers import MixtralConfig
 
     dense, files = read_source(src)
@@ -161,7 +160,31 @@ def upcycle(src: Path, dst: Path, experts: int, top_k: int, router_std: float, s
     tmp = dst.parent / f".{dst.name}.partial"  # renamed to DST once complete: an interrupted run leaves no DST
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    writer = ShardWriter(tmp, int(shard_gb * 2**30))
+    try:
+        routed = write_weights(files, tmp, experts, routers, int(shard_gb * 2**30))
+        missing = sorted(set(range(config.num_hidden_layers)) - routed)
+        if missing:
+            raise BadInput(f"SRC {src}: no mlp.down_proj.weight for layers {missing[:5]}; its weights are incomplete")
+        config.save_pretrained(tmp)
+        for item in sorted(src.iterdir()):  # tokenizer, chat template, generation config
+            weights = item.suffix in (".safetensors", ".bin", ".pt", ".pth") or item.name.endswith(".index.json")
+            if item.is_file() and not weights and item.name not in NOT_COPIED:
+                shutil.copy2(item, tmp / item.name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if dst.exists():
+        dst.rmdir()  # empty (checked): the finished directory takes its place
+    tmp.rename(dst)
+    return json.loads((dst / "config.json").read_text())
+
+
+def write_weights(files: list[Path], out: Path, experts: int, routers: list, limit: int) -> set[int]:
+    """The MoE's safetensors in `out`: each dense MLP tensor as `experts` copies, a router beside each layer's
+    down projection, every other tensor as it is. Returns the layers that got a router."""
+    from safetensors import safe_open
+
+    writer, routed = ShardWriter(out, limit), set()
     for file in files:
         with safe_open(str(file), framework="pt") as handle:
             for name in handle.keys():
@@ -169,20 +192,13 @@ def upcycle(src: Path, dst: Path, experts: int, top_k: int, router_std: float, s
                 names = expert_names(name, experts)
                 for out_name in names or [name]:
                     writer.add(out_name, tensor.clone() if names else tensor)  # safetensors refuses shared storage
-                if name.endswith(".mlp.down_proj.weight"):  # the layer's router, once per layer, in its dtype
+                if name.endswith(".mlp.down_proj.weight"):  # the layer's router, in the weights' dtype
                     layer = name[: -len(".mlp.down_proj.weight")]
-                    router = routers[int(layer.split(".")[2])].to(tensor.dtype)
-                    writer.add(f"{layer}.{MOE.moe_block}.gate.weight", router)
+                    index = int(layer.split(".")[2])
+                    writer.add(f"{layer}.{MOE.moe_block}.gate.weight", routers[index].to(tensor.dtype))
+                    routed.add(index)
     writer.finish()
-    config.save_pretrained(tmp)
-    for item in sorted(src.iterdir()):  # tokenizer, chat template, generation config
-        weights = item.suffix in (".safetensors", ".bin", ".pt", ".pth") or item.name.endswith(".index.json")
-        if item.is_file() and not weights and item.name not in NOT_COPIED:
-            shutil.copy2(item, tmp / item.name)
-    if dst.exists():
-        dst.rmdir()  # empty (checked): the finished directory takes its place
-    tmp.rename(dst)
-    return json.loads((dst / "config.json").read_text())
+    return routed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,13 +110,19 @@ def test_the_actor_and_the_hf_rollout_run_the_upcycled_moe(models, tmp_path):
         rollout.load_weights(iter(partial))
 
 
-def test_the_same_seed_gives_the_same_routers(models, tmp_path):
+def test_the_same_seed_gives_the_same_weights_in_shards_of_the_size_asked(models, tmp_path):
     dense, moe = models
     again = tmp_path / "again"
     again.mkdir()  # an empty DST is taken
-    assert load_script().main([str(dense), str(again), "--experts", "4", "--top-k", "2", "--router-std", "1"]) == 0
-    assert load_file(str(again / "model.safetensors")).keys() == load_file(str(moe / "model.safetensors")).keys()
-    first, second = load_file(str(moe / "model.safetensors")), load_file(str(again / "model.safetensors"))
+    args = [str(dense), str(again), "--experts", "4", "--top-k", "2", "--router-std", "1", "--shard-gb", "0.0001"]
+    assert load_script().main(args) == 0
+    index = json.loads((again / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 3 and shards == sorted(p.name for p in again.glob("*.safetensors"))
+    assert all((again / shard).stat().st_size < 0.0001 * 2**30 + 50_000 for shard in shards)  # + one tensor
+    second = {name: tensor for shard in shards for name, tensor in load_file(str(again / shard)).items()}
+    first = load_file(str(moe / "model.safetensors"))
+    assert second.keys() == first.keys() == index["weight_map"].keys()
     assert all(torch.equal(first[name], second[name]) for name in first)
 
 
