@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,8 @@ from tests.conftest import make_tiny_model_dir
 from tests.engine.engine_helpers import hf_log_probs, make_batch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "upcycle_moe.py"
-SMOLLM2 = Path(os.path.expanduser("~/models/SmolLM2-135M-Instruct"))
+# the user's home from the password database: the test session points HOME at a directory of its own
+SMOLLM2 = Path(pwd.getpwuid(os.getuid()).pw_dir) / "models" / "SmolLM2-135M-Instruct"
 
 
 def load_script():
