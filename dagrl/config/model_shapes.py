@@ -52,7 +52,7 @@ def expected_shapes(hf_config: dict) -> dict[str, tuple[list[int], str]]:
             f"num_key_value_heads={kv_heads} x {dim}={head_dim}, hidden_size={hidden}",
         ),
     }
-    if not getattr(family(hf_config.get("model_type")), "moe", False):  # experts: sized by moe_intermediate_size
+    if not getattr(family(hf_config.get("model_type")), "moe", False):  # experts: named and sized by the family
         intermediate = hf_config["intermediate_size"]
         shapes["model.layers.0.mlp.gate_proj.weight"] = (
             [intermediate, hidden],

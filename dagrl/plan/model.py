@@ -48,7 +48,7 @@ class ModelShape:
             vocab=config["vocab_size"],
             tied=bool(config.get("tie_word_embeddings", False)),
             experts=experts,
-            moe_ffn=config.get("moe_intermediate_size", 0) if experts else 0,
+            moe_ffn=config.get(FAMILIES[config["model_type"]].expert_ffn, 0) if experts else 0,
             topk=config.get("num_experts_per_tok", 0) if experts else 0,
         )
 

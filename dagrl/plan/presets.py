@@ -3,7 +3,8 @@
 `scripts/init_random_model.py` saves random models from these, `tests/engine/tiny_models.py` builds its tiny
 models from the "tiny" size, and the plan tests read the large presets without allocating a weight. Sizes are
 named after the real checkpoints whose shapes they copy (Qwen3-0.6B/1.7B/4B/8B/14B/32B, Qwen2.5-0.5B,
-Qwen3-30B-A3B, Qwen3-235B-A22B); the family decides the attention details (Qwen2's QKV bias, Qwen3's QK-norm).
+Qwen3-30B-A3B, Qwen3-235B-A22B, Mixtral-8x7B); the family decides the attention details (Qwen2's QKV bias, Qwen3's
+QK-norm).
 Importing this module needs neither torch nor transformers; `hf_config` imports transformers when called.
 """
 
@@ -147,10 +148,34 @@ MOE_SIZES: dict[str, dict[str, Any]] = {
 }
 
 
+# Mixtral's fields: num_local_experts, and intermediate_size sizes each expert (Mixtral-8x7B's shape).
+MIXTRAL_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": dict(_TINY, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2),
+    "8x7b": dict(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+        initializer_range=0.02,
+        rms_norm_eps=1e-5,
+        rope_theta=1_000_000.0,
+    ),
+}
+
+
 def sizes(family: str) -> dict[str, dict[str, Any]]:
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
-    return MOE_SIZES if KINDS[family].moe else DENSE_SIZES
+    if not KINDS[family].moe:
+        return DENSE_SIZES
+    return MIXTRAL_SIZES if KINDS[family].config_class == "MixtralConfig" else MOE_SIZES
 
 
 def config_fields(
@@ -173,7 +198,7 @@ def config_fields(
         del fields["head_dim"]
     if KINDS[family].sliding_window_field:
         fields["sliding_window"] = None  # dagrl's converter supports full attention only
-    if KINDS[family].moe:
+    if KINDS[family].moe and not KINDS[family].topk_renormalised:
         fields["norm_topk_prob"] = True
     return fields
 

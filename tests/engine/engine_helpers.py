@@ -7,6 +7,7 @@ import socket
 import torch
 
 from dagrl.data.batch import Batch
+from dagrl.models.families import Family, family
 
 
 def make_batch(rows: int = 4, prompt_len: int = 6, response_len: int = 5, vocab: int = 128, seed: int = 0) -> Batch:
@@ -64,21 +65,27 @@ def exported(engine, bucket_bytes: int = 1 << 16) -> dict[str, torch.Tensor]:
     }
 
 
-def per_expert_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def per_expert_names(state_dict: dict[str, torch.Tensor], model_type: str | None = None) -> dict[str, torch.Tensor]:
     """transformers 5 keeps MoE experts fused in memory (gate_up_proj [E, 2I, H], down_proj [E, H, I]); files and
-    the export use one tensor per expert (experts.{e}.gate_proj/up_proj/down_proj.weight)."""
+    the export use one tensor per expert, under the names checkpoints of `model_type` give them
+    (mlp.experts.{e}.gate_proj/up_proj/down_proj.weight; Mixtral's block_sparse_moe.experts.{e}.w1/w3/w2.weight)."""
+    kind = family(model_type) or Family("", "")
+    gate_name, up_name, down_name = kind.expert_names
     out = {}
     for name, tensor in state_dict.items():
+        block = name.replace(".mlp.", f".{kind.moe_block}.")
         if name.endswith("mlp.experts.gate_up_proj"):
-            prefix = name[: -len("gate_up_proj")]
+            prefix = block[: -len("gate_up_proj")]
             for expert, fused in enumerate(tensor):
                 gate, up = fused.chunk(2, dim=0)
-                out[f"{prefix}{expert}.gate_proj.weight"] = gate
-                out[f"{prefix}{expert}.up_proj.weight"] = up
+                out[f"{prefix}{expert}.{gate_name}.weight"] = gate
+                out[f"{prefix}{expert}.{up_name}.weight"] = up
         elif name.endswith("mlp.experts.down_proj"):
-            prefix = name[: -len("down_proj")]
+            prefix = block[: -len("down_proj")]
             for expert, down in enumerate(tensor):
-                out[f"{prefix}{expert}.down_proj.weight"] = down
+                out[f"{prefix}{expert}.{down_name}.weight"] = down
+        elif name.endswith("mlp.gate.weight"):
+            out[block] = tensor
         else:
             out[name] = tensor
     return out

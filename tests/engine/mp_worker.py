@@ -163,7 +163,9 @@ def hf_reference(model_dir: str, batch) -> dict:
     loss.backward()
     grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters())).item()
     torch.optim.Adam(model.parameters(), lr=ADAM.lr, betas=ADAM.betas, eps=1e-8).step()
-    weights = per_expert_names({name: p.detach().clone() for name, p in model.state_dict().items()})
+    weights = per_expert_names(
+        {name: p.detach().clone() for name, p in model.state_dict().items()}, model.config.model_type
+    )
     return dict(log_probs=log_probs, entropy=entropy, loss=loss.item(), grad_norm=grad_norm, weights=weights)
 
 
@@ -211,7 +213,7 @@ def check_layout(
 
     # Export round trip of the untouched import, on every rank.
     hf_model = load_hf(Path(model_dir))
-    original = per_expert_names(hf_model.state_dict())
+    original = per_expert_names(hf_model.state_dict(), hf_model.config.model_type)
     if hf_model.config.tie_word_embeddings:  # the export (like HF's files) has no lm_head.weight then
         original.pop("lm_head.weight")
     weights = exported(engine, bucket_bytes=30_000)

@@ -56,6 +56,7 @@ LAYOUTS = {
     # + TP2+SP, DP2 (loads TP2), distributed optimizer on DP2 and TP2 (loads DP2's)
     "qwen3": SCENARIOS["dense"],
     "qwen3_moe": MOE,
+    "mixtral": MOE[:2],  # its own checkpoint names and router: split over TP+SP and gathered over EP
 }
 BATCHES = {"qwen3": BATCHING["batching"], "qwen3_moe": BATCHING["batching_moe"]}  # packed/dynamic == HF
 

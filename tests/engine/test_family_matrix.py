@@ -1,8 +1,8 @@
-"""Every model family (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE) at TP2, PP2 and PP2xVPP2 (TP2+SP and EP2 for the
-MoE) over 2 gloo ranks, against HF transformers: bit-exact HF -> Megatron -> HF round trip, log-probs within 1e-5
-in fp32, loss / grad norm / weights after one Adam step, checkpoints loaded across layouts; for Qwen3 and Qwen3-MoE
-also SP, DP2, the distributed optimizer and packed/dynamic batches. TP1 is test_megatron_engine.py's. Each group is
-a job of the shared engine world (world.py); see roundtrip_worker.py.
+"""Every model family (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE, Mixtral) at TP2, PP2 and PP2xVPP2 (TP2+SP and EP2
+for the MoE; Mixtral at those two only) over 2 gloo ranks, against HF transformers: bit-exact HF -> Megatron -> HF
+round trip, log-probs within 1e-5 in fp32, loss / grad norm / weights after one Adam step, checkpoints loaded across
+layouts; for Qwen3 and Qwen3-MoE also SP, DP2, the distributed optimizer and packed/dynamic batches. TP1 is
+test_megatron_engine.py's. Each group is a job of the shared engine world (world.py); see roundtrip_worker.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from roundtrip_worker import labels
 from tiny_models import make_model_dir
 
-GROUPS = {"dense": ("llama", "qwen2", "mistral", "qwen3"), "moe": ("qwen3_moe",)}
+GROUPS = {"dense": ("llama", "qwen2", "mistral", "qwen3"), "moe": ("qwen3_moe", "mixtral")}
 
 
 def prepare_world_job(group: str, work_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""HF model config -> Megatron TransformerConfig, layer spec and GPTModel (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE)."""
+"""HF model config -> Megatron TransformerConfig, layer spec and GPTModel (every family of dagrl/models/families.py)."""
 
 from __future__ import annotations
 
@@ -98,12 +98,12 @@ def transformer_config(
     if experts:
         kwargs.update(
             num_moe_experts=experts,
-            moe_ffn_hidden_size=hf_config.moe_intermediate_size,
+            moe_ffn_hidden_size=getattr(hf_config, kind.expert_ffn),
             moe_router_topk=hf_config.num_experts_per_tok,
             moe_router_score_function="softmax",
-            # HF: softmax over all experts, top-k, renormalise iff norm_topk_prob. Megatron's softmax over the
-            # top-k logits equals the renormalised case; pre-softmax matches the un-normalised one.
-            moe_router_pre_softmax=not getattr(hf_config, "norm_topk_prob", False),
+            # HF: softmax over all experts, top-k, renormalise iff norm_topk_prob (always for Mixtral). Megatron's
+            # softmax over the top-k logits equals the renormalised case; pre-softmax matches the un-normalised one.
+            moe_router_pre_softmax=not (kind.topk_renormalised or getattr(hf_config, "norm_topk_prob", False)),
             moe_router_load_balancing_type="none",
             moe_aux_loss_coeff=0.0,
             moe_token_dispatcher_type="alltoall" if on_gpu else "allgather",

@@ -46,7 +46,7 @@ def export_entries(chunks: list[torch.nn.Module], hf_config: Any) -> list[Export
     entries = []
     for chunk in chunks:
         for name, param in chunk.named_parameters():
-            rule = rule_for(chunk, name, tied)
+            rule = rule_for(chunk, name, tied, getattr(hf_config, "model_type", None))
             if rule is not None:
                 entries.append((chunk, name, rule, param))
     return entries

@@ -11,6 +11,8 @@ offset by the EP rank), then a `Rule` says which HF tensors it holds and how the
 Names are the local spec's; the Transformer Engine spec fuses the two norms into `linear_qkv.layer_norm_weight`
 and `linear_fc1.layer_norm_weight`, which the layer table already maps, and its grouped-GEMM experts name expert e
 `mlp.experts.linear_fc1.weight{e}` where the local spec has `mlp.experts.local_experts.{e}.linear_fc1.weight`.
+HF names are the checkpoint's: a family names its MoE block and expert projections (Family.moe_block,
+Family.expert_names: Mixtral's `block_sparse_moe.experts.{e}.w1`), as vLLM's loaders and transformers' take them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 
 from dagrl.engine.megatron.hf_config import head_dim, padded_vocab_size
+from dagrl.models.families import Family, family
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +54,15 @@ _LAYER_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "mlp.linear_fc1.layer_norm_weight": ("copy", ("post_attention_layernorm.weight",)),  # TE
     "mlp.linear_fc1.weight": ("fc1", ("mlp.gate_proj.weight", "mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": ("col", ("mlp.down_proj.weight",)),
-    "mlp.router.weight": ("copy", ("mlp.gate.weight",)),
+    "mlp.router.weight": ("copy", ("{moe}.gate.weight",)),
 }
+# Expert parameters: Megatron suffix -> (kind, HF suffixes under model.layers.{i}.{moe}.experts.{e}.)
 _EXPERT_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
-    "linear_fc1.weight": ("fc1", ("gate_proj.weight", "up_proj.weight")),
-    "linear_fc2.weight": ("col", ("down_proj.weight",)),
+    "linear_fc1.weight": ("fc1", ("{gate}.weight", "{up}.weight")),
+    "linear_fc2.weight": ("col", ("{down}.weight",)),
 }
+# `{moe}`, `{gate}`, `{up}` and `{down}` are the family's checkpoint names (Family.moe_block, Family.expert_names)
+_DEFAULT_NAMES = Family("", "")
 
 
 @dataclass(frozen=True)
@@ -94,8 +100,9 @@ def local_expert(suffix: str) -> tuple[int, str] | None:
     return None
 
 
-def rule_for(chunk: torch.nn.Module, name: str, tied: bool) -> Rule | None:
-    """The HF tensors behind local parameter `name` of `chunk`; None for a tied output layer (not exported)."""
+def rule_for(chunk: torch.nn.Module, name: str, tied: bool, model_type: str | None = None) -> Rule | None:
+    """The HF tensors behind local parameter `name` of `chunk`, named as checkpoints of `model_type` name them;
+    None for a tied output layer (not exported)."""
     from megatron.core import parallel_state as ps
 
     match = LAYER.match(name)
@@ -105,7 +112,8 @@ def rule_for(chunk: torch.nn.Module, name: str, tied: bool) -> Rule | None:
     first_expert = 0
     if local_expert(match.group(2)) is not None:
         first_expert = ps.get_expert_model_parallel_rank() * layer.mlp.experts.num_local_experts
-    return layer_rule(match.group(2), layer.layer_number - 1, first_expert)  # layer_number: global, 1-based
+    # layer_number: global, 1-based
+    return layer_rule(match.group(2), layer.layer_number - 1, first_expert, model_type)
 
 
 def model_rule(name: str, tied: bool) -> Rule | None:
@@ -119,19 +127,22 @@ def model_rule(name: str, tied: bool) -> Rule | None:
     raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
 
 
-def layer_rule(suffix: str, layer: int, first_expert: int = 0) -> Rule:
+def layer_rule(suffix: str, layer: int, first_expert: int = 0, model_type: str | None = None) -> Rule:
     """Rule of parameter `suffix` of global decoder layer `layer` (0-based), whose local expert 0 is expert
-    `first_expert` of the model (EP rank x experts per rank)."""
+    `first_expert` of the model (EP rank x experts per rank), in the checkpoint names of `model_type`."""
+    names = family(model_type) or _DEFAULT_NAMES
+    gate, up, down = names.expert_names
     prefix = f"model.layers.{layer}."
     expert = local_expert(suffix)
     if expert is not None:
         index, expert_suffix = expert
         kind, hf_suffixes = _EXPERT_TABLE[expert_suffix]
-        return Rule(kind, tuple(f"{prefix}mlp.experts.{first_expert + index}.{s}" for s in hf_suffixes), expert=True)
+        experts = f"{prefix}{names.moe_block}.experts.{first_expert + index}."
+        return Rule(kind, tuple(experts + s.format(gate=gate, up=up, down=down) for s in hf_suffixes), expert=True)
     if suffix not in _LAYER_TABLE:
         raise KeyError(f"no HF mapping for Megatron parameter decoder.layers.*.{suffix}")
     kind, hf_suffixes = _LAYER_TABLE[suffix]
-    return Rule(kind, tuple(prefix + s for s in hf_suffixes))
+    return Rule(kind, tuple(prefix + s.format(moe=names.moe_block) for s in hf_suffixes))
 
 
 # ---- one tensor: HF tensors <-> this rank's shard -----------------------------------------------
@@ -240,7 +251,7 @@ def import_hf_weights(chunks: list[torch.nn.Module], hf_config: Any, model_dir: 
     tied = bool(getattr(hf_config, "tie_word_embeddings", False))
     for chunk in chunks:
         for name, param in chunk.named_parameters():
-            rule = rule_for(chunk, name, tied)
+            rule = rule_for(chunk, name, tied, getattr(hf_config, "model_type", None))
             if rule is None:  # tied output layer: the same rows as the embedding
                 rule = Rule("vocab", ("model.embed_tokens.weight",))
             shard = local_shard(rule, [source.get(n) for n in rule.hf_names], hf_config)
