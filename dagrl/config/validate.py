@@ -97,6 +97,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(layout.check_rollout_pool_keys, cfg)
     check(actor.check_transformer_overrides, cfg)
     check(rollout.check_greedy_groups, cfg)
+    check(rollout.check_router_replay, cfg, hf_config)
     check(reward.check_reward_name_without_path, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):  # a floor above the peak is wrong under any
         check(optim.check_lr_floor, cfg, prefix)  # schedule: said before "has no effect"

@@ -64,6 +64,7 @@ class MegatronEngineSpec:
     dist_checkpoint_path: str | None = None  # initial weights from this Megatron dist checkpoint, not model_path's
     save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
     load_contents: tuple[str, ...] | None = None  # parts load_checkpoint restores; None = all the checkpoint holds
+    router_replay: bool = False  # MoE routes can be replayed and recorded (engine/megatron/router_replay.py)
 
 
 class ActorEngine(Protocol):
