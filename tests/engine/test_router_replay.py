@@ -207,3 +207,92 @@ def test_training_under_replay_uses_the_given_routes(moe_dir):
     want = float(-(replayed * mask).sum() - 0.01 * (entropy * mask).sum())
     assert metrics["loss"] == pytest.approx(want, rel=1e-5)
     assert abs(float(-(own * mask).sum()) - want) > 1e-2
+
+
+def hf_own_routes(model, batch: Batch) -> torch.Tensor:
+    """[B, P + R, layers, k] the HF model's own top-k over the whole batch in one teacher-forced forward."""
+    calls = []
+    handles = [
+        block.mlp.gate.register_forward_hook(lambda m, a, out: calls.append(out[2])) for block in model.model.layers
+    ]
+    with torch.no_grad():
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"])
+    for handle in handles:
+        handle.remove()
+    rows, width = batch["input_ids"].shape
+    return torch.stack([c.view(rows, width, -1) for c in calls], dim=2)
+
+
+def rollout(path: Path, dtype: torch.dtype = torch.float32):
+    from dagrl.engine.rollout.hf import HFRollout
+
+    return HFRollout(str(path), [1], 0, torch.device("cpu"), dtype=dtype, record_routes=True)
+
+
+def prompts(rows: int = 3, width: int = 6) -> Batch:
+    """Left-padded prompts of uneven lengths."""
+    ids = torch.randint(2, 128, (rows, width), generator=torch.Generator().manual_seed(rows))
+    mask = torch.ones_like(ids)
+    for row in range(rows):
+        mask[row, : row % width] = 0
+    ids = ids * mask
+    return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)})
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_hf_rollout_records_the_routes_it_generated_with(moe_dir, n):
+    """Prefill (shared by a prompt's n samples or not) and every decode step: the routes equal the model's own in
+    a teacher-forced forward over the result, at every attended column but each response's last token (-1)."""
+    from dagrl.engine.rollout.interface import SamplingSpec
+
+    engine = rollout(moe_dir)
+    out = engine.generate(prompts(), SamplingSpec(n=n, response_length=6, temperature=1.0), seed=3)
+    routes = out["routed_experts"]
+    assert routes.shape == (*out["input_ids"].shape, LAYERS, TOP_K) and routes.dtype == torch.int16
+    attended = out["attention_mask"].bool()
+    last = torch.zeros_like(attended)
+    ends = 6 + out["response_mask"].sum(1) - 1
+    last[torch.arange(len(out)), ends] = True
+    assert (routes[~attended] == -1).all() and (routes[attended & ~last] >= 0).all()
+    # the longest responses' last tokens were never fed back; a row that ended sooner fed its eos on
+    longest = out["response_mask"].sum(1) == out["response_mask"].sum(1).max()
+    assert (routes[last & longest[:, None]] == -1).all()
+    recorded = routes[..., 0, 0] >= 0
+    assert recorded.sum() == attended.sum() - longest.sum()
+    own = hf_own_routes(engine.model, out)
+    assert torch.equal(routes[recorded].long().sort(-1).values, own[recorded].sort(-1).values)
+
+
+def tie_heavy_dir(path: Path) -> Path:
+    """A qwen3_moe whose router rows are equal up to tiny noise (as an upcycled model's): near-tied tokens."""
+    from safetensors.torch import load_file, save_file
+
+    make_model_dir(path, "qwen3_moe", seed=7)
+    weights = load_file(path / "model.safetensors")
+    g = torch.Generator().manual_seed(0)
+    for name, tensor in weights.items():
+        if name.endswith("mlp.gate.weight"):
+            weights[name] = tensor[:1].expand_as(tensor) + 1e-4 * torch.randn(tensor.shape, generator=g)
+    save_file({k: v.contiguous() for k, v in weights.items()}, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+def test_tie_heavy_routes_disagree_and_replay_narrows_the_log_prob_gap(tmp_path):
+    """A bf16 rollout of a tie-heavy router routes some tokens differently from the fp32 actor: agreement < 1
+    without replay; replaying the rollout's routes brings the actor's log-probs closer to the rollout's own."""
+    from dagrl.engine.rollout.interface import SamplingSpec
+
+    path = tie_heavy_dir(tmp_path / "ties")
+    generated = rollout(path, torch.bfloat16)
+    batch = generated.generate(prompts(4), SamplingSpec(n=2, response_length=6, temperature=1.0), seed=0)
+    # the rollout's log-probs of its tokens, under the routes it took (bf16, like its decode steps)
+    rollout_log_probs = forced_hf_log_probs(generated.model, batch).float()
+    actor = engine(path)
+    agreement = RoutingPass(record=True)
+    own, _ = actor.compute_log_prob(batch, 4, 1.0, with_entropy=False, routing=agreement)
+    replayed, _ = actor.compute_log_prob(batch, 4, 1.0, with_entropy=False, routing=RoutingPass(replay=True))
+    assert 0 < agreement.agreed < agreement.compared
+    mask = batch["response_mask"].bool()
+    gap_own = (own - rollout_log_probs)[mask].abs().mean()
+    gap_replayed = (replayed - rollout_log_probs)[mask].abs().mean()
+    assert gap_replayed < gap_own
