@@ -39,6 +39,26 @@ class RoutingPass:
     routes: torch.Tensor | None = None
 
 
+def old_log_prob_pass(mode: str, has_routes: bool) -> RoutingPass | None:
+    """The old-log-prob pass of actor.router_replay.mode: R3 replays the rollout's routes (and keeps the router's
+    own choice at the replayed inputs, for the agreement); R2 records the routes the update replays; disabled
+    records only to measure the agreement with the rollout's routes, when it recorded some."""
+    if mode == "R3":
+        if not has_routes:
+            raise ValueError("actor_rollout_ref.actor.router_replay.mode=R3 but the batch has no routed_experts")
+        return RoutingPass(replay=True, record=True)
+    return RoutingPass(record=True) if mode == "R2" or has_routes else None
+
+
+def update_pass(mode: str, has_routes: bool) -> RoutingPass | None:
+    """The update replays the batch's routes (R3: the rollout's; R2: the old-log-prob pass's) under either mode."""
+    if mode == "disabled":
+        return None
+    if not has_routes:
+        raise ValueError(f"actor_rollout_ref.actor.router_replay.mode={mode} but the batch has no routed_experts")
+    return RoutingPass(replay=True)
+
+
 class _LayerReplay:
     """Stands in for Megatron's RouterReplay on one router (`layer`: its 0-based decoder layer)."""
 
