@@ -296,3 +296,44 @@ def test_tie_heavy_routes_disagree_and_replay_narrows_the_log_prob_gap(tmp_path)
     gap_own = (own - rollout_log_probs)[mask].abs().mean()
     gap_replayed = (replayed - rollout_log_probs)[mask].abs().mean()
     assert gap_replayed < gap_own
+
+
+@pytest.mark.parametrize(
+    "overrides, model_type, refused",
+    [
+        (("actor_rollout_ref.actor.router_replay.mode=R3",), "qwen3_moe", "enable_rollout_routing_replay=true: set"),
+        (
+            (
+                f"{'actor_rollout_ref.rollout'}.enable_rollout_routing_replay=true",
+                "actor_rollout_ref.rollout.name=vllm",
+            ),
+            "qwen3_moe",
+            "the vllm rollout does not record routes yet",
+        ),
+        (
+            ("actor_rollout_ref.rollout.enable_rollout_routing_replay=true", "actor_rollout_ref.hybrid_engine=false"),
+            "qwen3_moe",
+            "not multi-turn or asynchronous",
+        ),
+        (("actor_rollout_ref.actor.router_replay.mode=R2",), "qwen3", "needs an MoE model"),
+        (
+            ("actor_rollout_ref.rollout.enable_rollout_routing_replay=true",),
+            "llama",
+            "enable_rollout_routing_replay=false",
+        ),
+        (("actor_rollout_ref.actor.router_replay.mode=R2",), "qwen3_moe", None),
+        (("actor_rollout_ref.rollout.enable_rollout_routing_replay=true",), "qwen3_moe", None),
+    ],
+)
+def test_pre_flight_of_routing_replay(overrides, model_type, refused):
+    from dagrl.config.errors import ConfigError
+    from dagrl.config.load import compose
+    from dagrl.config.preflight.rollout import check_router_replay
+    from dagrl.config.tree import Cfg
+
+    cfg = Cfg(compose(list(overrides)))
+    if refused is None:
+        check_router_replay(cfg, {"model_type": model_type})
+        return
+    with pytest.raises(ConfigError, match=refused):
+        check_router_replay(cfg, {"model_type": model_type})
