@@ -304,7 +304,7 @@ def test_tie_heavy_routes_disagree_and_replay_narrows_the_log_prob_gap(tmp_path)
         (("actor_rollout_ref.actor.router_replay.mode=R3",), "qwen3_moe", "enable_rollout_routing_replay=true: set"),
         (
             (
-                f"{'actor_rollout_ref.rollout'}.enable_rollout_routing_replay=true",
+                "actor_rollout_ref.rollout.enable_rollout_routing_replay=true",
                 "actor_rollout_ref.rollout.name=vllm",
             ),
             "qwen3_moe",
