@@ -337,3 +337,67 @@ def test_pre_flight_of_routing_replay(overrides, model_type, refused):
         return
     with pytest.raises(ConfigError, match=refused):
         check_router_replay(cfg, {"model_type": model_type})
+
+
+WORLD_LAYOUTS = {
+    "pp2": {"pipeline_model_parallel_size": 2},
+    "tp2_sp": {"tensor_model_parallel_size": 2, "sequence_parallel": True},
+}
+
+
+def replay_records(actor, batch: Batch) -> dict:
+    """Replayed log-probs, the router's own routes and agreement with the batch's, and a replayed step's loss."""
+    given = RoutingPass(replay=True)
+    log_probs, _ = actor.compute_log_prob(batch, 2, 1.0, with_entropy=False, routing=given)
+    record = RoutingPass(record=True)
+    actor.compute_log_prob(batch, 2, 1.0, with_entropy=False, routing=record)
+    metrics = actor.train_step(batch, sum_loss, 2, 1.0, routing=RoutingPass(replay=True))
+    return {
+        "log_probs": log_probs,
+        "routes": record.routes,
+        "agreement": (record.agreed, record.compared),
+        "loss": metrics["loss"],
+    }
+
+
+def world_batch() -> Batch:
+    batch = make_batch(rows=4)
+    batch["routed_experts"] = random_routes(batch, seed=5)
+    return batch
+
+
+def prepare_world_job(name: str, work_dir: Path) -> None:
+    """The tiny MoE, and what one process computes with it (records.pt)."""
+    model_dir = make_model_dir(work_dir / "model", "qwen3_moe", seed=8)
+    adam = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
+    torch.save(replay_records(engine(model_dir, adam), world_batch()), work_dir / "expected.pt")
+
+
+def run_world_job(name: str, work_dir: Path) -> None:
+    """On both ranks: the same records at the job's layout, each stage or TP rank replaying its own share."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from dagrl.placement import ParallelLayout
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    adam = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
+    actor = engine(work_dir / "model", adam, layout=ParallelLayout(**WORLD_LAYOUTS[name]))
+    records = replay_records(actor, world_batch())
+    if dist.get_rank() == 0:
+        torch.save(records, work_dir / "records.pt")
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [pytest.param(name, marks=pytest.mark.engine_world(f"test_router_replay:{name}")) for name in WORLD_LAYOUTS],
+)
+def test_replay_and_record_across_pipeline_stages_and_sequence_parallel_ranks(engine_world, layout):
+    """PP2: each stage replays and records its own layers; TP2 with sequence parallelism: each TP rank its slice of
+    the tokens. Either gives one process's log-probs, routes, agreement and replayed loss."""
+    work_dir = engine_world.result(f"test_router_replay:{layout}")
+    got, want = torch.load(work_dir / "records.pt"), torch.load(work_dir / "expected.pt")
+    torch.testing.assert_close(got["log_probs"], want["log_probs"], atol=1e-5, rtol=1e-5)
+    assert torch.equal(got["routes"], want["routes"]) and got["agreement"] == want["agreement"]
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)

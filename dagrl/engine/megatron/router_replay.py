@@ -155,7 +155,7 @@ class RouterReplayHooks:
                 has = given[:, 0] >= 0
                 same = (own[has].unsqueeze(-1) == given[has].unsqueeze(-2)).any(-1)
                 counts += torch.tensor([float(same.sum()), float(same.numel())], dtype=torch.float64)
-        counts, routes = counts.to(device), self._recorded_routes(batch).to(device)
+        counts, routes = counts.to(device), self._recorded_routes(batch).to(device, torch.int32)  # (gloo: no int16)
         groups = [ps.get_pipeline_model_parallel_group()]  # each stage holds its own layers
         if self.sequence_parallel:  # each TP rank its own slice of the tokens
             groups.append(ps.get_tensor_model_parallel_group())
@@ -163,7 +163,7 @@ class RouterReplayHooks:
             if dist.get_world_size(group) > 1:
                 dist.all_reduce(counts, group=group)
                 dist.all_reduce(routes, op=dist.ReduceOp.MAX, group=group)
-        routing.agreed, routing.compared, routing.routes = float(counts[0]), float(counts[1]), routes
+        routing.agreed, routing.compared, routing.routes = float(counts[0]), float(counts[1]), routes.to(torch.int16)
         for layer in self.layers:
             layer.recorded, layer.target = [], None
 
