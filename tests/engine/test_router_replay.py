@@ -327,16 +327,21 @@ def test_tie_heavy_routes_disagree_and_replay_narrows_the_log_prob_gap(tmp_path)
 )
 def test_pre_flight_of_routing_replay(overrides, model_type, refused):
     from dagrl.config.errors import ConfigError
+
+    if refused is None:
+        pre_flight(overrides, model_type)
+        return
+    with pytest.raises(ConfigError, match=refused):
+        pre_flight(overrides, model_type)
+
+
+def pre_flight(overrides: tuple[str, ...], model_type: str) -> None:
+    """The routing-replay rule on the default config with `overrides`, for a model of `model_type`."""
     from dagrl.config.load import compose
     from dagrl.config.preflight.rollout import check_router_replay
     from dagrl.config.tree import Cfg
 
-    cfg = Cfg(compose(list(overrides)))
-    if refused is None:
-        check_router_replay(cfg, {"model_type": model_type})
-        return
-    with pytest.raises(ConfigError, match=refused):
-        check_router_replay(cfg, {"model_type": model_type})
+    check_router_replay(Cfg(compose(list(overrides))), {"model_type": model_type})
 
 
 WORLD_LAYOUTS = {
@@ -401,3 +406,23 @@ def test_replay_and_record_across_pipeline_stages_and_sequence_parallel_ranks(en
     torch.testing.assert_close(got["log_probs"], want["log_probs"], atol=1e-5, rtol=1e-5)
     assert torch.equal(got["routes"], want["routes"]) and got["agreement"] == want["agreement"]
     assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides, refused",
+    [
+        (("actor_rollout_ref.actor.megatron.context_parallel_size=2",), "context_parallel_size=1"),
+        (
+            (
+                "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+            ),
+            "enable_gradient_checkpointing=false",
+        ),
+    ],
+)
+def test_pre_flight_refuses_layouts_replay_does_not_cover(overrides, refused):
+    from dagrl.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=refused):
+        pre_flight(("actor_rollout_ref.actor.router_replay.mode=R2", *overrides), "qwen3_moe")

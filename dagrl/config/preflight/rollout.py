@@ -127,6 +127,16 @@ def check_router_replay(cfg: Cfg, hf_config: dict) -> None:
     )
     if not record and mode == "disabled":
         return
+    model_type = hf_config.get("model_type")
+    moe = family(model_type)
+    key = enable if mode == "disabled" else "actor_rollout_ref.actor.router_replay.mode"
+    require(
+        moe is not None and moe.moe,
+        key,
+        f"{key}={'true' if key == enable else mode} needs an MoE model (routed experts to replay); "
+        f"actor_rollout_ref.model.path has model_type {model_type!r}: set {key}="
+        f"{'false' if key == enable else 'disabled'}",
+    )
     require(
         not record or rollout.name == "hf",
         "actor_rollout_ref.rollout.name",
@@ -139,13 +149,18 @@ def check_router_replay(cfg: Cfg, hf_config: dict) -> None:
         f"{enable}=true: only the hf rollout's single-turn colocated generate records routes (not multi-turn or "
         f"asynchronous runs): set {enable}=false and actor_rollout_ref.actor.router_replay.mode=R2 or disabled",
     )
-    model_type = hf_config.get("model_type")
-    moe = family(model_type)
-    key = enable if mode == "disabled" else "actor_rollout_ref.actor.router_replay.mode"
+    megatron, replay = cfg.actor_rollout_ref.actor.megatron, "actor_rollout_ref.actor.router_replay.mode"
+    switch = f"{enable}=false and {replay}=disabled" if record else f"{replay}=disabled"
     require(
-        moe is not None and moe.moe,
-        key,
-        f"{key}={'true' if key == enable else mode} needs an MoE model (routed experts to replay); "
-        f"actor_rollout_ref.model.path has model_type {model_type!r}: set {key}="
-        f"{'false' if key == enable else 'disabled'}",
+        megatron.context_parallel_size == 1,
+        "actor_rollout_ref.actor.megatron.context_parallel_size",
+        f"routing replay is not supported under context parallelism: set "
+        f"actor_rollout_ref.actor.megatron.context_parallel_size=1, or {switch}",
+    )
+    require(
+        megatron.pipeline_model_parallel_size == 1 or not cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
+        "actor_rollout_ref.model.enable_gradient_checkpointing",
+        f"routing replay with activation recompute needs pipeline_model_parallel_size=1 (a recomputed forward would "
+        f"read another micro-batch's routes): set actor_rollout_ref.model.enable_gradient_checkpointing=false, or "
+        f"{switch}",
     )
