@@ -174,7 +174,7 @@ def test_recorded_routes_are_the_routers_own_and_replay_to_the_same_numbers(moe_
     agree with themselves entirely. Random routes agree by chance only."""
     actor = engine(moe_dir, remove_padding=remove_padding)
     batch = make_batch(rows=4)
-    record = RoutingPass(record=True)
+    record = RoutingPass(record=True, keep=True)
     own, _ = actor.compute_log_prob(batch, 2, 1.0, with_entropy=False, routing=record)
     routes = record.routes
     assert routes.shape == (4, batch["input_ids"].shape[1], LAYERS, TOP_K)
@@ -207,6 +207,22 @@ def test_training_under_replay_uses_the_given_routes(moe_dir):
     want = float(-(replayed * mask).sum() - 0.01 * (entropy * mask).sum())
     assert metrics["loss"] == pytest.approx(want, rel=1e-5)
     assert abs(float(-(own * mask).sum()) - want) > 1e-2
+
+
+def test_recomputed_forwards_replay_the_same_routes(moe_dir):
+    """Activation recompute runs each layer's forward again in the backward: it must take the same routes, so the
+    step is the one without recompute (random routes: the router's own would give another gradient)."""
+    adam = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
+    batch = make_batch(rows=4)
+    batch["routed_experts"] = random_routes(batch, seed=6)
+    steps = [
+        engine(moe_dir, adam, gradient_checkpointing=recompute).train_step(
+            batch, sum_loss, 2, 1.0, routing=RoutingPass(replay=True)
+        )
+        for recompute in (False, True)
+    ]
+    assert steps[1]["actor/grad_norm"] == pytest.approx(steps[0]["actor/grad_norm"], rel=1e-5)
+    assert steps[1]["loss"] == pytest.approx(steps[0]["loss"], rel=1e-6)
 
 
 def hf_own_routes(model, batch: Batch) -> torch.Tensor:
@@ -354,7 +370,7 @@ def replay_records(actor, batch: Batch) -> dict:
     """Replayed log-probs, the router's own routes and agreement with the batch's, and a replayed step's loss."""
     given = RoutingPass(replay=True)
     log_probs, _ = actor.compute_log_prob(batch, 2, 1.0, with_entropy=False, routing=given)
-    record = RoutingPass(record=True)
+    record = RoutingPass(record=True, keep=True)
     actor.compute_log_prob(batch, 2, 1.0, with_entropy=False, routing=record)
     metrics = actor.train_step(batch, sum_loss, 2, 1.0, routing=RoutingPass(replay=True))
     return {

@@ -29,11 +29,12 @@ class RoutingPass:
     """What one forward pass does with routes: `replay` forces the batch's `routed_experts`; `record` keeps each
     router's own top-k (computed at the replayed inputs when both are set). Filled by the pass: `agreed` of
     `compared` top-k choices (token x layer x k, tokens with a given route) where the router's own equals the
-    given one, this DP shard's totals on every rank of its model-parallel group; `routes`, with record, the
+    given one, this DP shard's totals on every rank of its model-parallel group; `routes`, with `keep`, the
     router's own routes in the batch's `routed_experts` layout."""
 
     replay: bool = False
     record: bool = False
+    keep: bool = False
     agreed: float = 0.0
     compared: float = 0.0
     routes: torch.Tensor | None = None
@@ -47,7 +48,9 @@ def old_log_prob_pass(mode: str, has_routes: bool) -> RoutingPass | None:
         if not has_routes:
             raise ValueError("actor_rollout_ref.actor.router_replay.mode=R3 but the batch has no routed_experts")
         return RoutingPass(replay=True, record=True)
-    return RoutingPass(record=True) if mode == "R2" or has_routes else None
+    if mode == "R2":
+        return RoutingPass(record=True, keep=True)
+    return RoutingPass(record=True) if has_routes else None
 
 
 def update_pass(mode: str, has_routes: bool) -> RoutingPass | None:
@@ -155,15 +158,18 @@ class RouterReplayHooks:
                 has = given[:, 0] >= 0
                 same = (own[has].unsqueeze(-1) == given[has].unsqueeze(-2)).any(-1)
                 counts += torch.tensor([float(same.sum()), float(same.numel())], dtype=torch.float64)
-        counts, routes = counts.to(device), self._recorded_routes(batch).to(device, torch.int32)  # (gloo: no int16)
+        counts = counts.to(device)
+        routes = self._recorded_routes(batch).to(device, torch.int32) if routing.keep else None  # (gloo: no int16)
         groups = [ps.get_pipeline_model_parallel_group()]  # each stage holds its own layers
         if self.sequence_parallel:  # each TP rank its own slice of the tokens
             groups.append(ps.get_tensor_model_parallel_group())
         for group in groups:
             if dist.get_world_size(group) > 1:
                 dist.all_reduce(counts, group=group)
-                dist.all_reduce(routes, op=dist.ReduceOp.MAX, group=group)
-        routing.agreed, routing.compared, routing.routes = float(counts[0]), float(counts[1]), routes.to(torch.int16)
+                if routes is not None:
+                    dist.all_reduce(routes, op=dist.ReduceOp.MAX, group=group)
+        routing.agreed, routing.compared = float(counts[0]), float(counts[1])
+        routing.routes = None if routes is None else routes.to(torch.int16)
         for layer in self.layers:
             layer.recorded, layer.target = [], None
 
