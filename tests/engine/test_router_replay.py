@@ -13,7 +13,7 @@ from dagrl.data.batch import Batch
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.engine.megatron.router_replay import RoutingPass
 from engine_helpers import make_batch, sum_loss
-from tiny_models import load_hf, make_model_dir
+from tiny_models import load_hf, make_model_dir, tie_router_weights
 
 EXPERTS, TOP_K, LAYERS = 4, 2, 2
 
@@ -279,18 +279,18 @@ def test_the_hf_rollout_records_the_routes_it_generated_with(moe_dir, n):
     assert torch.equal(routes[recorded].long().sort(-1).values, own[recorded].sort(-1).values)
 
 
-def tie_heavy_dir(path: Path) -> Path:
-    """A qwen3_moe whose router rows are equal up to tiny noise (as an upcycled model's): near-tied tokens."""
-    from safetensors.torch import load_file, save_file
+def test_the_hf_rollouts_log_probs_are_the_actors_in_fp32(moe_dir):
+    """rollout.calculate_log_probs: the hf rollout returns its sampled tokens' log-probs at the sampling
+    temperature, which the fp32 actor reproduces (the rollout/actor log-prob gap metric reads them)."""
+    from dagrl.engine.rollout.hf import HFRollout
+    from dagrl.engine.rollout.interface import SamplingSpec
 
-    make_model_dir(path, "qwen3_moe", seed=7)
-    weights = load_file(path / "model.safetensors")
-    g = torch.Generator().manual_seed(0)
-    for name, tensor in weights.items():
-        if name.endswith("mlp.gate.weight"):
-            weights[name] = tensor[:1].expand_as(tensor) + 1e-4 * torch.randn(tensor.shape, generator=g)
-    save_file({k: v.contiguous() for k, v in weights.items()}, path / "model.safetensors", metadata={"format": "pt"})
-    return path
+    generated = HFRollout(str(moe_dir), [1], 0, torch.device("cpu"), log_probs=True)
+    batch = generated.generate(prompts(4), SamplingSpec(n=2, response_length=6, temperature=0.7), seed=1)
+    mask = batch["response_mask"].bool()
+    assert (batch["rollout_log_probs"][mask] < 0).all() and (batch["rollout_log_probs"][~mask] == 0).all()
+    actor, _ = engine(moe_dir).compute_log_prob(batch, 4, 0.7, with_entropy=False)
+    torch.testing.assert_close(batch["rollout_log_probs"], actor, atol=1e-4, rtol=1e-4)
 
 
 def test_tie_heavy_routes_disagree_and_replay_narrows_the_log_prob_gap(tmp_path):
@@ -298,7 +298,7 @@ def test_tie_heavy_routes_disagree_and_replay_narrows_the_log_prob_gap(tmp_path)
     without replay; replaying the rollout's routes brings the actor's log-probs closer to the rollout's own."""
     from dagrl.engine.rollout.interface import SamplingSpec
 
-    path = tie_heavy_dir(tmp_path / "ties")
+    path = tie_router_weights(make_model_dir(tmp_path / "ties", "qwen3_moe", seed=7))
     generated = rollout(path, torch.bfloat16)
     batch = generated.generate(prompts(4), SamplingSpec(n=2, response_length=6, temperature=1.0), seed=0)
     # the rollout's log-probs of its tokens, under the routes it took (bf16, like its decode steps)

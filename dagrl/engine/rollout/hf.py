@@ -43,6 +43,7 @@ class HFRollout:
         dtype: torch.dtype = torch.float32,
         fp32_lm_head: bool = False,
         record_routes: bool = False,
+        log_probs: bool = False,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
@@ -60,6 +61,7 @@ class HFRollout:
         self.requests = DecodeLoop(self.model, eos_token_ids, pad_token_id, device)
         # MoE routes of every generated batch (`routed_experts`, routes.py), for the actor's routing replay
         self.route_recorder = RouteRecorder(self.model) if record_routes else None
+        self.log_probs = log_probs  # generate returns rollout_log_probs (rollout.calculate_log_probs)
 
     # ---- request level (see interface.py) ----------------------------------------------------------
     def submit(self, requests: list[Request]) -> None:
@@ -96,6 +98,8 @@ class HFRollout:
             top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
             eos_token_id=sampling.stop_ids(self.eos_token_ids) or None,
             pad_token_id=self.pad_token_id,
+            output_logits=self.log_probs,
+            return_dict_in_generate=self.log_probs,
         )
         # drop the left-padding columns no row uses: generate's cost grows with the padded width
         used = prompts["attention_mask"].bool().any(dim=0).nonzero()
@@ -129,11 +133,17 @@ class HFRollout:
                 generation_config=config,
                 **{cache_kwarg(self.model): cache},
             )
-        responses = output[:, input_ids.shape[1] :].cpu()
+        responses = (output.sequences if self.log_probs else output)[:, input_ids.shape[1] :].cpu()
         batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
         out = join_prompt_and_response(
             batch, responses, sampling.response_length, sampling.stop_ids(self.eos_token_ids), self.pad_token_id, limits
         )
+        if self.log_probs:  # at the sampling temperature (greedy: 1), as the actor computes them
+            logits = torch.stack(output.logits, dim=1).float().cpu() / (1.0 if greedy else sampling.temperature)
+            picked = logits.log_softmax(-1).gather(-1, responses[:, : logits.shape[1], None]).squeeze(-1)
+            padded = torch.zeros(out["response_mask"].shape, dtype=torch.float32)
+            padded[:, : picked.shape[1]] = picked[:, : padded.shape[1]]
+            out["rollout_log_probs"] = padded * out["response_mask"]
         if self.route_recorder is not None:
             out["routed_experts"] = self.route_recorder.routes(
                 sampling.n if cache is not None else 1, first, out["input_ids"].shape[1], out["attention_mask"].cpu()
@@ -205,4 +215,5 @@ def build(setup: RolloutSetup) -> HFRollout:
         dtype=getattr(torch, setup.dtype),
         fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
         record_routes=setup.cfg.actor_rollout_ref.rollout.enable_rollout_routing_replay,
+        log_probs=setup.cfg.actor_rollout_ref.rollout.calculate_log_probs,
     )
