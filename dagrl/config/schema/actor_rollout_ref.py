@@ -346,7 +346,7 @@ class Rollout(Section):
         "warm",
     )
     calculate_log_probs: bool = key(
-        False, "keep vLLM's log-probs of the sampled tokens (rollout_log_probs) for the mismatch metric / TIS"
+        False, "keep the rollout's log-probs of the sampled tokens (rollout_log_probs) for the mismatch metric / TIS"
     )
     enable_rollout_routing_replay: bool = rollout_routing_replay_key()
     engine_kwargs: EngineKwargs = section(EngineKwargs, "extra engine arguments per backend, passed through as given")
