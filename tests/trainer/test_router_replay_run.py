@@ -79,3 +79,46 @@ def test_a_tie_heavy_router_disagrees_and_r3_narrows_the_rollout_log_prob_gap(ti
     gap = "training/rollout_log_probs_diff_mean"
     assert r3[gap] < disabled[gap]
     assert disabled["response_length/mean"] == r3["response_length/mean"]  # the same rollout
+
+
+@pytest.mark.slow  # two 2-process runs; the engine world checks replay at PP2 and TP2+SP in the default suite
+def test_r3_at_ep2_over_two_processes_moves_the_routes_with_their_rows(tiny_data, tmp_path):
+    """DP2 x EP2: the reshard deals rows (and their routes) between the ranks; in fp32 R3 must give the run without
+    replay bit for bit (a route left behind or paired with another row would change the numbers)."""
+    from tests.helpers import run_concurrently
+    from tests.reliability.test_self_healing import torchrun
+
+    model = make_tiny_model_dir(tmp_path / "model", family="qwen3_moe")
+    common = {
+        "custom_reward_function.path": str(REWARD),
+        "trainer.val_before_train": False,
+        "trainer.save_freq": -1,
+        "trainer.n_gpus_per_node": 2,
+        "trainer.balance_batch": True,
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size": 2,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+    }
+    runs = {
+        "plain": {},
+        "r3": {
+            "actor_rollout_ref.rollout.enable_rollout_routing_replay": True,
+            "actor_rollout_ref.actor.router_replay.mode": "R3",
+        },
+    }
+    results = run_concurrently(
+        [
+            (
+                torchrun(cpu_run_overrides(model, tiny_data, tmp_path / name, **common, **extra)),
+                {"OMP_NUM_THREADS": "1"},
+            )
+            for name, extra in runs.items()
+        ]
+    )
+    for code, stderr in results:
+        assert code == 0, stderr[-3000:]
+    plain, r3 = (metrics_by_step(tmp_path / name) for name in runs)
+    assert sorted(r3) == [1, 2]
+    for step in (1, 2):
+        assert r3[step].pop(AGREEMENT) == 1.0
+        assert r3[step] == plain[step]
