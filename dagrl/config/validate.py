@@ -99,6 +99,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(transformer_config.check_transformer_overrides, cfg)
     check(transformer_config.check_model_fields, cfg, hf_config)
     check(rollout.check_greedy_groups, cfg)
+    check(rollout.check_router_replay, cfg, hf_config)
     check(reward.check_reward_name_without_path, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):  # a floor above the peak is wrong under any
         check(optim.check_lr_floor, cfg, prefix)  # schedule: said before "has no effect"

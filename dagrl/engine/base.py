@@ -64,6 +64,7 @@ class MegatronEngineSpec:
     dist_checkpoint_path: str | None = None  # initial weights from this Megatron dist checkpoint, not model_path's
     save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
     load_contents: tuple[str, ...] | None = None  # parts load_checkpoint restores; None = all the checkpoint holds
+    router_replay: bool = False  # MoE routes can be replayed and recorded (engine/megatron/router_replay.py)
 
 
 class ActorEngine(Protocol):
@@ -77,6 +78,7 @@ class ActorEngine(Protocol):
         temperature: float,
         with_entropy: bool,
         max_token_len: int | None = None,
+        routing: Any = None,  # MoE routes replayed / recorded in this pass (engine/megatron/router_replay.py)
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
     # with_entropy=False: loss_fn gets entropy=None (the full-vocabulary entropy costs a pass over the logits)
@@ -88,6 +90,7 @@ class ActorEngine(Protocol):
         temperature: float,
         max_token_len: int | None = None,
         with_entropy: bool = True,
+        routing: Any = None,
     ) -> dict[str, float]: ...
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]: ...

@@ -9,6 +9,7 @@ from dagrl.algo.off_policy import off_policy_metrics, off_policy_sums
 from dagrl.algo.policy_loss import PolicyLossSpec, actor_loss, loss_options
 from dagrl.config.derived import skips_old_log_prob
 from dagrl.config.errors import RunError
+from dagrl.engine.megatron.router_replay import update_pass
 from dagrl.data.batch import Batch
 from dagrl.nodes.common import NO_ROLLOUT_LOG_PROBS, reject_sequences
 from dagrl.nodes.common import mean_over_mini_batches, token_budget, weighted_mini_batches
@@ -69,6 +70,9 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
     # old-log-prob pass, unless that pass is skipped.
     with_entropy = spec.entropy_coeff != 0 or skips_old_log_prob(ctx.cfg)
     train_batch, correction = off_policy_view(ctx, batch, spec)
+    mode = actor_cfg.router_replay.mode
+    replays = mode == "R3" or (mode == "R2" and not skips_old_log_prob(ctx.cfg))  # R2: that pass's routes
+    routing = {"routing": update_pass(mode, "routed_experts" in batch)} if replays else {}
     steps = []
     for mini_batch in weighted_mini_batches(
         ctx, train_batch, ctx.schedule, actor_cfg.shuffle, spec.loss_agg_mode, spec.loss_scale_factor
@@ -83,6 +87,7 @@ def update_actor(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float
                 temperature=ctx.cfg.actor_rollout_ref.rollout.temperature,
                 max_token_len=token_budget(actor_cfg, "use_dynamic_bsz", "ppo_max_token_len_per_gpu"),
                 with_entropy=with_entropy,
+                **routing,
             )
         )
     if nan_injected(ctx.step, "DAGRL_INJECT_NAN_WEIGHTS"):

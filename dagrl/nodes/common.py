@@ -263,8 +263,8 @@ def mean_over_mini_batches(steps: list[dict[str, float]]) -> dict[str, float]:
 
 
 NO_ROLLOUT_LOG_PROBS = (
-    "but the batch has none (rollout.name=hf returns them only with partial rollout): use "
-    "actor_rollout_ref.rollout.name=vllm with calculate_log_probs=true"
+    "but the batch has none (a rollout returns them with calculate_log_probs=true or partial rollout): set "
+    "actor_rollout_ref.rollout.calculate_log_probs=true"
 )
 
 

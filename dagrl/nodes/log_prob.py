@@ -34,17 +34,28 @@ def rollout_mismatch(
 def old_log_prob(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, float]]:
     if skips_old_log_prob(ctx.cfg):
         return batch, {}
+    from dagrl.engine.megatron.router_replay import old_log_prob_pass
+
     rollout = ctx.cfg.actor_rollout_ref.rollout
+    mode = ctx.cfg.actor_rollout_ref.actor.router_replay.mode
+    routing = old_log_prob_pass(mode, "routed_experts" in batch)
     log_probs, entropy = ctx.actor.compute_log_prob(
         batch,
         micro_batch_size=ctx.schedule.old_log_prob_micro_batch,
         temperature=rollout.temperature,
         with_entropy=True,
         max_token_len=token_budget(rollout, "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"),
+        **({} if routing is None else {"routing": routing}),
     )
     batch["old_log_probs"] = log_probs
     mask = batch["response_mask"].float()
     metrics = {"actor/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()}
+    if routing is not None:
+        agreed, compared = ctx.dp_sums(torch.tensor([routing.agreed, routing.compared])).tolist()
+        if compared:  # the share of top-k choices where the actor's router picks the rollout's experts
+            metrics["actor/routing_agreement"] = agreed / compared
+        if mode == "R2":  # the update replays the routes of this pass
+            batch["routed_experts"] = routing.routes.to(batch["input_ids"].device)
     if "rollout_log_probs" in batch:
         metrics.update(rollout_mismatch(log_probs, batch["rollout_log_probs"], batch["response_mask"], ctx.dp_sums))
     return batch, metrics

@@ -116,6 +116,8 @@ def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: i
             megatron_spec(cfg, shape, optim_spec(cfg, shape, total_training_steps)),
             save_contents=tuple(as_list(contents.save_contents)),
             load_contents=tuple(as_list(contents.load_contents)),
+            router_replay=cfg.actor_rollout_ref.actor.router_replay.mode != "disabled"
+            or cfg.actor_rollout_ref.rollout.enable_rollout_routing_replay,
         )
     )
     reference = None

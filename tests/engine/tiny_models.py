@@ -8,7 +8,7 @@ import torch
 
 from dagrl.plan.presets import FAMILIES, hf_config, random_model
 
-__all__ = ["FAMILIES", "make_config", "make_model_dir", "load_hf"]
+__all__ = ["FAMILIES", "make_config", "make_model_dir", "load_hf", "tie_router_weights"]
 
 
 def make_config(family: str, num_layers: int = 2, tie: bool = False, vocab_size: int = 128):
@@ -34,3 +34,17 @@ def load_hf(path: Path):
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     return model.eval()
+
+
+def tie_router_weights(path: Path) -> Path:
+    """Rewrite the MoE model at `path` so that every router's rows are equal up to 1e-4 noise, as an upcycled
+    model's are: tokens near-tied between experts, which another precision routes elsewhere."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(path / "model.safetensors")
+    g = torch.Generator().manual_seed(0)
+    for name, tensor in weights.items():
+        if name.endswith("mlp.gate.weight"):
+            weights[name] = tensor[:1].expand_as(tensor) + 1e-4 * torch.randn(tensor.shape, generator=g)
+    save_file({k: v.contiguous() for k, v in weights.items()}, path / "model.safetensors", metadata={"format": "pt"})
+    return path

@@ -109,3 +109,58 @@ def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool =
             "(or use rollout.name=hf)",
         )
     return max_model_len
+
+
+def check_router_replay(cfg: Cfg, hf_config: dict) -> None:
+    """Routing replay needs routed experts, and R3 the rollout's routes, which only the hf rollout's batch-level
+    `generate` records (vLLM, the request-level decode of multi-turn and asynchronous runs return none yet)."""
+    from dagrl.models.families import family
+
+    rollout, mode = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor.router_replay.mode
+    record = rollout.enable_rollout_routing_replay
+    enable = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
+    require(
+        mode != "R3" or record,
+        enable,
+        f"actor_rollout_ref.actor.router_replay.mode=R3 replays the rollout's routes, which it records only with "
+        f"{enable}=true: set it, or use router_replay.mode=R2 (the old-log-prob pass's routes)",
+    )
+    if not record and mode == "disabled":
+        return
+    model_type = hf_config.get("model_type")
+    moe = family(model_type)
+    key = enable if mode == "disabled" else "actor_rollout_ref.actor.router_replay.mode"
+    require(
+        moe is not None and moe.moe,
+        key,
+        f"{key}={'true' if key == enable else mode} needs an MoE model (routed experts to replay); "
+        f"actor_rollout_ref.model.path has model_type {model_type!r}: set {key}="
+        f"{'false' if key == enable else 'disabled'}",
+    )
+    require(
+        not record or rollout.name == "hf",
+        "actor_rollout_ref.rollout.name",
+        f"{enable}=true: the {rollout.name} rollout does not record routes yet: use actor_rollout_ref.rollout.name=hf, "
+        f"or set {enable}=false and actor_rollout_ref.actor.router_replay.mode=R2 or disabled",
+    )
+    require(
+        not record or (not rollout.multi_turn.enable and cfg.actor_rollout_ref.hybrid_engine),
+        enable,
+        f"{enable}=true: only the hf rollout's single-turn colocated generate records routes (not multi-turn or "
+        f"asynchronous runs): set {enable}=false and actor_rollout_ref.actor.router_replay.mode=R2 or disabled",
+    )
+    megatron, replay = cfg.actor_rollout_ref.actor.megatron, "actor_rollout_ref.actor.router_replay.mode"
+    switch = f"{enable}=false and {replay}=disabled" if record else f"{replay}=disabled"
+    require(
+        megatron.context_parallel_size == 1,
+        "actor_rollout_ref.actor.megatron.context_parallel_size",
+        f"routing replay is not supported under context parallelism: set "
+        f"actor_rollout_ref.actor.megatron.context_parallel_size=1, or {switch}",
+    )
+    require(
+        megatron.pipeline_model_parallel_size == 1 or not cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
+        "actor_rollout_ref.model.enable_gradient_checkpointing",
+        f"routing replay with activation recompute needs pipeline_model_parallel_size=1 (a recomputed forward would "
+        f"read another micro-batch's routes): set actor_rollout_ref.model.enable_gradient_checkpointing=false, or "
+        f"{switch}",
+    )

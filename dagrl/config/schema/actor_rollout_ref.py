@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from dagrl.algo.catalog import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from dagrl.config.schema.megatron import Megatron
 from dagrl.config.schema.optim import Optim
+from dagrl.config.schema.router_replay import RouterReplay, rollout_routing_replay_key
 from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
 from dagrl.config.schema.spec import (
     ABOVE_ONE,
@@ -168,6 +169,7 @@ class Actor(Section):
         Checkpoint, "what each checkpoint writes under global_step_N/actor and what resume restores"
     )
     megatron: Megatron = section(Megatron, "parallel layout and memory knobs; ref reuses the layout")
+    router_replay: RouterReplay = section(RouterReplay, "MoE routing replay in the old-log-prob and update passes")
 
 
 @dataclass(frozen=True)
@@ -304,8 +306,9 @@ class Rollout(Section):
         "warm",
     )
     calculate_log_probs: bool = key(
-        False, "keep vLLM's log-probs of the sampled tokens (rollout_log_probs) for the mismatch metric / TIS"
+        False, "keep the rollout's log-probs of the sampled tokens (rollout_log_probs) for the mismatch metric / TIS"
     )
+    enable_rollout_routing_replay: bool = rollout_routing_replay_key()
     engine_kwargs: EngineKwargs = section(EngineKwargs, "extra engine arguments per backend, passed through as given")
     log_prob_micro_batch_size_per_gpu: int = key(16, "responses per forward when computing old log-probs", POSITIVE_INT)
     log_prob_use_dynamic_bsz: bool = key(

@@ -12,6 +12,7 @@ from dagrl.engine.base import LossFn, MegatronEngineSpec
 from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.engine.megatron.engine import MegatronEngine
 from dagrl.engine.megatron.logprob import vocab_parallel_log_probs
+from dagrl.engine.megatron.router_replay import RoutingPass
 from dagrl.engine.megatron.sequences import MicroBatch
 
 
@@ -91,9 +92,11 @@ class MegatronActorEngine(MegatronEngine):
         temperature: float,
         with_entropy: bool,
         max_token_len: int | None = None,
+        routing: RoutingPass | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropies) of `batch["responses"]`, float32 [B, R], 0 where response_mask is 0.
-        `max_token_len`: dynamic batch size (micro-batches of at most that many real tokens per GPU)."""
+        `max_token_len`: dynamic batch size (micro-batches of at most that many real tokens per GPU). `routing`:
+        MoE routes replayed and/or recorded in this pass (router_replay.py)."""
 
         def head(micro: MicroBatch, logits: torch.Tensor) -> dict[str, torch.Tensor]:
             log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
@@ -103,7 +106,12 @@ class MegatronActorEngine(MegatronEngine):
             return out
 
         rows = self._forward_rows(
-            batch, micro_batch_size, head, ["log_probs", "entropy"] if with_entropy else ["log_probs"], max_token_len
+            batch,
+            micro_batch_size,
+            head,
+            ["log_probs", "entropy"] if with_entropy else ["log_probs"],
+            max_token_len,
+            routing,
         )
         return rows["log_probs"], rows.get("entropy")
 
@@ -115,6 +123,7 @@ class MegatronActorEngine(MegatronEngine):
         temperature: float,
         max_token_len: int | None = None,
         with_entropy: bool = True,
+        routing: RoutingPass | None = None,
     ) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `loss_fn` over all micro-batches and DP ranks."""
 
@@ -122,7 +131,7 @@ class MegatronActorEngine(MegatronEngine):
             log_probs, entropy = self._response_log_probs(micro, logits, temperature, with_entropy)
             return loss_fn(micro.batch, log_probs, entropy)
 
-        return self._train(batch, micro_batch_size, head, max_token_len)
+        return self._train(batch, micro_batch_size, head, max_token_len, routing)
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""

@@ -69,11 +69,17 @@ class MegatronEngine:
             gradient_checkpointing=spec.gradient_checkpointing,
             overrides=spec.override_transformer_config,
         )
+        self.tf_config.moe_enable_routing_replay = spec.router_replay
         if spec.remove_padding and not self._thd:
             # The fused causal softmax kernel ignores a given mask; the packed rows' block-diagonal one must apply.
             self.tf_config.masked_softmax_fusion = False
         self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
         optim.set_trainable(self.modules, spec, self.hf_config.num_hidden_layers)
+        self.routing = None
+        if spec.router_replay:
+            from dagrl.engine.megatron.router_replay import RouterReplayHooks
+
+            self.routing = RouterReplayHooks(self.modules, self.tf_config, self.hf_config.num_hidden_layers)
         self._micro: MicroBatch | None = None  # the micro-batch being forwarded (read by forward hooks)
         if spec.remove_padding and not self._thd:
             for module in self.modules:
@@ -206,6 +212,8 @@ class MegatronEngine:
         micro = next(data_iterator)
         beat("micro-batch")  # progress for the hang watchdog
         self._micro = micro  # read by forward hooks during this forward
+        if self.routing is not None:
+            self.routing.set_micro_batch(micro)
         output = model(
             micro.tokens, micro.position_ids, micro.attention_mask, packed_seq_params=micro.packed_seq_params
         )
@@ -232,9 +240,27 @@ class MegatronEngine:
             return values
         return packing.context_parallel_sum(values * micro.held.to(values.dtype))
 
+    @contextlib.contextmanager
+    def _routes(self, routing: Any, batch: Batch) -> Iterator[None]:
+        """One pass's routing replay / recording (`RoutingPass`, engine/megatron/router_replay.py)."""
+        if self.routing is None:
+            if routing is not None and (routing.replay or routing.record):
+                raise ValueError("routing replay on an engine built without it (spec.router_replay=False)")
+            yield
+            return
+        self.routing.begin(routing)
+        yield
+        self.routing.finish(batch, self.device)
+
     @torch.no_grad()
     def _forward_rows(
-        self, batch: Batch, micro_batch_size: int, head: Any, names: list[str], max_token_len: int | None = None
+        self,
+        batch: Batch,
+        micro_batch_size: int,
+        head: Any,
+        names: list[str],
+        max_token_len: int | None = None,
+        routing: Any = None,
     ) -> dict[str, torch.Tensor]:
         """Forward only. `head(micro, output)` returns {name: [rows, R] tensor} per micro-batch on the last stage;
         every rank gets the float32 [B, R] results in the batch's row order, on the device of
@@ -248,7 +274,8 @@ class MegatronEngine:
             for module in self.model:
                 module.eval()
             micro_batches = self._micro_batches(batch, micro_batch_size, max_token_len)
-            outputs = self._run(micro_batches, True, collect)
+            with self._routes(routing, batch):
+                outputs = self._run(micro_batches, True, collect)
         shape = (len(batch), batch["responses"].shape[1])
         rows = {name: torch.zeros(shape, dtype=torch.float32, device=self.device) for name in names}
         if ps.is_pipeline_last_stage(ignore_virtual=True):
@@ -264,7 +291,7 @@ class MegatronEngine:
 
     # ---- training ------------------------------------------------------------------------------
     def _train(
-        self, batch: Batch, micro_batch_size: int, head: Any, max_token_len: int | None = None
+        self, batch: Batch, micro_batch_size: int, head: Any, max_token_len: int | None = None, routing: Any = None
     ) -> dict[str, float]:
         """One optimizer step whose gradient is that of the sum of `head(micro, output)[0]` over all
         micro-batches and DP ranks; the head's metrics are summed the same way. Empty micro-batches (which keep
@@ -294,7 +321,8 @@ class MegatronEngine:
                 }
                 return loss * scale, metrics
 
-            outputs = self._run(micro_batches, False, scaled)
+            with self._routes(routing, batch):
+                outputs = self._run(micro_batches, False, scaled)
             metrics = self._reduce_metrics(outputs)
             lr = self.optimizer.param_groups[0]["lr"]
             grad_norm, stepped = optim.optimizer_step(self.optimizer, self.scheduler)

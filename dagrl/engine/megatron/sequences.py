@@ -38,6 +38,8 @@ class MicroBatch:
     attention_mask: torch.Tensor | None = None  # packed without TE: [1, 1, S, S] bool, True = masked
     packed_seq_params: Any = None  # packed with TE: THD description of the row
     held: torch.Tensor | None = None  # context parallel: [rows, R] bool, this rank holds that logit
+    routes: torch.Tensor | None = None  # [b, S, layers, top_k] the batch's routed_experts at `tokens`; -1: none
+    starts: torch.Tensor | None = None  # [rows] where each real row starts in its row of `tokens` (packed: > 0)
     _kept: tuple | None = None
 
     @property
@@ -72,6 +74,8 @@ class RowLayout:
     tokens: torch.Tensor  # [B, P + R] valid prompt tokens, then the whole response, then zeros (CPU)
     prompt_lens: torch.Tensor  # [B]
     lengths: torch.Tensor  # [B] valid prompt + response up to its last mask token
+    columns: torch.Tensor  # [B, P + R] the input_ids column of each `tokens` position; -1 past the row's length
+    routes: torch.Tensor | None = None  # [B, P + R, layers, top_k] routed_experts in the `tokens` order; -1: none
 
     @classmethod
     def of(cls, batch: Batch) -> "RowLayout":
@@ -88,11 +92,22 @@ class RowLayout:
             else torch.zeros(len(batch), dtype=torch.long)
         )
         tokens = torch.zeros(len(batch), input_ids.shape[1], dtype=torch.long)
+        columns = torch.full_like(tokens, -1)
+        prompt_len = input_ids.shape[1] - response_len
         for row in range(len(batch)):
-            prompt = input_ids[row, : input_ids.shape[1] - response_len][prompt_mask[row]]
+            prompt = input_ids[row, :prompt_len][prompt_mask[row]]
             tokens[row, : len(prompt)] = prompt
             tokens[row, len(prompt) : len(prompt) + response_len] = responses[row]
-        return cls(tokens=tokens, prompt_lens=prompt_lens, lengths=prompt_lens + last)
+            columns[row, : len(prompt)] = prompt_mask[row].nonzero().squeeze(1)
+            columns[row, len(prompt) : len(prompt) + response_len] = torch.arange(prompt_len, input_ids.shape[1])
+        lengths = prompt_lens + last
+        columns[torch.arange(columns.shape[1])[None, :] >= lengths[:, None]] = -1
+        routes = None
+        if "routed_experts" in batch:  # each token's routes follow it: -1 where no token is
+            source = batch["routed_experts"].cpu()
+            routes = source[torch.arange(len(batch))[:, None], columns.clamp(min=0)]
+            routes[columns < 0] = -1
+        return cls(tokens=tokens, prompt_lens=prompt_lens, lengths=lengths, columns=columns, routes=routes)
 
     def logit_positions(self, index: list[int], response_len: int) -> torch.Tensor:
         """[rows, R] position, within each row, of the logit predicting response token t (clamped to the row's
@@ -125,12 +140,18 @@ def padded_micro_batch(
     tokens = torch.zeros(rows, seq_len, dtype=torch.long)
     width = min(seq_len, layout.tokens.shape[1])
     tokens[: len(index), :width] = layout.tokens[index, :width]
+    routes = None
+    if layout.routes is not None:
+        routes = layout.routes.new_full((rows, seq_len, *layout.routes.shape[2:]), -1)
+        routes[: len(index), :width] = layout.routes[index, :width]
     return MicroBatch(
         tokens=tokens.to(device),
         position_ids=torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1),
         logit_row=torch.arange(len(index), device=device),
         logit_pos=layout.logit_positions(index, batch["responses"].shape[1]).to(device),
         seq_length=seq_len,
+        routes=None if routes is None else routes.to(device),
+        starts=torch.zeros(len(index), dtype=torch.long, device=device),
         **_outputs(batch, index, device),
     )
 
@@ -158,8 +179,11 @@ def packed_micro_batch(
         raise ValueError(f"rows need {sum(segments)} packed tokens, more than the {total} planned")
     starts = packing.cumulative(segments)[:-1]
     tokens = torch.zeros(total, dtype=torch.long)
+    routes = None if layout.routes is None else layout.routes.new_full((total, *layout.routes.shape[2:]), -1)
     for start, row in zip(starts, index):
         tokens[start : start + int(layout.lengths[row])] = layout.tokens[row, : int(layout.lengths[row])]
+        if routes is not None:
+            routes[start : start + int(layout.lengths[row])] = layout.routes[row, : int(layout.lengths[row])]
     positions = packing.restart_positions(segments)
     offsets = torch.as_tensor(starts[: len(index)], dtype=torch.long)
     logit_pos = layout.logit_positions(index, batch["responses"].shape[1]) + offsets[:, None]
@@ -167,6 +191,7 @@ def packed_micro_batch(
     if spec.cp_size > 1:  # keep this rank's chunks; map each logit to its local position
         local = packing.context_parallel_positions(segments, spec.cp_size, spec.cp_rank)
         tokens, positions = tokens[local], positions[local]
+        routes = None if routes is None else routes[local]
         logit_pos, held = packing.context_parallel_index(logit_pos, segments, spec.cp_size, spec.cp_rank)
     return MicroBatch(
         tokens=tokens.unsqueeze(0).to(device),
@@ -174,6 +199,8 @@ def packed_micro_batch(
         logit_row=torch.zeros(len(index), dtype=torch.long, device=device),
         logit_pos=logit_pos.to(device),
         seq_length=total,
+        routes=None if routes is None else routes.unsqueeze(0).to(device),
+        starts=offsets.to(device),
         attention_mask=None if spec.thd else packing.block_causal_mask(segments).to(device),
         packed_seq_params=packing.thd_packed_seq_params(segments, device) if spec.thd else None,
         **_outputs(batch, index, device, held),

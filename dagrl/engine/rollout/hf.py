@@ -6,6 +6,7 @@ path is exercised on every CPU run. Its request level is an interruptible decode
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Iterator
@@ -18,6 +19,7 @@ from dagrl.engine.rollout import fused_experts
 from dagrl.engine.rollout.hf_decode import DecodeLoop, cache_kwarg
 from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket
 from dagrl.engine.rollout.registry import RolloutSetup
+from dagrl.engine.rollout.routes import RouteRecorder
 from dagrl.engine.rollout.sequences import join_prompt_and_response
 
 logger = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ class HFRollout:
         device: torch.device,
         dtype: torch.dtype = torch.float32,
         fp32_lm_head: bool = False,
+        record_routes: bool = False,
+        log_probs: bool = False,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
@@ -55,6 +59,9 @@ class HFRollout:
         self.needs_weights = False  # the model keeps its weights through sleep (moved to the host)
         self.version = 0
         self.requests = DecodeLoop(self.model, eos_token_ids, pad_token_id, device)
+        # MoE routes of every generated batch (`routed_experts`, routes.py), for the actor's routing replay
+        self.route_recorder = RouteRecorder(self.model) if record_routes else None
+        self.log_probs = log_probs  # generate returns rollout_log_probs (rollout.calculate_log_probs)
 
     # ---- request level (see interface.py) ----------------------------------------------------------
     def submit(self, requests: list[Request]) -> None:
@@ -91,28 +98,34 @@ class HFRollout:
             top_k=None if greedy else (sampling.top_k if sampling.top_k > 0 else 0),
             eos_token_id=sampling.stop_ids(self.eos_token_ids) or None,
             pad_token_id=self.pad_token_id,
+            output_logits=self.log_probs,
+            return_dict_in_generate=self.log_probs,
         )
         # drop the left-padding columns no row uses: generate's cost grows with the padded width
         used = prompts["attention_mask"].bool().any(dim=0).nonzero()
         first = int(used[0]) if len(used) else 0
         input_ids = prompts["input_ids"][:, first:].to(self.device)
         attention_mask = prompts["attention_mask"][:, first:].to(self.device)
-        cache = None
+        cache, prefill_routes = None, []
         if sampling.n > 1:
             # prefill each prompt once and share its KV cache among its n samples (n times less prefill)
             cache = DynamicCache()
             positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-            self.model(
-                input_ids=input_ids[:, :-1],
-                attention_mask=attention_mask[:, :-1],
-                position_ids=positions[:, :-1],
-                use_cache=True,
-                **{cache_kwarg(self.model): cache},
-            )
+            with self._recording():
+                self.model(
+                    input_ids=input_ids[:, :-1],
+                    attention_mask=attention_mask[:, :-1],
+                    position_ids=positions[:, :-1],
+                    use_cache=True,
+                    **{cache_kwarg(self.model): cache},
+                )
+            prefill_routes = self.route_recorder.calls if self.route_recorder is not None else []
             cache.batch_repeat_interleave(sampling.n)
             input_ids = input_ids.repeat_interleave(sampling.n, dim=0)
             attention_mask = attention_mask.repeat_interleave(sampling.n, dim=0)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), self._recording():
+            if cache is not None and self.route_recorder is not None:  # the shared prefill's routes come first
+                self.route_recorder.calls = prefill_routes
             torch.manual_seed(seed)
             output = self.model.generate(
                 input_ids=input_ids,
@@ -120,11 +133,26 @@ class HFRollout:
                 generation_config=config,
                 **{cache_kwarg(self.model): cache},
             )
-        responses = output[:, input_ids.shape[1] :].cpu()
+        responses = (output.sequences if self.log_probs else output)[:, input_ids.shape[1] :].cpu()
         batch = prompts.repeat_interleave(sampling.n) if sampling.n > 1 else prompts
-        return join_prompt_and_response(
+        out = join_prompt_and_response(
             batch, responses, sampling.response_length, sampling.stop_ids(self.eos_token_ids), self.pad_token_id, limits
         )
+        if self.log_probs:  # at the sampling temperature (greedy: 1), as the actor computes them
+            logits = torch.stack(output.logits, dim=1).float().cpu() / (1.0 if greedy else sampling.temperature)
+            picked = logits.log_softmax(-1).gather(-1, responses[:, : logits.shape[1], None]).squeeze(-1)
+            padded = torch.zeros(out["response_mask"].shape, dtype=torch.float32)
+            padded[:, : picked.shape[1]] = picked[:, : padded.shape[1]]
+            out["rollout_log_probs"] = padded * out["response_mask"]
+        if self.route_recorder is not None:
+            out["routed_experts"] = self.route_recorder.routes(
+                sampling.n if cache is not None else 1, first, out["input_ids"].shape[1], out["attention_mask"].cpu()
+            )
+        return out
+
+    def _recording(self):
+        """Records the routes of the forwards inside (routes.py); nothing without route recording."""
+        return self.route_recorder.recording() if self.route_recorder is not None else contextlib.nullcontext()
 
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Copy every bucket in; a name or shape the model does not have fails with that name."""
@@ -186,4 +214,6 @@ def build(setup: RolloutSetup) -> HFRollout:
         device=setup.device,
         dtype=getattr(torch, setup.dtype),
         fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
+        record_routes=setup.cfg.actor_rollout_ref.rollout.enable_rollout_routing_replay,
+        log_probs=setup.cfg.actor_rollout_ref.rollout.calculate_log_probs,
     )

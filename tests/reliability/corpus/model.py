@@ -215,4 +215,13 @@ CASES: tuple[Case, ...] = (
         ("eos_token_id=50000", "vocab_size=400"),
         make=eos_beyond_vocab,
     ),
+    Case(
+        "routing_replay_on_a_dense_model",
+        "`actor.router_replay.mode=R3` on a dense (llama) model",
+        (
+            "actor_rollout_ref.actor.router_replay.mode=R3",
+            "actor_rollout_ref.rollout.enable_rollout_routing_replay=true",
+        ),
+        ("actor_rollout_ref.actor.router_replay.mode", "MoE model", "'llama'", "=disabled"),
+    ),
 )

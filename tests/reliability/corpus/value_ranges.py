@@ -238,4 +238,10 @@ CASES: tuple[Case, ...] = (
         ("= 38", "max_position_embeddings=32", "data.max_prompt_length"),
         make=model_copy(patch={"max_position_embeddings": 32}),
     ),
+    Case(
+        "r3_without_rollout_routes",
+        "`actor.router_replay.mode=R3` without the rollout recording its routes",
+        ("actor_rollout_ref.actor.router_replay.mode=R3",),
+        ("actor_rollout_ref.rollout.enable_rollout_routing_replay", "=true", "router_replay.mode=R2"),
+    ),
 )
