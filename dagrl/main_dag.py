@@ -62,6 +62,9 @@ def run(cfg_data: dict) -> None:
             check_ray_address(cfg.trainer.ray_address, nnodes=nodes)
         except ConfigError as error:
             fail(str(error), 2)
+        from dagrl.trainer.run_dir import resolve
+
+        resolve(cfg_data)  # the run directory as the driver's current directory names it, for every worker
 
         from dagrl.utils.preemption import resume_advice
 
@@ -206,6 +209,10 @@ def early_override_check(argv: list[str]) -> dict | None:
         if name in CONFIG_DIR_FLAGS:  # Hydra searches it for group options: so does the check
             config_dirs.append(value if has_value else argv[index + 1] if index + 1 < len(argv) else "")
         flag_value = arg in VALUE_FLAGS
+    if {"-m", "--multirun"} & set(argv):  # Hydra runs the sweep's jobs in turn: each needs its own run directory
+        from dagrl.trainer.run_dir import check_multirun, conf_default
+
+        check_multirun(overrides, conf_default())
     if overrides and not HYDRA_ONLY_FLAGS & {arg.split("=", 1)[0] for arg in argv}:
         cfg_data = compose(overrides, config_dirs)
         if len(overrides) == len(argv) and not any(arg.lstrip("+~").startswith("hydra") for arg in overrides):

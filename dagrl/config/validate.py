@@ -53,6 +53,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check_finite_numbers(cfg, problems)
     schema.check_schema(cfg.snapshot(), problems)  # every key's type and range (dagrl/config/schema/)
     check(rollout.check_sampling, cfg)
+    check(trainer.check_run_dir_location, cfg)  # before its writability: / and ~ are writable, and wrong
     path_values.check_path_values(cfg, problems)  # every path key by its kind, before checks that open the paths
     check(path_values.check_code_paths, cfg)
     check(schema.check_choices, cfg)
@@ -124,6 +125,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         check(critic.check_critic_warmup, cfg, train_rows)
         check(lambda _: reward.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)
+    check(trainer.check_earlier_rows, cfg)
     check(checkpoints.check_output_dirs, cfg)
     check(actor.check_actor_checkpoint, cfg)
     if not problems.errors:  # the resume compares its checkpoint with this config: only with a config that passed

@@ -13,6 +13,7 @@ import warnings
 from typing import Callable
 
 from dagrl.config.errors import ConfigError, RunError
+from dagrl.trainer import run_dir
 from dagrl.utils.preemption import StopRequest, outcome
 
 STARTED = time.perf_counter()  # imported after Hydra: this process's start-up is reported from here
@@ -59,12 +60,16 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
     try:
         composed = time.perf_counter()
         shape = preflight(cfg)
+        run_dir.resolve(cfg_data)  # absolute from here: a later os.chdir (a scorer's) must not move the run's files
         checked = time.perf_counter()
+        from dagrl.placement.bridge import global_rank
+
+        if global_rank() == 0:  # before anything is written into it; the other ranks write only after rank 0 did
+            run_dir.take(cfg.trainer.default_local_dir)
         from dagrl.config.launch_env import apply_determinism, check_rendezvous_env
 
         check_rendezvous_env()  # here, not in pre-flight: dagrl.plan and the tests validate a launch by WORLD_SIZE
         apply_determinism(cfg.actor_rollout_ref.actor.megatron.use_deterministic_algorithms)
-        from dagrl.placement.bridge import global_rank
         from dagrl.trainer.loop import Trainer
         from dagrl.utils import watchdog
 
@@ -102,6 +107,7 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         from dagrl.utils import watchdog
 
         watchdog.stop()
+        run_dir.release(cfg.trainer.default_local_dir)
         record_config_reads()
     return outcome()
 

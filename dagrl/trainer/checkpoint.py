@@ -6,7 +6,8 @@ knows it may remove it), gets its marker file last, and is renamed into place; `
 is replaced atomically after that. A kill at any moment therefore leaves either no `global_step_N` or a complete
 one, and resume picks the newest complete checkpoint (the tracker file is kept for verl/siiRL tooling; a directory
 newer than the tracker is complete by construction). Pruning moves a checkpoint back under its tmp name before
-removing it, so a kill (or a second Ctrl-C) during the removal leaves a partial save, not a checkpoint missing files.
+removing it, so a kill (or a second Ctrl-C) during the removal leaves a partial save, not a checkpoint missing files;
+it never follows a symbolic link (a user's `global_step_N -> elsewhere` is resumable and left as it is).
 
 dagrl never deletes or overwrites what it did not write: a `global_step_N` without the marker or a
 `.tmp_global_step_N` without `.dagrl_partial` stops the run in pre-flight (`foreign_entries`), and a save never
@@ -77,7 +78,9 @@ def partial_saves(root: Path) -> list[Path]:
     return sorted(
         child
         for child in root.iterdir()
-        if (_TMP_DIR.match(child.name) or _STAGING_DIR.match(child.name)) and (child / PARTIAL_MARKER).is_file()
+        if (_TMP_DIR.match(child.name) or _STAGING_DIR.match(child.name))
+        and not child.is_symlink()  # removed with rmtree: never through a link
+        and (child / PARTIAL_MARKER).is_file()
     )
 
 
@@ -166,6 +169,7 @@ class CheckpointManager:
         self.keep = keep
         self.rank = rank
         self.barrier = barrier
+        self.linked: set[Path] = set()  # symbolic links pruning left alone (said once each)
 
     def latest(self) -> tuple[int, Path] | None:
         found = complete_checkpoints(self.root)
@@ -233,6 +237,11 @@ class CheckpointManager:
             return
         found = complete_checkpoints(self.root)
         for step, path in found[: max(len(found) - self.keep, 0)]:
+            if path.is_symlink():  # a user's link to a checkpoint elsewhere: neither it nor its target is ours
+                if path not in self.linked:
+                    logger.info("not removing %s: a symbolic link (to %s), left as it is", path, os.readlink(path))
+                    self.linked.add(path)
+                continue
             logger.info("removing old checkpoint %s (trainer.max_actor_ckpt_to_keep=%d)", path, self.keep)
             # a partial save while it goes (see the module doc), never a global_step_N missing files
             (path / PARTIAL_MARKER).touch()

@@ -36,7 +36,7 @@ REFUSED = {
 }
 _LOAD_CONTENTS = "actor_rollout_ref.actor.checkpoint.load_contents"
 # where the choice of resume is itself the change, or the key names the run's files rather than a setting
-NOT_SETTINGS = ("trainer.resume_mode", "trainer.resume_from_path")
+NOT_SETTINGS = ("trainer.resume_mode", "trainer.resume_from_path", "trainer.default_local_dir")
 
 
 def refusal(key: str, now: dict[str, Any]) -> str | None:

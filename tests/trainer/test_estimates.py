@@ -190,7 +190,8 @@ def test_a_run_names_its_start_up_phases_with_their_seconds_and_every_step_line_
 
     out = tmp_path / "run"
     out.mkdir()
-    (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "x": 1.0}) + "\n")  # a run that left no checkpoint
+    (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "x": 1.0}) + "\n")  # a run that left no checkpoint,
+    (out / ".dagrl_lock").write_text(json.dumps({"pid": 1 << 22, "host": "h", "started": "t"}))  # killed: its lock
     proc = subprocess.run(
         [
             sys.executable,
@@ -212,5 +213,6 @@ def test_a_run_names_its_start_up_phases_with_their_seconds_and_every_step_line_
     ):
         assert phase in log, phase
     assert "written by a run that left no checkpoint: they run again" in log and "after step -1" not in log
+    assert "took over the lock of pid 4194304 on h (started t)" in log and (out / ".dagrl_lock").read_text() == ""
     steps = [line for line in log.splitlines() if " - 1/2 steps, eta " in line or " - 2/2 steps, eta 0s" in line]
     assert len(steps) == 2, log[-3000:]

@@ -1,13 +1,18 @@
 """Pre-flight of trainer.*: validation-only runs, the loggers (the backends dagrl knows, that an optional one is
-installed and that W&B can log in) and the launcher; checkpoints are config/preflight/checkpoints.py's."""
+installed and that W&B can log in), the launcher, and where the run directory may be and what in it a run would
+cut; what checkpoints there hold is config/preflight/checkpoints.py's."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
-from dagrl.config.errors import require
+from dagrl.config.checks import as_list
+from dagrl.config.errors import ConfigError, require
 from dagrl.config.tree import Cfg
+
+RUN_DIR = "trainer.default_local_dir"
 
 
 def check_run_length_and_sampling(cfg: Cfg) -> None:
@@ -118,3 +123,82 @@ def check_launcher(cfg: Cfg) -> None:
             "trainer.launcher",
             "trainer.launcher=ray starts its own workers: run python3 -m dagrl.main_dag once, not under torchrun",
         )
+
+
+def check_run_dir_location(cfg: Cfg) -> None:
+    """trainer.default_local_dir is a directory of the run's own: not the file-system root (what `$CKPT_ROOT/`
+    becomes with the variable unset), the home directory, a model directory (or one inside it) or the directory
+    of the data files, where the run's checkpoints, metrics.jsonl, prompt_ledger.jsonl and data_cache/ would be
+    mixed into files that are not its own."""
+    configured = cfg.trainer.default_local_dir
+    if not isinstance(configured, str) or not configured.strip():
+        return  # checkpoints.check_checkpoint_dir says what it must be
+    root = os.path.realpath(os.path.expanduser(configured))
+    shown = configured if configured.rstrip("/") == root.rstrip("/") else f"{configured} ({root})"
+    fix = f"set {RUN_DIR}=<a directory of the run's own>"
+    if root == os.path.dirname(root):
+        what, fix = "the file-system root (an unset variable in $VAR/...?)", f"set the variable, or {fix}"
+    elif root == os.path.realpath(os.path.expanduser("~")):
+        what, fix = "the home directory", f"{fix}, e.g. {RUN_DIR}=~/checkpoints/<experiment>"
+    else:
+        what = None
+        for key, value in (
+            ("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path),
+            ("critic.model.path", cfg.critic.model.path),
+        ):
+            model = os.path.realpath(os.path.expanduser(value)) if isinstance(value, str) and value else None
+            if model and os.path.isdir(model) and (root == model or root.startswith(model + os.sep)):
+                what = f"{'inside ' if root != model else ''}the model directory {key}={value}"
+                break
+        for key in ("data.train_files", "data.val_files"):
+            files = getattr(cfg.data, key.split(".")[1])
+            for name in [files] if isinstance(files, str) else list(files or []):
+                if what is None and isinstance(name, str) and name:
+                    if root == os.path.dirname(os.path.realpath(os.path.expanduser(name))):
+                        what = f"the directory of {key} ({name})"
+        if what is None:
+            return
+    raise ConfigError(
+        RUN_DIR,
+        f"{RUN_DIR}={shown} is {what}: the run would write its checkpoints, metrics.jsonl, prompt_ledger.jsonl "
+        f"and data_cache/ among files that are not its own; {fix}",
+    )
+
+
+def check_earlier_rows(cfg: Cfg) -> None:
+    """metrics.jsonl and prompt_ledger.jsonl rows in the run directory that no checkpoint here accounts for (an
+    earlier run with trainer.save_freq=-1, one resumed elsewhere, another tool's files): a fresh start would cut
+    them, so it is refused. Rows of a run that was killed (its lock record left behind, dagrl/trainer/run_dir.py)
+    are dagrl's own: its steps run again and their rows are replaced."""
+    trainer = cfg.trainer
+    if trainer.val_only:  # validation appends its rows, cutting none
+        return
+    from dagrl.trainer.checkpoint import complete_checkpoints
+    from dagrl.trainer.ledger import LEDGER_FILE
+    from dagrl.trainer.run_dir import METRICS_FILE, absolute, owner
+
+    root = Path(absolute(trainer.default_local_dir))
+    if trainer.resume_mode == "auto" and complete_checkpoints(root):
+        return
+    given = trainer.resume_from_path
+    if trainer.resume_mode == "resume_path" and given and Path(absolute(str(given))).parent == root:
+        return
+    if owner(root) is not None:  # a killed run's (a live one's lock refuses this launch when it is taken)
+        return
+    names = [LEDGER_FILE, *([METRICS_FILE] if "jsonl" in as_list(trainer.logger) else [])]
+    found = [f"{name} ({_lines(root / name)} rows)" for name in sorted(names) if _lines(root / name)]
+    require(
+        not found,
+        RUN_DIR,
+        f"{RUN_DIR}={root} holds {' and '.join(found)} but no checkpoint this run resumes from (an earlier run "
+        f"with trainer.save_freq=-1, or another tool's files): a fresh start would cut them and dagrl never "
+        f"rewrites rows it cannot account for; move them away or choose another {RUN_DIR}",
+    )
+
+
+def _lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as rows:
+            return sum(1 for line in rows if line.strip())
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return 0

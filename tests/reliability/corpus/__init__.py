@@ -34,6 +34,7 @@ MODULES = (
     "graph",
     "user_code",
     "checkpoints",
+    "run_directory",
     "output_dirs",
     "profiler",
     "launchers",
