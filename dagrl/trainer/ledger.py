@@ -9,7 +9,8 @@ Rank 0 appends a step's lines after the step's graph ran (flushed and fsynced). 
 ledger's length, and a resumed run truncates the ledger to it before replaying the steps after the checkpoint,
 which rewrite their lines: after kill -9 anywhere and a relaunch, each uid drawn up to the last trained step has
 exactly one line. The in_flight lines are written after the last step's checkpoint, so extending a finished run
-drops them (its next steps decide those prompts' fates).
+drops them (its next steps decide those prompts' fates). A fresh start cuts only a ledger that is empty or a killed
+run's: pre-flight refuses lines no checkpoint accounts for (config/preflight/trainer.py::check_earlier_rows).
 """
 
 from __future__ import annotations

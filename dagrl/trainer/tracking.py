@@ -104,7 +104,8 @@ class _MlflowSink:
 
 def _trim_rows(path: Path, keep_through: int) -> list[dict]:
     """Drop `path`'s rows of steps after `keep_through`, atomically (a kill leaves the old file or the new); the
-    rows kept, parsed (read once)."""
+    rows kept, parsed (read once). -1 (no checkpoint) reaches here only for a killed run's rows: pre-flight refuses
+    rows that no checkpoint or lock record accounts for (config/preflight/trainer.py::check_earlier_rows)."""
     if not path.is_file():
         return []
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
