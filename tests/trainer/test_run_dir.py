@@ -169,3 +169,36 @@ def test_a_symlinked_partial_save_is_not_removed_through_the_link(tmp_path):
     (root / ".tmp_global_step_5").symlink_to(target)
     CheckpointManager(str(root), keep=1, rank=0, barrier=lambda: None).clear_partial()
     assert (root / ".tmp_global_step_5").is_symlink() and (target / "notes").read_text() == "mine"
+
+
+SCORER = """import os
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    os.chdir(os.environ["WANDER_TO"])  # a scorer that changes the process's directory
+    with open("wandered", "w") as mark:
+        mark.write(str(os.getpid()))
+    return 0.0
+"""
+
+
+def test_a_scorer_that_changes_directory_does_not_move_the_checkpoints(tmp_path, tiny_model, tiny_data):
+    (tmp_path / "scorer.py").write_text(SCORER)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    extra = {
+        "custom_reward_function.path": str(tmp_path / "scorer.py"),
+        "trainer.total_training_steps": 1,
+        "trainer.save_freq": 1,
+        "trainer.val_before_train": False,
+        "data.val_files": "null",
+    }
+    command = [sys.executable, "-m", "dagrl.main_dag", *cpu_run_overrides(tiny_model, tiny_data, Path("run"), **extra)]
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env={**os.environ, "WANDER_TO": str(elsewhere)}, stderr=subprocess.PIPE, text=True
+    )
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert (elsewhere / "wandered").read_text() == str(proc.pid)  # the run's own process changed directory
+    assert (tmp_path / "run" / "global_step_1" / MARKER).is_file() and not (elsewhere / "run").exists()
+    assert (tmp_path / "run" / run_dir.LOCK_FILE).read_text() == ""  # the run ended: its lock record emptied
