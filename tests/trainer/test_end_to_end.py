@@ -11,6 +11,7 @@ import pytest
 
 from dagrl.config.load import compose
 from dagrl.config.tree import leaf_keys
+from dagrl.trainer.run_dir import LOCK_FILE
 from tests.conftest import cpu_run_overrides
 from tests.engine.engine_helpers import free_port
 from tests.helpers import metrics_by_step, run_concurrently, run_in_session, undocumented_metrics
@@ -41,6 +42,11 @@ VLLM_KEYS = {
 # keys another CPU run of the suite reads, and asserts it does: GAE's (tests/trainer/test_ppo.py), dynamic
 # sampling's (tests/trainer/test_dapo.py)
 OTHER_RUNS = {"algorithm.gamma", "algorithm.lam", "algorithm.filter_groups.max_num_gen_batches"}
+
+
+def files_and_times(root: Path) -> list[tuple[str, int]]:
+    """(name, mtime) of every file under root but the run directory's lock, which every launch takes."""
+    return sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*") if p.name != LOCK_FILE)
 
 
 def train(overrides: list[str], env: dict | None = None, expect_kill: bool = False) -> str:
@@ -108,7 +114,7 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert sorted(p.name for p in resumed.glob("global_step_*")) == ["global_step_2"]
     # the relaunch, and beside it a relaunch of the finished run, which says so and exits 0 without touching the
     # checkpoints
-    before = sorted((p.name, p.stat().st_mtime_ns) for p in straight.rglob("*"))
+    before = files_and_times(straight)
     summary, finished = train_together((run_args(resumed), {}, False), (run_args(straight), {}, False))
     # the run ends with how it went; the resumed start step (validated before the kill) is validated once
     assert (
@@ -146,7 +152,8 @@ def test_kill_and_resume_matches_uninterrupted_run_and_all_keys_are_read(run_arg
     assert (straight / "global_step_4" / "data.pt").read_bytes() == (resumed / "global_step_4" / "data.pt").read_bytes()
 
     assert "already finished" in finished
-    assert sorted((p.name, p.stat().st_mtime_ns) for p in straight.rglob("*")) == before
+    assert files_and_times(straight) == before  # the relaunch of a finished run wrote nothing but its lock record
+    assert (straight / LOCK_FILE).read_text() == ""  # emptied as the relaunch ended
 
     # no dead keys: every key in conf/ was read by the validation pass or the run (distillation.*: by the dag=opd
     # run of tests/algo/test_distill.py; critic.*: by the dag=ppo run of tests/trainer/test_ppo.py)
