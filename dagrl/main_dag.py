@@ -54,18 +54,17 @@ def run(cfg_data: dict) -> None:
 
         cfg = Cfg(cfg_data)
         from dagrl.launch.ray_cluster import Interrupted, WorkerFailed, check_ray_address, launch
+        from dagrl.trainer.run_dir import check_free, resolve
 
         try:  # every input check before a single worker starts
             preflight(cfg, world_size=planned_world_size(cfg))
+            resolve(cfg_data)  # the run directory as the driver's current directory names it, for every worker
+            check_free(cfg.trainer.default_local_dir)  # in use: said here (the workers' rank 0 takes the lock)
             # a bounded wait, not ray.init's minutes of retries; nodes as launch() counts them (a pool's machines)
             nodes = max(pool.size // pool.per_node for pool in placement(cfg).pools)
             check_ray_address(cfg.trainer.ray_address, nnodes=nodes)
         except ConfigError as error:
             fail(str(error), 2)
-        from dagrl.trainer.run_dir import resolve
-
-        resolve(cfg_data)  # the run directory as the driver's current directory names it, for every worker
-
         from dagrl.utils.preemption import resume_advice
 
         try:

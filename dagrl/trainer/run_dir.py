@@ -75,14 +75,8 @@ def take(root: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        record = owner(root) or {}
         os.close(fd)
-        raise ConfigError(
-            KEY,
-            f"{KEY}={root} is in use by another dagrl run, {describe(record)} (lock {path}): two runs in one "
-            f"directory overwrite each other's checkpoints and rows; wait for it to end or stop it, or choose "
-            f"another {KEY}",
-        ) from None
+        raise in_use(root) from None
     except OSError as error:  # a file system without flock (some network mounts): say so rather than run unguarded
         os.close(fd)
         raise ConfigError(
@@ -102,6 +96,34 @@ def take(root: str) -> None:
     os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
     os.fsync(fd)
     _held[root] = fd
+
+
+def in_use(root: str) -> ConfigError:
+    path = os.path.join(root, LOCK_FILE)
+    return ConfigError(
+        KEY,
+        f"{KEY}={root} is in use by another dagrl run, {describe(owner(root) or {})} (lock {path}): two runs in "
+        f"one directory overwrite each other's checkpoints and rows; wait for it to end or stop it, or choose "
+        f"another {KEY}",
+    )
+
+
+def check_free(root: str) -> None:
+    """Raise take's ConfigError where another process holds `root`'s lock, taking nothing (a Ray driver, before it
+    starts workers whose rank 0 takes the lock)."""
+    root = absolute(root)
+    try:
+        fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDONLY)
+    except OSError:  # no lock file (or no directory yet): nobody holds it
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise in_use(root) from None
+    except OSError:  # no flock here: the worker that takes the lock says so
+        pass
+    finally:
+        os.close(fd)  # drops the probe's flock with it
 
 
 def release(root: str) -> None:

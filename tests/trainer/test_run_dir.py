@@ -202,3 +202,17 @@ def test_a_scorer_that_changes_directory_does_not_move_the_checkpoints(tmp_path,
     assert (elsewhere / "wandered").read_text() == str(proc.pid)  # the run's own process changed directory
     assert (tmp_path / "run" / "global_step_1" / MARKER).is_file() and not (elsewhere / "run").exists()
     assert (tmp_path / "run" / run_dir.LOCK_FILE).read_text() == ""  # the run ended: its lock record emptied
+
+
+def test_a_ray_driver_finds_the_directory_in_use_without_taking_the_lock(tmp_path):
+    root = str(tmp_path / "run")
+    run_dir.check_free(root)  # nothing there yet: free, and nothing created
+    assert not Path(root).exists()
+    run_dir.take(root)
+    try:
+        with pytest.raises(ConfigError, match=f"in use by another dagrl run, pid {os.getpid()} on {HOST}"):
+            run_dir.check_free(root)
+    finally:
+        run_dir.release(root)
+    run_dir.check_free(root)
+    assert run_dir.owner(root) is None  # the probe wrote no record
