@@ -1,8 +1,8 @@
 # The upcycled SmolLM2-MoE (8 experts, top-2, made on the machine by scripts/upcycle_moe.py) beside the dense
-# SmolLM2-135M-Instruct on one GPU with the vLLM rollout (run.sh sources it): 16 GRPO steps each, greedy held-out
-# accuracy every 4 ($STEPS and $ARMS change them), the log-prob gap and routing agreement with routing replay off and on, into $O/moe
-# (benchmarks/moe_learn.py prints the table); then two 3-step runs of the MoE with the determinism switch on, whose
-# metrics must be equal (determinism.log says whether they are).
+# SmolLM2-135M-Instruct on one GPU with the vLLM rollout (run.sh sources it): $STEPS (16) GRPO steps each arm of $ARMS
+# (dense, moe, moe_r3), greedy held-out accuracy every 4, the log-prob gap and routing agreement with routing replay
+# off and on, into $O/moe (benchmarks/moe_learn.py prints the table); then two 3-step runs of the MoE with the
+# determinism switch on, whose metrics must be equal (determinism.log says whether they are).
 step moe env MODEL_PATH=$MODEL DATA_DIR=$DATA python3 benchmarks/moe_learn.py --out $O/moe --steps ${STEPS:-16} --test-freq 4 \
   --arms ${ARMS:-dense,moe,moe_r3}
 gpu_used
