@@ -21,13 +21,14 @@ checkpoint's size first, and a disk that fills during the write stops the run in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from dagrl.config.errors import ConfigError, RunError
 from dagrl.config.tree import Cfg
@@ -284,17 +285,13 @@ class CheckpointManager:
             (staging / PARTIAL_MARKER).touch()
             os.rename(staging, tmp)
         self.barrier()
-        try:
+        with _disk_full_stops(tmp, step, latest[1] if latest else None, needed):
             write(tmp)
-        except (OSError, RuntimeError) as error:
-            full = disk_full_error(error, tmp, step, latest[1] if latest else None, needed)
-            if full is None:
-                raise
-            raise full from error
         self.barrier()
         if self.rank == 0:
             _fault("before_marker", hooks)
-            (tmp / MARKER).write_text(json.dumps({"global_step": step, "files": file_sizes(tmp)}))
+            with _disk_full_stops(tmp, step, latest[1] if latest else None, needed):
+                (tmp / MARKER).write_text(json.dumps({"global_step": step, "files": file_sizes(tmp)}))
             _fsync_dir(tmp)
             os.rename(tmp, final)  # never over an existing directory (checked above; rename fails if one appeared)
             (final / PARTIAL_MARKER).unlink()  # after the rename: a tmp directory always holds it
@@ -326,6 +323,18 @@ class CheckpointManager:
                 shutil.rmtree(doomed)
             os.rename(path, doomed)
             shutil.rmtree(doomed)
+
+
+@contextlib.contextmanager
+def _disk_full_stops(tmp: Path, step: int, latest: Path | None, needed: int | None) -> Iterator[None]:
+    """A full disk while writing the save into `tmp` becomes the one-line RunError; any other error passes on."""
+    try:
+        yield
+    except Exception as error:
+        full = disk_full_error(error, tmp, step, latest, needed)
+        if full is None:
+            raise
+        raise full from error
 
 
 def _fault(phase: str, hooks: Callable[[str], None] | None) -> None:

@@ -7,10 +7,14 @@ short is left as its `.tmp_global_step_N`, which the next launch names as it rem
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
 from dagrl.config.errors import RunError
+
+
+_FULL_TEXTS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
 
 
 def gib(size: int) -> str:
@@ -39,6 +43,8 @@ def is_disk_full(error: BaseException) -> bool:
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         if isinstance(error, RuntimeError) and "unexpected pos" in str(error):
+            return True
+        if any(text in str(error) for text in _FULL_TEXTS):  # raised again in megatron's writer processes' words
             return True
         error = error.__cause__ or error.__context__
     return False

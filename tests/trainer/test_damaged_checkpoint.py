@@ -165,8 +165,9 @@ def full_disk_writer(error: BaseException):
     [
         OSError(errno.ENOSPC, "No space left on device"),
         RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 704 vs 598"),
+        Exception("a checkpoint writer process failed: [Errno 28] No space left on device"),
     ],
-    ids=["ENOSPC", "torch's zip writer"],
+    ids=["ENOSPC", "torch's zip writer", "a writer process's words"],
 )
 def test_a_disk_that_fills_during_the_save_stops_in_one_line_keeping_the_last_checkpoint(tmp_path, error, caplog):
     checkpoints = saved(tmp_path, 1)

@@ -48,7 +48,8 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
     )
     given = cfg.trainer.resume_from_path if cfg.trainer.resume_mode == "resume_path" else None
     start = Path(os.path.expanduser(str(given))) if given else None
-    check_markers(root, start if start is not None and start.parent.resolve() == root.resolve() else None)
+    in_root = start is not None and start.parent.resolve() == root.resolve()
+    check_markers(root, start if in_root and re.fullmatch(r"global_step_\d+", start.name) else None)
     from dagrl.trainer.checkpoint import TRACKER
 
     tracker = root / TRACKER  # replaced after every save (for verl's tooling): a directory there fails the first save
