@@ -20,6 +20,7 @@ from dagrl.utils.preemption import (  # the standard library only
     START_SIGNALS,
     StopBeforeStart,
     install_start_handlers,
+    stop_before_start,
 )
 
 NOT_STARTED = "Ctrl-C before the run started: stopped, nothing to save"
@@ -79,6 +80,9 @@ def run(cfg_data: dict) -> None:
 
         from dagrl.utils.preemption import resume_advice
 
+        for sig in START_SIGNALS:  # the workers train from here: this driver's stop is no start-up stop any more
+            if signal.getsignal(sig) is stop_before_start:
+                signal.signal(sig, signal.SIG_DFL)
         try:
             launch(cfg_data)
         except WorkerFailed as error:
