@@ -32,14 +32,16 @@ def check_free_space(root: Path, step: int, needed: int, latest: Path | None) ->
         raise RunError(
             f"not enough disk space to save the checkpoint of step {step} in {root}: {gib(free)} free, "
             f"{gib(needed)} needed (the size of {latest.name if latest else 'the last checkpoint'}); "
-            f"{_kept(latest)}: free {gib(needed - free)} there (or keep fewer with "
-            f"trainer.max_actor_ckpt_to_keep) and relaunch to resume"
+            f"{_kept(latest)}: free {gib(needed - free)} there (a new checkpoint is written before old ones are "
+            f"pruned) and relaunch to resume"
         )
 
 
 def is_disk_full(error: BaseException) -> bool:
     """ENOSPC (or EDQUOT, a quota) anywhere in the error's chain, or torch's zip writer's short write."""
-    while error is not None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         if isinstance(error, RuntimeError) and "unexpected pos" in str(error):
@@ -63,5 +65,5 @@ def disk_full_error(
         f"the disk filled while saving the checkpoint of step {step} in {tmp.parent} ({gib(usage.free)} free, "
         f"{gib(written)} written of {'about ' + gib(needed) if needed else 'more'} needed); "
         f"{_kept(latest)}, the partial save {tmp.name} is left for the next launch to remove: free space there "
-        f"(or keep fewer with trainer.max_actor_ckpt_to_keep) and relaunch to resume"
+        f"and relaunch to resume"
     )
