@@ -7,6 +7,8 @@ The handler only records the signal. At the end of every step the ranks agree on
 ranks, and with separate pools the rollout pool's signal through the launch's store), so they all stop after the
 same step. A step that cannot finish and save within the grace the scheduler gives (`trainer.preemption_grace_s`,
 what the log compares against) is cut by its kill: checkpoints are atomic, so the newest complete one is untouched.
+A validation under way when SIGTERM/SIGUSR1 comes stops before its next generation (trainer/validation.py), so the
+checkpoint follows at once; its weights are validated when the run resumes. Ctrl-C lets it finish.
 
 Before the trainer's handlers are in place (start-up: composing, pre-flight, building the engines) SIGTERM and
 SIGUSR1 stop the process at once with one line and exit 0 (`stop_before_start`): nothing is trained yet, so nothing
