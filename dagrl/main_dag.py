@@ -4,7 +4,8 @@ A bad override fails before Hydra composes (an unknown key naming the closest va
 plain key=value arguments that early composition is the job's config (Hydra's main, which would compose it again,
 runs only for its flags and hydra.* overrides: 0.2 s of every launch). Every other configuration problem is found
 by the pre-flight checks before any model is built (one line per independent problem). Both exit with code 2.
-Ctrl-C exits with code 130 and one line, after a checkpoint where a step was under way (utils/preemption.py). The
+Ctrl-C exits with code 130 and one line, after a checkpoint where a step was under way (utils/preemption.py);
+SIGTERM/SIGUSR1 from the first line on: during start-up one line and exit 0, later a checkpoint and exit 0. The
 process itself (logging, pre-flight, training) is dagrl/launch/process.py, which the Ray workers run too.
 """
 
@@ -14,20 +15,34 @@ import os
 import signal
 import sys
 
-from dagrl.utils.preemption import INTERRUPTED  # the standard library only
+from dagrl.utils.preemption import (  # the standard library only
+    INTERRUPTED,
+    START_SIGNALS,
+    StopBeforeStart,
+    install_start_handlers,
+    stop_before_start,
+)
 
 NOT_STARTED = "Ctrl-C before the run started: stopped, nothing to save"
 
 
 def _not_started(signum: int, frame) -> None:
-    os.write(2, f"dagrl: {NOT_STARTED}\n".encode())
-    os._exit(INTERRUPTED)
+    if signum == signal.SIGINT:
+        os.write(2, f"dagrl: {NOT_STARTED}\n".encode())
+        os._exit(INTERRUPTED)
+    if os.environ.get("RANK", "0") == "0":  # nothing is written during the imports: exit without unwinding
+        os.write(2, f"dagrl: {StopBeforeStart(signal.Signals(signum).name).line()}\n".encode())
+    os._exit(0)
 
 
-# Ctrl-C during the imports below (half a second), unless this process was started ignoring it (a script's
-# background job): one line, no traceback; main() goes back to KeyboardInterrupt
-if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, _not_started)
+# A stop during the imports below (half a second): one line, no traceback; main() goes on with KeyboardInterrupt
+# and StopBeforeStart. A signal this process was started ignoring stays so (Ctrl-C in a script's background job).
+if __name__ == "__main__":
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _not_started)
+    for _sig in START_SIGNALS:
+        if signal.getsignal(_sig) is not signal.SIG_IGN:
+            signal.signal(_sig, _not_started)
 
 import hydra  # noqa: E402 - after the Ctrl-C handler above
 from omegaconf import DictConfig  # noqa: E402 - after the Ctrl-C handler above
@@ -67,6 +82,9 @@ def run(cfg_data: dict) -> None:
             fail(str(error), 2)
         from dagrl.utils.preemption import resume_advice
 
+        for sig in START_SIGNALS:  # the workers train from here: this driver's stop is no start-up stop any more
+            if signal.getsignal(sig) is stop_before_start:
+                signal.signal(sig, signal.SIG_DFL)
         try:
             launch(cfg_data)
         except WorkerFailed as error:
@@ -222,6 +240,7 @@ def early_override_check(argv: list[str]) -> dict | None:
 def main() -> None:
     if signal.getsignal(signal.SIGINT) is _not_started:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    install_start_handlers()  # until the trainer's StopRequest takes SIGTERM/SIGUSR1 over
     try:
         try:
             setup_logging()
@@ -234,6 +253,10 @@ def main() -> None:
             run(cfg_data)
     except KeyboardInterrupt:  # before train_process took Ctrl-C over (composing, pre-flight of a Ray launch)
         interrupted(NOT_STARTED)
+    except StopBeforeStart as stop:  # a scheduler's SIGTERM/SIGUSR1 before the trainer's handler: nothing to save
+        if os.environ.get("RANK", "0") == "0":
+            print(f"dagrl: {stop.line()}", file=sys.stderr)
+        sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -12,20 +12,28 @@ it never follows a symbolic link (a user's `global_step_N -> elsewhere` is resum
 dagrl never deletes or overwrites what it did not write: a `global_step_N` without the marker or a
 `.tmp_global_step_N` without `.dagrl_partial` stops the run in pre-flight (`foreign_entries`), and a save never
 replaces an existing `global_step_N`.
+
+The marker lists every file of the checkpoint with its size (`files`), so that pre-flight finds a checkpoint damaged
+after its save (a truncated or missing shard, a truncated data.pt) before any model is built (`damage`). A damaged
+newest checkpoint is never deleted: resuming from the previous complete one (trainer.resume_mode=resume_path)
+renames it `global_step_N.damaged` (`set_aside_damaged`). A save checks the free space against the newest
+checkpoint's size first, and a disk that fills during the write stops the run in one line (checkpoint_space.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from dagrl.config.errors import ConfigError, RunError
 from dagrl.config.tree import Cfg
+from dagrl.trainer.checkpoint_space import check_free_space, disk_full_error
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +41,7 @@ TRACKER = "latest_checkpointed_iteration.txt"
 MARKER = "dagrl_checkpoint.json"
 PARTIAL_MARKER = ".dagrl_partial"  # first file of a save in progress: the tmp directory is dagrl's to remove
 CONFIG_FILE = "config.json"  # the run's config at save time: what a resume compares its own against
+DAMAGED_SUFFIX = ".damaged"  # a damaged checkpoint set aside by a resume from an earlier one (kept, never deleted)
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _TMP_DIR = re.compile(r"^\.tmp_global_step_(\d+)$")
 _STAGING_DIR = re.compile(r"^\.tmp_global_step_(\d+)\.new$")  # a tmp directory before its marker is in
@@ -56,6 +65,59 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
         if match and child.is_dir() and is_complete(child):
             found.append((int(match.group(1)), child))
     return sorted(found)
+
+
+def file_sizes(path: Path) -> dict[str, int]:
+    """Every regular file under a checkpoint directory (relative path -> bytes), but its markers; symlinks are
+    neither followed nor listed."""
+    sizes = {}
+    for folder, _, names in os.walk(path):
+        for name in names:
+            full = Path(folder) / name
+            if name not in (MARKER, PARTIAL_MARKER) and not full.is_symlink():
+                sizes[full.relative_to(path).as_posix()] = full.stat().st_size
+    return dict(sorted(sizes.items()))
+
+
+def recorded_files(path: Path) -> dict[str, int] | None:
+    """The files and sizes the marker of the checkpoint at `path` records (None: an unreadable marker, or one of a
+    dagrl that did not record them)."""
+    try:
+        files = json.loads((path / MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return files if isinstance(files, dict) else None
+
+
+def damage(path: Path) -> str | None:
+    """What is wrong with the complete checkpoint at `path` (the words after "it is damaged: "), None when it is as
+    its save wrote it: the marker is dagrl's JSON for the step its directory names, the actor's part and data.pt are
+    there, and every file the marker lists has its recorded size (a marker of an older dagrl lists none)."""
+    step = int(_STEP_DIR.match(path.name).group(1))
+    try:
+        recorded = json.loads((path / MARKER).read_text(encoding="utf-8")).get("global_step")
+    except (OSError, ValueError, AttributeError) as error:
+        return f"its {MARKER} is not the JSON dagrl writes ({type(error).__name__})"
+    if recorded != step:
+        return f"its {MARKER} records global_step {recorded!r}"
+    if not (path / "actor").is_dir():
+        return "it has no actor/ directory (the actor's weights)"
+    if not (path / "data.pt").is_file():  # the sampler's and KL controller's state
+        return "it has no data.pt (the data order and step that a resume restores)"
+    for name, size in (recorded_files(path) or {}).items():
+        full = path / name
+        if not full.is_file():
+            return f"{name} is missing (written at save, {size} bytes)"
+        now = full.stat().st_size
+        if now != size:
+            return f"{name} is {now} bytes, {size} when saved ({'truncated' if now < size else 'grown'})"
+    return None
+
+
+def checkpoint_bytes(path: Path) -> int:
+    """The size of the checkpoint at `path`, from its marker (else by walking it)."""
+    files = recorded_files(path)
+    return sum((files if files is not None else file_sizes(path)).values())
 
 
 def foreign_entries(root: Path) -> list[Path]:
@@ -175,6 +237,20 @@ class CheckpointManager:
         found = complete_checkpoints(self.root)
         return found[-1] if found else None
 
+    def set_aside_damaged(self, start: Path | None) -> None:
+        """Resuming from `start`, an earlier checkpoint than damaged ones in this root (pre-flight allows only that):
+        rename each damaged checkpoint after it to global_step_N.damaged, kept for the user, out of the run's way."""
+        if self.rank == 0 and start is not None and start.parent.resolve() == self.root.resolve():
+            begin = int(_STEP_DIR.match(start.name).group(1))
+            for step, path in complete_checkpoints(self.root):
+                problem = damage(path) if step > begin else None
+                if problem:
+                    names = (f"{path.name}{DAMAGED_SUFFIX}{f'.{n}' if n else ''}" for n in range(1000))
+                    aside = next(path.with_name(name) for name in names if not path.with_name(name).exists())
+                    logger.warning("%s is damaged (%s): kept as %s", path, problem, aside.name)
+                    os.rename(path, aside)
+        self.barrier()
+
     def clear_partial(self) -> None:
         """Remove leftovers of a save that was killed (never chosen for resume, never counted as kept)."""
         if self.rank == 0:
@@ -196,6 +272,10 @@ class CheckpointManager:
                 f"cannot save step {step}: {taken[0]} already exists and dagrl never overwrites it; "
                 f"move it away and relaunch (the run resumes from its newest complete checkpoint)"
             )
+        latest = self.latest()
+        needed = checkpoint_bytes(latest[1]) if latest is not None else None
+        if needed is not None:  # every rank, before any writes: a save that cannot fit stops before its tmp exists
+            check_free_space(self.root, step, needed, latest[1])
         self.barrier()  # every rank checked before rank 0 creates the tmp directory
         if self.rank == 0:
             _fault("before_shards", hooks)
@@ -209,11 +289,13 @@ class CheckpointManager:
             (staging / PARTIAL_MARKER).touch()
             os.rename(staging, tmp)
         self.barrier()
-        write(tmp)
+        with _disk_full_stops(tmp, step, latest[1] if latest else None, needed):
+            write(tmp)
         self.barrier()
         if self.rank == 0:
             _fault("before_marker", hooks)
-            (tmp / MARKER).write_text(json.dumps({"global_step": step}))
+            with _disk_full_stops(tmp, step, latest[1] if latest else None, needed):
+                (tmp / MARKER).write_text(json.dumps({"global_step": step, "files": file_sizes(tmp)}))
             _fsync_dir(tmp)
             os.rename(tmp, final)  # never over an existing directory (checked above; rename fails if one appeared)
             (final / PARTIAL_MARKER).unlink()  # after the rename: a tmp directory always holds it
@@ -250,6 +332,18 @@ class CheckpointManager:
                 shutil.rmtree(doomed)
             os.rename(path, doomed)
             shutil.rmtree(doomed)
+
+
+@contextlib.contextmanager
+def _disk_full_stops(tmp: Path, step: int, latest: Path | None, needed: int | None) -> Iterator[None]:
+    """A full disk while writing the save into `tmp` becomes the one-line RunError; any other error passes on."""
+    try:
+        yield
+    except Exception as error:
+        full = disk_full_error(error, tmp, step, latest, needed)
+        if full is None:
+            raise
+        raise full from error
 
 
 def _fault(phase: str, hooks: Callable[[str], None] | None) -> None:

@@ -27,7 +27,7 @@ from dagrl.trainer.pools.schedule import Schedule
 from dagrl.trainer.runner import StepRunner
 from dagrl.trainer.timing import Timer, node_timer
 from dagrl.trainer.tracking import Tracker, mlflow_tracking_uri, tensorboard_dir
-from dagrl.trainer.validation import dump_rollouts, validate_only
+from dagrl.trainer.validation import ValidationCut, dump_rollouts, validate_only
 from dagrl.utils import dist
 from dagrl.utils import watchdog
 from dagrl.utils.faults import fault_point
@@ -74,6 +74,7 @@ class Trainer(StepRunner):
         """Load the checkpoint trainer.resume_mode asks for; return its step (0 when starting fresh)."""
         self.checkpoints.clear_partial()
         path = resume_target(self.cfg.trainer)
+        self.checkpoints.set_aside_damaged(path)
         if path is None:
             return 0
         loading = time.perf_counter()
@@ -187,9 +188,19 @@ class Trainer(StepRunner):
                 self.ledger = PromptLedger(ledger, *self.ledger_resume)
             self.begin(start_step)
             watchdog.started()
-            if schedule.validated(start_step):
-                tracker.log(self.validate(start_step), start_step)
             restarts, stop = restart_count(), None
+            try:
+                if schedule.validated(start_step):
+                    tracker.log(self.validate(start_step), start_step)
+            except ValidationCut:
+                pass  # the stop below: nothing trained since the start, nothing to save
+            stop = self.stop.agreed(self.stop_store)  # a stop signal during start-up: no step begins
+            if stop:
+                logger.warning(
+                    "stopped on %s before step %d: nothing to save; relaunch to resume", stop, start_step + 1
+                )
+                self.end(stopped=True)
+                return
             self.stop.keeps_work = True  # from here a stop signal waits for the step's end and its checkpoint
             for step in range(start_step + 1, self.total_steps + 1):
                 metrics = self.profiler.run(step, self.train_step)
@@ -197,22 +208,26 @@ class Trainer(StepRunner):
                     metrics["training/restarts"] = float(restarts)
                 metrics.update(self.trained(step, schedule))
                 last = step == self.total_steps
-                if schedule.validated(step):
+                validated = schedule.validated(step)
+                if validated:
                     start = time.perf_counter()
-                    metrics.update(self.validate(step))
+                    try:
+                        metrics.update(self.validate(step))
+                    except ValidationCut:  # a stop signal: the checkpoint now, the weights validated on resume
+                        validated = False
                     metrics["timing_s/testing"] = time.perf_counter() - start
                 tracker.log(metrics, step)
                 self.check_skips(metrics, step)
                 save_freq = trainer.save_freq
                 saved = save_freq > 0 and (step % save_freq == 0 or last)
                 if saved:
-                    self.save(step, schedule.validated(step))
+                    self.save(step, validated)
                 if last:  # after the checkpoint's ledger length: a resume drops them
                     self.write_ledger(in_flight_records(step, self.in_flight_uids()))
                 tracker.advance()
                 stop = None if last else self.stop.agreed(self.stop_store)
                 if stop:
-                    self.stop_after(step, stop, saved, schedule.validated(step))
+                    self.stop_after(step, stop, saved, validated)
                     break
             self.end(stopped=stop is not None)
             if self.rank == 0:
@@ -224,6 +239,11 @@ class Trainer(StepRunner):
             tracker.close()
             if self.ledger is not None:
                 self.ledger.close()
+
+    def validation_stopped(self) -> bool:
+        """A scheduler's stop (SIGTERM/SIGUSR1) cuts validation, to save within its grace; Ctrl-C lets the step's
+        validation finish before its checkpoint (there is no grace to keep)."""
+        return self.stop.agreed(self.stop_store) not in (None, "SIGINT")
 
     def stop_after(self, step: int, signal_name: str, saved: bool, validated: bool) -> None:
         """Preemption or Ctrl-C: checkpoint `step` (unless just saved) so that the relaunched run resumes from it."""

@@ -144,6 +144,11 @@ class StepRunner:
         fault_point("validation", step)
         return self.validation_metrics(step)
 
+    def validation_stopped(self) -> bool:
+        """Whether a stop signal cuts the validation under way (collective over the validating ranks); a role
+        whose ranks cannot agree on it there validates to the end."""
+        return False
+
     def validation_metrics(self, step: int) -> dict[str, float]:
         """The validation set sampled and scored with the rollout's current weights (trainer/validation.py)."""
         from dagrl.trainer.validation import validate

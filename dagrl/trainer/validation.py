@@ -1,5 +1,6 @@
 """Validation: sample the validation set with the rollout's current weights and score it
-(val-core/<source>/acc/mean@n)."""
+(val-core/<source>/acc/mean@n). A stop signal cuts it between generations (`ValidationCut`), so that a preempted
+run's checkpoint lands within the scheduler's grace instead of after the whole validation set."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from dagrl.utils import watchdog
 from dagrl.utils.watchdog import beat
 
 logger = logging.getLogger(__name__)
+
+
+class ValidationCut(Exception):
+    """A stop signal came during validation: it stopped between two generations, its metrics unlogged."""
 
 
 def validate(trainer, step: int) -> dict[str, float]:
@@ -44,8 +49,20 @@ def validate(trainer, step: int) -> dict[str, float]:
     progress = Progress(
         f"validation (step {step})", total, "prompts", logger.info if trainer.rank == 0 else logger.debug
     )
+    largest = len(np.array_split(np.arange(total), rollout_dp)[0])  # every rank checks for a stop as often
     with rollout_session(trainer.ctx):
-        for start in range(0, len(positions), chunk):
+        for start in range(0, largest, chunk):
+            if trainer.validation_stopped():  # collective: every rank stops before the same generation
+                logger.warning(
+                    "validation (step %d) stopped by %s after %d of %d prompts",
+                    step,
+                    trainer.stop.signal or "a stop signal on another rank",
+                    start,
+                    len(positions),
+                )
+                raise ValidationCut(step)
+            if start >= len(positions):
+                continue
             progress.update(round(total * start / max(len(positions), 1)))
             beat("validation", step)
             prompts = trainer.val_data.rows(positions[start : start + chunk])
@@ -112,6 +129,8 @@ def validate_only(trainer, step: int) -> None:
         watchdog.started()
         metrics = trainer.validate(step)
         tracker.log(metrics, step)
+    except ValidationCut:
+        return  # stopped by a signal: nothing to save, nothing logged
     finally:
         tracker.close()
     if trainer.rank == 0:

@@ -7,6 +7,12 @@ The handler only records the signal. At the end of every step the ranks agree on
 ranks, and with separate pools the rollout pool's signal through the launch's store), so they all stop after the
 same step. A step that cannot finish and save within the grace the scheduler gives (`trainer.preemption_grace_s`,
 what the log compares against) is cut by its kill: checkpoints are atomic, so the newest complete one is untouched.
+A validation under way when SIGTERM/SIGUSR1 comes stops before its next generation (trainer/validation.py), so the
+checkpoint follows at once; its weights are validated when the run resumes. Ctrl-C lets it finish.
+
+Before the trainer's handlers are in place (start-up: composing, pre-flight, building the engines) SIGTERM and
+SIGUSR1 stop the process at once with one line and exit 0 (`stop_before_start`): nothing is trained yet, so nothing
+is saved; the stack unwinds (StopBeforeStart), so a file being written (the data cache) is removed or completed.
 
 Ctrl-C stops at once, without unwinding the stack (os._exit), where waiting would keep nothing: with no step under
 way (start-up, the validation before the first step, after the last), and at a second Ctrl-C (or a Ctrl-C after
@@ -32,6 +38,7 @@ from typing import NoReturn
 logger = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+START_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # a scheduler's stop during start-up (Ctrl-C: main_dag's handler)
 STORE_KEY = "dagrl/preempted"
 INTERRUPTED = 130  # the exit code after Ctrl-C
 _installed: StopRequest | None = None  # the request whose handlers are in place
@@ -44,6 +51,33 @@ def restart_count() -> int:
 
 def _global_rank() -> int:
     return int(os.environ.get("DAGRL_GLOBAL_RANK", os.environ.get("RANK", "0")))
+
+
+class StopBeforeStart(BaseException):
+    """A stop signal during start-up (not an Exception: no `except Exception` on the way may swallow it)."""
+
+    def line(self) -> str:
+        return f"{self.args[0]} before the run started: stopped, nothing to save"
+
+
+def stop_before_start(signum: int, frame) -> None:
+    """The start-up handler of START_SIGNALS: unwind to main_dag, which says so in one line and exits 0. A forked
+    helper (a data loader) leaves it to the trainer."""
+    if os.getpid() == _main_pid:
+        raise StopBeforeStart(signal.Signals(signum).name)
+
+
+_main_pid = os.getpid()
+
+
+def install_start_handlers() -> None:
+    """SIGTERM/SIGUSR1 stop the start-up (stop_before_start) until the trainer's StopRequest takes them over; a
+    signal this process was started ignoring stays ignored."""
+    global _main_pid
+    _main_pid = os.getpid()
+    for sig in START_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, stop_before_start)
 
 
 class StopRequest:

@@ -1,5 +1,5 @@
-"""Pre-flight of MoE routing replay (dagrl/config/preflight/rollout.py): what R3 needs (the rollout's routes, the hf
-rollout's single-turn colocated generate, an MoE model) and the layouts replay does not cover."""
+"""Pre-flight of MoE routing replay (dagrl/config/preflight/rollout.py): what R3 needs (the rollout's routes, the
+single-turn colocated generate, an MoE model) and the layouts replay does not cover."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
         (
             (
                 "actor_rollout_ref.rollout.enable_rollout_routing_replay=true",
-                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.name=sglang",
             ),
             "qwen3_moe",
-            "the vllm rollout does not record routes yet",
+            "the sglang rollout does not record routes",
         ),
         (
             ("actor_rollout_ref.rollout.enable_rollout_routing_replay=true", "actor_rollout_ref.hybrid_engine=false"),
@@ -31,6 +31,11 @@ import pytest
         ),
         (("actor_rollout_ref.actor.router_replay.mode=R2",), "qwen3_moe", None),
         (("actor_rollout_ref.rollout.enable_rollout_routing_replay=true",), "qwen3_moe", None),
+        (
+            ("actor_rollout_ref.rollout.enable_rollout_routing_replay=true", "actor_rollout_ref.rollout.name=vllm"),
+            "qwen3_moe",
+            None,
+        ),
     ],
 )
 def test_pre_flight_of_routing_replay(overrides, model_type, refused):

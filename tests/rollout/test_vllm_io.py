@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from dagrl.data.batch import Batch
+from dagrl.engine.rollout import routes
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.engine.rollout.vllm_io import prompt_token_ids, request_params, request_seed, unpack_outputs
 from dagrl.engine.rollout.weight_manifest import WeightManifest
@@ -122,3 +123,30 @@ def test_weight_manifest_covers_every_exported_tensor(tiny_model):
     for name, param in model.named_parameters():
         manifest.check(name, param)
     assert len(manifest.shapes) == len(dict(model.named_parameters()))
+
+
+def test_vllm_routes_land_on_the_columns_of_the_tokens_they_routed():
+    """vLLM's routed_experts per completion: one route per token the model ran (the prompt's, then each response
+    token fed back, so the last is missing). Each fake route is the token's own id: placed, every route sits on its
+    token's column; padding and each response's last token are -1. A sequence short of more routes is refused."""
+    sampling = SamplingSpec(n=1, response_length=4)
+    prompts = left_padded_prompts()
+    prompt_ids = prompt_token_ids(prompts)
+    responses = [[11, 12, EOS], [21]]  # the second: vLLM left the matched stop token out of token_ids
+    stops = [None, EOS]
+
+    def ran(row: int, response: list[int]):
+        tokens = prompt_ids[row] + response[:-1] if stops[row] is None else prompt_ids[row] + response
+        return torch.tensor(tokens, dtype=torch.int32)[:, None, None].expand(-1, 3, 2).numpy()  # [tokens, layers, k]
+
+    outputs = [
+        SimpleNamespace(outputs=[completion(0, response, stop_reason=stop)]) for response, stop in zip(responses, stops)
+    ]
+    batch = unpack_outputs(prompts, outputs, sampling, [EOS], PAD, with_log_probs=False)
+    placed = routes.place([ran(row, r) for row, r in enumerate(responses)], batch["attention_mask"])
+    assert placed.shape == (2, 8, 3, 2) and placed.dtype == torch.int16
+    routed = placed[..., 0, 0]
+    assert routed.tolist() == [[-1, -1, 5, 6, 11, 12, -1, -1], [7, 8, 9, 10, 21, -1, -1, -1]]
+    assert (placed == routed[..., None, None]).all()  # every layer and choice of a token placed alike
+    with pytest.raises(RuntimeError, match="returned 3 routes for a sequence of 5 tokens"):
+        routes.place([ran(0, responses[0])[:3], ran(1, responses[1])], batch["attention_mask"])

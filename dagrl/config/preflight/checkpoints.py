@@ -35,7 +35,7 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
         f"checkpoints into the current directory)",
     )
     root = check_writable_dir("trainer.default_local_dir", configured, "checkpoint directory")
-    from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, foreign_entries
+    from dagrl.trainer.checkpoint import MARKER, check_resume_path, complete_checkpoints, damage, foreign_entries
 
     check_not_inside_checkpoint(root)
     foreign = foreign_entries(root)
@@ -46,7 +46,10 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
         f"{MARKER}); dagrl never deletes or overwrites it: move it away or choose another "
         "trainer.default_local_dir",
     )
-    check_markers(root)
+    given = cfg.trainer.resume_from_path if cfg.trainer.resume_mode == "resume_path" else None
+    start = Path(os.path.expanduser(str(given))) if given else None
+    in_root = start is not None and start.parent.resolve() == root.resolve()
+    check_markers(root, start if in_root and re.fullmatch(r"global_step_\d+", start.name) else None)
     from dagrl.trainer.checkpoint import TRACKER
 
     tracker = root / TRACKER  # replaced after every save (for verl's tooling): a directory there fails the first save
@@ -68,7 +71,8 @@ def check_checkpoint_dir(cfg: Cfg) -> None:
         )
         start = check_resume_path(given)
         start_step = int(start.name.rsplit("_", 1)[1])
-        newer = [path for step, path in complete_checkpoints(root) if step > start_step]
+        # damaged ones after it are set aside by the run, not overwritten (check_markers)
+        newer = [path for step, path in complete_checkpoints(root) if step > start_step and damage(path) is None]
         require(
             not newer,
             "trainer.resume_from_path",
@@ -170,29 +174,32 @@ def relative_hint(path: str) -> str:
     return "" if os.path.isabs(os.path.expanduser(path)) else " (a relative path: read from the current directory)"
 
 
-def check_markers(root: Path) -> None:
-    """Each complete checkpoint's marker is the JSON that dagrl writes, for the step its directory names, and the
-    actor's part is there: a resume (or the pruning of old checkpoints) would otherwise fail once models are
-    built. Such a directory was changed after dagrl wrote it; dagrl does not touch it."""
-    import json
+def check_markers(root: Path, start: Path | None) -> None:
+    """Each complete checkpoint is as dagrl wrote it (trainer/checkpoint.py `damage`): a resume (or the pruning of
+    old checkpoints) would otherwise fail once models are built. dagrl does not touch a damaged one; a damaged newest
+    one is named with the previous complete one, which trainer.resume_from_path resumes from (`start`: then the
+    damaged ones after it are set aside by the run)."""
+    from dagrl.trainer.checkpoint import DAMAGED_SUFFIX, complete_checkpoints, damage
 
-    from dagrl.trainer.checkpoint import MARKER, complete_checkpoints
-
-    for step, path in complete_checkpoints(root):
-        marker = path / MARKER
-        try:
-            recorded = json.loads(marker.read_text(encoding="utf-8")).get("global_step")
-        except (OSError, ValueError, AttributeError) as error:
-            recorded, problem = None, f"its {MARKER} is not the JSON dagrl writes ({type(error).__name__})"
+    found = [(step, path, damage(path)) for step, path in complete_checkpoints(root)]
+    begin = int(start.name.rsplit("_", 1)[1]) if start is not None else None
+    for index, (step, path, problem) in enumerate(found):
+        if problem is None or (begin is not None and step > begin):
+            continue
+        newest = all(later is not None for _, _, later in found[index + 1 :])
+        intact = [earlier for _, earlier, was in found[:index] if was is None]
+        if not newest:
+            fix = f"move it out of {root} (or restore it), then rerun"
+        elif intact:
+            fix = (
+                f"the previous complete checkpoint is {intact[-1].name}: resume from it with "
+                f"trainer.resume_mode=resume_path trainer.resume_from_path={intact[-1]} (the damaged one is "
+                f"kept, renamed {path.name}{DAMAGED_SUFFIX}), or restore {path.name}"
+            )
         else:
-            problem = None if recorded == step else f"its {MARKER} records global_step {recorded!r}"
-        if problem is None and not (path / "actor").is_dir():
-            problem = "it has no actor/ directory (the actor's weights)"
-        if problem is None and not (path / "data.pt").is_file():  # the sampler's and KL controller's state
-            problem = "it has no data.pt (the data order and step that a resume restores)"
-        require(
-            problem is None,
+            fix = f"there is no earlier complete checkpoint: restore it, or move it out of {root} to start afresh"
+        raise ConfigError(
             "trainer.default_local_dir",
             f"checkpoint {path} in trainer.default_local_dir is damaged: {problem}; a resume would fail after "
-            f"the models are built; move it out of {root} (or restore it), then rerun",
+            f"the models are built; {fix}",
         )

@@ -111,9 +111,12 @@ def check_rollout_engine(cfg: Cfg, sequence_length: int, check_installed: bool =
     return max_model_len
 
 
+ROUTE_RECORDING = ("hf", "vllm")  # the rollout engines whose generate records routed_experts
+
+
 def check_router_replay(cfg: Cfg, hf_config: dict) -> None:
-    """Routing replay needs routed experts, and R3 the rollout's routes, which only the hf rollout's batch-level
-    `generate` records (vLLM, the request-level decode of multi-turn and asynchronous runs return none yet)."""
+    """Routing replay needs routed experts, and R3 the rollout's routes, which the hf and vLLM rollouts' batch-level
+    `generate` records (the request-level decode of multi-turn and asynchronous runs returns none yet)."""
     from dagrl.models.families import family
 
     rollout, mode = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor.router_replay.mode
@@ -138,15 +141,15 @@ def check_router_replay(cfg: Cfg, hf_config: dict) -> None:
         f"{'false' if key == enable else 'disabled'}",
     )
     require(
-        not record or rollout.name == "hf",
+        not record or rollout.name in ROUTE_RECORDING,
         "actor_rollout_ref.rollout.name",
-        f"{enable}=true: the {rollout.name} rollout does not record routes yet: use actor_rollout_ref.rollout.name=hf, "
+        f"{enable}=true: the {rollout.name} rollout does not record routes: use actor_rollout_ref.rollout.name=hf, "
         f"or set {enable}=false and actor_rollout_ref.actor.router_replay.mode=R2 or disabled",
     )
     require(
         not record or (not rollout.multi_turn.enable and cfg.actor_rollout_ref.hybrid_engine),
         enable,
-        f"{enable}=true: only the hf rollout's single-turn colocated generate records routes (not multi-turn or "
+        f"{enable}=true: only the single-turn colocated generate records routes (not multi-turn or "
         f"asynchronous runs): set {enable}=false and actor_rollout_ref.actor.router_replay.mode=R2 or disabled",
     )
     megatron, replay = cfg.actor_rollout_ref.actor.megatron, "actor_rollout_ref.actor.router_replay.mode"

@@ -29,5 +29,5 @@ def rollout_routing_replay_key() -> Any:
     return key(
         False,
         "the rollout records each token's top-k experts per MoE layer (routed_experts) for "
-        "actor.router_replay.mode=R3 and the actor/routing_agreement metric (hf rollout)",
+        "actor.router_replay.mode=R3 and the actor/routing_agreement metric (hf and vllm rollouts)",
     )

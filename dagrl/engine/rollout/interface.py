@@ -154,8 +154,7 @@ class RolloutEngine(Protocol):
     pad_token_id: int
 
     # built with route recording asked (rollout.enable_rollout_routing_replay), the batch also holds each token's
-    # MoE routes, `routed_experts` (layout: dagrl/engine/rollout/routes.py); the hf rollout records them, vLLM not
-    # yet (pre-flight refuses it)
+    # MoE routes, `routed_experts` (layout: dagrl/engine/rollout/routes.py); the hf and vLLM rollouts record them
     def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch: ...
 
     def submit(self, requests: list[Request]) -> None: ...

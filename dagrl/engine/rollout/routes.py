@@ -1,6 +1,7 @@
-"""The hf rollout's record of MoE routes (actor_rollout_ref.rollout.enable_rollout_routing_replay): the top-k experts
+"""The rollout's record of MoE routes (actor_rollout_ref.rollout.enable_rollout_routing_replay): the top-k experts
 each decoder layer's router chose for every token the model ran, during generation itself (the prefill and every
-decode step), for the actor to replay (dagrl/engine/megatron/router_replay.py).
+decode step), for the actor to replay (dagrl/engine/megatron/router_replay.py). `RouteRecorder` records them in the
+hf rollout; `place` lays out what vLLM returns (enable_return_routed_experts).
 
 The batch gets `routed_experts` [B, P + R, layers, top_k] int16, one entry per column of `input_ids` (left-padded
 prompt, right-padded response): the route of that token as the model's input. -1 where there is none: padding,
@@ -68,3 +69,27 @@ class RouteRecorder:
         out[:, first : first + recorded.shape[1]] = recorded
         out[attention_mask == 0] = -1
         return out
+
+
+def place(per_sequence: list, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Routes an engine returns per sequence, in the order the model ran the tokens (the prompt's, then each
+    response token fed back: vLLM's `CompletionOutput.routed_experts` [tokens, layers, k]), as `routed_experts`
+    [B, width, layers, k] in the layout above: the i-th route goes to the i-th column `attention_mask` [B, width]
+    holds (the left-padded prompt's, then the response's); columns past the routes an
+    engine returned (each response's last token) and padding are -1."""
+    if len(per_sequence) != attention_mask.shape[0]:
+        raise RuntimeError(
+            f"the rollout returned routes for {len(per_sequence)} sequences, expected {attention_mask.shape[0]}"
+        )
+    if any(routes is None for routes in per_sequence):
+        raise RuntimeError("the rollout returned no routes for a sequence: was it started with route recording?")
+    first = torch.as_tensor(per_sequence[0])
+    out = torch.full((*attention_mask.shape, *first.shape[1:]), -1, dtype=torch.int16)
+    for row, routes in enumerate(per_sequence):
+        routes = torch.as_tensor(routes).to(torch.int16)
+        columns = attention_mask[row].nonzero().flatten()
+        count = min(len(routes), len(columns))
+        if count < len(columns) - 1:  # one route short at most: the last token, sampled but never run
+            raise RuntimeError(f"the rollout returned {len(routes)} routes for a sequence of {len(columns)} tokens")
+        out[row, columns[:count]] = routes[:count]
+    return out

@@ -25,6 +25,7 @@ import torch
 from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
 from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket
+from dagrl.engine.rollout import routes
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
 from dagrl.engine.rollout.registry import RolloutSetup
 from dagrl.engine.rollout.vllm_io import (
@@ -55,6 +56,7 @@ class VLLMRolloutSpec:
     enable_prefix_caching: bool = True
     load_format: str = "dummy"
     calculate_log_probs: bool = False
+    record_routes: bool = False  # each token's MoE routes (enable_return_routed_experts) for the actor's replay
     fp32_lm_head: bool = False  # logits in fp32 (vLLM's hf_overrides.head_dtype), as the actor computes them
     cache_root: str | None = None  # VLLM_CACHE_ROOT for this engine; None = the environment's (or ~/.cache/vllm)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -157,6 +159,8 @@ class VLLMRollout:
         )  # log-probs after temperature, like the actor's
         if spec.fp32_lm_head:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
+        if spec.record_routes:
+            kwargs["enable_return_routed_experts"] = True
         user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
         if isinstance(user.get("hf_overrides"), dict) and "hf_overrides" in kwargs:
             user["hf_overrides"] = {**kwargs["hf_overrides"], **user["hf_overrides"]}
@@ -272,7 +276,13 @@ class VLLMRollout:
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
         self._cache_filled = True
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        return unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)
+        batch = unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)
+        if self.spec.record_routes:
+            batch["routed_experts"] = routes.place(
+                [c.routed_experts for o in outputs for c in sorted(o.outputs, key=lambda c: c.index)],
+                batch["attention_mask"],
+            )
+        return batch
 
     # ---- request level (see interface.py): vLLM's engine API, one step per advance --------------------------
     def submit(self, requests: list[Request]) -> None:
@@ -339,6 +349,7 @@ def vllm_spec(setup: RolloutSetup) -> VLLMRolloutSpec:
         enable_prefix_caching=rollout.enable_prefix_caching,
         load_format=rollout.load_format,
         calculate_log_probs=rollout.calculate_log_probs,
+        record_routes=rollout.enable_rollout_routing_replay,
         fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
         cache_root=vllm_cache_root(setup.cfg),
         engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),

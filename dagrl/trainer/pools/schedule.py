@@ -35,6 +35,8 @@ class Schedule:
             return False
         periodic = self.test_freq > 0 and (version % self.test_freq == 0 or version == self.total)
         if version == self.start:
+            if self.start_validated is False and periodic and self.start > 0:
+                return True  # its validation was cut by a stop signal (trainer/validation.py): it runs now
             already = self.start_validated if self.start_validated is not None else self.start > 0 and periodic
             return self.val_before_train and not already
         return periodic

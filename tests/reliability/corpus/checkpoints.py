@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
 from tests.reliability.corpus.case import MEGATRON, Case
 from tests.reliability.corpus.data_makers import _data_dir
 from tests.reliability.corpus.file_makers import (
@@ -16,6 +21,36 @@ from tests.reliability.corpus.file_makers import (
     text_file,
 )
 from tests.reliability.corpus.model_makers import model_copy
+
+
+def _damaged_newest(harm: Callable[[Path], None]) -> Callable[[Path], None]:
+    """A global_step_4 saved after global_step_2, its marker recording its files' sizes as dagrl's save does, then
+    harmed as a full disk or a bad copy leaves it."""
+
+    def change(root: Path) -> None:
+        newest = root / "global_step_4"
+        shutil.copytree(root / "global_step_2", newest)
+        files = {"actor/__0_0.distcp": 4096, "data.pt": 256}
+        (newest / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": 4, "files": files}))
+        harm(newest)
+
+    return change
+
+
+def _only_one_damaged(root: Path) -> None:
+    (root / "global_step_2" / "dagrl_checkpoint.json").write_text(
+        json.dumps({"global_step": 2, "files": {"actor/__0_0.distcp": 4096}})
+    )
+    _truncate("actor/__0_0.distcp", 0)(root / "global_step_2")
+
+
+def _truncate(name: str, size: int) -> Callable[[Path], None]:
+    def harm(path: Path) -> None:
+        with open(path / name, "r+b") as file:
+            file.truncate(size)
+
+    return harm
+
 
 TOPIC = "Checkpoints: trainer.default_local_dir and resuming"
 CASES: tuple[Case, ...] = (
@@ -196,7 +231,7 @@ CASES: tuple[Case, ...] = (
         "checkpoint_without_actor",
         "a global_step_4 with dagrl's marker and no actor/",
         (),
-        ("<tmp>/ckpt/global_step_4", "no actor/ directory", "move it out"),
+        ("<tmp>/ckpt/global_step_4", "no actor/ directory", "trainer.resume_from_path=<tmp>/ckpt/global_step_2"),
         make=in_checkpoints(_marker_without_actor),
     ),
     Case(
@@ -212,6 +247,44 @@ CASES: tuple[Case, ...] = (
         (),
         ("<tmp>/ckpt/global_step_2 in trainer.default_local_dir is damaged: it has no data.pt",),
         make=in_checkpoints(lambda root: (root / "global_step_2" / "data.pt").unlink()),
+    ),
+    Case(
+        "checkpoint_shard_truncated",
+        "the newest checkpoint's Megatron shard cut short (a full disk, a copy interrupted)",
+        (),
+        (
+            "<tmp>/ckpt/global_step_4 in trainer.default_local_dir is damaged",
+            "actor/__0_0.distcp is 1000 bytes, 4096 when saved (truncated)",
+            "previous complete checkpoint is global_step_2",
+            "trainer.resume_mode=resume_path trainer.resume_from_path=<tmp>/ckpt/global_step_2",
+            "kept, renamed global_step_4.damaged",
+        ),
+        make=in_checkpoints(_damaged_newest(_truncate("actor/__0_0.distcp", 1000))),
+    ),
+    Case(
+        "checkpoint_shard_missing",
+        "the newest checkpoint's Megatron shard deleted",
+        (),
+        (
+            "<tmp>/ckpt/global_step_4",
+            "actor/__0_0.distcp is missing",
+            "trainer.resume_from_path=<tmp>/ckpt/global_step_2",
+        ),
+        make=in_checkpoints(_damaged_newest(lambda path: (path / "actor" / "__0_0.distcp").unlink())),
+    ),
+    Case(
+        "checkpoint_data_pt_truncated",
+        "the newest checkpoint's data.pt cut short",
+        (),
+        ("<tmp>/ckpt/global_step_4", "data.pt is 10 bytes, 256 when saved", "trainer.resume_from_path="),
+        make=in_checkpoints(_damaged_newest(_truncate("data.pt", 10))),
+    ),
+    Case(
+        "checkpoint_only_one_damaged",
+        "the only checkpoint's shard cut short (no earlier one to resume from)",
+        (),
+        ("<tmp>/ckpt/global_step_2", "is 0 bytes", "no earlier complete checkpoint", "move it out of <tmp>/ckpt"),
+        make=in_checkpoints(_only_one_damaged),
     ),
     Case(
         "checkpoint_name_is_a_file",
