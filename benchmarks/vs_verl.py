@@ -187,8 +187,9 @@ def run_side(side: str, args: argparse.Namespace) -> None:
     out = Path(args.out)
     shell, env = command(side, args)
     env = {**os.environ, **env}
-    if "CKPT_DIR" in env:  # dagrl appends to its jsonl: a rerun on the same machine starts a fresh one
-        Path(env["CKPT_DIR"], "metrics.jsonl").unlink(missing_ok=True)
+    if "CKPT_DIR" in env:  # dagrl keeps an ended run's rows (and refuses to start beside them): a rerun starts fresh
+        for name in ("metrics.jsonl", "prompt_ledger.jsonl"):
+            Path(env["CKPT_DIR"], name).unlink(missing_ok=True)
     if not args.parallel:
         wait_for_idle_gpu()
     with open(out / f"{side}.log", "wb") as log:
