@@ -107,7 +107,9 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         from dagrl.utils import watchdog
 
         watchdog.stop()
-        run_dir.release(cfg.trainer.default_local_dir)
+        from dagrl.utils.preemption import received
+
+        run_dir.release(cfg.trainer.default_local_dir, stopped=received())
         record_config_reads()
     return outcome()
 

@@ -3,9 +3,9 @@ by the run's rank 0 before anything is written into it, and given to one job of 
 
 The lock is `<run dir>/.dagrl_lock`: an flock held for the life of the process (the kernel lets it go when the
 process dies, however it dies) and a record of its owner (pid, host, start time) that names it to a second launch.
-A run that ends empties the record; a record left non-empty with the flock free is a killed run's, taken over and
-said so (its metrics and ledger rows after its last checkpoint run again). Standard library only: main_dag imports
-this before Hydra has composed anything.
+A run that ends empties the record, one stopped by a signal marks it; a record left non-empty with the flock free is
+a killed or stopped run's, taken over and said so (its metrics and ledger rows after its last checkpoint run again).
+Standard library only at import: main_dag imports this before Hydra has composed anything.
 """
 
 from __future__ import annotations
@@ -85,7 +85,9 @@ def take(root: str) -> None:
             f"launch cannot overwrite this one: choose a {KEY} on a local or flock-capable file system",
         ) from None
     stale = owner(root)
-    if stale is not None:
+    if stale is not None and stale.get("stopped"):
+        logger.info("%s: relaunched after %s, which stopped on %s", root, describe(stale), stale["stopped"])
+    elif stale is not None:
         logger.warning(
             "%s: took over the lock of %s, which is no longer running (killed, or its machine went down)",
             root,
@@ -126,13 +128,20 @@ def check_free(root: str) -> None:
         os.close(fd)  # drops the probe's flock with it
 
 
-def release(root: str) -> None:
-    """End this process's hold on `root`: the record emptied (the run ended), then the flock let go."""
+def release(root: str, stopped: str | None = None) -> None:
+    """End this process's hold on `root`, then let the flock go. The record is emptied (the run ended), or, where a
+    stop signal (`stopped`) ended it, kept and marked: a run stopped to be relaunched, whose rows after its last
+    checkpoint (a validation before its first step) the relaunch may replace."""
     fd = _held.pop(absolute(root), None) if isinstance(root, str) else None
     if fd is None:  # not held here: another rank, or a run refused before it took the lock
         return
     try:
-        os.ftruncate(fd, 0)
+        if stopped:
+            record = {**json.loads(os.pread(fd, 4096, 0) or b"{}"), "stopped": stopped}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        else:
+            os.ftruncate(fd, 0)
         os.fsync(fd)
     finally:
         os.close(fd)  # closing the last descriptor drops the flock

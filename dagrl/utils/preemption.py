@@ -161,6 +161,11 @@ class StopRequest:
             self.report = f"Ctrl-C: stopped after step {step} of {total}; {resume_advice(self.trainer, 'written')}"
 
 
+def received() -> str | None:
+    """The stop signal this process took (SIGTERM, SIGUSR1, SIGINT), or None."""
+    return _installed.signal if _installed is not None else None
+
+
 def outcome() -> tuple[int, str]:
     """(exit code, line) of this process's run once it returned: 130 and the report after Ctrl-C, else 0."""
     stop = _installed

@@ -216,3 +216,19 @@ def test_a_ray_driver_finds_the_directory_in_use_without_taking_the_lock(tmp_pat
         run_dir.release(root)
     run_dir.check_free(root)
     assert run_dir.owner(root) is None  # the probe wrote no record
+
+
+def test_a_run_stopped_by_a_signal_leaves_its_record_for_the_relaunch(tmp_path, caplog):
+    """Stopped before its first checkpoint (a SIGTERM after the first validation), a run's rows are its relaunch's to
+    replace: its record stays, marked, and the relaunch says whose run it continues."""
+    root = str(tmp_path / "run")
+    run_dir.take(root)
+    run_dir.release(root, stopped="SIGTERM")
+    record = run_dir.owner(root)
+    assert record["pid"] == os.getpid() and record["stopped"] == "SIGTERM"
+    with caplog.at_level(logging.INFO, logger="dagrl.trainer.run_dir"):
+        run_dir.take(root)
+    run_dir.release(root)
+    [said] = [r.getMessage() for r in caplog.records if "relaunched after" in r.getMessage()]
+    assert said.endswith(f"pid {os.getpid()} on {HOST} (started {record['started']}), which stopped on SIGTERM")
+    assert run_dir.owner(root) is None
