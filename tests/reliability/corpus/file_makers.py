@@ -13,6 +13,7 @@ from tests.reliability.corpus.texts import REWARD_NO_KWARGS
 
 def text_file(name: str, text: str) -> Callable[[Path, Paths], None]:
     def make(ws: Path, paths: Paths) -> None:
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
         (ws / name).write_text(text)
 
     return make
