@@ -49,4 +49,11 @@ CASES: tuple[Case, ...] = (
         ("DAGRL_LOG_LEVEL='verbose'", "DEBUG, INFO, WARNING"),
         env={"DAGRL_LOG_LEVEL": "verbose"},
     ),
+    Case(
+        "mlflow_server_unreachable",
+        "`MLFLOW_TRACKING_URI=http://127.0.0.1:9` (no server there) with mlflow logging",
+        ("trainer.default_local_dir={ws}/run", "trainer.logger=[console,mlflow]"),
+        ("MLFLOW_TRACKING_URI=http://127.0.0.1:9 cannot be reached", "start the server", "or unset it"),
+        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+    ),
 )

@@ -122,3 +122,31 @@ def symlink_loop(name: str) -> Callable[[Path, Paths], None]:
         os.symlink(ws / name, ws / name)
 
     return make
+
+
+HELD_PORTS: list = []  # sockets a case keeps listening while its run starts
+
+
+def port_in_use(port: int) -> Callable[[Path, Paths], None]:
+    """Another process's server on `port` (this test process listens there until it ends)."""
+
+    def make(ws: Path, paths: Paths) -> None:
+        import socket
+
+        server = socket.socket()
+        try:
+            server.bind(("", port))
+            server.listen()
+        except OSError:  # in use already: the case holds either way
+            server.close()
+            return
+        HELD_PORTS.append(server)
+
+    return make
+
+
+def folder(name: str) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        (ws / name).mkdir(parents=True)
+
+    return make
