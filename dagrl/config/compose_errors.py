@@ -17,7 +17,7 @@ def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]
     from omegaconf.errors import InterpolationKeyError
 
     key = getattr(err, "full_key", None) or "overrides"
-    text = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == key), None)
+    text = next((o for o in reversed(overrides) if o.lstrip("+~").split("=", 1)[0] == key), None)  # the last wins
     where = f"override '{text}'" if text else f"config key '{key}'" if key != "overrides" else "the overrides"
     missing = re.search(r"key '([^']+)'", str(err)) if isinstance(err, InterpolationKeyError) else None
     if missing and "." not in missing[1] and (missing[1].isupper() or missing[1] in os.environ):
@@ -66,6 +66,9 @@ def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]
             f"{where}: the environment variable {env[1]} is not set: export {env[1]}=... "
             f"before the run, or give a default: ${{oc.env:{env[1]},<default>}}",
         )
+    own = hydra_error(f"{err} {err.__cause__ or ''}", overrides)
+    if own:
+        return own
     reasons = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
     return ConfigError(key, f"{where}: the config does not compose: {': '.join(reasons)}")
 
@@ -140,7 +143,8 @@ def env_text_problem(overrides: list[str], config: dict[str, Any]) -> ConfigErro
             decoded = yaml.safe_load(resolved)
         except yaml.YAMLError:
             continue
-        if isinstance(decoded, (int, float)) and not isinstance(decoded, bool) or kind == "bool":
+        number = isinstance(decoded, (int, float)) and not isinstance(decoded, bool)
+        if isinstance(decoded, bool) if kind == "bool" else number:
             return ConfigError(
                 key,
                 f"override '{text}': oc.env gives text ({resolved!r}), and {key} takes {NOUNS[kind]}: write "
@@ -153,14 +157,13 @@ def env_text_problem(overrides: list[str], config: dict[str, Any]) -> ConfigErro
 def yaml_error(err: Exception) -> ConfigError:
     """A config file (a --config-dir graph, an edited conf/ file) that does not parse: its path and the line."""
     mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    where = f"{mark.name}, line {mark.line + 1}" if mark else "a config file"
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    if mark is None:
+        return ConfigError("config", f"a config file is not valid YAML: {problem}")
     return ConfigError(
-        mark.name if mark else "config",
-        f"{where} (column {mark.column + 1}) is not valid YAML: {problem}: fix the file there (each key on its own "
-        f"line, `key: value`, brackets closed)"
-        if mark
-        else f"{where} is not valid YAML: {problem}",
+        mark.name,
+        f"{mark.name}, line {mark.line + 1} (column {mark.column + 1}) is not valid YAML: {problem}: fix the file "
+        f"there (each key on its own line, `key: value`, brackets closed)",
     )
 
 
@@ -186,4 +189,33 @@ def hydra_dir_problem(key: str, text: str) -> ConfigError | None:
         key,
         f"override '{text}': Hydra cannot create its directory there ({probe} {why}): point {key} at a writable "
         f"folder, e.g. {key}=outputs/run",
+    )
+
+
+def hydra_error(message: str, overrides: list[str]) -> ConfigError | None:
+    """What Hydra refused in one of its own overrides (hydra.*, hydra/<group>=...), naming it and the fix."""
+    plugin = re.search(r"Could not find '(hydra/\w+)/([^']+)'", message)
+    if plugin:
+        group, name = plugin[1], plugin[2]
+        return ConfigError(
+            group,
+            f"override '{group}={name}': Hydra has no {group} option '{name}' (a plugin that is not installed?): "
+            f"install the plugin that provides it (e.g. pip install hydra-{name}-{group.split('/')[1]}), or drop "
+            f"the override",
+        )
+    found = re.search(r"(?:Error merging override |Could not override ')(hydra\.[\w.]+)", message)
+    if not found:
+        return None
+    key = found[1]
+    text = next((o for o in reversed(overrides) if o.lstrip("+~").split("=", 1)[0] == key), key)
+    kind = re.search(r"is not a valid (\w+)", message)
+    if kind:
+        fix = f"{key}=true or {key}=false" if kind[1] == "bool" else f"{key}=<{kind[1]}>"
+        return ConfigError(key, f"override '{text}': Hydra's {key} takes a {kind[1]}: write {fix}")
+    unknown = re.search(r"Key '([^']+)' not in '([^']+)'", message)
+    reason = f"Hydra's {unknown[2]} has no key '{unknown[1]}'" if unknown else message.splitlines()[0]
+    return ConfigError(
+        key,
+        f"override '{text}': {reason}: see Hydra's keys with python3 -m dagrl.main_dag --cfg hydra (hydra.run.dir, "
+        f"hydra.job.chdir, ...), or drop the override",
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -174,4 +175,5 @@ def joining(timeout_s: float) -> Iterator[None]:
         yield
     except (RuntimeError, OSError) as error:  # torch's DistStoreError / DistNetworkError (RuntimeErrors), sockets
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise failed(first) from error
+        joined = re.search(r"(\d+)/(\d+) clients joined", first)  # torch's text carries its own rounded seconds
+        raise failed(f"{joined[1]} of {joined[2]} processes came" if joined else first) from error
