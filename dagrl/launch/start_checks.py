@@ -101,6 +101,10 @@ def check_tracking_server(cfg) -> None:
     parsed = urlparse(uri)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         return
+    from urllib.request import getproxies, proxy_bypass
+
+    if parsed.scheme in getproxies() and not proxy_bypass(parsed.hostname):
+        return  # mlflow's requests go through the proxy: a direct connection proves nothing
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         socket.create_connection((parsed.hostname, port), timeout=SERVER_WAIT_S).close()

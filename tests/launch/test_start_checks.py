@@ -72,3 +72,23 @@ def test_a_failed_rendezvous_is_one_line(monkeypatch, listening):
     with pytest.raises(KeyError):  # not a rendezvous failure: as it is
         with joining(3.0):
             raise KeyError("x")
+
+
+def test_the_tracking_server_is_checked_directly_unless_a_proxy_carries_it(monkeypatch):
+    from dagrl.config.tree import Cfg
+    from dagrl.launch.start_checks import check_tracking_server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens
+    cfg = Cfg({"trainer": {"logger": ["console", "mlflow"]}})
+    for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match=f"MLFLOW_TRACKING_URI=http://127.0.0.1:{port} cannot be reached"):
+        check_tracking_server(cfg)
+    monkeypatch.setenv("http_proxy", "http://proxy.invalid:3128")
+    check_tracking_server(cfg)
+    monkeypatch.delenv("http_proxy")
+    monkeypatch.setenv("RANK", "1")  # only rank 0 logs to mlflow
+    check_tracking_server(cfg)
