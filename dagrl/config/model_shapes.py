@@ -98,6 +98,7 @@ def check_weight_shapes(model_path: str, hf_config: dict, key: str = "actor_roll
         f"{model_dir} holds the weights of {max(layers, default=-1) + 1} decoder layers, but "
         f"{model_dir / 'config.json'} has num_hidden_layers={configured}: {fix}",
     )
+    check_layer_tensors(model_dir, hf_config, found, key)
 
 
 ATTENTION = "model.layers.0.self_attn."
@@ -132,6 +133,33 @@ def check_attention_names(model_dir: Path, hf_config: dict, found: dict, key: st
         f"{model_dir / 'config.json'} has model_type={hf_config.get('model_type')}, whose attention has "
         f"{words(*wanted)}, but the weights have {words(*have)}{guess}: config.json is of another model family; "
         f"restore the model's own config.json (its model_type) in the directory {key} names",
+    )
+
+
+LAYER_TENSORS = tuple(f"self_attn.{name}_proj.weight" for name in "qkvo") + (
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+)
+DENSE_MLP = tuple(f"mlp.{name}_proj.weight" for name in ("gate", "up", "down"))
+
+
+def check_layer_tensors(model_dir: Path, hf_config: dict, found: dict, key: str) -> None:
+    """Every decoder layer's attention, norms and (dense) MLP tensors, the final norm and the embedding are in the
+    weights: a file re-saved without one would fail the import once the model is built, or leave the tensor at its
+    random initial value. Checked where the weights use the families' names (layer 0's q_proj)."""
+    family_ = family(hf_config.get("model_type"))
+    if family_ is None or ATTENTION + "q_proj.weight" not in found:
+        return
+    names = LAYER_TENSORS + (() if family_.moe else DENSE_MLP)
+    layers = range(hf_config["num_hidden_layers"])
+    wanted = [f"model.layers.{i}.{name}" for i in layers for name in names]
+    missing = [name for name in [*wanted, "model.norm.weight", "model.embed_tokens.weight"] if name not in found]
+    require(
+        not missing,
+        key,
+        f"the weights in {model_dir} lack {len(missing)} tensor(s) a {hf_config.get('model_type')} model of "
+        f"{len(layers)} layers needs (first: {missing[0] if missing else ''}): the weights are incomplete (a "
+        f"partial save, or shards of different downloads); re-download the model {key} names",
     )
 
 

@@ -13,6 +13,7 @@ from tests.reliability.corpus.model_makers import (
     model_weights,
     qwen2_weights_as_qwen3,
     without_lm_head,
+    without_tensor,
 )
 from tests.reliability.corpus.texts import TEMPLATE_RAISES, TEMPLATE_RAISES_ON_A_WORD
 
@@ -223,6 +224,13 @@ CASES: tuple[Case, ...] = (
         ("actor_rollout_ref.model.path={ws}/model",),
         ("no lm_head.weight", "re-save"),
         make=without_lm_head,
+    ),
+    Case(
+        "layer_tensor_missing",
+        "weights re-saved without one layer's mlp.down_proj.weight",
+        (f"{MODEL_KEY}={{ws}}/model",),
+        ("lack 1 tensor(s)", "model.layers.1.mlp.down_proj.weight", "re-download"),
+        make=without_tensor("model.layers.1.mlp.down_proj.weight"),
     ),
     Case(
         "eos_id_beyond_vocab",

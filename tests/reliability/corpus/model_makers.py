@@ -176,14 +176,21 @@ def megatron_actor_dir(ws: Path, paths: Paths) -> None:
         shutil.copy(paths.model / name, actor / "huggingface" / name)
 
 
-def without_lm_head(ws: Path, paths: Paths) -> None:
-    """{ws}/model: the tiny (untied) model's weights saved without lm_head.weight."""
-    from safetensors.numpy import load_file, save_file
+def without_tensor(name: str) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny (untied) model's weights saved without the tensor `name`."""
 
-    model_copy()(ws, paths)
-    weights = load_file(str(paths.model / "model.safetensors"))
-    weights.pop("lm_head.weight")
-    save_file(weights, str(ws / "model" / "model.safetensors"), metadata={"format": "pt"})
+    def make(ws: Path, paths: Paths) -> None:
+        from safetensors.numpy import load_file, save_file
+
+        model_copy()(ws, paths)
+        weights = load_file(str(paths.model / "model.safetensors"))
+        weights.pop(name)
+        save_file(weights, str(ws / "model" / "model.safetensors"), metadata={"format": "pt"})
+
+    return make
+
+
+without_lm_head = without_tensor("lm_head.weight")
 
 
 def eos_beyond_vocab(ws: Path, paths: Paths) -> None:
