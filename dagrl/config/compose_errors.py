@@ -132,7 +132,7 @@ def env_text_problem(overrides: list[str], config: dict[str, Any]) -> ConfigErro
     kinds = schema()
     for text in overrides:
         key, _, value = text.lstrip("+~").partition("=")
-        name = re.search(r"\$\{oc\.env:([^,}]+)", value)
+        name = re.search(r"\$\{oc\.env:([^,}]+)(?:,([^}]*))?\}", value)
         kind = kinds.get(key, "").rstrip("?")
         if not name or "oc.decode" in value or kind not in ("int", "float", "bool"):
             continue
@@ -145,11 +145,12 @@ def env_text_problem(overrides: list[str], config: dict[str, Any]) -> ConfigErro
             continue
         number = isinstance(decoded, (int, float)) and not isinstance(decoded, bool)
         if isinstance(decoded, bool) if kind == "bool" else number:
+            shell = f"${{{name[1]}:-{name[2].strip()}}}" if name[2] is not None else f"${name[1]}"
             return ConfigError(
                 key,
                 f"override '{text}': oc.env gives text ({resolved!r}), and {key} takes {NOUNS[kind]}: write "
-                f"{key}=${name[1]} (the shell puts the value in), or {key}='${{oc.decode:${{oc.env:{name[1]}}}}}' "
-                f"(oc.decode reads the text as YAML does)",
+                f"{key}={shell} (the shell puts the value in), or {key}='${{oc.decode:{name[0]}}}' (oc.decode "
+                f"reads the text as YAML does)",
             )
     return None
 
@@ -218,4 +219,27 @@ def hydra_error(message: str, overrides: list[str]) -> ConfigError | None:
         key,
         f"override '{text}': {reason}: see Hydra's keys with python3 -m dagrl.main_dag --cfg hydra (hydra.run.dir, "
         f"hydra.job.chdir, ...), or drop the override",
+    )
+
+
+GRAPH_KEYS = ("custom_pipeline_fn", "nodes", "switches")
+
+
+def graph_shape_problem(config: dict[str, Any], overrides: list[str], dirs: list[str]) -> ConfigError | None:
+    """A graph option (a --config-dir DIR/dag/<name>.yaml) that composes to something other than the dag section:
+    one line naming the file, instead of a traceback when pre-flight reads it."""
+    from dagrl.config.conf_dir import CONF_DIR
+
+    graph = config.get("dag")
+    missing = [key for key in GRAPH_KEYS if key not in graph] if isinstance(graph, dict) else list(GRAPH_KEYS)
+    if not missing:
+        return None
+    name = next((o.split("=", 1)[1] for o in reversed(overrides) if o.split("=", 1)[0] == "dag"), "grpo")
+    files = [os.path.join(root, "dag", f"{name}.yaml") for root in [*reversed(dirs), str(CONF_DIR)]]
+    where = next((path for path in files if os.path.isfile(path)), f"dag/{name}.yaml")
+    shape = f"is a {type(graph).__name__}, not a map" if not isinstance(graph, dict) else f"lacks {', '.join(missing)}"
+    return ConfigError(
+        "dag",
+        f"the graph dag={name} ({where}) {shape}: start the file with `defaults: [grpo, _self_]` to "
+        f"extend GRPO's graph (see docs/extending.md), or give all of {', '.join(GRAPH_KEYS)} (null, a map, {{}})",
     )

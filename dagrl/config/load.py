@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME
-from dagrl.config.compose_errors import composition_error, env_text_problem, hydra_dir_problem, yaml_error
+from dagrl.config.compose_errors import (
+    composition_error,
+    env_text_problem,
+    graph_shape_problem,
+    hydra_dir_problem,
+    yaml_error,
+)
 from dagrl.config.config_keys import closest_key, lookup, section_keys
 from dagrl.config.schema.root import freeform_maps
 from dagrl.config.errors import ConfigError
@@ -251,7 +257,7 @@ def compose(overrides: list[str] | None = None, config_dirs: Sequence[str] = ())
             raise yaml_error(err) from None
         except (HydraException, OmegaConfBaseException) as err:
             raise composition_error(err, overrides, base) from None
-    problem = env_text_problem(overrides, config)
+    problem = env_text_problem(overrides, config) or graph_shape_problem(config, overrides, dirs)
     if problem:
         raise problem
     return config

@@ -73,8 +73,10 @@ def check_output_files(cfg) -> None:
     if "tensorboard" in loggers:
         chosen = tensorboard_dir(trainer.tensorboard_dir, str(root))
         folders.append((chosen, "trainer.tensorboard_dir", "the tensorboard events"))
-    if "mlflow" in loggers and not os.environ.get("MLFLOW_TRACKING_URI"):
-        folders.append((str(root / "mlruns"), "MLFLOW_TRACKING_URI", "the mlflow file store"))
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    store = str(root / "mlruns") if not uri else urlparse(uri).path if uri.startswith("file:") else None
+    if "mlflow" in loggers and store:
+        folders.append((store, "MLFLOW_TRACKING_URI", "the mlflow file store"))
     for path, key, what in folders:
         problem = _folder_problem(Path(os.path.expanduser(path)))
         require(

@@ -4,6 +4,8 @@ interpolation cycle, ${hydra:...}) is one line naming the key or file and the fi
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dagrl.config.compose_errors import hydra_dir_problem
@@ -66,6 +68,11 @@ def test_oc_env_text_for_a_number(monkeypatch):
     # decoded, it is the number; a path from the environment stays text
     assert compose(["data.train_batch_size='${oc.decode:${oc.env:BS}}'"])["data"]["train_batch_size"] == 8
     assert compose(["trainer.experiment_name=run_${oc.env:BS}"])["trainer"]["experiment_name"] == "run_8"
+    monkeypatch.delenv("BS")  # a default: the fix keeps it, in the shell's syntax and in OmegaConf's
+    with pytest.raises(ConfigError, match=r"data.train_batch_size=\$\{BS:-8\}") as error:
+        compose(["data.train_batch_size=${oc.env:BS,8}"])
+    decoded = re.search(r"data.train_batch_size='([^']+)'", str(error.value))[0]
+    assert compose([decoded])["data"]["train_batch_size"] == 8
 
 
 def test_interpolation_cycle_names_its_keys():
@@ -85,3 +92,9 @@ def test_hydra_resolver_names_the_key_and_the_fix():
     with pytest.raises(ConfigError, match=r"\$\{hydra:runtime.output_dir\} reads Hydra's job settings") as error:
         compose(["trainer.default_local_dir=${hydra:runtime.output_dir}/ckpt"])
     assert error.value.key == "trainer.default_local_dir"
+
+
+def test_a_graph_without_defaults_names_its_file(config_dir):
+    (config_dir / "dag" / "bare.yaml").write_text("nodes:\n  rollout: {fn: my_nodes:rollout, deps: []}\n")
+    with pytest.raises(ConfigError, match=r"dag=bare \(.*/dag/bare.yaml\) lacks custom_pipeline_fn, switches"):
+        compose(["dag=bare"], [str(config_dir)])

@@ -84,6 +84,13 @@ CASES: tuple[Case, ...] = (
         make=text_file("conf/dag/mine.yaml", "nodes:\n  rollout: [1, 2\n  reward: 3\n"),
     ),
     Case(
+        "config_dir_graph_without_defaults",
+        "`--config-dir=D dag=mine` where D/dag/mine.yaml has nodes only (no `defaults: [grpo, _self_]`)",
+        ("--config-dir={ws}/conf", "dag=mine"),
+        ("dag=mine (<tmp>/conf/dag/mine.yaml) lacks custom_pipeline_fn, switches", "defaults: [grpo, _self_]"),
+        make=text_file("conf/dag/mine.yaml", "nodes:\n  rollout: {fn: my_nodes:rollout, deps: []}\n"),
+    ),
+    Case(
         "hydra_run_dir_unwritable",
         "`hydra.run.dir` under a file",
         ("hydra.run.dir={ws}/notes.txt/run",),
