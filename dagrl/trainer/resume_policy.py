@@ -95,13 +95,14 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
     recorded = _recorded_param_dtype(checkpoint)
     if recorded is not None:  # what the weights are, whatever the saved config said (`auto`, an alias)
         saved = _with_leaf(saved, precision.PARAM_DTYPE, recorded)
-    lines, refused, now = [], [], leaves(current)
+    lines, refused, changes, now = [], [], [], leaves(current)
     for key, old, new in changed_keys(saved, current):
         why = refusal(key, now)
         verdict = f"refused ({why})" if why else "applied"
         lines.append(f"resume from {checkpoint.name}: {key} changed {old!r} -> {new!r}: {verdict}")
         if why:
             refused.append(f"{key}={old}")
+            changes.append(f"{key} (the checkpoint's {old}, now {new})")
     if log:
         for line in lines:
             (logger.warning if "refused" in line else logger.info)(line)
@@ -109,8 +110,7 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
         first = refused[0].split("=")[0]
         raise ConfigError(
             first,
-            f"resuming from {checkpoint} with changed "
-            f"{', '.join(item.split('=')[0] for item in refused)}, which a resume cannot change "
+            f"resuming from {checkpoint} with changed {', '.join(changes)}, which a resume cannot change "
             f"({refusal(first, now)}): set them back to the saved values ({' '.join(refused)}), "
             f"or start a new run in another trainer.default_local_dir",
         )
