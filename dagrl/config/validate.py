@@ -55,6 +55,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(rollout.check_sampling, cfg)
     path_values.check_path_values(cfg, problems)  # every path key by its kind, before checks that open the paths
     check(path_values.check_code_paths, cfg)
+    check(data.check_empty_paths, cfg)
     check(schema.check_choices, cfg)
     check(algorithm.check_algorithm, cfg)
     planning = world_size is not None
@@ -99,6 +100,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(transformer_config.check_transformer_overrides, cfg)
     check(transformer_config.check_model_fields, cfg, hf_config)
     check(rollout.check_greedy_groups, cfg)
+    check(rollout.check_ignored_rollout_keys, cfg)
     check(rollout.check_router_replay, cfg, hf_config)
     check(reward.check_reward_name_without_path, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):  # a floor above the peak is wrong under any
@@ -121,6 +123,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     else:
         train_rows = check(data.check_data, cfg)
         check(profiler.check_profiled_steps, cfg, train_rows)
+        check(async_training.check_oversample, cfg, train_rows)
+        check(trainer.say_steps_beyond_epochs, cfg, train_rows)
         check(critic.check_critic_warmup, cfg, train_rows)
         check(lambda _: reward.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)

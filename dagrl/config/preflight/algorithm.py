@@ -29,6 +29,7 @@ def check_algorithm(cfg: Cfg) -> None:
         f"algorithm.filter_groups.enable=false",
     )
     check_loss_options(cfg)
+    check_clip_ratio(cfg)
     check_off_policy(cfg)  # truncated IS, decoupled PPO, sequence masking (the actor's)
     kl = algorithm.kl_ctrl
     require(
@@ -98,6 +99,20 @@ def check_loss_options(cfg: Cfg) -> None:
             f"{key}={low} must be below actor_rollout_ref.actor.policy_loss.clip_cov_ub={high} "
             f"(clip_cov drops the tokens whose covariance lies between them)",
         )
+
+
+def check_clip_ratio(cfg: Cfg) -> None:
+    """clip_ratio is only the default of clip_ratio_low and clip_ratio_high: with both set it applies nowhere."""
+    from dagrl.config.schema.check import default_value
+
+    actor, key = cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor.clip_ratio"
+    low, high = actor.clip_ratio_low, actor.clip_ratio_high
+    require(
+        low is None or high is None or actor.clip_ratio == default_value(key),
+        key,
+        f"{key}={actor.clip_ratio} has no effect: actor_rollout_ref.actor.clip_ratio_low={low} and "
+        f"clip_ratio_high={high} are both set and replace it; drop {key}, or one of clip_ratio_low/high",
+    )
 
 
 def check_filter_groups(cfg: Cfg) -> None:

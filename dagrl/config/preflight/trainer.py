@@ -4,10 +4,13 @@ installed and that W&B can log in) and the launcher; checkpoints are config/pref
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 
 from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
+
+logger = logging.getLogger(__name__)
 
 
 def check_run_length_and_sampling(cfg: Cfg) -> None:
@@ -22,6 +25,24 @@ def check_run_length_and_sampling(cfg: Cfg) -> None:
         not trainer.val_only or cfg.actor_rollout_ref.hybrid_engine,
         "trainer.val_only",
         "trainer.val_only=true is supported on colocated runs only: set actor_rollout_ref.hybrid_engine=true",
+    )
+
+
+def say_steps_beyond_epochs(cfg: Cfg, train_rows: int) -> None:
+    """trainer.total_training_steps only caps the run: more steps than trainer.total_epochs of the data holds
+    would end the run early without a word."""
+    from dagrl.config.derived import total_steps
+
+    limit, epochs = cfg.trainer.total_training_steps, cfg.trainer.total_epochs
+    steps = total_steps(cfg, train_rows)
+    if not limit or not isinstance(steps, int) or limit <= steps:
+        return
+    per_epoch = train_rows // cfg.data.train_batch_size
+    needed = -(-limit // per_epoch) if per_epoch else None
+    logger.warning(
+        f"trainer.total_training_steps={limit} is more than trainer.total_epochs={epochs} of the data holds "
+        f"({per_epoch} steps an epoch: {train_rows} rows / data.train_batch_size={cfg.data.train_batch_size}): the "
+        f"run stops at step {steps}; for {limit} steps set trainer.total_epochs={needed}"
     )
 
 

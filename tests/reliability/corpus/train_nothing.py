@@ -39,4 +39,22 @@ CASES: tuple[Case, ...] = (
         ("trainer.val_only=true", "data.val_files=null"),
         ("trainer.val_only=true", "set data.val_files"),
     ),
+    Case(
+        "near_zero_temperature_groups",
+        "`actor_rollout_ref.rollout.temperature=1e-8` with grpo (greedy in all but name: identical groups)",
+        ("actor_rollout_ref.rollout.temperature=1e-8",),
+        ("actor_rollout_ref.rollout.temperature=1e-08 is below 0.001", "temperature to 0.6-1.0"),
+    ),
+    Case(
+        "top_k_one_groups",
+        "`actor_rollout_ref.rollout.top_k=1` with grpo (only the likeliest token: identical groups)",
+        ("actor_rollout_ref.rollout.top_k=1",),
+        ("actor_rollout_ref.rollout.top_k=1", "top_k=-1 (off)"),
+    ),
+    Case(
+        "graph_without_actor_update",
+        "`dag.nodes.actor_update=null` (a graph that samples and scores but never updates the policy)",
+        ("dag.nodes.actor_update=null",),
+        ("dag.nodes", "no actor update", "dagrl.nodes.actor:update_actor", "trainer.val_only=true"),
+    ),
 )
