@@ -64,6 +64,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     place = check(lambda _: placement(cfg), launch_size)  # the actor's checks below see its own pool
     world_size = SKIPPED if place is SKIPPED else place.pool("train").size
     hf_config = check(lambda: read_hf_config(cfg.actor_rollout_ref.model.path))
+    check(rollout.check_policy_model, cfg, hf_config)  # before its files: what the model is, then whether whole
     if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
         model_path = cfg.actor_rollout_ref.model.path
         check(lambda _: check_tokenizer_files(model_path), hf_config)

@@ -10,6 +10,8 @@ from dagrl.config.errors import ConfigError, require
 from dagrl.config.tree import Cfg
 from dagrl.placement import ParallelLayout, Placement
 
+# config.json architectures whose head scores a sequence or token instead of predicting the next token
+CLASSIFIER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "RewardModel")
 MIN_TEMPERATURE = 1e-3  # below it the softmax puts all but ~0 mass on the likeliest token: sampling is greedy
 
 
@@ -25,6 +27,30 @@ def check_sampling(config: Any) -> None:
             f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
             f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false",
         )
+
+
+def check_policy_model(cfg: Cfg, hf_config: dict) -> None:
+    """The policy must be a full-precision causal LM: a classifier head (a reward model) has no next-token logits
+    to sample from, and quantized weights (an FP8 release's weight_scale_inv) are not what the actor trains."""
+    key = "actor_rollout_ref.model.path"
+    architectures = hf_config.get("architectures") or []
+    head = next((a for a in architectures if isinstance(a, str) and a.endswith(CLASSIFIER_HEADS)), None)
+    require(
+        head is None,
+        key,
+        f"{key}={cfg.actor_rollout_ref.model.path} has a classifier head (config.json architectures: {head}, a "
+        f"reward or classification model), not a language-model head to sample from: point {key} at the causal LM "
+        f"(architectures ...ForCausalLM) to train",
+    )
+    quantization = hf_config.get("quantization_config")
+    method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else quantization
+    require(
+        quantization is None,
+        key,
+        f"{key}={cfg.actor_rollout_ref.model.path} is a quantized checkpoint (config.json quantization_config, "
+        f"quant_method={method}): dagrl trains full-precision weights; point {key} at the unquantized release "
+        f"(e.g. Qwen/Qwen3-8B, not Qwen/Qwen3-8B-FP8)",
+    )
 
 
 def check_rollout_tp(cfg: Cfg, parallel: ParallelLayout, place: Placement) -> int:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from tests.reliability.corpus.case import Case
+from tests.reliability.corpus.case import MODEL_KEY, Case
+from tests.reliability.corpus.model_makers import model_copy
 
 TOPIC = "Runs that would train nothing"
 CASES: tuple[Case, ...] = (
@@ -56,5 +57,19 @@ CASES: tuple[Case, ...] = (
         "`dag.nodes.actor_update=null` (a graph that samples and scores but never updates the policy)",
         ("dag.nodes.actor_update=null",),
         ("dag.nodes", "no actor update", "dagrl.nodes.actor:update_actor", "trainer.val_only=true"),
+    ),
+    Case(
+        "classifier_as_policy",
+        "`model.path` a sequence-classification reward model (architectures: ...ForSequenceClassification)",
+        (f"{MODEL_KEY}={{ws}}/model",),
+        ("has a classifier head", "LlamaForSequenceClassification", "ForCausalLM"),
+        make=model_copy(patch={"architectures": ["LlamaForSequenceClassification"], "num_labels": 1}),
+    ),
+    Case(
+        "quantized_policy",
+        "`model.path` an FP8 release (config.json quantization_config)",
+        (f"{MODEL_KEY}={{ws}}/model",),
+        ("is a quantized checkpoint", "quant_method=fp8", "unquantized release"),
+        make=model_copy(patch={"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}),
     ),
 )
