@@ -379,6 +379,9 @@ def compose(overrides: list[str] | None = None, config_dirs: Sequence[str] = ())
             ),
             dirs,
         )
+        from dagrl.config.preflight.trainer import check_fixed_run_dir
+
+        check_fixed_run_dir(overrides)  # before composing turns ${now:} into a plain time
         try:
             return to_plain(hydra_compose(CONFIG_NAME, overrides=[*search, *overrides]))
         except (HydraException, OmegaConfBaseException) as err:

@@ -125,7 +125,6 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         train_rows = check(data.check_data, cfg)
         check(profiler.check_profiled_steps, cfg, train_rows)
         check(async_training.check_oversample, cfg, train_rows)
-        check(trainer.say_steps_beyond_epochs, cfg, train_rows)
         check(critic.check_critic_warmup, cfg, train_rows)
         check(lambda _: reward.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)
@@ -136,6 +135,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
 
         check(lambda: check_resume(cfg, has_critic="critic" in graph.graph_roles(cfg)))
     problems.raise_if_any()
+    if train_rows is not None:  # said of a config that passed: a refused one has its own lines
+        trainer.say_steps_beyond_epochs(cfg, train_rows)
 
     prompt_length, response_length = lengths
     shape = RunShape(

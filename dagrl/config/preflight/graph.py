@@ -61,7 +61,7 @@ def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
     # an actor node other than the log-prob passes is the update (conf/dag's actor_update, or the user's own)
     updates = [fn for fn, role in zip(fns, roles) if role == "actor" and not fn.startswith(LOG_PROB_NODES)]
     require(
-        bool(updates) or cfg.trainer.val_only,
+        bool(updates) or not nodes or cfg.trainer.val_only,  # (no nodes at all: preflight_graph names it)
         source,
         f"{source}: the graph{f' {custom} returns' if custom else ''} has no actor update (no node with role "
         f"actor besides the "

@@ -7,7 +7,7 @@ import importlib.util
 import logging
 import os
 
-from dagrl.config.errors import require
+from dagrl.config.errors import ConfigError, require
 from dagrl.config.tree import Cfg
 
 logger = logging.getLogger(__name__)
@@ -26,6 +26,27 @@ def check_run_length_and_sampling(cfg: Cfg) -> None:
         "trainer.val_only",
         "trainer.val_only=true is supported on colocated runs only: set actor_rollout_ref.hybrid_engine=true",
     )
+
+
+RUN_DIR_KEY = "trainer.default_local_dir"
+RUN_DIR_DEFAULT = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+
+
+def check_fixed_run_dir(overrides: list[str]) -> None:
+    """${now:...} in the run directory (trainer.default_local_dir, or a name it is made of) gives every launch a
+    new one: a relaunch after a crash or preemption finds no checkpoint there (auto-resume) and trains from
+    scratch. Read from the overrides as written: composing resolves ${now:} into a plain time."""
+    given = {arg.lstrip("+").split("=", 1)[0]: arg.split("=", 1)[1] for arg in overrides if "=" in arg}
+    run_dir = given.get(RUN_DIR_KEY, RUN_DIR_DEFAULT)
+    for key in ("trainer.project_name", "trainer.experiment_name", RUN_DIR_KEY):
+        value = given.get(key, "")
+        if "${now:" in value and (key == RUN_DIR_KEY or "${" + key + "}" in run_dir):
+            raise ConfigError(
+                key,
+                f"{key}={value} changes at every launch, and with it {RUN_DIR_KEY}: a relaunch after a crash or "
+                f"preemption would not find the run's checkpoints and would train from scratch; give {key} a "
+                f"fixed value (a time fixed once by the launching script, outside its retry loop)",
+            )
 
 
 def say_steps_beyond_epochs(cfg: Cfg, train_rows: int) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from tests.reliability.corpus.case import MODEL_KEY, Case
 from tests.reliability.corpus.model_makers import model_copy
 
-TOPIC = "Runs that would train nothing"
+TOPIC = "Runs that would train nothing, or the wrong thing"
 CASES: tuple[Case, ...] = (
     Case(
         "greedy_training_groups",
@@ -71,5 +71,14 @@ CASES: tuple[Case, ...] = (
         (f"{MODEL_KEY}={{ws}}/model",),
         ("is a quantized checkpoint", "quant_method=fp8", "unquantized release"),
         make=model_copy(patch={"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}),
+    ),
+    Case(
+        "run_name_with_now",
+        "`trainer.experiment_name=run_${now:%H%M%S}` naming the run directory (every relaunch a fresh start)",
+        (  # (format strings: {{ }} is a brace)
+            "trainer.experiment_name=run_${{now:%H%M%S}}",
+            "trainer.default_local_dir={ws}/runs/${{trainer.experiment_name}}",
+        ),
+        ("trainer.experiment_name=run_${now:%H%M%S} changes at every launch", "give trainer.experiment_name a fixed"),
     ),
 )
