@@ -137,6 +137,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     problems.raise_if_any()
     if train_rows is not None:  # said of a config that passed: a refused one has its own lines
         trainer.say_steps_beyond_epochs(cfg, train_rows)
+    algorithm.say_kl_twice(cfg)
 
     prompt_length, response_length = lengths
     shape = RunShape(

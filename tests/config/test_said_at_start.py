@@ -1,5 +1,6 @@
-"""trainer.total_training_steps only caps a run: more steps than trainer.total_epochs of the data holds end the
-run early, and pre-flight says so (the run's length, and the total_epochs that would give every step)."""
+"""What pre-flight says of a config that passes, where a setting may not do what its user expects:
+trainer.total_training_steps only caps a run (more steps than trainer.total_epochs of the data holds end it early:
+the run's length, and the total_epochs that would give every step), and KL in both the reward and the loss."""
 
 import logging
 
@@ -9,14 +10,14 @@ from dagrl.config.tree import Cfg
 from dagrl.config.validate import preflight
 from tests.conftest import cpu_run_overrides
 
-LOGGER = "dagrl.config.preflight.trainer"
+LOGGER = "dagrl.config.preflight"
 
 
 def run_length(tiny_model, tiny_data, tmp_path, caplog, **extra) -> tuple[int, list[str]]:
     cfg = Cfg(compose(cpu_run_overrides(tiny_model, tiny_data, tmp_path / "ckpt", **extra)))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         shape = preflight(cfg)
-    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith(LOGGER)]
     caplog.clear()
     return total_steps(cfg, shape.train_rows), lines
 
@@ -34,3 +35,11 @@ def test_steps_beyond_the_epochs_are_said(tiny_model, tiny_data, tmp_path, caplo
     )
     assert (steps, lines) == (20, [])  # the fix it names runs every step, silently
     assert run_length(tiny_model, tiny_data, tmp_path, caplog, **{"trainer.total_training_steps": 8})[1] == []
+
+
+def test_kl_in_reward_and_in_loss_is_said(tiny_model, tiny_data, tmp_path, caplog):
+    both = {"algorithm.use_kl_in_reward": True, "actor_rollout_ref.actor.use_kl_loss": True}
+    (line,) = run_length(tiny_model, tiny_data, tmp_path, caplog, **both)[1]
+    assert line.startswith("algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true")
+    assert "penalised twice" in line and "set one of them false" in line
+    assert run_length(tiny_model, tiny_data, tmp_path, caplog, **{"algorithm.use_kl_in_reward": True})[1] == []
