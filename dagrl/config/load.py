@@ -244,6 +244,9 @@ def compose(overrides: list[str] | None = None, config_dirs: Sequence[str] = ())
     dirs = [os.path.abspath(os.path.expanduser(d)) for d in config_dirs]
     search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]"] if dirs else []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        from dagrl.config.preflight.trainer import check_fixed_run_dir
+
+        check_fixed_run_dir(overrides)  # before composing turns ${now:} into a plain time
         try:
             base = check_overrides(
                 overrides,
