@@ -216,15 +216,18 @@ def check_flags(argv: list[str]) -> None:
 def early_override_check(argv: list[str]) -> dict | None:
     """Compose the config as Hydra will, so that a bad override fails in one line (ConfigError) instead of in
     Hydra's multi-line message or traceback: an unknown key names the closest valid one. Returns the composed
-    config when it is the whole job's: every argument an override, none of Hydra's own (hydra.*); else None."""
+    config when it is the whole job's: every argument an override or a --config-dir (which compose searches as
+    Hydra does, wherever it stands: Hydra's own parser refuses overrides after it), none of Hydra's (hydra.*);
+    else None."""
     check_flags(argv)
-    overrides, config_dirs, flag_value = [], [], False
+    overrides, config_dirs, flag_value, dir_args = [], [], False, 0
     for index, arg in enumerate(argv):
         if not flag_value and not arg.startswith("-"):
             overrides.append(arg)
         name, has_value, value = arg.partition("=")
         if name in CONFIG_DIR_FLAGS:  # Hydra searches it for group options: so does the check
             config_dirs.append(value if has_value else argv[index + 1] if index + 1 < len(argv) else "")
+            dir_args += 1 if has_value else 2
         flag_value = arg in VALUE_FLAGS
     if {"-m", "--multirun"} & set(argv):  # Hydra runs the sweep's jobs in turn: each needs its own run directory
         from dagrl.trainer.run_dir import check_multirun, conf_default
@@ -232,7 +235,8 @@ def early_override_check(argv: list[str]) -> dict | None:
         check_multirun(overrides, conf_default())
     if overrides and not HYDRA_ONLY_FLAGS & {arg.split("=", 1)[0] for arg in argv}:
         cfg_data = compose(overrides, config_dirs)
-        if len(overrides) == len(argv) and not any(arg.lstrip("+~").startswith("hydra") for arg in overrides):
+        whole_job = len(overrides) + dir_args == len(argv)
+        if whole_job and not any(arg.lstrip("+~").startswith("hydra") for arg in overrides):
             return cfg_data
     return None
 

@@ -9,13 +9,20 @@ sweep, a `${...}` naming no key) fails in one line naming the override and the f
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dagrl.config.conf_dir import CONF_DIR, CONFIG_NAME
+from dagrl.config.compose_errors import (
+    composition_error,
+    env_text_problem,
+    graph_shape_problem,
+    hydra_dir_problem,
+    yaml_error,
+)
+from dagrl.config.config_keys import closest_key, lookup, section_keys
 from dagrl.config.schema.root import freeform_maps
 from dagrl.config.errors import ConfigError
 from dagrl.config.override_hints import not_an_override, parse_error, stray_word, sweep_fix
@@ -107,79 +114,6 @@ def group_options(group: str, extra_dirs: Sequence[str] = ()) -> list[str]:
     return sorted(found)
 
 
-def _lookup(tree: Any, dotted: str) -> tuple[bool, Any]:
-    """(exists, value) of a dotted key; a digit part indexes a list, as Hydra's `dag.nodes.1.fn=...` does.
-    An index past a list's end raises IndexError naming the list and its length."""
-    node, path = tree, []
-    for part in dotted.split("."):
-        if isinstance(node, list) and part.isdigit():
-            if int(part) >= len(node):
-                where = ".".join(path)
-                raise IndexError(
-                    f"{where} has {len(node)} items (indices 0..{len(node) - 1}): use one of them, or "
-                    f"set the whole list: {where}=[...]"
-                )
-            node = node[int(part)]
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-        else:
-            return False, None
-        path.append(part)
-    return True, node
-
-
-def _all_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
-    paths = []
-    for key, value in tree.items():
-        full = f"{prefix}.{key}" if prefix else key
-        paths.append(full)
-        if isinstance(value, dict):
-            paths.extend(_all_paths(value, full))
-    return paths
-
-
-def closest_key(key: str, tree: dict[str, Any]) -> str | None:
-    """The valid dotted key most like `key`: the same leaf name elsewhere, a sibling whose name is a near miss, or
-    a near miss of the whole key; None rather than a key that merely shares the section (model.use_shm is not
-    model.path)."""
-    candidates = [c for c in _all_paths(tree) if not key.startswith(c + ".")]
-    under = [c for c in candidates if c.endswith("." + key)]  # a section prefix left out: actor.optim.lr
-    if len(under) == 1:
-        return under[0]
-    parent, _, leaf = key.rpartition(".")
-    same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
-    if len(same_leaf) == 1:
-        return same_leaf[0]
-    if same_leaf:
-        match = difflib.get_close_matches(key, same_leaf, n=1, cutoff=0.5)
-        return match[0] if match else None
-    siblings = {c.rpartition(".")[2]: c for c in candidates if c.rpartition(".")[0] == parent}
-    cut_short = [name for name in siblings if name.startswith(leaf + "_")]  # overlong_buffer.penalty: penalty_factor
-    if len(cut_short) == 1:
-        return siblings[cut_short[0]]
-    match = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.7)
-    if match:
-        return siblings[match[0]]
-    # a typo in a section name: the leaf must be (nearly) the same too, else the long shared prefix alone would make
-    # megatron.use_mbridge "close" to megatron.seed, or val_kwargs.greedy to val_kwargs.n
-    near_leaf = [c for c in candidates if difflib.SequenceMatcher(None, c.rsplit(".", 1)[-1], leaf).ratio() >= 0.8]
-    match = difflib.get_close_matches(key, near_leaf, n=1, cutoff=0.85)
-    return match[0] if match else None
-
-
-def section_keys(key: str, tree: dict[str, Any]) -> str:
-    """'; <section> has: a, b, ...' for the deepest existing section above `key` (when it is short enough to list)."""
-    parts = key.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        exists, node = _lookup(tree, ".".join(parts[:end]))
-        if exists and isinstance(node, dict):
-            names = list(node)
-            if len(names) > 14:
-                return "; see docs/config_reference.md for the keys"
-            return f"; {'.'.join(parts[:end])} has: {', '.join(names)}"
-    return f"; the sections are: {', '.join(tree)}"
-
-
 def _required(key: str, section: bool) -> str:
     what = f"its keys instead ({key}.<key>=...)" if section else f"a value instead ({key}=...)"
     return f"{key} is required and cannot be deleted: set {what}"
@@ -223,6 +157,9 @@ def check_overrides(
     for override in parsed:
         key, text = override.key_or_group, override.input_line
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            problem = hydra_dir_problem(key, text)
+            if problem:
+                raise problem
             continue
         if key not in groups:
             changes.append(override)
@@ -254,7 +191,7 @@ def check_overrides(
     for override in changes:
         key, text = override.key_or_group, override.input_line
         try:
-            exists, default = _lookup(base, key)
+            exists, default = lookup(base, key)
         except IndexError as err:
             raise ConfigError(key, f"override '{text}': {err}") from None
         if exists and override.type == OverrideType.ADD:
@@ -292,78 +229,13 @@ def check_overrides(
     return base
 
 
-def composition_error(err: Exception, overrides: list[str], base: dict[str, Any]) -> ConfigError:
-    """What Hydra or OmegaConf refused after check_overrides passed (a `${...}` naming no key, ...), in one line
-    naming the override it came from."""
-    from omegaconf.errors import InterpolationKeyError
-
-    key = getattr(err, "full_key", None) or "overrides"
-    text = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == key), None)
-    where = f"override '{text}'" if text else f"config key '{key}'" if key != "overrides" else "the overrides"
-    missing = re.search(r"key '([^']+)'", str(err)) if isinstance(err, InterpolationKeyError) else None
-    if missing and "." not in missing[1] and (missing[1].isupper() or missing[1] in os.environ):
-        name = missing[1]  # ${HOME}: the shell's syntax, which OmegaConf reads as a config key
-        return ConfigError(
-            key,
-            f"{where}: ${{{name}}} is read as a config key, not the environment variable: write "
-            f'${{oc.env:{name}}}, or let the shell expand it (double quotes: "...=${name}/...")',
-        )
-    if missing:
-        hint = closest_key(missing[1], base)
-        fix = f"did you mean ${{{hint}}}?" if hint else "point it at an existing one, e.g. ${trainer.experiment_name}"
-        return ConfigError(key, f"{where}: the interpolation ${{{missing[1]}}} names no config key; {fix}")
-    resolver = re.search(r"Unsupported interpolation type (\S+)", str(err))
-    if resolver:  # ${env:HOME} (OmegaConf 1's name), a resolver nobody registered
-        fix = (
-            "OmegaConf 2 names it oc.env: ${oc.env:...}"
-            if resolver[1] == "env"
-            else "the resolvers are oc.env, oc.decode, oc.select, oc.create, oc.dict.keys, oc.dict.values"
-        )
-        return ConfigError(key, f"{where}: no interpolation resolver '{resolver[1]}': {fix}")
-    merged = re.search(
-        r"Error merging override ([^=\s]+)=.*Cannot merge (\w+) with (\w+)", f"{err} {err.__cause__}", re.S
-    )
-    if merged:  # a map given to a list key, or a list to a map
-        given = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == merged[1]), merged[1])
-        return ConfigError(merged[1], f"override '{given}': {shape_fix(merged[1], base)}")
-    env = re.search(r"Environment variable '([^']+)' not found", str(err))
-    if env:
-        return ConfigError(
-            key,
-            f"{where}: the environment variable {env[1]} is not set: export {env[1]}=... "
-            f"before the run, or give a default: ${{oc.env:{env[1]},<default>}}",
-        )
-    reasons = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
-    return ConfigError(key, f"{where}: the config does not compose: {': '.join(reasons)}")
-
-
-def shape_fix(key: str, base: dict[str, Any]) -> str:
-    """What a list key or a map key takes, for a value of the other shape."""
-    exists, default = _lookup(base, key)
-    freeform = key in freeform_maps()
-    if isinstance(default, list):
-        if default and all(isinstance(item, dict) for item in default):
-            return (
-                f"{key} is a list of maps: write [{{...}}, ...], or set one item's key, e.g. "
-                f"{key}.0.{next(iter(default[0]))}=..."
-            )
-        example = ",".join(str(item) for item in default) or "a,b"
-        return f"{key} is a list, not a map: write it in brackets, e.g. {key}=[{example}]"
-    if isinstance(default, dict) or freeform:
-        return (
-            f"{key} is a map, not a list: add one entry with +{key}.<name>=<value>"
-            if freeform
-            else f"{key} is a section: set its keys one by one, e.g. {key}.{next(iter(default), '<key>')}=..."
-        )
-    return f"{key} takes neither a list nor a map here: see docs/config_reference.md"
-
-
 def compose(overrides: list[str] | None = None, config_dirs: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config as plain data, exactly as `python3 -m dagrl.main_dag <overrides>` would see it; a bad
     override raises ConfigError (one line) instead of Hydra's error. `config_dirs`: directories of further group
     options (main_dag's --config-dir; e.g. DIR/dag/my_graph.yaml, chosen with dag=my_graph)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    import yaml
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -372,17 +244,26 @@ def compose(overrides: list[str] | None = None, config_dirs: Sequence[str] = ())
     dirs = [os.path.abspath(os.path.expanduser(d)) for d in config_dirs]
     search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]"] if dirs else []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        base = check_overrides(
-            overrides,
-            lambda choices: OmegaConf.to_container(
-                hydra_compose(CONFIG_NAME, overrides=[*search, *choices]), resolve=False
-            ),
-            dirs,
-        )
+        from dagrl.config.preflight.trainer import check_fixed_run_dir
+
+        check_fixed_run_dir(overrides)  # before composing turns ${now:} into a plain time
         try:
-            return to_plain(hydra_compose(CONFIG_NAME, overrides=[*search, *overrides]))
+            base = check_overrides(
+                overrides,
+                lambda choices: OmegaConf.to_container(
+                    hydra_compose(CONFIG_NAME, overrides=[*search, *choices]), resolve=False
+                ),
+                dirs,
+            )
+            config = to_plain(hydra_compose(CONFIG_NAME, overrides=[*search, *overrides]))
+        except yaml.YAMLError as err:  # a --config-dir graph (or an edited conf/ file) that does not parse
+            raise yaml_error(err) from None
         except (HydraException, OmegaConfBaseException) as err:
             raise composition_error(err, overrides, base) from None
+    problem = env_text_problem(overrides, config) or graph_shape_problem(config, overrides, dirs)
+    if problem:
+        raise problem
+    return config
 
 
 def to_plain(cfg: Any) -> dict[str, Any]:

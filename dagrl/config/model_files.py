@@ -152,6 +152,8 @@ def check_weight_files(model_path: str, key: str = KEY) -> None:
         shard = model_dir / name
         try:
             problem = _truncated(shard)
+            if index.is_file() and problem is None:
+                _index_matches(index, weight_map, shard, key)
         except OSError as error:
             raise ConfigError(
                 str(shard), f"weight file {shard} cannot be read ({error}); fix the model {key} names"
@@ -162,6 +164,20 @@ def check_weight_files(model_path: str, key: str = KEY) -> None:
             f"weight file {shard} is truncated ({problem}): an interrupted download "
             f"or copy; re-download the model {key} names",
         )
+
+
+def _index_matches(index: Path, weight_map: dict, shard: Path, key: str) -> None:
+    """Every tensor the index places in `shard` is in its header: the index of another download (or revision)
+    would fail the import once the model is built, naming the tensor only."""
+    held = set(safetensors_header(shard)[0] or {})
+    lacking = sorted(tensor for tensor, name in weight_map.items() if name == shard.name and tensor not in held)
+    require(
+        not lacking,
+        str(index),
+        f"{index} places {len(lacking)} tensor(s) in {shard.name}, whose header lacks them (first: "
+        f"{lacking[0] if lacking else ''}): the index and the shards are of different downloads; re-download the "
+        f"model {key} names",
+    )
 
 
 JSON_FILES = (

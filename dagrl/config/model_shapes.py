@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dagrl.config.errors import ConfigError, require
 from dagrl.config.model_dir import read_hf_config, safetensors_header
-from dagrl.models.families import family
+from dagrl.models.families import FAMILIES, family
 
 
 def tensor_shapes(model_dir: Path) -> dict[str, tuple[list[int], str]]:
@@ -76,6 +76,7 @@ def check_weight_shapes(model_path: str, hf_config: dict, key: str = "actor_roll
                 f"{model_dir / found[name][1]} holds {name} of shape {found[name][0]}, but "
                 f"{model_dir / 'config.json'} needs {shape} ({fields}): {fix}",
             )
+    check_attention_names(model_dir, hf_config, found, key)
     # the actor's output layer: untied, it is its own tensor (a critic replaces it with a value head)
     untied = hf_config.get("tie_word_embeddings") is False or "tie_word_embeddings" not in hf_config
     require(
@@ -96,6 +97,69 @@ def check_weight_shapes(model_path: str, hf_config: dict, key: str = "actor_roll
         key,
         f"{model_dir} holds the weights of {max(layers, default=-1) + 1} decoder layers, but "
         f"{model_dir / 'config.json'} has num_hidden_layers={configured}: {fix}",
+    )
+    check_layer_tensors(model_dir, hf_config, found, key)
+
+
+ATTENTION = "model.layers.0.self_attn."
+
+
+def _attention_shape(family_, hf_config: dict) -> tuple[bool, bool]:
+    """(a bias on q/k/v, a norm on each head's q/k) that a family's model built from `hf_config` has."""
+    bias = family_.qkv_bias or (family_.attention_bias and hf_config.get("attention_bias") is True)
+    return bias, family_.qk_norm
+
+
+def check_attention_names(model_dir: Path, hf_config: dict, found: dict, key: str) -> None:
+    """The attention tensors the weights name fit config.json's model_type: a qwen2 checkpoint (q/k/v biases)
+    relabelled qwen3 (per-head q/k norms, no biases) would build a model whose import fails in a traceback, or
+    leaves the norms at their initial values. Dense layer 0's names only; a checkpoint without them is left to
+    the engine."""
+    family_ = family(hf_config.get("model_type"))
+    if family_ is None or ATTENTION + "q_proj.weight" not in found:
+        return
+    have = (ATTENTION + "q_proj.bias" in found, ATTENTION + "q_norm.weight" in found)
+    wanted = _attention_shape(family_, hf_config)
+    if have == wanted:
+        return
+
+    def words(bias: bool, norm: bool) -> str:
+        return f"{'a' if bias else 'no'} q/k/v bias and {'a' if norm else 'no'} per-head q/k norm"
+
+    fits = [name for name, other in FAMILIES.items() if not other.moe and _attention_shape(other, hf_config) == have]
+    guess = f" (as {' or '.join(fits)} weights do)" if fits else ""
+    raise ConfigError(
+        str(model_dir / "config.json"),
+        f"{model_dir / 'config.json'} has model_type={hf_config.get('model_type')}, whose attention has "
+        f"{words(*wanted)}, but the weights have {words(*have)}{guess}: config.json is of another model family; "
+        f"restore the model's own config.json (its model_type) in the directory {key} names",
+    )
+
+
+LAYER_TENSORS = tuple(f"self_attn.{name}_proj.weight" for name in "qkvo") + (
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+)
+DENSE_MLP = tuple(f"mlp.{name}_proj.weight" for name in ("gate", "up", "down"))
+
+
+def check_layer_tensors(model_dir: Path, hf_config: dict, found: dict, key: str) -> None:
+    """Every decoder layer's attention, norms and (dense) MLP tensors, the final norm and the embedding are in the
+    weights: a file re-saved without one would fail the import once the model is built, or leave the tensor at its
+    random initial value. Checked where the weights use the families' names (layer 0's q_proj)."""
+    family_ = family(hf_config.get("model_type"))
+    if family_ is None or ATTENTION + "q_proj.weight" not in found:
+        return
+    names = LAYER_TENSORS + (() if family_.moe else DENSE_MLP)
+    layers = range(hf_config["num_hidden_layers"])
+    wanted = [f"model.layers.{i}.{name}" for i in layers for name in names]
+    missing = [name for name in [*wanted, "model.norm.weight", "model.embed_tokens.weight"] if name not in found]
+    require(
+        not missing,
+        key,
+        f"the weights in {model_dir} lack {len(missing)} tensor(s) a {hf_config.get('model_type')} model of "
+        f"{len(layers)} layers needs (first: {missing[0] if missing else ''}): the weights are incomplete (a "
+        f"partial save, or shards of different downloads); re-download the model {key} names",
     )
 
 

@@ -56,6 +56,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(trainer.check_run_dir_location, cfg)  # before its writability: / and ~ are writable, and wrong
     path_values.check_path_values(cfg, problems)  # every path key by its kind, before checks that open the paths
     check(path_values.check_code_paths, cfg)
+    check(data.check_empty_paths, cfg)
     check(schema.check_choices, cfg)
     check(algorithm.check_algorithm, cfg)
     planning = world_size is not None
@@ -64,6 +65,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     place = check(lambda _: placement(cfg), launch_size)  # the actor's checks below see its own pool
     world_size = SKIPPED if place is SKIPPED else place.pool("train").size
     hf_config = check(lambda: read_hf_config(cfg.actor_rollout_ref.model.path))
+    check(rollout.check_policy_model, cfg, hf_config)  # before its files: what the model is, then whether whole
     if not planning:  # a plan needs only config.json (the model may not be on the planning machine)
         model_path = cfg.actor_rollout_ref.model.path
         check(lambda _: check_tokenizer_files(model_path), hf_config)
@@ -100,6 +102,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(transformer_config.check_transformer_overrides, cfg)
     check(transformer_config.check_model_fields, cfg, hf_config)
     check(rollout.check_greedy_groups, cfg)
+    check(rollout.check_ignored_rollout_keys, cfg)
     check(rollout.check_router_replay, cfg, hf_config)
     check(reward.check_reward_name_without_path, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):  # a floor above the peak is wrong under any
@@ -122,6 +125,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     else:
         train_rows = check(data.check_data, cfg)
         check(profiler.check_profiled_steps, cfg, train_rows)
+        check(async_training.check_oversample, cfg, train_rows)
         check(critic.check_critic_warmup, cfg, train_rows)
         check(lambda _: reward.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)
@@ -133,6 +137,9 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
 
         check(lambda: check_resume(cfg, has_critic="critic" in graph.graph_roles(cfg)))
     problems.raise_if_any()
+    if train_rows is not None:  # said of a config that passed: a refused one has its own lines
+        trainer.say_steps_beyond_epochs(cfg, train_rows)
+    algorithm.say_kl_twice(cfg)
 
     prompt_length, response_length = lengths
     shape = RunShape(

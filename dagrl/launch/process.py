@@ -69,6 +69,9 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         from dagrl.config.launch_env import apply_determinism, check_rendezvous_env
 
         check_rendezvous_env()  # here, not in pre-flight: dagrl.plan and the tests validate a launch by WORLD_SIZE
+        from dagrl.launch.start_checks import check_start, joining
+
+        check_start(cfg)
         apply_determinism(cfg.actor_rollout_ref.actor.megatron.use_deterministic_algorithms)
         from dagrl.trainer.loop import Trainer
         from dagrl.utils import watchdog
@@ -93,7 +96,8 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         else:
             from dagrl.utils.dist import destroy_process_groups, init_process_group
 
-            init_process_group(timeout_s=cfg.actor_rollout_ref.nccl_timeout)
+            with joining(cfg.actor_rollout_ref.nccl_timeout):
+                init_process_group(timeout_s=cfg.actor_rollout_ref.nccl_timeout)
             joined()
             Trainer(cfg, shape).fit()
             destroy_process_groups()  # with the watchdog still on: a stuck destroy is a hang like any other

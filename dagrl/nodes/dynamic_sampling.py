@@ -7,9 +7,11 @@ resumed run draws the same prompts), generates and scores it, and filters again.
 rank runs the same number of rounds. The kept groups are then trimmed to exactly train_batch_size, taking them in
 (round, rollout-DP shard) order; the reshard node after this one moves them to the actor layout.
 
-When algorithm.filter_groups.max_num_gen_batches rounds (> 0) are not enough, `on_limit` decides: `raise` stops
-the run naming the keys, `smaller_batch` trains on the groups found (rounded down to a multiple of the actor DP
-size, so every DP rank gets whole groups and the same number of them).
+When algorithm.filter_groups.max_num_gen_batches rounds are not enough, `on_limit` decides: `raise` stops the run
+naming the keys, `smaller_batch` trains on the groups found (rounded down to a multiple of the actor DP size, so
+every DP rank gets whole groups and the same number of them). max_num_gen_batches=0 (no limit of its own) still
+stops a step after a whole epoch of prompts: past it the sampler only draws the same prompts again, and a task on
+which every group scores alike would otherwise generate forever (generating counts as progress for the watchdog).
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
         return batch, {}
     if ctx.draw_prompts is None:
         raise RuntimeError("dynamic sampling needs StepContext.draw_prompts (the trainer sets it)")
-    target, limit, metric = ctx.cfg.data.train_batch_size, options.max_num_gen_batches, options.metric
+    target, metric = ctx.cfg.data.train_batch_size, options.metric
+    limit = options.max_num_gen_batches or epoch_rounds(ctx)
     kept: list[list[np.ndarray]] = []  # per round: rows of this rank's kept groups
     rounds: list[Batch] = []
     counts: list[np.ndarray] = []  # per round: kept groups per rollout-DP shard (global)
@@ -99,7 +102,7 @@ def filter_groups(ctx: StepContext, batch: Batch) -> tuple[Batch, dict[str, floa
         if total >= target:
             goal = target
             break
-        if 0 < limit <= len(rounds):
+        if limit and limit <= len(rounds):
             goal = _goal_at_limit(ctx, total, len(rounds))
             break
         current, _ = _generate_round(ctx, len(rounds))
@@ -136,17 +139,30 @@ def record_dropped(ctx: StepContext, rounds: list[Batch], kept: list[list[np.nda
                 ctx.dropped[ledger_uids[first]] = "surplus" if first in varied else "zero_variance"
 
 
+def epoch_rounds(ctx: StepContext) -> int:
+    """Generation batches of data.train_batch_size prompts that draw a whole epoch (0: the data's size unknown)."""
+    rows = ctx.shape.train_rows
+    return -(-rows // ctx.cfg.data.train_batch_size) if rows else 0
+
+
 def _goal_at_limit(ctx: StepContext, total: int, rounds: int) -> int:
     options = ctx.cfg.algorithm.filter_groups
     target, dp = ctx.cfg.data.train_batch_size, ctx.shape.layout.dp
+    limit = options.max_num_gen_batches
+    bound = (
+        f"algorithm.filter_groups.max_num_gen_batches={limit}"
+        if limit
+        else f"a whole epoch of the {ctx.shape.train_rows} training prompts, where "
+        f"algorithm.filter_groups.max_num_gen_batches=0 stops a step"
+    )
     found = (
         f"only {total} of data.train_batch_size={target} groups had a varying "
-        f"algorithm.filter_groups.metric={options.metric} after {rounds} generation batches "
-        f"(algorithm.filter_groups.max_num_gen_batches={options.max_num_gen_batches})"
+        f"algorithm.filter_groups.metric={options.metric} after {rounds} generation batches ({bound})"
     )
     if options.on_limit == "raise":
+        more = "raise max_num_gen_batches (0 = one epoch)" if limit else f"set max_num_gen_batches above {rounds}"
         raise RuntimeError(
-            f"dynamic sampling: {found}; raise max_num_gen_batches (0 = no limit), set "
+            f"dynamic sampling: {found}; {more}, set "
             f"algorithm.filter_groups.on_limit=smaller_batch to train on the groups found, "
             f"or use data the model gets right only some of the time"
         )

@@ -5,6 +5,9 @@ Applied is the default: most keys are read afresh every step (the loss, rollout 
 length, loggers), and the optimizer's schedule is rebuilt from the current config on load (Megatron's
 override_opt_param_scheduler), so a new `optim.lr` takes effect from the first resumed step. Refused are the keys
 the saved state was built for, where the resumed run would silently train on other rows or misread the state.
+actor_rollout_ref.model.path is refused when it names another model while the saved one is still here: a resume
+loads the checkpoint's weights, so the new model's would never be trained (a model moved, or a resume on another
+machine, where the saved directory is gone, is applied: the same model at a new path).
 
 The dtypes are compared as resolved on each side (`auto` by the machine, `bf16` as `bfloat16`), the saved
 param_dtype as the actor checkpoint records it: `auto` that chose bf16 on the saving machine and chooses bf16 here is
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +41,27 @@ REFUSED = {
 _LOAD_CONTENTS = "actor_rollout_ref.actor.checkpoint.load_contents"
 # where the choice of resume is itself the change, or the key names the run's files rather than a setting
 NOT_SETTINGS = ("trainer.resume_mode", "trainer.resume_from_path", "trainer.default_local_dir")
+MODEL_PATH = "actor_rollout_ref.model.path"
 
 
-def refusal(key: str, now: dict[str, Any]) -> str | None:
-    """Why a resume may not change `key` (None: it may), given the current config's leaves `now`."""
+def _another_model(old: Any, new: Any) -> bool:
+    """model.path names another model than the saved one: the saved directory is still here and is not the same
+    directory (a model moved, or a checkpoint resumed on another machine, is the same model at a new path)."""
+    if not isinstance(old, str) or not isinstance(new, str):
+        return False
+    old, new = os.path.expanduser(old), os.path.expanduser(new)
+    return os.path.isdir(old) and os.path.realpath(old) != os.path.realpath(new)
+
+
+def refusal(key: str, now: dict[str, Any], old: Any = None) -> str | None:
+    """Why a resume may not change `key` from `old` (None: it may), given the current config's leaves `now`."""
     if key in REFUSED:
         return REFUSED[key]
+    if key == MODEL_PATH and _another_model(old, now.get(key)):
+        return (
+            f"the checkpoint holds the weights trained from {old}, and a resume loads those: {now.get(key)} would "
+            f"give only its config and tokenizer, not its weights"
+        )
     if key == "data.max_prompt_length" and now.get("data.filter_overlong_prompts"):
         return _SAMPLER + " (data.filter_overlong_prompts=true drops rows by this length)"
     if key == precision.PARAM_DTYPE and "optimizer" in (now.get(_LOAD_CONTENTS) or ["optimizer"]):
@@ -95,13 +114,14 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
     recorded = _recorded_param_dtype(checkpoint)
     if recorded is not None:  # what the weights are, whatever the saved config said (`auto`, an alias)
         saved = _with_leaf(saved, precision.PARAM_DTYPE, recorded)
-    lines, refused, now = [], [], leaves(current)
+    lines, refused, changes, now, saved_leaves = [], [], [], leaves(current), leaves(saved)
     for key, old, new in changed_keys(saved, current):
-        why = refusal(key, now)
+        why = refusal(key, now, old)
         verdict = f"refused ({why})" if why else "applied"
         lines.append(f"resume from {checkpoint.name}: {key} changed {old!r} -> {new!r}: {verdict}")
         if why:
             refused.append(f"{key}={old}")
+            changes.append(f"{key} (the checkpoint's {old}, now {new})")
     if log:
         for line in lines:
             (logger.warning if "refused" in line else logger.info)(line)
@@ -109,10 +129,9 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
         first = refused[0].split("=")[0]
         raise ConfigError(
             first,
-            f"resuming from {checkpoint} with changed "
-            f"{', '.join(item.split('=')[0] for item in refused)}, which a resume cannot change "
-            f"({refusal(first, now)}): set them back to the saved values ({' '.join(refused)}), "
-            f"or start a new run in another trainer.default_local_dir",
+            f"resuming from {checkpoint} with changed {', '.join(changes)}, which a resume cannot change "
+            f"({refusal(first, now, saved_leaves.get(first))}): set them back to the saved values "
+            f"({' '.join(refused)}), or start a new run in another trainer.default_local_dir",
         )
     return lines
 

@@ -146,6 +146,24 @@ def test_the_limit_raises_naming_the_keys():
         filter_groups(ctx, first_round(ctx))
 
 
+def test_no_limit_stops_a_step_after_a_whole_epoch_of_prompts():
+    # 64 rows / 4 prompts a batch = 16 generation batches an epoch; the 17th would have varied
+    schedule = {**{r: "ssss" for r in range(16)}, 16: "mmmm"}
+    ctx = make_ctx(schedule)
+    with pytest.raises(
+        RuntimeError,
+        match=r"only 0 of data.train_batch_size=4 .* after 16 generation batches \(a whole epoch of the 64 training "
+        r"prompts, where algorithm.filter_groups.max_num_gen_batches=0 stops a step\); set max_num_gen_batches "
+        r"above 16, set algorithm.filter_groups.on_limit=smaller_batch",
+    ):
+        filter_groups(ctx, first_round(ctx))
+    assert len(ctx.rollout.seeds) == 16  # the first batch and 15 more: never the 17th
+    schedule[5] = "smss"
+    ctx = make_ctx(schedule, **{"algorithm.filter_groups.on_limit": "smaller_batch"})
+    out, metrics = filter_groups(ctx, first_round(ctx))
+    assert groups_of(out) == ["7:5:1"] and metrics["train/num_gen_batches"] == 16.0
+
+
 @pytest.mark.parametrize("actor_dp,expected", [(1, ["7:0:0", "7:0:1", "7:1:3"]), (2, ["7:0:0", "7:0:1"])])
 def test_smaller_batch_trains_on_whole_groups_for_every_dp_rank(actor_dp, expected):
     ctx = make_ctx(

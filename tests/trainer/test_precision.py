@@ -172,6 +172,7 @@ def test_a_resume_compares_resolved_dtypes(bf16_checkpoint, machine):
     with pytest.raises(ConfigError, match=f"{PARAM_DTYPE}=bfloat16") as refused:
         _resume_lines(step, f"{PARAM_DTYPE}=auto")
     assert refused.value.key == PARAM_DTYPE and "trainer.default_local_dir" in str(refused.value)
+    assert f"changed {PARAM_DTYPE} (the checkpoint's bfloat16, now float32)" in str(refused.value)
     assert len(str(refused.value).splitlines()) == 1
     with pytest.raises(ConfigError, match="optimizer state of bfloat16 parameters"):
         _resume_lines(step, f"{PARAM_DTYPE}=float32")

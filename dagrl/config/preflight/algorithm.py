@@ -4,12 +4,16 @@ and DAPO's dynamic sampling."""
 
 from __future__ import annotations
 
+import logging
+
 from dagrl.algo.catalog import ADV_ESTIMATORS
 from dagrl.config.errors import ConfigError, require
 from dagrl.config.preflight.actor import check_off_policy
 from dagrl.config.preflight.graph import graph_roles
 from dagrl.config.tree import Cfg
 
+
+logger = logging.getLogger(__name__)
 
 N_KEY = "actor_rollout_ref.rollout.n"
 N_FIX = f"set {N_KEY} to 2 or more (verl's scripts use 5-16)"
@@ -29,6 +33,7 @@ def check_algorithm(cfg: Cfg) -> None:
         f"algorithm.filter_groups.enable=false",
     )
     check_loss_options(cfg)
+    check_clip_ratio(cfg)
     check_off_policy(cfg)  # truncated IS, decoupled PPO, sequence masking (the actor's)
     kl = algorithm.kl_ctrl
     require(
@@ -100,6 +105,20 @@ def check_loss_options(cfg: Cfg) -> None:
         )
 
 
+def check_clip_ratio(cfg: Cfg) -> None:
+    """clip_ratio is only the default of clip_ratio_low and clip_ratio_high: with both set it applies nowhere."""
+    from dagrl.config.schema.check import default_value
+
+    actor, key = cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor.clip_ratio"
+    low, high = actor.clip_ratio_low, actor.clip_ratio_high
+    require(
+        low is None or high is None or actor.clip_ratio == default_value(key),
+        key,
+        f"{key}={actor.clip_ratio} has no effect: actor_rollout_ref.actor.clip_ratio_low={low} and "
+        f"clip_ratio_high={high} are both set and replace it; drop {key}, or one of clip_ratio_low/high",
+    )
+
+
 def check_filter_groups(cfg: Cfg) -> None:
     """DAPO dynamic sampling: a filter metric that exists when the filter runs."""
     options = cfg.algorithm.filter_groups
@@ -109,3 +128,13 @@ def check_filter_groups(cfg: Cfg) -> None:
         "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: the KL penalty is "
         "applied after the reference log-probs, long after dynamic sampling; filter on seq_reward instead",
     )
+
+
+def say_kl_twice(cfg: Cfg) -> None:
+    """KL in the reward and in the loss both apply (verl allows it, with a notice): said, since one is usually meant."""
+    if cfg.algorithm.use_kl_in_reward is True and cfg.actor_rollout_ref.actor.use_kl_loss is True:
+        logger.warning(
+            "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true: the KL to the reference "
+            "is penalised twice, in the reward (algorithm.kl_ctrl.kl_coef) and in the loss "
+            "(actor_rollout_ref.actor.kl_loss_coef); set one of them false for a single penalty"
+        )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
 
@@ -39,6 +41,16 @@ def check_async_training(cfg: Cfg) -> None:
         "async_training.max_staleness",
         f"async_training.max_staleness={staleness!r} must be an integer >= 0",
     )
+    # a colocated run without partial rollout samples every step with the newest weights: K = 0 (or the default)
+    # states that, a larger K asks for asynchrony the run does not have
+    colocated = cfg.actor_rollout_ref.hybrid_engine
+    require(
+        options.partial_rollout or not colocated or staleness <= 1,
+        "async_training.max_staleness",
+        f"async_training.max_staleness={staleness} has no effect on a colocated run without partial rollout "
+        f"(actor_rollout_ref.hybrid_engine=true: every step samples with the newest weights): set "
+        f"async_training.partial_rollout=true or actor_rollout_ref.hybrid_engine=false, or drop max_staleness",
+    )
     trigger, key = options.trigger_parameter_sync_step, "async_training.trigger_parameter_sync_step"
     require(
         isinstance(trigger, int) and not isinstance(trigger, bool) and trigger >= 1,
@@ -63,4 +75,20 @@ def check_async_training(cfg: Cfg) -> None:
         "async_training.partial_rollout",
         "async_training.partial_rollout=true with algorithm.filter_groups.enable=true (dynamic sampling) is not "
         "supported yet: turn one of them off",
+    )
+
+
+def check_oversample(cfg: Cfg, train_rows: int) -> None:
+    """Partial rollout keeps oversample_ratio x data.train_batch_size groups in flight, each a prompt the sampler
+    draws: more than the data holds draws prompts of later epochs (and again and again) into one step."""
+    options, batch = cfg.async_training, cfg.data.train_batch_size
+    if not options.partial_rollout or not isinstance(train_rows, int):
+        return
+    groups = math.ceil(options.oversample_ratio * batch)
+    require(
+        groups <= train_rows,
+        "async_training.oversample_ratio",
+        f"async_training.oversample_ratio={options.oversample_ratio} keeps {groups} groups in flight "
+        f"({options.oversample_ratio} x data.train_batch_size={batch}), more than the {train_rows} training prompts: "
+        f"set it at most {train_rows / batch:g} (the rows over data.train_batch_size)",
     )

@@ -19,6 +19,21 @@ def check_lengths(cfg: Cfg) -> tuple[int, int]:
     return prompt_length, response_length
 
 
+def check_empty_paths(cfg: Cfg) -> None:
+    """An empty path (an unset shell variable: `data.val_files=$VAL`) would read as "none": a run with no validation
+    or scored by the built-in scorers, as data.train_files= is refused for."""
+    for key, value, none in (
+        ("data.val_files", cfg.data.val_files, "data.val_files=null for no validation"),
+        ("custom_reward_function.path", cfg.custom_reward_function.path, "drop it for the built-in scorers"),
+    ):
+        require(
+            value != "",
+            key,
+            f"{key} is empty (an unset shell variable?): point it at "
+            f"{'a parquet file' if key.startswith('data.') else 'the .py file of your reward function'}, or {none}",
+        )
+
+
 def check_position_limit(total: int, hf_config: dict) -> None:
     """A prompt + response longer than the model's positions (max_position_embeddings, x a rope scaling factor)."""
     limit = model_shapes.position_limit(hf_config)

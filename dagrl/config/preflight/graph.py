@@ -9,6 +9,9 @@ from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
 from dagrl.dag.graph import RESHARD, RESHARD_FN
 
+LOG_PROB_NODES = "dagrl.nodes.log_prob:"
+UPDATE_FN = "dagrl.nodes.actor:update_actor"
+
 
 def graph_node_dicts(cfg: Cfg) -> Any:
     """The graph's node dicts: what dag.custom_pipeline_fn returns, else dag.nodes (a map by id or a list)."""
@@ -54,6 +57,16 @@ def check_graph_nodes(cfg: Cfg, world_size: int) -> None:
         f"{world_size} processes but the graph{f' {custom} returns' if custom else ''} has no node with role "
         f"{RESHARD} ({RESHARD_FN}): add it after scoring (as conf/dag/grpo.yaml does) so that batches reach the "
         f"actor layout",
+    )
+    # an actor node other than the log-prob passes is the update (conf/dag's actor_update, or the user's own)
+    updates = [fn for fn, role in zip(fns, roles) if role == "actor" and not fn.startswith(LOG_PROB_NODES)]
+    require(
+        bool(updates) or not nodes or cfg.trainer.val_only,  # (no nodes at all: preflight_graph names it)
+        source,
+        f"{source}: the graph{f' {custom} returns' if custom else ''} has no actor update (no node with role "
+        f"actor besides the "
+        f'log-prob passes): the run would train nothing; add {{role: actor, fn: "{UPDATE_FN}"}} after the '
+        f"advantage (as conf/dag/grpo.yaml's actor_update), or set trainer.val_only=true to only validate",
     )
     require(
         not cfg.algorithm.filter_groups.enable or any(fn.startswith("dagrl.nodes.dynamic_sampling:") for fn in fns),

@@ -123,6 +123,13 @@ def check_model_parallel(cfg: Cfg, world_size: int, hf_config: dict) -> Parallel
             f"world size by TP x PP x CP ({' x '.join(map(str, sizes.values()))}): "
             f"{world_size} is not divisible by {product}; change {' or '.join(keys)}",
         )
+    tp, megatron = sizes[MODEL_PARALLEL_KEYS[0]], "actor_rollout_ref.actor.megatron"
+    require(
+        tp > 1 or not cfg.actor_rollout_ref.actor.megatron.sequence_parallel,
+        f"{megatron}.sequence_parallel",
+        f"{megatron}.sequence_parallel=true has no effect with {megatron}.tensor_model_parallel_size=1 (it shards "
+        f"activations over the TP ranks): set tensor_model_parallel_size > 1, or sequence_parallel=false",
+    )
     from types import SimpleNamespace
     from dagrl.engine.megatron.preflight import check_layout
 

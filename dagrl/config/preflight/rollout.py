@@ -10,6 +10,10 @@ from dagrl.config.errors import ConfigError, require
 from dagrl.config.tree import Cfg
 from dagrl.placement import ParallelLayout, Placement
 
+# config.json architectures whose head scores a sequence or token instead of predicting the next token
+CLASSIFIER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "RewardModel")
+MIN_TEMPERATURE = 1e-3  # below it the softmax puts all but ~0 mass on the likeliest token: sampling is greedy
+
 
 def check_sampling(config: Any) -> None:
     """Validation that samples at temperature 0 contradicts itself (vLLM and HF both refuse or divide by zero).
@@ -23,6 +27,30 @@ def check_sampling(config: Any) -> None:
             f"{key}=0 with actor_rollout_ref.rollout.val_kwargs.do_sample=true: sampling needs a "
             f"temperature > 0 (e.g. 0.6); for greedy validation set val_kwargs.do_sample=false",
         )
+
+
+def check_policy_model(cfg: Cfg, hf_config: dict) -> None:
+    """The policy must be a full-precision causal LM: a classifier head (a reward model) has no next-token logits
+    to sample from, and quantized weights (an FP8 release's weight_scale_inv) are not what the actor trains."""
+    key = "actor_rollout_ref.model.path"
+    architectures = hf_config.get("architectures") or []
+    head = next((a for a in architectures if isinstance(a, str) and a.endswith(CLASSIFIER_HEADS)), None)
+    require(
+        head is None,
+        key,
+        f"{key}={cfg.actor_rollout_ref.model.path} has a classifier head (config.json architectures: {head}, a "
+        f"reward or classification model), not a language-model head to sample from: point {key} at the causal LM "
+        f"(architectures ...ForCausalLM) to train",
+    )
+    quantization = hf_config.get("quantization_config")
+    method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else quantization
+    require(
+        quantization is None,
+        key,
+        f"{key}={cfg.actor_rollout_ref.model.path} is a quantized checkpoint (config.json quantization_config, "
+        f"quant_method={method}): dagrl trains full-precision weights; point {key} at the unquantized release "
+        f"(e.g. Qwen/Qwen3-8B, not Qwen/Qwen3-8B-FP8)",
+    )
 
 
 def check_rollout_tp(cfg: Cfg, parallel: ParallelLayout, place: Placement) -> int:
@@ -85,6 +113,44 @@ def check_greedy_groups(cfg: Cfg) -> None:
         f"actor_rollout_ref.rollout.do_sample=false samples greedily: the {rollout.n} responses of a prompt are "
         f"the same, so algorithm.adv_estimator={estimator} gives every advantage 0 and nothing trains; set "
         f"actor_rollout_ref.rollout.do_sample=true (greedy is for validation: val_kwargs.do_sample=false)",
+    )
+    if rollout.do_sample is False or not group or rollout.n == 1:
+        return
+    # sampling that is greedy in all but name: every sample of a group the same token for token
+    require(
+        not (isinstance(rollout.temperature, (int, float)) and rollout.temperature < MIN_TEMPERATURE),
+        "actor_rollout_ref.rollout.temperature",
+        f"actor_rollout_ref.rollout.temperature={rollout.temperature} is below {MIN_TEMPERATURE:g}: sampling is "
+        f"greedy, the {rollout.n} responses of a prompt are the same and algorithm.adv_estimator={estimator} gives "
+        f"every advantage 0; set actor_rollout_ref.rollout.temperature to 0.6-1.0",
+    )
+    require(
+        rollout.top_k != 1,
+        "actor_rollout_ref.rollout.top_k",
+        f"actor_rollout_ref.rollout.top_k=1 keeps only the likeliest token: sampling is greedy, the {rollout.n} "
+        f"responses of a prompt are the same and algorithm.adv_estimator={estimator} gives every advantage 0; set "
+        f"actor_rollout_ref.rollout.top_k=-1 (off) or 20 or more",
+    )
+
+
+def check_ignored_rollout_keys(cfg: Cfg) -> None:
+    """Rollout settings another rollout setting makes the engine ignore."""
+    rollout, val = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.rollout.val_kwargs
+    vllm_kwargs = rollout.engine_kwargs.vllm
+    vllm_kwargs = vllm_kwargs.to_dict() if isinstance(vllm_kwargs, Cfg) else vllm_kwargs or {}
+    require(
+        rollout.name == "vllm" or not vllm_kwargs,
+        "actor_rollout_ref.rollout.engine_kwargs.vllm",
+        f"actor_rollout_ref.rollout.engine_kwargs.vllm has no effect with actor_rollout_ref.rollout.name="
+        f"{rollout.name} (only the vLLM engine reads it): set actor_rollout_ref.rollout.name=vllm, or drop "
+        f"engine_kwargs.vllm ({', '.join(vllm_kwargs)})",
+    )
+    require(
+        not (isinstance(val.n, int) and val.n > 1 and val.do_sample is False),
+        "actor_rollout_ref.rollout.val_kwargs.n",
+        f"actor_rollout_ref.rollout.val_kwargs.n={val.n} with actor_rollout_ref.rollout.val_kwargs.do_sample=false: "
+        f"greedy validation gives the {val.n} responses of a prompt the same text (the same score {val.n} times); "
+        f"set val_kwargs.do_sample=true (and a val_kwargs.temperature), or val_kwargs.n=1",
     )
 
 

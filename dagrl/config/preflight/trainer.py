@@ -5,6 +5,7 @@ cut; what checkpoints there hold is config/preflight/checkpoints.py's."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from dagrl.config.checks import as_list
 from dagrl.config.errors import ConfigError, require
 from dagrl.config.tree import Cfg
 
+logger = logging.getLogger(__name__)
 RUN_DIR = "trainer.default_local_dir"
 
 
@@ -27,6 +29,45 @@ def check_run_length_and_sampling(cfg: Cfg) -> None:
         not trainer.val_only or cfg.actor_rollout_ref.hybrid_engine,
         "trainer.val_only",
         "trainer.val_only=true is supported on colocated runs only: set actor_rollout_ref.hybrid_engine=true",
+    )
+
+
+RUN_DIR_KEY = "trainer.default_local_dir"
+RUN_DIR_DEFAULT = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+
+
+def check_fixed_run_dir(overrides: list[str]) -> None:
+    """${now:...} in the run directory (trainer.default_local_dir, or a name it is made of) gives every launch a
+    new one: a relaunch after a crash or preemption finds no checkpoint there (auto-resume) and trains from
+    scratch. Read from the overrides as written: composing resolves ${now:} into a plain time."""
+    given = {arg.lstrip("+").split("=", 1)[0]: arg.split("=", 1)[1] for arg in overrides if "=" in arg}
+    run_dir = given.get(RUN_DIR_KEY, RUN_DIR_DEFAULT)
+    for key in ("trainer.project_name", "trainer.experiment_name", RUN_DIR_KEY):
+        value = given.get(key, "")
+        if "${now:" in value and (key == RUN_DIR_KEY or "${" + key + "}" in run_dir):
+            raise ConfigError(
+                key,
+                f"{key}={value} changes at every launch, and with it {RUN_DIR_KEY}: a relaunch after a crash or "
+                f"preemption would not find the run's checkpoints and would train from scratch; give {key} a "
+                f"fixed value (a time fixed once by the launching script, outside its retry loop)",
+            )
+
+
+def say_steps_beyond_epochs(cfg: Cfg, train_rows: int) -> None:
+    """trainer.total_training_steps only caps the run: more steps than trainer.total_epochs of the data holds
+    would end the run early without a word."""
+    from dagrl.config.derived import total_steps
+
+    limit, epochs = cfg.trainer.total_training_steps, cfg.trainer.total_epochs
+    steps = total_steps(cfg, train_rows)
+    if not limit or not isinstance(steps, int) or limit <= steps:
+        return
+    per_epoch = train_rows // cfg.data.train_batch_size
+    needed = -(-limit // per_epoch) if per_epoch else None
+    logger.warning(
+        f"trainer.total_training_steps={limit} is more than trainer.total_epochs={epochs} of the data holds "
+        f"({per_epoch} steps an epoch: {train_rows} rows / data.train_batch_size={cfg.data.train_batch_size}): the "
+        f"run stops at step {steps}; for {limit} steps set trainer.total_epochs={needed}"
     )
 
 

@@ -30,7 +30,9 @@ class FilterGroups(Section):
         choices=("acc", "score", "seq_reward", "seq_final_reward"),
     )
     max_num_gen_batches: int = key(
-        0, "generation batches per step at most; 0 = no limit", hinted(NON_NEGATIVE_INT, "0 = no limit")
+        0,
+        "generation batches per step at most; 0 = a whole epoch of prompts",
+        hinted(NON_NEGATIVE_INT, "0 = a whole epoch of prompts"),
     )
     on_limit: str = key(
         "raise",

@@ -45,10 +45,14 @@ class HFRollout:
         record_routes: bool = False,
         log_probs: bool = False,
     ) -> None:
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, GenerationConfig
 
         self.device = device
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+        # generate fills every field dagrl leaves unset from the model's generation_config.json: its
+        # repetition_penalty, no_repeat_ngram_size, ... would sample from another policy than the one the actor's
+        # log-probs assume. dagrl's keys alone decide sampling (generate below sets each field it uses).
+        self.model.generation_config = GenerationConfig()
         if fp32_lm_head and dtype != torch.float32:  # the logits the actor computes with the same flag
             self.model.get_output_embeddings().register_forward_hook(_fp32_logits_hook)
         self.eos_token_ids = eos_token_ids

@@ -71,6 +71,6 @@ CASES: tuple[Case, ...] = (
         "max_gen_batches_negative",
         "`algorithm.filter_groups.max_num_gen_batches=-2`",
         ("dag=dapo", "algorithm.filter_groups.max_num_gen_batches=-2"),
-        ("max_num_gen_batches=-2", "an integer >= 0", "0 = no limit"),
+        ("max_num_gen_batches=-2", "an integer >= 0", "0 = a whole epoch of prompts"),
     ),
 )

@@ -93,4 +93,10 @@ CASES: tuple[Case, ...] = (
         ("actor_rollout_ref.hybrid_engine=false", "rollout.n_gpus_per_node=0"),
         ("rollout.n_gpus_per_node=0",),
     ),
+    Case(
+        "oversample_beyond_the_data",
+        "`async_training.oversample_ratio=100` with partial rollout (more groups in flight than prompts)",
+        ("async_training.partial_rollout=true", "async_training.oversample_ratio=100"),
+        ("async_training.oversample_ratio=100", "more than the 32 training prompts", "at most 8"),
+    ),
 )

@@ -77,6 +77,27 @@ CASES: tuple[Case, ...] = (
         make=text_file("my_run.yaml", RUN_YAML),
     ),
     Case(
+        "config_dir_graph_not_yaml",
+        "`--config-dir=D dag=mine` where D/dag/mine.yaml does not parse",
+        ("--config-dir={ws}/conf", "dag=mine"),
+        ("<tmp>/conf/dag/mine.yaml, line 3", "is not valid YAML", "fix the file there"),
+        make=text_file("conf/dag/mine.yaml", "nodes:\n  rollout: [1, 2\n  reward: 3\n"),
+    ),
+    Case(
+        "config_dir_graph_without_defaults",
+        "`--config-dir=D dag=mine` where D/dag/mine.yaml has nodes only (no `defaults: [grpo, _self_]`)",
+        ("--config-dir={ws}/conf", "dag=mine"),
+        ("dag=mine (<tmp>/conf/dag/mine.yaml) lacks custom_pipeline_fn, switches", "defaults: [grpo, _self_]"),
+        make=text_file("conf/dag/mine.yaml", "nodes:\n  rollout: {fn: my_nodes:rollout, deps: []}\n"),
+    ),
+    Case(
+        "hydra_run_dir_unwritable",
+        "`hydra.run.dir` under a file",
+        ("hydra.run.dir={ws}/notes.txt/run",),
+        ("hydra.run.dir", "<tmp>/notes.txt is a file", "writable folder"),
+        make=text_file("notes.txt", "notes"),
+    ),
+    Case(
         "yaml_file_as_argument",
         "a config file as an argument",
         ("{ws}/my_run.yaml",),

@@ -191,4 +191,10 @@ CASES: tuple[Case, ...] = (
         ("save_to_disk", "load_from_disk", ".to_parquet("),
         make=datasets_saved_to_disk,
     ),
+    Case(
+        "val_files_empty",
+        "`data.val_files=` (an unset `$VAL`: no validation, silently)",
+        ("data.val_files=",),
+        ("data.val_files is empty", "data.val_files=null"),
+    ),
 )

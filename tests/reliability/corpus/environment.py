@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from tests.reliability.corpus.case import MODEL_KEY, Case
+from tests.reliability.corpus.file_makers import text_file
 
 TOPIC = "Environment variables"
 CASES: tuple[Case, ...] = (
@@ -48,5 +49,19 @@ CASES: tuple[Case, ...] = (
         (),
         ("DAGRL_LOG_LEVEL='verbose'", "DEBUG, INFO, WARNING"),
         env={"DAGRL_LOG_LEVEL": "verbose"},
+    ),
+    Case(
+        "mlflow_server_unreachable",
+        "`MLFLOW_TRACKING_URI=http://127.0.0.1:9` (no server there) with mlflow logging",
+        ("trainer.default_local_dir={ws}/run", "trainer.logger=[console,mlflow]"),
+        ("MLFLOW_TRACKING_URI=http://127.0.0.1:9 cannot be reached", "start the server", "or unset it"),
+        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+    ),
+    Case(
+        "mlflow_file_store_is_a_file",
+        "a file named mlruns in trainer.default_local_dir (mlflow logging, no MLFLOW_TRACKING_URI)",
+        ("trainer.default_local_dir={ws}/run", "trainer.logger=[console,mlflow]"),
+        ("the mlflow file store goes in <tmp>/run/mlruns, but <tmp>/run/mlruns is a file", "MLFLOW_TRACKING_URI"),
+        make=text_file("run/mlruns", "x"),
     ),
 )

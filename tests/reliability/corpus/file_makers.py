@@ -13,6 +13,7 @@ from tests.reliability.corpus.texts import REWARD_NO_KWARGS
 
 def text_file(name: str, text: str) -> Callable[[Path, Paths], None]:
     def make(ws: Path, paths: Paths) -> None:
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
         (ws / name).write_text(text)
 
     return make
@@ -119,5 +120,33 @@ def symlink_loop(name: str) -> Callable[[Path, Paths], None]:
         import os
 
         os.symlink(ws / name, ws / name)
+
+    return make
+
+
+HELD_PORTS: list = []  # sockets a case keeps listening while its run starts
+
+
+def port_in_use(port: int) -> Callable[[Path, Paths], None]:
+    """Another process's server on `port` (this test process listens there until it ends)."""
+
+    def make(ws: Path, paths: Paths) -> None:
+        import socket
+
+        server = socket.socket()
+        try:
+            server.bind(("", port))
+            server.listen()
+        except OSError:  # in use already: the case holds either way
+            server.close()
+            return
+        HELD_PORTS.append(server)
+
+    return make
+
+
+def folder(name: str) -> Callable[[Path, Paths], None]:
+    def make(ws: Path, paths: Paths) -> None:
+        (ws / name).mkdir(parents=True)
 
     return make

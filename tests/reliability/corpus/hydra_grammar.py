@@ -166,4 +166,22 @@ CASES: tuple[Case, ...] = (
         ('custom_reward_function.reward_kwargs={{"scale": 2}}',),
         ("without quotes around its keys", "+custom_reward_function.reward_kwargs.scale=2"),
     ),
+    Case(
+        "hydra_key_unknown",
+        "`hydra.run.dirr=x` (a typo in Hydra's own key)",
+        ("hydra.run.dirr=x",),
+        ("override 'hydra.run.dirr=x'", "has no key 'dirr'", "--cfg hydra"),
+    ),
+    Case(
+        "hydra_bool_value",
+        "`hydra.job.chdir=maybe`",
+        ("hydra.job.chdir=maybe",),
+        ("override 'hydra.job.chdir=maybe'", "takes a bool", "hydra.job.chdir=true or hydra.job.chdir=false"),
+    ),
+    Case(
+        "hydra_plugin_missing",
+        "`hydra/launcher=joblib` without the plugin",
+        ("hydra/launcher=joblib",),
+        ("Hydra has no hydra/launcher option 'joblib'", "pip install hydra-joblib-launcher"),
+    ),
 )

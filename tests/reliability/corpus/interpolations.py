@@ -34,4 +34,23 @@ CASES: tuple[Case, ...] = (
         ("actor_rollout_ref.rollout.n=${{data.train_batch_size",),
         ("close the interpolation", "actor_rollout_ref.rollout.n=${data.train_batch_size}"),
     ),
+    Case(
+        "env_text_for_a_number",
+        "`data.train_batch_size=${oc.env:BS}` with BS=8 (oc.env gives text)",
+        ("data.train_batch_size=${{oc.env:BS}}",),
+        ("oc.env gives text ('8')", "data.train_batch_size=$BS", "${oc.decode:${oc.env:BS}}"),
+        env={"BS": "8"},
+    ),
+    Case(
+        "interpolation_cycle",
+        "`trainer.project_name=${trainer.experiment_name}` and the reverse",
+        ("trainer.project_name=${{trainer.experiment_name}}", "trainer.experiment_name=${{trainer.project_name}}"),
+        ("trainer.project_name -> trainer.experiment_name -> trainer.project_name", "a plain value"),
+    ),
+    Case(
+        "hydra_resolver",
+        "`trainer.experiment_name=${hydra:job.name}`",
+        ("trainer.experiment_name=${{hydra:job.name}}",),
+        ("${hydra:job.name} reads Hydra's job settings", "trainer.experiment_name=..."),
+    ),
 )

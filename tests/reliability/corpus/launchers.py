@@ -1,7 +1,9 @@
 from __future__ import annotations
 
-from tests.reliability.corpus.case import WORLD, Case, world
+from tests.reliability.corpus.case import STARTUP, WORLD, Case, world
+from tests.reliability.corpus.file_makers import port_in_use
 
+HAND_EXPORTED = {**WORLD, "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
 TOPIC = "Launchers and clusters (trainer.launcher, trainer.nnodes, the launch's processes)"
 CASES: tuple[Case, ...] = (
     Case(
@@ -72,5 +74,31 @@ CASES: tuple[Case, ...] = (
         "`trainer.ray_address` where no Ray head listens (ray.init retries for minutes)",
         ("trainer.launcher=ray", "trainer.ray_address=127.0.0.1:1", "trainer.default_local_dir={ws}/run"),
         ("trainer.ray_address=127.0.0.1:1", "no Ray head reachable", "within 5 s"),
+    ),
+    Case(
+        "master_port_in_use",
+        "a hand-exported 2-rank environment whose MASTER_PORT another process listens on",
+        (*world(2), "trainer.default_local_dir={ws}/run"),
+        ("MASTER_PORT=29649 is in use on this machine", "export a free port", "ss -ltnp | grep :29649"),
+        make=port_in_use(29649),
+        env={**HAND_EXPORTED, "RANK": "0", "MASTER_PORT": "29649"},
+    ),
+    Case(
+        "peer_rank_never_comes",
+        "a hand-exported 2-rank environment, rank 0 started alone",
+        (*world(2), "actor_rollout_ref.nccl_timeout=2"),
+        ("rank 0 could not join", "WORLD_SIZE=2 at MASTER_ADDR:MASTER_PORT=127.0.0.1:29647 within 2 s", "RANK 0..1"),
+        env={**HAND_EXPORTED, "RANK": "0", "MASTER_PORT": "29647"},
+        code=1,
+        found=STARTUP,
+    ),
+    Case(
+        "rank_zero_never_comes",
+        "a hand-exported 2-rank environment, rank 1 started alone",
+        (*world(2), "actor_rollout_ref.nccl_timeout=2"),
+        ("rank 1 could not join", "rank 0 never listened", "MASTER_ADDR:MASTER_PORT=127.0.0.1:29648"),
+        env={**HAND_EXPORTED, "RANK": "1", "LOCAL_RANK": "1", "MASTER_PORT": "29648"},
+        code=1,
+        found=STARTUP,
     ),
 )

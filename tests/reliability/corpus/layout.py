@@ -27,6 +27,19 @@ CASES: tuple[Case, ...] = (
         (f"{MEGATRON}.param_dtype=bfloat16",),
     ),
     Case(
+        "cp_on_a_cpu_machine",
+        "`context_parallel_size=2` (packed, bf16) on a machine without a GPU",
+        (
+            *world(2),
+            "trainer.default_local_dir={ws}/run",
+            f"{MEGATRON}.context_parallel_size=2",
+            "actor_rollout_ref.model.use_remove_padding=true",
+            f"{MEGATRON}.param_dtype=bfloat16",
+        ),
+        (f"{MEGATRON}.context_parallel_size=2", "this machine has no GPU", "context_parallel_size=1 here"),
+        env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29646"},
+    ),
+    Case(
         "heads_not_divisible_by_tp",
         "TP=3 with 4 attention heads (3 processes)",
         (*world(3), f"{MEGATRON}.tensor_model_parallel_size=3"),

@@ -6,11 +6,14 @@ from tests.reliability.corpus.model_makers import (
     chat_template,
     config_key_removed,
     eos_beyond_vocab,
+    index_names_absent_tensor,
     model_copy,
     model_file_text,
     model_of_vocab,
     model_weights,
+    qwen2_weights_as_qwen3,
     without_lm_head,
+    without_tensor,
 )
 from tests.reliability.corpus.texts import TEMPLATE_RAISES, TEMPLATE_RAISES_ON_A_WORD
 
@@ -180,6 +183,20 @@ CASES: tuple[Case, ...] = (
         make=model_weights("missing_shard"),
     ),
     Case(
+        "weights_index_names_absent_tensor",
+        "model.safetensors.index.json places a tensor in a shard whose header lacks it",
+        (f"{MODEL_KEY}={{ws}}/model",),
+        ("model.safetensors.index.json", "lm_head.weight", "different downloads", "re-download"),
+        make=index_names_absent_tensor,
+    ),
+    Case(
+        "model_type_qwen3_over_qwen2_weights",
+        "config.json's model_type edited to qwen3 over weights with Qwen2's q/k/v biases",
+        (f"{MODEL_KEY}={{ws}}/model",),
+        ("<tmp>/model/config.json", "model_type=qwen3", "as qwen2 weights do", "restore the model's own config.json"),
+        make=qwen2_weights_as_qwen3,
+    ),
+    Case(
         "weights_truncated",
         "a safetensors file cut to half its size (an interrupted download)",
         (f"{MODEL_KEY}={{ws}}/model",),
@@ -207,6 +224,13 @@ CASES: tuple[Case, ...] = (
         ("actor_rollout_ref.model.path={ws}/model",),
         ("no lm_head.weight", "re-save"),
         make=without_lm_head,
+    ),
+    Case(
+        "layer_tensor_missing",
+        "weights re-saved without one layer's mlp.down_proj.weight",
+        (f"{MODEL_KEY}={{ws}}/model",),
+        ("lack 1 tensor(s)", "model.layers.1.mlp.down_proj.weight", "re-download"),
+        make=without_tensor("model.layers.1.mlp.down_proj.weight"),
     ),
     Case(
         "eos_id_beyond_vocab",

@@ -176,15 +176,51 @@ def megatron_actor_dir(ws: Path, paths: Paths) -> None:
         shutil.copy(paths.model / name, actor / "huggingface" / name)
 
 
-def without_lm_head(ws: Path, paths: Paths) -> None:
-    """{ws}/model: the tiny (untied) model's weights saved without lm_head.weight."""
-    from safetensors.numpy import load_file, save_file
+def without_tensor(name: str) -> Callable[[Path, Paths], None]:
+    """{ws}/model: the tiny (untied) model's weights saved without the tensor `name`."""
 
-    model_copy()(ws, paths)
-    weights = load_file(str(paths.model / "model.safetensors"))
-    weights.pop("lm_head.weight")
-    save_file(weights, str(ws / "model" / "model.safetensors"), metadata={"format": "pt"})
+    def make(ws: Path, paths: Paths) -> None:
+        from safetensors.numpy import load_file, save_file
+
+        model_copy()(ws, paths)
+        weights = load_file(str(paths.model / "model.safetensors"))
+        weights.pop(name)
+        save_file(weights, str(ws / "model" / "model.safetensors"), metadata={"format": "pt"})
+
+    return make
+
+
+without_lm_head = without_tensor("lm_head.weight")
 
 
 def eos_beyond_vocab(ws: Path, paths: Paths) -> None:
     model_copy(patch={"eos_token_id": 50000})(ws, paths)
+
+
+def qwen2_weights_as_qwen3(ws: Path, paths: Paths) -> None:
+    """{ws}/model: weights with Qwen2's q/k/v biases under a config.json edited to model_type qwen3."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    model_copy(patch={"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})(ws, paths)
+    weights = load_file(str(paths.model / "model.safetensors"))
+    for name in [n for n in weights if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight"))]:
+        weights[name.replace(".weight", ".bias")] = np.zeros(weights[name].shape[0], weights[name].dtype)
+    save_file(weights, str(ws / "model" / "model.safetensors"), metadata={"format": "pt"})
+
+
+def index_names_absent_tensor(ws: Path, paths: Paths) -> None:
+    """{ws}/model: two complete shards under an index that places lm_head.weight in the shard without it."""
+    from safetensors.numpy import load_file, save_file
+
+    model_copy(remove=("model.safetensors",))(ws, paths)
+    weights = load_file(str(paths.model / "model.safetensors"))
+    names = sorted(weights)
+    shards = {name: f"model-0000{1 + i % 2}-of-00002.safetensors" for i, name in enumerate(names)}
+    for shard in set(shards.values()):
+        held = {name: weights[name] for name in names if shards[name] == shard}
+        save_file(held, str(ws / "model" / shard), metadata={"format": "pt"})
+    wrong = {"model-00001-of-00002.safetensors": "model-00002-of-00002.safetensors"}
+    shards["lm_head.weight"] = wrong.get(shards["lm_head.weight"], "model-00001-of-00002.safetensors")
+    index = {"metadata": {}, "weight_map": shards}
+    (ws / "model" / "model.safetensors.index.json").write_text(json.dumps(index))

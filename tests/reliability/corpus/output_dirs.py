@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from tests.reliability.corpus.case import Case
-from tests.reliability.corpus.file_makers import text_file
+from tests.reliability.corpus.file_makers import folder, text_file
 
 TOPIC = "Output directories (tensorboard, rollout and validation dumps, the data cache)"
 CASES: tuple[Case, ...] = (
@@ -58,5 +58,26 @@ CASES: tuple[Case, ...] = (
         ("trainer.validation_data_dir={ws}/a_file/generations",),
         ("trainer.validation_data_dir", "<tmp>/a_file", "not a directory"),
         make=text_file("a_file", ""),
+    ),
+    Case(
+        "data_cache_is_a_file",
+        "a file named data_cache in trainer.default_local_dir",
+        ("trainer.default_local_dir={ws}/run",),
+        ("the data cache goes in <tmp>/run/data_cache, but <tmp>/run/data_cache is a file", "data.cache_dir"),
+        make=text_file("run/data_cache", "x"),
+    ),
+    Case(
+        "default_tensorboard_dir_is_a_file",
+        "a file named tensorboard in trainer.default_local_dir (tensorboard logging on)",
+        ("trainer.default_local_dir={ws}/run", "trainer.logger=[console,tensorboard]"),
+        ("<tmp>/run/tensorboard is a file", "set trainer.tensorboard_dir to a folder"),
+        make=text_file("run/tensorboard", "x"),
+    ),
+    Case(
+        "metrics_jsonl_is_a_folder",
+        "a folder named metrics.jsonl in trainer.default_local_dir (jsonl logging on)",
+        ("trainer.default_local_dir={ws}/run",),
+        ("the jsonl logger appends to <tmp>/run/metrics.jsonl, which is a folder", "trainer.default_local_dir"),
+        make=folder("run/metrics.jsonl"),
     ),
 )

@@ -237,4 +237,10 @@ CASES: tuple[Case, ...] = (
         code=1,
         found=RUNTIME,
     ),
+    Case(
+        "reward_path_empty",
+        "`custom_reward_function.path=` (an unset `$REWARD`: the built-in scorers, silently)",
+        ("custom_reward_function.path=",),
+        ("custom_reward_function.path is empty", "the .py file"),
+    ),
 )

@@ -93,4 +93,48 @@ CASES: tuple[Case, ...] = (
         ("data.val_files=[]", "trainer.test_freq=1"),
         ("trainer.test_freq=1 has no effect", "data.val_files"),
     ),
+    Case(
+        "clip_ratio_with_low_and_high",
+        "`actor.clip_ratio=0.3` with both clip_ratio_low and clip_ratio_high set",
+        (
+            "actor_rollout_ref.actor.clip_ratio=0.3",
+            "actor_rollout_ref.actor.clip_ratio_low=0.2",
+            "actor_rollout_ref.actor.clip_ratio_high=0.28",
+        ),
+        ("actor_rollout_ref.actor.clip_ratio=0.3 has no effect", "clip_ratio_low=0.2", "drop"),
+    ),
+    Case(
+        "min_lr_with_min_lr_ratio",
+        "`optim.min_lr=1e-7` with verl's `optim.min_lr_ratio=0.1` (one floor would be ignored)",
+        (
+            "actor_rollout_ref.actor.optim.lr_decay_style=cosine",
+            "actor_rollout_ref.actor.optim.min_lr=1e-7",
+            "actor_rollout_ref.actor.optim.min_lr_ratio=0.1",
+        ),
+        ("actor_rollout_ref.actor.optim.min_lr_ratio=0.1", "min_lr=1e-07", "set only"),
+    ),
+    Case(
+        "sequence_parallel_at_tp1",
+        "`megatron.sequence_parallel=true` with tensor_model_parallel_size=1",
+        ("actor_rollout_ref.actor.megatron.sequence_parallel=true",),
+        ("sequence_parallel=true has no effect", "tensor_model_parallel_size=1", "sequence_parallel=false"),
+    ),
+    Case(
+        "vllm_engine_kwargs_with_hf",
+        "`+rollout.engine_kwargs.vllm.swap_space=4` with the hf rollout",
+        ("+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4",),
+        ("engine_kwargs.vllm has no effect", "rollout.name=hf", "rollout.name=vllm"),
+    ),
+    Case(
+        "max_staleness_colocated",
+        "`async_training.max_staleness=3` on a colocated run without partial rollout",
+        ("async_training.max_staleness=3",),
+        ("async_training.max_staleness=3 has no effect", "partial_rollout=true"),
+    ),
+    Case(
+        "val_n_with_greedy_validation",
+        "`val_kwargs.n=4` with greedy validation (four copies of one response)",
+        ("actor_rollout_ref.rollout.val_kwargs.n=4",),
+        ("val_kwargs.n=4", "val_kwargs.do_sample=false", "val_kwargs.do_sample=true"),
+    ),
 )
