@@ -6,6 +6,7 @@
 step moe env MODEL_PATH=$MODEL DATA_DIR=$DATA python3 benchmarks/moe_learn.py --out $O/moe --steps ${STEPS:-16} --test-freq 4 \
   --arms ${ARMS:-dense,moe,moe_r3}
 gpu_used
+if [ "${DET:-1}" = 1 ]; then  # DET=0 leaves the determinism runs out
 for run in first second; do
   step det_$run env NGPUS=1 MODEL_PATH=$O/moe/moe_model DATA_DIR=$DATA CKPT_DIR=$O/det/$run \
     bash examples/grpo_trainer/run_smollm2-135m-vllm.sh trainer.total_training_steps=3 trainer.resume_mode=disable \
@@ -19,5 +20,6 @@ print('equal' if rows[0] == rows[1] else 'DIFFERENT', len(rows[0]), 'steps')
 for a, b in zip(*rows):
     print(a['step'], sorted(k for k in a if a[k] != b.get(k))[:12])
 sys.exit(rows[0] != rows[1])"
+fi
 rm -rf $O/moe/*/ckpt/global_step_* $O/moe/moe_model $O/det/*/global_step_*
 gpu_used
