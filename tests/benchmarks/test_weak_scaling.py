@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import weak_scaling as ws  # noqa: E402 - after the sys.path insert above
+import weak_scaling_report as wsr  # noqa: E402 - as above
 
 ARGS = argparse.Namespace(prompts_per_gpu=16, mini_per_gpu=8, n=8, train_tokens=6144, logprob_tokens=24576, steps=5)
 
@@ -271,5 +272,5 @@ def test_seed_script_plan_is_the_script_as_written(tmp_path, tiny_model):
     assert "bash examples/grpo_trainer/run_qwen3-8b-megatron.sh --gpu-memory-gb 141" in out
     assert "actor/reference: TP=2 PP=4 CP=1 DP=1, sequence parallel on" in out
     assert "rollout (vllm): TP=2 DP=4" in out and "128 prompts x n=8 = 1024 responses" in out
-    assert ws.PEAK.search(out) and "of 141 GiB" in out
+    assert wsr.PEAK.search(out) and "of 141 GiB" in out
     assert (tmp_path / "out" / "seed_8b" / "plan.txt").read_text() in out
