@@ -57,6 +57,7 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
     cfg = Cfg(cfg_data)
     StopRequest(cfg.trainer, (signal.SIGINT,))  # Ctrl-C before the trainer's own handler: nothing to save yet
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # Ray's workers block it; their driver passes it on
+    held = None  # the run directory this process locked
     try:
         composed = time.perf_counter()
         shape = preflight(cfg)
@@ -65,7 +66,8 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         from dagrl.placement.bridge import global_rank
 
         if global_rank() == 0:  # before anything is written into it; the other ranks write only after rank 0 did
-            run_dir.take(cfg.trainer.default_local_dir)
+            held = cfg.trainer.default_local_dir
+            run_dir.take(held)
         from dagrl.config.launch_env import apply_determinism, check_rendezvous_env
 
         check_rendezvous_env()  # here, not in pre-flight: dagrl.plan and the tests validate a launch by WORLD_SIZE
@@ -113,7 +115,8 @@ def train_process(cfg_data: dict) -> tuple[int, str]:
         watchdog.stop()
         from dagrl.utils.preemption import received
 
-        run_dir.release(cfg.trainer.default_local_dir, stopped=received())
+        if held is not None:  # only what this process took: the finally must not fail where the run never got there
+            run_dir.release(held, stopped=received())
         record_config_reads()
     return outcome()
 
