@@ -26,6 +26,7 @@ from dagrl.config.config_keys import closest_key, lookup, section_keys
 from dagrl.config.schema.root import freeform_maps
 from dagrl.config.errors import ConfigError
 from dagrl.config.override_hints import not_an_override, parse_error, stray_word, sweep_fix
+from dagrl.placement.layout import PARALLEL_SIZE_NAMES
 
 # verl's keys that dagrl names or shapes differently: an override of one gets the dagrl key in its error line
 VERL_KEYS = {
@@ -79,12 +80,7 @@ VERL_KEYS.update(
         f"actor_rollout_ref.actor.megatron.{'param_dtype' if key == 'dtype' else key} instead"
         for role, name in (("actor_rollout_ref.ref", "reference"), ("critic", "critic"))
         for key in (
-            "tensor_model_parallel_size",
-            "pipeline_model_parallel_size",
-            "virtual_pipeline_model_parallel_size",
-            "context_parallel_size",
-            "expert_model_parallel_size",
-            "expert_tensor_parallel_size",
+            *PARALLEL_SIZE_NAMES,
             "sequence_parallel",
             "use_distributed_optimizer",
             "param_dtype",

@@ -13,6 +13,7 @@ from dagrl.config.checks import get
 from dagrl.config.errors import ConfigError, require
 from dagrl.config.megatron_fields import DETERMINISTIC, dagrl_fields
 from dagrl.config.tree import Cfg
+from dagrl.placement.layout import PARALLEL_SIZE_NAMES
 
 MEGATRON = "actor_rollout_ref.actor.megatron"
 KEY = f"{MEGATRON}.override_transformer_config"
@@ -20,15 +21,7 @@ DISPATCHERS = ("allgather", "alltoall", "flex")  # TransformerConfig.moe_token_d
 GRANULARITIES = ("full", "selective")
 METHODS = ("uniform", "block")
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
-LAYOUT_FIELDS = (
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "virtual_pipeline_model_parallel_size",
-    "context_parallel_size",
-    "expert_model_parallel_size",
-    "expert_tensor_parallel_size",
-    "sequence_parallel",
-)
+LAYOUT_FIELDS = (*PARALLEL_SIZE_NAMES, "sequence_parallel")  # dagrl's layout keys, TransformerConfig's names
 
 
 def overrides_of(cfg: Cfg) -> dict:
