@@ -49,6 +49,11 @@ def module_pairs(adapter: LoraAdapter) -> dict[str, tuple[torch.Tensor, torch.Te
     return pairs
 
 
+def nbytes(adapter: LoraAdapter) -> int:
+    """What an adapter-only sync moves."""
+    return sum(t.numel() * t.element_size() for t in adapter.tensors.values())
+
+
 def merged_weight(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: float) -> torch.Tensor:
     """W + scaling·B·A, summed in fp32 and returned in W's dtype and device."""
     delta = b.to(weight.device, torch.float32) @ a.to(weight.device, torch.float32)

@@ -1,0 +1,80 @@
+"""The adapter slot of a vLLM engine built for adapter-only LoRA sync.
+
+vLLM takes adapters as PEFT directories named by a LoRARequest; it caches an adapter by its integer id, so every load
+gets a fresh id (a reused id would keep serving the old tensors). The engine is built with one slot
+(max_loras = max_cpu_loras = 1) and the previous adapter is removed before the next is added: memory stays flat over
+a run. The directories live on tmpfs (/dev/shm) where there is one: a sync writes megabytes, never to a disk.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from dagrl.engine.lora import LoraAdapter
+from dagrl.engine.lora_peft import nbytes, write_peft_dir
+
+# vLLM's LoRAConfig.max_lora_rank accepts only these (vLLM 0.26)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def adapter_rank(cfg: Any) -> int:
+    """The rank of the adapter slot to build: actor_rollout_ref.model.lora.rank under adapter-only sync
+    (lora.merge=false), else 0 (no LoRA, or merged sync: the engine takes full weights as without LoRA)."""
+    lora = cfg.actor_rollout_ref.model.get("lora")
+    return lora.rank if lora is not None and lora.rank > 0 and not lora.merge else 0
+
+
+def lora_engine_kwargs(rank: int) -> dict[str, Any]:
+    """The LLM(...) arguments of an engine that serves one adapter of rank `rank` (the smallest slot that holds it)."""
+    slot = next((r for r in VLLM_LORA_RANKS if r >= rank), None)
+    if slot is None:
+        raise ValueError(
+            f"actor_rollout_ref.model.lora.rank={rank}: vLLM serves adapters up to rank {VLLM_LORA_RANKS[-1]}; "
+            f"lower the rank or set actor_rollout_ref.model.lora.merge=true (merged sync takes any rank)"
+        )
+    return {"enable_lora": True, "max_lora_rank": slot, "max_loras": 1, "max_cpu_loras": 1}
+
+
+def _tmpfs() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class AdapterSlot:
+    """Writes each adapter as a PEFT directory and swaps it into `engine` (vLLM's LLMEngine: add_lora, remove_lora)."""
+
+    def __init__(self, engine: Any, base_model: str, root: str | None = None) -> None:
+        self.engine, self.base_model = engine, base_model
+        # one directory per process: the ranks of a rollout-TP group each load the same adapter into their engine
+        self.root = Path(tempfile.mkdtemp(prefix="dagrl_lora_", dir=root or _tmpfs()))
+        weakref.finalize(self, shutil.rmtree, str(self.root))
+        self.request: Any = None  # the LoRARequest every generate and submit carries; None: the base model
+        self._last_id = 0
+
+    def load(self, adapter: LoraAdapter) -> dict[str, float]:
+        """Swap `adapter` in; the sync's metrics (the keys of load_weights')."""
+        from vllm.lora.request import LoRARequest
+
+        start = time.perf_counter()
+        self._last_id += 1
+        path = write_peft_dir(adapter, self.root / f"adapter_{self._last_id}", self.base_model)
+        request = LoRARequest(f"dagrl_adapter_{self._last_id}", self._last_id, str(path))
+        if self.request is not None:
+            old, self.request = self.request, None
+            self.engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path)
+        # loaded now, so the sync's seconds are spent in the sync and a bad adapter fails here, not in generate
+        if not self.engine.add_lora(request):
+            raise RuntimeError(f"vLLM refused the LoRA adapter at {path} (add_lora returned False)")
+        self.request = request
+        return {"timing_s/weight_sync": time.perf_counter() - start, "perf/weight_sync_gb": nbytes(adapter) / 1e9}
+
+
+def request_kwargs(slot: AdapterSlot | None) -> dict[str, Any]:
+    """What every generate and add_request passes for the adapter: nothing without one (the engine's own path)."""
+    return {"lora_request": slot.request} if slot is not None and slot.request is not None else {}
