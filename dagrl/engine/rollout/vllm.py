@@ -120,6 +120,9 @@ class VLLMRollout:
     """Generates with vLLM; sleeps between rollouts so training gets the GPU memory back."""
 
     colocated = True  # shares its GPU with the actor: the rollout node offloads the actor around it
+    # the engine kind takes adapters: vllm_spec builds it with an adapter slot whenever adapter-only sync is set
+    # (pre-flight reads this class attribute before any engine exists)
+    supports_adapter = True
 
     def __init__(
         self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int, manifest: WeightManifest | None = None
@@ -196,10 +199,6 @@ class VLLMRollout:
         self.version = 0
         self._progress: dict[str, Progress] = {}  # the request level's requests in flight, by id
         self.adapter = AdapterSlot(self.llm.llm_engine, spec.model_path) if spec.lora_rank else None
-
-    @property
-    def supports_adapter(self) -> bool:
-        return self.adapter is not None
 
     # ---- memory choreography -------------------------------------------------------------------
     def sleep(self) -> None:

@@ -103,7 +103,7 @@ def test_engine_is_built_once_with_one_slot_of_an_accepted_rank(fake_vllm):
             1,
         )
     plain = engine(0)
-    assert "enable_lora" not in plain.llm.kwargs and not plain.supports_adapter
+    assert "enable_lora" not in plain.llm.kwargs and plain.adapter is None
     with pytest.raises(RuntimeError, match="built without a LoRA slot"):
         plain.load_adapter(None)
     with pytest.raises(ValueError, match="lora.rank=513.*lora.merge=true"):
@@ -112,7 +112,7 @@ def test_engine_is_built_once_with_one_slot_of_an_accepted_rank(fake_vllm):
 
 def test_each_load_swaps_the_adapter_under_a_fresh_id(fake_vllm, base):
     rollout = engine(4)
-    assert rollout.supports_adapter
+    assert VLLMRollout.supports_adapter  # the engine kind, as pre-flight reads it
     first, second = random_adapter(base, seed=0), random_adapter(base, rank=4, targets=("q_proj",), seed=1)
     prompts = Batch({"input_ids": torch.tensor([[5, 6]]), "attention_mask": torch.ones(1, 2, dtype=torch.long)})
     rollout.generate(prompts, SamplingSpec(response_length=2), seed=0)
