@@ -36,7 +36,7 @@ from dagrl.engine.rollout.vllm_io import (
     single_request_params,
     unpack_outputs,
 )
-from dagrl.engine.rollout.vllm_lora import AdapterSlot, adapter_rank, lora_engine_kwargs, request_kwargs
+from dagrl.engine.rollout import vllm_lora
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
 logger = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class VLLMRollout:
         if spec.record_routes:
             kwargs["enable_return_routed_experts"] = True
         if spec.lora_rank:
-            kwargs.update(lora_engine_kwargs(spec.lora_rank))
+            kwargs.update(vllm_lora.lora_engine_kwargs(spec.lora_rank))
         user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
         if isinstance(user.get("hf_overrides"), dict) and "hf_overrides" in kwargs:
             user["hf_overrides"] = {**kwargs["hf_overrides"], **user["hf_overrides"]}
@@ -198,7 +198,8 @@ class VLLMRollout:
         self._cache_filled = False  # KV blocks computed since the last sleep (which clears the prefix cache)
         self.version = 0
         self._progress: dict[str, Progress] = {}  # the request level's requests in flight, by id
-        self.adapter = AdapterSlot(self.llm.llm_engine, spec.model_path) if spec.lora_rank else None
+        self.adapter = vllm_lora.AdapterSlot(self.llm.llm_engine, spec.model_path) if spec.lora_rank else None
+        self._base_layer = vllm_lora.base_layer_names(self.model) if spec.lora_rank else None
 
     # ---- memory choreography -------------------------------------------------------------------
     def sleep(self) -> None:
@@ -251,6 +252,8 @@ class VLLMRollout:
             for name, tensor in bucket:
                 self.manifest.check(name, tensor)
                 nbytes += tensor.numel() * tensor.element_size()
+            if self._base_layer is not None:  # LoRA-wrapped layers keep their weight one level down
+                bucket = [(self._base_layer(name), tensor) for name, tensor in bucket]
             if self.load_plan is None:
                 loaded |= set(self.model.load_weights(bucket))
             else:
@@ -302,7 +305,7 @@ class VLLMRollout:
         ]
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
         self._cache_filled = True
-        outputs = self.llm.generate(requests, params, use_tqdm=False, **request_kwargs(self.adapter))
+        outputs = self.llm.generate(requests, params, use_tqdm=False, **vllm_lora.request_kwargs(self.adapter))
         batch = unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)
         if self.spec.record_routes:
             batch["routed_experts"] = routes.place(
@@ -326,7 +329,7 @@ class VLLMRollout:
                 **single_request_params(request, self.eos_token_ids).as_kwargs(), output_kind=RequestOutputKind.DELTA
             )  # each step's new tokens only
             prompt = {"prompt_token_ids": list(request.prompt_ids + request.prefix_ids)}
-            engine.add_request(request.id, prompt, params, **request_kwargs(self.adapter))
+            engine.add_request(request.id, prompt, params, **vllm_lora.request_kwargs(self.adapter))
             self._progress[request.id] = Progress(request)
         self._cache_filled = True
 
@@ -379,7 +382,7 @@ def vllm_spec(setup: RolloutSetup) -> VLLMRolloutSpec:
         calculate_log_probs=rollout.calculate_log_probs,
         record_routes=rollout.enable_rollout_routing_replay,
         fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
-        lora_rank=adapter_rank(setup.cfg),
+        lora_rank=vllm_lora.adapter_rank(setup.cfg),
         cache_root=vllm_cache_root(setup.cfg),
         engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),
     )

@@ -14,7 +14,9 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import torch
 
 from dagrl.engine.lora import LoraAdapter
 from dagrl.engine.lora_peft import nbytes, write_peft_dir
@@ -39,6 +41,33 @@ def lora_engine_kwargs(rank: int) -> dict[str, Any]:
             f"lower the rank or set actor_rollout_ref.model.lora.merge=true (merged sync takes any rank)"
         )
     return {"enable_lora": True, "max_lora_rank": slot, "max_loras": 1, "max_cpu_loras": 1}
+
+
+def base_layer_names(model: torch.nn.Module) -> Callable[[str], str]:
+    """The name under which the LoRA-enabled engine loads an HF tensor. With LoRA on, vLLM wraps every linear layer it
+    can adapt (not only the adapter's targets: it learns those per adapter) and keeps the base weight in the wrapper's
+    `base_layer` child, so `...q_proj.weight` must arrive as `...q_proj.base_layer.weight`; vLLM's own loader still
+    stacks q/k/v into qkv_proj. Whether a module is wrapped is read off the live model (its `base_layer` children),
+    through the model's HF→vLLM renames and packed modules, never from a list of names."""
+    wrapped = {name.removesuffix(".base_layer") for name, _ in model.named_modules() if name.endswith(".base_layer")}
+    packed = getattr(model, "packed_modules_mapping", None) or {}  # e.g. qkv_proj: [q_proj, k_proj, v_proj]
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+
+    def vllm_module(module: str) -> list[str]:
+        mapped = mapper.apply_list([module]) if mapper is not None else [module]
+        names = []
+        for name in mapped or [module]:
+            parent, _, leaf = name.rpartition(".")
+            names += [name] + [f"{parent}.{fused}" for fused, parts in packed.items() if leaf in parts]
+        return names
+
+    def rename(name: str) -> str:
+        module, _, kind = name.rpartition(".")
+        if module and any(candidate in wrapped for candidate in vllm_module(module)):
+            return f"{module}.base_layer.{kind}"
+        return name
+
+    return rename
 
 
 def _tmpfs() -> str | None:

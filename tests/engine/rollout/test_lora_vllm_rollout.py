@@ -19,7 +19,7 @@ from dagrl.data.batch import Batch
 from dagrl.engine.lora_peft import read_peft_dir
 from dagrl.engine.rollout.interface import Request, SamplingSpec
 from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
-from dagrl.engine.rollout.vllm_lora import adapter_rank
+from dagrl.engine.rollout.vllm_lora import adapter_rank, base_layer_names
 
 
 @dataclasses.dataclass
@@ -163,3 +163,64 @@ def test_the_slot_is_built_for_adapter_only_sync_only():
     assert adapter_rank(cfg(rank=0, merge=False)) == 0
     assert adapter_rank(cfg(rank=16, merge=True)) == 0  # merged sync: full weights, no slot
     assert adapter_rank(cfg(rank=16, merge=False)) == 16
+
+
+class WrappedModel(torch.nn.Module):
+    """vLLM's model with LoRA on: every adaptable linear wrapped, its weight under `<module>.base_layer`."""
+
+    packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+
+    def __init__(self, prefix: str = "model", layers: int = 2, mapper=None):
+        super().__init__()
+        self.hf_to_vllm_mapper, self.loaded = mapper, []
+        for i in range(layers):
+            for module in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
+                self._add(f"{prefix}.layers.{i}.{module}.base_layer", torch.nn.Linear(1, 1))
+        self._add(f"{prefix}.embed_tokens", torch.nn.Embedding(1, 1))  # not wrapped
+
+    def _add(self, path: str, leaf: torch.nn.Module) -> None:
+        parent = self
+        for part in path.split(".")[:-1]:
+            if not hasattr(parent, part):
+                parent.add_module(part, torch.nn.Module())
+            parent = getattr(parent, part)
+        parent.add_module(path.split(".")[-1], leaf)
+
+    def load_weights(self, weights):
+        names = [name for name, _ in weights]
+        self.loaded += names
+        return set(names)
+
+
+def test_base_weights_load_into_the_wrapped_layers(fake_vllm, monkeypatch, tmp_path):
+    """With LoRA on, a base sync's q/k/v/o/gate/up/down tensors arrive one level down (`base_layer`), the rest as
+    they are: read off the live model, through its packed modules and its HF-to-vLLM renames."""
+    base_dir = make_model_dir(tmp_path / "base", "llama")
+    state = dict(load_hf(base_dir).state_dict())
+    model = WrappedModel()
+    monkeypatch.setattr(FakeEngine, "__init__", lambda self, log: setattr(self, "model_executor", executor(model)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    rollout = VLLMRollout(VLLMRolloutSpec(model_path=str(base_dir), lora_rank=8), [2], 0)
+    rollout.load_plan = None  # vLLM's loader itself (the recorded plan replays what it does)
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    want = [
+        name.replace(".weight", ".base_layer.weight") if name.split(".")[-2] in projections else name for name in state
+    ]
+    rollout._vllm_params = set(want)
+    rollout.load_weights(iter([list(state.items())]))
+    assert model.loaded == want and "model.embed_tokens.weight" in want and "model.norm.weight" in want
+    assert sum(".base_layer." in name for name in want) == 7 * 2
+
+    class PrefixMapper:  # a model whose vLLM names sit under language_model.
+        def apply_list(self, names):
+            return ["language_model." + name for name in names]
+
+    rename = base_layer_names(WrappedModel(prefix="language_model.model", mapper=PrefixMapper()))
+    assert rename("model.layers.1.mlp.up_proj.weight") == "model.layers.1.mlp.up_proj.base_layer.weight"
+    assert rename("model.layers.1.input_layernorm.weight") == "model.layers.1.input_layernorm.weight"
+
+
+def executor(model):
+    return types.SimpleNamespace(
+        driver_worker=types.SimpleNamespace(worker=types.SimpleNamespace(get_model=lambda: model))
+    )
