@@ -3,7 +3,8 @@
 vLLM takes adapters as PEFT directories named by a LoRARequest; it caches an adapter by its integer id, so every load
 gets a fresh id (a reused id would keep serving the old tensors). The engine is built with one slot
 (max_loras = max_cpu_loras = 1) and the previous adapter is removed before the next is added: memory stays flat over
-a run. The directories live on tmpfs (/dev/shm) where there is one: a sync writes megabytes, never to a disk.
+a run. The directories live on tmpfs (/dev/shm) where it has room for two adapters (the old and the new, side by
+side during a swap; a container's /dev/shm is often 64 MB), else in the temporary directory.
 """
 
 from __future__ import annotations
@@ -70,18 +71,20 @@ def base_layer_names(model: torch.nn.Module) -> Callable[[str], str]:
     return rename
 
 
-def _tmpfs() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def _tmpfs(size: int) -> str | None:
+    """/dev/shm if it can hold two adapters of `size` bytes, else None (tempfile's own: $TMPDIR or /tmp)."""
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * size + (16 << 20):
+        return shm
+    return None
 
 
 class AdapterSlot:
     """Writes each adapter as a PEFT directory and swaps it into `engine` (vLLM's LLMEngine: add_lora, remove_lora)."""
 
     def __init__(self, engine: Any, base_model: str, root: str | None = None) -> None:
-        self.engine, self.base_model = engine, base_model
-        # one directory per process: the ranks of a rollout-TP group each load the same adapter into their engine
-        self.root = Path(tempfile.mkdtemp(prefix="dagrl_lora_", dir=root or _tmpfs()))
-        weakref.finalize(self, shutil.rmtree, str(self.root))
+        self.engine, self.base_model, self._where = engine, base_model, root
+        self.root: Path | None = None  # made at the first load, where that adapter's size fits
         self.request: Any = None  # the LoRARequest every generate and submit carries; None: the base model
         self._last_id = 0
 
@@ -90,6 +93,10 @@ class AdapterSlot:
         from vllm.lora.request import LoRARequest
 
         start = time.perf_counter()
+        if self.root is None:
+            # one directory per process: the ranks of a rollout-TP group each load the same adapter into their engine
+            self.root = Path(tempfile.mkdtemp(prefix="dagrl_lora_", dir=self._where or _tmpfs(nbytes(adapter))))
+            weakref.finalize(self, shutil.rmtree, str(self.root))
         self._last_id += 1
         path = write_peft_dir(adapter, self.root / f"adapter_{self._last_id}", self.base_model)
         request = LoRARequest(f"dagrl_adapter_{self._last_id}", self._last_id, str(path))

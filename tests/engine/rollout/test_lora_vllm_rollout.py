@@ -224,3 +224,13 @@ def executor(model):
     return types.SimpleNamespace(
         driver_worker=types.SimpleNamespace(worker=types.SimpleNamespace(get_model=lambda: model))
     )
+
+
+def test_adapters_go_to_tmpfs_only_where_two_fit():
+    import shutil
+
+    from dagrl.engine.rollout.vllm_lora import _tmpfs
+
+    assert _tmpfs(1 << 50) is None  # 1 PiB: the temporary directory instead
+    if Path("/dev/shm").is_dir() and shutil.disk_usage("/dev/shm").free > 64 << 20:
+        assert _tmpfs(1 << 20) == "/dev/shm"
