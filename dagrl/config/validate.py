@@ -143,6 +143,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     if train_rows is not None:  # said of a config that passed: a refused one has its own lines
         trainer.say_steps_beyond_epochs(cfg, train_rows)
     algorithm.say_kl_twice(cfg)
+    actor.say_clip_reversed(cfg)
+    checkpoints.say_keep_all(cfg)
 
     prompt_length, response_length = lengths
     shape = RunShape(
