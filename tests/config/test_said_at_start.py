@@ -64,3 +64,16 @@ def test_checkpoint_limit_of_zero_is_said(tiny_model, tiny_data, tmp_path, caplo
         assert line.startswith(f"trainer.max_actor_ckpt_to_keep={keep} keeps every checkpoint")
         assert "trainer.max_actor_ckpt_to_keep=N (N >= 1)" in line
     assert run_length(tiny_model, tiny_data, tmp_path, caplog, **{"trainer.max_actor_ckpt_to_keep": 2})[1] == []
+    # what it says: 0 and below prune nothing
+    from dagrl.trainer.checkpoint import CheckpointManager
+
+    for keep in (0, -1):
+        root = tmp_path / f"keep{keep}"
+        manager = CheckpointManager(str(root), keep=keep, rank=0, barrier=lambda: None)
+        for step in (1, 2, 3):
+            manager.save(step, lambda directory: (directory / "actor").mkdir())
+        assert sorted(p.name for p in root.iterdir() if p.name.startswith("global_step")) == [
+            "global_step_1",
+            "global_step_2",
+            "global_step_3",
+        ]
