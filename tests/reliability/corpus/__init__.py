@@ -42,6 +42,7 @@ MODULES = (
     "numerics",
     "other_trainers",
     "transformer_config",
+    "unseen_round",
     "several_mistakes",
 )
 TOPICS: dict[str, tuple[Case, ...]] = {
