@@ -85,11 +85,7 @@ def run(cfg_data: dict) -> None:
         try:  # SIGTERM/SIGUSR1 are the launcher's from here (passed on to the workers once they train)
             launch(cfg_data)
         except Stopped as stop:  # the workers stopped on the scheduler's signal the driver passed on: exit 0
-            print(
-                f"dagrl: {stop}: the Ray workers stopped after the step under way, with its checkpoint; "
-                f"{resume_advice(cfg.trainer, 'intact')}",
-                file=sys.stderr,
-            )
+            print(f"dagrl: {stop.line(resume_advice(cfg.trainer, 'intact'))}", file=sys.stderr)
         except WorkerFailed as error:
             fail(str(error), error.exit_code)
         except Interrupted as stop:  # the workers stopped on the Ctrl-C the driver passed on

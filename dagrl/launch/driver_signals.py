@@ -26,7 +26,12 @@ from dagrl.utils.preemption import START_SIGNALS
 
 
 class Stopped(Exception):
-    """The workers stopped on the SIGTERM/SIGUSR1 the driver passed on; str() is the signal's name."""
+    """The workers stopped on the SIGTERM/SIGUSR1 the driver passed on: (the signal's name, the workers' line where
+    they said one: a stop during their start-up)."""
+
+    def line(self, advice: str) -> str:
+        name, said = self.args
+        return said or f"{name}: the Ray workers stopped after the step under way, with its checkpoint; {advice}"
 
 
 class DriverSignals:

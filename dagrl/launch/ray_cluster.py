@@ -298,7 +298,7 @@ def _watch(runs: dict, workers: list, where: list[tuple[str, int]], signals: Dri
             ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
             raise Interrupted("")
         if code in (0, INTERRUPTED):
-            if code == INTERRUPTED:
+            if code == INTERRUPTED or message:  # a Ctrl-C's line; a worker stopped in its start-up says so
                 lines[rank] = message
             continue
         if not died and pending:
@@ -316,10 +316,11 @@ def _watch(runs: dict, workers: list, where: list[tuple[str, int]], signals: Dri
             time.perf_counter() - started,
         )
         raise WorkerFailed(rank, message, exit_code=code)
-    if lines:  # stopped on a Ctrl-C; the training side's rank 0 reports where
-        raise Interrupted(next((line for line in lines.values() if line), ""))
+    said = next((line for line in lines.values() if line), "")
     if stopped is not None:
-        raise Stopped(stopped)
+        raise Stopped(stopped, said)
+    if lines:  # stopped on a Ctrl-C; the training side's rank 0 reports where
+        raise Interrupted(said)
     return 0
 
 

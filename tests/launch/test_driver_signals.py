@@ -18,8 +18,10 @@ ray = pytest.importorskip("ray")
 WHERE = [("n0", 1), ("n1", 2)]
 
 
-def test_a_stop_while_the_workers_train_is_passed_on_once_and_their_stop_raises_stopped(monkeypatch):
-    """(Ray's wait and get replaced: the signal arrives inside the wait, then again, as a scheduler repeats it.)"""
+@pytest.mark.parametrize("said", ["", "SIGTERM before the run started: stopped, nothing to save"])
+def test_a_stop_while_the_workers_train_is_passed_on_once_and_their_stop_raises_stopped(monkeypatch, said):
+    """(Ray's wait and get replaced: the signal arrives inside the wait, then again, as a scheduler repeats it.) The
+    driver's line, or the workers' where they stopped during their start-up."""
     from dagrl.launch import driver_signals, ray_cluster
 
     sent, waits = [], []
@@ -36,13 +38,16 @@ def test_a_stop_while_the_workers_train_is_passed_on_once_and_their_stop_raises_
         return refs[:1], refs[1:]
 
     monkeypatch.setattr(ray, "wait", wait)
-    monkeypatch.setattr(ray, "get", lambda ref: (0, ""))
+    monkeypatch.setattr(ray, "get", lambda ref: (0, said))
     before = signal.getsignal(signal.SIGTERM)
     with driver_signals.DriverSignals() as signals:
-        with pytest.raises(driver_signals.Stopped, match="^SIGTERM$"):
+        with pytest.raises(driver_signals.Stopped) as stopped:
             ray_cluster._watch({"r0": 0, "r1": 1}, ["w0", "w1"], WHERE, signals)
     assert sent == [(WHERE, signal.SIGTERM)]  # passed on once
     assert signal.getsignal(signal.SIGTERM) is before
+    assert stopped.value.line("<advice>") == (
+        said or "SIGTERM: the Ray workers stopped after the step under way, with its checkpoint; <advice>"
+    )
 
 
 def test_a_stop_while_the_workers_start_stops_the_launch_as_a_start_up_stop(monkeypatch):
