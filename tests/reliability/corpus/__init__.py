@@ -20,6 +20,7 @@ MODULES = (
     "switched_off",
     "model",
     "model_dirs",
+    "quantized_weights",
     "data_files",
     "data_rows",
     "layout",
