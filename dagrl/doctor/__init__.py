@@ -63,13 +63,12 @@ def examine(cfg: Cfg, shape, actor, rollout, tokenizer, prompt_tokens: int = 16,
     )
 
 
-def before_training(ctx) -> dict[str, float]:
+def before_training(cfg: Cfg, ctx) -> dict[str, float]:
     """trainer.parity_check: the doctor on the run's own actor and rollout before step 1; its report goes to the
     log (a warning when it has a finding, which does not stop the run) and its figures come back as metrics."""
     from dagrl.doctor import environment
     from dagrl.doctor.report import metrics, render
 
-    cfg = ctx.cfg
     for problem in environment.problems(environment.current(), needs(cfg)):
         logger.warning("%s", problem)
     rollout = ctx.rollout
