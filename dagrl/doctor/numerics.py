@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from dagrl.doctor import probe as probes
-from dagrl.doctor.stages import StageGap, actor_stages, compare, first_divergent, stage_tensors
+from dagrl.doctor.stages import OUTPUT_STAGE, StageGap, actor_stages, compare, first_divergent, stage_tensors
 from dagrl.doctor.weights import WeightCheck
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class Divergence:
 
     @property
     def where(self) -> str:
-        return self.stage.stage if self.stage is not None else "output layer"
+        return self.stage.stage if self.stage is not None else OUTPUT_STAGE
 
 
 @dataclass
@@ -166,7 +166,7 @@ def diagnose(
             continue
         gaps = compare(got, ref_stages, floor_stages)
         first = first_divergent(gaps, FACTOR, FACTOR * RESOLUTION[dtype])
-        where = first.stage if first is not None else "output layer"
+        where = first.stage if first is not None else OUTPUT_STAGE
         tensors = stage_tensors(actor, where) if side == "actor" else []
         if dist.is_initialized() and side == "actor":  # the parameters live on the ranks that hold the stage
             everyone: list = [None] * dist.get_world_size()

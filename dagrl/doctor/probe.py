@@ -72,7 +72,9 @@ def generate(rollout, prompts: list[list[int]], response_tokens: int) -> Probe:
 def load_hf(model_path: str, dtype: torch.dtype, device: torch.device):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+    # the grouped-GEMM MoE kernels have no float64: the fp32 floor's model runs its experts one by one
+    extra = {"experts_implementation": "eager"} if dtype == torch.float64 else {}
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, **extra).to(device).eval()
 
 
 def stage_modules(model) -> dict[str, torch.nn.Module]:

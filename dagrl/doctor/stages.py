@@ -13,6 +13,9 @@ import torch.distributed as dist
 from dagrl.doctor.probe import Probe, recording
 
 
+OUTPUT_STAGE = "output layer"  # what no hidden state shows: the head (its logits are the log-probs themselves)
+
+
 @dataclass(frozen=True)
 class StageGap:
     stage: str
@@ -97,7 +100,7 @@ def stage_tensors(actor, stage: str) -> list[str]:
     are sharded (`rule` kind, TP or expert-TP rank/size, EP rank)."""
     from megatron.core import parallel_state as ps
 
-    from dagrl.engine.megatron.weights import parallel_ranks, rule_for
+    from dagrl.engine.megatron.weights import Rule, parallel_ranks, rule_for
 
     tied = bool(getattr(actor.hf_config, "tie_word_embeddings", False))
     model_type = getattr(actor.hf_config, "model_type", None)
@@ -105,7 +108,9 @@ def stage_tensors(actor, stage: str) -> list[str]:
     for chunk in actor.modules:
         for name, param in chunk.named_parameters():
             rule = rule_for(chunk, name, tied, model_type)
-            if rule is None or stage_of(rule.hf_names[0]) != stage:
+            if rule is None:  # a tied output layer: the embedding's rows
+                rule = Rule("vocab", ("model.embed_tokens.weight (tied)",))
+            if (OUTPUT_STAGE if name.startswith("output_layer.") else stage_of(rule.hf_names[0])) != stage:
                 continue
             rank, size, _ = parallel_ranks(rule.expert)
             where = f"{'expert-' if rule.expert else ''}TP {rank}/{size}"
@@ -124,4 +129,4 @@ def stage_of(hf_name: str) -> str:
         return "embedding"
     if hf_name.startswith("model.norm"):
         return "final norm"
-    return "output layer"
+    return OUTPUT_STAGE
