@@ -1,4 +1,4 @@
-"""`python3 -m dagrl.doctor` launched as a 2-process CPU run (gloo) is launched: a correct model passes at TP2, PP2
+"""`python3 -m dagrl.doctor` launched as a 2-process CPU run is (torchrun, gloo): a correct model passes at TP2, PP2
 and EP2, and a TP-sharding mistake that TP1 cannot show (tests/doctor/test_numerics.py) is named at its layer."""
 
 from __future__ import annotations
