@@ -1,6 +1,6 @@
 """The weights a sync sends, compared tensor by tensor with the checkpoint's safetensors as they pass on to the
 rollout: the max absolute difference of each (in float32), and the names only one side has. An export of the
-weights just loaded is expected to be exact (the checkpoint's dtype round-trips through bf16 or fp32)."""
+weights just loaded is expected to be exact, the checkpoint taken as rounded to the exported dtype."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ class WeightCheck:
                     if name not in source:
                         self.extra.append(name)
                         continue
-                    want = source.get(name).to(torch.float32)
+                    # in the export's dtype: an fp32 checkpoint loaded into a bf16 actor is exact once rounded
+                    want = source.get(name).to(tensor.dtype).to(torch.float32)
                     got = tensor.detach().to("cpu", torch.float32)
                     self.max_diff[name] = float((got - want).abs().max()) if got.shape == want.shape else float("inf")
             yield bucket
