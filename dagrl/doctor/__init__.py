@@ -66,20 +66,22 @@ def examine(cfg: Cfg, shape, actor, rollout, tokenizer, prompt_tokens: int = 16,
 def before_training(cfg: Cfg, ctx) -> dict[str, float]:
     """trainer.parity_check: the doctor on the run's own actor and rollout before step 1; its report goes to the
     log (a warning when it has a finding, which does not stop the run) and its figures come back as metrics."""
+    from dagrl.config.errors import ConfigError
     from dagrl.doctor import environment
     from dagrl.doctor.report import metrics, render
 
+    if ctx.rollout is None:  # the training pool of a two-pool run: the rollout lives in other processes
+        raise ConfigError(
+            "trainer.parity_check",
+            "trainer.parity_check=true needs the rollout beside the actor (actor_rollout_ref.hybrid_engine=true): "
+            "set it false for separate pools",
+        )
     for problem in environment.problems(environment.current(), needs(cfg)):
         logger.warning("%s", problem)
-    rollout = ctx.rollout
-    rollout.wake_weights()
-    rollout.wake_cache()
-    try:
-        diagnosis = examine(cfg, ctx.shape, ctx.actor, rollout, ctx.tokenizer)
-    finally:
-        if rollout.colocated:
-            rollout.sleep()
-    ctx.versions.rollout = -1  # the doctor's sync is not the step's: step 1 syncs as it would have
+    from dagrl.nodes.common import rollout_session
+
+    with rollout_session(ctx):  # woken (and put back to sleep) as a step wakes it: offloads, memory, versions
+        diagnosis = examine(cfg, ctx.shape, ctx.actor, ctx.rollout, ctx.tokenizer)
     if ctx.rank == 0:
         (logger.info if diagnosis.ok else logger.warning)("doctor:\n%s", render(diagnosis, layout_text(cfg, ctx.shape)))
     return metrics(diagnosis)

@@ -101,6 +101,8 @@ def diagnose(
     response_tokens: int = 16,
 ) -> Diagnosis:
     """Collective: every rank of the run calls it with its own engines; every rank gets the same Diagnosis."""
+    from dagrl.engine.rollout.hf import HFRollout
+
     rank = dist.get_rank() if dist.is_initialized() else 0
     tied = bool(getattr(actor.hf_config, "tie_word_embeddings", False))
     weights = WeightCheck(model_path, tied, compare=rank == 0)
@@ -157,11 +159,11 @@ def diagnose(
                 diagnosis.notes.append("the actor's stages are not compared under context parallelism")
                 continue
             got = actor_stages(actor, probe, row)
-        elif hasattr(rollout, "model"):  # an HF model in this process (the hf rollout)
+        elif isinstance(rollout, HFRollout):  # an HF model in this process, run the reference's way
             _, got = probes.hf_log_probs(rollout.model, probe, row)
-        else:
+        else:  # vLLM's layers need its own forward context (and return the residual apart): not run from here
             diagnosis.notes.append(
-                "the rollout's stages are not reachable from the trainer (vLLM): see the weight comparison"
+                f"the {type(rollout).__name__}'s hidden states are not compared: read the export lines above"
             )
             continue
         gaps = compare(got, ref_stages, floor_stages)

@@ -52,7 +52,7 @@ class Trainer(Section):
     parity_check: bool = key(
         False,
         "before the first step, check the actor's and the rollout's log-probs against HF after a weight sync "
-        "(python3 -m dagrl.doctor; docs/numerics.md); logs doctor/* metrics, warns on a finding",
+        "(python3 -m dagrl.doctor; docs/numerics.md); logs doctor/* metrics, warns on a finding; colocated only",
     )
     val_only: bool = key(
         False,
