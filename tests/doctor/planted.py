@@ -1,6 +1,6 @@
-"""Mapping errors planted in the HF -> Megatron import (dagrl/engine/megatron/weights.py), each at a known stage, for
-the doctor to find: `PLANTS[name](monkeypatch)` applies one. Also a torchrun entry point, so that a 2-process
-doctor run can carry one:
+"""Mapping errors planted in the HF <-> Megatron mapping (dagrl/engine/megatron/weights.py, the import unless said),
+each at a known stage, for the doctor to find: `PLANTS[name](monkeypatch)` applies one and returns the stage. Also a
+torchrun entry point, so that a 2-process doctor run can carry one:
 
 usage: torchrun --nproc-per-node 2 planted.py PLANT|none [python3 -m dagrl.doctor arguments ...]
 """
@@ -102,6 +102,23 @@ def tp_fc1_split(monkeypatch) -> str:
     return "layer 1"
 
 
+def export_gate_up(monkeypatch) -> str:
+    """Layer 1's gate and up swapped in the export only: the actor is right, the rollout gets them wrong."""
+    from dagrl.engine.megatron import weight_export
+
+    original = weight_export.full_hf_tensors
+
+    def planted(rule, parts, hf_config):
+        tensors = original(rule, parts, hf_config)
+        if rule.kind == "fc1" and rule.hf_names[0] == "model.layers.1.mlp.gate_proj.weight":
+            (gate, first), (up, second) = tensors
+            tensors = [(gate, second), (up, first)]
+        return tensors
+
+    monkeypatch.setattr(weight_export, "full_hf_tensors", planted)
+    return "layer 1"
+
+
 PLANTS = {
     "qk_permutation": qk_permutation,
     "swapped_gate_up": swapped_gate_up,
@@ -109,6 +126,7 @@ PLANTS = {
     "untied_head": untied_head,
     "wrong_expert_order": wrong_expert_order,
     "tp_fc1_split": tp_fc1_split,
+    "export_gate_up": export_gate_up,
 }
 
 

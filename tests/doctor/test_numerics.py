@@ -101,6 +101,21 @@ def test_a_planted_mapping_error_is_found_at_its_stage(models, monkeypatch, plan
     assert text.splitlines()[-1] == f"verdict: {verdict(diagnosis)}"
 
 
+def test_an_export_error_is_found_on_the_rollout_side(models, monkeypatch):
+    """The actor matches HF; the rollout, loaded through the export, parts from it at the planted layer."""
+    stage = PLANTS["export_gate_up"](monkeypatch)
+    diagnosis = doctor(models["qwen3"])
+    text = render(diagnosis, "TP1")
+    pairs = {pair.key: pair for pair in diagnosis.pairs}
+    assert not pairs["actor_vs_hf"].exceeds and pairs["rollout_vs_hf"].exceeds, text
+    assert [d.side for d in diagnosis.divergences] == ["rollout"] and diagnosis.divergences[0].where == stage, text
+    assert {name for name, _ in diagnosis.weights.differing} == {
+        "model.layers.1.mlp.gate_proj.weight",
+        "model.layers.1.mlp.up_proj.weight",
+    }
+    assert verdict(diagnosis).startswith(f"the actor matches HF but the rollout parts from it at {stage}"), text
+
+
 def test_a_tp_split_mistake_is_invisible_at_tp1(models, monkeypatch):
     """The fc1 split planted here is wrong only from TP2 on (test_layouts.py finds it there)."""
     PLANTS["tp_fc1_split"](monkeypatch)
