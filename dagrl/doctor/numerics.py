@@ -116,11 +116,10 @@ def diagnose(
     device = actor.device
     reference = probes.load_hf(model_path, torch.float32, device)
     ref_lp, _ = probes.hf_log_probs(reference, probe)
-    floor_lp, floors = {}, {}
+    floors = {}
     for dtype in dict.fromkeys((actor_dtype, rollout_dtype)):
         model = probes.load_hf(model_path, FLOOR_DTYPE[dtype], device)
-        floor_lp[dtype] = probes.hf_log_probs(model, probe)[0]
-        floors[NAMES[dtype]] = gap(floor_lp[dtype], ref_lp)[0]
+        floors[NAMES[dtype]] = gap(probes.hf_log_probs(model, probe)[0], ref_lp)[0]
         del model
     pairs = [
         PairGap(
@@ -149,7 +148,7 @@ def diagnose(
         if not pair.exceeds:
             continue
         lp, dtype = sides[side]
-        row = int((lp - ref_lp).abs().mean(dim=1).argmax())  # the prompt that shows it most
+        row = _same_on_every_rank(int((lp - ref_lp).abs().mean(dim=1).argmax()))  # the prompt showing it most
         _, ref_stages = probes.hf_log_probs(reference, probe, row)
         floor_model = probes.load_hf(model_path, FLOOR_DTYPE[dtype], device)
         _, floor_stages = probes.hf_log_probs(floor_model, probe, row)
@@ -175,4 +174,7 @@ def diagnose(
             dist.all_gather_object(everyone, tensors)
             tensors = list(dict.fromkeys(t for part in everyone for t in part))
         diagnosis.divergences.append(Divergence(side, first, tensors, gaps))
+    del reference
+    if device.type == "cuda":  # the references' blocks back to the driver: a colocated vLLM wakes into them next
+        torch.cuda.empty_cache()
     return diagnosis
