@@ -26,9 +26,9 @@ def verdict(diagnosis: Diagnosis) -> str:
         how = "" if stage_weights else "; the weights round-trip exactly, so the mapping is wrong both ways alike"
         return f"mapping error: the actor parts from HF at {where}{named}{how} (its tensors are listed above)"
     if "rollout" in divergences or pairs["rollout_vs_hf"].exceeds:
-        where = divergences["rollout"].where if "rollout" in divergences else "an unknown stage"
+        where = f" at {divergences['rollout'].where}" if "rollout" in divergences else ""
         return (
-            f"the actor matches HF but the rollout parts from it at {where} after the weight sync: the export or "
+            f"the actor matches HF but the rollout parts from it{where} after the weight sync: the export or "
             f"the rollout's loader maps {', '.join(inexact[:3]) or 'a tensor'} wrongly"
         )
     if pairs["rollout_vs_actor"].exceeds:
