@@ -11,6 +11,7 @@ that parts, with the parameters behind it.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -70,6 +71,8 @@ class Diagnosis:
     weights: WeightCheck
     divergences: list[Divergence] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # the whole check, on rank 0
+    loading_s: float = 0.0  # of which loading the HF references from disk
 
     @property
     def ok(self) -> bool:
@@ -103,6 +106,14 @@ def diagnose(
     """Collective: every rank of the run calls it with its own engines; every rank gets the same Diagnosis."""
     from dagrl.engine.rollout.hf import HFRollout
 
+    started, loading = time.perf_counter(), [0.0]
+
+    def load(dtype: torch.dtype):
+        begun = time.perf_counter()
+        model = probes.load_hf(model_path, dtype, actor.device)
+        loading[0] += time.perf_counter() - begun
+        return model
+
     rank = dist.get_rank() if dist.is_initialized() else 0
     tied = bool(getattr(actor.hf_config, "tie_word_embeddings", False))
     weights = WeightCheck(model_path, tied, compare=rank == 0)
@@ -114,11 +125,11 @@ def diagnose(
     )
     actor_lp = actor_lp.cpu()
     device = actor.device
-    reference = probes.load_hf(model_path, torch.float32, device)
+    reference = load(torch.float32)
     ref_lp, _ = probes.hf_log_probs(reference, probe)
     floors = {}
     for dtype in dict.fromkeys((actor_dtype, rollout_dtype)):
-        model = probes.load_hf(model_path, FLOOR_DTYPE[dtype], device)
+        model = load(FLOOR_DTYPE[dtype])
         floors[NAMES[dtype]] = gap(probes.hf_log_probs(model, probe)[0], ref_lp)[0]
         del model
     pairs = [
@@ -150,7 +161,7 @@ def diagnose(
         lp, dtype = sides[side]
         row = _same_on_every_rank(int((lp - ref_lp).abs().mean(dim=1).argmax()))  # the prompt showing it most
         _, ref_stages = probes.hf_log_probs(reference, probe, row)
-        floor_model = probes.load_hf(model_path, FLOOR_DTYPE[dtype], device)
+        floor_model = load(FLOOR_DTYPE[dtype])
         _, floor_stages = probes.hf_log_probs(floor_model, probe, row)
         del floor_model
         if side == "actor":
@@ -175,6 +186,7 @@ def diagnose(
             tensors = list(dict.fromkeys(t for part in everyone for t in part))
         diagnosis.divergences.append(Divergence(side, first, tensors, gaps))
     del reference
+    diagnosis.seconds, diagnosis.loading_s = time.perf_counter() - started, loading[0]
     if device.type == "cuda":  # the references' blocks back to the driver: a colocated vLLM wakes into them next
         torch.cuda.empty_cache()
     return diagnosis

@@ -65,6 +65,7 @@ def render(diagnosis: Diagnosis, layout: str) -> str:
             lines.append(f"    {gap.stage}: relative difference {gap.gap:.3g} (floor {gap.floor:.3g})")
         lines += [f"    tensor {tensor}" for tensor in divergence.tensors]
     lines += [f"  note: {note}" for note in diagnosis.notes]
+    lines.append(f"  took {diagnosis.seconds:.1f} s, of which {diagnosis.loading_s:.1f} s loading the HF references")
     lines.append(f"verdict: {verdict(diagnosis)}")
     return "\n".join(lines) + "\n"
 
