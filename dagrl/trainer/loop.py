@@ -202,8 +202,15 @@ class Trainer(StepRunner):
                 self.end(stopped=True)
                 return
             self.stop.keeps_work = True  # from here a stop signal waits for the step's end and its checkpoint
+            checked = {}  # trainer.parity_check's figures, logged with step 1
+            if trainer.parity_check:
+                from dagrl.doctor import before_training
+
+                checked = before_training(self.cfg, self.ctx)
             for step in range(start_step + 1, self.total_steps + 1):
                 metrics = self.profiler.run(step, self.train_step)
+                metrics.update(checked)
+                checked = {}
                 if restarts:
                     metrics["training/restarts"] = float(restarts)
                 metrics.update(self.trained(step, schedule))

@@ -49,6 +49,11 @@ class Trainer(Section):
         hinted(POSITIVE_INT, "null: trainer.total_epochs decides"),
     )
     val_before_train: bool = key(True, "validate once before the first step")
+    parity_check: bool = key(
+        False,
+        "before the first step, check the actor's and the rollout's log-probs against HF after a weight sync "
+        "(python3 -m dagrl.doctor; docs/numerics.md); logs doctor/* metrics, warns on a finding; colocated only",
+    )
     val_only: bool = key(
         False,
         "validate the start weights (model.path, or the checkpoint resumed) once and exit "
