@@ -21,7 +21,10 @@ MEGATRON = "actor_rollout_ref.actor.megatron."
 @pytest.mark.parametrize(
     ("family", "layout", "plant", "verdict"),
     [
-        ("llama", {"tensor_model_parallel_size": 2}, "none", "the weights map exactly"),
+        # slow: the planted TP2 case below passes layer 0 at TP2 in the default suite
+        pytest.param(
+            "llama", {"tensor_model_parallel_size": 2}, "none", "the weights map exactly", marks=pytest.mark.slow
+        ),
         ("qwen3", {"pipeline_model_parallel_size": 2}, "none", "the weights map exactly"),
         ("qwen3_moe", {"expert_model_parallel_size": 2}, "none", "the weights map exactly"),
         (
