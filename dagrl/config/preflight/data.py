@@ -8,7 +8,7 @@ import os
 from dagrl.config import model_shapes
 from dagrl.config.checks import alias, as_config_error, as_list, positive_int
 from dagrl.config.errors import require
-from dagrl.config.preflight.reward import check_extra_info_reads
+from dagrl.config.preflight.reward import check_extra_info_reads, check_none_returns
 from dagrl.config.tree import Cfg
 
 
@@ -72,6 +72,7 @@ def check_paths(cfg: Cfg) -> int:
         with as_config_error("custom_reward_function.path"):
             function = read_custom_reward_fn(custom.path, custom.name, custom.reward_kwargs.to_dict())
         check_extra_info_reads(cfg, function, as_list(train_files) + as_list(cfg.data.val_files or []))
+        check_none_returns(cfg, function)
         known = None  # the user's function decides what it scores
     else:
         from dagrl.reward.scorers import SCORER_BY_DATA_SOURCE
@@ -90,6 +91,7 @@ def check_data(cfg: Cfg) -> int:
     require(
         train_rows >= cfg.data.train_batch_size,
         "data.train_batch_size",
-        f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows",
+        f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows: set it "
+        f"to at most {train_rows}, or add rows to data.train_files",
     )
     return train_rows
