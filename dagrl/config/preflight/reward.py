@@ -263,10 +263,18 @@ def _ends(body: list[ast.stmt]) -> bool:
     return not isinstance(last, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pass, ast.Delete))
 
 
-def none_return(function: Callable) -> str | None:
-    """Where `function` (a scorer) returns None: a bare `return` / `return None`, or the end of a body that can
-    fall off it; None when every path returns a value or the source cannot be read (a wrapped, generator or
-    callable-object scorer is not judged)."""
+def _text(value: ast.expr) -> bool:
+    """Whether a returned expression is a string literal, an f-string, or a conditional with one on a side."""
+    if isinstance(value, ast.IfExp):
+        return _text(value.body) or _text(value.orelse)
+    return isinstance(value, ast.JoinedStr) or (isinstance(value, ast.Constant) and isinstance(value.value, str))
+
+
+def non_score_return(function: Callable) -> tuple[str, str] | None:
+    """(where, how to fix it) when `function` (a scorer) returns something that is no score: None from a bare
+    `return` / `return None` or from a body that can fall off its end, or a string (`return "1.0"`); None when
+    nothing such is seen or the source cannot be read (a wrapped, generator or callable-object scorer is not
+    judged)."""
     found = _function_node(function)
     if found is None or hasattr(function, "__wrapped__"):
         return None
@@ -280,33 +288,32 @@ def none_return(function: Callable) -> str | None:
             stack.extend(ast.iter_child_nodes(sub))
     if any(isinstance(sub, (ast.Yield, ast.YieldFrom)) for sub in own):
         return None
-    bare = [
-        sub.lineno
-        for sub in own
-        if isinstance(sub, ast.Return)
-        and (sub.value is None or (isinstance(sub.value, ast.Constant) and sub.value.value is None))
-    ]
-    if bare:
-        return f"returns None at line {first + min(bare) - 1}"
+    returns = sorted((sub for sub in own if isinstance(sub, ast.Return)), key=lambda sub: sub.lineno)
+    end_with_zero = "e.g. end it with `return 0.0`"
+    for sub in returns:
+        line, value = first + sub.lineno - 1, sub.value
+        if value is None or (isinstance(value, ast.Constant) and value.value is None):
+            return f"returns None at line {line} (a path with no `return <score>`)", end_with_zero
+        if _text(value):
+            return f"returns a str at line {line} (text such as '1.0' is no number)", "e.g. return 1.0, not '1.0'"
     if _ends(node.body):
         return None
-    return (
-        f"can run past its last line ({first + (node.body[-1].end_lineno or node.body[-1].lineno) - 1}) and return None"
-    )
+    last = first + (node.body[-1].end_lineno or node.body[-1].lineno) - 1
+    return f"can run past its last line ({last}) and return None (a path with no `return <score>`)", end_with_zero
 
 
-def check_none_returns(cfg: Cfg, function: Callable) -> None:
-    """A custom scorer that returns None on some path (an `if` without its `else: return 0.0`) fails on every
-    response that takes that path: each scores 0 under reward_model.on_error=zero, and a step where all fail stops
-    the run, after the models are built. Read from its source, never called."""
-    where = none_return(function)
-    if where is None:
+def check_score_returns(cfg: Cfg, function: Callable) -> None:
+    """A custom scorer that returns None on some path (an `if` without its `else: return 0.0`), or a string, fails
+    on every response that takes that path: each scores 0 under reward_model.on_error=zero, and a step where all
+    fail stops the run, after the models are built. Read from its source, never called."""
+    found = non_score_return(function)
+    if found is None:
         return
+    where, fix = found
     custom = cfg.custom_reward_function
     path = os.path.abspath(os.path.expanduser(custom.path))
     raise ConfigError(
         "custom_reward_function.path",
-        f"custom reward function {custom.name} in {path!r} {where} (a path with no `return <score>`): None is "
-        f"not a score, so every response taking that path would fail and score 0; return "
-        f"a float (or a dict with a 'score' key) on every path, e.g. end it with `return 0.0`",
+        f"custom reward function {custom.name} in {path!r} {where}: that is not a score, so every response taking "
+        f"that path would fail and score 0; return a float (or a dict with a 'score' key) on every path, {fix}",
     )

@@ -24,6 +24,10 @@ REWARD_TRY_PASS = (
     "    except ValueError:\n"
     "        pass\n"
 )
+REWARD_RETURNS_TEXT = (
+    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    return '1.0' if solution_str.strip() == ground_truth else '0.0'\n"
+)
 
 
 def split_dir(ws: Path, paths: Paths) -> None:
@@ -52,6 +56,12 @@ CASES: tuple[Case, ...] = (
             "data.train_files=<tmp>/gsm8k/train.parquet data.val_files=<tmp>/gsm8k/test.parquet",
         ),
         make=split_dir,
+    ),
+    Case(
+        "val_files_same_as_train",
+        "`data.val_files` names the training file too (`VAL=$TRAIN`): validation would score trained prompts",
+        ("data.val_files={train}",),
+        ("data.val_files has <data>/train.parquet which data.train_files also names", "held-out rows"),
     ),
     Case(
         "val_files_hub_split_dir",
@@ -88,5 +98,12 @@ CASES: tuple[Case, ...] = (
         ("custom_reward_function.path={ws}/reward.py",),
         ("compute_score in '<tmp>/reward.py' can run past its last line (5) and return None",),
         make=text_file("reward.py", REWARD_TRY_PASS),
+    ),
+    Case(
+        "reward_returns_text",
+        "a custom reward function returns '1.0' / '0.0' (strings) instead of numbers",
+        ("custom_reward_function.path={ws}/reward.py",),
+        ("compute_score in '<tmp>/reward.py' returns a str at line 2", "return 1.0, not '1.0'"),
+        make=text_file("reward.py", REWARD_RETURNS_TEXT),
     ),
 )
