@@ -3,7 +3,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.reliability.corpus.case import Case, Paths
+from tests.reliability.corpus.case import WORLD, Case, Paths
 from tests.reliability.corpus.file_makers import text_file
 
 REWARD_ELSE_FORGOTTEN = (
@@ -105,5 +105,12 @@ CASES: tuple[Case, ...] = (
         ("custom_reward_function.path={ws}/reward.py",),
         ("compute_score in '<tmp>/reward.py' returns a str at line 2", "return 1.0, not '1.0'"),
         make=text_file("reward.py", REWARD_RETURNS_TEXT),
+    ),
+    Case(
+        "world_size_left_exported",
+        "`WORLD_SIZE=2` left exported from another job, one process started for a one-GPU run",
+        (),
+        ("environment has WORLD_SIZE=2 without torchrun's LOCAL_RANK", "unset WORLD_SIZE"),
+        env=WORLD,
     ),
 )
