@@ -243,8 +243,9 @@ EXITS = {"exit", "_exit", "abort", "quit"}
 
 
 def _ends(body: list[ast.stmt]) -> bool:
-    """Whether running `body` cannot go past its last statement (it returns or raises on every path). Loops that
-    may finish and unknown forms count as ending: only a body that plainly falls off its end is reported."""
+    """Whether running `body` cannot go past its last statement (it returns or raises on every path). A `for` loop
+    may finish; a `while`, a `match` and other forms count as ending, so only a body that plainly falls off its end
+    is reported."""
     if not body:
         return False
     last = body[-1]
