@@ -62,6 +62,15 @@ def fail(message: str, code: int) -> None:
 
 def run(cfg_data: dict) -> None:
     """The CLI's job: train here, or (trainer.launcher=ray) validate here and train on Ray workers."""
+    if os.environ.get("DAGRL_CHECK_ONLY") == "1":  # a launch script's check before torchrun starts N processes
+        from dagrl.config.tree import Cfg
+        from dagrl.config.validate import preflight
+
+        try:  # each problem once, exit 2, rather than N ranks' copies and torchrun's traceback with exit 1
+            preflight(Cfg(cfg_data))
+        except ConfigError as error:
+            fail(str(error), 2)
+        return
     if cfg_data["trainer"]["launcher"] == "ray" and os.environ.get("DAGRL_LAUNCHER") != "ray":
         from dagrl.config.tree import Cfg
         from dagrl.config.validate import placement, planned_world_size, preflight

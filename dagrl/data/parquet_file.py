@@ -86,6 +86,13 @@ def directory_problem(path: str) -> str:
     except OSError:
         names = []
     parts = [os.path.join(path, name) for name in names if name.endswith(".parquet")]
+    splits = split_files(parts)
+    if splits:  # a data set's folder (preprocess output, a hub snapshot's data/): pointing at it mixes the splits
+        train, val = (",".join(files) if len(files) == 1 else f"'[{','.join(files)}]'" for files in splits)
+        return (
+            f"data file {path!r} is a directory holding a data set's splits ({', '.join(map(os.path.basename, parts))}"
+            f"), not one split: name each, data.train_files={train} data.val_files={val}"
+        )
     if parts:  # Spark's or pandas' partitioned output: train.parquet/part-00000-....parquet
         shown = ",".join(parts[:2]) + (",..." if len(parts) > 2 else "")
         return (
@@ -103,6 +110,23 @@ def directory_problem(path: str) -> str:
         f"data file {path!r} is a directory; data.train_files / data.val_files take parquet files (e.g. "
         f"{os.path.join(path, 'train.parquet')!r})"
     )
+
+
+TRAIN_SPLIT, HELD_OUT_SPLITS = "train", ("test", "val", "validation", "valid", "dev", "eval")
+
+
+def split_files(files: list[str]) -> tuple[list[str], list[str]] | None:
+    """(training files, held-out files) when `files` are named by split (train.parquet and test.parquet, or the
+    hub's train-00000-of-00002.parquet and test-00000-of-00001.parquet), else None."""
+    train: list[str] = []
+    held_out: list[str] = []
+    for file in files:
+        split = os.path.basename(file).removesuffix(".parquet").split("-")[0].lower()
+        if split == TRAIN_SPLIT:
+            train.append(file)
+        elif split in HELD_OUT_SPLITS:
+            held_out.append(file)
+    return (train, held_out) if train and held_out else None
 
 
 def _listed_paths(path: str) -> list[str]:

@@ -124,5 +124,7 @@ fi
 if [ "${DAGRL_PLAN:-0}" = 1 ]; then
     exec python3 -m dagrl.plan "${TRAINING_CMD[@]:2}" "$@"
 fi
+# every input check once, in one process: from torchrun, each rank would print the same lines, then its traceback
+WORLD_SIZE=$((NNODES * N_GPUS_PER_NODE)) DAGRL_CHECK_ONLY=1 python3 "${TRAINING_CMD[@]}" "$@"
 exec torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$N_GPUS_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "${TRAINING_CMD[@]}" "$@"

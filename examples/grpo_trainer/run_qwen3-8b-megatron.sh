@@ -7,7 +7,8 @@
 #    writes); TRAIN_DATA_PATH, TEST_DATA_PATH, MODEL_PATH and BASE_*_PATH can be set from the environment;
 #  - SIIRL_LOG_VERBOSITY -> DAGRL_LOG_LEVEL, SIIRL_LOGGING_FILENAME dropped, project/experiment names dagrl_*;
 #  - one key added: data.filter_overlong_prompts=True (otherwise a prompt over max_prompt_length stops the run);
-#  - DAGRL_DRY_RUN=1 / DAGRL_PLAN=1 switches, and the repo's .venv when python3 lacks dagrl.
+#  - DAGRL_DRY_RUN=1 / DAGRL_PLAN=1 switches, one input check before torchrun (DAGRL_CHECK_ONLY=1), and the repo's
+#    .venv when python3 lacks dagrl.
 # Every other key and value is the guide's.
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
@@ -111,5 +112,7 @@ fi
 if [ "${DAGRL_PLAN:-0}" = 1 ]; then
     exec python3 -m dagrl.plan "${TRAINING_CMD[@]:2}" "$@"
 fi
+# every input check once, in one process: from torchrun, each rank would print the same lines, then its traceback
+WORLD_SIZE=$((NNODES * N_GPUS_PER_NODE)) DAGRL_CHECK_ONLY=1 python3 "${TRAINING_CMD[@]}" "$@"
 exec torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$N_GPUS_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "${TRAINING_CMD[@]}" "$@"

@@ -58,4 +58,6 @@ fi
 if [ "${DAGRL_PLAN:-0}" = 1 ]; then
     exec python3 -m dagrl.plan "${TRAINING_CMD[@]:2}" "$@"
 fi
+# every input check once, in one process: from torchrun, each rank would print the same lines, then its traceback
+WORLD_SIZE=$NGPUS DAGRL_CHECK_ONLY=1 python3 "${TRAINING_CMD[@]}" "$@"
 exec python3 -m torch.distributed.run --nproc-per-node "$NGPUS" "${TRAINING_CMD[@]}" "$@"

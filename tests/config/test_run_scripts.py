@@ -113,3 +113,20 @@ def test_dapo_script_keys_reach_the_config():
         "pipeline_model_parallel_size: 4",
     ):
         assert expected in proc.stdout, expected
+
+
+TORCHRUN_SCRIPTS = [s for s in SCRIPTS if "DAGRL_CHECK_ONLY=1" in s.read_text()]
+
+
+@pytest.mark.parametrize("script", TORCHRUN_SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_torchrun_script_refuses_bad_input_once_before_torchrun(script, tmp_path):
+    """No model or data under $HOME: each problem is one line, printed once, with exit 2, before torchrun starts a
+    process per GPU (whose every rank would print the lines, then torchrun's traceback and exit 1)."""
+    env = {k: v for k, v in ENV.items() if not k.endswith(("MODEL_PATH", "DATA_PATH", "DATA_DIR"))}
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, env={**env, "HOME": str(tmp_path)}
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("dagrl: error: ")]
+    assert any("model directory" in line and str(tmp_path) in line for line in lines), proc.stderr[-2000:]
+    assert len(lines) == len(set(lines)) and "Traceback" not in proc.stderr and "torch.distributed" not in proc.stderr

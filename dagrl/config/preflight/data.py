@@ -8,7 +8,7 @@ import os
 from dagrl.config import model_shapes
 from dagrl.config.checks import alias, as_config_error, as_list, positive_int
 from dagrl.config.errors import require
-from dagrl.config.preflight.reward import check_extra_info_reads
+from dagrl.config.preflight.reward import check_extra_info_reads, check_score_returns
 from dagrl.config.tree import Cfg
 
 
@@ -47,6 +47,20 @@ def check_position_limit(total: int, hf_config: dict) -> None:
     )
 
 
+def check_held_out(train_files: list[str], val_files: list[str]) -> None:
+    """A validation file that is also a training file (`VAL=$TRAIN`, a copied line): val-core/* would score prompts
+    the run trains on, and read as generalisation."""
+    trained = {os.path.realpath(os.path.expanduser(path)): path for path in train_files}
+    both = [path for path in val_files if os.path.realpath(os.path.expanduser(path)) in trained]
+    require(
+        not both,
+        "data.val_files",
+        f"data.val_files has {both[0] if both else ''} which data.train_files also names: validation would score "
+        f"the prompts the run trains on; point data.val_files at held-out rows (e.g. the test.parquet "
+        f"examples/data_preprocess/*.py write), or data.val_files=null for no validation",
+    )
+
+
 def check_paths(cfg: Cfg) -> int:
     """The data files (footers), the custom reward function, and that every row can be scored (the data_source
     and reward_model columns only are read: a run whose rows all score 0 would train nothing)."""
@@ -59,6 +73,7 @@ def check_paths(cfg: Cfg) -> int:
     if cfg.data.val_files:
         with as_config_error("data.val_files"):
             check_data_files(as_list(cfg.data.val_files), cfg.data.prompt_key)
+        check_held_out(as_list(train_files), as_list(cfg.data.val_files))
     custom = cfg.custom_reward_function
     require(
         not (custom.path and os.path.isdir(os.path.expanduser(custom.path))),
@@ -72,6 +87,7 @@ def check_paths(cfg: Cfg) -> int:
         with as_config_error("custom_reward_function.path"):
             function = read_custom_reward_fn(custom.path, custom.name, custom.reward_kwargs.to_dict())
         check_extra_info_reads(cfg, function, as_list(train_files) + as_list(cfg.data.val_files or []))
+        check_score_returns(cfg, function)
         known = None  # the user's function decides what it scores
     else:
         from dagrl.reward.scorers import SCORER_BY_DATA_SOURCE
@@ -90,6 +106,7 @@ def check_data(cfg: Cfg) -> int:
     require(
         train_rows >= cfg.data.train_batch_size,
         "data.train_batch_size",
-        f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows",
+        f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {train_rows} training rows: set it "
+        f"to at most {train_rows}, or add rows to data.train_files",
     )
     return train_rows

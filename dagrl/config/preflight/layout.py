@@ -47,6 +47,15 @@ def world_size_from_env(cfg: Cfg) -> int:
         )
         return actual
     if nnodes == 1:
+        # WORLD_SIZE without the LOCAL_RANK torchrun sets beside it: an export left in the shell, not a launch
+        leftover = actual > 1 and not (os.environ.get("LOCAL_RANK") or os.environ.get("DAGRL_CHECK_ONLY"))
+        require(
+            expected == actual or not leftover,
+            "WORLD_SIZE",
+            f"trainer.nnodes x trainer.n_gpus_per_node = {expected} but the environment has WORLD_SIZE={actual} "
+            f"without torchrun's LOCAL_RANK (an export left over from another job?): unset WORLD_SIZE to run one "
+            f"process, or start torchrun --nproc-per-node {actual} with trainer.n_gpus_per_node={actual}",
+        )
         require(
             expected == actual,
             "trainer.n_gpus_per_node",

@@ -170,18 +170,25 @@ def _check_kwargs(source: str, module: str, reward_kwargs: dict[str, Any]) -> No
     )
 
 
-def extra_info_reads(function: Callable) -> list[tuple[str, int]]:
-    """(key, line) of each `extra_info["key"]` read in `function`'s own source, its extra_info being the fourth
-    parameter (the trainer passes it fourth); [] when the source cannot be read. `.get("key")` reads are not listed:
-    they tolerate a missing key."""
+def _function_node(function: Callable) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
+    """The syntax tree of `function`'s own source and its first line in the file; None when there is none to read."""
     try:
         lines, first = inspect.getsourcelines(function)
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):  # a builtin, a lambda in an expression, a callable object
-        return []
+        return None
     node = tree.body[0] if tree.body else None
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    return (node, first) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def extra_info_reads(function: Callable) -> list[tuple[str, int]]:
+    """(key, line) of each `extra_info["key"]` read in `function`'s own source, its extra_info being the fourth
+    parameter (the trainer passes it fourth); [] when the source cannot be read. `.get("key")` reads are not listed:
+    they tolerate a missing key."""
+    found = _function_node(function)
+    if found is None:
         return []
+    node, first = found
     params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
     if len(params) < 4:
         return []
@@ -229,4 +236,85 @@ def check_extra_info_reads(cfg: Cfg, function: Callable, files: list[str]) -> No
         f"custom reward function {custom.name} in {path!r} reads extra_info[{key!r}] (line {line}), but no data "
         f"file has it ({has}; {', '.join(repr(f) for f in files)}): every response would raise KeyError and score "
         f"0; fix the key, add it to the data files' extra_info, or read it with extra_info.get({key!r})",
+    )
+
+
+EXITS = {"exit", "_exit", "abort", "quit"}
+
+
+def _ends(body: list[ast.stmt]) -> bool:
+    """Whether running `body` cannot go past its last statement (it returns or raises on every path). A `for` loop
+    may finish; a `while`, a `match` and other forms count as ending, so only a body that plainly falls off its end
+    is reported."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ast.If):
+        return _ends(last.body) and _ends(last.orelse)
+    if isinstance(last, (ast.With, ast.AsyncWith)):
+        return _ends(last.body)
+    if isinstance(last, ast.Try):
+        normal = _ends(last.body) or _ends(last.orelse)
+        return _ends(last.finalbody) or (normal and all(_ends(handler.body) for handler in last.handlers))
+    if isinstance(last, (ast.For, ast.AsyncFor)):
+        return False  # its iterations may all finish without returning
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):  # sys.exit(...): the run's own line says so
+        func = last.value.func
+        return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) in EXITS
+    return not isinstance(last, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pass, ast.Delete))
+
+
+def _text(value: ast.expr) -> bool:
+    """Whether a returned expression is a string literal, an f-string, or a conditional with one on a side."""
+    if isinstance(value, ast.IfExp):
+        return _text(value.body) or _text(value.orelse)
+    return isinstance(value, ast.JoinedStr) or (isinstance(value, ast.Constant) and isinstance(value.value, str))
+
+
+def non_score_return(function: Callable) -> tuple[str, str] | None:
+    """(where, how to fix it) when `function` (a scorer) returns something that is no score: None from a bare
+    `return` / `return None` or from a body that can fall off its end, or a string (`return "1.0"`); None when
+    nothing such is seen or the source cannot be read (a wrapped, generator or callable-object scorer is not
+    judged)."""
+    found = _function_node(function)
+    if found is None or hasattr(function, "__wrapped__"):
+        return None
+    node, first = found
+    own: list[ast.AST] = []  # the function's own nodes, not those of functions or lambdas defined inside it
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        sub = stack.pop()
+        own.append(sub)
+        if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(sub))
+    if any(isinstance(sub, (ast.Yield, ast.YieldFrom)) for sub in own):
+        return None
+    returns = sorted((sub for sub in own if isinstance(sub, ast.Return)), key=lambda sub: sub.lineno)
+    end_with_zero = "e.g. end it with `return 0.0`"
+    for sub in returns:
+        line, value = first + sub.lineno - 1, sub.value
+        if value is None or (isinstance(value, ast.Constant) and value.value is None):
+            return f"returns None at line {line} (a path with no `return <score>`)", end_with_zero
+        if _text(value):
+            return f"returns a str at line {line} (text such as '1.0' is no number)", "e.g. return 1.0, not '1.0'"
+    if _ends(node.body):
+        return None
+    last = first + (node.body[-1].end_lineno or node.body[-1].lineno) - 1
+    return f"can run past its last line ({last}) and return None (a path with no `return <score>`)", end_with_zero
+
+
+def check_score_returns(cfg: Cfg, function: Callable) -> None:
+    """A custom scorer that returns None on some path (an `if` without its `else: return 0.0`), or a string, fails
+    on every response that takes that path: each scores 0 under reward_model.on_error=zero, and a step where all
+    fail stops the run, after the models are built. Read from its source, never called."""
+    found = non_score_return(function)
+    if found is None:
+        return
+    where, fix = found
+    custom = cfg.custom_reward_function
+    path = os.path.abspath(os.path.expanduser(custom.path))
+    raise ConfigError(
+        "custom_reward_function.path",
+        f"custom reward function {custom.name} in {path!r} {where}: that is not a score, so every response taking "
+        f"that path would fail and score 0; return a float (or a dict with a 'score' key) on every path, {fix}",
     )

@@ -44,6 +44,7 @@ MODULES = (
     "other_trainers",
     "transformer_config",
     "unseen_round",
+    "unseen_round2",
     "several_mistakes",
 )
 TOPICS: dict[str, tuple[Case, ...]] = {

@@ -24,7 +24,7 @@ CASES: tuple[Case, ...] = (
         "a 2-process launch with trainer.n_gpus_per_node=1",
         (),
         ("this launch has 2 process(es)", "set trainer.n_gpus_per_node=2"),
-        env=WORLD,
+        env={**WORLD, "LOCAL_RANK": "0"},  # torchrun's, beside WORLD_SIZE
     ),
     Case(
         "world_size_exported_by_hand",

@@ -48,9 +48,10 @@ TEMPLATE_RAISES_ON_A_WORD = (
 REWARD_EXITS = (
     "import sys\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    sys.exit(0)\n"
 )
-REWARD_RETURNS_NONE = (
+REWARD_RETURNS_NONE = (  # None from a lookup, which pre-flight cannot see (a missing `return` it refuses)
+    "SCORES = {}  # filled by a loader that never ran\n\n"
     "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-    "    score = float(solution_str == ground_truth)  # forgot the return\n"
+    "    return SCORES.get(solution_str)\n"
 )
 REWARD_DICT_WITHOUT_SCORE = (
     "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
