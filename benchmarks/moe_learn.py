@@ -9,7 +9,7 @@ $MODEL_PATH is the dense model (SmolLM2-135M-Instruct); DIR/moe_model is made fr
 (every expert a copy of the MLP, a small random router) unless it exists. Each arm runs the --script for --steps
 steps with greedy held-out accuracy every --test-freq steps, in DIR/<arm>_seed<S>/:
   dense   the script as it is, on the dense model (the baseline)
-  moe     the upcycled model, routing replay off
+  moe     the upcycled model, the rollout's routes recorded (the agreement logged), not replayed
   moe_r3  the upcycled model, the rollout's routes replayed in the trainer (router_replay.mode=R3)
 Every arm samples the same prompts in the same order (data.seed) from a model whose step-0 outputs are the dense
 model's. The table gives each arm's accuracy at every evaluated step (mean over seeds, min-max when several), its
@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opd_learn import curve, run, spread  # noqa: E402 - the sibling's runner and curve reader
 
 ROOT = Path(__file__).resolve().parents[1]
-R3 = ["actor_rollout_ref.actor.router_replay.mode=R3", "actor_rollout_ref.rollout.enable_rollout_routing_replay=True"]
-ARMS = {"dense": (False, []), "moe": (True, []), "moe_r3": (True, R3)}  # arm: (upcycled model, overrides)
+RECORD = ["actor_rollout_ref.rollout.enable_rollout_routing_replay=True"]  # routes recorded: the agreement is logged
+R3 = [*RECORD, "actor_rollout_ref.actor.router_replay.mode=R3"]
+ARMS = {"dense": (False, []), "moe": (True, RECORD), "moe_r3": (True, R3)}  # arm: (upcycled model, overrides)
 GAP, AGREEMENT = "training/rollout_log_probs_diff_mean", "actor/routing_agreement"
 
 
