@@ -75,6 +75,10 @@ class MegatronEngine:
             self.tf_config.masked_softmax_fusion = False
         self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
         optim.set_trainable(self.modules, spec, self.hf_config.num_hidden_layers)
+        if spec.lora is not None:  # before DDP: the frozen base gets no grad buffer and no optimizer state
+            from dagrl.engine.megatron.lora import apply_lora
+
+            apply_lora(self.modules, spec.lora, self.tf_config, spec.seed)
         self.routing = None
         if spec.router_replay:
             from dagrl.engine.megatron.router_replay import RouterReplayHooks

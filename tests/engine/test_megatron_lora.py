@@ -1,0 +1,103 @@
+"""LoRA on the Megatron actor (one process): adapters only train, step 0 is the base, the export merges exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+from dagrl.engine.megatron.lora import LoraSpec
+from engine_helpers import hf_log_probs, make_batch, sum_loss
+from tiny_models import load_hf, make_model_dir
+
+ADAM = OptimSpec(lr=1e-2, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
+LORA = LoraSpec(rank=4, alpha=8.0)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("models") / "qwen3", "qwen3")
+
+
+def actor(path: Path, **kwargs):
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=ADAM, **kwargs))
+
+
+def exported(engine, adapters: bool = True) -> dict[str, torch.Tensor]:
+    return {n: t.clone() for bucket in engine.export_weights(1 << 16, adapters=adapters) for n, t in bucket}
+
+
+def adapter_params(engine) -> dict[str, torch.Tensor]:
+    return {
+        f"{i}.{name}": p.detach().clone()
+        for i, m in enumerate(engine.modules)
+        for name, p in m.named_parameters()
+        if name.endswith(("lora_A", "lora_B"))
+    }
+
+
+def test_step_zero_is_the_base_and_only_adapters_train(model_dir):
+    base = actor(model_dir)
+    lora = actor(model_dir, lora=LORA)
+    batch = make_batch(rows=4)
+    want, _ = base.compute_log_prob(batch, 2, 1.0, with_entropy=False)
+    got, _ = lora.compute_log_prob(batch, 2, 1.0, with_entropy=False)
+    assert torch.equal(got, want)  # B = 0: the adapter adds exactly nothing
+    trainable = [p for m in lora.modules for p in m.parameters() if p.requires_grad]
+    assert len(trainable) == 4 * 2 * 2 == len(adapter_params(lora))  # 4 linears x 2 layers, A and B each
+    optimized = [p for group in lora.optimizer.param_groups for p in group["params"]]
+    assert sum(p.numel() for p in optimized) == sum(p.numel() for p in trainable)  # no state for the base
+    before, adapters = exported(lora, adapters=False), adapter_params(lora)
+    for _ in range(2):
+        lora.train_step(batch, sum_loss, 2, 1.0)
+    assert all(torch.equal(t, exported(lora, adapters=False)[n]) for n, t in before.items())  # base bit-identical
+    after = adapter_params(lora)
+    assert all(not torch.equal(adapters[n], after[n]) for n in adapters)  # every A and B moved
+    moved, _ = lora.compute_log_prob(batch, 2, 1.0, with_entropy=False)
+    assert (moved - want).abs().max() > 1e-3
+
+
+def test_merged_export_is_the_adapted_model_and_adapters_off_is_the_base(model_dir):
+    from dagrl.engine.megatron.lora import AdaptersOffReference
+
+    lora = actor(model_dir, lora=LORA)
+    batch = make_batch(rows=4)
+    lora.train_step(batch, sum_loss, 2, 1.0)
+    got, _ = lora.compute_log_prob(batch, 2, 1.0, with_entropy=False)
+    hf = load_hf(model_dir)
+    hf.load_state_dict(exported(lora), strict=False)
+    want, _ = hf_log_probs(hf, batch)
+    assert (got - want).abs().max() <= 1e-5  # merged weights == base + adapter forward
+    adapter = lora.export_adapter()
+    assert adapter.scaling == 2.0 and adapter.target_modules[:3] == ("q_proj", "k_proj", "v_proj")
+    names = {n.split("layers.0.")[1] for n in adapter.tensors if ".layers.0." in n}
+    assert names == {
+        f"{m}.{f}.weight"
+        for m in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        )
+        for f in ("lora_A", "lora_B")
+    }
+    base = {n: t for n, t in exported(lora, adapters=False).items()}
+    for name, weight in base.items():  # PEFT's rule: W + scaling * B A
+        stem = "base_model.model." + name[: -len(".weight")]
+        if f"{stem}.lora_A.weight" in adapter.tensors:
+            a, b = adapter.tensors[f"{stem}.lora_A.weight"], adapter.tensors[f"{stem}.lora_B.weight"]
+            assert a.shape[0] == b.shape[1] == 4 and b.shape[0] == weight.shape[0] and a.shape[1] == weight.shape[1]
+    reference = AdaptersOffReference(lora)
+    off, _ = reference.compute_log_prob(batch, 2, 1.0, with_entropy=False)
+    hf.load_state_dict(base, strict=False)
+    want_base, _ = hf_log_probs(hf, batch)
+    assert (off - want_base).abs().max() <= 1e-5
+    again, _ = lora.compute_log_prob(batch, 2, 1.0, with_entropy=False)
+    assert torch.equal(again, got)  # back on after the reference pass
