@@ -101,3 +101,87 @@ def test_merged_export_is_the_adapted_model_and_adapters_off_is_the_base(model_d
     assert (off - want_base).abs().max() <= 1e-5
     again, _ = lora.compute_log_prob(batch, 2, 1.0, with_entropy=False)
     assert torch.equal(again, got)  # back on after the reference pass
+
+
+@pytest.mark.parametrize("distributed_optimizer", [False, True])
+def test_checkpoint_holds_adapters_only_and_resumes_bit_identically(model_dir, tmp_path, distributed_optimizer):
+    from megatron.core import dist_checkpointing
+
+    from dagrl.engine.megatron.lora import read_adapter
+
+    kwargs = dict(
+        lora=LORA,
+        use_distributed_optimizer=distributed_optimizer,
+        param_dtype=torch.bfloat16,
+        param_offload=distributed_optimizer,
+        optimizer_offload=distributed_optimizer,
+    )
+    batch = make_batch(rows=4)
+    first = actor(model_dir, **kwargs)
+    first.train_step(batch, sum_loss, 2, 1.0)
+    first.save_checkpoint(str(tmp_path / "ckpt"))
+    continued = first.train_step(batch, sum_loss, 2, 1.0)
+    saved = dist_checkpointing.load_tensors_metadata(str(tmp_path / "ckpt"))
+    model_keys = {k for k in saved if not k.startswith("optimizer")}
+    assert model_keys and all(k.endswith(("lora_A", "lora_B")) for k in model_keys), sorted(model_keys)[:4]
+    assert all(k.endswith(("lora_A", "lora_B")) for k in saved if k.startswith("optimizer.state"))
+
+    resumed = actor(model_dir, **kwargs)
+    resumed.load_checkpoint(str(tmp_path / "ckpt"))
+    assert resumed.train_step(batch, sum_loss, 2, 1.0) == continued
+    want, got = first.export_adapter().tensors, resumed.export_adapter().tensors  # (params may be offloaded)
+    assert want.keys() == got.keys() and all(torch.equal(want[n], got[n]) for n in want)
+    adapter = read_adapter(str(tmp_path / "ckpt"))
+    assert adapter.rank == 4 and adapter.alpha == 8.0 and len(adapter.tensors) == 2 * 7 * 2
+
+    with pytest.raises(ValueError, match="lora.rank"):  # adapters do not load into a full model
+        actor(model_dir, use_distributed_optimizer=distributed_optimizer).load_checkpoint(str(tmp_path / "ckpt"))
+
+
+class _Rollout:
+    """Records what a weight sync hands it."""
+
+    supports_adapter = True
+
+    def __init__(self) -> None:
+        self.needs_weights, self.calls = True, []
+
+    def load_weights(self, buckets, version=0):
+        self.calls.append(("weights", {n: t.clone() for bucket in buckets for n, t in bucket}))
+        self.needs_weights = False
+        return {"perf/weight_sync_gb": 1.0}
+
+    def load_adapter(self, adapter, version=0):
+        self.calls.append(("adapter", adapter))
+        return {"perf/weight_sync_gb": 0.001}
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_weight_sync_modes(model_dir, merge):
+    from types import SimpleNamespace
+
+    from dagrl.nodes.common import sync_weights
+
+    lora = actor(model_dir, lora=LORA)
+    lora.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
+    rollout = _Rollout()
+    cfg = SimpleNamespace(
+        actor_rollout_ref=SimpleNamespace(
+            model=SimpleNamespace(lora=SimpleNamespace(rank=4, merge=merge)),
+            rollout=SimpleNamespace(update_weights_bucket_megabytes=1),
+        )
+    )
+    ctx = SimpleNamespace(cfg=cfg, rollout=rollout, actor=lora, versions=SimpleNamespace(actor=1, rollout=0))
+    first = sync_weights(ctx)
+    ctx.versions.actor = 2
+    sync_weights(ctx)
+    kinds = [kind for kind, _ in rollout.calls]
+    if merge:
+        assert kinds == ["weights", "weights"] and first == {"perf/weight_sync_gb": 1.0}
+        assert all(torch.equal(rollout.calls[0][1][n], t) for n, t in exported(lora).items())
+        return
+    assert kinds == ["weights", "adapter", "adapter"]  # the base once, then the adapter alone
+    assert first == {"perf/weight_sync_gb": 1.001}
+    assert all(torch.equal(rollout.calls[0][1][n], t) for n, t in exported(lora, adapters=False).items())
+    adapter = rollout.calls[-1][1]
+    assert all(torch.equal(adapter.tensors[n], t) for n, t in lora.export_adapter().tensors.items())

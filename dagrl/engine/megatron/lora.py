@@ -234,3 +234,39 @@ class AdaptersOffReference:
 
     def offload_params(self) -> None:  # the actor moves its parameters itself
         pass
+
+
+# ---- checkpoints ----------------------------------------------------------------------------------
+
+ADAPTER_FILE = "adapter.safetensors"  # beside an actor checkpoint's shards: the adapter in PEFT names, full size
+
+
+def write_adapter(adapter: LoraAdapter, directory: str) -> None:
+    """The adapter as one safetensors file whose metadata holds rank, alpha and the target modules."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    meta = {
+        "rank": str(adapter.rank),
+        "alpha": repr(adapter.alpha),
+        "target_modules": json.dumps(adapter.target_modules),
+    }
+    save_file({n: t.contiguous() for n, t in adapter.tensors.items()}, str(Path(directory) / ADAPTER_FILE), meta)
+
+
+def read_adapter(directory: str) -> LoraAdapter:
+    """The `LoraAdapter` of a LoRA actor checkpoint (global_step_N/actor); FileNotFoundError for one without LoRA."""
+    import json
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    path = Path(directory) / ADAPTER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} holds no LoRA adapter ({ADAPTER_FILE}): it was saved without LoRA")
+    with safe_open(str(path), framework="pt") as handle:
+        meta = handle.metadata()
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    return LoraAdapter(tensors, int(meta["rank"]), float(meta["alpha"]), tuple(json.loads(meta["target_modules"])))
