@@ -102,7 +102,8 @@ def apply_lora(chunks: list[torch.nn.Module], spec: LoraSpec, tf_config: Any, se
                 whole.sequence_parallel = True
             module._lora = (state, column)
             module.register_forward_hook(_add_adapter, with_kwargs=True)
-            _shard_for_checkpoint(module, "lora_B" if column else "lora_A", 0 if column else 1)
+            swiglu = name.endswith("linear_fc1") and tf_config.gated_linear_unit  # rows [gate_r; up_r] on rank r
+            _shard_for_checkpoint(module, "lora_B" if column else "lora_A", 0 if column else 1, swiglu)
 
 
 def _normalized(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -137,18 +138,24 @@ def _add_adapter(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any
     return output + delta.to(output.dtype)
 
 
-def _shard_for_checkpoint(module: torch.nn.Module, name: str, axis: int) -> None:
+def _shard_for_checkpoint(module: torch.nn.Module, name: str, axis: int, swiglu: bool) -> None:
     """The linear's sharded state dict stores its TP-split factor as split (the stock one stores every extra tensor
-    as replicated), so a checkpoint reshards like the base weight."""
+    as replicated), and a gated fc1's B as its gate and up halves (as Megatron's MLP stores the weight), so a
+    checkpoint reshards like the base weight."""
+    from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
     from megatron.core.transformer.utils import make_tp_sharded_tensor_for_checkpoint
 
     stock = module.sharded_state_dict
 
     def sharded_state_dict(prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
         out = stock(prefix, sharded_offsets, metadata)
-        out[prefix + name] = make_tp_sharded_tensor_for_checkpoint(
+        tensor = make_tp_sharded_tensor_for_checkpoint(
             getattr(module, name), prefix + name, axis, prepend_offsets=sharded_offsets
         )
+        if swiglu:
+            singleton = (metadata or {}).get("singleton_local_shards", False)
+            tensor = apply_swiglu_sharded_factory(tensor, sharded_offsets, singleton)
+        out[prefix + name] = tensor
         return out
 
     module.sharded_state_dict = sharded_state_dict
