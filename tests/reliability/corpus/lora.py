@@ -35,4 +35,10 @@ CASES: tuple[Case, ...] = (
         (*LORA, "actor_rollout_ref.model.trainable_top_layers=1"),
         ("actor_rollout_ref.model.trainable_top_layers", "set actor_rollout_ref.model.trainable_top_layers=null"),
     ),
+    Case(
+        "lora_alpha_without_rank",
+        "`lora.alpha` set while `lora.rank=0` (no adapter: nothing it scales)",
+        ("actor_rollout_ref.model.lora.alpha=16",),
+        ("actor_rollout_ref.model.lora.alpha", "set actor_rollout_ref.model.lora.rank"),
+    ),
 )
