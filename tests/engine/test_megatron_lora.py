@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,41 @@ def test_weight_sync_modes(model_dir, merge):
     assert all(torch.equal(rollout.calls[0][1][n], t) for n, t in exported(lora, adapters=False).items())
     adapter = rollout.calls[-1][1]
     assert all(torch.equal(adapter.tensors[n], t) for n, t in lora.export_adapter().tensors.items())
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_plan_counts_the_adapters_and_gives_the_frozen_base_no_state(model_dir, tp):
+    from dagrl.placement import WorldLayout
+    from dagrl.plan import presets
+    from dagrl.plan.memory import Recompute, RunSettings, stage_memory
+    from dagrl.plan.model import ModelShape, lora_layer_params
+
+    config = load_hf(model_dir).config.to_dict()
+    shape = ModelShape.from_hf(config)
+    engine = actor(model_dir, lora=LORA)
+    per_layer = sum(p.numel() for p in adapter_params(engine).values()) // config["num_hidden_layers"]
+    if tp == 1:
+        assert lora_layer_params(shape, 4, LORA.targets, tp=1) == per_layer
+    else:  # half of each split factor: one of the two of every linear
+        assert lora_layer_params(shape, 4, LORA.targets, tp=2) < per_layer
+
+    # Qwen3-8B, rank 32 on every linear, vLLM beside it on one 80 GB GPU: fits; full fine-tuning does not
+    big = ModelShape.from_hf(presets.hf_config("qwen3", "8b").to_dict())
+    layout = WorldLayout(world_size=1)
+    run = RunSettings(
+        bf16=True,
+        reference=True,
+        rollout="vllm",
+        gpu_memory_gib=80,
+        sequence_length=2048,
+        response_length=1024,
+        micro_batch=1,
+        recompute=Recompute(granularity="full", method="uniform", num_layers=1),
+        ref_log_prob_micro_batch=4,
+    )
+    full = stage_memory(big, layout, run, 0)
+    lora = stage_memory(big, layout, dataclasses.replace(run, lora_rank=32, lora_targets=LORA.targets), 0)
+    assert full.peak > 80 > lora.peak
+    assert lora.parts["reference"] == 0 and lora.parts["optimizer"] < 1 and lora.parts["gradients"] < 1
+    adapters = 36 * lora_layer_params(big, 32, LORA.targets, tp=1)
+    assert 73e6 < adapters < 74e6  # 0.9% of the 8.2B base (one A for the fused QKV and gate/up)
