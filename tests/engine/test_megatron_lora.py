@@ -224,3 +224,19 @@ def test_plan_counts_the_adapters_and_gives_the_frozen_base_no_state(model_dir, 
     assert lora.parts["reference"] == 0 and lora.parts["optimizer"] < 1 and lora.parts["gradients"] < 1
     adapters = 36 * lora_layer_params(big, 32, LORA.targets, tp=1)
     assert 73e6 < adapters < 74e6  # 0.9% of the 8.2B base (one A for the fused QKV and gate/up)
+
+
+def test_a_fused_norm_linear_normalises_its_input_before_the_adapter():
+    """Transformer Engine's linear_qkv / linear_fc1 take the layer's un-normed input (their norm is fused in)."""
+    from dagrl.engine.megatron.lora import _normalized
+
+    module = torch.nn.Module()
+    module.layer_norm_weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+    module.eps, module.normalization = 1e-6, "RMSNorm"
+    x = torch.randn(3, 2, 8)
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * module.layer_norm_weight
+    assert torch.allclose(_normalized(module, x), want, atol=1e-6)
+    module.normalization, module.layer_norm_bias = "LayerNorm", torch.nn.Parameter(torch.randn(8))
+    want = torch.nn.functional.layer_norm(x, (8,), module.layer_norm_weight, module.layer_norm_bias, 1e-6)
+    assert torch.allclose(_normalized(module, x), want, atol=1e-6)
+    assert _normalized(torch.nn.Linear(8, 8), x) is x  # the local spec's linears take the normed input
