@@ -240,3 +240,19 @@ def test_a_fused_norm_linear_normalises_its_input_before_the_adapter():
     want = torch.nn.functional.layer_norm(x, (8,), module.layer_norm_weight, module.layer_norm_bias, 1e-6)
     assert torch.allclose(_normalized(module, x), want, atol=1e-6)
     assert _normalized(torch.nn.Linear(8, 8), x) is x  # the local spec's linears take the normed input
+
+
+def test_offloaded_frozen_base_is_copied_to_the_host_once(model_dir):
+    kwargs = dict(lora=LORA, param_offload=True, grad_offload=True, optimizer_offload=True)
+    offloaded, resident = actor(model_dir, **kwargs), actor(model_dir, lora=LORA)
+    base = sum(p.numel() * p.element_size() for m in resident.modules for p in m.parameters() if not p.requires_grad)
+    assert offloaded.base_store.frozen and offloaded.base_store.nbytes == base
+    assert offloaded.param_store.nbytes < base / 10  # the adapters alone
+    before = exported(offloaded, adapters=False)
+    batch = make_batch(rows=4)
+    for _ in range(2):  # each step onloads and offloads again
+        assert offloaded.train_step(batch, sum_loss, 2, 1.0) == resident.train_step(batch, sum_loss, 2, 1.0)
+    after = exported(offloaded, adapters=False)
+    assert all(torch.equal(before[n], after[n]) for n in before)
+    got, want = offloaded.export_adapter().tensors, resident.export_adapter().tensors
+    assert all(torch.equal(got[n], want[n]) for n in want)
