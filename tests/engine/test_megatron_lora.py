@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,9 @@ def test_checkpoint_holds_adapters_only_and_resumes_bit_identically(model_dir, t
     adapter = read_adapter(str(tmp_path / "ckpt"))
     assert adapter.rank == 4 and adapter.alpha == 8.0 and len(adapter.tensors) == 2 * 7 * 2
 
+    other = shutil.copytree(model_dir, tmp_path / "other_base")  # adapters belong to the base they trained on
+    with pytest.raises(ValueError, match=f"actor_rollout_ref.model.path={model_dir}"):
+        actor(other, **kwargs).load_checkpoint(str(tmp_path / "ckpt"))
     with pytest.raises(ValueError, match="lora.rank"):  # adapters do not load into a full model
         actor(model_dir, use_distributed_optimizer=distributed_optimizer).load_checkpoint(str(tmp_path / "ckpt"))
 

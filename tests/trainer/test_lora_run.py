@@ -72,3 +72,7 @@ def test_rank_zero_builds_no_adapter_and_hf_names_map_to_the_fused_linears():
     spec = lora_spec(Cfg(compose([f"{k}={v}" for k, v in LORA.items()])))
     assert (spec.rank, spec.alpha, spec.dropout, spec.scaling) == (4, 8.0, 0.1, 2.0)
     assert spec.targets == ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+    from dagrl.trainer.resume_policy import refusal
+
+    assert "adapters" in refusal("actor_rollout_ref.model.lora.rank", {})
+    assert refusal("actor_rollout_ref.model.lora.alpha", {}) is None  # a new scaling applies from the next step

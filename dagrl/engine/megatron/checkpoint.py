@@ -140,7 +140,8 @@ def _check_lora(engine: "MegatronEngine", path: str, info: dict[str, Any]) -> No
     fix = "set actor_rollout_ref.model.lora.rank/alpha/target_modules to the saved run's"
     if (saved is None) != (here is None) or (saved["rank"], saved["targets"]) != (here["rank"], here["targets"]):
         raise ValueError(f"checkpoint {path} holds LoRA {saved}, this actor is built with LoRA {here}: {fix}")
-    if os.path.abspath(engine.spec.model_path) != info["model_path"]:
+    saved_base = info["model_path"]  # a base moved (its saved directory gone) is the same base at a new path
+    if os.path.isdir(saved_base) and os.path.realpath(saved_base) != os.path.realpath(engine.spec.model_path):
         raise ValueError(
             f"checkpoint {path} holds LoRA adapters over the base model {info['model_path']}; this run's base is "
             f"{os.path.abspath(engine.spec.model_path)}: set actor_rollout_ref.model.path={info['model_path']}"
