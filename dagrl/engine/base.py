@@ -95,7 +95,10 @@ class ActorEngine(Protocol):
         routing: Any = None,
     ) -> dict[str, float]: ...
 
-    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]: ...
+    # with LoRA: W + scaling * B A, or the frozen base with adapters=False (adapter-only sync's first load)
+    def export_weights(self, bucket_bytes: int, adapters: bool = True) -> Iterator[WeightBucket]: ...
+
+    def export_adapter(self) -> Any: ...  # LoRA: the adapter (dagrl.engine.lora.LoraAdapter), collective
 
     def offload_params(self) -> None: ...  # the next phase that needs them brings them back
 
