@@ -41,6 +41,7 @@ setup(
             "mlflow-skinny>=2.10",
             "torchdata==0.11.0",  # so CI runs the logger tests, and the sampler's test against verl's loader
             "ruff==0.17.6",
+            "peft==0.21.2",  # the LoRA adapter directory is checked by loading it with PeftModel.from_pretrained
         ],  # scripts/test.sh runs `ruff check .` (ruff.toml) before pytest
         # trainer.logger=[...,wandb] / [...,mlflow]; imported only when asked for (tested: wandb 0.31, mlflow 3.17)
         "wandb": ["wandb>=0.17"],

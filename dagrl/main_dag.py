@@ -20,7 +20,6 @@ from dagrl.utils.preemption import (  # the standard library only
     START_SIGNALS,
     StopBeforeStart,
     install_start_handlers,
-    stop_before_start,
 )
 
 NOT_STARTED = "Ctrl-C before the run started: stopped, nothing to save"
@@ -80,13 +79,13 @@ def run(cfg_data: dict) -> None:
             check_ray_address(cfg.trainer.ray_address, nnodes=nodes)
         except ConfigError as error:
             fail(str(error), 2)
+        from dagrl.launch.driver_signals import Stopped
         from dagrl.utils.preemption import resume_advice
 
-        for sig in START_SIGNALS:  # the workers train from here: this driver's stop is no start-up stop any more
-            if signal.getsignal(sig) is stop_before_start:
-                signal.signal(sig, signal.SIG_DFL)
-        try:
+        try:  # SIGTERM/SIGUSR1 are the launcher's from here (passed on to the workers once they train)
             launch(cfg_data)
+        except Stopped as stop:  # the workers stopped on the scheduler's signal the driver passed on: exit 0
+            print(f"dagrl: {stop.line(resume_advice(cfg.trainer, 'intact'))}", file=sys.stderr)
         except WorkerFailed as error:
             fail(str(error), error.exit_code)
         except Interrupted as stop:  # the workers stopped on the Ctrl-C the driver passed on

@@ -15,6 +15,12 @@ tensors differently from Megatron's local layers, so it merges only where Transf
 (saved with checkpoint.save_contents including hf_model), else the model.path the run recorded in the checkpoint.
 `test` compares the merged weights with an HF directory (e.g. actor/huggingface) and exits 1 on a difference.
 Needs memory for the whole model in the checkpoint's dtype on that one device.
+
+A LoRA checkpoint holds the adapters (and their optimizer state) only, over the base model its run recorded: `merge`
+builds no Megatron model for it but reads the adapter and the base's safetensors (`--hf_model_path` if the base has
+moved) and writes, by `--lora_format`, the merged HF model (`merged`, the default: W + alpha/r·B·A, the weights a
+merged sync gives the rollout) or a PEFT adapter directory (`peft`: `peft.PeftModel.from_pretrained(base, OUT)`, or
+vLLM's LoRARequest). `test` compares the merged weights.
 """
 
 from __future__ import annotations
@@ -51,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     merge = operations.add_parser("merge", parents=[common], help="write an HF model directory")
     merge.add_argument("--target_dir", required=True, help="where the HF model directory is written")
+    merge.add_argument(
+        "--lora_format",
+        choices=["merged", "peft"],
+        default="merged",
+        help="a LoRA checkpoint becomes the merged HF model (default) or a PEFT adapter directory over its base",
+    )
     test = operations.add_parser("test", parents=[common], help="compare with an HF model directory")
     test.add_argument("--test_hf_dir", required=True, help="HF model directory to compare the merged weights with")
     return parser.parse_args(argv)
@@ -83,6 +95,51 @@ def hf_source(args: argparse.Namespace, path: Path, recorded: str | None) -> Pat
     if not (source / "config.json").is_file():
         raise MergeError(f"{source} ({flag}) has no config.json: pass --hf_model_path <HF dir the run started from>")
     return source
+
+
+def lora_base(args: argparse.Namespace, recorded: str | None) -> Path:
+    """The base model a LoRA checkpoint's adapters apply to: its weights, config and tokenizer."""
+    source = Path(os.path.expanduser(args.hf_model_path)) if args.hf_model_path else Path(recorded or "")
+    flag = "--hf_model_path" if args.hf_model_path else "the base model path recorded in the checkpoint"
+    if not (source / "config.json").is_file() or not any(source.glob("*.safetensors")):
+        raise MergeError(
+            f"{source} ({flag}) is no HF model with safetensors weights: pass --hf_model_path <the base model the "
+            f"LoRA run trained on>"
+        )
+    return source
+
+
+def merged_lora_weights(adapter, source: Path):
+    """The base's tensors, one a bucket, those the adapter adapts merged (W + alpha/r·B·A, as the merged sync)."""
+    from safetensors import safe_open
+
+    from dagrl.engine.lora_peft import merged_weight, module_pairs
+
+    pairs = module_pairs(adapter)
+    handles = [safe_open(str(path), framework="pt") for path in sorted(source.glob("*.safetensors"))]
+    missing = set(pairs) - {name for handle in handles for name in handle.keys()}
+    if missing:
+        raise MergeError(f"the adapter adapts {sorted(missing)[:3]}, which the base model {source} does not have")
+
+    def buckets():  # checked above, before the caller writes anything
+        for handle in handles:
+            for name in handle.keys():
+                tensor = handle.get_tensor(name)
+                yield [(name, merged_weight(tensor, *pairs[name], adapter.scaling) if name in pairs else tensor)]
+
+    return buckets()
+
+
+def export_lora(adapter, source: Path, target_dir: str, lora_format: str) -> None:
+    """Write `adapter` over the base `source` as a PEFT adapter directory or as the merged HF model."""
+    from dagrl.engine.lora_peft import write_peft_dir
+    from dagrl.engine.megatron.hf_export import write_hf_model
+
+    target = os.path.expanduser(target_dir)
+    if lora_format == "peft":
+        write_peft_dir(adapter, target, str(source))
+    else:
+        write_hf_model(merged_lora_weights(adapter, source), target, source, write=True)
 
 
 def build_engine(path: Path, source: Path, param_dtype: str | None):
@@ -145,6 +202,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if "model" not in info["contents"]:
         raise MergeError(f"--local_dir {args.local_dir} holds no model weights (contents {info['contents']})")
+    lora_format = getattr(args, "lora_format", "merged")
+    if info.get("lora"):  # adapters only, over the recorded base: no Megatron model needed
+        return run_lora(args, path, info, lora_format)
+    if lora_format == "peft":
+        raise MergeError(
+            f"--lora_format peft: --local_dir {args.local_dir} was saved without LoRA (a full model has no "
+            f"adapter): drop --lora_format"
+        )
     source = hf_source(args, path, info["model_path"])
     if info["layer_spec"] == "transformer_engine" and not te_usable():
         raise MergeError(
@@ -157,12 +222,32 @@ def run(args: argparse.Namespace) -> int:
         write_hf_model(engine.export_weights(BUCKET_BYTES), os.path.expanduser(args.target_dir), source, write=True)
         logger.info("merged %s (saved at layout %s) into %s", path, info["layout"], args.target_dir)
         return 0
-    weights = {name: tensor for bucket in engine.export_weights(BUCKET_BYTES) for name, tensor in bucket}
+    return report(_weights(engine.export_weights(BUCKET_BYTES)), args)
+
+
+def _weights(buckets) -> dict:
+    return {name: tensor for bucket in buckets for name, tensor in bucket}
+
+
+def report(weights: dict, args: argparse.Namespace) -> int:
+    """`test`: log each merged tensor that differs from --test_hf_dir; exit code 1 on any."""
     problems = compare(weights, args.test_hf_dir)
     for problem in problems:
         logger.error("%s", problem)
     logger.info("%d of %d tensors match %s", len(weights) - len(problems), len(weights), args.test_hf_dir)
     return 1 if problems else 0
+
+
+def run_lora(args: argparse.Namespace, path: Path, info: dict, lora_format: str) -> int:
+    from dagrl.engine.megatron.lora import read_adapter
+
+    source = lora_base(args, info["model_path"])
+    adapter = read_adapter(str(path))
+    if args.operation == "merge":
+        export_lora(adapter, source, args.target_dir, lora_format)
+        logger.info("wrote the LoRA adapter of %s as %s over %s into %s", path, lora_format, source, args.target_dir)
+        return 0
+    return report(_weights(merged_lora_weights(adapter, source)), args)
 
 
 def fail(message: str) -> NoReturn:

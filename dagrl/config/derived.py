@@ -41,3 +41,16 @@ def total_steps(cfg: Cfg, train_rows: int | None) -> int | None:
     if by_epochs is None:
         return limit or None
     return min(limit, by_epochs) if limit else by_epochs
+
+
+def trained_section(cfg: Cfg, role: str) -> Cfg:
+    """The section whose optimizer trains `role` (actor or critic)."""
+    return cfg.critic if role == "critic" else cfg.actor_rollout_ref.actor
+
+
+def optimizer_steps(cfg: Cfg, total_training_steps: int, role: str = "actor") -> int:
+    """Optimizer steps the actor (or critic) takes in a run of `total_training_steps`."""
+    section = trained_section(cfg, role)
+    if role == "actor":  # no actor update during the critic warmup
+        total_training_steps = max(total_training_steps - cfg.trainer.critic_warmup, 0)
+    return total_training_steps * section.ppo_epochs * (cfg.data.train_batch_size // section.ppo_mini_batch_size)

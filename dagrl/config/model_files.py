@@ -1,10 +1,12 @@
 """Pre-flight of the model directory's files beyond config.json: the tokenizer's ids against the embedding
-(config.json vocab_size), and the safetensors weights (every shard the index names is there, no shard is cut short).
+(config.json vocab_size), and the safetensors weights (every shard the index names is there, no shard is cut short,
+none holds a quantized checkpoint's tensors).
 
 Cheap by design: JSON files and the safetensors headers only (the first 8 bytes give the header's length, the
 header the end of the last tensor); no tensor data is read and transformers is not imported. A problem is filed
 under the file (ConfigError's key), not under actor_rollout_ref.model.path: the checks that read that key from
-config.json (the layout, the critic) still run and report their own problems.
+config.json (the layout, the critic) still run and report their own problems. Quantized weights are the exception:
+what the model is, filed under the key as the policy check files a quantization_config.
 """
 
 from __future__ import annotations
@@ -164,6 +166,58 @@ def check_weight_files(model_path: str, key: str = KEY) -> None:
             f"weight file {shard} is truncated ({problem}): an interrupted download "
             f"or copy; re-download the model {key} names",
         )
+    check_quantized_tensors(model_dir, shards, key)
+
+
+# Tensors only quantized checkpoints hold: FP8 block scales (DeepSeek/Qwen FP8, weight_scale_inv), compressed-tensors
+# and ModelOpt FP8 (weight_scale, input_scale, kv k_scale/v_scale), GPTQ/AWQ packs (qweight, qzeros, scales, g_idx),
+# bitsandbytes (absmax, quant_map, SCB)
+QUANTIZED_SUFFIXES = (
+    ".weight_scale_inv",
+    ".weight_scale",
+    ".input_scale",
+    ".k_scale",
+    ".v_scale",
+    ".qweight",
+    ".qzeros",
+    ".scales",
+    ".g_idx",
+    ".absmax",
+    ".quant_map",
+    ".SCB",
+)
+LOW_BIT_DTYPES = ("F8_", "F6_", "F4")  # safetensors' names of the 8-, 6- and 4-bit floats
+
+
+def _quantized_tensor(header: dict) -> tuple[str, str] | None:
+    """(the first tensor of a quantized checkpoint in `header`, why it is one), or None."""
+    for name in sorted(header):
+        entry = header[name]
+        dtype = entry.get("dtype", "") if isinstance(entry, dict) and name != "__metadata__" else ""
+        if name.endswith(QUANTIZED_SUFFIXES):
+            return name, f"dtype {dtype}, a tensor that only quantized checkpoints hold"
+        if str(dtype).startswith(LOW_BIT_DTYPES):
+            return name, f"dtype {dtype}, a low-bit float"
+    return None
+
+
+def check_quantized_tensors(model_dir: Path, shards: list[str], key: str = KEY) -> None:
+    """No shard holds a quantized checkpoint's tensors (FP8 scales, GPTQ/AWQ packs) or low-bit float weights. A
+    config.json that declares quantization_config is the policy check's to name (preflight/rollout.py); one stripped
+    of it (a hand-made copy, a converter that dropped it) would otherwise build the model and fail in the import."""
+    config = _json(model_dir / "config.json")
+    if key == KEY and isinstance(config, dict) and config.get("quantization_config") is not None:
+        return
+    for name in shards:
+        header = safetensors_header(model_dir / name)[0] or {}
+        found = _quantized_tensor(header)
+        if found is not None:
+            raise ConfigError(  # under the model's key: its shape checks would only name the packed tensors
+                key,
+                f"{model_dir / name} holds {found[0]} ({found[1]}) while config.json has no quantization_config: "
+                f"the weights are a quantized (FP8/GPTQ/AWQ) release, which dagrl does not train; point {key} at "
+                f"the model's full-precision (bf16) checkpoint (e.g. Qwen/Qwen3-8B, not Qwen/Qwen3-8B-FP8)",
+            )
 
 
 def _index_matches(index: Path, weight_map: dict, shard: Path, key: str) -> None:

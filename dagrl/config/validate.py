@@ -129,6 +129,9 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         check(profiler.check_profiled_steps, cfg, train_rows)
         check(async_training.check_oversample, cfg, train_rows)
         check(critic.check_critic_warmup, cfg, train_rows)
+        check(optim.check_warmup_length, cfg, "actor_rollout_ref.actor.optim", "actor", train_rows)
+        if "critic" in graph.graph_roles(cfg):
+            check(optim.check_warmup_length, cfg, "critic.optim", "critic", train_rows)
         check(lambda _: reward.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)
     check(trainer.check_earlier_rows, cfg)
@@ -142,6 +145,8 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     if train_rows is not None:  # said of a config that passed: a refused one has its own lines
         trainer.say_steps_beyond_epochs(cfg, train_rows)
     algorithm.say_kl_twice(cfg)
+    actor.say_clip_reversed(cfg)
+    checkpoints.say_keep_all(cfg)
 
     prompt_length, response_length = lengths
     shape = RunShape(

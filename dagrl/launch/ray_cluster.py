@@ -12,7 +12,8 @@ worker is killed (so nobody waits on a dead gloo/NCCL peer) and the driver exits
 
 Ctrl-C reaches the driver only (Ray starts each worker in a session of its own, SIGINT blocked). The driver passes
 the first one on to every worker, on its node, as torchrun does: the workers stop after the same step with a
-checkpoint and the driver exits 130 with their line. A second Ctrl-C kills the workers at once.
+checkpoint and the driver exits 130 with their line. A second Ctrl-C kills the workers at once. A scheduler's
+SIGTERM/SIGUSR1 to the driver is passed on alike, and the driver exits 0 (driver_signals.py).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from typing import Any
 
-from dagrl.utils.preemption import INTERRUPTED
+from dagrl.launch.driver_signals import DriverSignals, Stopped, forward
+from dagrl.utils.preemption import INTERRUPTED, StopBeforeStart, install_start_handlers
 
 logger = logging.getLogger(__name__)
 
@@ -88,24 +91,6 @@ class Interrupted(Exception):
     at once, with no step under way)."""
 
 
-def _send_ctrl_c(pid: int) -> None:
-    os.kill(pid, signal.SIGINT)
-
-
-def _forward_ctrl_c(where: list[tuple[str, int]]) -> None:
-    """SIGINT to every worker, (node id, pid), sent from a task on the worker's own node."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    send = ray.remote(num_cpus=0)(_send_ctrl_c)
-    ray.get(
-        [
-            send.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(pid)
-            for node, pid in where
-        ]
-    )
-
-
 def _worker_class():
     import ray
 
@@ -133,7 +118,12 @@ def _worker_class():
             from dagrl.launch.process import setup_logging, train_process
 
             setup_logging()
-            return train_process(cfg_data)
+            if threading.current_thread() is threading.main_thread():  # the driver's stop passed on during start-up
+                install_start_handlers()  # (Ray's own SIGTERM handler would end the worker with exit code 1)
+            try:
+                return train_process(cfg_data)
+            except StopBeforeStart as stop:
+                return 0, stop.line()
 
     return TrainingWorker
 
@@ -192,22 +182,28 @@ def launch(cfg_data: dict) -> int:
     import torch
 
     on_gpu = torch.cuda.is_available()
-    _connect(trainer.get("ray_address"), nnodes, placement.world_size, on_gpu)
     restarts = int(trainer.get("max_restarts", 0))
-    try:
-        for attempt in range(restarts + 1):
-            try:
-                return _attempt(cfg_data, placement, on_gpu, attempt)
-            except WorkerFailed as failure:
-                if attempt == restarts:
-                    raise
-                logger.warning("restart %d of %d (trainer.max_restarts) after %s", attempt + 1, restarts, failure)
-        return 0
-    finally:
-        ray.shutdown()
+    with DriverSignals() as signals:
+        try:
+            _connect(trainer.get("ray_address"), nnodes, placement.world_size, on_gpu)
+            signals.reinstall()
+            for attempt in range(restarts + 1):
+                try:
+                    return _attempt(cfg_data, placement, on_gpu, attempt, signals)
+                except WorkerFailed as failure:
+                    if attempt == restarts or signals.names:  # no restart once a scheduler stopped the job
+                        raise
+                    logger.warning("restart %d of %d (trainer.max_restarts) after %s", attempt + 1, restarts, failure)
+            return 0
+        except KeyboardInterrupt:
+            if signals.names and not signals.watching:  # a scheduler's stop before the workers trained
+                raise StopBeforeStart(signals.names[0]) from None
+            raise
+        finally:
+            ray.shutdown()
 
 
-def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
+def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int, signals: DriverSignals) -> int:
     """One launch of every worker, watched to the end; the placement groups are released after it."""
     import ray
     from ray.util.placement_group import remove_placement_group
@@ -255,7 +251,7 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
             if on_gpu:  # Ray gives each GPU worker only its own device (CUDA_VISIBLE_DEVICES): device 0 there
                 env["LOCAL_RANK"] = "0"
             runs[worker.train.remote(cfg_data, env)] = rank
-        return _watch(runs, workers, list(zip(nodes, pids)))
+        return _watch(runs, workers, list(zip(nodes, pids)), signals)
     finally:
         for worker in workers:
             ray.kill(worker, no_restart=True)
@@ -263,19 +259,30 @@ def _attempt(cfg_data: dict, placement, on_gpu: bool, attempt: int) -> int:
             remove_placement_group(group)
 
 
-def _watch(runs: dict, workers: list, where: list[tuple[str, int]]) -> int:
+def _watch(runs: dict, workers: list, where: list[tuple[str, int]], signals: DriverSignals | None = None) -> int:
     """Wait for every rank; on the first failure kill the rest and report that rank. A rank that died is the cause
     over a peer's error: when a rank fails with an error, the others get DEATH_GRACE_S to show a death (a rank killed
     outright ends its peers' collectives with "Connection reset by peer" before Ray notices it died). A Ctrl-C is
     passed on to the workers (`where`: their node ids and pids), whose stop then raises Interrupted; a second one
-    raises KeyboardInterrupt, and the workers are killed on the way out."""
+    raises KeyboardInterrupt, and the workers are killed on the way out. A SIGTERM/SIGUSR1 (`signals`) is passed on
+    alike, and the workers' stop raises Stopped."""
     import ray
 
-    pending, interrupted, lines = list(runs), False, {}
+    signals = signals or DriverSignals()
+    signals.watching = True
+    pending, interrupted, stopped, lines = list(runs), False, None, {}
     while pending:
         try:
-            done, pending = ray.wait(pending, num_returns=1)
+            with signals.waiting():
+                done, pending = ray.wait(pending, num_returns=1)
         except KeyboardInterrupt:
+            name = signals.take()
+            if name is not None:  # a scheduler's stop: passed on once
+                if stopped is None and not interrupted:
+                    stopped = name
+                    logger.warning("%s: passed on to the workers; they stop with a checkpoint after this step", name)
+                    forward(where, signal.Signals[name])
+                continue
             if interrupted:
                 raise
             interrupted = True
@@ -283,7 +290,7 @@ def _watch(runs: dict, workers: list, where: list[tuple[str, int]]) -> int:
                 "Ctrl-C: the workers stop with a checkpoint once this step ends (its validation and save "
                 "included); Ctrl-C again stops them at once without one"
             )
-            _forward_ctrl_c(where)
+            forward(where, signal.SIGINT)
             continue
         rank = runs[done[0]]
         code, message, died = _outcome(done[0])
@@ -291,7 +298,7 @@ def _watch(runs: dict, workers: list, where: list[tuple[str, int]]) -> int:
             ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
             raise Interrupted("")
         if code in (0, INTERRUPTED):
-            if code == INTERRUPTED:
+            if code == INTERRUPTED or message:  # a Ctrl-C's line; a worker stopped in its start-up says so
                 lines[rank] = message
             continue
         if not died and pending:
@@ -309,8 +316,11 @@ def _watch(runs: dict, workers: list, where: list[tuple[str, int]]) -> int:
             time.perf_counter() - started,
         )
         raise WorkerFailed(rank, message, exit_code=code)
+    said = next((line for line in lines.values() if line), "")
+    if stopped is not None:
+        raise Stopped(stopped, said)
     if lines:  # stopped on a Ctrl-C; the training side's rank 0 reports where
-        raise Interrupted(next((line for line in lines.values() if line), ""))
+        raise Interrupted(said)
     return 0
 
 

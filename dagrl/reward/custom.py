@@ -24,6 +24,13 @@ def _first_line(error: BaseException) -> str:
 
 
 def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs: dict | None = None) -> Callable:
+    """read_custom_reward_fn, said in the log (the trainer's; pre-flight reads it silently: its checks go on)."""
+    function = read_custom_reward_fn(path, name, reward_kwargs)
+    logger.info("using custom reward function %s from %s", name, os.path.abspath(os.path.expanduser(path)))
+    return function
+
+
+def read_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs: dict | None = None) -> Callable:
     """The function `name` defined in the Python file `path`.
 
     It is called as `fn(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` and returns a
@@ -88,7 +95,6 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
         )
     check_reward_kind(function, path, name)
     check_reward_signature(function, path, name, reward_kwargs)
-    logger.info("using custom reward function %s from %s", name, path)
     return function
 
 

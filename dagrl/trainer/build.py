@@ -12,7 +12,7 @@ import os
 import torch
 
 from dagrl.config.checks import as_list
-from dagrl.config.derived import needs_reference
+from dagrl.config.derived import needs_reference, optimizer_steps, trained_section
 from dagrl.config.tree import Cfg
 from dagrl.config.shape import RunShape
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
@@ -45,21 +45,9 @@ def load_tokenizer(model_path: str):
     return AutoTokenizer.from_pretrained(os.path.expanduser(model_path))
 
 
-def _trained_section(cfg: Cfg, role: str) -> Cfg:
-    return cfg.critic if role == "critic" else cfg.actor_rollout_ref.actor
-
-
-def optimizer_steps(cfg: Cfg, total_training_steps: int, role: str = "actor") -> int:
-    """Optimizer steps the actor (or critic) takes in a run of `total_training_steps`."""
-    section = _trained_section(cfg, role)
-    if role == "actor":  # no actor update during the critic warmup
-        total_training_steps = max(total_training_steps - cfg.trainer.critic_warmup, 0)
-    return total_training_steps * section.ppo_epochs * (cfg.data.train_batch_size // section.ppo_mini_batch_size)
-
-
 def optim_spec(cfg: Cfg, shape: RunShape, total_training_steps: int, role: str = "actor") -> OptimSpec:
     """The optimizer and LR schedule of the actor or the critic, from their `optim` sections."""
-    optim = _trained_section(cfg, role).optim
+    optim = trained_section(cfg, role).optim
     total = optimizer_steps(cfg, total_training_steps, role)
     warmup = optim.lr_warmup_steps
     if warmup is None or warmup < 0:

@@ -17,7 +17,8 @@ The marker lists every file of the checkpoint with its size (`files`), so that p
 after its save (a truncated or missing shard, a truncated data.pt) before any model is built (`damage`). A damaged
 newest checkpoint is never deleted: resuming from the previous complete one (trainer.resume_mode=resume_path)
 renames it `global_step_N.damaged` (`set_aside_damaged`). A save checks the free space against the newest
-checkpoint's size first, and a disk that fills during the write stops the run in one line (checkpoint_space.py).
+checkpoint's size first, and a disk that fills during the write stops the run in one line (checkpoint_space.py), on
+every rank at once where only one rank's disk is full.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Callable, Iterator
 
 from dagrl.config.errors import ConfigError, RunError
 from dagrl.config.tree import Cfg
-from dagrl.trainer.checkpoint_space import check_free_space, disk_full_error
+from dagrl.trainer.checkpoint_space import check_free_space, disk_full_error, together
 
 logger = logging.getLogger(__name__)
 
@@ -226,11 +227,19 @@ def check_resume(cfg: Cfg, has_critic: bool) -> None:
 class CheckpointManager:
     """Saves, finds and prunes checkpoints under one root. Rank 0 does the file-system moves."""
 
-    def __init__(self, root: str, keep: int | None, rank: int, barrier: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        root: str,
+        keep: int | None,
+        rank: int,
+        barrier: Callable[[], None],
+        gather: Callable[[object], list] | None = None,
+    ) -> None:
         self.root = Path(os.path.expanduser(root))
         self.keep = keep
         self.rank = rank
         self.barrier = barrier
+        self.gather = gather or _all_gather  # every rank's object in rank order (a save's parts end with one)
         self.linked: set[Path] = set()  # symbolic links pruning left alone (said once each)
 
     def latest(self) -> tuple[int, Path] | None:
@@ -273,46 +282,56 @@ class CheckpointManager:
                 f"move it away and relaunch (the run resumes from its newest complete checkpoint)"
             )
         latest = self.latest()
-        needed = checkpoint_bytes(latest[1]) if latest is not None else None
-        if needed is not None:  # every rank, before any writes: a save that cannot fit stops before its tmp exists
-            check_free_space(self.root, step, needed, latest[1])
-        self.barrier()  # every rank checked before rank 0 creates the tmp directory
-        if self.rank == 0:
-            _fault("before_shards", hooks)
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            # the marker goes in before the directory takes dagrl's tmp name, so a kill at any moment leaves
-            # nothing a later run would take for someone else's
-            if staging.exists():
-                shutil.rmtree(staging)
-            staging.mkdir(parents=True)
-            (staging / PARTIAL_MARKER).touch()
-            os.rename(staging, tmp)
-        self.barrier()
-        with _disk_full_stops(tmp, step, latest[1] if latest else None, needed):
-            write(tmp)
-        self.barrier()
-        if self.rank == 0:
-            _fault("before_marker", hooks)
-            with _disk_full_stops(tmp, step, latest[1] if latest else None, needed):
-                (tmp / MARKER).write_text(json.dumps({"global_step": step, "files": file_sizes(tmp)}))
-            _fsync_dir(tmp)
-            os.rename(tmp, final)  # never over an existing directory (checked above; rename fails if one appeared)
-            (final / PARTIAL_MARKER).unlink()  # after the rename: a tmp directory always holds it
-            _fsync_dir(self.root)
-            _fault("before_tracker", hooks)
-            tracker_tmp = self.root / f".{TRACKER}.tmp"
-            tracker_tmp.write_text(str(step))
-            os.replace(tracker_tmp, self.root / TRACKER)
-            logger.info(
-                "saved the checkpoint of step %d to %s (%s)",
-                step,
-                final,
-                ", ".join(sorted(p.name for p in final.iterdir() if p.name not in (MARKER, PARTIAL_MARKER))),
-            )
-            self._prune()
-        self.barrier()
+        kept = latest[1] if latest is not None else None
+        needed = checkpoint_bytes(kept) if kept is not None else None
+        # each part ends with every rank's outcome shared (checkpoint_space.together): one rank's full disk stops all
+        # of them at once; the space is checked by every rank before rank 0 creates the tmp directory
+        together(lambda: needed is None or check_free_space(self.root, step, needed, kept), self.gather)
+        together(lambda: self.rank != 0 or self._stage(tmp, staging, hooks), self.gather)
+
+        def written() -> None:
+            with _disk_full_stops(tmp, step, kept, needed):
+                write(tmp)
+
+        together(written, self.gather)
+        together(lambda: self.rank != 0 or self._publish(step, tmp, final, kept, needed, hooks), self.gather)
         return final
+
+    def _stage(self, tmp: Path, staging: Path, hooks: Callable[[str], None] | None) -> None:
+        """Rank 0: the empty tmp directory the save writes into."""
+        _fault("before_shards", hooks)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        # the marker goes in before the directory takes dagrl's tmp name, so a kill at any moment leaves
+        # nothing a later run would take for someone else's
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        (staging / PARTIAL_MARKER).touch()
+        os.rename(staging, tmp)
+
+    def _publish(
+        self, step: int, tmp: Path, final: Path, kept: Path | None, needed: int | None, hooks: Callable | None
+    ) -> None:
+        """Rank 0, once every rank wrote its part: the marker, the rename into place, the tracker, the pruning."""
+        _fault("before_marker", hooks)
+        with _disk_full_stops(tmp, step, kept, needed):
+            (tmp / MARKER).write_text(json.dumps({"global_step": step, "files": file_sizes(tmp)}))
+        _fsync_dir(tmp)
+        os.rename(tmp, final)  # never over an existing directory (checked above; rename fails if one appeared)
+        (final / PARTIAL_MARKER).unlink()  # after the rename: a tmp directory always holds it
+        _fsync_dir(self.root)
+        _fault("before_tracker", hooks)
+        tracker_tmp = self.root / f".{TRACKER}.tmp"
+        tracker_tmp.write_text(str(step))
+        os.replace(tracker_tmp, self.root / TRACKER)
+        logger.info(
+            "saved the checkpoint of step %d to %s (%s)",
+            step,
+            final,
+            ", ".join(sorted(p.name for p in final.iterdir() if p.name not in (MARKER, PARTIAL_MARKER))),
+        )
+        self._prune()
 
     def _prune(self) -> None:
         if not self.keep or self.keep <= 0:
@@ -344,6 +363,12 @@ def _disk_full_stops(tmp: Path, step: int, latest: Path | None, needed: int | No
         if full is None:
             raise
         raise full from error
+
+
+def _all_gather(obj: object) -> list:
+    from dagrl.utils import dist  # torch: not for pre-flight, which reads checkpoints through this module
+
+    return dist.all_gather_objects(obj)
 
 
 def _fault(phase: str, hooks: Callable[[str], None] | None) -> None:

@@ -2,7 +2,12 @@
 the same size: the same model, optimizer and layout), and a disk that fills during the write (ENOSPC, or the
 "unexpected pos" that torch's zip writer raises when a write came up short) named as such. Either stops the run in
 one line naming the directory and the space needed; the newest complete checkpoint is untouched, and a save cut
-short is left as its `.tmp_global_step_N`, which the next launch names as it removes it."""
+short is left as its `.tmp_global_step_N`, which the next launch names as it removes it.
+
+Every rank checks its own file system, and only some ranks write some files (rank 0: data.pt, the marker), so a full
+disk can stop one rank alone. Each part of a save therefore ends with every rank's outcome shared (`together`): where
+one rank failed, all stop at once with its line, instead of the others waiting in the save's next collective until
+the hang watchdog."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from dagrl.config.errors import RunError
 
@@ -67,3 +73,28 @@ def disk_full_error(
         f"{_kept(latest)}, the partial save {tmp.name} is left for the next launch to remove: free space there "
         f"and relaunch to resume"
     )
+
+
+def together(act: Callable[[], object], gather: Callable[[object], list]) -> None:
+    """Run `act` (a part of a save) on this rank, then share every rank's outcome through `gather` (every rank's
+    object, in rank order; a collective): this rank's own error is raised as it is (the one-line RunError of a full
+    disk, another error with its traceback); where only peers failed, a RunError with the first one's line (a
+    RunError's own line, so that every rank says the same)."""
+    error = None
+    try:
+        act()
+    except Exception as caught:  # noqa: BLE001 - raised again below, once the peers know
+        error = caught
+    first = (str(error).splitlines() or [""])[0]
+    verdicts = gather(None if error is None else (isinstance(error, RunError), first, type(error).__name__))
+    if error is not None:
+        raise error
+    failed = [(rank, verdict) for rank, verdict in enumerate(verdicts) if verdict is not None]
+    if failed:
+        rank, (is_run_error, line, kind) = failed[0]
+        raise RunError(
+            line
+            if is_run_error
+            else f"rank {rank} failed while saving a checkpoint ({kind}: {line}; its traceback is in that rank's log): "
+            f"the newest complete checkpoint is kept; fix the cause and relaunch to resume"
+        )

@@ -1,6 +1,7 @@
 """Validation: sample the validation set with the rollout's current weights and score it
 (val-core/<source>/acc/mean@n). A stop signal cuts it between generations (`ValidationCut`), so that a preempted
-run's checkpoint lands within the scheduler's grace instead of after the whole validation set."""
+run's checkpoint lands within the scheduler's grace instead of after the whole validation set; with separate pools
+it runs in the rollout pool, which a signal to either pool cuts (the role's `validation_stopped`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """What pre-flight says of a config that passes, where a setting may not do what its user expects:
 trainer.total_training_steps only caps a run (more steps than trainer.total_epochs of the data holds end it early:
-the run's length, and the total_epochs that would give every step), and KL in both the reward and the loss."""
+the run's length, and the total_epochs that would give every step), KL in both the reward and the loss, a clip range
+wider below than above, and a checkpoint limit of 0 (no limit)."""
 
 import logging
 
@@ -43,3 +44,36 @@ def test_kl_in_reward_and_in_loss_is_said(tiny_model, tiny_data, tmp_path, caplo
     assert line.startswith("algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true")
     assert "penalised twice" in line and "set one of them false" in line
     assert run_length(tiny_model, tiny_data, tmp_path, caplog, **{"algorithm.use_kl_in_reward": True})[1] == []
+
+
+def test_reversed_clip_range_is_said(tiny_model, tiny_data, tmp_path, caplog):
+    swapped = {"actor_rollout_ref.actor.clip_ratio_low": 0.28, "actor_rollout_ref.actor.clip_ratio_high": 0.2}
+    (line,) = run_length(tiny_model, tiny_data, tmp_path, caplog, **swapped)[1]
+    assert line.startswith("actor_rollout_ref.actor.clip_ratio_low=0.28 is above clip_ratio_high=0.2")
+    assert "[0.72, 1.2]" in line and "clip_ratio_low=0.2 clip_ratio_high=0.28" in line
+    # the low side taken from clip_ratio counts too; clip-higher and equal sides are silent
+    (line,) = run_length(tiny_model, tiny_data, tmp_path, caplog, **{"actor_rollout_ref.actor.clip_ratio_high": 0.1})[1]
+    assert line.startswith("actor_rollout_ref.actor.clip_ratio_low=0.2 is above clip_ratio_high=0.1")
+    higher = {"actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.28}
+    assert run_length(tiny_model, tiny_data, tmp_path, caplog, **higher)[1] == []
+
+
+def test_checkpoint_limit_of_zero_is_said(tiny_model, tiny_data, tmp_path, caplog):
+    for keep in (0, -1):
+        (line,) = run_length(tiny_model, tiny_data, tmp_path, caplog, **{"trainer.max_actor_ckpt_to_keep": keep})[1]
+        assert line.startswith(f"trainer.max_actor_ckpt_to_keep={keep} keeps every checkpoint")
+        assert "trainer.max_actor_ckpt_to_keep=N (N >= 1)" in line
+    assert run_length(tiny_model, tiny_data, tmp_path, caplog, **{"trainer.max_actor_ckpt_to_keep": 2})[1] == []
+    # what it says: 0 and below prune nothing
+    from dagrl.trainer.checkpoint import CheckpointManager
+
+    for keep in (0, -1):
+        root = tmp_path / f"keep{keep}"
+        manager = CheckpointManager(str(root), keep=keep, rank=0, barrier=lambda: None)
+        for step in (1, 2, 3):
+            manager.save(step, lambda directory: (directory / "actor").mkdir())
+        assert sorted(p.name for p in root.iterdir() if p.name.startswith("global_step")) == [
+            "global_step_1",
+            "global_step_2",
+            "global_step_3",
+        ]

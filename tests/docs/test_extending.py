@@ -349,6 +349,7 @@ def test_rollout_skeleton_is_the_protocol_and_the_engines_meet_it(user_code):
         "abort",
         "in_flight",
         "load_weights",
+        "load_adapter",
         "wake_weights",
         "wake_cache",
         "sleep",

@@ -4,6 +4,7 @@ load (TransformerConfig overrides: transformer_config.py)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from dagrl.config.preflight.graph import graph_roles
 from dagrl.config.preflight.optim import check_optim
 from dagrl.config.tree import Cfg
 from dagrl.utils import precision
+
+logger = logging.getLogger(__name__)
 
 
 def check_actor(cfg: Cfg, hf_config: dict):
@@ -186,3 +189,21 @@ def check_actor_checkpoint(cfg: Cfg) -> None:
         f"{key}={path} is not a Megatron dist checkpoint (no metadata.json): point it at a converted checkpoint "
         f"or a dagrl global_step_N/actor directory",
     )
+
+
+def say_clip_reversed(cfg: Cfg) -> None:
+    """A lower clip range wider than the upper one lets a token's probability fall further in an update than it may
+    rise: the reverse of DAPO's clip-higher (low 0.2, high 0.28), usually the two values swapped. Legal, so said."""
+    actor = cfg.actor_rollout_ref.actor
+    low = actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low
+    high = actor.clip_ratio if actor.clip_ratio_high is None else actor.clip_ratio_high
+    if _number(low) and _number(high) and low > high:
+        logger.warning(
+            "actor_rollout_ref.actor.clip_ratio_low=%g is above clip_ratio_high=%g: the ratio is clipped to "
+            "[%g, %g], so a token's probability may fall further than it may rise, the reverse of DAPO's "
+            "clip-higher; for clip-higher swap them (e.g. clip_ratio_low=0.2 clip_ratio_high=0.28)",
+            low,
+            high,
+            1 - low,
+            1 + high,
+        )

@@ -3,6 +3,7 @@ what a resume starts from (what the actor saves and loads is config/preflight/ac
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -11,6 +12,8 @@ from dagrl.config.checks import as_list
 from dagrl.config.errors import ConfigError, require
 from dagrl.config.path_values import check_writable_dir
 from dagrl.config.tree import Cfg
+
+logger = logging.getLogger(__name__)
 
 
 def check_output_dirs(cfg: Cfg) -> None:
@@ -202,4 +205,16 @@ def check_markers(root: Path, start: Path | None) -> None:
             "trainer.default_local_dir",
             f"checkpoint {path} in trainer.default_local_dir is damaged: {problem}; a resume would fail after "
             f"the models are built; {fix}",
+        )
+
+
+def say_keep_all(cfg: Cfg) -> None:
+    """trainer.max_actor_ckpt_to_keep at 0 or below prunes nothing (verl's meaning of 0): every checkpoint stays,
+    which a user asking for none, or for only the last, would not expect of the number."""
+    keep = cfg.trainer.max_actor_ckpt_to_keep
+    if isinstance(keep, int) and not isinstance(keep, bool) and keep <= 0:
+        logger.warning(
+            "trainer.max_actor_ckpt_to_keep=%d keeps every checkpoint (as in verl, 0 or below means no limit, like "
+            "null); to keep only the newest N set trainer.max_actor_ckpt_to_keep=N (N >= 1)",
+            keep,
         )

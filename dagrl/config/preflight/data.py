@@ -8,6 +8,7 @@ import os
 from dagrl.config import model_shapes
 from dagrl.config.checks import alias, as_config_error, as_list, positive_int
 from dagrl.config.errors import require
+from dagrl.config.preflight.reward import check_extra_info_reads
 from dagrl.config.tree import Cfg
 
 
@@ -66,10 +67,11 @@ def check_paths(cfg: Cfg) -> int:
         f"{custom.name or 'compute_score'} (e.g. {str(custom.path).rstrip('/')}/reward.py)",
     )
     if custom.path:
-        from dagrl.reward.custom import load_custom_reward_fn
+        from dagrl.reward.custom import read_custom_reward_fn
 
         with as_config_error("custom_reward_function.path"):
-            load_custom_reward_fn(custom.path, custom.name, custom.reward_kwargs.to_dict())
+            function = read_custom_reward_fn(custom.path, custom.name, custom.reward_kwargs.to_dict())
+        check_extra_info_reads(cfg, function, as_list(train_files) + as_list(cfg.data.val_files or []))
         known = None  # the user's function decides what it scores
     else:
         from dagrl.reward.scorers import SCORER_BY_DATA_SOURCE

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from dagrl.config.checks import get
+from dagrl.config.derived import optimizer_steps, total_steps, trained_section
 from dagrl.config.errors import require
 from dagrl.config.tree import Cfg
 
@@ -52,3 +53,25 @@ def check_lr_floor(cfg: Cfg, prefix: str) -> None:
             f"{prefix}.min_lr={min_lr} is above {prefix}.lr={lr}: the schedule decays from lr down to min_lr; "
             f"set min_lr <= lr (e.g. {prefix}.min_lr={lr / 10:g})",
         )
+
+
+def check_warmup_length(cfg: Cfg, prefix: str, role: str, train_rows: int | None) -> None:
+    """lr_warmup_steps counts optimizer steps (one per mini-batch, Megatron's scheduler); a warmup at least as long
+    as the run's optimizer steps never reaches the peak lr, and a warmup longer than a short run keeps the lr near 0
+    throughout: the run trains next to nothing."""
+    warmup, steps = get(cfg, f"{prefix}.lr_warmup_steps"), total_steps(cfg, train_rows)
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup <= 0 or steps is None:
+        return
+    updates, section = optimizer_steps(cfg, steps, role), trained_section(cfg, role)
+    if updates == 0:  # no update at all is other rules' (batch sizes, trainer.critic_warmup)
+        return
+    mini_batches = cfg.data.train_batch_size // section.ppo_mini_batch_size
+    require(
+        warmup < updates,
+        f"{prefix}.lr_warmup_steps",
+        f"{prefix}.lr_warmup_steps={warmup} is not below the {updates} optimizer step(s) this run takes "
+        f"({updates // (section.ppo_epochs * mini_batches)} training step(s) x ppo_epochs {section.ppo_epochs} x "
+        f"{mini_batches} mini-batch(es) a step): the lr would never reach {prefix}.lr; set "
+        f"{prefix}.lr_warmup_steps below {updates} (it counts optimizer steps, one per mini-batch), or use "
+        f"{prefix}.lr_warmup_steps_ratio",
+    )

@@ -5,20 +5,24 @@ Without custom_reward_function.path each row is scored by the scorer its data_so
 would stop on: a ground truth the scorer cannot compare with an answer (the arithmetic scorer's int("seven") raises,
 and on_error=zero makes that 0; gsm8k's "seven" never equals a number), and a reward_kwargs key the scorer does not
 take (a TypeError on every sample). Both are found from the data_source and reward_model columns and the scorers'
-source (read with ast: dagrl.reward.scorers.math imports math-verify and sympy).
+source (read with ast: dagrl.reward.scorers.math imports math-verify and sympy). A custom function's source is
+read the same way for the extra_info keys it indexes, never called: calling a user's scorer here could load a judge
+model, change directory or spend its first call before the run.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import os
+import textwrap
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable
 
 from dagrl.config.checks import as_list
-from dagrl.config.errors import require
+from dagrl.config.errors import ConfigError, require
 from dagrl.config.tree import Cfg
 
 
@@ -163,4 +167,66 @@ def _check_kwargs(source: str, module: str, reward_kwargs: dict[str, Any]) -> No
         "every response would fail to score: drop "
         f"+custom_reward_function.reward_kwargs.{unknown[0] if unknown else ''}, "
         f"or set custom_reward_function.path to your own scorer",
+    )
+
+
+def extra_info_reads(function: Callable) -> list[tuple[str, int]]:
+    """(key, line) of each `extra_info["key"]` read in `function`'s own source, its extra_info being the fourth
+    parameter (the trainer passes it fourth); [] when the source cannot be read. `.get("key")` reads are not listed:
+    they tolerate a missing key."""
+    try:
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):  # a builtin, a lambda in an expression, a callable object
+        return []
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    if len(params) < 4:
+        return []
+    return [
+        (sub.slice.value, first + sub.lineno - 1)
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Subscript)
+        and isinstance(sub.ctx, ast.Load)
+        and isinstance(sub.value, ast.Name)
+        and sub.value.id == params[3]
+        and isinstance(sub.slice, ast.Constant)
+        and isinstance(sub.slice.value, str)
+    ]
+
+
+def check_extra_info_reads(cfg: Cfg, function: Callable, files: list[str]) -> None:
+    """A custom reward function that indexes extra_info with a key no data file's extra_info has raises KeyError on
+    every response (each row's extra_info is its struct, every field present; {} without the column): scored 0 under
+    reward_model.on_error=zero until the first step stops the run, after the models are built. Multi-turn runs add
+    the agent loop's keys (dagrl/agent/trajectory.py): not checked there."""
+    import pyarrow as pa
+
+    from dagrl.data.parquet_file import open_parquet
+
+    reads = extra_info_reads(function)
+    if not reads or cfg.actor_rollout_ref.rollout.multi_turn.enable:
+        return
+    keys: set[str] = set()
+    for path in files:
+        schema = open_parquet(path).schema_arrow
+        kind = schema.field("extra_info").type if "extra_info" in schema.names else pa.null()
+        if pa.types.is_struct(kind):
+            keys.update(kind.field(i).name for i in range(kind.num_fields))
+        elif not pa.types.is_null(kind):  # refused by the data checks; nothing to compare with here
+            return
+    missing = [(key, line) for key, line in reads if key not in keys]
+    if not missing:
+        return
+    key, line = missing[0]
+    custom = cfg.custom_reward_function
+    path = os.path.abspath(os.path.expanduser(custom.path))
+    has = f"their extra_info keys are {sorted(keys)}" if keys else "they have no extra_info column"
+    raise ConfigError(
+        "custom_reward_function.path",
+        f"custom reward function {custom.name} in {path!r} reads extra_info[{key!r}] (line {line}), but no data "
+        f"file has it ({has}; {', '.join(repr(f) for f in files)}): every response would raise KeyError and score "
+        f"0; fix the key, add it to the data files' extra_info, or read it with extra_info.get({key!r})",
     )

@@ -15,9 +15,11 @@ import torch
 
 from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
+from dagrl.engine.lora import LoraAdapter
+from dagrl.engine.lora_peft import merged_weight, module_pairs, nbytes
 from dagrl.engine.rollout import fused_experts
 from dagrl.engine.rollout.hf_decode import DecodeLoop, cache_kwarg
-from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket
+from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket, refuse_in_flight
 from dagrl.engine.rollout.registry import RolloutSetup
 from dagrl.engine.rollout.routes import RouteRecorder
 from dagrl.engine.rollout.sequences import join_prompt_and_response
@@ -32,7 +34,14 @@ def _fp32_logits_hook(head: torch.nn.Module, args: tuple, output: torch.Tensor) 
 
 
 class HFRollout:
-    """Samples with `model.generate`; reseeded for every call so a resumed run samples the same tokens."""
+    """Samples with `model.generate`; reseeded for every call so a resumed run samples the same tokens.
+
+    A LoRA adapter (load_adapter) is merged into the weights it adapts from a copy of their base kept on the host:
+    generation then runs the very kernels it runs without LoRA, so adapter-only and merged sync (both through
+    lora_peft.merged_weight) sample from bit-identical weights, and the next adapter merges into the base again.
+    """
+
+    supports_adapter = True
 
     def __init__(
         self,
@@ -66,6 +75,8 @@ class HFRollout:
         # MoE routes of every generated batch (`routed_experts`, routes.py), for the actor's routing replay
         self.route_recorder = RouteRecorder(self.model) if record_routes else None
         self.log_probs = log_probs  # generate returns rollout_log_probs (rollout.calculate_log_probs)
+        self._adapter: LoraAdapter | None = None
+        self._base: dict[str, torch.Tensor] = {}  # adapted weights' base values (host), while an adapter is loaded
 
     # ---- request level (see interface.py) ----------------------------------------------------------
     def submit(self, requests: list[Request]) -> None:
@@ -158,13 +169,37 @@ class HFRollout:
         """Records the routes of the forwards inside (routes.py); nothing without route recording."""
         return self.route_recorder.recording() if self.route_recorder is not None else contextlib.nullcontext()
 
+    def load_adapter(self, adapter: LoraAdapter, version: int = 0) -> dict[str, float]:
+        """Sample from W + scaling·B·A from now on; the previous adapter's weights go back to their base first."""
+        refuse_in_flight(self.in_flight(), "load_adapter")
+        start, pairs = time.perf_counter(), module_pairs(adapter)
+        params = dict(self.model.named_parameters())
+        for name, (a, b) in pairs.items():  # every check before the first weight changes
+            if name not in params:
+                raise KeyError(f"the LoRA adapter adapts {name!r}, which the rollout model does not have")
+            if tuple(params[name].shape) != (b.shape[0], a.shape[1]):
+                raise ValueError(
+                    f"LoRA on {name}: B·A is {b.shape[0]}x{a.shape[1]}, the rollout weight {tuple(params[name].shape)}"
+                )
+        with torch.no_grad():
+            for name in set(self._base) - set(pairs):  # adapted before, not now
+                params[name].copy_(self._base.pop(name))
+            for name in pairs:
+                self._base.setdefault(name, params[name].detach().to("cpu", copy=True))
+        self._adapter = adapter
+        self._merge_adapter(params)
+        self.version = version
+        return {"timing_s/weight_sync": time.perf_counter() - start, "perf/weight_sync_gb": nbytes(adapter) / 1e9}
+
+    @torch.no_grad()
+    def _merge_adapter(self, params: dict[str, torch.nn.Parameter]) -> None:
+        for name, (a, b) in module_pairs(self._adapter).items():
+            params[name].copy_(merged_weight(self._base[name], a, b, self._adapter.scaling))
+
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
-        """Copy every bucket in; a name or shape the model does not have fails with that name."""
-        if self.in_flight():
-            raise RuntimeError(
-                f"load_weights with {self.in_flight()} requests in flight: abort them first (their "
-                f"KV cache belongs to the old weights) and re-submit their continuations"
-            )
+        """Copy every bucket in; a name or shape the model does not have fails with that name. With an adapter
+        loaded, the buckets are the base: the adapter is merged into them again."""
+        refuse_in_flight(self.in_flight(), "load_weights")
         start, loaded, nbytes, fused = time.perf_counter(), set(), 0, fused_experts.Filled()
         params = dict(self.model.named_parameters())
         with torch.no_grad():
@@ -189,6 +224,9 @@ class HFRollout:
         missing = self._expected - loaded - fused.complete(params) - self._tied_names()
         if missing:
             raise RuntimeError(f"weight sync left {len(missing)} rollout tensors stale, e.g. {sorted(missing)[:3]}")
+        if self._adapter is not None:
+            self._base = {name: params[name].detach().to("cpu", copy=True) for name in self._base}
+            self._merge_adapter(params)
         self.version = version
         return {"timing_s/weight_sync": time.perf_counter() - start, "perf/weight_sync_gb": nbytes / 1e9}
 

@@ -21,6 +21,7 @@ from typing import Iterator, Protocol
 import torch
 
 from dagrl.data.batch import Batch
+from dagrl.engine.lora import LoraAdapter
 
 # A bucket of full (unsharded) HF-named tensors, as consumed by every rollout's load_weights.
 WeightBucket = list[tuple[str, torch.Tensor]]
@@ -152,6 +153,7 @@ class RolloutEngine(Protocol):
     version: int  # the weight version of the last load_weights: new tokens are tagged with it
     eos_token_ids: list[int]
     pad_token_id: int
+    supports_adapter: bool  # takes load_adapter (adapter-only LoRA sync); merged LoRA goes through load_weights
 
     # built with route recording asked (rollout.enable_rollout_routing_replay), the batch also holds each token's
     # MoE routes, `routed_experts` (layout: dagrl/engine/rollout/routes.py); the hf and vLLM rollouts record them
@@ -168,11 +170,25 @@ class RolloutEngine(Protocol):
     # refused while requests are in flight (abort them first: their KV belongs to the old weights)
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]: ...
 
+    # adapter-only sync: samples from then on from W + scaling·B·A over the base weights it holds (the last
+    # load_weights, or the model it was built from); replaces the previous adapter; refused while requests are in
+    # flight, like load_weights; same metrics as load_weights
+    def load_adapter(self, adapter: LoraAdapter, version: int = 0) -> dict[str, float]: ...
+
     def wake_weights(self) -> None: ...
 
     def wake_cache(self) -> None: ...
 
     def sleep(self) -> None: ...
+
+
+def refuse_in_flight(in_flight: int, what: str) -> None:
+    """Weights change only between requests: the KV cache of a request in flight belongs to the old weights."""
+    if in_flight:
+        raise RuntimeError(
+            f"{what} with {in_flight} requests in flight: abort them first (their KV cache belongs to the old "
+            f"weights) and re-submit their continuations"
+        )
 
 
 def run_to_completion(engine: RolloutEngine, requests: list[Request]) -> list[Completion]:

@@ -24,7 +24,8 @@ import torch
 
 from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
-from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket
+from dagrl.engine.lora import LoraAdapter
+from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket, refuse_in_flight
 from dagrl.engine.rollout import routes
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
 from dagrl.engine.rollout.registry import RolloutSetup
@@ -35,6 +36,7 @@ from dagrl.engine.rollout.vllm_io import (
     single_request_params,
     unpack_outputs,
 )
+from dagrl.engine.rollout import vllm_lora
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ class VLLMRolloutSpec:
     calculate_log_probs: bool = False
     record_routes: bool = False  # each token's MoE routes (enable_return_routed_experts) for the actor's replay
     fp32_lm_head: bool = False  # logits in fp32 (vLLM's hf_overrides.head_dtype), as the actor computes them
+    # > 0: built with one LoRA adapter slot of this rank (adapter-only sync); it then sleeps keeping its weights
+    lora_rank: int = 0
     cache_root: str | None = None  # VLLM_CACHE_ROOT for this engine; None = the environment's (or ~/.cache/vllm)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -116,6 +120,9 @@ class VLLMRollout:
     """Generates with vLLM; sleeps between rollouts so training gets the GPU memory back."""
 
     colocated = True  # shares its GPU with the actor: the rollout node offloads the actor around it
+    # the engine kind takes adapters: vllm_spec builds it with an adapter slot whenever adapter-only sync is set
+    # (pre-flight reads this class attribute before any engine exists)
+    supports_adapter = True
 
     def __init__(
         self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int, manifest: WeightManifest | None = None
@@ -161,6 +168,8 @@ class VLLMRollout:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         if spec.record_routes:
             kwargs["enable_return_routed_experts"] = True
+        if spec.lora_rank:
+            kwargs.update(vllm_lora.lora_engine_kwargs(spec.lora_rank))
         user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
         if isinstance(user.get("hf_overrides"), dict) and "hf_overrides" in kwargs:
             user["hf_overrides"] = {**kwargs["hf_overrides"], **user["hf_overrides"]}
@@ -189,14 +198,20 @@ class VLLMRollout:
         self._cache_filled = False  # KV blocks computed since the last sleep (which clears the prefix cache)
         self.version = 0
         self._progress: dict[str, Progress] = {}  # the request level's requests in flight, by id
+        self.adapter = vllm_lora.AdapterSlot(self.llm.llm_engine, spec.model_path) if spec.lora_rank else None
+        self._base_layer = vllm_lora.base_layer_names(self.model) if spec.lora_rank else None
 
     # ---- memory choreography -------------------------------------------------------------------
     def sleep(self) -> None:
-        """Free the engine's GPU memory (weights discarded: the actor holds them and reloads every wake)."""
+        """Free the engine's GPU memory. Weights are discarded (the actor holds them and reloads every wake), except
+        with an adapter slot: the frozen base (and the adapter) then wait on the host, and a sync sends the adapter
+        alone."""
         if not self.spec.free_cache_engine or self.asleep:
             return
-        self.llm.sleep(level=2)  # (vLLM clears the prefix cache when it sleeps)
-        self.asleep, self.weights_discarded, self._cache_filled = True, True, False
+        level = 1 if self.adapter is not None else 2
+        self.llm.sleep(level=level)  # (vLLM clears the prefix cache when it sleeps)
+        self.asleep, self._cache_filled = True, False
+        self.weights_discarded = self.weights_discarded or level == 2
 
     def wake_weights(self) -> None:
         if self.asleep:
@@ -230,17 +245,15 @@ class VLLMRollout:
     # ---- weights -------------------------------------------------------------------------------
     def load_weights(self, buckets: Iterator[WeightBucket], version: int = 0) -> dict[str, float]:
         """Load every bucket as it arrives (the whole model is never held twice); fail on any stale tensor."""
-        if self._progress:
-            raise RuntimeError(
-                f"load_weights with {len(self._progress)} requests in flight: abort them first "
-                f"(their KV cache belongs to the old weights) and re-submit their continuations"
-            )
+        refuse_in_flight(len(self._progress), "load_weights")
         torch.cuda.synchronize()
         start, nbytes, loaded = time.perf_counter(), 0, set()
         for bucket in buckets:
             for name, tensor in bucket:
                 self.manifest.check(name, tensor)
                 nbytes += tensor.numel() * tensor.element_size()
+            if self._base_layer is not None:  # LoRA-wrapped layers keep their weight one level down
+                bucket = [(self._base_layer(name), tensor) for name, tensor in bucket]
             if self.load_plan is None:
                 loaded |= set(self.model.load_weights(bucket))
             else:
@@ -262,6 +275,23 @@ class VLLMRollout:
         seconds = time.perf_counter() - start
         return {"timing_s/weight_sync": seconds, "perf/weight_sync_gb": nbytes / 1e9}
 
+    def load_adapter(self, adapter: LoraAdapter, version: int = 0) -> dict[str, float]:
+        """Serve `adapter` over the base weights from now on (adapter-only sync: megabytes, not the model)."""
+        if self.adapter is None:
+            raise RuntimeError(
+                "load_adapter on a vLLM engine built without a LoRA slot: adapter-only sync needs "
+                "actor_rollout_ref.model.lora.rank > 0 with lora.merge=false when the engine starts"
+            )
+        refuse_in_flight(len(self._progress), "load_adapter")
+        if self.weights_discarded:
+            raise RuntimeError("vLLM has no base weights: sync them (load_weights) before the first adapter")
+        metrics = self.adapter.load(adapter)
+        if self._cache_filled:  # cached KV blocks were computed with the old adapter
+            self.llm.reset_prefix_cache()
+            self._cache_filled = False
+        self.version = version
+        return metrics
+
     # ---- generation ----------------------------------------------------------------------------
     def generate(self, prompts: Batch, sampling: SamplingSpec, seed: int) -> Batch:
         from vllm import SamplingParams
@@ -275,7 +305,7 @@ class VLLMRollout:
         ]
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
         self._cache_filled = True
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, **vllm_lora.request_kwargs(self.adapter))
         batch = unpack_outputs(prompts, outputs, sampling, self.eos_token_ids, self.pad_token_id, with_log_probs)
         if self.spec.record_routes:
             batch["routed_experts"] = routes.place(
@@ -298,7 +328,8 @@ class VLLMRollout:
             params = SamplingParams(
                 **single_request_params(request, self.eos_token_ids).as_kwargs(), output_kind=RequestOutputKind.DELTA
             )  # each step's new tokens only
-            engine.add_request(request.id, {"prompt_token_ids": list(request.prompt_ids + request.prefix_ids)}, params)
+            prompt = {"prompt_token_ids": list(request.prompt_ids + request.prefix_ids)}
+            engine.add_request(request.id, prompt, params, **vllm_lora.request_kwargs(self.adapter))
             self._progress[request.id] = Progress(request)
         self._cache_filled = True
 
@@ -351,6 +382,7 @@ def vllm_spec(setup: RolloutSetup) -> VLLMRolloutSpec:
         calculate_log_probs=rollout.calculate_log_probs,
         record_routes=rollout.enable_rollout_routing_replay,
         fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
+        lora_rank=vllm_lora.adapter_rank(setup.cfg),
         cache_root=vllm_cache_root(setup.cfg),
         engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),
     )

@@ -16,6 +16,7 @@ for batch b = 1, 2, ..., the training pool the rest for step s = b. They meet on
   update starts from version b - 1, so no trained token is more than K versions behind, and the rollout pool runs at
   most K + 1 batches ahead of training (the admission bound). K = 0 is the colocated schedule, exactly;
 - validation runs in the rollout pool on the version pushed after each validation step; the trainer waits for it.
+  A SIGTERM/SIGUSR1 in either pool cuts it between generations, so the preemption checkpoint lands within the grace.
 
 A checkpoint of step s stores the rollout state that came with batch s. A resumed run sends it back and the rollout
 pool regenerates batch s + 1 onwards from there: batches generated beyond s before the kill are never trained (they

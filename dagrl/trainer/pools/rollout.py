@@ -1,6 +1,7 @@
-"""The rollout pool: receive weights, validate, generate and score batch after batch, send each to the training
-pool (the schedule is in schedule.py). Every rank of the pool runs it in lockstep: the nodes it runs hold
-collectives over the pool (dynamic sampling's counts, the metric means, validation's records)."""
+"""The rollout pool: receive weights, validate (cut short by a stop signal, as in a colocated run), generate and
+score batch after batch, send each to the training pool (the schedule is in schedule.py). Every rank of the pool
+runs it in lockstep: the nodes it runs hold collectives over the pool (dynamic sampling's counts, the metric means,
+validation's records)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dagrl.trainer.pools.schedule import Schedule, split_graph
 from dagrl.trainer.pools.wire import WeightInbox, unpack_bucket
 from dagrl.trainer.runner import StepRunner
 from dagrl.trainer.timing import Timer, node_timer
+from dagrl.trainer.validation import ValidationCut
 from dagrl.utils import dist, watchdog
 from dagrl.utils.faults import fault_point
 
@@ -58,10 +60,13 @@ class Receiver:
         self.bridge.ack(leader, "weights")
         if self.schedule.validated(version):
             start = time.perf_counter()
-            metrics = self.pool.validate(version)
+            try:
+                metrics, cut = self.pool.validate(version), False
+            except ValidationCut:  # a stop signal: the training pool saves at once, the weights validated on resume
+                metrics, cut = {}, True
             self.validation_s += time.perf_counter() - start
             if dist.rank() == 0:
-                self.bridge.send(leader, "val", {"step": version, "metrics": metrics})
+                self.bridge.send(leader, "val", {"step": version, "metrics": metrics, "cut": cut})
 
     def poll(self, done: bool) -> tuple[bool, bool]:
         """Partial rollout, between two scheduling steps: (every rank of the pool is done, a push waits that can be
@@ -112,6 +117,13 @@ class RolloutPool(StepRunner):
         rollout = self.start_rollout()
         rollout.colocated = False  # the weights come from the training pool: nothing to offload, no sleep
         return {"actor": WeightInbox(), "rollout": rollout}
+
+    def validation_stopped(self) -> bool:
+        """A scheduler's stop (SIGTERM/SIGUSR1) in either pool cuts the validation under way, as in a colocated run
+        (collective over this pool): this pool's own signal goes to the training pool through the store first, and
+        the training pool's comes the same way (Feed.val announces it while it waits for the metrics)."""
+        self.stop.announce(self.bridge.store)
+        return self.stop.agreed(self.bridge.store) not in (None, "SIGINT")
 
     def restore(self, state: dict) -> None:
         """The sampler and this shard's partial-rollout buffer the training pool resumed with."""

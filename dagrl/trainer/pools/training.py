@@ -15,7 +15,10 @@ from dagrl.trainer.loop import Trainer, step_graph
 from dagrl.trainer.partial_state import read_partials
 from dagrl.trainer.pools.schedule import Schedule, split_graph
 from dagrl.trainer.pools.wire import pack_buckets, pickled
+from dagrl.trainer.validation import ValidationCut
 from dagrl.utils import dist
+from dagrl.utils.preemption import StopRequest
+from dagrl.utils.watchdog import beat
 
 
 @dataclass
@@ -77,14 +80,26 @@ class Feed:
             raise RuntimeError(f"the rollout pool sent batch {message['step']} for step {step}")
         return message, time.perf_counter() - start
 
-    def val(self, step: int) -> dict[str, float]:
-        """The rollout pool's validation metrics of the weights after `step` (on the leader; {} elsewhere)."""
-        if not self.leader:
-            return {}
-        message = self.bridge.recv(self.bridge.rollout_leader, "val")
-        if message["step"] != step:
-            raise RuntimeError(f"the rollout pool validated version {message['step']}, expected {step}")
-        return message["metrics"]
+    def val(self, step: int, stop: StopRequest) -> dict[str, float]:
+        """The rollout pool's validation metrics of the weights after `step` (on the leader; {} elsewhere); raises
+        ValidationCut on every rank where a stop signal cut it. While it waits, the leader announces its own
+        SIGTERM/SIGUSR1 to the rollout pool, whose validation stops on it (a Ctrl-C lets it finish)."""
+        metrics, cut = {}, False
+        if self.leader:
+            bridge = self.bridge
+            while bridge.available(bridge.rollout_leader, "val") <= 0:
+                if stop.signal not in (None, "SIGINT"):
+                    stop.announce(bridge.store)
+                beat("waiting for val")
+                bridge.check_failed()
+                time.sleep(bridge.poll_s)
+            message = bridge.recv(bridge.rollout_leader, "val")
+            if message["step"] != step:
+                raise RuntimeError(f"the rollout pool validated version {message['step']}, expected {step}")
+            metrics, cut = message["metrics"], message.get("cut", False)
+        if dist.broadcast_object(cut):
+            raise ValidationCut(step)
+        return metrics
 
     def close(self, stopped: bool = False) -> None:
         """The end: wait until the rollout pool has what was sent, or (`stopped`: preempted) tell it to stop."""
@@ -151,7 +166,7 @@ class TrainingPool(Trainer):
         return self.feed.metrics
 
     def validation_metrics(self, step: int) -> dict[str, float]:
-        return self.feed.val(step)  # validation runs in the rollout pool
+        return self.feed.val(step, self.stop)  # validation runs in the rollout pool
 
     def end(self, stopped: bool) -> None:
         self.feed.close(stopped=stopped)

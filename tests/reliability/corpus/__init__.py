@@ -20,6 +20,7 @@ MODULES = (
     "switched_off",
     "model",
     "model_dirs",
+    "quantized_weights",
     "data_files",
     "data_rows",
     "layout",
@@ -43,6 +44,7 @@ MODULES = (
     "numerics",
     "other_trainers",
     "transformer_config",
+    "unseen_round",
     "several_mistakes",
 )
 TOPICS: dict[str, tuple[Case, ...]] = {

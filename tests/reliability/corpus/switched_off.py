@@ -42,8 +42,8 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "warmup_steps_and_ratio",
-        "`optim.lr_warmup_steps=10` and `lr_warmup_steps_ratio=0.1` (the ratio ignored)",
-        ("actor_rollout_ref.actor.optim.lr_warmup_steps=10", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1"),
+        "`optim.lr_warmup_steps=3` and `lr_warmup_steps_ratio=0.1` (the ratio ignored)",
+        ("actor_rollout_ref.actor.optim.lr_warmup_steps=3", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1"),
         ("lr_warmup_steps_ratio=0.1 has no effect", "lr_warmup_steps=-1"),
     ),
     Case(
