@@ -260,3 +260,19 @@ def test_offloaded_frozen_base_is_copied_to_the_host_once(model_dir):
     assert all(torch.equal(before[n], after[n]) for n in before)
     got, want = offloaded.export_adapter().tensors, resident.export_adapter().tensors
     assert all(torch.equal(got[n], want[n]) for n in want)
+
+
+def test_merged_and_adapter_only_sync_give_the_hf_rollout_identical_logits(model_dir):
+    from dagrl.engine.rollout.hf import HFRollout
+
+    lora = actor(model_dir, lora=LORA)
+    lora.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
+    merged, adapter_only = (HFRollout(str(model_dir), [2], 0, torch.device("cpu")) for _ in range(2))
+    merged.load_weights(lora.export_weights(1 << 16))
+    adapter_only.load_weights(lora.export_weights(1 << 16, adapters=False))
+    adapter_only.load_adapter(lora.export_adapter())
+    ids = make_batch(rows=4)["input_ids"]
+    with torch.no_grad():
+        want, got = merged.model(input_ids=ids).logits, adapter_only.model(input_ids=ids).logits
+        base = HFRollout(str(model_dir), [2], 0, torch.device("cpu")).model(input_ids=ids).logits
+    assert torch.equal(got, want) and not torch.equal(got, base)

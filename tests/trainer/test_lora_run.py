@@ -1,4 +1,4 @@
-"""A LoRA run end to end on CPU (merged sync into the hf rollout, the KL reference as the base with adapters off): a
+"""A LoRA run end to end on CPU (adapter-only sync into the hf rollout, the KL reference as the base with adapters off): a
 kill -9 and relaunch reproduce the uninterrupted run exactly, the checkpoints hold the adapter, every LoRA key is
 read. Rank 0 (the default) builds no adapter: every other run of the suite is that case."""
 
@@ -20,7 +20,7 @@ LORA = {
     "actor_rollout_ref.model.lora.alpha": 8,
     "actor_rollout_ref.model.lora.dropout": 0.1,
     "actor_rollout_ref.model.lora.target_modules": "[q_proj,k_proj,v_proj,o_proj,linear_fc1,linear_fc2]",
-    "actor_rollout_ref.model.lora.merge": True,
+    "actor_rollout_ref.model.lora.merge": False,  # adapter-only sync: the base once, then load_adapter
 }
 
 

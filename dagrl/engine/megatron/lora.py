@@ -29,9 +29,10 @@ import torch.nn.functional as F
 
 from dagrl.config.schema.lora import MEGATRON_TO_HF
 from dagrl.engine.lora import LoraAdapter
+from dagrl.engine.lora_peft import PREFIX as PEFT_PREFIX
+from dagrl.engine.lora_peft import merged_weight, module_pairs
 
 COLUMN = ("linear_qkv", "linear_fc1")  # the others in MEGATRON_TO_HF are row-parallel
-PEFT_PREFIX = "base_model.model."
 
 
 @dataclass(frozen=True)
@@ -215,18 +216,14 @@ def gather_adapter(chunks: list[torch.nn.Module], hf_config: Any, spec: LoraSpec
 
 
 def merged(stream: Iterator[list[tuple[str, torch.Tensor]]], adapter: LoraAdapter) -> Iterator[list]:
-    """The export's buckets with W + scaling * B A for every adapted HF weight (the base itself untouched)."""
+    """The export's buckets with W + scaling * B A for every adapted HF weight (the base itself untouched), merged
+    as every other consumer of an adapter merges it (lora_peft.merged_weight)."""
+    pairs = module_pairs(adapter)
     for bucket in stream:
-        out = []
-        for name, tensor in bucket:
-            stem = PEFT_PREFIX + name[: -len(".weight")]
-            a = adapter.tensors.get(f"{stem}.lora_A.weight") if name.endswith(".weight") else None
-            if a is not None:
-                b = adapter.tensors[f"{stem}.lora_B.weight"]
-                delta = (b.to(tensor.device, torch.float32) @ a.to(tensor.device, torch.float32)) * adapter.scaling
-                tensor = (tensor.float() + delta).to(tensor.dtype)
-            out.append((name, tensor))
-        yield out
+        yield [
+            (name, merged_weight(tensor, *pairs[name], adapter.scaling) if name in pairs else tensor)
+            for name, tensor in bucket
+        ]
 
 
 class AdaptersOffReference:
