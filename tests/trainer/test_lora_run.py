@@ -1,6 +1,6 @@
-"""A LoRA run end to end on CPU (adapter-only sync into the hf rollout, the KL reference as the base with adapters off): a
-kill -9 and relaunch reproduce the uninterrupted run exactly, the checkpoints hold the adapter, every LoRA key is
-read. Rank 0 (the default) builds no adapter: every other run of the suite is that case."""
+"""A LoRA run end to end on CPU (adapter-only sync into the hf rollout, the KL reference as the base with adapters
+off): a kill -9 and relaunch reproduce the uninterrupted run exactly, the checkpoints hold the adapter, every LoRA key
+is read. Rank 0 (the default) builds no adapter: every other run of the suite is that case."""
 
 from __future__ import annotations
 
