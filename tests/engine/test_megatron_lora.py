@@ -276,3 +276,19 @@ def test_merged_and_adapter_only_sync_give_the_hf_rollout_identical_logits(model
         want, got = merged.model(input_ids=ids).logits, adapter_only.model(input_ids=ids).logits
         base = HFRollout(str(model_dir), [2], 0, torch.device("cpu")).model(input_ids=ids).logits
     assert torch.equal(got, want) and not torch.equal(got, base)
+
+
+def test_an_moe_model_takes_attention_adapters_and_its_experts_none(tmp_path):
+    moe_dir = make_model_dir(tmp_path / "moe", "qwen3_moe")
+    lora = actor(moe_dir, lora=LoraSpec(rank=4, alpha=8.0, targets=("linear_qkv", "linear_proj")))
+    assert adapter_params(lora) and all(".experts." not in n and ".self_attention." in n for n in adapter_params(lora))
+    before = exported(lora, adapters=False)
+    lora.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
+    lora.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
+    after = exported(lora, adapters=False)
+    assert all(torch.equal(before[n], after[n]) for n in before)  # experts and router frozen too
+    merged = exported(lora)
+    changed = {n for n in merged if not torch.equal(merged[n], before[n])}
+    assert changed and all(
+        n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight")) for n in changed
+    )
