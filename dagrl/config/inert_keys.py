@@ -102,6 +102,12 @@ INERT = (
         "distillation.enabled=false (no teacher)",
         "run dag=opd",
     ),
+    Inert(
+        "actor_rollout_ref.model.lora.*",
+        lambda c: c.get("actor_rollout_ref.model.lora.rank") != 0,
+        "actor_rollout_ref.model.lora.rank=0 (no LoRA: every parameter trains)",
+        "set actor_rollout_ref.model.lora.rank, e.g. 32",
+    ),
 )
 # what validation does is read only when there is a validation set (null and [] alike: no validation)
 INERT += tuple(

@@ -64,10 +64,11 @@ VERL_KEYS = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "dagrl splits sequences with Megatron's context "
     "parallelism: set actor_rollout_ref.actor.megatron.context_parallel_size (with "
     "actor_rollout_ref.model.use_remove_padding=true)",
-    "actor_rollout_ref.model.lora_rank": "LoRA is not supported (dagrl trains every parameter, or the top layers "
-    "with actor_rollout_ref.model.trainable_top_layers=N); drop the key",
-    "actor_rollout_ref.model.lora_alpha": "LoRA is not supported; drop the key",
-    "actor_rollout_ref.model.target_modules": "LoRA is not supported; drop the key",
+    "actor_rollout_ref.model.lora_rank": "dagrl takes verl's Megatron LoRA keys: set actor_rollout_ref.model.lora.rank",
+    "actor_rollout_ref.model.lora_alpha": "dagrl takes verl's Megatron LoRA keys: set "
+    "actor_rollout_ref.model.lora.alpha",
+    "actor_rollout_ref.model.target_modules": "dagrl takes verl's Megatron LoRA keys: set "
+    "actor_rollout_ref.model.lora.target_modules (q_proj etc. are accepted there)",
     "data.return_raw_chat": "dagrl always keeps each prompt's chat messages (multi-turn included); drop the key",
     "async_training.use_rollout_log_probs": "dagrl always recomputes pi_old in the trainer; the rollout's own "
     "log-probs are kept with actor_rollout_ref.rollout.calculate_log_probs=true (for "

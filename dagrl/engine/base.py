@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from dagrl.data.batch import Batch
+from dagrl.engine.megatron.lora import LoraSpec
 from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.placement import ParallelLayout
 
@@ -65,6 +66,7 @@ class MegatronEngineSpec:
     save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
     load_contents: tuple[str, ...] | None = None  # parts load_checkpoint restores; None = all the checkpoint holds
     router_replay: bool = False  # MoE routes can be replayed and recorded (engine/megatron/router_replay.py)
+    lora: LoraSpec | None = None  # adapters on the frozen base (engine/megatron/lora.py); None = full fine-tuning
 
 
 class ActorEngine(Protocol):
@@ -93,7 +95,10 @@ class ActorEngine(Protocol):
         routing: Any = None,
     ) -> dict[str, float]: ...
 
-    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]: ...
+    # with LoRA: W + scaling * B A, or the frozen base with adapters=False (adapter-only sync's first load)
+    def export_weights(self, bucket_bytes: int, adapters: bool = True) -> Iterator[WeightBucket]: ...
+
+    def export_adapter(self) -> Any: ...  # LoRA: the adapter (dagrl.engine.lora.LoraAdapter), collective
 
     def offload_params(self) -> None: ...  # the next phase that needs them brings them back
 

@@ -38,7 +38,17 @@ def sync_weights(ctx: StepContext) -> dict[str, float]:
     if ctx.versions.rollout == ctx.versions.actor and not ctx.rollout.needs_weights:
         return {}
     bucket_bytes = int(ctx.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) << 20
-    metrics = ctx.rollout.load_weights(ctx.actor.export_weights(bucket_bytes), version=ctx.versions.actor)
+    lora = ctx.cfg.actor_rollout_ref.model.lora
+    if lora.rank and not lora.merge:  # adapter-only: the frozen base once (or after the rollout dropped it)
+        metrics = {}
+        if ctx.rollout.needs_weights:
+            metrics = ctx.rollout.load_weights(
+                ctx.actor.export_weights(bucket_bytes, adapters=False), ctx.versions.actor
+            )
+        adapter_metrics = ctx.rollout.load_adapter(ctx.actor.export_adapter(), version=ctx.versions.actor)
+        metrics = {k: metrics.get(k, 0.0) + adapter_metrics.get(k, 0.0) for k in {*metrics, *adapter_metrics}}
+    else:
+        metrics = ctx.rollout.load_weights(ctx.actor.export_weights(bucket_bytes), version=ctx.versions.actor)
     ctx.versions.rollout = ctx.versions.actor
     return metrics
 

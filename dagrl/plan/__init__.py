@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from dagrl.config.checks import as_list
+from dagrl.config.schema.lora import megatron_targets
 from dagrl.config.tree import Cfg
 from dagrl.config.preflight.distillation import teacher_config
 from dagrl.config.shape import RunShape
@@ -129,6 +131,8 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
         optimizer_offload=bool(megatron.optimizer_offload),
         ref_param_offload=bool(cfg.actor_rollout_ref.ref.megatron.param_offload),
         trainable_top_layers=cfg.actor_rollout_ref.model.trainable_top_layers,
+        lora_rank=int(cfg.actor_rollout_ref.model.lora.rank),
+        lora_targets=megatron_targets(as_list(cfg.actor_rollout_ref.model.lora.target_modules)),
         recompute=recompute_from_config(bool(cfg.actor_rollout_ref.model.enable_gradient_checkpointing), overrides),
         sequence_length=shape.prompt_length + shape.response_length,
         response_length=shape.response_length,

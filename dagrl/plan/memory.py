@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dagrl.placement import WorldLayout
-from dagrl.plan.model import ModelShape, RankParams, rank_params
+from dagrl.plan.model import ModelShape, RankParams, lora_layer_params, rank_params, stage_layers
 
 GIB = float(1 << 30)
 RUNTIME_OVERHEAD_GIB = 2.0
@@ -109,6 +109,8 @@ class RunSettings:
     optimizer_offload: bool = False
     ref_param_offload: bool = False  # the reference's own flag (actor_rollout_ref.ref.megatron.param_offload)
     trainable_top_layers: int | None = None
+    lora_rank: int = 0  # LoRA adapters on a frozen base (actor_rollout_ref.model.lora); 0 = every parameter trains
+    lora_targets: tuple[str, ...] = ()  # Megatron linear names
     recompute: Recompute = field(default_factory=Recompute)
     sequence_length: int = 1024  # prompt + response
     response_length: int = 512
@@ -234,8 +236,14 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
         vpp=layout.vpp,
         trainable_top_layers=run.trainable_top_layers,
     )
+    if run.lora_rank:  # the frozen base has no grads and no optimizer state; the reference is it, adapters off
+        layers = sum(len(chunk) for chunk in stage_layers(shape, layout.pp, stage, layout.vpp))
+        adapters = layers * lora_layer_params(shape, run.lora_rank, run.lora_targets, layout.tp)
+        params = RankParams(
+            dense=params.dense + adapters, expert=params.expert, trainable_dense=adapters, trainable_expert=0
+        )
     weights, grads, optimizer = model_state_bytes(params, layout, run)
-    reference = weights if run.reference else 0.0
+    reference = weights if run.reference and not run.lora_rank else 0.0
     teacher = 0.0
     if run.teacher is not None:
         teacher_params = rank_params(

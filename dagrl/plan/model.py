@@ -156,3 +156,21 @@ def rank_params(
         trainable_dense=trained_layers * per_layer_dense + extra_trainable,
         trainable_expert=trained_layers * per_layer_expert,
     )
+
+
+def lora_layer_params(shape: ModelShape, rank: int, targets: tuple[str, ...], tp: int) -> int:
+    """One decoder layer's LoRA adapter parameters on one TP rank (engine/megatron/lora.py's layout: a
+    column-parallel linear's B and a row-parallel one's A split over TP, the other factor whole); MoE experts
+    take no adapter."""
+    h, qkv = shape.hidden, shape.q_dim + 2 * shape.kv_dim
+    per_target = {  # (in, out, column-parallel)
+        "linear_qkv": (h, qkv, True),
+        "linear_proj": (shape.q_dim, h, False),
+        "linear_fc1": (h, 2 * shape.ffn, True),
+        "linear_fc2": (shape.ffn, h, False),
+    }
+    total = 0
+    for name in targets:
+        fan_in, fan_out, column = per_target[name]
+        total += rank * (fan_in + fan_out // tp) if column else rank * (fan_in // tp + fan_out)
+    return total

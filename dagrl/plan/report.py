@@ -229,6 +229,7 @@ def memory_section(plan: Plan) -> list[str]:
         + run.recompute.describe()
         + f", micro-batch {run.micro_batch} x {run.sequence_length} tokens"
         + (f", offload: {', '.join(offloaded)}" if offloaded else "")
+        + (f", LoRA rank {run.lora_rank}: frozen base, the reference is the base" if run.lora_rank else "")
         + ")",
         f"  {'':<42}" + "".join(f"{h:>11}" for h in header),
     ]

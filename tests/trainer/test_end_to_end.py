@@ -40,8 +40,10 @@ VLLM_KEYS = {
     )
 }
 # keys another CPU run of the suite reads, and asserts it does: GAE's (tests/trainer/test_ppo.py), dynamic
-# sampling's (tests/trainer/test_dapo.py)
-OTHER_RUNS = {"algorithm.gamma", "algorithm.lam", "algorithm.filter_groups.max_num_gen_batches"}
+# sampling's (tests/trainer/test_dapo.py), LoRA's (tests/trainer/test_lora_run.py)
+OTHER_RUNS = {"algorithm.gamma", "algorithm.lam", "algorithm.filter_groups.max_num_gen_batches"} | {
+    f"actor_rollout_ref.model.lora.{key}" for key in ("alpha", "dropout", "target_modules", "merge")
+}
 
 
 def files_and_times(root: Path) -> list[tuple[str, int]]:

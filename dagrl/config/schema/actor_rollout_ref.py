@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dagrl.algo.catalog import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from dagrl.config.schema.lora import Lora
 from dagrl.config.schema.megatron import Megatron
 from dagrl.config.schema.optim import Optim
 from dagrl.config.schema.router_replay import RouterReplay, rollout_routing_replay_key
@@ -55,6 +56,9 @@ class Model(Section):
         False,
         "pack each micro-batch's sequences into one row without padding (THD on GPU "
         "with TE); needed for context_parallel_size > 1",
+    )
+    lora: Lora = section(
+        Lora, "LoRA adapters on the actor: the base weights frozen, y = W x + alpha/rank * B A dropout(x)"
     )
 
 

@@ -133,11 +133,24 @@ class MegatronActorEngine(MegatronEngine):
 
         return self._train(batch, micro_batch_size, head, max_token_len, routing)
 
-    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
-        """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything."""
+    def export_weights(self, bucket_bytes: int, adapters: bool = True) -> Iterator[WeightBucket]:
+        """Full HF-named tensors, in buckets of at most `bucket_bytes`; collective, every rank gets everything.
+        With LoRA: W + scaling * B A, or the frozen base W itself with `adapters=False`."""
         from dagrl.engine.megatron.weight_export import export_entries, export_hf_weights
 
         if self._export_entries is None:
             self._export_entries = export_entries(self.modules, self.hf_config)
         with self._resident(params=True):
-            yield from export_hf_weights(self.modules, self.hf_config, bucket_bytes, self._export_entries)
+            stream = export_hf_weights(self.modules, self.hf_config, bucket_bytes, self._export_entries)
+            if self.spec.lora is not None and adapters:
+                from dagrl.engine.megatron.lora import merged
+
+                stream = merged(stream, self.export_adapter())
+            yield from stream
+
+    def export_adapter(self) -> Any:
+        """The LoRA adapter (`dagrl.engine.lora.LoraAdapter`, HF/PEFT names, on the host); collective."""
+        from dagrl.engine.megatron.lora import gather_adapter
+
+        with self._resident(params=True):
+            return gather_adapter(self.modules, self.hf_config, self.spec.lora)

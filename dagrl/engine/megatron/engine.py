@@ -75,6 +75,10 @@ class MegatronEngine:
             self.tf_config.masked_softmax_fusion = False
         self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
         optim.set_trainable(self.modules, spec, self.hf_config.num_hidden_layers)
+        if spec.lora is not None:  # before DDP: the frozen base gets no grad buffer and no optimizer state
+            from dagrl.engine.megatron.lora import apply_lora
+
+            apply_lora(self.modules, spec.lora, self.tf_config, spec.seed)
         self.routing = None
         if spec.router_replay:
             from dagrl.engine.megatron.router_replay import RouterReplayHooks
@@ -117,6 +121,10 @@ class MegatronEngine:
             HostOffload("grads"),
             HostOffload("optimizer"),
         )
+        # a LoRA run's frozen base: copied to the host once, later offloads only free it
+        self.base_store = HostOffload("frozen base", frozen=True)
+        if self.spec.lora is not None:
+            self.base_store.track(p for m in self.modules for p in m.parameters() if not p.requires_grad)
         if self.optimizer is None:
             self.param_store.track(p for m in self.modules for p in m.parameters())
             return
@@ -126,7 +134,7 @@ class MegatronEngine:
                 if buffer.param_data is not None:
                     self.param_store.track([buffer.param_data])
                 self.grad_store.track([buffer.grad_data])
-        self.param_store.track(p for m in self.modules for p in m.parameters())
+        self.param_store.track((p for m in self.modules for p in m.parameters()), exclude=self.base_store.data_ptrs())
         self.track_optimizer_state()
 
     def track_optimizer_state(self) -> None:
@@ -144,9 +152,11 @@ class MegatronEngine:
     # ---- offload -------------------------------------------------------------------------------
     def offload_params(self) -> None:
         self.param_store.offload()
+        self.base_store.offload()
 
     def onload_params(self) -> None:
         self.param_store.onload()
+        self.base_store.onload()
 
     def offload_grads(self) -> None:
         self.grad_store.offload()

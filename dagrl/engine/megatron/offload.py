@@ -71,8 +71,11 @@ def byte_view(storage: torch.UntypedStorage) -> torch.Tensor:
 class HostOffload:
     """A named set of storages that can be moved to host memory and back; idempotent in both directions."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, frozen: bool = False) -> None:
         self.name = name
+        # frozen: the storages never change (a LoRA run's base), so the host copy of the first offload stays
+        # current and every later offload only frees the device memory
+        self.frozen, self._copied = frozen, False
         self._storages: list[torch.UntypedStorage] = []
         self._sizes: list[int] = []
         self._slots: list[torch.Tensor] = []  # each storage's bytes in the arena, once allocated
@@ -127,10 +130,12 @@ class HostOffload:
         if allocate:
             self._sizes = sizes
             self._allocate(pinned=is_cuda)
-        for storage, slot in zip(self._storages, self._slots):
-            slot.copy_(byte_view(storage), non_blocking=is_cuda)
-        if is_cuda:
-            torch.cuda.synchronize()
+        if not (self.frozen and self._copied and not allocate):
+            for storage, slot in zip(self._storages, self._slots):
+                slot.copy_(byte_view(storage), non_blocking=is_cuda)
+            if is_cuda:
+                torch.cuda.synchronize()
+            self._copied = True
         for storage in self._storages:
             storage.resize_(0)
         if is_cuda:  # hand the blocks back to the driver, so that vLLM (its own allocator) can use them

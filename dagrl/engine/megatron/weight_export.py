@@ -12,7 +12,15 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from dagrl.engine.megatron.weights import LAYER, Rule, full_hf_tensors, local_expert, parallel_ranks, rule_for
+from dagrl.engine.megatron.weights import (
+    ADAPTER_SUFFIXES,
+    LAYER,
+    Rule,
+    full_hf_tensors,
+    local_expert,
+    parallel_ranks,
+    rule_for,
+)
 from dagrl.engine.rollout.interface import WeightBucket
 
 
@@ -46,6 +54,8 @@ def export_entries(chunks: list[torch.nn.Module], hf_config: Any) -> list[Export
     entries = []
     for chunk in chunks:
         for name, param in chunk.named_parameters():
+            if name.endswith(ADAPTER_SUFFIXES):
+                continue
             rule = rule_for(chunk, name, tied, getattr(hf_config, "model_type", None))
             if rule is not None:
                 entries.append((chunk, name, rule, param))

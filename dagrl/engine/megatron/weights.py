@@ -63,6 +63,8 @@ _EXPERT_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # `{moe}`, `{gate}`, `{up}` and `{down}` are the family's checkpoint names (Family.moe_block, Family.expert_names)
 _DEFAULT_NAMES = Family("", "")
+# LoRA adapter parameters beside a linear's weight (engine/megatron/lora.py exports them in their own form)
+ADAPTER_SUFFIXES = (".lora_A", ".lora_B")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ MODULES = (
     "layout",
     "algorithm",
     "train_nothing",
+    "lora",
     "off_policy",
     "reward",
     "reward_manager",

@@ -26,7 +26,7 @@ CASES: tuple[Case, ...] = (
         "verl_lora_rank",
         "verl's `model.lora_rank=32`",
         ("actor_rollout_ref.model.lora_rank=32",),
-        ("'actor_rollout_ref.model.lora_rank' is verl's", "LoRA is not supported"),
+        ("'actor_rollout_ref.model.lora_rank' is verl's", "set actor_rollout_ref.model.lora.rank"),
     ),
     Case(
         "verl_use_shm",

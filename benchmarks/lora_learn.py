@@ -1,0 +1,83 @@
+"""LoRA beside the quickstart's fine-tuning: SmolLM2-135M-Instruct on the arithmetic task, held-out accuracy per
+evaluated step and seconds a step, one table.
+
+usage: python3 benchmarks/lora_learn.py --out DIR [--arms lora,top4,full] [--seeds 0] [--steps 10] [--test-freq 5]
+           [--rank 16] [--alpha 32] [--lora-lr 3e-4] [--script examples/grpo_trainer/run_smollm2-135m-cpu.sh]
+           [--report] [--extra "k=v ..."]
+
+Each arm runs the --script (the quickstart's, CPU and hf rollout by default) for --steps steps with held-out accuracy
+every --test-freq steps, in DIR/<arm>_seed<S>/:
+  top4  the script as it is: the top 4 decoder layers train
+  full  every parameter trains (trainable_top_layers=null)
+  lora  adapters of --rank on every linear of a frozen base, merged into the rollout's weights each step, at
+        --lora-lr (adapters want a higher learning rate than the base, as verl's LoRA examples use)
+Every arm samples the same prompts in the same order (data.seed) and starts from the same model (LoRA's B is zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from opd_learn import curve, run, spread  # noqa: E402 - the sibling's runner and curve reader
+
+
+def arms(args: argparse.Namespace) -> dict[str, list[str]]:
+    lora = [
+        "actor_rollout_ref.model.trainable_top_layers=null",
+        f"actor_rollout_ref.model.lora.rank={args.rank}",
+        f"actor_rollout_ref.model.lora.alpha={args.alpha}",
+        "actor_rollout_ref.model.lora.merge=true",
+        f"actor_rollout_ref.actor.optim.lr={args.lora_lr}",
+    ]
+    return {"top4": [], "full": ["actor_rollout_ref.model.trainable_top_layers=null"], "lora": lora}
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--arms", default="lora,top4,full")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--test-freq", type=int, default=5)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--alpha", type=float, default=32)
+    parser.add_argument("--lora-lr", type=float, default=3e-4)
+    parser.add_argument("--script", default="examples/grpo_trainer/run_smollm2-135m-cpu.sh")
+    parser.add_argument("--extra", default="", help="overrides added to every arm")
+    parser.add_argument("--report", action="store_true")
+    return parser.parse_args(argv)
+
+
+def report(args: argparse.Namespace) -> str:
+    names, seeds = args.arms.split(","), [int(s) for s in args.seeds.split(",")]
+    curves = {name: [curve(args.out / f"{name}_seed{s}") for s in seeds] for name in names}
+    steps = sorted({step for runs in curves.values() for accuracy, _ in runs for step in accuracy})
+    lines = ["| arm | " + " | ".join(f"acc @{s}" for s in steps) + " | s/step (median) |"]
+    lines.append("|---" * (len(steps) + 2) + "|")
+    for name, runs in curves.items():
+        cells = []
+        for step in steps:
+            values = [accuracy[step] for accuracy, _ in runs if step in accuracy]
+            cells.append(spread(values) if values else "-")
+        seconds = [s for _, times in runs for s in times]
+        cells.append(f"{statistics.median(seconds):.1f}" if seconds else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    if not args.report:
+        overrides = arms(args)
+        for seed in (int(s) for s in args.seeds.split(",")):
+            for name in args.arms.split(","):
+                run(f"{name}_seed{seed}", overrides[name], seed, args)
+    print(report(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Pre-flight of actor_rollout_ref.model.lora: target modules the family has, a rank the layers can hold, a rollout
+that takes adapter-only sync, and no option that contradicts adapters on a frozen base."""
+
+from __future__ import annotations
+
+import importlib
+
+from dagrl.config.checks import as_list
+from dagrl.config.errors import require
+from dagrl.config.schema.lora import TARGETS, megatron_targets
+from dagrl.config.tree import Cfg
+
+KEY = "actor_rollout_ref.model.lora"
+
+
+def rollout_takes_adapters(name: str) -> bool:
+    """Whether the rollout engine `name` offers load_adapter: a class of its builder's module says supports_adapter."""
+    from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
+
+    entry = ROLLOUT_ENGINES.get(name)
+    if entry is None:
+        return False
+    module = importlib.import_module(entry.target.split(":")[0])
+    return any(
+        isinstance(obj, type) and obj.__module__ == module.__name__ and getattr(obj, "supports_adapter", False) is True
+        for obj in vars(module).values()
+    )
+
+
+def check_lora(cfg: Cfg, hf_config: dict) -> None:
+    lora = cfg.actor_rollout_ref.model.lora
+    if not lora.rank:
+        return
+    targets = as_list(lora.target_modules)
+    unknown = [name for name in targets if name not in TARGETS]
+    require(
+        targets and not unknown,
+        f"{KEY}.target_modules",
+        f"{KEY}.target_modules={targets}: {unknown or 'none'} is no linear a LoRA adapter can go on; choose from "
+        f"linear_qkv linear_proj linear_fc1 linear_fc2 (or HF names q_proj k_proj v_proj o_proj gate_proj up_proj "
+        f"down_proj)",
+    )
+    hidden = hf_config.get("hidden_size") or 0
+    require(
+        not hidden or lora.rank <= hidden,
+        f"{KEY}.rank",
+        f"{KEY}.rank={lora.rank} exceeds the model's hidden size {hidden}: a low-rank adapter needs rank < hidden "
+        f"size, e.g. 8 to 64",
+    )
+    experts = hf_config.get("num_experts") or hf_config.get("num_local_experts") or 0
+    fc = [name for name in megatron_targets(targets) if name in ("linear_fc1", "linear_fc2")]
+    require(
+        not (experts and fc),
+        f"{KEY}.target_modules",
+        f"{KEY}.target_modules holds {fc}, the MLP of an MoE model ({experts} experts): adapters on experts are not "
+        f"supported; set {KEY}.target_modules=[linear_qkv,linear_proj]",
+    )
+    require(
+        cfg.actor_rollout_ref.model.trainable_top_layers is None,
+        "actor_rollout_ref.model.trainable_top_layers",
+        f"actor_rollout_ref.model.trainable_top_layers trains base layers, {KEY}.rank={lora.rank} freezes every base "
+        f"weight: set actor_rollout_ref.model.trainable_top_layers=null (or {KEY}.rank=0)",
+    )
+    if lora.merge:
+        return
+    name = cfg.actor_rollout_ref.rollout.name
+    require(
+        rollout_takes_adapters(name),
+        f"{KEY}.merge",
+        f"{KEY}.merge=false syncs only the adapter, which the {name} rollout cannot load: set {KEY}.merge=true "
+        f"(W + BA through the full weight sync)",
+    )
+    require(
+        cfg.actor_rollout_ref.hybrid_engine,
+        f"{KEY}.merge",
+        f"{KEY}.merge=false syncs adapters in the colocated trainer only; with actor_rollout_ref.hybrid_engine=false "
+        f"set {KEY}.merge=true",
+    )

@@ -1,0 +1,28 @@
+"""benchmarks/lora_learn.py: each arm's overrides, and its table of held-out accuracy per evaluated step and step
+time read from the runs' metrics.jsonl (a step an arm did not evaluate is a dash)."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import lora_learn  # noqa: E402 - after the sys.path insert above
+
+
+def write_run(directory: Path, rows: list[dict]) -> None:
+    (directory / "ckpt").mkdir(parents=True)
+    (directory / "ckpt" / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_arms_and_the_table(tmp_path):
+    acc = "val-core/dagrl/arithmetic/acc/mean@1"
+    args = lora_learn.parse(["--out", str(tmp_path), "--arms", "lora,top4", "--rank", "8", "--lora-lr", "1e-4"])
+    arms = lora_learn.arms(args)
+    assert arms["top4"] == [] and "actor_rollout_ref.model.lora.rank=8" in arms["lora"]
+    assert "actor_rollout_ref.actor.optim.lr=0.0001" in arms["lora"]
+    write_run(tmp_path / "lora_seed0", [{"step": 0, acc: 0.1}, {"step": 5, "timing_s/step": 3.0, acc: 0.4}])
+    write_run(tmp_path / "top4_seed0", [{"step": 0, acc: 0.1}, {"step": 1, "timing_s/step": 5.0}])
+    table = lora_learn.report(args).splitlines()
+    assert table[0] == "| arm | acc @0 | acc @5 | s/step (median) |"
+    assert table[2] == "| lora | 0.100 | 0.400 | 3.0 |"
+    assert table[3] == "| top4 | 0.100 | - | 5.0 |"
