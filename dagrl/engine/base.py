@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from dagrl.data.batch import Batch
-from dagrl.engine.megatron.lora import LoraSpec
+from dagrl.engine.lora import LoraSpec
 from dagrl.engine.rollout.interface import WeightBucket
 from dagrl.placement import ParallelLayout
 
@@ -66,7 +66,7 @@ class MegatronEngineSpec:
     save_contents: tuple[str, ...] = ("model", "optimizer", "extra")  # parts save_checkpoint writes
     load_contents: tuple[str, ...] | None = None  # parts load_checkpoint restores; None = all the checkpoint holds
     router_replay: bool = False  # MoE routes can be replayed and recorded (engine/megatron/router_replay.py)
-    lora: LoraSpec | None = None  # adapters on the frozen base (engine/megatron/lora.py); None = full fine-tuning
+    lora: LoraSpec | None = None  # adapters on the frozen base (engine/lora.py); None = full fine-tuning
 
 
 class ActorEngine(Protocol):

@@ -1,4 +1,5 @@
-"""A LoRA adapter as it travels from the actor to a rollout engine or to disk.
+"""What the actor's adapters are (LoraSpec), and a LoRA adapter as it travels from the actor to a rollout
+engine or to disk.
 
 The actor turns its own (fused, sharded) adapter parameters into this one shape; every consumer —
 the hf and vLLM rollouts, the PEFT directory writer, the model merger — reads only this.
@@ -7,6 +8,8 @@ the hf and vLLM rollouts, the PEFT directory writer, the model merger — reads 
 from dataclasses import dataclass
 
 import torch
+
+from dagrl.config.schema.lora import MEGATRON_TO_HF
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,20 @@ class LoraAdapter:
     rank: int
     alpha: float
     target_modules: tuple[str, ...]
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.rank
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """The actor's adapters: rank, alpha, dropout and the targeted linears (Megatron names)."""
+
+    rank: int
+    alpha: float
+    dropout: float = 0.0
+    targets: tuple[str, ...] = tuple(MEGATRON_TO_HF)
 
     @property
     def scaling(self) -> float:

@@ -96,7 +96,7 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
 def lora_spec(cfg: Cfg):
     """The actor's LoRA adapters from actor_rollout_ref.model.lora; None at rank 0 (full fine-tuning)."""
     from dagrl.config.schema.lora import megatron_targets
-    from dagrl.engine.megatron.lora import LoraSpec
+    from dagrl.engine.lora import LoraSpec
 
     lora = cfg.actor_rollout_ref.model.lora
     if lora.rank == 0:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
-from dagrl.engine.megatron.lora import LoraSpec
+from dagrl.engine.lora import LoraSpec
 from dagrl.placement import ParallelLayout as L
 from engine_helpers import make_batch, sum_loss
 from tiny_models import make_model_dir

@@ -21,30 +21,17 @@ from __future__ import annotations
 import contextlib
 import math
 import zlib
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 
 from dagrl.config.schema.lora import MEGATRON_TO_HF
-from dagrl.engine.lora import LoraAdapter
+from dagrl.engine.lora import LoraAdapter, LoraSpec
 from dagrl.engine.lora_peft import PREFIX as PEFT_PREFIX
 from dagrl.engine.lora_peft import merged_weight, module_pairs
 
 COLUMN = ("linear_qkv", "linear_fc1")  # the others in MEGATRON_TO_HF are row-parallel
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    rank: int
-    alpha: float
-    dropout: float = 0.0
-    targets: tuple[str, ...] = tuple(MEGATRON_TO_HF)  # Megatron linear names
-
-    @property
-    def scaling(self) -> float:
-        return self.alpha / self.rank
 
 
 class _State:

@@ -56,9 +56,8 @@ def test_a_lora_checkpoint_merges_to_the_actors_merged_export_and_to_a_peft_dir(
     directory on the recorded base computes it."""
     import peft
 
-    # the Megatron actor's LoRA (its adapters, their checkpoint and adapter.safetensors) lives in this module
-    LoraSpec = pytest.importorskip("dagrl.engine.megatron.lora", reason="the Megatron actor has no LoRA").LoraSpec
     from dagrl.engine.base import MegatronEngineSpec, OptimSpec
+    from dagrl.engine.lora import LoraSpec
     from dagrl.engine.megatron.actor import MegatronActorEngine
     from engine_helpers import make_batch, sum_loss
 
