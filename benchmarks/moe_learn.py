@@ -52,11 +52,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def mean_of(directory: Path, key: str) -> float | None:
-    """The mean over training steps of one metric of a run's metrics.jsonl; None when it never logged it."""
+def values_of(directory: Path, key: str) -> list[float]:
+    """One metric's values over the steps of a run's metrics.jsonl (none when it never logged it)."""
     path = directory / "ckpt" / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    values = [row[key] for row in rows if key in row]
+    return [row[key] for row in rows if key in row]
+
+
+def mean_of(directory: Path, key: str) -> float | None:
+    """The mean over training steps of one metric of a run's metrics.jsonl; None when it never logged it."""
+    values = values_of(directory, key)
     return statistics.fmean(values) if values else None
 
 
