@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
-from tests.reliability.corpus.case import Case, Paths
+from tests.reliability.corpus.case import MODEL_KEY, Case, Paths
 
 
 def copied_val(ws: Path, paths: Paths) -> None:
@@ -22,3 +23,33 @@ CASES: tuple[Case, ...] = (
         make=copied_val,
     ),
 )
+
+
+def run_dir(ws: Path, paths: Paths) -> None:
+    """{ws}/run: what a dagrl run leaves, its step 1 and step 2 (the run's config.json beside the actor's shards)."""
+    for step in (1, 2):
+        actor = ws / "run" / f"global_step_{step}" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "metadata.json").write_text("{}")
+        (actor / "__0_0.distcp").write_bytes(b"\0" * 64)
+        (actor.parent / "config.json").write_text(json.dumps({"trainer": {"total_training_steps": 2}}))
+        (actor.parent / "dagrl_checkpoint.json").write_text(json.dumps({"global_step": step}))
+    (ws / "run" / "latest_checkpointed_iteration.txt").write_text("2")
+
+
+MERGE = "python3 scripts/model_merger.py merge --backend megatron --local_dir <tmp>/run/global_step_2/actor"
+CHECKPOINT_AS_MODEL = tuple(
+    Case(
+        f"model_path_is_a_dagrl_{name}",
+        f"`{MODEL_KEY}` names {what} of an earlier run, to go on from the trained weights",
+        (f"{MODEL_KEY}={{ws}}/run{below}",),
+        (MODEL_KEY, "holds a Megatron checkpoint, not an HF model", MERGE, f"then point {MODEL_KEY} at <out>"),
+        make=run_dir,
+    )
+    for name, what, below in (
+        ("run_dir", "the run directory", ""),
+        ("checkpoint", "a checkpoint (global_step_N)", "/global_step_2"),
+        ("actor_checkpoint", "a checkpoint's actor folder", "/global_step_2/actor"),
+    )
+)
+CASES += CHECKPOINT_AS_MODEL
