@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 from tests.reliability.corpus.case import MODEL_KEY, Case, Paths
+from tests.reliability.corpus.file_makers import text_file
 
 
 def copied_val(ws: Path, paths: Paths) -> None:
@@ -53,3 +54,29 @@ CHECKPOINT_AS_MODEL = tuple(
     )
 )
 CASES += CHECKPOINT_AS_MODEL
+
+REWARD_METRICS_ONLY = (
+    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    correct = solution_str.strip() == ground_truth\n"
+    "    return {'acc': float(correct), 'pred': solution_str.strip()}\n"
+)
+REWARD_METRICS_CALL = (
+    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    return dict(acc=float(solution_str.strip() == ground_truth))\n"
+)
+CASES += (
+    Case(
+        "reward_returns_dict_literal_without_score",
+        "a custom scorer returns a dict of metrics (`{'acc': ..., 'pred': ...}`) without the 'score' key",
+        ("custom_reward_function.path={ws}/reward.py",),
+        ("compute_score in '<tmp>/reward.py' returns a dict without a 'score' key at line 3", "add 'score'"),
+        make=text_file("reward.py", REWARD_METRICS_ONLY),
+    ),
+    Case(
+        "reward_returns_dict_call_without_score",
+        "a custom scorer returns `dict(acc=...)` without the 'score' key",
+        ("custom_reward_function.path={ws}/reward.py",),
+        ("returns a dict without a 'score' key at line 2 (keys 'acc'", "return {'score': ..., 'acc': ...}"),
+        make=text_file("reward.py", REWARD_METRICS_CALL),
+    ),
+)
