@@ -80,3 +80,14 @@ CASES += (
         make=text_file("reward.py", REWARD_METRICS_CALL),
     ),
 )
+
+R = "actor_rollout_ref.rollout"
+CASES += tuple(
+    Case(
+        f"vllm_setting_on_hf_{name}",
+        f"`{R}.{name}={value}` from a GPU script, run with the `hf` rollout (transformers' generate)",
+        (f"{R}.{name}={value}",),
+        (f"{R}.{name}={shown} has no effect: {R}.name=hf", f"set {R}.name=vllm, or drop {R}.{name}"),
+    )
+    for name, value, shown in (("gpu_memory_utilization", "0.7", "0.7"), ("enforce_eager", "false", "false"))
+)
