@@ -99,7 +99,10 @@ def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[s
 
 
 def typed(value: Any) -> str:
-    """A saved value as the command line takes it back: null and true/false, not Python's None and True."""
+    """A saved value as the command line takes it back: null and true/false, not Python's None and True; a list
+    as one quoted shell word, '[a,b]'."""
+    if isinstance(value, list):
+        return "'[" + ",".join(typed(item) for item in value) + "]'"
     if value is None:
         return "null"
     return ("true" if value else "false") if isinstance(value, bool) else str(value)

@@ -238,6 +238,11 @@ def test_a_refused_resume_gives_the_saved_values_as_the_command_line_takes_them(
     assert "actor_rollout_ref.model.trainable_top_layers (the checkpoint's null, now 1)" in message
     assert "data.filter_overlong_prompts=true" in message and "trainable_top_layers=null" in message
     assert "None" not in message and "True" not in message
+    saved = {"data": {"train_files": ["/d/a.parquet", "/d/b.parquet"]}}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ConfigError) as refused:
+        check_changed_settings(tmp_path, "config.json", {"data": {"train_files": ["/d/a.parquet"]}}, log=False)
+    assert "(data.train_files='[/d/a.parquet,/d/b.parquet]')" in str(refused.value)  # one shell word
 
 
 def test_extending_a_finished_run_validates_its_last_step_once(args, tmp_path):
