@@ -86,6 +86,25 @@ INERT = (
         f"{R}.do_sample=false (greedy rollouts)",
         f"set {R}.do_sample=true",
     ),
+    *(  # the vLLM engine's own settings (engine/rollout/vllm.py): transformers' generate has no counterpart
+        Inert(
+            f"{R}.{name}",
+            lambda c: c.get(f"{R}.name") != "hf",
+            f"{R}.name=hf (transformers' generate, which has no such setting; vLLM reads it)",
+            f"set {R}.name=vllm",
+        )
+        for name in (
+            "gpu_memory_utilization",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "enforce_eager",
+            "free_cache_engine",
+            "enable_chunked_prefill",
+            "enable_prefix_caching",
+            "load_format",
+            "cache_dir",
+        )
+    ),
     Inert(
         f"{D}.distillation_loss_coef",
         lambda c: not _off(c.get("distillation.enabled")) and not _off(c.get(f"{D}.use_task_rewards")),

@@ -71,7 +71,8 @@ def read_hf_config(model_path: str | None, key: str = "actor_rollout_ref.model.p
     require(
         model_type is not None,
         key,
-        f"{config_file} has no model_type: it is not an HF model config; fix or re-download the model {key} names",
+        f"{config_file} has no model_type: it is not an HF model config"
+        + (missing_config_hint(path, key) or f"; fix or re-download the model {key} names"),
     )
     require(
         family(model_type) is not None,
@@ -180,6 +181,15 @@ def missing_config_hint(path: Path, key: str) -> str:
             f"; {path} is a Megatron checkpoint (its HF config and tokenizer in {hf}, no HF weights): start from "
             f"it with {key}={hf} actor_rollout_ref.actor.megatron.use_dist_checkpointing=true "
             f"actor_rollout_ref.actor.megatron.dist_checkpointing_path={path}"
+        )
+    steps = sorted(p.parent for p in path.glob("global_step_*/dagrl_checkpoint.json") if p.parent.name[12:].isdigit())
+    newest = max(steps, key=lambda p: int(p.name[12:])) if steps else path  # a run directory: its newest step
+    actor = newest / "actor" if (newest / "dagrl_checkpoint.json").is_file() else path
+    if (actor / "metadata.json").is_file() and any(actor.glob("*.distcp")):  # a dagrl actor checkpoint: no HF files
+        return (
+            f"; {path} holds a Megatron checkpoint, not an HF model: turn it into one with python3 "
+            f"scripts/model_merger.py merge --backend megatron --local_dir {actor} --target_dir <out>, then point "
+            f"{key} at <out> (to continue that run instead, resume it in its trainer.default_local_dir)"
         )
     inside = sorted(p.parent for p in path.glob("*/config.json"))
     if inside:

@@ -98,6 +98,16 @@ def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[s
     ]
 
 
+def typed(value: Any) -> str:
+    """A saved value as the command line takes it back: null and true/false, not Python's None and True; a list
+    as one quoted shell word, '[a,b]'."""
+    if isinstance(value, list):
+        return "'[" + ",".join(typed(item) for item in value) + "]'"
+    if value is None:
+        return "null"
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str, Any], log: bool) -> list[str]:
     """The start lines for a resume from `checkpoint` (one per changed key); ConfigError naming every refused key.
     A checkpoint saved without its config (older dagrl) is compared with nothing."""
@@ -122,18 +132,18 @@ def check_changed_settings(checkpoint: Path, config_file: str, current: dict[str
         verdict = f"refused ({why})" if why else "applied"
         lines.append(f"resume from {checkpoint.name}: {key} changed {old!r} -> {new!r}: {verdict}")
         if why:
-            refused.append(f"{key}={old}")
-            changes.append(f"{key} (the checkpoint's {old}, now {new})")
+            refused.append((key, f"{key}={typed(old)}"))  # as typed on the command line: null, not None
+            changes.append(f"{key} (the checkpoint's {typed(old)}, now {typed(new)})")
     if log:
         for line in lines:
             (logger.warning if "refused" in line else logger.info)(line)
     if refused:
-        first = refused[0].split("=")[0]
+        first = refused[0][0]
         raise ConfigError(
             first,
             f"resuming from {checkpoint} with changed {', '.join(changes)}, which a resume cannot change "
             f"({refusal(first, now, saved_leaves.get(first))}): set them back to the saved values "
-            f"({' '.join(refused)}), or start a new run in another trainer.default_local_dir",
+            f"({' '.join(setting for _, setting in refused)}), or start a new run in another trainer.default_local_dir",
         )
     return lines
 

@@ -227,6 +227,24 @@ def test_the_resume_policy_names_each_changed_key(tmp_path):
     ] == [True, True, True]
 
 
+def test_a_refused_resume_gives_the_saved_values_as_the_command_line_takes_them(tmp_path):
+    """null and true/false, not None and True: `key=None` would set the text 'None'."""
+    saved = {"data": {"filter_overlong_prompts": True}, "actor_rollout_ref": {"model": {"trainable_top_layers": None}}}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    changed = {"data": {"filter_overlong_prompts": False}, "actor_rollout_ref": {"model": {"trainable_top_layers": 1}}}
+    with pytest.raises(ConfigError) as refused:
+        check_changed_settings(tmp_path, "config.json", changed, log=False)
+    message = str(refused.value)
+    assert "actor_rollout_ref.model.trainable_top_layers (the checkpoint's null, now 1)" in message
+    assert "data.filter_overlong_prompts=true" in message and "trainable_top_layers=null" in message
+    assert "None" not in message and "True" not in message
+    saved = {"data": {"train_files": ["/d/a.parquet", "/d/b.parquet"]}}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ConfigError) as refused:
+        check_changed_settings(tmp_path, "config.json", {"data": {"train_files": ["/d/a.parquet"]}}, log=False)
+    assert "(data.train_files='[/d/a.parquet,/d/b.parquet]')" in str(refused.value)  # one shell word
+
+
 def test_extending_a_finished_run_validates_its_last_step_once(args, tmp_path):
     """A run validates its last step as its last; relaunched with more steps it resumes there and must not
     validate that step again (metrics.jsonl had two rows of it): the checkpoint records whether it was validated."""

@@ -47,9 +47,16 @@ def check_position_limit(total: int, hf_config: dict) -> None:
     )
 
 
+def _same_bytes(a: str, b: str) -> bool:
+    """Whether two files hold the same bytes: sizes first, so only a same-sized pair is read."""
+    import filecmp
+
+    return os.path.getsize(a) == os.path.getsize(b) and filecmp.cmp(a, b, shallow=False)
+
+
 def check_held_out(train_files: list[str], val_files: list[str]) -> None:
-    """A validation file that is also a training file (`VAL=$TRAIN`, a copied line): val-core/* would score prompts
-    the run trains on, and read as generalisation."""
+    """A validation file that is also a training file (`VAL=$TRAIN`, a copied line, or `cp train.parquet
+    val.parquet`): val-core/* would score prompts the run trains on, and read as generalisation."""
     trained = {os.path.realpath(os.path.expanduser(path)): path for path in train_files}
     both = [path for path in val_files if os.path.realpath(os.path.expanduser(path)) in trained]
     require(
@@ -59,6 +66,15 @@ def check_held_out(train_files: list[str], val_files: list[str]) -> None:
         f"the prompts the run trains on; point data.val_files at held-out rows (e.g. the test.parquet "
         f"examples/data_preprocess/*.py write), or data.val_files=null for no validation",
     )
+    for val in val_files:
+        copy = next((train for real, train in trained.items() if _same_bytes(os.path.expanduser(val), real)), None)
+        require(
+            copy is None,
+            "data.val_files",
+            f"data.val_files has {val}, a byte-for-byte copy of {copy} in data.train_files: validation would score "
+            f"the prompts the run trains on; point data.val_files at held-out rows (e.g. the test.parquet "
+            f"examples/data_preprocess/*.py write), or data.val_files=null for no validation",
+        )
 
 
 def check_paths(cfg: Cfg) -> int:

@@ -271,9 +271,22 @@ def _text(value: ast.expr) -> bool:
     return isinstance(value, ast.JoinedStr) or (isinstance(value, ast.Constant) and isinstance(value.value, str))
 
 
+def _literal_keys(value: ast.AST) -> list[str] | None:
+    """The keys of a dict written out in a return (`{'acc': x}`, `dict(acc=x)`); None when they are not all known
+    (a `**other`, a computed key, or no dict literal)."""
+    if isinstance(value, ast.Dict):
+        known = all(isinstance(key, ast.Constant) and isinstance(key.value, str) for key in value.keys)
+        return [key.value for key in value.keys] if known else None
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" and not value.args:
+        names = [keyword.arg for keyword in value.keywords]
+        return names if None not in names else None
+    return None
+
+
 def non_score_return(function: Callable) -> tuple[str, str] | None:
     """(where, how to fix it) when `function` (a scorer) returns something that is no score: None from a bare
-    `return` / `return None` or from a body that can fall off its end, or a string (`return "1.0"`); None when
+    `return` / `return None` or from a body that can fall off its end, a string (`return "1.0"`), or a dict written
+    out without a 'score' key (`return {"acc": 1.0}`); None when
     nothing such is seen or the source cannot be read (a wrapped, generator or callable-object scorer is not
     judged)."""
     found = _function_node(function)
@@ -297,6 +310,13 @@ def non_score_return(function: Callable) -> tuple[str, str] | None:
             return f"returns None at line {line} (a path with no `return <score>`)", end_with_zero
         if _text(value):
             return f"returns a str at line {line} (text such as '1.0' is no number)", "e.g. return 1.0, not '1.0'"
+        keys = _literal_keys(value)
+        if keys is not None and "score" not in keys:
+            shown = ", ".join(repr(key) for key in keys)
+            return (
+                f"returns a dict without a 'score' key at line {line} (keys {shown}; the trainer reads 'score')",
+                f"e.g. return {{'score': ..., {shown}: ...}}" if len(keys) == 1 else "e.g. add 'score': <float>",
+            )
     if _ends(node.body):
         return None
     last = first + (node.body[-1].end_lineno or node.body[-1].lineno) - 1

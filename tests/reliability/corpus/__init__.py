@@ -46,6 +46,7 @@ MODULES = (
     "transformer_config",
     "unseen_round",
     "unseen_round2",
+    "unseen_round3",
     "several_mistakes",
 )
 TOPICS: dict[str, tuple[Case, ...]] = {

@@ -53,9 +53,11 @@ REWARD_RETURNS_NONE = (  # None from a lookup, which pre-flight cannot see (a mi
     "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
     "    return SCORES.get(solution_str)\n"
 )
-REWARD_DICT_WITHOUT_SCORE = (
+REWARD_DICT_WITHOUT_SCORE = (  # built up, not written out in the return: only running it shows the missing key
     "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-    "    return {'reward': 1.0, 'acc': 1.0}\n"
+    "    result = {'reward': 1.0}\n"
+    "    result['acc'] = 1.0\n"
+    "    return result\n"
 )
 TOOL_IS_A_FUNCTION = """tools:
   - class_name: dagrl.config.schema.spec.hinted
