@@ -38,9 +38,9 @@ def config_dir(path: Path, family: str, size: str) -> Path:
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory) -> str:
-    return write_parquet(
-        str(tmp_path_factory.mktemp("plan_data") / "train.parquet"), make_arithmetic_rows(256, "train", seed=0)
-    )
+    folder = tmp_path_factory.mktemp("plan_data")
+    write_parquet(str(folder / "test.parquet"), make_arithmetic_rows(32, "test", seed=1))
+    return write_parquet(str(folder / "train.parquet"), make_arithmetic_rows(256, "train", seed=0))
 
 
 # ---- rank groups ---------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def run_plan_via_script(script: str, model: Path, data: str, tmp_path: Path, *ex
         "DAGRL_PLAN": "1",
         "MODEL_PATH": str(model),
         "TRAIN_DATA_PATH": data,
-        "TEST_DATA_PATH": data,
+        "TEST_DATA_PATH": str(Path(data).with_name("test.parquet")),  # held-out rows: the train file is refused there
         "BASE_CKPT_PATH": str(tmp_path / "ckpts"),
     }
     return subprocess.run(
