@@ -130,8 +130,13 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         check(async_training.check_oversample, cfg, train_rows)
         check(critic.check_critic_warmup, cfg, train_rows)
         check(optim.check_warmup_length, cfg, "actor_rollout_ref.actor.optim", "actor", train_rows)
-        if "critic" in graph.graph_roles(cfg):
-            check(optim.check_warmup_length, cfg, "critic.optim", "critic", train_rows)
+        # inside check: reading the graph imports a custom pipeline function, whose failure is its own line
+        check(
+            lambda: (
+                "critic" in graph.graph_roles(cfg)
+                and optim.check_warmup_length(cfg, "critic.optim", "critic", train_rows)
+            )
+        )
         check(lambda _: reward.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)
     check(trainer.check_earlier_rows, cfg)
