@@ -44,9 +44,9 @@ MODULES = (
     "numerics",
     "other_trainers",
     "transformer_config",
-    "unseen_round",
-    "unseen_round2",
-    "unseen_round3",
+    "next_to_nothing",
+    "splits_and_scores",
+    "held_out_data",
     "several_mistakes",
 )
 TOPICS: dict[str, tuple[Case, ...]] = {
