@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from dagrl.config.errors import ConfigError
+from dagrl.config.tool_cli import parse_tool_args
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -17,12 +18,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--env-only", action="store_true", help="check the install only; build no model")
     parser.add_argument("--prompt-tokens", type=int, default=16, help="tokens of each fixed prompt (default 16)")
     parser.add_argument("--response-tokens", type=int, default=16, help="greedy tokens per prompt (default 16)")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides, as for dagrl.main_dag")
-    args, unknown = parser.parse_known_intermixed_args(argv)
-    flags = [arg for arg in unknown if arg.startswith("-")]
-    if flags:
-        parser.error(f"unknown option(s): {' '.join(flags)}")
-    return args, args.overrides + unknown
+    return parse_tool_args(parser, argv)
 
 
 def say(text: str) -> None:

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from dagrl.config.errors import ConfigError
+from dagrl.config.tool_cli import parse_tool_args
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -29,12 +30,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "and the rollout is hf: the run dagrl.main_dag would start here)",
     )
     parser.add_argument("--all-groups", action="store_true", help="list every rank group (default: the first 8)")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides, as for dagrl.main_dag")
-    args, unknown = parser.parse_known_intermixed_args(argv)
-    flags = [arg for arg in unknown if arg.startswith("-")]
-    if flags:
-        parser.error(f"unknown option(s): {' '.join(flags)}")
-    return args, args.overrides + unknown
+    return parse_tool_args(parser, argv)
 
 
 def on_cpu(args: argparse.Namespace, cfg) -> bool:
