@@ -13,7 +13,8 @@ allocates the host memory the actor offloads into) and the launch's wall time.
     python3 benchmarks/startup.py --out DIR -- bash examples/grpo_trainer/run_smollm2-135m-vllm.sh KEY=VALUE ...
     python3 benchmarks/startup.py --report --out DIR
 
-The command after `--` starts a training job; the benchmark appends the run directory, step and resume overrides.
+The command after `--` starts a training job; the benchmark appends the run directory, step and resume overrides
+and the vLLM cache_dir (not with --hf: a command that runs the hf rollout, which has no such cache).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ START_UP = re.compile(r"start-up: ([\d.]+) s composing the config, ([\d.]+) s of
 READY = re.compile(r"ready in (\d+) s")
 
 
-def launch_overrides(name: str, step: int, out: Path) -> list[str]:
+def launch_overrides(name: str, step: int, out: Path, vllm: bool = True) -> list[str]:
     words = [
         f"trainer.default_local_dir={out / 'run'}",
         f"trainer.total_training_steps={step}",
@@ -43,18 +44,23 @@ def launch_overrides(name: str, step: int, out: Path) -> list[str]:
         "trainer.resume_mode=auto",
         "trainer.max_actor_ckpt_to_keep=1",
     ]  # a 1.7B checkpoint is ~24 GB
+    if not vllm:  # the hf rollout has no compile cache (pre-flight refuses cache_dir there)
+        return words
     cache = out / "empty_cache" if name == "cold" else out / "run" / "vllm_cache"  # cold: as on a new machine
     return [*words, f"actor_rollout_ref.rollout.cache_dir={cache}"]
 
 
-def run_launch(name: str, step: int, command: list[str], out: Path) -> dict:
+def run_launch(name: str, step: int, command: list[str], out: Path, vllm: bool = True) -> dict:
     log = out / f"{name}.log"
     if name == "cold":
         shutil.rmtree(out / "empty_cache", ignore_errors=True)
     launched = time.time()
     with open(log, "w") as stream:
         rc = subprocess.run(
-            [*command, *launch_overrides(name, step, out)], cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT
+            [*command, *launch_overrides(name, step, out, vllm)],
+            cwd=ROOT,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
         ).returncode
     row = {"launch": name, "rc": rc, "launched": launched, "wall_s": round(time.time() - launched, 1)}
     (out / f"{name}.json").write_text(json.dumps(row))
@@ -106,6 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--report", action="store_true", help="only print the table of an earlier run")
+    parser.add_argument("--hf", action="store_true", help="the command runs the hf rollout: no vLLM cache_dir is set")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command that starts training")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -116,7 +123,7 @@ def main() -> None:
             raise SystemExit(f"startup.py: {args.out / 'run'} exists; give a new --out")
         args.out.mkdir(parents=True, exist_ok=True)
         for step, name in enumerate(LAUNCHES, start=1):
-            if run_launch(name, step, command, args.out)["rc"] != 0:
+            if run_launch(name, step, command, args.out, not args.hf)["rc"] != 0:
                 break
     print(report(args.out))
 

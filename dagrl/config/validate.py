@@ -132,10 +132,10 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
         check(optim.check_warmup_length, cfg, "actor_rollout_ref.actor.optim", "actor", train_rows)
         # inside check: reading the graph imports a custom pipeline function, whose failure is its own line
         check(
-            lambda: (
-                "critic" in graph.graph_roles(cfg)
-                and optim.check_warmup_length(cfg, "critic.optim", "critic", train_rows)
-            )
+            lambda rows: (
+                "critic" in graph.graph_roles(cfg) and optim.check_warmup_length(cfg, "critic.optim", "critic", rows)
+            ),
+            train_rows,
         )
         check(lambda _: reward.check_builtin_scorers(cfg), train_rows)
     check(checkpoints.check_checkpoint_dir, cfg)

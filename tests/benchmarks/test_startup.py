@@ -14,8 +14,8 @@ import startup  # noqa: E402 - after the sys.path insert above
 
 
 def test_three_launches_resume_one_step_each(tmp_path, tiny_model, tiny_data):
-    """On a CPU (hf rollout, so no vLLM cache is written): the overrides resume the same run twice, the cold
-    launch's own cache_dir is accepted on resume, and the report has one row per launch with a time before the
+    """On a CPU (hf rollout, so no vLLM cache and no cache_dir, which pre-flight refuses there): the overrides resume
+    the same run twice, and the report has one row per launch with a time before the
     step that is positive and shorter than the launch's wall time."""
     base = [
         w
@@ -29,6 +29,7 @@ def test_three_launches_resume_one_step_each(tmp_path, tiny_model, tiny_data):
             "benchmarks/startup.py",
             "--out",
             str(out),
+            "--hf",
             "--",
             sys.executable,
             "-m",
