@@ -132,7 +132,11 @@ class Probe:
             fields["reserved GiB"] = torch.cuda.memory_reserved() / 2**30
         if self._sampler is not None:
             self._sampler.send_signal(signal.SIGINT)  # nvidia-smi's own way out of its loop
-            text, _ = self._sampler.communicate(timeout=10)
+            try:
+                text, _ = self._sampler.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # it did not stop: killed, what it printed is still read
+                self._sampler.kill()
+                text, _ = self._sampler.communicate()
             self._sampler = None
             fields.update(parse_smi(text))
             note = "nvidia-smi gave no samples during a call: GPU clock, temperature and power not probed"

@@ -2,8 +2,10 @@
 calls it noise, the per-run and summary tables, which probe moves with the time, the probe's fields on a CPU, the
 FP8 engine settings and the --compare arms' command lines."""
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,29 @@ def test_probe_reads_nvidia_smi_samples_and_vllm_outputs():
     outputs = [Output(16, Metrics(10.5, 10.0)), Output(0, Metrics(11.0, 10.0)), Output(32, None)]
     assert rollout_probe.output_fields(outputs) == {"cached prompt tokens": 48.0, "TTFT s (median)": 0.75}
     assert rollout_probe.output_fields([]) == {"cached prompt tokens": None, "TTFT s (median)": None}
+
+
+def test_probe_samples_nvidia_smi_through_the_call_and_stops_it(tmp_path, monkeypatch):
+    """A stand-in nvidia-smi that prints a sample every 20 ms until interrupted, as `-lms` does; the
+    allocator's figure read from torch."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        '#!/usr/bin/env bash\necho "$@" > ' + str(tmp_path / "args") + "\ntrap 'exit 0' INT\n"
+        "while true; do echo '1500, 70, 250.0'; echo '1700, 72, 350.0'; sleep 0.02; done\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.current_device", lambda: 0)
+    monkeypatch.setattr("torch.cuda.memory_reserved", lambda: 3 * 2**30)
+    probe = rollout_probe.Probe(interval_ms=20)
+    assert probe.notes == []
+    probe.start()
+    time.sleep(0.3)
+    fields = probe.stop([])
+    assert fields["SM MHz (mean)"] == pytest.approx(1600.0) and fields["SM MHz (min)"] == 1500.0
+    assert fields["temp C (max)"] == 72.0 and fields["power W (mean)"] == pytest.approx(300.0)
+    assert fields["reserved GiB"] == 3.0
+    assert "-i 3 -lms 20" in (tmp_path / "args").read_text()  # the GPU this process sees, by its visible id
+    assert probe._sampler is None
