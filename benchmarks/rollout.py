@@ -20,9 +20,8 @@ tokens/s to bare's; the median is certified only when those ratios spread (max -
 from 1.0, else it is "within noise". Every run is printed with what was probed around it (benchmarks/rollout_probe.py:
 generated tokens, GPU clock, temperature, power, allocator, host load, garbage collections, prefix-cache hits,
 time to first token) and a table of which of them moves with the time.
-Measured before this form (one H100, --repeats 3, V2 runner): the node at 0.925 of unseeded bare and 0.955 of
-seeded, while each path's repeats spread 8.5-12 s: a ratio a rerun could flip. dagrl's own work around generate
-was 0.109 s of 11.99 s.
+Why a verdict: on one H100 (V2 runner, 3 repeats) the node measured 0.925 of unseeded bare and 0.955 of seeded
+while each path's repeats spread 8.5-12 s, and dagrl's own work around generate was 0.109 s of 11.99 s.
 """
 
 from __future__ import annotations

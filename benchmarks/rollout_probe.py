@@ -143,4 +143,8 @@ class Probe:
             if fields["SM MHz (mean)"] is None and note not in self.notes:
                 self.notes.append(note)
         fields.update(output_fields(outputs))
+        for name in ("cached prompt tokens", "TTFT s (median)"):
+            note = f"vLLM's outputs carry no {name} (its per-request stats are off unless disable_log_stats=False)"
+            if outputs and fields[name] is None and note not in self.notes:
+                self.notes.append(note)
         return fields

@@ -3,7 +3,6 @@ calls it noise, the per-run and summary tables, which probe moves with the time,
 FP8 engine settings and the --compare arms' command lines."""
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -134,12 +133,11 @@ def test_each_compare_arm_runs_the_given_options_with_its_own_engine_settings():
     assert args.compare == "bf16,fp8" and args.repeats == 5 and args.paths == "node,bare"
 
 
-def test_bad_options_are_refused_by_name():
+def test_bad_options_are_refused_by_name(capsys):
     for argv, word in ((["--paths", "node,vllm"], "--paths"), (["--compare", "bf16,int4"], "--compare")):
-        proc = subprocess.run(
-            [sys.executable, "benchmarks/rollout.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60
-        )
-        assert proc.returncode == 2 and word in proc.stderr
+        with pytest.raises(SystemExit) as exit:
+            rollout.parse(argv)
+        assert exit.value.code == 2 and word in capsys.readouterr().err
 
 
 def test_the_probe_on_a_cpu_leaves_gpu_fields_empty_and_says_why(monkeypatch):
@@ -175,6 +173,10 @@ def test_probe_reads_nvidia_smi_samples_and_vllm_outputs():
     outputs = [Output(16, Metrics(10.5, 10.0)), Output(0, Metrics(11.0, 10.0)), Output(32, None)]
     assert rollout_probe.output_fields(outputs) == {"cached prompt tokens": 48.0, "TTFT s (median)": 0.75}
     assert rollout_probe.output_fields([]) == {"cached prompt tokens": None, "TTFT s (median)": None}
+    probe = rollout_probe.Probe()
+    probe.start()
+    assert probe.stop([Output(16, None)])["TTFT s (median)"] is None
+    assert any("carry no TTFT s (median)" in note for note in probe.notes)
 
 
 def test_probe_samples_nvidia_smi_through_the_call_and_stops_it(tmp_path, monkeypatch):
