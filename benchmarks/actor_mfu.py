@@ -21,6 +21,10 @@ resident before the step. FLOPs use one formula (full attention, LM head on ever
 MFU = achieved FLOP/s per GPU / the same-run matmul peak (and / 989 TFLOP/s, the H100/H200 dense bf16 datasheet).
 `--profile DIR` writes one step of each under the torch profiler (kernels, host ops), `--pyprofile DIR` under cProfile
 (Python functions by own time: where a host-bound step's time goes).
+`--fp8 e4m3 --fp8-recipe blockwise` trains both in FP8 through TransformerEngine (the TransformerConfig's fp8 and
+fp8_recipe, which dagrl's actor takes as override_transformer_config.fp8 / fp8_recipe; TE on Hopper has the
+delayed, tensorwise and blockwise recipes), so dagrl/bare compares like with like; MFU stays against the bf16
+ceilings. `--against FILE` (another run's --json, e.g. the bf16 one) adds each step's speed against that run's.
 """
 
 from __future__ import annotations
@@ -47,6 +51,29 @@ from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.placement import ParallelLayout
 
 DATASHEET_TFLOPS = 989.0
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+
+
+def fp8_overrides(fmt: str | None, recipe: str) -> dict:
+    """The TransformerConfig fields that train in FP8 through TransformerEngine (none for bf16)."""
+    return {"fp8": fmt, "fp8_recipe": recipe} if fmt else {}
+
+
+def precision(results: dict) -> str:
+    fp8 = results.get("fp8")
+    return f"FP8 {fp8['fp8']} {fp8['fp8_recipe']}" if fp8 else "bf16"
+
+
+def against_lines(results: dict, other: dict) -> list[str]:
+    """Each step of this run against the same step of `other` (another run's results, e.g. bf16's): the ratio of
+    their median step times, > 1 where this run is faster."""
+    mine, theirs = precision(results), precision(other)
+    return [
+        f"{name}: {mine} {results[name]['step_s']:.3f} s/step, {theirs} {other[name]['step_s']:.3f} s/step: "
+        f"{mine} at {other[name]['step_s'] / results[name]['step_s']:.3f}x the speed of {theirs}"
+        for name in ("bare", "dagrl")
+        if name in results and name in other
+    ]
 
 
 def train_flops_per_token(hf_config, seq: int) -> float:
@@ -195,11 +222,17 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a TransformerConfig field for dagrl's engine (override_transformer_config), repeatable",
     )
+    parser.add_argument("--fp8", choices=("e4m3", "hybrid"), default=None, help="both steps in FP8 (TE)")
+    parser.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="blockwise")
+    parser.add_argument("--against", default=None, help="another run's --json: print each step's speed against it")
     args = parser.parse_args()
     malformed = [item for item in args.override if "=" not in item]
     if malformed:
         parser.error(f"--override {malformed[0]}: expected KEY=VALUE, e.g. apply_rope_fusion=false")
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.override)}
+    fp8 = fp8_overrides(args.fp8, args.fp8_recipe)
+    if set(fp8) & set(overrides):
+        parser.error("--override fp8/fp8_recipe: use --fp8 and --fp8-recipe, which set both steps alike")
 
     from dagrl.engine.megatron.hf_config import transformer_config
     from dagrl.engine.megatron.parallel import init_model_parallel, local_device
@@ -226,6 +259,7 @@ def main() -> None:
         "rows_per_dp_rank": rows,
         "matmul_tflops": peak,
         "dagrl_overrides": overrides,
+        "fp8": fp8,
     }
 
     def record(name: str, times: list[float], peak_gib: float) -> None:
@@ -254,7 +288,7 @@ def main() -> None:
 
     steps, releases = {}, []
     if args.only in (None, "bare"):
-        tf_config = transformer_config(hf, layout, torch.bfloat16, on_gpu=device.type == "cuda")
+        tf_config = transformer_config(hf, layout, torch.bfloat16, on_gpu=device.type == "cuda", overrides=fp8)
         steps["bare"], release = bare_step_fn(hf, tf_config, tokens, args.mbs, device)
         releases.append(release)
         if args.rounds == 1:  # one at a time: bare is measured and freed before dagrl's model is built
@@ -272,7 +306,7 @@ def main() -> None:
                 param_dtype=torch.bfloat16,
                 use_distributed_optimizer=True,
                 optim=OptimSpec(lr=1e-6, total_training_steps=100),
-                override_transformer_config=overrides,
+                override_transformer_config={**overrides, **fp8},
             )
         )
         batch = ppo_batch(tokens[:, : args.seq], args.prompt, dp_size, seed=dp_rank)
@@ -289,6 +323,8 @@ def main() -> None:
         results["dagrl_over_bare"] = results["bare"]["step_s"] / results["dagrl"]["step_s"]
     if dist.get_rank() == 0:
         print_table(results)
+        if args.against:
+            print("\n".join(against_lines(results, json.loads(Path(args.against).read_text()))))
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
     dist.barrier()
@@ -299,6 +335,7 @@ def print_table(results: dict) -> None:
     print(
         f"\nQwen3-{results['size']} shape, {results['layout']}, seq {results['seq']}, "
         f"{results['rows_per_dp_rank']} rows per DP rank; bf16 matmul peak {results['matmul_tflops']:.0f} TFLOP/s"
+        + (f"; both in FP8 {results['fp8']['fp8']}, {results['fp8']['fp8_recipe']} recipe" if results["fp8"] else "")
         + (f"; dagrl with {results['dagrl_overrides']}" if results["dagrl_overrides"] else "")
         + (f"; {results['rounds']} alternating rounds" if results["rounds"] > 1 else "")
     )

@@ -61,6 +61,7 @@ class Plan:
     placement: Placement | None = None  # set for two pools: then `groups` are the training pool's, in
     rollout_pool: RolloutPool | None = None  # global ranks, and `memory` holds no rollout engine
     cpu_memory_gib: float | None = None  # a CPU run: the RAM a node's processes share (None: a GPU run)
+    rollout_quantization: str | None = None  # actor_rollout_ref.rollout.quantization (fp8: plan.fp8's rule)
 
     @property
     def two_pools(self) -> bool:
@@ -121,6 +122,7 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
     groups = megatron_groups(layout)
     schedule = step_schedule(cfg, shape)
     overrides = megatron.override_transformer_config.to_dict()
+    quantization = rollout.get("quantization")  # None where the config has no such key
     # a GPU plan (vLLM's always) resolves `auto` as its GPUs do; a CPU plan as this machine's CPU does
     machine = precision.GPU if cpu_memory_gib is None else None
     run = RunSettings(
@@ -161,6 +163,7 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
             memory=estimate(model, layout, run),
             rollout_name=rollout.name,
             cpu_memory_gib=cpu_memory_gib,
+            rollout_quantization=quantization,
         )
     place = shape.placement
     rollout_pool, train_pool = place.pool("rollout"), place.pool("train")
@@ -178,6 +181,7 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
         rollout_name=rollout.name,
         placement=place,
         cpu_memory_gib=cpu_memory_gib,
+        rollout_quantization=quantization,
         rollout_pool=RolloutPool(
             pool=rollout_pool,
             layout=rollout_layout,

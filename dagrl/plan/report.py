@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dagrl.placement import Pool
 from dagrl.plan import Plan, RolloutPool
+from dagrl.plan.fp8 import fp8_rollout_lines
 from dagrl.plan.model import stage_layers
 from dagrl.placement.groups import format_groups
 
@@ -340,6 +341,10 @@ def machine_section(plan: Plan) -> list[str]:
     ]
 
 
+def rollout_tp(plan: Plan) -> int:
+    return (plan.rollout_pool.layout if plan.two_pools else plan.layout).rollout_tp
+
+
 def render(plan: Plan, group_limit: int = 8) -> str:
     sections = (
         [
@@ -350,5 +355,6 @@ def render(plan: Plan, group_limit: int = 8) -> str:
         ]
         + ([rollout_memory_section(plan)] if plan.two_pools else [])
         + ([machine_section(plan)] if plan.cpu_memory_gib is not None else [])
+        + ([fp8_rollout_lines(plan.model, rollout_tp(plan))] if plan.rollout_quantization == "fp8" else [])
     )
     return "\n\n".join("\n".join(section) for section in sections) + "\n"
