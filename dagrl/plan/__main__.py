@@ -21,7 +21,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--gpu-memory-gb",
         type=float,
         default=None,
-        help="plan for GPUs of this much memory in GiB, as torch reports it (default 141: H200; H100: 80)",
+        help="plan for GPUs of this much memory in GiB, as torch reports it (default: this machine's GPU as "
+        "nvidia-smi reports it; 141, an H200, where it has none; H100: 80)",
     )
     device.add_argument(
         "--cpu",
@@ -61,14 +62,13 @@ def main(argv: list[str] | None = None) -> None:
         from dagrl.config.tree import Cfg
         from dagrl.config.validate import planned_world_size, preflight
         from dagrl.plan import H200_GIB, make_plan
-        from dagrl.plan.machine import ram_gib
+        from dagrl.plan.machine import gpu_gib, has_gpu, ram_gib
         from dagrl.plan.report import render
 
         cfg = Cfg(compose(overrides))  # a bad override: one ConfigError line, as in dagrl.main_dag
         shape = preflight(cfg, world_size=planned_world_size(cfg))
-        plan = make_plan(
-            cfg, shape, args.gpu_memory_gb or H200_GIB, cpu_memory_gib=ram_gib() if on_cpu(args, cfg) else None
-        )
+        gpu_memory = args.gpu_memory_gb or (has_gpu() and gpu_gib()) or H200_GIB  # this machine's GPU first
+        plan = make_plan(cfg, shape, gpu_memory, cpu_memory_gib=ram_gib() if on_cpu(args, cfg) else None)
     except ConfigError as error:
         fail(str(error), 2)
     sys.stdout.write(render(plan, group_limit=0 if args.all_groups else 8))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import subprocess
 from pathlib import Path
 
 # cgroup v2, then v1: a container's limit ("max", or v1's near-2^63 figure, when there is none)
@@ -18,6 +19,27 @@ def has_gpu() -> bool:
     if visible is not None and visible.strip() in ("", "-1"):
         return False
     return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
+
+
+def gpu_gib() -> float | None:
+    """The memory of the smallest GPU this run would use, in GiB, as nvidia-smi reports it (torch's figure is
+    about 0.5 % lower); None where nvidia-smi is missing or fails. CUDA_VISIBLE_DEVICES indices narrow the list."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sizes = dict(line.split(",")[:2] for line in out.strip().splitlines() if line.count(",") == 1)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "")
+    if visible and all(part.isdigit() for part in visible.split(",")):
+        sizes = {index: size for index, size in sizes.items() if index.strip() in visible.split(",")}
+    mib = [float(size) for size in sizes.values() if size.strip().replace(".", "", 1).isdigit()]
+    return min(mib) / 1024 if mib else None
 
 
 def ram_gib() -> float:

@@ -12,7 +12,7 @@ import pytest
 from dagrl.config.load import compose
 from dagrl.config.tree import Cfg
 from dagrl.plan import presets
-from dagrl.plan.machine import has_gpu, ram_gib
+from dagrl.plan.machine import gpu_gib, has_gpu, ram_gib
 from tests.conftest import make_arithmetic_rows
 from tests.helpers import write_parquet
 
@@ -112,3 +112,18 @@ def test_a_node_whose_ram_cannot_hold_its_processes_gets_a_warning(overrides, ra
 def test_no_gpu_is_seen_where_cuda_visible_devices_hides_them(monkeypatch, hidden):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
     assert not has_gpu()
+
+
+@pytest.mark.parametrize("visible,gib", [(None, 81559 / 1024), ("1", 143771 / 1024), ("0,1", 81559 / 1024)])
+def test_a_gpu_machine_is_planned_for_its_own_gpus(tmp_path, monkeypatch, visible, gib):
+    smi = tmp_path / "nvidia-smi"  # as nvidia-smi answers on a machine with an H100 and an H200
+    smi.write_text("#!/bin/sh\nprintf '0, 81559\\n1, 143771\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert gpu_gib() == pytest.approx(gib)
+    smi.unlink()
+    assert gpu_gib() is None  # no nvidia-smi: the plan falls back to --gpu-memory-gb's default
