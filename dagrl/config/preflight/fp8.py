@@ -44,8 +44,11 @@ class Widths:
     expert_mlp: int | None  # an MoE expert's intermediate width
 
     @staticmethod
-    def of(hf_config: dict, tp: int) -> "Widths":
-        hidden, heads = hf_config["hidden_size"], hf_config["num_attention_heads"]
+    def of(hf_config: dict, tp: int) -> "Widths | None":
+        """None for a config.json without the sizes (its own check, model_dir.py, names what is missing)."""
+        hidden, heads = hf_config.get("hidden_size"), hf_config.get("num_attention_heads")
+        if not isinstance(hidden, int) or not isinstance(heads, int) or not heads:
+            return None
         head_dim = hf_config.get("head_dim") or hidden // heads
         kv_heads = hf_config.get("num_key_value_heads") or heads
         expert = hf_config.get("moe_intermediate_size")
@@ -62,8 +65,15 @@ class Widths:
         return named | ({"expert MLP width": self.expert_mlp} if self.expert_mlp else {})
 
 
-def _off_grid(widths: dict[str, int], multiple: int) -> str | None:
-    bad = [f"{name} {width}" for name, width in widths.items() if width and width % multiple]
+def _off_grid(widths: Widths | None, multiple: int, split_only: bool = False) -> str | None:
+    """The widths not in whole `multiple`s, said; `split_only`: hidden_size left out (only an input edge of the
+    linears, never split at a block: a partial last block has its own scale)."""
+    named = {} if widths is None else widths.named()
+    bad = [
+        f"{name} {width}"
+        for name, width in named.items()
+        if width % multiple and not (split_only and name == "hidden_size")
+    ]
     return ", ".join(bad) or None
 
 
@@ -94,15 +104,14 @@ def check_fp8(cfg: Cfg, hf_config: dict, parallel: ParallelLayout, rollout_tp: i
             f"calculate_log_probs=true (token-level TIS, verl's FP8 recipe), or mis_ratio_low/mis_ratio_high",
         )
         widths = Widths.of(hf_config, rollout_tp)
-        bad = _off_grid(widths.named(), GEMM_MULTIPLE)
+        bad = _off_grid(widths, GEMM_MULTIPLE)
         require(
             bad is None,
             ROLLOUT_KEY,
             f"{ROLLOUT_KEY}=fp8: FP8 GEMMs take widths in whole {GEMM_MULTIPLE}s and this model has {bad} per "
             f"rollout TP rank (TP={rollout_tp}): set {ROLLOUT_KEY}=null",
         )
-        split = {k: v for k, v in widths.named().items() if k != "hidden_size"}  # an input edge block may be partial
-        bad = _off_grid(split, BLOCK)
+        bad = _off_grid(widths, BLOCK, split_only=True)
         require(
             bad is None,
             ROLLOUT_KEY,
@@ -112,7 +121,7 @@ def check_fp8(cfg: Cfg, hf_config: dict, parallel: ParallelLayout, rollout_tp: i
         )
     if train_fp8(cfg):
         tp = parallel.tensor_model_parallel_size
-        bad = _off_grid(Widths.of(hf_config, tp).named(), GEMM_MULTIPLE)
+        bad = _off_grid(Widths.of(hf_config, tp), GEMM_MULTIPLE)
         require(
             bad is None,
             TRAIN_KEY,
