@@ -164,3 +164,23 @@ def test_a_method_guarded_to_run_once_runs_again_each_sync():
 def test_no_fp8_layer_is_an_error():
     with pytest.raises(RuntimeError, match="built no FP8 layer"):
         fp8_vllm.Fp8Layers(torch.nn.Linear(2, 2))
+
+
+def test_the_keys_reach_the_engine():
+    from dagrl.config.load import compose
+    from dagrl.config.tree import Cfg
+    from dagrl.engine.rollout.vllm import vllm_spec
+
+    def spec(*overrides):
+        cfg = Cfg(compose(list(overrides)))
+        shape = types.SimpleNamespace(rollout_tp=1, max_model_len=64, pool="colocated")
+        return vllm_spec(types.SimpleNamespace(cfg=cfg, shape=shape, model_path="/m", dtype="bfloat16"))
+
+    plain = spec()
+    assert (plain.quantization, plain.kv_cache_dtype, plain.bucket_bytes) == (None, "auto", 512 << 20)
+    fp8_spec = spec(
+        "actor_rollout_ref.rollout.quantization=fp8",
+        "actor_rollout_ref.rollout.kv_cache_dtype=fp8_e4m3",
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes=64",
+    )
+    assert (fp8_spec.quantization, fp8_spec.kv_cache_dtype, fp8_spec.bucket_bytes) == ("fp8", "fp8_e4m3", 64 << 20)
