@@ -133,7 +133,7 @@ def test_each_sync_sends_fp8_weights_and_processes_each_layer_once(fake_vllm):
     assert rollout.load_plan.stats == {"replayed": 6, "loader": 3} and not rollout.load_plan.unplannable
 
 
-def test_a_kernel_that_repacks_a_weight_is_refused_by_name():
+def test_a_kernel_that_repacks_a_weight_is_refused_by_name(fake_vllm):
     layer = fp8_linear((128, 128))
 
     class Repacking:
@@ -141,8 +141,20 @@ def test_a_kernel_that_repacks_a_weight_is_refused_by_name():
             layer.weight_scale_inv = torch.nn.Parameter(torch.zeros(128, 1, dtype=torch.int32), requires_grad=False)
 
     layer.quant_method = Repacking()
-    with pytest.raises(RuntimeError, match=r"rewrote model.layers.3.mlp.down_proj.weight_scale_inv as \(128, 1\)"):
+    with pytest.raises(RuntimeError, match=r"rewrote model.layers.3.mlp.down_proj.weight_scale_inv as \(\(128, 1\)"):
         fp8_vllm.process_in_place(layer, "model.layers.3.mlp.down_proj")
+
+    class Transposing:  # a square weight handed back as its transpose: the shape and dtype match, the strides not
+        def process_weights_after_loading(self, layer):
+            FP8_MODULE.replace_parameter(layer, "weight", layer.weight.data.t())
+
+    layer = fp8_linear((128, 128))
+    layer.quant_method = Transposing()
+    with (
+        fp8_vllm.in_place_replace(),
+        pytest.raises(RuntimeError, match=r"o_proj.weight as \(\(128, 128\), .*\(1, 128\)\)"),
+    ):
+        fp8_vllm.process_in_place(layer, "o_proj")
 
 
 def test_a_method_guarded_to_run_once_runs_again_each_sync():

@@ -40,13 +40,20 @@ def _live(layer: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     return {name: p for name in FP8_PARAMS if isinstance(p := getattr(layer, name, None), torch.nn.Parameter)}
 
 
+def _layout(tensor: torch.Tensor) -> tuple:
+    """What must match for a copy into the live parameter to mean the same tensor to a kernel: a transposed or
+    column-major view of a square weight has the shape but not the strides."""
+    return tuple(tensor.shape), tensor.dtype, tensor.stride()
+
+
 def _fold(layer: torch.nn.Module, name: str, param: torch.nn.Parameter, data: Any, where: str) -> None:
     """`data` into `param`'s storage; `param` back on the layer."""
     data = data.data if isinstance(data, torch.Tensor) else data
-    if not isinstance(data, torch.Tensor) or data.shape != param.shape or data.dtype != param.dtype:
-        got = f"{tuple(data.shape)} {data.dtype}" if isinstance(data, torch.Tensor) else repr(data)
+    if not isinstance(data, torch.Tensor) or _layout(data) != _layout(param):
+        got = f"{_layout(data)}" if isinstance(data, torch.Tensor) else repr(data)
         raise RuntimeError(
-            f"vLLM's FP8 kernel rewrote {where}.{name} as {got} (loaded as {tuple(param.shape)} {param.dtype}): "
+            f"vLLM's FP8 kernel rewrote {where}.{name} as {got} (shape, dtype, strides; loaded as "
+            f"{_layout(param)}): "
             f"weight syncs load in place and cannot follow a repacked layout; run with a block-FP8 kernel that "
             f"keeps it (e.g. VLLM_USE_DEEP_GEMM=0) or actor_rollout_ref.rollout.quantization=null"
         )
@@ -73,20 +80,12 @@ def process_in_place(layer: torch.nn.Module, where: str = "layer") -> None:
 
 def _in_place_replace(original: Callable[..., Any]) -> Callable[..., Any]:
     """vLLM's `replace_parameter(layer, name, new_data)`, copying into the live parameter where the new data has
-    its shape and dtype (anything else is left to `original`, and to the fold's refusal after)."""
+    its layout (anything else is left to `original`, and to the fold's refusal after)."""
 
     def replace(layer: torch.nn.Module, name: str, new_data: Any, *args: Any, **kwargs: Any) -> Any:
         param = getattr(layer, name, None)
         data = new_data.data if isinstance(new_data, torch.Tensor) else None
-        if (
-            isinstance(param, torch.nn.Parameter)
-            and data is not None
-            and (data.shape, data.dtype)
-            == (
-                param.shape,
-                param.dtype,
-            )
-        ):
+        if isinstance(param, torch.nn.Parameter) and data is not None and _layout(data) == _layout(param):
             if data.data_ptr() != param.data_ptr():
                 param.data.copy_(data)
             return None
