@@ -1,5 +1,5 @@
 """The rollout section: each key's type, default, range, choices and doc (conf/rollout/default.yaml is written from
-it)."""
+it); and the declarations of actor_rollout_ref.rollout's FP8 keys (quantization, kv_cache_dtype; docs/fp8.md)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ stream are tested on CPU (torch has float8_e4m3fn there). fp8_vllm.py is the par
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -89,21 +89,14 @@ def nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def quantized_buckets(
-    buckets: Iterable[WeightBucket],
-    bucket_bytes: int,
-    check: Callable[[str, torch.Tensor], None] | None = None,
-) -> Iterator[WeightBucket]:
+def quantized_buckets(buckets: Iterable[WeightBucket], bucket_bytes: int) -> Iterator[WeightBucket]:
     """The sync's stream with every quantizable tensor as FP8 weight + block scale, re-bucketed by the bytes the
     rollout receives (about half the bf16 stream's: a bucket holds about twice the tensors, the loader runs half
-    as often). `check(name, tensor)` sees each tensor as the actor sent it (the manifest compares HF shapes). A
-    tensor over `bucket_bytes` is a bucket of its own, as in the export."""
+    as often). A tensor over `bucket_bytes` is a bucket of its own, as in the export."""
     bucket: WeightBucket = []
     size = 0
     for incoming in buckets:
         for name, tensor in incoming:
-            if check is not None:
-                check(name, tensor)
             for out_name, out in quantized_tensors(name, tensor):
                 if bucket and size + nbytes(out) > bucket_bytes:
                     yield bucket

@@ -4,7 +4,8 @@ vLLM runs inside the trainer's own torchrun processes (`distributed_executor_bac
 no engine subprocess), reusing the job's process group: consecutive ranks form one rollout-TP group, exactly the
 rollout layout the trainer shards prompts by. Weights arrive as full HF-named tensors from the actor's
 `export_weights()` stream. The first sync passes them through the model's `load_weights` (vLLM narrows them to its
-TP shard) and records what it copied; later syncs replay those copies (load_plan.py).
+TP shard) and records what it copied; later syncs replay those copies (load_plan.py). With
+rollout.quantization=fp8 the engine has block-FP8 layers and each sync quantizes on the way in (fp8.py, fp8_vllm.py).
 Measured (vLLM 0.26.0, 2 x H200): the in-process load of full HF-named GPU tensors runs at ~700 GB/s (8.8 GB in
 12.6 ms), and sleep(level=1) frees ~42 GiB per GPU at gpu_memory_utilization=0.3 for the trainer to use.
 """
