@@ -139,7 +139,11 @@ def value_type(path: str) -> str:
     if key is None:
         return ""
     if key.choices is not None:
-        return ("null or " if key.kind.endswith("?") else "") + "one of " + ", ".join(map(str, key.choices))
+        return (
+            ("null or " if key.kind.endswith("?") else "")
+            + "one of "
+            + ", ".join(str(c) for c in key.choices if c is not None)
+        )
     return expected(key.kind, key.range if key.kind.rstrip("?") in ("int", "float", "list") else None)
 
 

@@ -103,6 +103,7 @@ INERT = (
             "enable_prefix_caching",
             "load_format",
             "cache_dir",
+            "kv_cache_dtype",
         )
     ),
     Inert(

@@ -24,6 +24,7 @@ from dagrl.config.preflight import (
     critic,
     data,
     distillation,
+    fp8,
     graph,
     layout,
     lora,
@@ -106,6 +107,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(rollout.check_greedy_groups, cfg)
     check(rollout.check_ignored_rollout_keys, cfg)
     check(rollout.check_router_replay, cfg, hf_config)
+    check(fp8.check_fp8, cfg, hf_config, parallel, rollout_tp)
     check(reward.check_reward_name_without_path, cfg)
     for prefix in ("actor_rollout_ref.actor.optim", "critic.optim"):  # a floor above the peak is wrong under any
         check(optim.check_lr_floor, cfg, prefix)  # schedule: said before "has no effect"

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from dagrl.config.errors import ConfigError, RunError, require
 from dagrl.config.checks import as_list
+from dagrl.config.preflight.fp8 import check_fp8_devices
 
 logger = logging.getLogger(__name__)
 CP_KEY = "actor_rollout_ref.actor.megatron.context_parallel_size"
@@ -25,6 +26,7 @@ SERVER_WAIT_S = 5.0  # a tracking server that does not accept a connection in th
 
 def check_start(cfg) -> None:
     check_context_parallel_device(cfg)
+    check_fp8_devices(cfg)
     check_output_files(cfg)
     check_tracking_server(cfg)
     check_master_port()

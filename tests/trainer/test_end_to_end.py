@@ -35,6 +35,7 @@ VLLM_KEYS = {
         "enforce_eager",
         "engine_kwargs.vllm",
         "free_cache_engine",
+        "kv_cache_dtype",
         "max_num_batched_tokens",
         "max_num_seqs",
     )

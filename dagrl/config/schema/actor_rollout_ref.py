@@ -9,6 +9,7 @@ from dagrl.algo.catalog import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from dagrl.config.schema.lora import Lora
 from dagrl.config.schema.megatron import Megatron
 from dagrl.config.schema.optim import Optim
+from dagrl.config.schema.rollout import kv_cache_dtype_key, quantization_key
 from dagrl.config.schema.router_replay import RouterReplay, rollout_routing_replay_key
 from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
 from dagrl.config.schema.spec import (
@@ -313,6 +314,8 @@ class Rollout(Section):
         False, "keep the rollout's log-probs of the sampled tokens (rollout_log_probs) for the mismatch metric / TIS"
     )
     enable_rollout_routing_replay: bool = rollout_routing_replay_key()
+    quantization: str | None = quantization_key()
+    kv_cache_dtype: str = kv_cache_dtype_key()
     engine_kwargs: EngineKwargs = section(EngineKwargs, "extra engine arguments per backend, passed through as given")
     log_prob_micro_batch_size_per_gpu: int = key(16, "responses per forward when computing old log-probs", POSITIVE_INT)
     log_prob_use_dynamic_bsz: bool = key(

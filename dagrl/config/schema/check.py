@@ -74,7 +74,7 @@ def choice_error(key: str, shown: str, allowed) -> str:
     refused = registry and registry.refused.get(shown.strip("'"))
     if refused:
         return f"{key}={shown} {refused}"
-    return f"{key}={shown} is not one of: {', '.join(map(str, allowed))}"
+    return f"{key}={shown} is not one of: {', '.join('null' if a is None else str(a) for a in allowed)}"
 
 
 def check_choices(cfg: Cfg) -> None:

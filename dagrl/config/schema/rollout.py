@@ -1,11 +1,15 @@
 """The rollout section: each key's type, default, range, choices and doc (conf/rollout/default.yaml is written from
-it)."""
+it); and the declarations of actor_rollout_ref.rollout's FP8 keys (quantization, kv_cache_dtype; docs/fp8.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dagrl.config.schema.spec import POSITIVE_INT, Section, key
+
+QUANTIZATIONS = (None, "fp8")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
 
 
 @dataclass(frozen=True)
@@ -16,3 +20,23 @@ class RolloutPool(Section):
 
     nnodes: int = key(1, "machines of the rollout pool", POSITIVE_INT)
     n_gpus_per_node: int = key(1, "rollout processes per machine (GPUs; CPU slots on a CPU run)", POSITIVE_INT)
+
+
+def quantization_key() -> Any:
+    """actor_rollout_ref.rollout.quantization (verl's name and values)."""
+    return key(
+        None,
+        "vLLM: null = the rollout dtype | fp8 = block-FP8 weights (128x128 scales, dynamic activations) quantized "
+        "at each sync, served by vLLM's FP8 kernels (Hopper or newer; docs/fp8.md); needs a TIS or MIS correction",
+        choices=QUANTIZATIONS,
+    )
+
+
+def kv_cache_dtype_key() -> Any:
+    """actor_rollout_ref.rollout.kv_cache_dtype (vLLM's engine argument of that name)."""
+    return key(
+        "auto",
+        "vLLM: the KV cache's dtype: auto = the model's | fp8, fp8_e4m3 = FP8 (half the memory, scales 1.0: "
+        "a bf16 checkpoint carries no calibrated ones)",
+        choices=KV_CACHE_DTYPES,
+    )

@@ -4,22 +4,20 @@ vLLM runs inside the trainer's own torchrun processes (`distributed_executor_bac
 no engine subprocess), reusing the job's process group: consecutive ranks form one rollout-TP group, exactly the
 rollout layout the trainer shards prompts by. Weights arrive as full HF-named tensors from the actor's
 `export_weights()` stream. The first sync passes them through the model's `load_weights` (vLLM narrows them to its
-TP shard) and records what it copied; later syncs replay those copies (load_plan.py).
+TP shard) and records what it copied; later syncs replay those copies (load_plan.py). With
+rollout.quantization=fp8 the engine has block-FP8 layers and each sync quantizes on the way in (fp8.py, fp8_vllm.py).
 Measured (vLLM 0.26.0, 2 x H200): the in-process load of full HF-named GPU tensors runs at ~700 GB/s (8.8 GB in
 12.6 ms), and sleep(level=1) frees ~42 GiB per GPU at gpu_memory_utilization=0.3 for the trainer to use.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 
 from dagrl.utils.watchdog import beat
@@ -36,7 +34,8 @@ from dagrl.engine.rollout.vllm_io import (
     single_request_params,
     unpack_outputs,
 )
-from dagrl.engine.rollout import vllm_lora
+from dagrl.engine.rollout import fp8, fp8_vllm, vllm_lora
+from dagrl.engine.rollout.vllm_start import ProcessRngGuard, inspect_model_in_process
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
 logger = logging.getLogger(__name__)
@@ -63,48 +62,10 @@ class VLLMRolloutSpec:
     # > 0: built with one LoRA adapter slot of this rank (adapter-only sync); it then sleeps keeping its weights
     lora_rank: int = 0
     cache_root: str | None = None  # VLLM_CACHE_ROOT for this engine; None = the environment's (or ~/.cache/vllm)
+    quantization: str | None = None  # fp8: block-FP8 layers; each sync sends FP8 weights + scales (fp8.py)
+    kv_cache_dtype: str = "auto"  # fp8, fp8_e4m3: the KV cache in FP8
+    bucket_bytes: int = 512 << 20  # an FP8 sync's buckets, counted in the bytes it sends
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-class _ProcessRngGuard:
-    """`LLM(seed=…)` reseeds the whole process; the trainer's RNG streams must not notice."""
-
-    def __enter__(self) -> None:
-        self.states = (
-            random.getstate(),
-            np.random.get_state(),
-            torch.get_rng_state(),
-            torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        )
-
-    def __exit__(self, *exc: object) -> None:
-        python, numpy_state, cpu, cuda = self.states
-        random.setstate(python)
-        np.random.set_state(numpy_state)
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-
-
-@contextlib.contextmanager
-def _inspect_model_in_process() -> Iterator[None]:
-    """vLLM (0.26.0) inspects the model class in a fresh Python subprocess, which imports torch and vLLM again (27 s
-    of a SmolLM2 engine's start on an H100 machine) so that an API server never initialises CUDA. This process has
-    CUDA already and imports the same model module moments later to build the engine: inspect it here. (A cached
-    inspection under VLLM_CACHE_ROOT skips both.) Where vLLM has no such function, nothing changes."""
-    try:
-        from vllm.model_executor.models import registry
-    except ImportError:
-        registry = None
-    original = getattr(registry, "_run_in_subprocess", None)
-    if original is None:
-        yield
-        return
-    registry._run_in_subprocess = lambda fn: fn()
-    try:
-        yield
-    finally:
-        registry._run_in_subprocess = original
 
 
 def _reported_name(param_name: str) -> str:
@@ -168,6 +129,7 @@ class VLLMRollout:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         if spec.record_routes:
             kwargs["enable_return_routed_experts"] = True
+        kwargs.update(fp8.engine_kwargs(spec.quantization, spec.kv_cache_dtype, kwargs.get("hf_overrides", {})))
         if spec.lora_rank:
             kwargs.update(vllm_lora.lora_engine_kwargs(spec.lora_rank))
         user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
@@ -176,7 +138,7 @@ class VLLMRollout:
         kwargs.update(user)
         start = time.perf_counter()
         try:
-            with _ProcessRngGuard(), _inspect_model_in_process():
+            with ProcessRngGuard(), inspect_model_in_process(), fp8_vllm.in_place_processing(spec.quantization):
                 self.llm = LLM(**kwargs)
         except (torch.cuda.OutOfMemoryError, ValueError) as err:
             if isinstance(err, ValueError) and not any(w in str(err).lower() for w in ("memory", "cache", "kv")):
@@ -188,6 +150,7 @@ class VLLMRollout:
             ) from err
         logger.info("vLLM engine up in %.1f s (TP=%d)", time.perf_counter() - start, spec.tensor_parallel_size)
         self.model = self.llm.llm_engine.model_executor.driver_worker.worker.get_model()
+        self.fp8 = fp8_vllm.Fp8Layers(self.model) if spec.quantization else None
         # vLLM's FusedMoE keeps expert weights in a `routed_experts` submodule, but its loaders report them under
         # the layer's name (experts.w13_weight): compare under the reported names.
         self._vllm_params = {_reported_name(name) for name, _ in self.model.named_parameters()}
@@ -248,6 +211,8 @@ class VLLMRollout:
         refuse_in_flight(len(self._progress), "load_weights")
         torch.cuda.synchronize()
         start, nbytes, loaded = time.perf_counter(), 0, set()
+        if self.fp8 is not None:  # FP8 weights + block scales, re-bucketed by the bytes they take
+            buckets = fp8.quantized_buckets(buckets, self.spec.bucket_bytes)
         for bucket in buckets:
             for name, tensor in bucket:
                 self.manifest.check(name, tensor)
@@ -260,6 +225,8 @@ class VLLMRollout:
                 loaded |= self.load_plan.load(bucket)
         if self.load_plan is not None:
             self.load_plan.end_sync()
+        if self.fp8 is not None:  # what vLLM's FP8 layers do after loading: once per sync
+            self.fp8.after_sync()
         missing = self._vllm_params - loaded
         if missing:
             raise RuntimeError(
@@ -384,6 +351,9 @@ def vllm_spec(setup: RolloutSetup) -> VLLMRolloutSpec:
         fp32_lm_head=setup.cfg.actor_rollout_ref.model.fp32_lm_head,
         lora_rank=vllm_lora.adapter_rank(setup.cfg),
         cache_root=vllm_cache_root(setup.cfg),
+        quantization=rollout.quantization,
+        kv_cache_dtype=rollout.kv_cache_dtype,
+        bucket_bytes=int(rollout.update_weights_bucket_megabytes) << 20,
         engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),
     )
 

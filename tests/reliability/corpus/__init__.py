@@ -27,6 +27,7 @@ MODULES = (
     "algorithm",
     "train_nothing",
     "lora",
+    "fp8",
     "off_policy",
     "reward",
     "reward_manager",

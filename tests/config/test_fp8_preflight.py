@@ -1,0 +1,113 @@
+"""Pre-flight of FP8 (dagrl/config/preflight/fp8.py): the rollout's block-FP8 needs vLLM, a first load from the sync,
+an importance-sampling correction and widths vLLM's block layers can split; the actor's FP8 needs widths FP8 GEMMs
+take; both need an FP8 GPU, and the actor TransformerEngine (checked where the run trains)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from dagrl.config.errors import ConfigError
+from dagrl.config.load import compose
+from dagrl.config.preflight import fp8
+from dagrl.config.tree import Cfg
+from dagrl.placement import ParallelLayout
+
+FP8_ROLLOUT = (
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.quantization=fp8",
+    "actor_rollout_ref.actor.tis_imp_ratio_cap=2",
+    "actor_rollout_ref.rollout.calculate_log_probs=true",
+)
+FP8_TRAINING = "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8=hybrid"
+# Qwen3-8B's widths: every split lands on whole 128-blocks at TP 1, 2, 4 and 8
+QWEN3_8B = {
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 12288,
+}
+
+
+def cfg_of(*overrides: str) -> Cfg:
+    return Cfg(compose(list(overrides)))
+
+
+def check(overrides, hf_config=QWEN3_8B, tp: int = 1, rollout_tp: int = 1) -> None:
+    fp8.check_fp8(cfg_of(*overrides), hf_config, ParallelLayout(tensor_model_parallel_size=tp), rollout_tp)
+
+
+def test_null_and_a_good_fp8_config_pass():
+    check(())  # FP8 off: nothing read of the model
+    check((), hf_config={})
+    for tp in (1, 2, 4, 8):
+        check(FP8_ROLLOUT, rollout_tp=tp)
+        check((FP8_TRAINING,), tp=tp)
+    check((*FP8_ROLLOUT[:2], "actor_rollout_ref.actor.mis_ratio_high=2"))  # MIS corrects too
+
+
+@pytest.mark.parametrize(
+    "overrides,key,says",
+    [
+        (("actor_rollout_ref.rollout.quantization=fp8",), fp8.ROLLOUT_KEY, "the hf rollout has none"),
+        (
+            (*FP8_ROLLOUT, "actor_rollout_ref.rollout.load_format=auto"),
+            "actor_rollout_ref.rollout.load_format",
+            "=dummy",
+        ),
+        (FP8_ROLLOUT[:2], "actor_rollout_ref.actor.tis_imp_ratio_cap", "tis_imp_ratio_cap=2 with"),
+        # TIS without the rollout's log-probs corrects nothing
+        (FP8_ROLLOUT[:3], "actor_rollout_ref.actor.tis_imp_ratio_cap", "calculate_log_probs=true"),
+    ],
+)
+def test_rollout_refusals_name_the_key_and_the_fix(overrides, key, says):
+    with pytest.raises(ConfigError, match=says) as caught:
+        check(overrides)
+    assert caught.value.key == key
+
+
+def test_widths_fp8_gemms_or_vllms_blocks_cannot_take():
+    smol = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536}
+    with pytest.raises(ConfigError, match=r"q width 576, k/v width 192 per rollout TP rank \(TP=1\)"):
+        check(FP8_ROLLOUT, hf_config=smol)  # on whole 16s, not on whole 128-blocks
+    odd = dict(QWEN3_8B, hidden_size=4100)
+    edge = dict(QWEN3_8B, hidden_size=4096 + 16)  # the input's last 128-block is partial: its own scale, no split
+    check(FP8_ROLLOUT, hf_config=edge)
+    check((FP8_TRAINING,), hf_config=edge)
+    with pytest.raises(ConfigError, match="hidden_size 4100 per rollout TP rank"):
+        check(FP8_ROLLOUT, hf_config=odd)
+    with pytest.raises(ConfigError, match=r"hidden_size 4100 per TP rank \(TP=1\): drop \+actor_rollout_ref"):
+        check((FP8_TRAINING,), hf_config=odd)
+    check(FP8_ROLLOUT, rollout_tp=16)  # 2 heads a rank (q 256) and the 8 KV heads replicated (k/v 128): whole
+    llama2_7b = dict(QWEN3_8B, num_key_value_heads=32, intermediate_size=11008)
+    check(FP8_ROLLOUT, hf_config=llama2_7b, rollout_tp=2)
+    with pytest.raises(ConfigError, match=r"MLP width 2752 per rollout TP rank \(TP=4\): lower actor_rollout"):
+        check(FP8_ROLLOUT, hf_config=llama2_7b, rollout_tp=4)
+    moe = dict(QWEN3_8B, moe_intermediate_size=768)
+    with pytest.raises(ConfigError, match=r"expert MLP width 96 per rollout TP rank \(TP=8\)"):
+        check(FP8_ROLLOUT, hf_config=moe, rollout_tp=8)
+
+
+def test_devices(monkeypatch):
+    rollout = cfg_of(*FP8_ROLLOUT)
+    training = cfg_of(FP8_TRAINING)
+    fp8.check_fp8_devices(cfg_of())  # FP8 off: no device read
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"rollout.quantization=fp8 .* \(a CPU run\): set actor_rollout_ref"):
+        fp8.check_fp8_devices(rollout)
+    with pytest.raises(ConfigError, match=r"fp8=hybrid .* \(a CPU run\): drop \+actor_rollout_ref"):
+        fp8.check_fp8_devices(training)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
+    with pytest.raises(ConfigError, match="A100-SXM4-80GB is compute capability 8.0"):
+        fp8.check_fp8_devices(rollout)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    fp8.check_fp8_devices(rollout)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match="local layer spec, which has none: pip install transformer_engine"):
+        fp8.check_fp8_devices(training)
+    fp8.check_fp8_devices(rollout)  # the rollout half needs no TransformerEngine

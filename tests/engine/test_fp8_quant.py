@@ -1,0 +1,125 @@
+"""The FP8 rollout's weight math and names (dagrl/engine/rollout/fp8.py): blockwise float8_e4m3fn against hand
+values, which HF tensors are quantized, the sync's re-bucketing by FP8 bytes, the engine arguments, the manifest's
+block scales."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dagrl.engine.rollout import fp8
+from dagrl.engine.rollout.weight_manifest import WeightManifest
+
+
+def test_hand_values_quantize_exactly_with_one_scale_per_block():
+    weight = torch.tensor([[1.0, 2.0, 3.0], [4.0, 8.0, 0.0], [0.0, 0.0, 0.0]])
+    quantized, scale_inv = fp8.quantize_blockwise(weight, block=2)
+    assert quantized.dtype == torch.float8_e4m3fn and quantized.shape == (3, 3)
+    assert scale_inv.dtype == torch.float32 and scale_inv.shape == (2, 2)  # edge blocks keep a scale of their own
+    floor = fp8.AMAX_FLOOR / 448
+    assert torch.allclose(scale_inv, torch.tensor([[8 / 448, 3 / 448], [floor, floor]]))
+    # each block's largest entry lands on 448, the rest in proportion (56 = 448/8, all representable in e4m3)
+    assert quantized.float().tolist() == [[56.0, 112.0, 448.0], [224.0, 448.0, 0.0], [0.0, 0.0, 0.0]]
+    assert torch.equal(fp8.dequantize_blockwise(quantized, scale_inv, block=2), weight)
+
+
+def test_random_weights_round_trip_within_e4m3_precision():
+    torch.manual_seed(0)
+    weight = torch.randn(300, 200, dtype=torch.bfloat16) * torch.logspace(-3, 1, 200)  # columns of every scale
+    quantized, scale_inv = fp8.quantize_blockwise(weight)
+    assert scale_inv.shape == fp8.scale_shape(weight.shape) == (3, 2)
+    error = (fp8.dequantize_blockwise(quantized, scale_inv) - weight.float()).abs()
+    # e4m3 keeps 3 mantissa bits: an entry is off by at most 1/16 of itself, and never more than its block allows
+    assert (error <= weight.float().abs() / 16 + scale_inv.max() * 2**-9).all()
+    block_amax = weight.float()[:128, :128].abs().max()
+    assert scale_inv[0, 0] == pytest.approx(float(block_amax) / 448, rel=1e-6)
+
+
+def test_a_zero_block_does_not_divide_by_zero():
+    quantized, scale_inv = fp8.quantize_blockwise(torch.zeros(4, 4))
+    assert torch.isfinite(scale_inv).all() and (scale_inv > 0).all()
+    assert not quantized.float().any() and not fp8.dequantize_blockwise(quantized, scale_inv).any()
+
+
+@pytest.mark.parametrize(
+    "name,shape,quantized",
+    [
+        ("model.layers.0.self_attn.q_proj.weight", (64, 64), True),
+        ("model.layers.0.self_attn.qkv_proj.weight", (96, 64), True),
+        ("model.layers.0.mlp.gate_up_proj.weight", (256, 64), True),
+        ("model.layers.0.mlp.down_proj.weight", (64, 128), True),
+        ("model.layers.0.mlp.experts.7.up_proj.weight", (32, 64), True),
+        ("model.layers.0.block_sparse_moe.experts.0.w1.weight", (32, 64), True),  # Mixtral's expert names
+        ("model.layers.0.mlp.shared_expert.gate_proj.weight", (32, 64), True),
+        ("model.layers.0.mlp.gate.weight", (8, 64), False),  # the router
+        ("model.layers.0.block_sparse_moe.gate.weight", (8, 64), False),
+        ("model.layers.0.mlp.shared_expert_gate.weight", (1, 64), False),
+        ("model.layers.0.self_attn.q_proj.bias", (64,), False),
+        ("model.layers.0.input_layernorm.weight", (64,), False),
+        ("model.layers.0.self_attn.q_norm.weight", (16,), False),
+        ("model.embed_tokens.weight", (1000, 64), False),
+        ("lm_head.weight", (1000, 64), False),
+    ],
+)
+def test_only_the_linear_layers_vllm_quantizes(name, shape, quantized):
+    assert fp8.is_quantized(name, shape) is quantized
+    sent = fp8.quantized_tensors(name, torch.ones(shape, dtype=torch.bfloat16))
+    assert [n for n, _ in sent] == ([name, name + "_scale_inv"] if quantized else [name])
+
+
+def test_the_stream_is_rebucketed_by_the_bytes_it_sends():
+    q = torch.randn(256, 256, dtype=torch.bfloat16)  # 128 KiB in bf16, 64 KiB + 16 B in FP8
+    norm = torch.ones(256, dtype=torch.bfloat16)
+    incoming = [
+        [(f"model.layers.{i}.self_attn.q_proj.weight", q), (f"model.layers.{i}.input_layernorm.weight", norm)]
+        for i in range(4)
+    ]
+    sizes = {"bf16": sum(fp8.nbytes(t) for bucket in incoming for _, t in bucket)}
+    out = list(fp8.quantized_buckets(iter(incoming), bucket_bytes=140 << 10))
+    sizes["fp8"] = sum(fp8.nbytes(t) for bucket in out for _, t in bucket)
+    assert [sum(fp8.nbytes(t) for _, t in bucket) <= 140 << 10 for bucket in out] == [True, True]
+    assert len(out) == 2  # four bf16 buckets of 128.5 KiB became two of about 129 KiB
+    assert sizes["fp8"] == 4 * (256 * 256 + 2 * 2 * 4 + 512) and sizes["fp8"] / sizes["bf16"] < 0.51
+    names = [name for bucket in out for name, _ in bucket]
+    assert names[:3] == [
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.q_proj.weight_scale_inv",
+        "model.layers.0.input_layernorm.weight",
+    ]
+    weight, scale = out[0][0][1], out[0][1][1]
+    assert weight.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32
+    assert torch.equal(weight.view(torch.uint8), fp8.quantize_blockwise(q)[0].view(torch.uint8))
+    assert out[0][2][1] is norm  # what is not quantized travels as it came
+    big = list(fp8.quantized_buckets(iter(incoming[:1]), bucket_bytes=1))
+    assert [len(bucket) for bucket in big] == [1, 1, 1]  # a tensor over the size: its own bucket
+
+
+def test_engine_arguments():
+    assert fp8.engine_kwargs(None, "auto", {}) == {}  # null: the engine exactly as before
+    kwargs = fp8.engine_kwargs("fp8", "fp8_e4m3", {"head_dtype": "float32"})
+    assert kwargs == {
+        "quantization": "fp8",
+        "hf_overrides": {
+            "head_dtype": "float32",
+            "quantization_config": {
+                "quant_method": "fp8",
+                "fmt": "e4m3",
+                "activation_scheme": "dynamic",
+                "weight_block_size": [128, 128],
+            },
+        },
+        "kv_cache_dtype": "fp8_e4m3",
+    }
+    assert fp8.engine_kwargs(None, "fp8", {}) == {"kv_cache_dtype": "fp8"}
+
+
+def test_the_manifest_takes_each_weights_block_scale():
+    manifest = WeightManifest(
+        "/models/m", {"model.layers.0.mlp.down_proj.weight": (300, 200), "model.norm.weight": (200,)}
+    )
+    manifest.check("model.layers.0.mlp.down_proj.weight", torch.zeros(300, 200, dtype=torch.float8_e4m3fn))
+    manifest.check("model.layers.0.mlp.down_proj.weight_scale_inv", torch.zeros(3, 2))
+    with pytest.raises(ValueError, match=r"weight_scale_inv has shape \(2, 2\).*\(3, 2\)"):
+        manifest.check("model.layers.0.mlp.down_proj.weight_scale_inv", torch.zeros(2, 2))
+    with pytest.raises(KeyError, match="model.norm.weight_scale_inv"):
+        manifest.check("model.norm.weight_scale_inv", torch.zeros(1, 2))

@@ -1,0 +1,198 @@
+"""The vLLM rollout's FP8 sync against a fake of vLLM's API and of its FP8 layers (CI has no vLLM): the engine is built
+with block-FP8 layers; each sync sends FP8 weights with their block scales, loads them through the model's loader
+once and replays the recorded copies after; each FP8 layer's post-load processing runs once per sync and its results
+land in the parameters the layer was built with (the recorded copies and vLLM's loaders point at them)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+
+from dagrl.engine.rollout import fp8, fp8_vllm
+from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
+from dagrl.engine.rollout.weight_manifest import WeightManifest
+
+FP8_MODULE = types.ModuleType(fp8_vllm.FP8_MODULE)
+LINEAR = "model.layers.0.self_attn.o_proj"
+SHAPE = (256, 200)
+
+
+def replace_parameter(layer, name, new_data):  # vLLM's: a new plain Parameter, loader attributes lost
+    setattr(layer, name, torch.nn.Parameter(new_data, requires_grad=False))
+
+
+class Fp8LinearMethod:
+    """vLLM's FP8 linear method as it treats a loaded layer: the weight replaced through its module's
+    replace_parameter, the scale replaced directly (as a kernel that imported the function itself does)."""
+
+    def process_weights_after_loading(self, layer):
+        layer.processed = getattr(layer, "processed", 0) + 1
+        FP8_MODULE.replace_parameter(layer, "weight", layer.weight.data.clone())
+        layer.weight_scale_inv = torch.nn.Parameter(layer.weight_scale_inv.data.clone(), requires_grad=False)
+
+
+FP8_MODULE.replace_parameter = replace_parameter
+FP8_MODULE.Fp8LinearMethod = Fp8LinearMethod
+FP8_MODULE.Fp8MoEMethod = type("Fp8MoEMethod", (Fp8LinearMethod,), {})
+
+
+def fp8_linear(shape: tuple[int, int]) -> torch.nn.Module:
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.zeros(shape, dtype=torch.float8_e4m3fn), requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(torch.zeros(fp8.scale_shape(shape)), requires_grad=False)
+    layer.weight.weight_loader = layer.weight_scale_inv.weight_loader = "the loader vLLM dispatches on"
+    layer.quant_method = Fp8LinearMethod()
+    return layer
+
+
+class FakeFp8Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.layers = torch.nn.ModuleList([torch.nn.Module()])
+        self.model.layers[0].self_attn = torch.nn.Module()
+        self.model.layers[0].self_attn.o_proj = fp8_linear(SHAPE)
+        self.model.norm = torch.nn.Module()
+        self.model.norm.weight = torch.nn.Parameter(torch.zeros(200), requires_grad=False)
+        self.calls = 0
+
+    def load_weights(self, weights):  # vLLM's loader: a copy into each named parameter
+        self.calls += 1
+        params = dict(self.named_parameters())
+        for name, tensor in weights:
+            params[name].data.copy_(tensor)
+        return {name for name, _ in weights}
+
+
+class FakeLLM:
+    def __init__(self, **kwargs):
+        self.kwargs, self.model = kwargs, FakeFp8Model()
+        for module in self.model.modules():  # the engine's own first processing, after its (dummy) load
+            if hasattr(module, "quant_method"):
+                module.quant_method.process_weights_after_loading(module)
+        worker = types.SimpleNamespace(get_model=lambda: self.model)
+        self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker))
+        self.llm_engine.model_executor.driver_worker.worker = worker
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    vllm = types.ModuleType("vllm")
+    vllm.LLM = FakeLLM
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, fp8_vllm.FP8_MODULE, FP8_MODULE)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+
+def actor_weights(seed: int) -> list[list[tuple[str, torch.Tensor]]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        [(f"{LINEAR}.weight", torch.randn(SHAPE, generator=generator).to(torch.bfloat16))],
+        [("model.norm.weight", torch.randn(200, generator=generator).to(torch.bfloat16))],
+    ]
+
+
+def engine(**spec) -> VLLMRollout:
+    manifest = WeightManifest("/models/m", {f"{LINEAR}.weight": SHAPE, "model.norm.weight": (200,)})
+    return VLLMRollout(VLLMRolloutSpec(model_path="/models/m", **spec), [2], 0, manifest=manifest)
+
+
+def test_the_engine_is_built_with_block_fp8_layers_and_keeps_their_parameters(fake_vllm):
+    rollout = engine(quantization="fp8", kv_cache_dtype="fp8", fp32_lm_head=True)
+    assert rollout.llm.kwargs["quantization"] == "fp8" and rollout.llm.kwargs["kv_cache_dtype"] == "fp8"
+    overrides = rollout.llm.kwargs["hf_overrides"]
+    assert overrides["head_dtype"] == "float32" and overrides["quantization_config"]["weight_block_size"] == [128, 128]
+    layer = rollout.model.model.layers[0].self_attn.o_proj
+    # the engine's first processing replaced both parameters; they are back, loader attributes and all
+    assert layer.processed == 1 and layer.weight.weight_loader == layer.weight_scale_inv.weight_loader
+    assert FP8_MODULE.replace_parameter is replace_parameter  # vLLM's own function again once the engine is up
+    plain = engine()
+    assert not {"quantization", "kv_cache_dtype", "hf_overrides"} & set(plain.llm.kwargs) and plain.fp8 is None
+
+
+def test_each_sync_sends_fp8_weights_and_processes_each_layer_once(fake_vllm):
+    rollout = engine(quantization="fp8", bucket_bytes=1 << 20)
+    layer = rollout.model.model.layers[0].self_attn.o_proj
+    weight, scale = layer.weight, layer.weight_scale_inv
+    for version in (1, 2, 3):
+        sent = actor_weights(seed=version)
+        metrics = rollout.load_weights(iter(sent), version=version)
+        want_weight, want_scale = fp8.quantize_blockwise(sent[0][0][1])
+        assert torch.equal(layer.weight.view(torch.uint8), want_weight.view(torch.uint8))
+        assert torch.equal(layer.weight_scale_inv, want_scale)
+        assert torch.equal(rollout.model.model.norm.weight, sent[1][0][1].float())
+        assert layer.weight is weight and layer.weight_scale_inv is scale  # the recorded copies' targets
+        assert layer.processed == 1 + version  # the engine's start, then once per sync
+        # one FP8 bucket (weight, scale, norm) where the actor sent two bf16 ones: its real bytes
+        assert metrics["perf/weight_sync_gb"] == (256 * 200 + 2 * 2 * 4 + 200 * 2) / 1e9
+    assert rollout.model.calls == 3  # each tensor through the loader once (recorded), then replayed
+    assert rollout.load_plan.stats == {"replayed": 6, "loader": 3} and not rollout.load_plan.unplannable
+
+
+def test_a_kernel_that_repacks_a_weight_is_refused_by_name(fake_vllm):
+    layer = fp8_linear((128, 128))
+
+    class Repacking:
+        def process_weights_after_loading(self, layer):
+            layer.weight_scale_inv = torch.nn.Parameter(torch.zeros(128, 1, dtype=torch.int32), requires_grad=False)
+
+    layer.quant_method = Repacking()
+    with pytest.raises(RuntimeError, match=r"rewrote model.layers.3.mlp.down_proj.weight_scale_inv as \(\(128, 1\)"):
+        fp8_vllm.process_in_place(layer, "model.layers.3.mlp.down_proj")
+
+    class Transposing:  # a square weight handed back as its transpose: the shape and dtype match, the strides not
+        def process_weights_after_loading(self, layer):
+            FP8_MODULE.replace_parameter(layer, "weight", layer.weight.data.t())
+
+    layer = fp8_linear((128, 128))
+    layer.quant_method = Transposing()
+    with (
+        fp8_vllm.in_place_replace(),
+        pytest.raises(RuntimeError, match=r"o_proj.weight as \(\(128, 128\), .*\(1, 128\)\)"),
+    ):
+        fp8_vllm.process_in_place(layer, "o_proj")
+
+
+def test_a_method_guarded_to_run_once_runs_again_each_sync():
+    layer = fp8_linear((128, 128))
+
+    class Guarded(Fp8LinearMethod):
+        def process_weights_after_loading(self, layer):
+            if getattr(layer, fp8_vllm.ONCE_GUARD, False):
+                return
+            super().process_weights_after_loading(layer)
+            setattr(layer, fp8_vllm.ONCE_GUARD, True)
+
+    layer.quant_method = Guarded()
+    fp8_vllm.process_in_place(layer)
+    fp8_vllm.process_in_place(layer)
+    assert layer.processed == 2
+
+
+def test_no_fp8_layer_is_an_error():
+    with pytest.raises(RuntimeError, match="built no FP8 layer"):
+        fp8_vllm.Fp8Layers(torch.nn.Linear(2, 2))
+
+
+def test_the_keys_reach_the_engine():
+    from dagrl.config.load import compose
+    from dagrl.config.tree import Cfg
+    from dagrl.engine.rollout.vllm import vllm_spec
+
+    def spec(*overrides):
+        cfg = Cfg(compose(list(overrides)))
+        shape = types.SimpleNamespace(rollout_tp=1, max_model_len=64, pool="colocated")
+        return vllm_spec(types.SimpleNamespace(cfg=cfg, shape=shape, model_path="/m", dtype="bfloat16"))
+
+    plain = spec()
+    assert (plain.quantization, plain.kv_cache_dtype, plain.bucket_bytes) == (None, "auto", 512 << 20)
+    fp8_spec = spec(
+        "actor_rollout_ref.rollout.quantization=fp8",
+        "actor_rollout_ref.rollout.kv_cache_dtype=fp8_e4m3",
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes=64",
+    )
+    assert (fp8_spec.quantization, fp8_spec.kv_cache_dtype, fp8_spec.bucket_bytes) == ("fp8", "fp8_e4m3", 64 << 20)
