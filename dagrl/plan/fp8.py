@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dagrl.models.families import FAMILIES
 from dagrl.plan.model import ModelShape
 from dagrl.plan.presets import config_fields
 
 # (Qwen3 preset size, FP8 tokens/s over bf16's) as measured; the smaller model first
 MEASURED = (("1.7b", 0.81), ("8b", 1.17))
+MEASURED_TYPE = next(f.model_type for f in FAMILIES.values() if f.config_class == "Qwen3Config")
 BASIS = "bare vLLM 0.26, one H100, dummy weights, 64 prompts x 4, 1,024 tokens forced"
 
 
@@ -38,7 +40,11 @@ class Point:
 
 def measured_points() -> list[Point]:
     return [
-        Point(size, quantized_params(ModelShape.from_hf({"model_type": "qwen3", **config_fields("qwen3", size)})), r)
+        Point(
+            size,
+            quantized_params(ModelShape.from_hf({"model_type": MEASURED_TYPE, **config_fields(MEASURED_TYPE, size)})),
+            r,
+        )
         for size, r in MEASURED
     ]
 
