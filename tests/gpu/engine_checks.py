@@ -6,7 +6,8 @@ usage: torchrun --nproc-per-node N engine_checks.py CHECK WORK_DIR [FAMILY]
           and with both unfused; and the engine's log-probs compared bit for bit across the tensor-parallel ranks.
   offload (1 GPU) bytes each of param, grad and optimizer offload frees (torch.cuda.mem_get_info), and the next
           step's loss with offload cycles and with every offload flag on, against a run without offload.
-  cp      (2 GPUs) packed (THD) sequences in bf16, CP1 (= DP2) and CP2, against padded rows on the same weights:
+  cp      (2 GPUs) packed (THD) sequences in bf16, CP1 (= DP2) and CP2 (also with LoRA adapters trained a step),
+          against padded rows on the same weights:
           log-probs, loss and grad norm, with micro-batches of fixed size and by token budget; and whether packing
           runs in fp32 (TransformerEngine's THD attention had no fp32 kernel at CP2).
 Writes WORK_DIR/result.json; the test asserts on it.
@@ -172,10 +173,15 @@ def parity(work: Path, family: str) -> list[dict]:
     return results
 
 
-def _packed_run(path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: int, max_token_len: int | None) -> dict:
-    """Log-probs of every row (gathered over DP), loss and grad norm of one step, at one layout and packing."""
+def _packed_run(
+    path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: int, max_token_len: int | None, lora: bool = False
+) -> dict:
+    """Log-probs of every row (gathered over DP), loss and grad norm of one step, at one layout and packing. With
+    `lora`, rank-8 adapters on every linear, trained one step first (B starts at zero) so that they shape the
+    log-probs compared."""
     from megatron.core import parallel_state as ps
 
+    from dagrl.engine.lora import LoraSpec
     from dagrl.engine.megatron.actor import MegatronActorEngine
 
     if ps.model_parallel_is_initialized():
@@ -186,11 +192,14 @@ def _packed_run(path: Path, batch: Batch, dtype: torch.dtype, packed: bool, cp: 
             layout=ParallelLayout(context_parallel_size=cp),
             param_dtype=dtype,
             remove_padding=packed,
-            optim=OptimSpec(lr=1e-5, total_training_steps=10),
+            optim=OptimSpec(lr=1e-3 if lora else 1e-5, total_training_steps=10),
+            lora=LoraSpec(rank=8, alpha=16) if lora else None,
         )
     )
     dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     rows = batch.chunk(dp)[dp_rank]
+    if lora:
+        engine.train_step(rows, sum_loss, micro_batch_size=1, temperature=1.0, max_token_len=max_token_len)
     log_probs, _ = engine.compute_log_prob(
         rows, micro_batch_size=1, temperature=1.0, with_entropy=False, max_token_len=max_token_len
     )
@@ -240,6 +249,15 @@ def context_parallel(work: Path) -> dict:
                     mask,
                 )
             )
+    lora_padded = _packed_run(path, batch, torch.bfloat16, False, 1, None, lora=True)
+    cases.append(
+        _compare(
+            "bf16 LoRA packed CP2",
+            _packed_run(path, batch, torch.bfloat16, True, 2, None, lora=True),
+            lora_padded,
+            mask,
+        )
+    )
     fp32 = {"padded": _packed_run(path, batch, torch.float32, False, 1, None)}
     try:
         fp32["compare"] = _compare(

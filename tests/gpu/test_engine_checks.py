@@ -71,7 +71,8 @@ def test_bf16_log_probs_match_hf_and_agree_across_tp_ranks(family, tmp_path):
 
 
 def test_packed_and_context_parallel_match_padded_in_bf16(tmp_path):
-    """THD packing at CP1 and CP2 (the 2*CP split, TransformerEngine's bf16 THD attention) against padded rows."""
+    """THD packing at CP1 and CP2 (the 2*CP split, TransformerEngine's bf16 THD attention) against padded rows; LoRA
+    at CP2 against LoRA padded at CP1."""
     result = run_check(2, tmp_path, "cp")[0]
     for case in result["bf16"]:
         assert case["ranks_equal"], case
@@ -80,6 +81,8 @@ def test_packed_and_context_parallel_match_padded_in_bf16(tmp_path):
         assert case["cosine"] >= 0.99999 and case["log_prob_mean_abs_diff"] <= 0.015, case
         (loss1, loss2), (norm1, norm2) = case["loss"], case["grad_norm"]
         assert abs(loss1 - loss2) <= 1e-3 * abs(loss1) and abs(norm1 - norm2) <= 1e-3 * norm1, case
+    [lora] = [case for case in result["bf16"] if "LoRA" in case["case"]]  # the adapters' gradients, over CP too
+    assert lora["grad_norm"][0] > 0, lora
     fp32 = result["fp32_packed"]  # packing runs in fp32 at CP1 (THD); it equals padded rows
     assert isinstance(fp32, dict) and fp32["log_prob_max_abs_diff"] <= 1e-3, fp32
 
