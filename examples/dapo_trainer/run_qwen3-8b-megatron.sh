@@ -135,5 +135,7 @@ if [ "${DAGRL_PLAN:-0}" = 1 ]; then
 fi
 # every input check once, in one process: from torchrun, each rank would print the same lines, then its traceback
 WORLD_SIZE=$((NNODES * N_GPUS_PER_NODE)) DAGRL_CHECK_ONLY=1 python3 "${TRAINING_CMD[@]}" "$@"
+# DAGRL_DOCTOR=1: python3 -m dagrl.doctor instead of training, launched as the run is (its layout, its ranks)
+if [ "${DAGRL_DOCTOR:-0}" = 1 ]; then TRAINING_CMD[1]=dagrl.doctor; fi
 exec torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$N_GPUS_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "${TRAINING_CMD[@]}" "$@"

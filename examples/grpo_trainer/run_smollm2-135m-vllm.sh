@@ -60,4 +60,6 @@ if [ "${DAGRL_PLAN:-0}" = 1 ]; then
 fi
 # every input check once, in one process: from torchrun, each rank would print the same lines, then its traceback
 WORLD_SIZE=$NGPUS DAGRL_CHECK_ONLY=1 python3 "${TRAINING_CMD[@]}" "$@"
+# DAGRL_DOCTOR=1: python3 -m dagrl.doctor instead of training, launched as the run is (its layout, its ranks)
+if [ "${DAGRL_DOCTOR:-0}" = 1 ]; then TRAINING_CMD[1]=dagrl.doctor; fi
 exec python3 -m torch.distributed.run --nproc-per-node "$NGPUS" "${TRAINING_CMD[@]}" "$@"
