@@ -130,3 +130,23 @@ def test_torchrun_script_refuses_bad_input_once_before_torchrun(script, tmp_path
     lines = [line for line in proc.stderr.splitlines() if line.startswith("dagrl: error: ")]
     assert any("model directory" in line and str(tmp_path) in line for line in lines), proc.stderr[-2000:]
     assert len(lines) == len(set(lines)) and "Traceback" not in proc.stderr and "torch.distributed" not in proc.stderr
+
+
+@pytest.mark.parametrize("script", TORCHRUN_SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_dagrl_doctor_switch_launches_the_doctor_as_the_run(script, tmp_path):
+    """DAGRL_DOCTOR=1: the input checks run as for training, then the launch that would train starts
+    dagrl.doctor with the same overrides (stand-ins for python3 and torchrun record each command)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("python3", "torchrun"):
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\necho "{name} $*" >> {tmp_path / "calls"}\n')
+        shim.chmod(0o755)
+    env = {**ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "DAGRL_DOCTOR": "1"}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    checks, launch = [c for c in calls if "-I -c" not in c][-2:]  # the last: use_venv.sh's probe comes first
+    assert "-m dagrl.main_dag" in checks and "dagrl.doctor" not in checks
+    assert "-m dagrl.doctor" in launch and "dagrl.main_dag" not in launch
+    assert launch.split("-m dagrl.doctor", 1)[1] == checks.split("-m dagrl.main_dag", 1)[1]  # the same overrides
