@@ -1,6 +1,8 @@
-"""Pre-flight of FP8 (dagrl/config/preflight/fp8.py): the rollout's block-FP8 needs vLLM, a first load from the sync,
-an importance-sampling correction and widths vLLM's block layers can split; the actor's FP8 needs widths FP8 GEMMs
-take; both need an FP8 GPU, and the actor TransformerEngine (checked where the run trains)."""
+"""Pre-flight of FP8 (dagrl/config/preflight/fp8.py): the rollout's FP8 needs vLLM, a first load from the sync, an
+importance-sampling correction, widths FP8 GEMMs take and, with block scales, widths vLLM's block layers can split
+(`auto` takes per-tensor scales where they cannot); the actor's FP8 needs widths FP8 GEMMs take; both need an FP8
+GPU, and the actor TransformerEngine (checked where the run trains). benchmarks/fp8_learn.py's arms pass the input
+checks on SmolLM2's shape."""
 
 from __future__ import annotations
 
@@ -69,26 +71,48 @@ def test_rollout_refusals_name_the_key_and_the_fix(overrides, key, says):
     assert caught.value.key == key
 
 
+BLOCK = "actor_rollout_ref.rollout.fp8_scales=block"
+TENSOR = "actor_rollout_ref.rollout.fp8_scales=tensor"
+# SmolLM2-135M's widths: on whole 16s, not on whole 128-blocks (q 576, k/v 192)
+SMOLLM2_135M = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536}
+
+
+def test_auto_scales_are_blocks_where_every_width_takes_them_else_per_tensor():
+    assert fp8.scale_layout("auto", SMOLLM2_135M, 1) == "tensor"
+    assert [fp8.scale_layout("auto", QWEN3_8B, tp) for tp in (1, 2, 4, 8, 16)] == ["block"] * 5
+    llama2_7b = dict(QWEN3_8B, num_key_value_heads=32, intermediate_size=11008)
+    assert [fp8.scale_layout("auto", llama2_7b, tp) for tp in (2, 4)] == ["block", "tensor"]  # MLP 2752 at TP 4
+    assert fp8.scale_layout("block", QWEN3_8B, 1) == "block" and fp8.scale_layout("tensor", QWEN3_8B, 1) == "tensor"
+    assert fp8.scale_layout("auto", {}, 1) == "block"  # no sizes: config.json's own check names what is missing
+
+
 def test_widths_fp8_gemms_or_vllms_blocks_cannot_take():
-    smol = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536}
-    with pytest.raises(ConfigError, match=r"q width 576, k/v width 192 per rollout TP rank \(TP=1\)"):
-        check(FP8_ROLLOUT, hf_config=smol)  # on whole 16s, not on whole 128-blocks
+    check(FP8_ROLLOUT, hf_config=SMOLLM2_135M)  # auto: per-tensor scales
+    check((*FP8_ROLLOUT, TENSOR), hf_config=SMOLLM2_135M)
+    with pytest.raises(
+        ConfigError, match=r"q width 576, k/v width 192 per rollout TP rank \(TP=1\): set actor_"
+    ) as caught:
+        check((*FP8_ROLLOUT, BLOCK), hf_config=SMOLLM2_135M)  # on whole 16s, not on whole 128-blocks
+    assert caught.value.key == fp8.SCALES_KEY and "fp8_scales=tensor" in str(caught.value)
     odd = dict(QWEN3_8B, hidden_size=4100)
     edge = dict(QWEN3_8B, hidden_size=4096 + 16)  # the input's last 128-block is partial: its own scale, no split
-    check(FP8_ROLLOUT, hf_config=edge)
+    check((*FP8_ROLLOUT, BLOCK), hf_config=edge)
     check((FP8_TRAINING,), hf_config=edge)
-    with pytest.raises(ConfigError, match="hidden_size 4100 per rollout TP rank"):
-        check(FP8_ROLLOUT, hf_config=odd)
+    for scales in (BLOCK, TENSOR):  # FP8 GEMMs take whole 16s in either layout
+        with pytest.raises(ConfigError, match="hidden_size 4100 per rollout TP rank") as caught:
+            check((*FP8_ROLLOUT, scales), hf_config=odd)
+        assert caught.value.key == fp8.ROLLOUT_KEY
     with pytest.raises(ConfigError, match=r"hidden_size 4100 per TP rank \(TP=1\): drop \+actor_rollout_ref"):
         check((FP8_TRAINING,), hf_config=odd)
-    check(FP8_ROLLOUT, rollout_tp=16)  # 2 heads a rank (q 256) and the 8 KV heads replicated (k/v 128): whole
+    check((*FP8_ROLLOUT, BLOCK), rollout_tp=16)  # 2 heads a rank (q 256) and the 8 KV heads replicated: whole
     llama2_7b = dict(QWEN3_8B, num_key_value_heads=32, intermediate_size=11008)
-    check(FP8_ROLLOUT, hf_config=llama2_7b, rollout_tp=2)
-    with pytest.raises(ConfigError, match=r"MLP width 2752 per rollout TP rank \(TP=4\): lower actor_rollout"):
-        check(FP8_ROLLOUT, hf_config=llama2_7b, rollout_tp=4)
+    check((*FP8_ROLLOUT, BLOCK), hf_config=llama2_7b, rollout_tp=2)
+    check(FP8_ROLLOUT, hf_config=llama2_7b, rollout_tp=4)  # auto: per-tensor there
+    with pytest.raises(ConfigError, match=r"MLP width 2752 per rollout TP rank \(TP=4\): set actor_rollout"):
+        check((*FP8_ROLLOUT, BLOCK), hf_config=llama2_7b, rollout_tp=4)
     moe = dict(QWEN3_8B, moe_intermediate_size=768)
     with pytest.raises(ConfigError, match=r"expert MLP width 96 per rollout TP rank \(TP=8\)"):
-        check(FP8_ROLLOUT, hf_config=moe, rollout_tp=8)
+        check((*FP8_ROLLOUT, BLOCK), hf_config=moe, rollout_tp=8)
 
 
 def test_devices(monkeypatch):
