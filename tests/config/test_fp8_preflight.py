@@ -7,6 +7,12 @@ checks on SmolLM2's shape."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +22,10 @@ from dagrl.config.load import compose
 from dagrl.config.preflight import fp8
 from dagrl.config.tree import Cfg
 from dagrl.placement import ParallelLayout
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import fp8_learn  # noqa: E402 - after the sys.path insert above
 
 FP8_ROLLOUT = (
     "actor_rollout_ref.rollout.name=vllm",
@@ -135,3 +145,43 @@ def test_devices(monkeypatch):
     with pytest.raises(ConfigError, match="local layer spec, which has none: pip install transformer_engine"):
         fp8.check_fp8_devices(training)
     fp8.check_fp8_devices(rollout)  # the rollout half needs no TransformerEngine
+
+
+def test_fp8_learn_arms_pass_the_input_checks_on_smollm2s_shape(tmp_path, tiny_data):
+    """benchmarks/fp8_learn.py's arms, as its script composes them (DAGRL_DRY_RUN), pass pre-flight on a model of
+    SmolLM2-135M's widths (one layer), its FP8 arms on per-tensor scales."""
+    import transformers
+    import yaml
+
+    from dagrl.config.validate import preflight
+    from tests.helpers import make_tiny_tokenizer
+
+    model, data = tmp_path / "model", tmp_path / "data"
+    vocab = len(make_tiny_tokenizer(str(model)))
+    config = transformers.LlamaConfig(**SMOLLM2_135M, num_hidden_layers=1, vocab_size=vocab, tie_word_embeddings=True)
+    transformers.LlamaForCausalLM(config).save_pretrained(model)
+    data.mkdir()
+    for split in ("train", "test"):
+        shutil.copy(tiny_data[split], data / f"{split}.parquet")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **{"DAGRL_DRY_RUN": "1", "MODEL_PATH": str(model), "DATA_DIR": str(data), "NGPUS": "1"},
+        "CKPT_DIR": str(tmp_path / "ckpt"),
+    }
+    arms = fp8_learn.arms(fp8_learn.parse(["--out", str(tmp_path)]))
+    arms["fp8_tis_block"] = [*arms["fp8_tis"], BLOCK]  # the checks ran: block scales on these widths are refused
+    for name, overrides in arms.items():
+        command = ["bash", str(ROOT / fp8_learn.parse(["--out", "x"]).script), *overrides, "--resolve"]
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        cfg = Cfg(yaml.safe_load(proc.stdout))
+        if name == "fp8_tis_block":
+            with pytest.raises(ConfigError, match=r"fp8_scales=block: .* q width 576, k/v width 192 per rollout"):
+                preflight(cfg, world_size=1)
+            continue
+        preflight(cfg, world_size=1)  # the input checks a launch makes (world_size: not this machine's vLLM)
+        rollout = cfg.actor_rollout_ref.rollout
+        assert (rollout.quantization, rollout.fp8_scales) == ((None, "auto") if name == "bf16" else ("fp8", "auto"))
+        if rollout.quantization:
+            assert fp8.scale_layout(rollout.fp8_scales, json.loads((model / "config.json").read_text()), 1) == "tensor"
