@@ -249,6 +249,23 @@ def test_a_kernel_that_repacks_a_weight_is_refused_by_name(fake_vllm):
         fp8_vllm.process_in_place(layer, "o_proj")
 
 
+def test_a_per_tensor_kernel_keeps_the_form_it_first_took():
+    layer = FakePerTensorModel().model.layers[0].self_attn.qkv_proj
+    fp8_vllm.process_in_place(layer, "qkv_proj", reshapes=True)  # the engine's first: transposed weight, one scale
+    first = layer.weight
+    with fp8_vllm.in_place_replace():
+        fp8_vllm.process_in_place(layer, "qkv_proj", reshapes=True)
+    assert layer.weight is first and layer.processed == 2
+
+    class Regrouping(Fp8LinearMethod):  # a later result of yet another form: the kernel's tensors could not follow
+        def process_weights_after_loading(self, layer):
+            layer.weight_scale = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+
+    layer.quant_method = Regrouping()
+    with pytest.raises(RuntimeError, match=r"rewrote qkv_proj.weight_scale as \(\(2,\)"):
+        fp8_vllm.process_in_place(layer, "qkv_proj", reshapes=True)
+
+
 def test_a_method_guarded_to_run_once_runs_again_each_sync():
     layer = fp8_linear((128, 128))
 
