@@ -8,8 +8,8 @@ usage: python3 benchmarks/fp8_learn.py --out DIR [--arms bf16,fp8_tis,fp8_mis] [
 Each arm runs the --script (vLLM rollout, which keeps the rollout's log-probs) for --steps steps, in
 DIR/<arm>_seed<S>/:
   bf16     the script as it is
-  fp8_tis  block-FP8 rollout weights (actor_rollout_ref.rollout.quantization=fp8) with token-level truncated
-           importance sampling at --tis-cap (verl's FP8 recipe)
+  fp8_tis  FP8 rollout weights (actor_rollout_ref.rollout.quantization=fp8; per-tensor scales on SmolLM2's widths)
+           with token-level truncated importance sampling at --tis-cap (verl's FP8 recipe)
   fp8_mis  FP8 rollout without TIS: sequences whose rollout/trainer ratio leaves [--mis-low, --mis-high] are masked
            instead (an FP8 rollout with no correction at all is refused by pre-flight, so this is the arm without TIS)
 The gap column (mean |rollout - trainer| log-prob of the sampled tokens) shows what FP8 adds to the mismatch; the

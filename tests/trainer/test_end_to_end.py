@@ -34,6 +34,7 @@ VLLM_KEYS = {
         "enable_prefix_caching",
         "enforce_eager",
         "engine_kwargs.vllm",
+        "fp8_scales",
         "free_cache_engine",
         "kv_cache_dtype",
         "max_num_batched_tokens",

@@ -1,4 +1,4 @@
-"""Pre-flight of FP8: the rollout's (actor_rollout_ref.rollout.quantization=fp8, vLLM's block-FP8 layers) and the
+"""Pre-flight of FP8: the rollout's (actor_rollout_ref.rollout.quantization=fp8, vLLM's FP8 layers) and the
 actor's (override_transformer_config.fp8, TransformerEngine's FP8 GEMMs). `check_fp8` needs the config and the
 model's config.json; `check_fp8_devices` needs this machine's GPU, so it runs where the run trains
 (dagrl/launch/start_checks.py: a Ray driver or dagrl.plan may have none), still before any model is built.
@@ -19,6 +19,7 @@ from dagrl.config.tree import Cfg
 from dagrl.placement import ParallelLayout
 
 ROLLOUT_KEY = "actor_rollout_ref.rollout.quantization"
+SCALES_KEY = "actor_rollout_ref.rollout.fp8_scales"
 TRAIN_KEY = f"{OVERRIDES}.fp8"
 GEMM_MULTIPLE = 16  # FP8 tensor-core GEMMs (cuBLASLt, TE, CUTLASS) take dimensions in whole 16s
 BLOCK = 128  # vLLM's weight_block_size, both sides
@@ -77,6 +78,20 @@ def _off_grid(widths: Widths | None, multiple: int, split_only: bool = False) ->
     return ", ".join(bad) or None
 
 
+def block_misfit(hf_config: dict, rollout_tp: int) -> str | None:
+    """The widths per rollout TP rank that vLLM's block-FP8 layers cannot split at 128-block edges, said; None
+    where every one lands on whole blocks (or config.json lacks the sizes)."""
+    return _off_grid(Widths.of(hf_config, rollout_tp), BLOCK, split_only=True)
+
+
+def scale_layout(choice: str, hf_config: dict, rollout_tp: int) -> str:
+    """actor_rollout_ref.rollout.fp8_scales resolved: `auto` is block where every width takes 128-blocks, else
+    tensor (SmolLM2-135M's q width 576 does not; Qwen3-8B's widths do at rollout TP 1 to 16)."""
+    if choice != "auto":
+        return choice
+    return "tensor" if block_misfit(hf_config, rollout_tp) else "block"
+
+
 def check_fp8(cfg: Cfg, hf_config: dict, parallel: ParallelLayout, rollout_tp: int) -> None:
     """The first reason this config's FP8 cannot run (one line: a later one often follows from the first)."""
     rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
@@ -111,13 +126,13 @@ def check_fp8(cfg: Cfg, hf_config: dict, parallel: ParallelLayout, rollout_tp: i
             f"{ROLLOUT_KEY}=fp8: FP8 GEMMs take widths in whole {GEMM_MULTIPLE}s and this model has {bad} per "
             f"rollout TP rank (TP={rollout_tp}): set {ROLLOUT_KEY}=null",
         )
-        bad = _off_grid(widths, BLOCK, split_only=True)
+        bad = block_misfit(hf_config, rollout_tp)
         require(
-            bad is None,
-            ROLLOUT_KEY,
-            f"{ROLLOUT_KEY}=fp8: vLLM's block-FP8 layers split q/k/v and gate/up (and TP shards) at {BLOCK}-wide "
-            f"blocks and this model has {bad} per rollout TP rank (TP={rollout_tp}): lower actor_rollout_ref."
-            f"rollout.tensor_model_parallel_size if a smaller TP lands on whole blocks, else set {ROLLOUT_KEY}=null",
+            rollout.fp8_scales != "block" or bad is None,
+            SCALES_KEY,
+            f"{SCALES_KEY}=block: vLLM's block-FP8 layers split q/k/v and gate/up (and TP shards) at {BLOCK}-wide "
+            f"blocks and this model has {bad} per rollout TP rank (TP={rollout_tp}): set {SCALES_KEY}=tensor (one "
+            f"scale per weight matrix; auto picks it for such a model), or a rollout TP that lands on whole blocks",
         )
     if train_fp8(cfg):
         tp = parallel.tensor_model_parallel_size

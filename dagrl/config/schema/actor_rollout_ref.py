@@ -9,7 +9,7 @@ from dagrl.algo.catalog import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from dagrl.config.schema.lora import Lora
 from dagrl.config.schema.megatron import Megatron
 from dagrl.config.schema.optim import Optim
-from dagrl.config.schema.rollout import kv_cache_dtype_key, quantization_key
+from dagrl.config.schema.rollout import fp8_scales_key, kv_cache_dtype_key, quantization_key
 from dagrl.config.schema.router_replay import RouterReplay, rollout_routing_replay_key
 from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
 from dagrl.config.schema.spec import (
@@ -315,6 +315,7 @@ class Rollout(Section):
     )
     enable_rollout_routing_replay: bool = rollout_routing_replay_key()
     quantization: str | None = quantization_key()
+    fp8_scales: str = fp8_scales_key()
     kv_cache_dtype: str = kv_cache_dtype_key()
     engine_kwargs: EngineKwargs = section(EngineKwargs, "extra engine arguments per backend, passed through as given")
     log_prob_micro_batch_size_per_gpu: int = key(16, "responses per forward when computing old log-probs", POSITIVE_INT)

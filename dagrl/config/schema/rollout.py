@@ -1,5 +1,6 @@
 """The rollout section: each key's type, default, range, choices and doc (conf/rollout/default.yaml is written from
-it); and the declarations of actor_rollout_ref.rollout's FP8 keys (quantization, kv_cache_dtype; docs/fp8.md)."""
+it); and the declarations of actor_rollout_ref.rollout's FP8 keys (quantization, fp8_scales, kv_cache_dtype;
+docs/fp8.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from dagrl.config.schema.spec import POSITIVE_INT, Section, key
 
 QUANTIZATIONS = (None, "fp8")
+FP8_SCALES = ("auto", "block", "tensor")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
 
 
@@ -26,9 +28,20 @@ def quantization_key() -> Any:
     """actor_rollout_ref.rollout.quantization (verl's name and values)."""
     return key(
         None,
-        "vLLM: null = the rollout dtype | fp8 = block-FP8 weights (128x128 scales, dynamic activations) quantized "
+        "vLLM: null = the rollout dtype | fp8 = FP8 weights (scales: fp8_scales; dynamic activations) quantized "
         "at each sync, served by vLLM's FP8 kernels (Hopper or newer; docs/fp8.md); needs a TIS or MIS correction",
         choices=QUANTIZATIONS,
+    )
+
+
+def fp8_scales_key() -> Any:
+    """actor_rollout_ref.rollout.fp8_scales: the FP8 weights' scale layout (dagrl/engine/rollout/fp8.py)."""
+    return key(
+        "auto",
+        "quantization=fp8's weight scales: block = one per 128x128 block | tensor = one per weight matrix "
+        "(coarser: its largest entry sets every entry's scale) | auto = block where every width per rollout TP rank "
+        "is in whole 128-blocks, else tensor",
+        choices=FP8_SCALES,
     )
 
 

@@ -5,7 +5,7 @@ no engine subprocess), reusing the job's process group: consecutive ranks form o
 rollout layout the trainer shards prompts by. Weights arrive as full HF-named tensors from the actor's
 `export_weights()` stream. The first sync passes them through the model's `load_weights` (vLLM narrows them to its
 TP shard) and records what it copied; later syncs replay those copies (load_plan.py). With
-rollout.quantization=fp8 the engine has block-FP8 layers and each sync quantizes on the way in (fp8.py, fp8_vllm.py).
+rollout.quantization=fp8 the engine has FP8 layers and each sync quantizes on the way in (fp8.py, fp8_vllm.py).
 Measured (vLLM 0.26.0, 2 x H200): the in-process load of full HF-named GPU tensors runs at ~700 GB/s (8.8 GB in
 12.6 ms), and sleep(level=1) frees ~42 GiB per GPU at gpu_memory_utilization=0.3 for the trainer to use.
 """
@@ -62,7 +62,8 @@ class VLLMRolloutSpec:
     # > 0: built with one LoRA adapter slot of this rank (adapter-only sync); it then sleeps keeping its weights
     lora_rank: int = 0
     cache_root: str | None = None  # VLLM_CACHE_ROOT for this engine; None = the environment's (or ~/.cache/vllm)
-    quantization: str | None = None  # fp8: block-FP8 layers; each sync sends FP8 weights + scales (fp8.py)
+    quantization: str | None = None  # fp8: FP8 layers; each sync sends FP8 weights + scales (fp8.py)
+    fp8_scales: str = "block"  # their scale layout, resolved (block | tensor; preflight/fp8.py's scale_layout)
     kv_cache_dtype: str = "auto"  # fp8, fp8_e4m3: the KV cache in FP8
     bucket_bytes: int = 512 << 20  # an FP8 sync's buckets, counted in the bytes it sends
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -129,7 +130,9 @@ class VLLMRollout:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         if spec.record_routes:
             kwargs["enable_return_routed_experts"] = True
-        kwargs.update(fp8.engine_kwargs(spec.quantization, spec.kv_cache_dtype, kwargs.get("hf_overrides", {})))
+        kwargs.update(
+            fp8.engine_kwargs(spec.quantization, spec.kv_cache_dtype, kwargs.get("hf_overrides", {}), spec.fp8_scales)
+        )
         if spec.lora_rank:
             kwargs.update(vllm_lora.lora_engine_kwargs(spec.lora_rank))
         user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
@@ -138,7 +141,11 @@ class VLLMRollout:
         kwargs.update(user)
         start = time.perf_counter()
         try:
-            with ProcessRngGuard(), inspect_model_in_process(), fp8_vllm.in_place_processing(spec.quantization):
+            with (
+                ProcessRngGuard(),
+                inspect_model_in_process(),
+                fp8_vllm.in_place_processing(spec.quantization, spec.fp8_scales),
+            ):
                 self.llm = LLM(**kwargs)
         except (torch.cuda.OutOfMemoryError, ValueError) as err:
             if isinstance(err, ValueError) and not any(w in str(err).lower() for w in ("memory", "cache", "kv")):
@@ -150,7 +157,7 @@ class VLLMRollout:
             ) from err
         logger.info("vLLM engine up in %.1f s (TP=%d)", time.perf_counter() - start, spec.tensor_parallel_size)
         self.model = self.llm.llm_engine.model_executor.driver_worker.worker.get_model()
-        self.fp8 = fp8_vllm.Fp8Layers(self.model) if spec.quantization else None
+        self.fp8 = fp8_vllm.Fp8Layers(self.model, spec.fp8_scales) if spec.quantization else None
         # vLLM's FusedMoE keeps expert weights in a `routed_experts` submodule, but its loaders report them under
         # the layer's name (experts.w13_weight): compare under the reported names.
         self._vllm_params = {_reported_name(name) for name, _ in self.model.named_parameters()}
@@ -211,8 +218,8 @@ class VLLMRollout:
         refuse_in_flight(len(self._progress), "load_weights")
         torch.cuda.synchronize()
         start, nbytes, loaded = time.perf_counter(), 0, set()
-        if self.fp8 is not None:  # FP8 weights + block scales, re-bucketed by the bytes they take
-            buckets = fp8.quantized_buckets(buckets, self.spec.bucket_bytes)
+        if self.fp8 is not None:  # FP8 weights + scales, re-bucketed by the bytes they take
+            buckets = self.fp8.incoming(buckets, self.spec.bucket_bytes)
         for bucket in buckets:
             for name, tensor in bucket:
                 self.manifest.check(name, tensor)
@@ -352,6 +359,7 @@ def vllm_spec(setup: RolloutSetup) -> VLLMRolloutSpec:
         lora_rank=vllm_lora.adapter_rank(setup.cfg),
         cache_root=vllm_cache_root(setup.cfg),
         quantization=rollout.quantization,
+        fp8_scales=fp8.resolved_layout(rollout.fp8_scales, rollout.quantization, setup.model_path, shape.rollout_tp),
         kv_cache_dtype=rollout.kv_cache_dtype,
         bucket_bytes=int(rollout.update_weights_bucket_megabytes) << 20,
         engine_kwargs=rollout.engine_kwargs.vllm.to_dict(),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dagrl.engine.rollout.fp8 import SCALE_SUFFIX, is_quantized, scale_shape
+from dagrl.engine.rollout.fp8 import scale_shape_of
 
 
 def read_safetensors_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
@@ -41,9 +41,8 @@ class WeightManifest:
 
     def check(self, name: str, tensor: torch.Tensor) -> None:
         expected = self.shapes.get(name)
-        weight = self.shapes.get(name.removesuffix(SCALE_SUFFIX)) if name.endswith(SCALE_SUFFIX) else None
-        if expected is None and weight is not None and is_quantized(name.removesuffix(SCALE_SUFFIX), weight):
-            expected = scale_shape(weight)  # an FP8 rollout's block scale, beside its weight
+        if expected is None:  # an FP8 rollout's scale, beside its weight
+            expected = scale_shape_of(name, self.shapes)
         if expected is None:
             raise KeyError(f"weight sync sent {name!r}, which {self.model_dir} does not have")
         if tuple(tensor.shape) != expected:
