@@ -107,6 +107,12 @@ INERT = (
         )
     ),
     Inert(
+        f"{R}.fp8_scales",
+        lambda c: c.get(f"{R}.quantization") is not None,
+        f"{R}.quantization=null (the rollout's weights stay bf16)",
+        f"set {R}.quantization=fp8",
+    ),
+    Inert(
         f"{D}.distillation_loss_coef",
         lambda c: not _off(c.get("distillation.enabled")) and not _off(c.get(f"{D}.use_task_rewards")),
         lambda c: (

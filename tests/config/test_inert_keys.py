@@ -52,6 +52,11 @@ def test_settings_that_apply_or_are_zeroed_pass(overrides):
             "do_sample=true",
         ),
         (
+            ("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.fp8_scales=tensor"),
+            "actor_rollout_ref.rollout.fp8_scales",
+            "quantization=fp8",
+        ),
+        (
             ("distillation.distillation_loss.distillation_loss_coef=2",),
             "distillation.distillation_loss.distillation_loss_coef",
             "dag=opd",
