@@ -1,5 +1,6 @@
 # dagrl.doctor on one GPU with the vLLM rollout (run.sh sources it): SmolLM2-135M-Instruct, random models of each
-# dense family ($FAMILIES, 4 layers of the 0.5b preset, SmolLM2's tokenizer), a planted mapping error
+# dense family ($FAMILIES, 4 layers of the 0.5b preset, SmolLM2's tokenizer) and MoE family ($MOE_FAMILIES,
+# family:preset, 2 layers), a planted mapping error
 # (tests/doctor/planted.py: layer 1's q/k rows in rotary-interleaved order; the doctor must exit 1 and name layer 1)
 # and the Qwen3-1.7B shape whole, timed. Each report in $O/NAME.log; $ROLLOUT (vllm) picks the rollout.
 DOCTOR="actor_rollout_ref.rollout.name=${ROLLOUT:-vllm} data.train_files=$DATA/train.parquet
@@ -13,6 +14,13 @@ step planted python3 -m torch.distributed.run --nproc-per-node 1 tests/doctor/pl
   actor_rollout_ref.model.path=$MODEL $DOCTOR
 for family in ${FAMILIES:-llama qwen2 qwen3 mistral}; do
   step init_$family python3 scripts/init_random_model.py --family $family --size 0.5b --num-layers 4 \
+    --out /tmp/doctor_$family --tokenizer $MODEL --device cuda
+  step $family python3 -m dagrl.doctor actor_rollout_ref.model.path=/tmp/doctor_$family $DOCTOR
+  rm -rf /tmp/doctor_$family
+done
+for entry in ${MOE_FAMILIES:-qwen3_moe:30b-a3b mixtral:8x7b}; do
+  family=${entry%%:*}
+  step init_$family python3 scripts/init_random_model.py --family $family --size ${entry#*:} --num-layers 2 \
     --out /tmp/doctor_$family --tokenizer $MODEL --device cuda
   step $family python3 -m dagrl.doctor actor_rollout_ref.model.path=/tmp/doctor_$family $DOCTOR
   rm -rf /tmp/doctor_$family
