@@ -67,12 +67,3 @@ def round_trip_model(model, model_path: str, scales: str, export_dtype: torch.dt
         target.copy_(round_trip(exported, scales))
         replaced.append(name)
     return replaced
-
-
-def load_floor_model(model_path: str, dtype: torch.dtype, device: torch.device, scales: str, export_dtype):
-    """HF in the rollout's dtype with the FP8 rollout's weights."""
-    from dagrl.doctor.probe import load_hf
-
-    model = load_hf(model_path, dtype, device)
-    round_trip_model(model, model_path, scales, export_dtype)
-    return model

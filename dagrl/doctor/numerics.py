@@ -147,10 +147,10 @@ def diagnose(
     actor_floor = NAMES[actor_dtype]
     rollout_floor = fp8.NAME if quantized else NAMES[rollout_dtype]
     rollout_name = f"{NAMES[rollout_dtype]}, fp8 {fp8_layout} scales" if quantized else NAMES[rollout_dtype]
-    held = {"factor": fp8.FACTOR if quantized else FACTOR}
+    rollout_factor = fp8.FACTOR if quantized else FACTOR
 
-    def held_to(name: str) -> dict:  # names the floors only when the run has two kinds
-        return {"held_to": name} if quantized else {}
+    def named(floor: str) -> str | None:  # the report names each pair's floor when the run has two kinds
+        return floor if quantized else None
 
     pairs = [
         PairGap(
@@ -158,23 +158,23 @@ def diagnose(
             f"actor ({actor_floor}) vs HF fp32",
             *gap(actor_lp, ref_lp),
             floors[actor_floor],
-            **held_to(actor_floor),
+            held_to=named(actor_floor),
         ),
         PairGap(
             "rollout_vs_hf",
             f"rollout ({rollout_name}) vs HF fp32",
             *gap(probe.rollout_log_probs, ref_lp),
             floors[rollout_floor],
-            **held,
-            **held_to(rollout_floor),
+            rollout_factor,
+            named(rollout_floor),
         ),
         PairGap(
             "rollout_vs_actor",
             "rollout vs actor",
             *gap(probe.rollout_log_probs, actor_lp),
             floors[actor_floor] + floors[rollout_floor],
-            **held,
-            **held_to(f"{actor_floor} + {rollout_floor}"),
+            rollout_factor,
+            named(f"{actor_floor} + {rollout_floor}"),
         ),
     ]
     pairs = _same_on_every_rank(pairs)  # one verdict on every rank
@@ -183,25 +183,26 @@ def diagnose(
     for side, pair in zip(sides, pairs):
         if not pair.exceeds:
             continue
-        lp, dtype = sides[side]
-        row = _same_on_every_rank(int((lp - ref_lp).abs().mean(dim=1).argmax()))  # the prompt showing it most
-        _, ref_stages = probes.hf_log_probs(reference, probe, row)
-        fp8_side = quantized and side == "rollout"
-        floor_model = load(dtype, quantized=True) if fp8_side else load(FLOOR_DTYPE[dtype])
-        _, floor_stages = probes.hf_log_probs(floor_model, probe, row)
-        del floor_model
-        if side == "actor":
-            if actor.spec.layout.context_parallel_size > 1:
-                diagnosis.notes.append("the actor's stages are not compared under context parallelism")
-                continue
-            got = actor_stages(actor, probe, row)
-        elif isinstance(rollout, HFRollout):  # an HF model in this process, run the reference's way
-            _, got = probes.hf_log_probs(rollout.model, probe, row)
-        else:  # vLLM's layers need its own forward context (and return the residual apart): not run from here
+        if side == "actor" and actor.spec.layout.context_parallel_size > 1:
+            diagnosis.notes.append("the actor's stages are not compared under context parallelism")
+            continue
+        if side == "rollout" and not isinstance(rollout, HFRollout):
+            # vLLM's layers need its own forward context (and return the residual apart): not run from here
             diagnosis.notes.append(
                 f"the {type(rollout).__name__}'s hidden states are not compared: read the export lines above"
             )
             continue
+        lp, dtype = sides[side]
+        row = _same_on_every_rank(int((lp - ref_lp).abs().mean(dim=1).argmax()))  # the prompt showing it most
+        _, ref_stages = probes.hf_log_probs(reference, probe, row)
+        fp8_side = quantized and side == "rollout"  # its floor model: the FP8 round trip's
+        floor_model = load(dtype, quantized=True) if fp8_side else load(FLOOR_DTYPE[dtype])
+        _, floor_stages = probes.hf_log_probs(floor_model, probe, row)
+        del floor_model
+        if side == "actor":
+            got = actor_stages(actor, probe, row)
+        else:  # an HF model in this process, run the reference's way
+            _, got = probes.hf_log_probs(rollout.model, probe, row)
         gaps = compare(got, ref_stages, floor_stages)
         first = first_divergent(gaps, pair.factor, pair.factor * RESOLUTION[dtype])
         where = first.stage if first is not None else OUTPUT_STAGE
