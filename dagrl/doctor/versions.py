@@ -64,8 +64,13 @@ def _below(version: Version | None, bound: str) -> bool:
     return version is not None and version < Version(bound)
 
 
-FP8_CAPABILITY = (8, 9)  # Ada, Hopper and newer have FP8 tensor cores (preflight/fp8.py's MIN_CAPABILITY)
 FP8_OFF = "set actor_rollout_ref.rollout.quantization=null"
+
+
+def _without_fp8_cores(env: Env, needs: set[str]) -> bool:
+    from dagrl.config.preflight.fp8 import MIN_CAPABILITY
+
+    return "fp8" in needs and env.capability is not None and env.capability < MIN_CAPABILITY
 
 
 def _megatron_unsupported(env: Env, needs: set[str]) -> bool:
@@ -137,7 +142,7 @@ KNOWN_BAD = (
         f"run on an Ada, Hopper or newer GPU, or {FP8_OFF}",
     ),
     Incompatible(
-        lambda env, needs: "fp8" in needs and env.capability is not None and env.capability < FP8_CAPABILITY,
+        _without_fp8_cores,
         "the {gpu} (compute capability {capability}) has no FP8 tensor cores (8.9 or newer: Ada, Hopper, Blackwell)",
         f"{FP8_OFF} on this GPU, or use an Ada, Hopper or newer GPU",
     ),
