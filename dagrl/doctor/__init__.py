@@ -5,9 +5,9 @@ It composes the config and runs pre-flight exactly as dagrl.main_dag does (a bad
 exit 2), checks the install against dagrl/doctor/versions.py (a known-bad combination: one line each, exit 2),
 then builds the run's Megatron actor (its TP/PP/VPP/EP, from model.path) and its rollout engine, syncs the weights
 for real and compares log-probs and hidden states (dagrl/doctor/numerics.py). Launch it as the run is launched
-(torchrun for more than one process). Exit 0: the weights map exactly and every gap is within the floor; 1: a
-finding, named in the verdict line. `trainer.parity_check=true` runs the numerics inside a run before step 1 and
-logs them as `doctor/...` metrics.
+(torchrun for more than one process). Exit 0: the weights map exactly (an FP8 rollout's: within its rounding) and
+every gap is within its floor; 1: a finding, named in the verdict line. `trainer.parity_check=true` runs the
+numerics inside a run before step 1 and logs them as `doctor/...` metrics.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def needs(cfg: Cfg) -> set[str]:
     dtypes = (cfg.actor_rollout_ref.actor.megatron.param_dtype, rollout.dtype)
     if any(precision.resolve(dtype) == "bfloat16" for dtype in dtypes):
         used.add("bf16")
+    if rollout.quantization == "fp8":
+        used.add("fp8")
     return used
 
 
@@ -38,11 +40,13 @@ def layout_text(cfg: Cfg, shape) -> str:
         f"TP{layout.tensor_model_parallel_size} PP{layout.pipeline_model_parallel_size}"
         f" VPP{layout.virtual_pipeline_model_parallel_size or 1} CP{layout.context_parallel_size}"
         f" EP{layout.expert_model_parallel_size}, {cfg.actor_rollout_ref.rollout.name} rollout"
+        + (" (fp8)" if cfg.actor_rollout_ref.rollout.quantization == "fp8" else "")
     )
 
 
 def examine(cfg: Cfg, shape, actor, rollout, tokenizer, prompt_tokens: int = 16, response_tokens: int = 16):
     """The numerics of the run's own engines (collective): a Diagnosis."""
+    from dagrl.doctor import fp8
     from dagrl.doctor.numerics import diagnose
     from dagrl.trainer.build import run_dtype
     from dagrl.utils import precision
@@ -60,6 +64,7 @@ def examine(cfg: Cfg, shape, actor, rollout, tokenizer, prompt_tokens: int = 16,
         bucket_bytes,
         prompt_tokens=prompt_tokens,
         response_tokens=response_tokens,
+        fp8_layout=fp8.layout(cfg, shape),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dagrl.doctor import fp8
 from dagrl.doctor.numerics import FACTOR, Diagnosis
 from dagrl.doctor.stages import stage_of
 
@@ -13,6 +14,13 @@ def verdict(diagnosis: Diagnosis) -> str:
     pairs = {pair.key: pair for pair in diagnosis.pairs}
     divergences = {d.side: d for d in diagnosis.divergences}
     weights = diagnosis.weights
+    if diagnosis.ok and fp8.NAME in diagnosis.floors:
+        return (
+            f"the weights map exactly (the FP8 ones within their rounding); the remaining gap is the floor (actor "
+            f"{pairs['actor_vs_hf'].ratio:.1f}x the {pairs['actor_vs_hf'].held_to} floor, rollout "
+            f"{pairs['rollout_vs_hf'].ratio:.1f}x the {fp8.NAME} floor; a finding starts at {FACTOR:g}x, "
+            f"{fp8.FACTOR:g}x for the FP8 rollout's pairs)"
+        )
     if diagnosis.ok:
         return (
             f"the weights map exactly; the remaining gap is the floor (actor {pairs['actor_vs_hf'].ratio:.1f}x, "
@@ -42,10 +50,16 @@ def render(diagnosis: Diagnosis, layout: str) -> str:
         "  floor (HF in the dtype vs HF fp32; fp32: vs fp64): "
         + ", ".join(f"{dtype} {value:.3g}" for dtype, value in diagnosis.floors.items())
     )
+    if fp8.NAME in diagnosis.floors:
+        lines.append(
+            f"  {fp8.NAME} floor: HF in the rollout's dtype with every weight the sync quantizes as its FP8 round "
+            "trip, vs HF fp32 (the weights' rounding only; vLLM also quantizes activations)"
+        )
     for pair in diagnosis.pairs:
         flag = "  <- past the floor" if pair.exceeds else ""
+        held = f"x the {pair.held_to} floor, a finding past {pair.factor:g}x" if pair.held_to else "x floor"
         lines.append(
-            f"  {pair.pair}: mean {pair.mean:.3g}, max {pair.max:.3g} per token ({pair.ratio:.1f}x floor){flag}"
+            f"  {pair.pair}: mean {pair.mean:.3g}, max {pair.max:.3g} per token ({pair.ratio:.1f}{held}){flag}"
         )
     weights = diagnosis.weights
     worst = max(weights.max_diff.values(), default=0.0)
@@ -53,14 +67,21 @@ def render(diagnosis: Diagnosis, layout: str) -> str:
         f"  export vs checkpoint: {len(weights.max_diff)} tensors compared, max abs difference {worst:.3g}"
         + ("" if weights.exact else f"; {len(weights.differing)} differ")
     )
+    if weights.rounded:  # an FP8 rollout's weights: their round trip, within its rounding (weights.fp8_rounding)
+        lines.append(
+            f"    of which {len(weights.rounded)} FP8 weights as their round trip: at most "
+            f"{max(weights.rounded.values()):.2f} of the rounding their scales allow (above 1: not the checkpoint's)"
+        )
     for name, diff in weights.differing[:SHOWN]:
         lines.append(f"    {name}: max abs difference {diff:.3g}")
     for name in weights.missing[:SHOWN]:
         lines.append(f"    {name}: in the checkpoint, not exported")
     for name in weights.extra[:SHOWN]:
         lines.append(f"    {name}: exported, not in the checkpoint")
+    factors = {pair.key: pair.factor for pair in diagnosis.pairs}
     for divergence in diagnosis.divergences:
-        lines.append(f"  {divergence.side}: first stage past {FACTOR:g}x its floor: {divergence.where}")
+        factor = factors.get(f"{divergence.side}_vs_hf", FACTOR)
+        lines.append(f"  {divergence.side}: first stage past {factor:g}x its floor: {divergence.where}")
         for gap in divergence.gaps:
             lines.append(f"    {gap.stage}: relative difference {gap.gap:.3g} (floor {gap.floor:.3g})")
         lines += [f"    tensor {tensor}" for tensor in divergence.tensors]

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 # The distributions the doctor reports, by their pip names (the CUDA runtime, driver and GPU come from torch and
 # nvidia-smi).
-PACKAGES = ("torch", "megatron-core", "transformer-engine", "vllm", "transformers", "flash-attn")
+PACKAGES = ("torch", "megatron-core", "transformer-engine", "vllm", "transformers", "flash-attn", "compressed-tensors")
 
 # What CI and the GPU runs install: versions seen working together end to end.
 PINS = {
@@ -24,6 +24,7 @@ PINS = {
         "megatron-core": "0.19.2",
         "transformer-engine": "2.17.1",
         "vllm": "0.26.0",
+        "compressed-tensors": "0.17.0",  # vLLM's FP8 path imports it (benchmarks/device/lock.txt)
         "transformers": "5",
     },
 }
@@ -61,6 +62,15 @@ def _series(version: Version | None, series: str) -> bool:
 
 def _below(version: Version | None, bound: str) -> bool:
     return version is not None and version < Version(bound)
+
+
+FP8_OFF = "set actor_rollout_ref.rollout.quantization=null"
+
+
+def _without_fp8_cores(env: Env, needs: set[str]) -> bool:
+    from dagrl.config.preflight.fp8 import MIN_CAPABILITY
+
+    return "fp8" in needs and env.capability is not None and env.capability < MIN_CAPABILITY
 
 
 def _megatron_unsupported(env: Env, needs: set[str]) -> bool:
@@ -120,5 +130,20 @@ KNOWN_BAD = (
         "the {gpu} (compute capability {capability}) has no bfloat16 tensor cores",
         "set actor_rollout_ref.actor.megatron.param_dtype=float32 and actor_rollout_ref.rollout.dtype=float32, "
         "or use an Ampere or newer GPU",
+    ),
+    Incompatible(
+        lambda env, needs: "fp8" in needs and env.versions.get("compressed-tensors") is None,
+        "an FP8 rollout runs vLLM's FP8 path, which imports compressed-tensors, and it is not installed",
+        f'pip install "compressed-tensors=={PINS["GPU kit"]["compressed-tensors"]}" (the GPU kit), or {FP8_OFF}',
+    ),
+    Incompatible(
+        lambda env, needs: "fp8" in needs and env.capability is None,
+        "an FP8 rollout runs vLLM's FP8 kernels on a GPU of compute capability >= 8.9 and this machine has none",
+        f"run on an Ada, Hopper or newer GPU, or {FP8_OFF}",
+    ),
+    Incompatible(
+        _without_fp8_cores,
+        "the {gpu} (compute capability {capability}) has no FP8 tensor cores (8.9 or newer: Ada, Hopper, Blackwell)",
+        f"{FP8_OFF} on this GPU, or use an Ada, Hopper or newer GPU",
     ),
 )

@@ -102,3 +102,38 @@ def test_the_cli_checks_the_environment_only(tiny_model, tiny_data, tmp_path):
         cwd=ROOT,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("dagrl: error: ") and "trainer.nope" in bad.stderr
+
+
+FP8_GPU = changed(GOOD_GPU, versions={"compressed_tensors": KIT["compressed-tensors"]})
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        (GOOD_GPU, "imports compressed-tensors, and it is not installed"),
+        (changed(FP8_GPU, capability=(8, 0), gpu="NVIDIA A100-SXM4-80GB"), "A100-SXM4-80GB (compute capability 8.0)"),
+        (changed(FP8_GPU, capability=None, gpu=None), "on a GPU of compute capability >= 8.9 and this machine has"),
+    ],
+)
+def test_an_fp8_rollout_names_what_it_lacks(env, says):
+    lines = environment.problems(env, {"vllm", "bf16", "fp8"})
+    assert len(lines) == 1 and says in lines[0], lines
+    assert lines[0].startswith("environment: ") and "actor_rollout_ref.rollout.quantization=null" in lines[0]
+    assert environment.problems(env, {"vllm", "bf16"}) == []  # a bf16 rollout needs none of it
+
+
+def test_an_fp8_rollout_on_the_gpu_kit_passes():
+    assert environment.problems(FP8_GPU, {"vllm", "bf16", "fp8"}) == []
+    assert environment.problems(changed(FP8_GPU, capability=(8, 9), gpu="NVIDIA L40S"), {"fp8"}) == []
+    assert environment.untested(FP8_GPU) == []
+
+
+def test_the_run_says_it_needs_fp8():
+    from dagrl.config.tree import Cfg
+    from dagrl.doctor import needs
+
+    def cfg(quantization):
+        rollout = {"name": "vllm", "dtype": "bfloat16", "quantization": quantization}
+        return Cfg({"actor_rollout_ref": {"rollout": rollout, "actor": {"megatron": {"param_dtype": "bfloat16"}}}})
+
+    assert needs(cfg("fp8")) == {"vllm", "bf16", "fp8"} and needs(cfg(None)) == {"vllm", "bf16"}

@@ -27,7 +27,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return {family: model_dir(tmp_path_factory.mktemp(family), family) for family in FAMILIES}
 
 
-def doctor(path: Path, rollout_dtype: torch.dtype = torch.float32):
+def doctor(path: Path, rollout_dtype: torch.dtype = torch.float32, fp8_layout: str | None = None):
     from transformers import AutoTokenizer
 
     from dagrl.engine.base import MegatronEngineSpec
@@ -37,7 +37,17 @@ def doctor(path: Path, rollout_dtype: torch.dtype = torch.float32):
     tokenizer = AutoTokenizer.from_pretrained(path)
     actor = MegatronActorEngine(MegatronEngineSpec(model_path=str(path)))
     rollout = HFRollout(str(path), [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"), rollout_dtype)
-    return diagnose(actor, rollout, tokenizer, str(path), rollout_dtype, 1 << 16, prompt_tokens=8, response_tokens=8)
+    return diagnose(
+        actor,
+        rollout,
+        tokenizer,
+        str(path),
+        rollout_dtype,
+        1 << 16,
+        prompt_tokens=8,
+        response_tokens=8,
+        fp8_layout=fp8_layout,
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
