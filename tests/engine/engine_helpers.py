@@ -1,13 +1,41 @@
-"""Batches, loss functions and comparisons shared by the single- and multi-process engine tests."""
+"""Batches, loss functions and comparisons shared by the single- and multi-process engine tests; an actor engine
+in this process, and scripts/model_merger.py run in it."""
 
 from __future__ import annotations
 
 import socket
+import sys
+from pathlib import Path
 
 import torch
 
 from dagrl.data.batch import Batch
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.models.families import Family, family
+
+ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def actor_engine(path: Path, optim: OptimSpec | None = None, **kwargs):
+    """The Megatron actor engine of the model at `path`, in this process (`kwargs`: MegatronEngineSpec's)."""
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
+
+
+def run_merger(*args: str) -> None:
+    """scripts/model_merger.py with `args`, run in this process (its engine reuses this process's TP1 Megatron
+    state); it must exit 0."""
+    import pytest
+
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    import model_merger
+
+    with pytest.raises(SystemExit) as done:
+        model_merger.main(list(args))
+    assert done.value.code == 0
 
 
 def make_batch(rows: int = 4, prompt_len: int = 6, response_len: int = 5, vocab: int = 128, seed: int = 0) -> Batch:
