@@ -24,9 +24,14 @@ def actor_engine(path: Path, optim: OptimSpec | None = None, **kwargs):
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
-def run_merger(*args: str) -> None:
+def merge_args(local_dir: Path, target_dir: Path, *more: str) -> list[str]:
+    """scripts/model_merger.py's arguments that merge the Megatron checkpoint `local_dir` into `target_dir`."""
+    return ["merge", "--backend", "megatron", "--local_dir", str(local_dir), "--target_dir", str(target_dir), *more]
+
+
+def run_merger(*args: str, code: int = 0) -> None:
     """scripts/model_merger.py with `args`, run in this process (its engine reuses this process's TP1 Megatron
-    state); it must exit 0."""
+    state); it must exit with `code`."""
     import pytest
 
     if str(SCRIPTS) not in sys.path:
@@ -35,7 +40,7 @@ def run_merger(*args: str) -> None:
 
     with pytest.raises(SystemExit) as done:
         model_merger.main(list(args))
-    assert done.value.code == 0
+    assert done.value.code == code
 
 
 def make_batch(rows: int = 4, prompt_len: int = 6, response_len: int = 5, vocab: int = 128, seed: int = 0) -> Batch:

@@ -25,6 +25,7 @@ from engine_helpers import (  # noqa: E402 - after the sys.path insert above
     exported,
     hf_log_probs,
     make_batch,
+    merge_args,
     run_merger,
     sum_loss,
 )
@@ -112,17 +113,7 @@ def test_merged_checkpoint_loads_in_transformers_with_the_engines_log_probs(tiny
     want, want_entropy = actor.compute_log_prob(batch, 2, 1.0, with_entropy=True)
 
     merged = tmp_path / "merged"
-    run_merger(
-        "merge",
-        "--backend",
-        "megatron",
-        "--local_dir",
-        str(tmp_path / "global_step_1"),
-        "--target_dir",
-        str(merged),
-        "--hf_model_path",
-        str(tiny_model),
-    )
+    run_merger(*merge_args(tmp_path / "global_step_1", merged, "--hf_model_path", str(tiny_model)))
     got, got_entropy = hf_log_probs(load_hf(merged), batch)
     assert (got - want).abs().max() <= 1e-5 and (got_entropy - want_entropy).abs().max() <= 1e-5
     assert (merged / "config.json").read_text() == (tiny_model / "config.json").read_text()
@@ -173,23 +164,9 @@ def test_a_checkpoint_of_other_layer_names_is_refused_in_one_line(qwen3, tmp_pat
     torch.save(common, tmp_path / "ckpt" / "common.pt")
     with pytest.raises(ValueError, match="transformer_engine layer spec"):
         actor_engine(qwen3, dist_checkpoint_path=str(tmp_path / "ckpt"))
-    sys.path.insert(0, str(MERGER.parent))
-    import model_merger
-
-    with pytest.raises(SystemExit) as done:
-        model_merger.main(
-            [
-                "merge",
-                "--backend",
-                "megatron",
-                "--local_dir",
-                str(tmp_path / "ckpt"),
-                "--target_dir",
-                str(tmp_path / "out"),
-            ]
-        )
+    run_merger(*merge_args(tmp_path / "ckpt", tmp_path / "out"), code=2)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert done.value.code == 2 and len(lines) == 1 and "TransformerEngine" in lines[0]
+    assert len(lines) == 1 and "TransformerEngine" in lines[0]
 
 
 @pytest.mark.parametrize(
@@ -201,17 +178,7 @@ def test_a_checkpoint_of_other_layer_names_is_refused_in_one_line(qwen3, tmp_pat
 )
 def test_merger_refuses_what_is_not_a_checkpoint_in_one_line(tmp_path, make, message):
     done = subprocess.run(
-        [
-            sys.executable,
-            str(MERGER),
-            "merge",
-            "--backend",
-            "megatron",
-            "--local_dir",
-            str(make(tmp_path)),
-            "--target_dir",
-            str(tmp_path / "out"),
-        ],
+        [sys.executable, str(MERGER), *merge_args(make(tmp_path), tmp_path / "out")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -433,17 +400,7 @@ def test_tp2_checkpoint_merges_into_the_trained_model(engine_world, tmp_path):
     record = torch.load(work_dir / "records.pt")
     merged = tmp_path / "merged"
     done = subprocess.run(
-        [
-            sys.executable,
-            str(MERGER),
-            "merge",
-            "--backend",
-            "megatron",
-            "--local_dir",
-            str(work_dir / "global_step_1" / "actor"),
-            "--target_dir",
-            str(merged),
-        ],
+        [sys.executable, str(MERGER), *merge_args(work_dir / "global_step_1" / "actor", merged)],
         capture_output=True,
         text=True,
         timeout=300,

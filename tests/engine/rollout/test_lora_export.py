@@ -58,7 +58,7 @@ def test_a_lora_checkpoint_merges_to_the_actors_merged_export_and_to_a_peft_dir(
     import peft
 
     from dagrl.engine.lora import LoraSpec
-    from engine_helpers import ADAM, actor_engine, make_batch, run_merger, sum_loss
+    from engine_helpers import ADAM, actor_engine, make_batch, merge_args, run_merger, sum_loss
 
     actor = actor_engine(base_dir, dataclasses.replace(ADAM, lr=1e-2), lora=LoraSpec(rank=4, alpha=8.0))
     for _ in range(2):  # B leaves zero: the adapter changes the model
@@ -66,17 +66,7 @@ def test_a_lora_checkpoint_merges_to_the_actors_merged_export_and_to_a_peft_dir(
     actor.save_checkpoint(str(tmp_path / "ckpt"))
     synced = {name: t for bucket in actor.export_weights(1 << 16) for name, t in bucket}
     for fmt in ("merged", "peft"):
-        run_merger(
-            "merge",
-            "--backend",
-            "megatron",
-            "--local_dir",
-            str(tmp_path / "ckpt"),
-            "--target_dir",
-            str(tmp_path / fmt),
-            "--lora_format",
-            fmt,
-        )
+        run_merger(*merge_args(tmp_path / "ckpt", tmp_path / fmt, "--lora_format", fmt))
     merged = load_hf(tmp_path / "merged")
     for name, tensor in synced.items():
         assert torch.equal(merged.state_dict()[name], tensor), name
