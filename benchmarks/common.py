@@ -75,3 +75,25 @@ def cpu_profile(fn: Callable[[], Any], sort: str, *restrictions: Any) -> str:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats(sort).print_stats(*restrictions)
     return text.getvalue()
+
+
+# ---- the learning benchmarks (opd_learn, moe_learn, lora_learn): their --arms and a run's logged metrics ----------
+GAP = "training/rollout_log_probs_diff_mean"  # the rollout/trainer log-prob gap of the sampled tokens
+
+
+def chosen_arms(arms: str, known: list[str]) -> list[str]:
+    """--arms split at its commas; a name not in `known` exits naming the choices."""
+    chosen = arms.split(",")
+    unknown = set(chosen) - set(known)
+    if unknown:
+        sys.exit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(known)}")
+    return chosen
+
+
+def values_of(directory: Path, key: str) -> list[float]:
+    """One metric's values over the steps of a run's metrics.jsonl (none when it never logged it)."""
+    import json
+
+    path = directory / "ckpt" / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    return [row[key] for row in rows if key in row]

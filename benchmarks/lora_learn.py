@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import GAP, chosen_arms, values_of  # noqa: E402 - after the sys.path inserts above
 from opd_learn import curve, run, spread  # noqa: E402 - the sibling's runner and curve reader
-from moe_learn import GAP, values_of  # noqa: E402 - a run's metric values
 
 SYNC_S, SYNC_GB = "timing_s/weight_sync", "perf/weight_sync_gb"
 
@@ -88,8 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if not args.report:
         overrides = arms(args)
+        names = chosen_arms(args.arms, list(overrides))
         for seed in (int(s) for s in args.seeds.split(",")):
-            for name in args.arms.split(","):
+            for name in names:
                 run(f"{name}_seed{seed}", overrides[name], seed, args)
     print(report(args))
 

@@ -20,7 +20,6 @@ seconds a step (median), and the mean over steps of the rollout/trainer log-prob
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -28,13 +27,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import GAP, ROOT, chosen_arms, values_of  # noqa: E402 - after the sys.path inserts above
 from opd_learn import curve, run, spread  # noqa: E402 - the sibling's runner and curve reader
 
-ROOT = Path(__file__).resolve().parents[1]
 RECORD = ["actor_rollout_ref.rollout.enable_rollout_routing_replay=True"]  # routes recorded: the agreement is logged
 R3 = [*RECORD, "actor_rollout_ref.actor.router_replay.mode=R3"]
 ARMS = {"dense": (False, []), "moe": (True, RECORD), "moe_r3": (True, R3)}  # arm: (upcycled model, overrides)
-GAP, AGREEMENT = "training/rollout_log_probs_diff_mean", "actor/routing_agreement"
+AGREEMENT = "actor/routing_agreement"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -50,13 +50,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--extra", default="", help="overrides added to every arm")
     parser.add_argument("--report", action="store_true")
     return parser.parse_args(argv)
-
-
-def values_of(directory: Path, key: str) -> list[float]:
-    """One metric's values over the steps of a run's metrics.jsonl (none when it never logged it)."""
-    path = directory / "ckpt" / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return [row[key] for row in rows if key in row]
 
 
 def mean_of(directory: Path, key: str) -> float | None:
@@ -95,19 +88,17 @@ def report(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    unknown = set(args.arms.split(",")) - set(ARMS)
-    if unknown:
-        sys.exit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(ARMS)}")
+    arms = chosen_arms(args.arms, list(ARMS))
     dense = os.environ.get("MODEL_PATH", str(Path.home() / "models" / "SmolLM2-135M-Instruct"))
     moe = args.out / "moe_model"
     if not args.report:
-        if any(ARMS[arm][0] for arm in args.arms.split(",")) and not (moe / "config.json").is_file():
+        if any(ARMS[arm][0] for arm in arms) and not (moe / "config.json").is_file():
             command = [sys.executable, "scripts/upcycle_moe.py", dense, str(moe)]
             command += ["--experts", str(args.experts), "--top-k", str(args.top_k)]
             if subprocess.call(command, cwd=ROOT) != 0:
                 sys.exit(f"upcycling {dense} failed")
         for seed in (int(s) for s in args.seeds.split(",")):
-            for arm in args.arms.split(","):
+            for arm in arms:
                 upcycled, overrides = ARMS[arm]
                 run(f"{arm}_seed{seed}", overrides, seed, args, model=str(moe if upcycled else dense))
     table = report(args)

@@ -1,17 +1,9 @@
 """benchmarks/lora_learn.py: each arm's overrides, and its table of held-out accuracy per evaluated step and step
 time read from the runs' metrics.jsonl (a step an arm did not evaluate is a dash)."""
 
-import json
-import sys
-from pathlib import Path
+from tests.benchmarks.learn_runs import assert_unknown_arm_refused, write_run
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import lora_learn  # noqa: E402 - after the sys.path insert above
-
-
-def write_run(directory: Path, rows: list[dict]) -> None:
-    (directory / "ckpt").mkdir(parents=True)
-    (directory / "ckpt" / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+import lora_learn  # after learn_runs, which puts it on sys.path
 
 
 def test_arms_and_the_table(tmp_path):
@@ -29,3 +21,7 @@ def test_arms_and_the_table(tmp_path):
     assert table[0] == "| arm | acc @0 | acc @5 | s/step (median) | sync s | sync MB | gap |"
     assert table[2] == "| lora | 0.100 | 0.400 | 3.0 | 0.250 | 4.2 | 0.030 |"
     assert table[3] == "| top4 | 0.100 | - | 5.0 | - | - | - |"
+
+
+def test_an_unknown_arm_is_refused(tmp_path):
+    assert_unknown_arm_refused(lora_learn, tmp_path, "lora_adapter")

@@ -1,17 +1,9 @@
 """benchmarks/moe_learn.py's table: each arm's held-out curve, step time, log-prob gap and routing agreement read
 from its runs' metrics.jsonl; a metric a run never logged is a dash, not a zero."""
 
-import json
-import sys
-from pathlib import Path
+from tests.benchmarks.learn_runs import assert_unknown_arm_refused, write_run
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import moe_learn  # noqa: E402 - after the sys.path insert above
-
-
-def write_run(directory: Path, rows: list[dict]) -> None:
-    (directory / "ckpt").mkdir(parents=True)
-    (directory / "ckpt" / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+import moe_learn  # after learn_runs, which puts it on sys.path
 
 
 def test_the_table_has_each_arms_curve_gap_and_agreement(tmp_path):
@@ -29,3 +21,7 @@ def test_the_table_has_each_arms_curve_gap_and_agreement(tmp_path):
     assert table[1] == "| arm | step 0 | step 1 | s/step (median) | gap | agreement |"
     assert table[3] == "| dense | 0.100 | 0.300 | 2.00 | - | - |"
     assert table[4] == "| moe_r3 | 0.100 | 0.500 | 5.00 | 0.030 | 0.850 |"
+
+
+def test_an_unknown_arm_is_refused(tmp_path):
+    assert_unknown_arm_refused(moe_learn, tmp_path, "moe_r3")

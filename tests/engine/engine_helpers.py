@@ -1,13 +1,46 @@
-"""Batches, loss functions and comparisons shared by the single- and multi-process engine tests."""
+"""Batches, loss functions and comparisons shared by the single- and multi-process engine tests; an actor engine
+in this process, and scripts/model_merger.py run in it."""
 
 from __future__ import annotations
 
 import socket
+import sys
+from pathlib import Path
 
 import torch
 
 from dagrl.data.batch import Batch
+from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.models.families import Family, family
+
+ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def actor_engine(path: Path, optim: OptimSpec | None = None, **kwargs):
+    """The Megatron actor engine of the model at `path`, in this process (`kwargs`: MegatronEngineSpec's)."""
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
+
+
+def merge_args(local_dir: Path, target_dir: Path, *more: str) -> list[str]:
+    """scripts/model_merger.py's arguments that merge the Megatron checkpoint `local_dir` into `target_dir`."""
+    return ["merge", "--backend", "megatron", "--local_dir", str(local_dir), "--target_dir", str(target_dir), *more]
+
+
+def run_merger(*args: str, code: int = 0) -> None:
+    """scripts/model_merger.py with `args`, run in this process (its engine reuses this process's TP1 Megatron
+    state); it must exit with `code`."""
+    import pytest
+
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    import model_merger
+
+    with pytest.raises(SystemExit) as done:
+        model_merger.main(list(args))
+    assert done.value.code == code
 
 
 def make_batch(rows: int = 4, prompt_len: int = 6, response_len: int = 5, vocab: int = 128, seed: int = 0) -> Batch:

@@ -18,30 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dagrl.engine.base import MegatronEngineSpec, OptimSpec  # noqa: E402 - after the sys.path insert above
 from dagrl.placement import ParallelLayout  # noqa: E402 - after the sys.path insert above
-from engine_helpers import exported, hf_log_probs, make_batch, sum_loss  # noqa: E402 - after the sys.path insert above
+from engine_helpers import (  # noqa: E402 - after the sys.path insert above
+    ADAM,
+    actor_engine,
+    exported,
+    hf_log_probs,
+    make_batch,
+    merge_args,
+    run_merger,
+    sum_loss,
+)
 from tiny_models import load_hf, make_model_dir  # noqa: E402 - after the sys.path insert above
 
-ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
 MERGER = ROOT / "scripts" / "model_merger.py"
 MOE_OPTIMIZERS = {"moe": {}, "moe_distopt": {"use_distributed_optimizer": True}}  # world job: engine kwargs
-
-
-def engine(path: Path, optim: OptimSpec | None = None, **kwargs):
-    from dagrl.engine.megatron.actor import MegatronActorEngine
-
-    return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
-
-
-def merger(*args: str) -> None:
-    """scripts/model_merger.py run in this process (its engine reuses this process's TP1 Megatron state)."""
-    sys.path.insert(0, str(MERGER.parent))
-    import model_merger
-
-    with pytest.raises(SystemExit) as done:
-        model_merger.main(list(args))
-    assert done.value.code == 0
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +45,12 @@ def qwen3(tmp_path_factory) -> Path:
 
 def test_start_from_a_dist_checkpoint_gives_the_saved_model(qwen3, tmp_path):
     batch = make_batch(rows=4)
-    actor = engine(qwen3, ADAM)
+    actor = actor_engine(qwen3, ADAM)
     actor.train_step(batch, sum_loss, 2, 1.0)
     actor.save_checkpoint(str(tmp_path / "ckpt"))
     want, _ = actor.compute_log_prob(batch, 2, 1.0, with_entropy=False)
 
-    started = engine(qwen3, dist_checkpoint_path=str(tmp_path / "ckpt"))  # config from qwen3, weights from ckpt
+    started = actor_engine(qwen3, dist_checkpoint_path=str(tmp_path / "ckpt"))  # config from qwen3, weights from ckpt
     trained = exported(actor)
     assert all(torch.equal(tensor, trained[name]) for name, tensor in exported(started).items())
     got, _ = started.compute_log_prob(batch, 2, 1.0, with_entropy=False)
@@ -72,30 +63,30 @@ def test_save_contents_and_load_contents(qwen3, tmp_path):
     from dagrl.engine.megatron.checkpoint import describe
 
     batch = make_batch(rows=4)
-    weights_only = engine(qwen3, ADAM, save_contents=("model", "hf_model"))
+    weights_only = actor_engine(qwen3, ADAM, save_contents=("model", "hf_model"))
     weights_only.train_step(batch, sum_loss, 2, 1.0)
     weights_only.save_checkpoint(str(tmp_path / "model_only"))
     info = describe(str(tmp_path / "model_only"))
     assert info["contents"] == ["model"] and info["model_path"] == str(qwen3) and info["param_dtype"] == "float32"
 
     # Resuming it restores the weights, and the optimizer starts afresh: as a run started from those weights.
-    resumed = engine(qwen3, ADAM)
+    resumed = actor_engine(qwen3, ADAM)
     resumed.load_checkpoint(str(tmp_path / "model_only"))
-    started = engine(qwen3, ADAM, dist_checkpoint_path=str(tmp_path / "model_only"))
+    started = actor_engine(qwen3, ADAM, dist_checkpoint_path=str(tmp_path / "model_only"))
     assert resumed.train_step(batch, sum_loss, 2, 1.0) == started.train_step(batch, sum_loss, 2, 1.0)
     with pytest.raises(ValueError, match="load_contents"):
-        engine(qwen3, ADAM, load_contents=("model", "optimizer")).load_checkpoint(str(tmp_path / "model_only"))
+        actor_engine(qwen3, ADAM, load_contents=("model", "optimizer")).load_checkpoint(str(tmp_path / "model_only"))
 
     # load_contents=[model] of a full bf16 checkpoint: the weights (and the fp32 main params behind them), not the
     # Adam state; with the Adam state the next step would differ.
-    full = engine(qwen3, ADAM, param_dtype=torch.bfloat16)
+    full = actor_engine(qwen3, ADAM, param_dtype=torch.bfloat16)
     full.train_step(batch, sum_loss, 2, 1.0)
     full.save_checkpoint(str(tmp_path / "full"))
     assert describe(str(tmp_path / "full"))["contents"] == ["model", "optimizer", "extra"]
     continued = full.train_step(batch, sum_loss, 2, 1.0)
-    partial = engine(qwen3, ADAM, param_dtype=torch.bfloat16, load_contents=("model",))
+    partial = actor_engine(qwen3, ADAM, param_dtype=torch.bfloat16, load_contents=("model",))
     partial.load_checkpoint(str(tmp_path / "full"))
-    fresh = engine(qwen3, ADAM, param_dtype=torch.bfloat16, dist_checkpoint_path=str(tmp_path / "full"))
+    fresh = actor_engine(qwen3, ADAM, param_dtype=torch.bfloat16, dist_checkpoint_path=str(tmp_path / "full"))
     stepped = partial.train_step(batch, sum_loss, 2, 1.0)
     assert stepped == fresh.train_step(batch, sum_loss, 2, 1.0)
     assert stepped["actor/grad_norm"] == continued["actor/grad_norm"] and stepped["loss"] == continued["loss"]
@@ -113,7 +104,7 @@ def test_merged_checkpoint_loads_in_transformers_with_the_engines_log_probs(tiny
     from dagrl.engine.megatron.hf_export import HF_DIR, write_hf_model
 
     batch = make_batch(rows=4)
-    actor = engine(tiny_model, ADAM)
+    actor = actor_engine(tiny_model, ADAM)
     actor.train_step(batch, sum_loss, 2, 1.0)
     actor_dir = tmp_path / "global_step_1" / "actor"
     actor.save_checkpoint(str(actor_dir))
@@ -122,24 +113,14 @@ def test_merged_checkpoint_loads_in_transformers_with_the_engines_log_probs(tiny
     want, want_entropy = actor.compute_log_prob(batch, 2, 1.0, with_entropy=True)
 
     merged = tmp_path / "merged"
-    merger(
-        "merge",
-        "--backend",
-        "megatron",
-        "--local_dir",
-        str(tmp_path / "global_step_1"),
-        "--target_dir",
-        str(merged),
-        "--hf_model_path",
-        str(tiny_model),
-    )
+    run_merger(*merge_args(tmp_path / "global_step_1", merged, "--hf_model_path", str(tiny_model)))
     got, got_entropy = hf_log_probs(load_hf(merged), batch)
     assert (got - want).abs().max() <= 1e-5 and (got_entropy - want_entropy).abs().max() <= 1e-5
     assert (merged / "config.json").read_text() == (tiny_model / "config.json").read_text()
     assert AutoTokenizer.from_pretrained(merged).get_vocab() == AutoTokenizer.from_pretrained(tiny_model).get_vocab()
     got, _ = hf_log_probs(load_hf(actor_dir / HF_DIR), batch)  # the trainer's export loads alike
     assert (got - want).abs().max() <= 1e-5
-    merger("test", "--backend", "megatron", "--local_dir", str(actor_dir), "--test_hf_dir", str(actor_dir / HF_DIR))
+    run_merger("test", "--backend", "megatron", "--local_dir", str(actor_dir), "--test_hf_dir", str(actor_dir / HF_DIR))
 
 
 @pytest.mark.slow
@@ -171,35 +152,21 @@ def test_trainer_writes_the_hf_copy_into_the_checkpoint(tiny_model, tiny_data, t
     assert AutoTokenizer.from_pretrained(hf_dir).get_vocab() == AutoTokenizer.from_pretrained(tiny_model).get_vocab()
     trained, initial = load_file(str(hf_dir / "model.safetensors")), load_file(str(tiny_model / "model.safetensors"))
     assert set(trained) == set(initial) and not all(torch.equal(trained[n], initial[n]) for n in trained)
-    merger("test", "--backend", "megatron", "--local_dir", str(out / "global_step_1"), "--test_hf_dir", str(hf_dir))
+    run_merger("test", "--backend", "megatron", "--local_dir", str(out / "global_step_1"), "--test_hf_dir", str(hf_dir))
 
 
 def test_a_checkpoint_of_other_layer_names_is_refused_in_one_line(qwen3, tmp_path, capsys):
     """TransformerEngine layers name fused norms and grouped experts differently from the local spec built here."""
-    engine(qwen3).save_checkpoint(str(tmp_path / "ckpt"))
+    actor_engine(qwen3).save_checkpoint(str(tmp_path / "ckpt"))
     common = torch.load(tmp_path / "ckpt" / "common.pt", weights_only=False)
     assert common["dagrl"]["layer_spec"] == "local"
     common["dagrl"]["layer_spec"] = "transformer_engine"
     torch.save(common, tmp_path / "ckpt" / "common.pt")
     with pytest.raises(ValueError, match="transformer_engine layer spec"):
-        engine(qwen3, dist_checkpoint_path=str(tmp_path / "ckpt"))
-    sys.path.insert(0, str(MERGER.parent))
-    import model_merger
-
-    with pytest.raises(SystemExit) as done:
-        model_merger.main(
-            [
-                "merge",
-                "--backend",
-                "megatron",
-                "--local_dir",
-                str(tmp_path / "ckpt"),
-                "--target_dir",
-                str(tmp_path / "out"),
-            ]
-        )
+        actor_engine(qwen3, dist_checkpoint_path=str(tmp_path / "ckpt"))
+    run_merger(*merge_args(tmp_path / "ckpt", tmp_path / "out"), code=2)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert done.value.code == 2 and len(lines) == 1 and "TransformerEngine" in lines[0]
+    assert len(lines) == 1 and "TransformerEngine" in lines[0]
 
 
 @pytest.mark.parametrize(
@@ -211,17 +178,7 @@ def test_a_checkpoint_of_other_layer_names_is_refused_in_one_line(qwen3, tmp_pat
 )
 def test_merger_refuses_what_is_not_a_checkpoint_in_one_line(tmp_path, make, message):
     done = subprocess.run(
-        [
-            sys.executable,
-            str(MERGER),
-            "merge",
-            "--backend",
-            "megatron",
-            "--local_dir",
-            str(make(tmp_path)),
-            "--target_dir",
-            str(tmp_path / "out"),
-        ],
+        [sys.executable, str(MERGER), *merge_args(make(tmp_path), tmp_path / "out")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -308,7 +265,7 @@ def test_resuming_parts_the_checkpoint_lacks_fails_in_preflight(tiny_model, tiny
     from dagrl.config.validate import preflight
     from dagrl.trainer.checkpoint import CheckpointManager
 
-    actor = engine(tiny_model, save_contents=("model",))
+    actor = actor_engine(tiny_model, save_contents=("model",))
     root = tmp_path / "run"  # compose_cfg's trainer.default_local_dir
 
     def write(tmp):  # the actor's part, and the data.pt every trainer checkpoint has (pre-flight looks for it)
@@ -366,7 +323,7 @@ def worker_engine(layout: ParallelLayout, model_dir: Path, **kwargs):
 
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
-    return engine(model_dir, ADAM, layout=layout, **kwargs)
+    return actor_engine(model_dir, ADAM, layout=layout, **kwargs)
 
 
 def dp_rows(batch):
@@ -399,7 +356,7 @@ def prepare_world_job(name: str, work_dir: Path) -> None:
         return
     model_dir = make_model_dir(work_dir / "model", "qwen3_moe", num_layers=2, seed=7)
     batch = make_batch(rows=4)
-    ep1 = engine(model_dir, ADAM, **MOE_OPTIMIZERS[name])
+    ep1 = actor_engine(model_dir, ADAM, **MOE_OPTIMIZERS[name])
     ep1.train_step(batch, sum_loss, 1, 1.0)
     ep1.save_checkpoint(str(work_dir / "ep1"))
     torch.save(continuation(ep1, batch), work_dir / "expected_ep1.pt")
@@ -443,17 +400,7 @@ def test_tp2_checkpoint_merges_into_the_trained_model(engine_world, tmp_path):
     record = torch.load(work_dir / "records.pt")
     merged = tmp_path / "merged"
     done = subprocess.run(
-        [
-            sys.executable,
-            str(MERGER),
-            "merge",
-            "--backend",
-            "megatron",
-            "--local_dir",
-            str(work_dir / "global_step_1" / "actor"),
-            "--target_dir",
-            str(merged),
-        ],
+        [sys.executable, str(MERGER), *merge_args(work_dir / "global_step_1" / "actor", merged)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -480,7 +427,7 @@ def test_moe_checkpoints_cross_expert_parallel_layouts(engine_world, scenario):
     the saving run's log-probs and next step (loss, grad norm, LR); plain and distributed optimizer."""
     work_dir = engine_world.result(f"test_megatron_checkpoint:{scenario}")
     records, expected_ep1 = torch.load(work_dir / "records.pt"), torch.load(work_dir / "expected_ep1.pt")
-    ep2_loaded = engine(work_dir / "model", ADAM, **MOE_OPTIMIZERS[scenario])
+    ep2_loaded = actor_engine(work_dir / "model", ADAM, **MOE_OPTIMIZERS[scenario])
     ep2_loaded.load_checkpoint(str(work_dir / "ep2"))
     for got, want in (
         (continuation(ep2_loaded, make_batch(rows=4)), records["ep2"]),

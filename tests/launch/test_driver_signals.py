@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import metrics_by_step, session_process
 from tests.launch.test_ray_launcher import ray_args
-from tests.reliability.harness import complete_steps
+from tests.reliability.harness import complete_steps, wait_for_point
 
 ray = pytest.importorskip("ray")
 WHERE = [("n0", 1), ("n1", 2)]
@@ -73,9 +73,7 @@ def test_sigterm_to_the_driver_stops_every_worker_after_the_step_with_a_checkpoi
     args = ray_args(tiny_model, tiny_data, out, **{"trainer.total_training_steps": 4, "trainer.save_freq": 4})
     slow = {"DAGRL_FAULT_TRACE": str(trace), "DAGRL_DELAY": "actor_update:3"}  # a step outlasts the passing-on
     with session_process(args, slow) as (proc, err):
-        while not (trace.exists() and " actor_update 2" in trace.read_text()):
-            assert proc.poll() is None, "the run ended before its second step"
-            time.sleep(0.02)
+        wait_for_point(proc, trace, "actor_update", 2)
         os.kill(proc.pid, signal.SIGTERM)  # the driver only, as a scheduler signals the job's process
         code = proc.wait(timeout=180)
         err.seek(0)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_concurrently, run_in_session, session_process
-from tests.reliability.harness import complete_steps
+from tests.reliability.harness import complete_steps, wait_for_point
 
 pytest.importorskip("ray")
 REWARD = Path(__file__).resolve().parents[1] / "trainer" / "reward_by_length.py"
@@ -74,9 +74,7 @@ def test_ctrl_c_to_the_driver_stops_every_worker_after_one_step_with_a_checkpoin
     args = ray_args(tiny_model, tiny_data, out, **{"trainer.total_training_steps": 4, "trainer.save_freq": 4})
     slow = {"DAGRL_FAULT_TRACE": str(trace), "DAGRL_DELAY": "actor_update:3"}  # a step outlasts the passing-on
     with session_process(args, slow) as (proc, err):
-        while not (trace.exists() and " actor_update 2" in trace.read_text()):
-            assert proc.poll() is None, "the run ended before its second step"
-            time.sleep(0.02)
+        wait_for_point(proc, trace, "actor_update", 2)
         os.killpg(proc.pid, signal.SIGINT)
         code = proc.wait(timeout=180)
         err.seek(0)

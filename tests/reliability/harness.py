@@ -141,6 +141,14 @@ def _last_trace_point(trace: Path) -> tuple[str, int]:
     return phase, int(step)
 
 
+def wait_for_point(proc: Any, trace: Path, phase: str, step: int) -> None:
+    """Return once the run's DAGRL_FAULT_TRACE file shows it passed fault point `phase` of `step`; fails if the
+    process ends before that."""
+    while not (trace.exists() and [phase, str(step)] in (line.split()[1:] for line in trace.read_text().splitlines())):
+        assert proc.poll() is None, f"the run ended before it reached {phase} of step {step}"
+        time.sleep(0.02)
+
+
 def _wait_and_kill(proc: Any, spec: KillSpec, trace: Path, timeout_s: float) -> None:
     """SIGKILL the whole session as `spec` says, unless the process ends first."""
     while spec.from_first_step and proc.poll() is None and not (trace.exists() and trace.stat().st_size):

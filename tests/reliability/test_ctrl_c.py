@@ -17,7 +17,14 @@ import pytest
 
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_in_session, session_process
-from tests.reliability.harness import checkpoint_state, complete_steps, differences, launch, partial_dirs
+from tests.reliability.harness import (
+    checkpoint_state,
+    complete_steps,
+    differences,
+    launch,
+    partial_dirs,
+    wait_for_point,
+)
 from tests.reliability.test_self_healing import torchrun
 from tests.trainer.test_end_to_end import REWARD
 
@@ -161,9 +168,7 @@ def test_ctrl_c_to_torchrun_stops_every_worker_at_one_step_boundary_with_a_check
         with session_process(
             torchrun(run_args(tiny_model, tiny_data, out, **extra)), {"DAGRL_FAULT_TRACE": str(trace)}
         ) as (proc, err):
-            while not (trace.exists() and " actor_update 2" in trace.read_text()):
-                assert proc.poll() is None
-                time.sleep(0.02)
+            wait_for_point(proc, trace, "actor_update", 2)
             os.killpg(proc.pid, signal.SIGINT)  # the terminal's foreground group: torchrun itself
             proc.wait(timeout=120)  # torchrun's own exit code and traceback follow its SignalException
             err.seek(0)

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import cpu_run_overrides
 from tests.helpers import metrics_by_step, run_concurrently, run_in_session, session_process
 from tests.engine.engine_helpers import free_port
+from tests.reliability.harness import wait_for_point
 from tests.trainer.test_end_to_end import REWARD
 
 HANG_TIMEOUT = 8
@@ -192,9 +193,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_relaunch_is_exac
         proc,
         err,
     ):
-        while not (trace.exists() and f" {phase} {step}" in trace.read_text()):
-            assert proc.poll() is None
-            time.sleep(0.02)
+        wait_for_point(proc, trace, phase, step)
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGTERM)
         code = proc.wait(timeout=120)

@@ -74,13 +74,14 @@ LAYOUTS = [  # world, tp, pp, cp, ep, etp
 ]
 
 
-@pytest.mark.parametrize("world,tp,pp,cp,ep,etp", LAYOUTS)
-def test_groups_equal_megatron_parallel_state_on_a_fake_world(world, tp, pp, cp, ep, etp):
-    """In a fresh interpreter: torch.distributed and Megatron's parallel state are process-global, and other
-    tests of this session may hold them."""
+@pytest.fixture(scope="module")
+def megatron_differences() -> list[str]:
+    """compare_with_megatron for every layout of LAYOUTS in one fresh interpreter (torch.distributed and Megatron's
+    parallel state are process-global, and other tests of this session may hold them; one interpreter imports
+    megatron-core once for all): per layout, the difference it found, "" where there was none."""
     code = (
-        f"from tests.tools.test_plan import compare_with_megatron; "
-        f"compare_with_megatron({world}, {tp}, {pp}, {cp}, {ep}, {etp})"
+        "import json; from tests.tools.test_plan import LAYOUTS, compare_with_megatron; "
+        "print(json.dumps([compare_with_megatron(*layout) for layout in LAYOUTS]))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
@@ -90,10 +91,17 @@ def test_groups_equal_megatron_parallel_state_on_a_fake_world(world, tp, pp, cp,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
 
 
-def compare_with_megatron(world, tp, pp, cp, ep, etp):
-    """Build Megatron-Core's groups for every rank of a fake world (torch's "fake" backend) and compare."""
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)), ids=["-".join(map(str, layout)) for layout in LAYOUTS])
+def test_groups_equal_megatron_parallel_state_on_a_fake_world(megatron_differences, layout):
+    assert megatron_differences[layout] == "", LAYOUTS[layout]
+
+
+def compare_with_megatron(world, tp, pp, cp, ep, etp) -> str:
+    """Build Megatron-Core's groups for every rank of a fake world (torch's "fake" backend) and compare: the first
+    difference, "" where there is none."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -123,10 +131,12 @@ def compare_with_megatron(world, tp, pp, cp, ep, etp):
             for kind, getter in getters.items():
                 theirs = dist.get_process_group_ranks(getter())
                 mine = next(g for g in getattr(ours, kind) if rank in g)
-                assert mine == theirs, (kind, rank)
+                if mine != theirs:
+                    return f"rank {rank}'s {kind} group: ours {mine}, Megatron's {theirs}"
         finally:
             ps.destroy_model_parallel()
             dist.destroy_process_group()
+    return ""
 
 
 def test_plan_prints_attention_and_expert_groups_apart(tmp_path, prompts):

@@ -2,6 +2,7 @@
 loads onto the base, or the merged HF model that transformers loads, both computing the model merged by hand; from a
 LoRA actor checkpoint, the merged model is the actor's merged sync."""
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -51,41 +52,21 @@ def test_an_adapter_the_base_cannot_take_is_refused(base_dir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_lora_checkpoint_merges_to_the_actors_merged_export_and_to_a_peft_dir(tmp_path):
+def test_a_lora_checkpoint_merges_to_the_actors_merged_export_and_to_a_peft_dir(base_dir, tmp_path):
     """The merger on a LoRA actor checkpoint: the merged model is the actor's merged sync bit for bit, and the PEFT
     directory on the recorded base computes it."""
     import peft
 
-    from dagrl.engine.base import MegatronEngineSpec, OptimSpec
     from dagrl.engine.lora import LoraSpec
-    from dagrl.engine.megatron.actor import MegatronActorEngine
-    from engine_helpers import make_batch, sum_loss
+    from engine_helpers import ADAM, actor_engine, make_batch, merge_args, run_merger, sum_loss
 
-    base_dir = make_model_dir(tmp_path / "base", "qwen3")
-    optim = OptimSpec(lr=1e-2, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
-    actor = MegatronActorEngine(
-        MegatronEngineSpec(model_path=str(base_dir), optim=optim, lora=LoraSpec(rank=4, alpha=8.0))
-    )
+    actor = actor_engine(base_dir, dataclasses.replace(ADAM, lr=1e-2), lora=LoraSpec(rank=4, alpha=8.0))
     for _ in range(2):  # B leaves zero: the adapter changes the model
         actor.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
     actor.save_checkpoint(str(tmp_path / "ckpt"))
     synced = {name: t for bucket in actor.export_weights(1 << 16) for name, t in bucket}
     for fmt in ("merged", "peft"):
-        with pytest.raises(SystemExit) as done:
-            model_merger.main(
-                [
-                    "merge",
-                    "--backend",
-                    "megatron",
-                    "--local_dir",
-                    str(tmp_path / "ckpt"),
-                    "--target_dir",
-                    str(tmp_path / fmt),
-                    "--lora_format",
-                    fmt,
-                ]
-            )
-        assert done.value.code == 0
+        run_merger(*merge_args(tmp_path / "ckpt", tmp_path / fmt, "--lora_format", fmt))
     merged = load_hf(tmp_path / "merged")
     for name, tensor in synced.items():
         assert torch.equal(merged.state_dict()[name], tensor), name
