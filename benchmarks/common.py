@@ -6,6 +6,7 @@ Light to import: the drivers that only start processes load no torch through it.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import pstats
@@ -81,6 +82,21 @@ def cpu_profile(fn: Callable[[], Any], sort: str, *restrictions: Any) -> str:
 GAP = "training/rollout_log_probs_diff_mean"  # the rollout/trainer log-prob gap of the sampled tokens
 
 
+def learn_parser(doc: str, arms: str, steps: int, test_freq: int, script: str) -> argparse.ArgumentParser:
+    """The options every learning benchmark takes (a benchmark adds its own): where its runs go, which arms and
+    seeds, how long, the run script, overrides for every arm, and --report to re-print the table only."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--arms", default=arms)
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--test-freq", type=int, default=test_freq)
+    parser.add_argument("--script", default=script)
+    parser.add_argument("--extra", default="", help="overrides added to every arm")
+    parser.add_argument("--report", action="store_true")
+    return parser
+
+
 def chosen_arms(arms: str, known: list[str]) -> list[str]:
     """--arms split at its commas; a name not in `known` exits naming the choices."""
     chosen = arms.split(",")
@@ -88,6 +104,16 @@ def chosen_arms(arms: str, known: list[str]) -> list[str]:
     if unknown:
         sys.exit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(known)}")
     return chosen
+
+
+def run_arms(args: argparse.Namespace, overrides: dict[str, list[str]], run: Callable[..., Any]) -> None:
+    """Each chosen arm's run for each seed, as `run(f"{arm}_seed{seed}", overrides[arm], seed, args)`; nothing
+    with --report (the table only)."""
+    names = chosen_arms(args.arms, list(overrides))
+    if not args.report:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            for name in names:
+                run(f"{name}_seed{seed}", overrides[name], seed, args)
 
 
 def values_of(directory: Path, key: str) -> list[float]:

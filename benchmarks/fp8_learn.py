@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import learn_parser, run_arms  # noqa: E402 - after the sys.path inserts above
 from lora_learn import report  # noqa: E402 - the sibling's table: accuracy, s/step, sync, gap
 from opd_learn import run  # noqa: E402 - the sibling's runner
 
@@ -43,32 +45,16 @@ def arms(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--arms", default="bf16,fp8_tis,fp8_mis")
-    parser.add_argument("--seeds", default="0")
-    parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--test-freq", type=int, default=4)
+    parser = learn_parser(__doc__, "bf16,fp8_tis,fp8_mis", 16, 4, "examples/grpo_trainer/run_smollm2-135m-vllm.sh")
     parser.add_argument("--tis-cap", type=float, default=2.0)
     parser.add_argument("--mis-low", type=float, default=0.5)
     parser.add_argument("--mis-high", type=float, default=2.0)
-    parser.add_argument("--script", default="examples/grpo_trainer/run_smollm2-135m-vllm.sh")
-    parser.add_argument("--extra", default="", help="overrides added to every arm")
-    parser.add_argument("--report", action="store_true")
-    args = parser.parse_args(argv)
-    unknown = set(args.arms.split(",")) - set(arms(args))
-    if unknown:
-        parser.error(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(arms(args))}")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    if not args.report:
-        overrides = arms(args)
-        for seed in (int(s) for s in args.seeds.split(",")):
-            for name in args.arms.split(","):
-                run(f"{name}_seed{seed}", overrides[name], seed, args)
+    run_arms(args, arms(args), run)
     table = report(args)
     (args.out / "report.md").write_text(table + "\n")
     print(table)

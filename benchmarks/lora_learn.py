@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import GAP, chosen_arms, values_of  # noqa: E402 - after the sys.path inserts above
+from benchmarks.common import GAP, learn_parser, run_arms, values_of  # noqa: E402 - after the sys.path inserts above
 from opd_learn import curve, run, spread  # noqa: E402 - the sibling's runner and curve reader
 
 SYNC_S, SYNC_GB = "timing_s/weight_sync", "perf/weight_sync_gb"
@@ -48,18 +48,10 @@ def arms(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--arms", default="lora,top4,full")
-    parser.add_argument("--seeds", default="0")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--test-freq", type=int, default=5)
+    parser = learn_parser(__doc__, "lora,top4,full", 10, 5, "examples/grpo_trainer/run_smollm2-135m-cpu.sh")
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--alpha", type=float, default=32)
     parser.add_argument("--lora-lr", type=float, default=3e-4)
-    parser.add_argument("--script", default="examples/grpo_trainer/run_smollm2-135m-cpu.sh")
-    parser.add_argument("--extra", default="", help="overrides added to every arm")
-    parser.add_argument("--report", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -87,12 +79,7 @@ def report(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    if not args.report:
-        overrides = arms(args)
-        names = chosen_arms(args.arms, list(overrides))
-        for seed in (int(s) for s in args.seeds.split(",")):
-            for name in names:
-                run(f"{name}_seed{seed}", overrides[name], seed, args)
+    run_arms(args, arms(args), run)
     print(report(args))
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import GAP, ROOT, chosen_arms, values_of  # noqa: E402 - after the sys.path inserts above
+from benchmarks.common import GAP, ROOT, chosen_arms, learn_parser, values_of  # noqa: E402 - after the sys.path inserts above
 from opd_learn import curve, run, spread  # noqa: E402 - the sibling's runner and curve reader
 
 RECORD = ["actor_rollout_ref.rollout.enable_rollout_routing_replay=True"]  # routes recorded: the agreement is logged
@@ -38,17 +38,9 @@ AGREEMENT = "actor/routing_agreement"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--arms", default="dense,moe,moe_r3")
-    parser.add_argument("--seeds", default="0")
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--test-freq", type=int, default=4)
+    parser = learn_parser(__doc__, "dense,moe,moe_r3", 32, 4, "examples/grpo_trainer/run_smollm2-135m-vllm.sh")
     parser.add_argument("--experts", type=int, default=8)
     parser.add_argument("--top-k", type=int, default=2)
-    parser.add_argument("--script", default="examples/grpo_trainer/run_smollm2-135m-vllm.sh")
-    parser.add_argument("--extra", default="", help="overrides added to every arm")
-    parser.add_argument("--report", action="store_true")
     return parser.parse_args(argv)
 
 

@@ -33,6 +33,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.common import chosen_arms, learn_parser  # noqa: E402 - after the sys.path insert above
+
 ARMS = {
     "grpo": [],
     "opd": ["dag=opd", "distillation.teacher_model.model_path={teacher}"],
@@ -47,18 +50,10 @@ ACC = "val-core/"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path)
+    parser = learn_parser(__doc__, "grpo,opd,opd_pure", 20, 5, "examples/grpo_trainer/run_smollm2-135m-cpu.sh")
     parser.add_argument("--teacher", default=str(Path.home() / "models" / "smollm2-grpo"))
     parser.add_argument("--teacher-from-grpo", action="store_true")
     parser.add_argument("--teacher-steps", type=int, default=0, help="train the teacher this long (> --steps)")
-    parser.add_argument("--arms", default="grpo,opd,opd_pure")
-    parser.add_argument("--seeds", default="0")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--test-freq", type=int, default=5)
-    parser.add_argument("--script", default="examples/grpo_trainer/run_smollm2-135m-cpu.sh")
-    parser.add_argument("--extra", default="", help="overrides added to every arm")
-    parser.add_argument("--report", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -168,10 +163,7 @@ def report(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    unknown = set(args.arms.split(",")) - set(ARMS)
-    if unknown:
-        sys.exit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(ARMS)}")
-    arms = args.arms.split(",")
+    arms = chosen_arms(args.arms, list(ARMS))
     if args.teacher_steps and (not args.teacher_from_grpo or args.teacher_steps <= args.steps):
         sys.exit("--teacher-steps needs --teacher-from-grpo and more steps than --steps")
     seeds = [int(s) for s in args.seeds.split(",")]
