@@ -157,6 +157,7 @@ def test_multi_turn_on_two_ranks_shards_prompts_and_validates_each_once(args, tm
     assert sorted(r["index"] for r in dumped) == list(range(8))  # both ranks' shards, each prompt once
 
 
+@pytest.mark.slow  # the default suite keeps multi-turn in two pools (partial rollout, below) and K=0 pools = colocated
 def test_multi_turn_in_two_pools_at_k0_is_the_colocated_run(args, tmp_path):
     """The multi-turn loop runs in the rollout pool as it does colocated: at K=0 the same metrics, step for step,
     validation (in the rollout pool) included."""

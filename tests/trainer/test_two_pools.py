@@ -256,6 +256,7 @@ def test_k0_in_two_pools_is_the_colocated_run_and_resumes_bit_exact(args, tmp_pa
     assert (straight / LEDGER_FILE).read_bytes() == ledger == (resumed / LEDGER_FILE).read_bytes()
 
 
+@pytest.mark.slow  # 15 s; the default suite keeps K=0 pools = colocated (1 + 1, above) and a 2-rank rollout pool
 def test_two_by_two_pools_at_k0_match_two_colocated_ranks(args, tmp_path):
     colocated, pools = tmp_path / "colocated", tmp_path / "pools"
     results = launch(
