@@ -10,8 +10,8 @@ DOCTOR="actor_rollout_ref.rollout.name=${ROLLOUT:-vllm} data.train_files=$DATA/t
 [ "${ROLLOUT:-vllm}" != vllm ] || DOCTOR="$DOCTOR actor_rollout_ref.rollout.gpu_memory_utilization=0.3
   actor_rollout_ref.rollout.enforce_eager=true"  # no CUDA graphs to capture: the doctor generates a few tokens
 step smollm2 python3 -m dagrl.doctor actor_rollout_ref.model.path=$MODEL $DOCTOR
-step planted python3 -m torch.distributed.run --nproc-per-node 1 tests/doctor/planted.py qk_permutation \
-  actor_rollout_ref.model.path=$MODEL $DOCTOR
+planted() { python3 -m torch.distributed.run --nproc-per-node 1 tests/doctor/planted.py qk_permutation "$@"; [ $? = 1 ]; }
+step planted planted actor_rollout_ref.model.path=$MODEL $DOCTOR  # the doctor's finding: exit 1 is the pass
 for family in ${FAMILIES:-llama qwen2 qwen3 mistral}; do
   step init_$family python3 scripts/init_random_model.py --family $family --size 0.5b --num-layers 4 \
     --out /tmp/doctor_$family --tokenizer $MODEL --device cuda

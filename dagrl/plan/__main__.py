@@ -67,8 +67,16 @@ def main(argv: list[str] | None = None) -> None:
 
         cfg = Cfg(compose(overrides))  # a bad override: one ConfigError line, as in dagrl.main_dag
         shape = preflight(cfg, world_size=planned_world_size(cfg))
-        gpu_memory = args.gpu_memory_gb or (has_gpu() and gpu_gib()) or H200_GIB  # this machine's GPU first
-        plan = make_plan(cfg, shape, gpu_memory, cpu_memory_gib=ram_gib() if on_cpu(args, cfg) else None)
+        cpu = on_cpu(args, cfg)
+        measured = None if cpu or args.gpu_memory_gb or not has_gpu() else gpu_gib()  # this machine's GPU first
+        if not cpu and not args.gpu_memory_gb and has_gpu() and measured is None:
+            logging.warning(
+                "nvidia-smi did not say this machine's GPU memory: planning for %.0f GiB (an H200); "
+                "--gpu-memory-gb N plans for N",
+                H200_GIB,
+            )
+        gpu_memory = args.gpu_memory_gb or measured or H200_GIB
+        plan = make_plan(cfg, shape, gpu_memory, cpu_memory_gib=ram_gib() if cpu else None)
     except ConfigError as error:
         fail(str(error), 2)
     sys.stdout.write(render(plan, group_limit=0 if args.all_groups else 8))
