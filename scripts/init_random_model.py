@@ -10,6 +10,8 @@ Sizes copy the shapes of real checkpoints (dagrl/plan/presets.py: Qwen3-0.6B ...
 Qwen3-235B-A22B; "tiny" is the test suite's model). With --tokenizer the tokenizer (and generation_config.json, if
 there is one) is copied and the vocabulary sized to it; without it the directory has no tokenizer, which is enough
 for dagrl.plan and engine benchmarks but not for training. --config-only writes config.json without weights.
+--peak scales the logits (presets.peak_logits) for numerics checks that decode greedily: a random init's are
+near-uniform.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def build(
     dtype: str = "bf16",
     config_only: bool = False,
     device: str = "cpu",
+    peak: float = 1.0,
 ) -> int:
     """Write the model directory; returns the parameter count."""
     overrides: dict = {"num_layers": num_layers}
@@ -85,6 +88,8 @@ def build(
 
         with torch.device(device):  # the random init of a multi-billion model takes minutes on CPU, seconds on GPU
             model = presets.random_model(family, size, seed=seed, dtype=torch_dtype, **overrides)
+        if peak != 1.0:
+            presets.peak_logits(model, peak)
         for name, value in special.items():
             setattr(model.config, name, value)
         model.save_pretrained(out, safe_serialization=True)
@@ -110,6 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="saved weight dtype")
     parser.add_argument("--config-only", action="store_true", help="write config.json only, no weights")
     parser.add_argument("--device", default="cpu", help="where to initialise the weights (cpu, cuda)")
+    parser.add_argument(
+        "--peak",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="scale the logits by FACTOR (default 1: the random init's, near-uniform): an untied output head is "
+        "scaled; with tied embeddings the final norm's gain is, so the embedding and the tie stay as they are",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -118,6 +131,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     if args.num_layers is not None and args.num_layers < 1:
         parser.error("--num-layers must be >= 1")
+    if not args.peak > 0:
+        parser.error(f"--peak {args.peak}: the logits' scale must be > 0 (1: as initialised)")
+    if args.config_only and args.peak != 1.0:
+        parser.error("--peak scales weights and --config-only writes none: drop one of them")
     if not args.config_only and args.device != "cpu":
         import torch
 
@@ -139,13 +156,15 @@ def main(argv: list[str] | None = None) -> None:
         dtype=args.dtype,
         config_only=args.config_only,
         device=args.device,
+        peak=args.peak,
     )
     logger.info(
-        "wrote %s %s (%.3fB parameters%s) to %s",
+        "wrote %s %s (%.3fB parameters%s%s) to %s",
         args.family,
         args.size,
         count / 1e9,
         ", config only" if args.config_only else "",
+        f", logits x{args.peak:g}" if args.peak != 1.0 else "",
         out,
     )
 

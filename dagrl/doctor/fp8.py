@@ -52,7 +52,7 @@ def round_trip_model(model, model_path: str, scales: str, export_dtype: torch.dt
     source = SafetensorsDir(model_path)
     replaced = []
     for name in checkpoint_names(model_path):
-        if not fp8.is_quantized(name, (1, 1)):  # by name first: only the linear weights are read
+        if not fp8.quantized_by_name(name):  # only the linear weights are read
             continue
         tensor = source.get(name)
         if not fp8.is_quantized(name, tensor.shape):

@@ -217,3 +217,20 @@ def random_model(family: str, size: str, *, seed: int = 0, dtype: str = "float32
 
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(hf_config(family, size, **overrides), dtype=getattr(torch, dtype))
+
+
+def peak_logits(model: Any, factor: float) -> None:
+    """Scale a causal LM's logits by `factor`, in place. A random init's logits are near-uniform (std ~0.02 *
+    sqrt(hidden)): bf16 greedy decoding meets near-ties, and log-prob gaps are a fraction of a trained model's.
+    x30 gives the 0.5b preset (4 layers, a 49k vocabulary) a top token of ~0.8 probability on average over random
+    tokens, where x1 leaves it near 1/vocabulary. An untied head is scaled; a tied one is the input embedding as
+    well, so there the final norm's gain is scaled instead: the same logits, the embedding and the tie unchanged
+    (every family's final norm is an RMSNorm, x * weight)."""
+    import torch
+
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    with torch.no_grad():
+        if head.weight is embedding.weight:
+            model.model.norm.weight.mul_(factor)
+        else:
+            head.weight.mul_(factor)

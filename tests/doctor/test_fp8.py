@@ -16,7 +16,7 @@ from dagrl.doctor.report import render, verdict
 from dagrl.doctor.weights import checkpoint_names, fp8_rounding
 from dagrl.engine.megatron.weights import SafetensorsDir
 from dagrl.engine.rollout import fused_experts
-from dagrl.engine.rollout.fp8 import is_quantized
+from dagrl.engine.rollout.fp8 import is_quantized, quantized_by_name
 from tests.doctor.planted import PLANTS
 from tests.doctor.test_numerics import doctor, model_dir
 
@@ -105,7 +105,7 @@ def test_an_fp8_rollout_is_held_to_the_fp8_floor(models):
     assert pairs["rollout_vs_hf"].ratio == pytest.approx(1.0, rel=0.05), text
     assert pairs["rollout_vs_hf"].mean > FACTOR * diagnosis.floors["fp32"], text
     weights = diagnosis.weights
-    assert sorted(weights.rounded) == sorted(n for n in weights.max_diff if is_quantized(n, (1, 1)))
+    assert sorted(weights.rounded) == sorted(n for n in weights.max_diff if quantized_by_name(n))
     # the FP8 weights differ from the checkpoint by their rounding, and within it
     assert weights.exact and 0 < max(weights.max_diff.values()) and max(weights.rounded.values()) <= 1.0, text
     assert diagnosis.ok, text

@@ -84,6 +84,9 @@ def test_per_tensor_hand_values_take_one_scale_for_the_matrix():
 )
 def test_only_the_linear_layers_vllm_quantizes(name, shape, quantized):
     assert fp8.is_quantized(name, shape) is quantized
+    assert fp8.quantized_by_name(name) is quantized  # every name above is of its layer's own shape
+    if quantized:  # by name alone, the shape unread: a stacked (3-D) tensor of the same name is sent as it is
+        assert fp8.quantized_by_name(name) and not fp8.is_quantized(name, (2, *shape))
     for layout, scale_name, scale_shape in (
         ("block", name + "_scale_inv", fp8.scale_shape(shape) if quantized else None),
         ("tensor", name + "_scale", (1,)),  # the name and shape vLLM's per-tensor loaders take

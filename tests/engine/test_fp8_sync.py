@@ -14,6 +14,7 @@ import types
 import pytest
 import torch
 
+from dagrl.doctor.versions import PINS
 from dagrl.engine.rollout import fp8, fp8_vllm
 from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
 from dagrl.engine.rollout.weight_manifest import WeightManifest
@@ -138,11 +139,15 @@ class FakeLLM:
 
 
 @pytest.fixture
-def fake_vllm(monkeypatch):
+def fake_fp8_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, fp8_vllm.FP8_MODULE, FP8_MODULE)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, fake_fp8_module):
     vllm = types.ModuleType("vllm")
     vllm.LLM = FakeLLM
     monkeypatch.setitem(sys.modules, "vllm", vllm)
-    monkeypatch.setitem(sys.modules, fp8_vllm.FP8_MODULE, FP8_MODULE)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
 
@@ -249,7 +254,7 @@ def test_a_kernel_that_repacks_a_weight_is_refused_by_name(fake_vllm):
         fp8_vllm.process_in_place(layer, "o_proj")
 
 
-def test_a_per_tensor_kernel_keeps_the_form_it_first_took():
+def test_a_per_tensor_kernel_keeps_the_form_it_first_took(fake_fp8_module):
     layer = FakePerTensorModel().model.layers[0].self_attn.qkv_proj
     fp8_vllm.process_in_place(layer, "qkv_proj", reshapes=True)  # the engine's first: transposed weight, one scale
     first = layer.weight
@@ -280,6 +285,43 @@ def test_a_method_guarded_to_run_once_runs_again_each_sync():
     fp8_vllm.process_in_place(layer)
     fp8_vllm.process_in_place(layer)
     assert layer.processed == 2
+
+
+def test_a_vllm_without_the_hooked_names_is_refused_before_its_engine_is_built(monkeypatch):
+    fix = rf'pip install "vllm=={PINS["GPU kit"]["vllm"]}" .*, or set actor_rollout_ref.rollout.quantization=null$'
+    with pytest.raises(RuntimeError, match=rf"quantization=fp8 .* module no_such_vllm_fp8 does not import .*{fix}"):
+        fp8_vllm.in_place_processing("fp8", module_name="no_such_vllm_fp8").__enter__()
+    without = {"Fp8LinearMethod": ("Fp8MoEMethod", "replace_parameter"), "replace_parameter": ("Fp8LinearMethod",)}
+    for missing, present in without.items():
+        module = types.ModuleType(f"fake_fp8_without_{missing}")
+        for name in present:
+            setattr(module, name, getattr(FP8_MODULE, name))
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        with pytest.raises(RuntimeError, match=rf"{module.__name__}.{missing} was not found in .*{fix}"):
+            with fp8_vllm.in_place_processing("fp8", module_name=module.__name__):
+                pytest.fail("the engine would be built")
+        assert module.__dict__.get("Fp8MoEMethod", Fp8LinearMethod).process_weights_after_loading is (
+            Fp8LinearMethod.process_weights_after_loading
+        )  # nothing left hooked
+
+
+def test_without_fp8_moe_method_a_dense_model_runs_and_an_moe_layer_is_refused_by_name(monkeypatch):
+    module = types.ModuleType("fake_fp8_dense_only")
+    module.Fp8LinearMethod, module.replace_parameter = Fp8LinearMethod, replace_parameter
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    experts = torch.nn.Module()  # an MoE layer vLLM built with a method the module does not name
+    experts.w13_weight = torch.nn.Parameter(torch.zeros(2, 256, 128, dtype=torch.float8_e4m3fn), requires_grad=False)
+    experts.quant_method = type("Fp8MoEMethod", (), {"process_weights_after_loading": lambda self, layer: None})()
+    model = FakeFp8Model()
+    with fp8_vllm.in_place_processing("fp8", module_name=module.__name__):
+        for layer in (model.model.layers[0].self_attn.o_proj, experts):  # the engine's first processing
+            layer.quant_method.process_weights_after_loading(layer)
+    layers = fp8_vllm.Fp8Layers(model, module_name=module.__name__)  # dense: every FP8 layer hooked
+    assert [name for name, _ in layers.layers] == [LINEAR]
+    model.model.layers[0].mlp = torch.nn.Module()
+    model.model.layers[0].mlp.experts = experts
+    with pytest.raises(RuntimeError, match=r"model.layers.0.mlp.experts was built with Fp8MoEMethod, which is not"):
+        fp8_vllm.Fp8Layers(model, module_name=module.__name__)
 
 
 def test_no_fp8_layer_is_an_error():

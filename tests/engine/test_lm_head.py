@@ -9,7 +9,7 @@ import torch
 
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.engine.logits import fp32_logits, hf_response_log_probs
-from dagrl.plan.presets import random_model
+from dagrl.plan.presets import peak_logits, random_model
 from engine_helpers import make_batch, sum_loss
 
 
@@ -50,8 +50,7 @@ def test_hf_response_log_probs_score_the_response_tokens_of_a_left_padded_batch(
 def peaked_model_dir(path: Path, family: str, tie: bool) -> Path:
     """A tiny model with logits ~x20 (like a trained LM's), where bf16 logit rounding dominates the error."""
     model = random_model(family, "tiny", seed=5, num_layers=2, tie=tie, vocab_size=128)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(20.0)
+    peak_logits(model, 20.0)
     model.save_pretrained(path, safe_serialization=True)
     return path
 

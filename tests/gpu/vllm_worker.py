@@ -31,6 +31,7 @@ from dagrl.data.batch import Batch
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.engine.rollout.interface import SamplingSpec
 from dagrl.placement import ParallelLayout
+from dagrl.plan.presets import peak_logits
 from tests.engine.engine_helpers import sum_loss
 
 EOS, PAD, VOCAB, PROMPTS, RESPONSE = 2, 0, 1024, 8, 16
@@ -73,8 +74,7 @@ def make_model(path: Path) -> None:
         config = Qwen3Config(**shape)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30.0)
+    peak_logits(model, 30.0)  # the untied head x30
     model.save_pretrained(path, safe_serialization=True)
 
 

@@ -171,3 +171,54 @@ def test_cli_names_the_device_flag_when_there_is_no_gpu(tmp_path):
     )
     assert proc.returncode == 2 and "--device cuda: no CUDA device on this machine; use --device cpu" in proc.stderr
     assert not (tmp_path / "m").exists()
+
+
+def logits_of(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.arange(3, 35).reshape(2, 16)).logits
+
+
+def test_peak_scales_an_untied_head_and_the_logits_by_its_factor(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    build = load_script().build
+    build("qwen3", "tiny", str(tmp_path / "plain"), seed=2, dtype="fp32")
+    build("qwen3", "tiny", str(tmp_path / "peaked"), seed=2, dtype="fp32", peak=30.0)
+    plain, peaked = (AutoModelForCausalLM.from_pretrained(tmp_path / name) for name in ("plain", "peaked"))
+    top = {name: logits_of(m).softmax(-1).max(-1).values.mean().item() for name, m in (("1", plain), ("30", peaked))}
+    assert top["1"] < 0.25 and top["30"] > 0.9, top  # the same seed: one token then carries nearly all of it
+    torch.testing.assert_close(logits_of(peaked), 30 * logits_of(plain), rtol=1e-4, atol=1e-4)
+    weights = {name: load_file(str(tmp_path / name / "model.safetensors")) for name in ("plain", "peaked")}
+    differ = [key for key, value in weights["plain"].items() if not torch.equal(value, weights["peaked"][key])]
+    assert differ == ["lm_head.weight"]
+
+
+def test_peak_keeps_a_tied_embedding_and_scales_the_final_norm_instead(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    plain, peaked = (presets.random_model("llama", "tiny", seed=2, tie=True) for _ in range(2))
+    presets.peak_logits(peaked, 30.0)
+    embedding = peaked.get_input_embeddings().weight
+    assert peaked.get_output_embeddings().weight is embedding and torch.equal(
+        embedding, plain.model.embed_tokens.weight
+    )
+    assert torch.equal(peaked.model.norm.weight, 30 * plain.model.norm.weight)
+    peaked.save_pretrained(tmp_path, safe_serialization=True)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert loaded.get_output_embeddings().weight is loaded.get_input_embeddings().weight
+    torch.testing.assert_close(logits_of(loaded), 30 * logits_of(plain), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "flags,said",
+    [
+        (["--peak", "0"], "--peak 0.0: the logits' scale must be > 0"),
+        (["--peak", "30", "--config-only"], "--peak scales weights and --config-only writes none"),
+    ],
+)
+def test_cli_refuses_a_peak_it_cannot_apply(tmp_path, capsys, flags, said):
+    with pytest.raises(SystemExit) as exited:
+        load_script().main(["--family", "qwen3", "--size", "tiny", "--out", str(tmp_path / "m"), *flags])
+    assert exited.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

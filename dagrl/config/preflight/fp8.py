@@ -78,10 +78,10 @@ def _off_grid(widths: Widths | None, multiple: int, split_only: bool = False) ->
     return ", ".join(bad) or None
 
 
-def block_misfit(hf_config: dict, rollout_tp: int) -> str | None:
-    """The widths per rollout TP rank that vLLM's block-FP8 layers cannot split at 128-block edges, said; None
+def block_misfit(widths: Widths | None) -> str | None:
+    """The `widths` (per rollout TP rank) that vLLM's block-FP8 layers cannot split at 128-block edges, said; None
     where every one lands on whole blocks (or config.json lacks the sizes)."""
-    return _off_grid(Widths.of(hf_config, rollout_tp), BLOCK, split_only=True)
+    return _off_grid(widths, BLOCK, split_only=True)
 
 
 def scale_layout(choice: str, hf_config: dict, rollout_tp: int) -> str:
@@ -89,7 +89,7 @@ def scale_layout(choice: str, hf_config: dict, rollout_tp: int) -> str:
     tensor (SmolLM2-135M's q width 576 does not; Qwen3-8B's widths do at rollout TP 1 to 16)."""
     if choice != "auto":
         return choice
-    return "tensor" if block_misfit(hf_config, rollout_tp) else "block"
+    return "tensor" if block_misfit(Widths.of(hf_config, rollout_tp)) else "block"
 
 
 def check_fp8(cfg: Cfg, hf_config: dict, parallel: ParallelLayout, rollout_tp: int) -> None:
@@ -126,7 +126,7 @@ def check_fp8(cfg: Cfg, hf_config: dict, parallel: ParallelLayout, rollout_tp: i
             f"{ROLLOUT_KEY}=fp8: FP8 GEMMs take widths in whole {GEMM_MULTIPLE}s and this model has {bad} per "
             f"rollout TP rank (TP={rollout_tp}): set {ROLLOUT_KEY}=null",
         )
-        bad = block_misfit(hf_config, rollout_tp)
+        bad = block_misfit(widths)
         require(
             rollout.fp8_scales != "block" or bad is None,
             SCALES_KEY,

@@ -49,10 +49,16 @@ QUANTIZED_MODULES = frozenset(
 )
 
 
+def quantized_by_name(name: str) -> bool:
+    """Whether the HF tensor `name` is the weight of a layer vLLM builds with the FP8 method (its shape unread: a
+    caller that has only names picks the tensors worth reading)."""
+    module, _, kind = name.rpartition(".")
+    return kind == "weight" and module.rpartition(".")[2] in QUANTIZED_MODULES
+
+
 def is_quantized(name: str, shape: tuple[int, ...] | torch.Size) -> bool:
     """Whether the HF tensor `name` of `shape` goes to vLLM as FP8 weight + scale."""
-    module, _, kind = name.rpartition(".")
-    return kind == "weight" and len(shape) == 2 and module.rpartition(".")[2] in QUANTIZED_MODULES
+    return len(shape) == 2 and quantized_by_name(name)
 
 
 def _block(shape: tuple[int, ...] | torch.Size, layout: str, block: int) -> tuple[int, int]:

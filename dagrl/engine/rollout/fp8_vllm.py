@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from dagrl.doctor.versions import PINS
 from dagrl.engine.rollout import fp8
 from dagrl.engine.rollout.interface import WeightBucket
 
@@ -39,6 +41,28 @@ FP8_MODULE = "vllm.model_executor.layers.quantization.fp8"  # where vLLM's FP8 m
 ONCE_GUARD = "_already_called_process_weights_after_loading"
 LOADED = "_fp8_loaded"  # on a layer: {name: the parameter its loader writes}
 PROCESSED = "_fp8_processed"  # on a per-tensor layer: {name: the tensor its kernel reads, where it is another}
+KEY = "actor_rollout_ref.rollout.quantization"
+
+
+def _unhooked(reason: str) -> RuntimeError:
+    """The one line that refuses an FP8 rollout whose vLLM lacks what the in-place processing hooks (`reason`)."""
+    tested = PINS["GPU kit"]["vllm"]
+    try:
+        installed = f"vLLM {importlib.metadata.version('vllm')}"
+    except importlib.metadata.PackageNotFoundError:
+        installed = "this install (no vllm distribution)"
+    return RuntimeError(
+        f"{KEY}=fp8 keeps vLLM's FP8 layers across weight syncs by hooking their processing, and {reason} in "
+        f"{installed}: "
+        f'pip install "vllm=={tested}" (the version dagrl\'s FP8 sync is tested with), or set {KEY}=null'
+    )
+
+
+def _fp8_module(module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as err:
+        raise _unhooked(f"the module {module_name} does not import ({err})") from err
 
 
 def fp8_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -142,15 +166,12 @@ def _in_place_replace(original: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextlib.contextmanager
 def in_place_replace(module_name: str = FP8_MODULE) -> Iterator[None]:
-    """While open, `module_name`'s replace_parameter copies in place (nothing changes where it has none)."""
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        module = None
+    """While open, `module_name`'s replace_parameter copies in place. A module without one is refused: its FP8
+    methods would hand a kernel they build new tensors, which later syncs never write."""
+    module = _fp8_module(module_name)
     original = getattr(module, "replace_parameter", None)
     if original is None:
-        yield
-        return
+        raise _unhooked(f"{module_name}.replace_parameter was not found")
     module.replace_parameter = _in_place_replace(original)
     try:
         yield
@@ -163,14 +184,17 @@ def in_place_processing(
     quantization: str | None, layout: str = "block", module_name: str = FP8_MODULE
 ) -> Iterator[None]:
     """While the engine is built: each FP8 method's first processing keeps the parameters it was loaded into
-    (and, with per-tensor scales, the processed tensors it hands back). Nothing changes without `quantization`."""
+    (and, with per-tensor scales, the processed tensors it hands back). Nothing changes without `quantization`.
+    Refused before the engine is built where `module_name` lacks what is hooked."""
     if not quantization:
         yield
         return
-    try:
-        methods = [getattr(importlib.import_module(module_name), n) for n in ("Fp8LinearMethod", "Fp8MoEMethod")]
-    except (ImportError, AttributeError):
-        methods = []
+    module = _fp8_module(module_name)
+    if getattr(module, "Fp8LinearMethod", None) is None:
+        raise _unhooked(f"{module_name}.Fp8LinearMethod was not found")
+    # Fp8MoEMethod absent alone is left to the model: a dense one builds no MoE layer, and an MoE layer processed
+    # unhooked has no loaded parameters recorded, which Fp8Layers refuses by the layer's name once the engine is up.
+    methods = [m for n in ("Fp8LinearMethod", "Fp8MoEMethod") if (m := getattr(module, n, None)) is not None]
     originals = [method.process_weights_after_loading for method in methods]
     reshapes = layout == "tensor"
 
@@ -202,6 +226,13 @@ class Fp8Layers:
                 "actor_rollout_ref.rollout.quantization=fp8 but vLLM built no FP8 layer: its quantization_config "
                 "override did not take (vLLM's version?)"
             )
+        for name, layer in self.layers:
+            if _live(layer) and not hasattr(layer, LOADED):  # its first processing ran outside in_place_processing
+                method = type(layer.quant_method).__name__
+                raise _unhooked(
+                    f"{name} was built with {method}, which is not hooked (only {module_name}'s Fp8LinearMethod "
+                    f"and Fp8MoEMethod are, where found)"
+                )
 
     def incoming(self, buckets: Iterable[WeightBucket], bucket_bytes: int) -> Iterator[WeightBucket]:
         """A sync's stream as FP8 weights and scales (fp8.quantized_buckets), each layer's loaded parameters put
