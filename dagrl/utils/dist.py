@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 from typing import Callable
 
 import torch
@@ -150,6 +149,16 @@ def init_process_group(timeout_s: float | None = None) -> None:
     watchdog.attach(store)
 
 
+# what must be freed before the default process group: an engine's own groups, registered by whoever created them
+_TEARDOWNS: list[Callable[[], None]] = []
+
+
+def before_destroy(teardown: Callable[[], None]) -> None:
+    """Run `teardown` (once) when destroy_process_groups frees the default group, before it."""
+    if teardown not in _TEARDOWNS:
+        _TEARDOWNS.append(teardown)
+
+
 def destroy_process_groups(release: Callable[[], None] | None = None) -> None:
     """The run is over (every rank got here): destroy every process group, Megatron's included, while the interpreter
     is whole. A gloo group's worker threads are joined only when the group is freed; left to the interpreter's shutdown,
@@ -162,11 +171,11 @@ def destroy_process_groups(release: Callable[[], None] | None = None) -> None:
         return
     if release is not None:
         release()
-    if "megatron.core" in sys.modules:  # loaded by the run's engines; never imported here for the teardown alone
-        from dagrl.engine.megatron import compat
-
-        compat.destroy_model_parallel()
-    else:
+    teardowns = list(_TEARDOWNS)
+    _TEARDOWNS.clear()
+    for teardown in teardowns:  # the groups of an engine's parallel state (Megatron's), freed by their owner
+        teardown()
+    if not teardowns:
         gc.collect()
     dist.destroy_process_group()
 

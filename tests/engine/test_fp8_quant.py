@@ -173,3 +173,10 @@ def test_the_manifest_takes_each_weights_scale_in_either_layout():
         manifest.check("model.layers.0.mlp.down_proj.weight_scale", torch.zeros(3, 2))
     with pytest.raises(KeyError, match="model.norm.weight_scale"):
         manifest.check("model.norm.weight_scale", torch.zeros(1))
+
+
+def test_engine_environment():
+    # block scales: CUTLASS's block GEMM (no nvcc at run time, the loaded scale layout kept), unless the user chose
+    assert fp8.engine_env("fp8", "block") == {"VLLM_USE_DEEP_GEMM": "0"}
+    assert fp8.engine_env("fp8", "tensor") == {}
+    assert fp8.engine_env(None, "block") == {}

@@ -148,6 +148,15 @@ def resolved_layout(choice: str, quantization: str | None, model_path: str, roll
     return scale_layout(choice, read_hf_config(model_path), rollout_tp)
 
 
+def engine_env(quantization: str | None, layout: str) -> dict[str, str]:
+    """Environment an FP8 engine of `layout` starts with (the user's own values win). Block scales: vLLM picks
+    DeepGEMM's block GEMM where its wheel carries DeepGEMM, which JIT-compiles its kernels with nvcc at the first
+    forward (an image without the CUDA toolkit fails there: "NVCC compilation failed") and may repack the block
+    scales after each load, which an in-place sync cannot follow; CUTLASS's block GEMM reads the loaded layout and
+    needs no compiler."""
+    return {"VLLM_USE_DEEP_GEMM": "0"} if quantization == "fp8" and layout == "block" else {}
+
+
 def engine_kwargs(
     quantization: str | None, kv_cache_dtype: str, hf_overrides: dict[str, Any], layout: str = "block"
 ) -> dict[str, Any]:
