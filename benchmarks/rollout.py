@@ -10,8 +10,9 @@ generate on the one engine dagrl builds, so every engine setting (dtype, FP8 wei
 the same by construction and the comparison isolates what dagrl adds: request building from a left-padded batch
 and unpacking into the padded training layout. Both sample with the same per-request seeds (dagrl's), so both
 generate the same tokens; --bare-unseeded drops them from the bare path (vLLM's V1 model runner paid a kernel
-launch per seeded request and step; V2 draws them batched). --force-lengths makes every response exactly
---response-length tokens (ignore_eos), the same token count in every run of either path.
+launch per seeded request and step; V2 draws them batched); --bare-fresh builds the bare path's requests and
+SamplingParams anew each call, as the node does (else one list of each serves every call). --force-lengths makes
+every response exactly --response-length tokens (ignore_eos), the same token count in every run of either path.
 
 After one warm-up call of each path (CUDA graphs are captured when the engine is built), --repeats pairs of timed
 calls run interleaved, the first of each pair alternating (node bare, bare node, ...), each from an empty prefix
@@ -59,8 +60,14 @@ from benchmarks.rollout_stats import (  # noqa: E402
 from dagrl.data.batch import Batch  # noqa: E402
 
 NODE, BARE = "node", "bare"
-# --compare arms: (--quantization, --kv-cache-dtype)
-ARMS = {"bf16": ("none", "auto"), "fp8": ("fp8", "auto"), "fp8_kv": ("fp8", "fp8"), "bf16_fp8kv": ("none", "fp8")}
+# --compare arms: (--quantization, --kv-cache-dtype, --fp8-scales)
+ARMS = {
+    "bf16": ("none", "auto", "block"),
+    "fp8": ("fp8", "auto", "block"),
+    "fp8_tensor": ("fp8", "auto", "tensor"),
+    "fp8_kv": ("fp8", "fp8", "block"),
+    "bf16_fp8kv": ("none", "fp8", "block"),
+}
 
 
 def random_prompts(rows: int, length: int, vocab: int) -> Batch:
@@ -83,9 +90,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed pairs (each path once a pair)")
     parser.add_argument("--force-lengths", action="store_true", help="ignore_eos: every response is max length")
     parser.add_argument("--bare-unseeded", action="store_true", help="the bare path without per-request seeds")
+    parser.add_argument(
+        "--bare-fresh",
+        action="store_true",
+        help="the bare path builds its requests and SamplingParams anew each call, as the node does (an RL loop "
+        "must: each step has new seeds); without it, one list of each is reused by every call",
+    )
     parser.add_argument("--paths", default="node,bare", help="node, bare or both (the verdict needs both)")
     parser.add_argument("--quantization", choices=("none", "fp8"), default="none")
     parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), default="auto")
+    parser.add_argument(
+        "--fp8-scales", choices=("block", "tensor"), default="block", help="FP8 weights' scales (rollout.fp8_scales)"
+    )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     parser.add_argument("--compare", default=None, help=f"arms to run one after the other: {', '.join(ARMS)}")
     parser.add_argument("--json", default=None, help="also write the results here")
@@ -106,7 +122,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def rollout_settings(spec_fields: set[str], quantization: str, kv_cache_dtype: str) -> tuple[dict, dict]:
+def rollout_settings(
+    spec_fields: set[str], quantization: str, kv_cache_dtype: str, scales: str = "block"
+) -> tuple[dict, dict]:
     """(VLLMRolloutSpec fields, vLLM engine_kwargs) for the FP8 choices: the spec's own fields where dagrl has
     them (actor_rollout_ref.rollout.quantization / kv_cache_dtype: the engine then quantizes as a training run's
     does), else vLLM's own arguments passed through engine_kwargs (its online FP8 quantization)."""
@@ -116,13 +134,15 @@ def rollout_settings(spec_fields: set[str], quantization: str, kv_cache_dtype: s
     if kv_cache_dtype != "auto":
         wanted["kv_cache_dtype"] = kv_cache_dtype
     spec = {k: v for k, v in wanted.items() if k in spec_fields}
+    if "quantization" in spec and "fp8_scales" in spec_fields:  # vLLM's online FP8 has no choice of scales
+        spec["fp8_scales"] = scales
     return spec, {k: v for k, v in wanted.items() if k not in spec_fields}
 
 
 def child_argv(argv: list[str], arm: str, json_path: str) -> list[str]:
     """One --compare arm's own command line: the given options less --compare and --json, with the arm's
     engine settings (which win over any given)."""
-    drop = ("--compare", "--json", "--quantization", "--kv-cache-dtype")
+    drop = ("--compare", "--json", "--quantization", "--kv-cache-dtype", "--fp8-scales")
     kept, skip = [], False
     for word in argv:
         if skip:
@@ -131,8 +151,8 @@ def child_argv(argv: list[str], arm: str, json_path: str) -> list[str]:
             skip = True
         elif not word.startswith(tuple(f"{d}=" for d in drop)):
             kept.append(word)
-    quantization, kv = ARMS[arm]
-    return [*kept, "--quantization", quantization, "--kv-cache-dtype", kv, "--json", json_path]
+    quantization, kv, scales = ARMS[arm]
+    return [*kept, "--quantization", quantization, "--kv-cache-dtype", kv, "--fp8-scales", scales, "--json", json_path]
 
 
 def compare(args: argparse.Namespace, argv: list[str]) -> None:
@@ -185,7 +205,7 @@ def measure(args: argparse.Namespace) -> dict:
     (model_dir / "config.json").write_text(json.dumps(config))
     vocab = config["vocab_size"]
     spec_fields, engine_kwargs = rollout_settings(
-        {f.name for f in fields(VLLMRolloutSpec)}, args.quantization, args.kv_cache_dtype
+        {f.name for f in fields(VLLMRolloutSpec)}, args.quantization, args.kv_cache_dtype, args.fp8_scales
     )
     rollout = VLLMRollout(
         VLLMRolloutSpec(
@@ -206,11 +226,16 @@ def measure(args: argparse.Namespace) -> dict:
     sampling = SamplingSpec(
         n=args.n, temperature=1.0, response_length=args.response_length, ignore_eos=args.force_lengths
     )
-    requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
-    params = [  # what dagrl sends for seed 0: the same engine, prompts, sampling and seeds on both paths
-        SamplingParams(**{**p.as_kwargs(), **({"seed": None} if args.bare_unseeded else {})})
-        for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)
-    ]
+
+    def bare_inputs() -> tuple[list, list]:  # what dagrl sends for seed 0: the same prompts, sampling and seeds
+        requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(prompts)]
+        params = [
+            SamplingParams(**{**p.as_kwargs(), **({"seed": None} if args.bare_unseeded else {})})
+            for p in request_params(sampling, len(prompts), 0, [vocab - 1], False)
+        ]
+        return requests, params
+
+    reused = bare_inputs()
     calls: list[tuple[float, list]] = []  # (seconds, outputs) of each vLLM generate inside a node call
     vllm_generate = rollout.llm.generate
 
@@ -229,6 +254,7 @@ def measure(args: argparse.Namespace) -> dict:
         return calls[-1][1], batch["responses"]
 
     def bare():
+        requests, params = bare_inputs() if args.bare_fresh else reused
         return rollout.llm.generate(requests, params, use_tqdm=False), None
 
     paths = {name: fn for name, fn in ((NODE, node), (BARE, bare)) if name in args.paths.split(",")}
@@ -255,10 +281,11 @@ def measure(args: argparse.Namespace) -> dict:
             same_samples = same_samples and torch.equal(first, samples)
     if args.profile and NODE in paths:  # dagrl's request building and unpacking, apart from vLLM's generate
         print(cpu_profile(node, "cumulative", r"dagrl/(engine|data)", 12))
+    fresh = ", inputs built per call" if args.bare_fresh else ""
     lengths = f"{args.response_length} forced (ignore_eos)" if args.force_lengths else f"<= {args.response_length}"
     shape = (
         f"Qwen3-{args.size} shape, {args.prompts} prompts x n={args.n}, prompt <= {args.prompt_length}, response "
-        f"{lengths}, bare {'unseeded' if args.bare_unseeded else 'with the same seeds'}, 1 GPU, CUDA graphs"
+        f"{lengths}, bare {'unseeded' if args.bare_unseeded else 'with the same seeds'}{fresh}, 1 GPU, CUDA graphs"
     )
     result = {
         "shape": shape,

@@ -1,12 +1,15 @@
 # dagrl's vLLM rollout against bare vllm.LLM.generate on one GPU, certified or called noise (run.sh sources it;
-# ~8 min): the Qwen3-1.7B shape (dummy weights), 256 prompts x 4, bf16, CUDA graphs, model runner V2; $REPEATS (5)
-# interleaved pairs, the first of each pair alternating. Twice: sampled lengths (up to 256 tokens, the same
-# per-request seeds on both paths) and forced lengths (ignore_eos: every response 256 tokens). Each log ends with the
-# verdict line, every run's seconds and tokens beside the GPU clock, temperature, power, allocator, load, gc,
-# prefix-cache hits and time to first token, and which of them moved with the time; $O/*.json keep the numbers.
-step certify_sampled timeout 360 python3 benchmarks/rollout.py --size 1.7b --repeats ${REPEATS:-5} --runner v2 \
-  --json $O/certify_sampled.json
+# ~9 min, ~3 a step on an H100): the Qwen3-1.7B shape (dummy weights), 256 prompts x 4, bf16, CUDA graphs, model
+# runner V2; $REPEATS (5) interleaved pairs, the first of each pair alternating. Three times: forced lengths
+# (ignore_eos: every response 256 tokens), the same with the bare path's requests and SamplingParams built per
+# call as the node builds them (--bare-fresh), and sampled lengths (up to 256 tokens, the same per-request seeds on
+# both). Each log ends with the verdict line, every run's seconds and tokens beside the GPU clock, temperature,
+# power, allocator, load, gc, prefix-cache hits and time to first token, and which of them moved with the time;
+# $O/*.json keep the numbers.
+CERTIFY="python3 benchmarks/rollout.py --size 1.7b --repeats ${REPEATS:-5} --runner v2"
+step certify_forced timeout 360 $CERTIFY --force-lengths --json $O/certify_forced.json
 gpu_used
-step certify_forced timeout 360 python3 benchmarks/rollout.py --size 1.7b --repeats ${REPEATS:-5} --runner v2 \
-  --force-lengths --json $O/certify_forced.json
+step certify_forced_fresh timeout 360 $CERTIFY --force-lengths --bare-fresh --json $O/certify_forced_fresh.json
+gpu_used
+step certify_sampled timeout 360 $CERTIFY --json $O/certify_sampled.json
 gpu_used

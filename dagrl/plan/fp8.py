@@ -3,11 +3,12 @@
 A decode step reads every linear weight once for the whole batch in flight; FP8 halves those bytes, but it also
 quantizes each linear layer's activations, token by token, before its FP8 matmul: work that grows with the tokens in
 flight, not with the weights. So FP8 pays where the weight bytes per GPU are large against the per-token work, and
-costs where they are small. What is measured is two points, no more (bare vLLM 0.26, one H100, dummy weights,
-64 prompts x 4, 1,024 tokens forced): FP8 at 0.81x bf16's tokens/s on the Qwen3-1.7B shape and 1.17x on the
-Qwen3-8B shape. The rule below is those two points, read as a threshold on the quantized linear weights one rollout
-GPU holds: at or below the 1.7B shape's, slower; at or above the 8B shape's, faster; between them a log-linear
-interpolation of the two ratios, said as such. benchmarks/rollout.py --compare bf16,fp8 measures a shape itself.
+costs where they are small. What is measured is two points, no more (dagrl's vLLM rollout, vLLM 0.26.0, one H100,
+dummy weights, block scales on CUTLASS's block GEMM, 64 prompts x 4, 1,024 tokens forced, 3 calls each): FP8 at
+0.96x bf16's tokens/s on the Qwen3-1.7B shape and 1.10x on the Qwen3-8B shape (docs/fp8.md). The rule below is those
+two points, read as a threshold on the quantized linear weights one rollout GPU holds: at or below the 1.7B shape's,
+slower; at or above the 8B shape's, faster; between them a log-linear interpolation of the two ratios, said as such.
+benchmarks/rollout.py --compare bf16,fp8 measures a shape itself.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from dagrl.plan.model import ModelShape
 from dagrl.plan.presets import config_fields
 
 # (Qwen3 preset size, FP8 tokens/s over bf16's) as measured; the smaller model first
-MEASURED = (("1.7b", 0.81), ("8b", 1.17))
+MEASURED = (("1.7b", 0.96), ("8b", 1.10))
 MEASURED_TYPE = next(f.model_type for f in FAMILIES.values() if f.config_class == "Qwen3Config")
-BASIS = "bare vLLM 0.26, one H100, dummy weights, 64 prompts x 4, 1,024 tokens forced"
+BASIS = "dagrl's vLLM rollout, vLLM 0.26.0, one H100, dummy weights, block scales, 64 prompts x 4, 1,024 tokens forced"
 
 
 def quantized_params(shape: ModelShape, rollout_tp: int = 1) -> float:

@@ -106,6 +106,12 @@ def test_fp8_settings_go_to_the_spec_where_it_has_the_keys_else_to_vllm():
         {"quantization": "fp8", "kv_cache_dtype": "fp8"},
     )
     assert rollout.rollout_settings({"quantization", "kv_cache_dtype"}, "fp8", "auto") == ({"quantization": "fp8"}, {})
+    spec = {"quantization", "kv_cache_dtype", "fp8_scales"}
+    assert rollout.rollout_settings(spec, "fp8", "auto", "tensor") == (
+        {"quantization": "fp8", "fp8_scales": "tensor"},
+        {},
+    )
+    assert rollout.rollout_settings(spec, "none", "auto", "tensor") == ({}, {})
 
 
 def test_each_compare_arm_runs_the_given_options_with_its_own_engine_settings():
@@ -118,14 +124,24 @@ def test_each_compare_arm_runs_the_given_options_with_its_own_engine_settings():
         "none",
         "--kv-cache-dtype",
         "auto",
+        "--fp8-scales",
+        "block",
         "--json",
         "/t/bf16.json",
     ]
-    assert rollout.child_argv(argv, "fp8_kv", "j")[-6:] == [
+    assert rollout.child_argv(argv, "fp8_kv", "j")[-8:] == [
         "--quantization",
         "fp8",
         "--kv-cache-dtype",
         "fp8",
+        "--fp8-scales",
+        "block",
+        "--json",
+        "j",
+    ]
+    assert rollout.child_argv([*argv, "--fp8-scales", "block"], "fp8_tensor", "j")[-4:] == [
+        "--fp8-scales",
+        "tensor",
         "--json",
         "j",
     ]

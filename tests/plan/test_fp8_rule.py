@@ -31,13 +31,13 @@ def test_quantized_weights_are_the_decoder_linears_over_the_rollout_tp():
 
 def test_slower_at_or_below_the_small_measured_shape_faster_at_or_above_the_large_one():
     low, high = measured_points()
-    assert (low.size, low.ratio, high.size, high.ratio) == ("1.7b", 0.81, "8b", 1.17)
-    assert expected_ratio(quantized_params(shape("0.6b")))[0] == 0.81
-    assert expected_ratio(low.params) == (0.81, expected_ratio(low.params)[1])
-    assert "where FP8 measured 0.81x" in expected_ratio(low.params)[1]
-    assert expected_ratio(quantized_params(shape("32b")))[0] == 1.17
+    assert (low.size, low.ratio, high.size, high.ratio) == ("1.7b", 0.96, "8b", 1.10)
+    assert expected_ratio(quantized_params(shape("0.6b")))[0] == 0.96
+    assert expected_ratio(low.params) == (0.96, expected_ratio(low.params)[1])
+    assert "where FP8 measured 0.96x" in expected_ratio(low.params)[1]
+    assert expected_ratio(quantized_params(shape("32b")))[0] == 1.10
     between, how = expected_ratio(quantized_params(shape("4b")))
-    assert 0.81 < between < 1.17 and "interpolated" in how and "not a model" in how
+    assert 0.96 < between < 1.10 and "interpolated" in how and "not a model" in how
     assert expected_ratio(break_even())[0] == pytest.approx(1.0)
     assert low.params < break_even() < high.params
 
