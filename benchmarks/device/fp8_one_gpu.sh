@@ -1,14 +1,18 @@
-# FP8 against bf16 on one GPU (run.sh sources it). $PARTS (default "rollout update learn"; ~14 min with two
-# rollout arms (COMPARE=bf16,fp8), ~17 with the default three; update ~2.5 min, learn ~3 min on an H100):
+# FP8 against bf16 on one GPU (run.sh sources it). $PARTS (default "rollout update sync learn"; ~20 min on an
+# H100: rollout ~10 with the default three arms (~7 with COMPARE=bf16,fp8), update ~2.5, sync ~3, learn ~3):
 # rollout  dagrl's vLLM rollout, bf16 engine then FP8 weights (actor_rollout_ref.rollout.quantization=fp8) with
 #          block and with per-tensor scales ($COMPARE), on the Qwen3-1.7B and 8B shapes (dummy weights), $PROMPTS (64)
 #          prompts x 4, 1,024 tokens forced, CUDA graphs, 3 calls each: tokens/s of each and their ratio
 #          (benchmarks/rollout.py --compare; PROMPTS=256 for a fuller batch). ~4.5 min at 1.7B, ~5.5 at 8B
 # update   the actor update on the Qwen3-1.7B shape, $USTEPS (8) steps, dagrl and bare Megatron-Core both in bf16,
 #          then both in FP8 (TE e4m3) with each of $RECIPES (blockwise tensorwise), each FP8 run against the bf16 run
+# sync     dagrl.doctor with the FP8 rollout after a real weight sync: SmolLM2-135M-Instruct (widths of 576: per-tensor
+#          scales), a random Qwen3 (0.5b preset, 4 layers: block scales) and a random Qwen3-MoE (30b-a3b, 2 layers:
+#          block scales through vLLM's FP8 MoE method), logits peaked x30; each report's pairs against the FP8 floor
+#          and its export check, ~3 min
 # learn    SmolLM2-135M-Instruct GRPO, $STEPS (12) steps per arm: bf16, FP8 rollout with TIS (cap 2), FP8 rollout
 #          with sequence masking instead of TIS; held-out accuracy every 4, s/step, sync, log-prob gap ($O/learn)
-PARTS=${PARTS:-rollout update learn}
+PARTS=${PARTS:-rollout update sync learn}
 C=${COMPARE:-bf16,fp8,fp8_tensor}
 FORCED="--prompts ${PROMPTS:-64} --n 4 --response-length 1024 --force-lengths --paths node --repeats 3"
 case " $PARTS " in *" rollout "*)
@@ -24,6 +28,24 @@ case " $PARTS " in *" update "*)
   for recipe in ${RECIPES:-blockwise tensorwise}; do
     step update17_fp8_$recipe timeout 240 $UPDATE --fp8 e4m3 --fp8-recipe $recipe --against $O/update17_bf16.json \
       --json $O/update17_fp8_$recipe.json
+  done
+  gpu_used ;;
+esac
+case " $PARTS " in *" sync "*)
+  FP8="actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.quantization=fp8
+    actor_rollout_ref.rollout.calculate_log_probs=true actor_rollout_ref.actor.tis_imp_ratio_cap=2
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.3 actor_rollout_ref.rollout.enforce_eager=true
+    data.train_files=$DATA/train.parquet data.val_files=$DATA/test.parquet data.train_batch_size=32
+    data.max_prompt_length=64 data.max_response_length=12 actor_rollout_ref.rollout.n=8
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 actor_rollout_ref.actor.megatron.param_dtype=bfloat16
+    trainer.n_gpus_per_node=1 trainer.default_local_dir=$O/ckpt"
+  step sync_smollm2 python3 -m dagrl.doctor actor_rollout_ref.model.path=$MODEL $FP8
+  for entry in qwen3:0.5b:4 qwen3_moe:30b-a3b:2; do
+    IFS=: read -r family size layers <<< "$entry"
+    step init_$family python3 scripts/init_random_model.py --family $family --size $size --num-layers $layers \
+      --out /tmp/fp8_$family --tokenizer $MODEL --device cuda --peak 30
+    step sync_$family python3 -m dagrl.doctor actor_rollout_ref.model.path=/tmp/fp8_$family $FP8
+    rm -rf /tmp/fp8_$family
   done
   gpu_used ;;
 esac
