@@ -279,6 +279,7 @@ def measure(args: argparse.Namespace) -> dict:
             outside.append(seconds - calls[-1][0])
             first = samples if first is None else first
             same_samples = same_samples and torch.equal(first, samples)
+    probe.close()
     if args.profile and NODE in paths:  # dagrl's request building and unpacking, apart from vLLM's generate
         print(cpu_profile(node, "cumulative", r"dagrl/(engine|data)", 12))
     fresh = ", inputs built per call" if args.bare_fresh else ""

@@ -1,9 +1,9 @@
 """What benchmarks/rollout.py records around each timed call, so that one GPU run says which of them moves with the
-time: the GPU's SM clock, temperature and power (nvidia-smi sampling through the call: one process, no Python
-thread beside vLLM's host-bound loop), the torch allocator's reserved bytes, the host's load average, Python
-garbage collections during the call, and from vLLM's outputs the prompt tokens served from the prefix cache and
-the time to each request's first token where vLLM reports it. A field that cannot be read here is None (a dash in
-the table) and `notes` says why, once."""
+time: the GPU's SM clock, temperature and power (nvidia-smi sampling through the call: one process, no Python thread
+beside vLLM's host-bound loop), the torch allocator's reserved bytes, the host's load average, Python garbage
+collections during the call (all, the full ones, the seconds inside them), and from vLLM's outputs the prompt tokens
+served from the prefix cache and the time to each request's first token where vLLM reports it. A field that cannot
+be read here is None (a dash in the table) and `notes` says why, once."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import time
 from typing import Any
 
 GPU_FIELDS = ("clocks.sm", "temperature.gpu", "power.draw")
@@ -24,6 +25,8 @@ FIELDS = [
     "reserved GiB",
     "load 1 min",
     "gc runs",
+    "gc full runs",
+    "gc s",
     "cached prompt tokens",
     "TTFT s (median)",
 ]
@@ -60,8 +63,31 @@ def gpu_id() -> str:
     return visible[index] if index < len(visible) else str(index)
 
 
-def gc_runs() -> int:
-    return sum(generation["collections"] for generation in gc.get_stats())
+def gc_runs(generation: int | None = None) -> int:
+    """Collections so far: of every generation, or of one (2: the full collections, which walk every object the
+    process tracks: a trainer's models and engines included)."""
+    stats = gc.get_stats()
+    return sum(g["collections"] for g in (stats if generation is None else stats[generation : generation + 1]))
+
+
+class GcTimer:
+    """Seconds spent inside garbage collections while installed (gc.callbacks: called at each one's start and
+    stop), so a call's time can be split into collections and the rest."""
+
+    def __init__(self) -> None:
+        self.seconds, self._start = 0.0, None
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self._start = None
+
+    def close(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
 
 
 def output_fields(outputs: list[Any]) -> dict[str, float | None]:
@@ -107,10 +133,12 @@ class Probe:
         elif not self.smi:
             self.notes.append("no nvidia-smi on PATH: GPU clock, temperature and power not probed")
         self._sampler: subprocess.Popen | None = None
-        self._gc = 0
+        self._gc = self._gc_full = 0
+        self._gc_timer = GcTimer()
+        self._gc_s = 0.0
 
     def start(self) -> None:
-        self._gc = gc_runs()
+        self._gc, self._gc_full, self._gc_s = gc_runs(), gc_runs(2), self._gc_timer.seconds
         if self.smi:
             query = ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"]
             # line-buffered through stdbuf where there is one, so that stopping it loses no sample
@@ -122,11 +150,17 @@ class Probe:
                 text=True,
             )
 
+    def close(self) -> None:
+        """Stop timing garbage collections (the timer is a gc callback for as long as the probe is open)."""
+        self._gc_timer.close()
+
     def stop(self, outputs: list[Any]) -> dict[str, float | None]:
         import torch
 
         fields: dict[str, float | None] = dict.fromkeys(FIELDS)
         fields["gc runs"] = float(gc_runs() - self._gc)
+        fields["gc full runs"] = float(gc_runs(2) - self._gc_full)
+        fields["gc s"] = self._gc_timer.seconds - self._gc_s
         fields["load 1 min"] = os.getloadavg()[0]
         if self.cuda:
             fields["reserved GiB"] = torch.cuda.memory_reserved() / 2**30

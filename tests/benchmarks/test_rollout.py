@@ -2,6 +2,7 @@
 calls it noise, the per-run and summary tables, which probe moves with the time, the probe's fields on a CPU, the
 FP8 engine settings and the --compare arms' command lines."""
 
+import gc
 import os
 import sys
 import time
@@ -166,6 +167,16 @@ def test_the_probe_on_a_cpu_leaves_gpu_fields_empty_and_says_why(monkeypatch):
     for name in ("SM MHz (mean)", "temp C (max)", "power W (mean)", "reserved GiB", "TTFT s (median)"):
         assert fields[name] is None
     assert fields["load 1 min"] >= 0 and fields["gc runs"] >= 0
+    probe.start()
+    garbage = [[] for _ in range(1000)]
+    for a, b in zip(garbage, garbage[1:]):  # cycles only a collection frees
+        a.append(b), b.append(a)
+    del garbage, a, b
+    gc.collect()
+    fields = probe.stop([])
+    probe.close()
+    assert fields["gc full runs"] >= 1 and fields["gc runs"] >= fields["gc full runs"] and fields["gc s"] > 0
+    assert probe._gc_timer._callback not in gc.callbacks
 
 
 def test_probe_reads_nvidia_smi_samples_and_vllm_outputs():
