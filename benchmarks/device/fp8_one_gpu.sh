@@ -1,9 +1,12 @@
-# FP8 against bf16 on one GPU (run.sh sources it). $PARTS (default "rollout update sync learn"; ~20 min on an
-# H100: rollout ~10 with the default three arms (~7 with COMPARE=bf16,fp8), update ~2.5, sync ~3, learn ~3):
+# FP8 against bf16 on one GPU (run.sh sources it). $PARTS (default "rollout parity update sync learn"; ~24 min on
+# an H100: rollout ~10 with the default three arms (~7 with COMPARE=bf16,fp8), parity ~4, update ~2.5, sync ~3,
+# learn ~3):
 # rollout  dagrl's vLLM rollout, bf16 engine then FP8 weights (actor_rollout_ref.rollout.quantization=fp8) with
 #          block and with per-tensor scales ($COMPARE), on the Qwen3-1.7B and 8B shapes (dummy weights), $PROMPTS (64)
 #          prompts x 4, 1,024 tokens forced, CUDA graphs, 3 calls each: tokens/s of each and their ratio
 #          (benchmarks/rollout.py --compare; PROMPTS=256 for a fuller batch). ~4.5 min at 1.7B, ~5.5 at 8B
+# parity   the FP8 node against bare vLLM generate on the same FP8 engine (benchmarks/rollout.py's certifying form,
+#          5 interleaved pairs), Qwen3-8B shape, $PROMPTS (64) prompts x 4, 1,024 tokens forced, ~4 min
 # update   the actor update on the Qwen3-1.7B shape, $USTEPS (8) steps, dagrl and bare Megatron-Core both in bf16,
 #          then both in FP8 (TE e4m3) with each of $RECIPES (blockwise tensorwise), each FP8 run against the bf16 run
 # sync     dagrl.doctor with the FP8 rollout after a real weight sync: SmolLM2-135M-Instruct (widths of 576: per-tensor
@@ -12,7 +15,7 @@
 #          and its export check, ~3 min
 # learn    SmolLM2-135M-Instruct GRPO, $STEPS (12) steps per arm: bf16, FP8 rollout with TIS (cap 2), FP8 rollout
 #          with sequence masking instead of TIS; held-out accuracy every 4, s/step, sync, log-prob gap ($O/learn)
-PARTS=${PARTS:-rollout update sync learn}
+PARTS=${PARTS:-rollout parity update sync learn}
 C=${COMPARE:-bf16,fp8,fp8_tensor}
 FORCED="--prompts ${PROMPTS:-64} --n 4 --response-length 1024 --force-lengths --paths node --repeats 3"
 case " $PARTS " in *" rollout "*)
@@ -20,6 +23,12 @@ case " $PARTS " in *" rollout "*)
     --gpu-memory-utilization 0.85 --runner v2 --json $O/fp8_rollout17.json
   step fp8_rollout8b timeout 480 python3 benchmarks/rollout.py --compare $C --size 8b $FORCED \
     --gpu-memory-utilization 0.85 --runner v2 --json $O/fp8_rollout8b.json
+  gpu_used ;;
+esac
+case " $PARTS " in *" parity "*)
+  step fp8_parity8b timeout 480 python3 benchmarks/rollout.py --size 8b --quantization fp8 --prompts ${PROMPTS:-64} \
+    --n 4 --response-length 1024 --force-lengths --repeats 5 --gpu-memory-utilization 0.85 --runner v2 \
+    --json $O/fp8_parity8b.json
   gpu_used ;;
 esac
 case " $PARTS " in *" update "*)
