@@ -5,6 +5,10 @@ the key or file and the fix; a case found in pre-flight ends before megatron or 
 seconds (CPU, not wall time: the machine is shared); no checkpoint in trainer.default_local_dir changes.
 docs/bad_inputs.md is the corpus's tables, one per topic: each case checks its own row, and `DAGRL_UPDATE_DOCS=1`
 rewrites it.
+
+The first case of each topic (and of each kind, pre-flight and start-up) is a fresh `python -m dagrl.main_dag`; the
+others are forked from a warm process that has made the imports every launch makes (warm_launch.py), the same
+launch without paying the interpreter's start each time.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import importlib
 import json
 import os
 import pkgutil
+import queue
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -27,12 +33,17 @@ from tests.conftest import cpu_run_overrides
 from tests.helpers import run_in_session
 from tests.reliability import corpus
 from tests.reliability.corpus import CASES, PREFLIGHT, RUNTIME, STARTUP, TOPICS, Case, Paths
+from tests.reliability.warm_launch import WarmLauncher
 
 PROBE_DIR = Path(__file__).with_name("probe")  # its sitecustomize records imports and CPU time at exit
 DOCS = Path(__file__).parents[2] / "docs" / "bad_inputs.md"
 # opens each topic's table in docs/bad_inputs.md
 TABLE_HEADER = "| case | bad input | found at | exit | the one line on stderr |\n|---|---|---|---|---|"
 PREFLIGHT_CPU_S = 5.0
+# launched as a user launches them: the first case of each topic and of each kind found before any model
+FRESH = {cases[0].id for cases in TOPICS.values()} | {
+    next(c.id for c in CASES if c.found == found) for found in (PREFLIGHT, STARTUP)
+}
 
 
 def merged(base: list[str], extra: list[str]) -> list[str]:
@@ -100,8 +111,11 @@ def runtime_base(model: Path, data: dict, out: Path, steps: int) -> list[str]:
     )
 
 
-def run_case(case: Case, paths: Paths, base: list[str]) -> tuple[int, str, dict, float]:
-    """(exit code, stderr, probe record, wall seconds) of `python -m dagrl.main_dag` on the case."""
+def run_case(
+    case: Case, paths: Paths, base: list[str], launcher: WarmLauncher | None = None
+) -> tuple[int, str, dict, float]:
+    """(exit code, stderr, probe record, wall seconds) of `python -m dagrl.main_dag` on the case: a fresh process,
+    or one forked by `launcher`."""
     if case.make:
         case.make(paths.ws, paths)
     fields = {"ws": paths.ws, "model": paths.model, "train": paths.train, "ckpt": paths.ckpt}
@@ -113,7 +127,10 @@ def run_case(case: Case, paths: Paths, base: list[str]) -> tuple[int, str, dict,
         **case.env,
     }
     start = time.monotonic()
-    code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], env, timeout=300)
+    if launcher is None:
+        code, stderr = run_in_session([sys.executable, "-m", "dagrl.main_dag", *args], env, timeout=300)
+    else:
+        code, stderr = launcher.run(args, env, timeout=300)
     wall = time.monotonic() - start
     return code, stderr, json.loads(probe.read_text()) if probe.exists() else {}, wall
 
@@ -206,13 +223,36 @@ def cannot_run_here(case: Case) -> bool:
 class CaseRuns:
     """The launches of the pre-flight and start-up cases, each in its own workspace, two at a time: a case's test
     starts its own launch and the next selected case's, then waits for its own. Hundreds of launches of a second or
-    so, each on one core: two cores halve the wait. Each test checks only its own case's launch."""
+    so, each on one core: two cores halve the wait. Each test checks only its own case's launch. A case outside
+    FRESH goes to one of two warm launchers (one per thread), started at the first such case."""
 
     def __init__(self, order: list[Case], factory, tiny_model, tiny_data) -> None:
         self.order = [c for c in order if not cannot_run_here(c)]  # the tests' order
         self.factory, self.model, self.data = factory, tiny_model, tiny_data
         self.pool = ThreadPoolExecutor(2)
         self.started: dict[str, tuple[Paths, str, Future]] = {}
+        self.launchers: queue.Queue[WarmLauncher] = queue.Queue()
+        self.made: list[WarmLauncher] = []
+        self.lock = threading.Lock()
+
+    def launch(self, case: Case, paths: Paths, base: list[str]) -> tuple[int, str, dict, float]:
+        if case.id in FRESH:
+            return run_case(case, paths, base)
+        with self.lock:
+            if not self.made:
+                self.made = [WarmLauncher({"PYTHONPATH": str(PROBE_DIR)}) for _ in range(2)]
+                for launcher in self.made:
+                    self.launchers.put(launcher)
+        launcher = self.launchers.get()
+        try:
+            return run_case(case, paths, base, launcher)
+        finally:
+            self.launchers.put(launcher)
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+        for launcher in self.made:
+            launcher.close()
 
     def start(self, case: Case) -> None:
         if case.id in self.started:
@@ -231,7 +271,7 @@ class CaseRuns:
             if case.make:
                 case.make(paths.ws, paths)
             base = cpu_run_overrides(self.model, self.data, paths.ws / "run")
-        launch = self.pool.submit(run_case, dataclasses.replace(case, make=None), paths, base)
+        launch = self.pool.submit(self.launch, dataclasses.replace(case, make=None), paths, base)
         self.started[case.id] = (paths, before, launch)
 
     def result(self, case: Case) -> tuple[Paths, str, tuple[int, str, dict, float]]:
@@ -252,7 +292,7 @@ def case_runs(request, tmp_path_factory, tiny_model, tiny_data):
     ]
     runs = CaseRuns(order, tmp_path_factory, tiny_model, tiny_data)
     yield runs
-    runs.pool.shutdown(cancel_futures=True)
+    runs.close()
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.found == PREFLIGHT], ids=lambda c: c.id)
@@ -299,3 +339,24 @@ def test_bad_input_found_at_run_time_stops_the_run_with_one_line(
     assert digest(paths.ckpt, checkpoints_only=True) == before
     print(f"{case.id}: {probe.get('cpu_s', 0):.2f} CPU s, {wall:.2f} s wall")
     check_table_row(case, code, lines)
+
+
+def test_a_warm_launch_says_what_a_fresh_one_says(tmp_path, tiny_model, tiny_data):
+    """The warm launcher's fork is the CLI's launch: the same exit code, error lines and heavy imports as a fresh
+    `python -m dagrl.main_dag`, for a case found before composing (an environment variable), one in pre-flight and
+    one with several lines; and an environment variable one launch sets is gone in the next."""
+    chosen = ("log_level_unknown", "lr_zero", "three_mistakes_layout_and_values", "lr_zero")
+    launcher = WarmLauncher({"PYTHONPATH": str(PROBE_DIR)})
+    try:
+        for index, case in enumerate(next(c for c in CASES if c.id == name) for name in chosen):
+            said = []
+            for how in ("fresh", "warm"):
+                ws = tmp_path / f"{index}_{how}"
+                paths = Paths(ws=ws, model=tiny_model, train=tiny_data["train"], ckpt=ws / "ckpt")
+                write_checkpoints(paths.ckpt)
+                base = cpu_run_overrides(tiny_model, tiny_data, paths.ckpt)
+                code, stderr, probe, _ = run_case(case, paths, base, launcher if how == "warm" else None)
+                said.append((code, error_lines(case, code, stderr, paths), probe["imported"], len(stderr.splitlines())))
+            assert said[0] == said[1], f"{case.id}: fresh {said[0]}, warm {said[1]}"
+    finally:
+        launcher.close()

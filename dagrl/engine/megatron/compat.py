@@ -13,13 +13,16 @@ from typing import Any
 import torch
 from packaging.version import Version
 
+from dagrl.engine.megatron.lazy_compile import deferred_compile
+
 logger = logging.getLogger(__name__)
 
 SUPPORTED = (Version("0.15"), Version("0.20"))
 
 
 def megatron_version() -> Version:
-    from megatron.core import package_info
+    with deferred_compile():  # the engine's first import of megatron-core, where import_megatron did not run first
+        from megatron.core import package_info
 
     return Version(package_info.__version__)
 
@@ -39,7 +42,8 @@ def import_megatron(keep_wandb: bool) -> None:
     if hide:
         sys.modules["wandb"] = None  # type: ignore[assignment]  # `import wandb` raises ImportError
     try:
-        import megatron.core  # noqa: F401 - imported for its effect: megatron-core loads with wandb hidden
+        with deferred_compile():  # its fusions' torch.compile wrappers made at their first call (lazy_compile.py)
+            import megatron.core  # noqa: F401 - imported for its effect: megatron-core loads with wandb hidden
     finally:
         if hide and sys.modules.get("wandb", 0) is None:
             del sys.modules["wandb"]

@@ -2,6 +2,8 @@
 
 With DAGRL_IMPORT_PROBE=<file> set, it writes to <file> at exit which heavy packages the process imported and the
 CPU seconds it used, so a test can prove an error came before megatron or vllm was loaded, on a busy machine too.
+A launch forked from a warm process (tests/reliability/warm_launch.py) registers itself with `register`, adding the
+CPU seconds its parent spent getting ready, which a fresh process would have spent itself.
 """
 
 import atexit
@@ -12,21 +14,25 @@ import sys
 import time
 
 _HEAVY = {"megatron", "vllm", "torch", "transformers"}
-_PROBE = os.environ.get("DAGRL_IMPORT_PROBE")
 
 
-def _write(started: float) -> None:
+def _write(path: str, started: float, cpu_base: float) -> None:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    with open(_PROBE, "w", encoding="utf-8") as out:
+    with open(path, "w", encoding="utf-8") as out:
         json.dump(
             {
                 "imported": sorted({name.split(".")[0] for name in sys.modules} & _HEAVY),
-                "cpu_s": usage.ru_utime + usage.ru_stime,
+                "cpu_s": cpu_base + usage.ru_utime + usage.ru_stime,
                 "wall_s": time.monotonic() - started,
             },
             out,
         )
 
 
-if _PROBE:
-    atexit.register(_write, time.monotonic())
+def register(path: str, cpu_base: float = 0.0) -> None:
+    """Write the record to `path` at this process's exit."""
+    atexit.register(_write, path, time.monotonic(), cpu_base)
+
+
+if os.environ.get("DAGRL_IMPORT_PROBE"):
+    register(os.environ["DAGRL_IMPORT_PROBE"])
