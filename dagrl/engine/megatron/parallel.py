@@ -9,8 +9,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dagrl.placement import ParallelLayout
 from dagrl.engine.megatron import compat
+from dagrl.placement import ParallelLayout
 from dagrl.utils.dist import before_destroy, init_process_group
 
 logger = logging.getLogger(__name__)
