@@ -43,22 +43,24 @@ def test_destroying_the_process_groups_joins_every_gloo_thread(tmp_path):
         assert running > 4 and left == 0, (rank, running, left)  # the world's group and Megatron's, then none
 
 
-def test_a_world_of_one_has_the_env_torchrun_would_set(tmp_path):
-    # an in-process vLLM engine (external_launcher) reads RANK and the rendezvous address from the environment
+def test_a_world_of_one_exports_nothing_and_gives_vllm_its_rank(tmp_path):
+    # a child process must not read the parent's world as its own launch (it would bind the parent's port); an
+    # in-process vLLM engine (external_launcher) still gets RANK and LOCAL_RANK, from the process group
     import subprocess
     import sys
 
     code = (
         "import os, json\n"
         "from dagrl.engine.megatron.parallel import init_distributed\n"
+        "from dagrl.engine.rollout.vllm_start import external_launcher_env\n"
         "init_distributed()\n"
         "import torch.distributed as d\n"
-        "print(json.dumps([d.get_world_size(), {k: os.environ.get(k) for k in "
-        "('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR')}, int(os.environ['MASTER_PORT']) > 0]))\n"
+        "names = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')\n"
+        "print(json.dumps([d.get_world_size(), [n for n in names if n in os.environ], external_launcher_env()]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    world, names, port = json.loads(done.stdout.strip().splitlines()[-1])
-    assert world == 1 and port
-    assert names == {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    world, exported, launcher = json.loads(done.stdout.strip().splitlines()[-1])
+    assert world == 1 and [n for n in exported if n != "MASTER_ADDR"] == []
+    assert launcher == {"RANK": "0", "LOCAL_RANK": "0"}

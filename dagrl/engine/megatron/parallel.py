@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
+import socket
+from datetime import timedelta
 
 import numpy as np
 import torch
@@ -11,7 +14,7 @@ import torch.distributed as dist
 
 from dagrl.engine.megatron import compat
 from dagrl.placement import ParallelLayout
-from dagrl.utils.dist import before_destroy, init_process_group
+from dagrl.utils.dist import before_destroy
 
 logger = logging.getLogger(__name__)
 
@@ -24,11 +27,27 @@ def local_device() -> torch.device:
     return torch.device("cpu")
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def init_distributed() -> None:
-    """Join the default process group (torchrun's or Ray's env), or make a world of one with the env torchrun would
-    set: an in-process vLLM engine (external_launcher) reads RANK and the rendezvous address from it."""
-    init_process_group(timeout_s=30 * 60)
-    logger.info("torch.distributed: %s, rank %d of %d", dist.get_backend(), dist.get_rank(), dist.get_world_size())
+    """Join the default process group (torchrun/Ray env), or make a world of one when there is no env. The world of
+    one exports nothing: a child process would read an exported WORLD_SIZE/MASTER_PORT as its own launch and bind
+    the parent's port (an in-process vLLM engine takes RANK from vllm_start.external_launcher_env instead)."""
+    if dist.is_initialized():
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend, timeout=timedelta(minutes=30))
+    else:
+        address = f"tcp://127.0.0.1:{_free_port()}"
+        dist.init_process_group(backend=backend, init_method=address, rank=0, world_size=1)
+    logger.info("torch.distributed: %s, rank %d of %d", backend, dist.get_rank(), dist.get_world_size())
 
 
 def init_model_parallel(layout: ParallelLayout, seed: int) -> None:

@@ -9,6 +9,16 @@ from typing import Iterator
 
 import numpy as np
 import torch
+import torch.distributed as dist
+
+
+def external_launcher_env() -> dict[str, str]:
+    """RANK and LOCAL_RANK, which vLLM's external_launcher reads from the environment, from this process's group
+    where no launcher exported them (a world of one made in-process); vLLM joins that group instead of making one."""
+    if not dist.is_initialized():
+        return {}
+    local = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return {"RANK": str(dist.get_rank()), "LOCAL_RANK": str(local)}
 
 
 class ProcessRngGuard:
