@@ -1,13 +1,18 @@
-"""LoRA on the Megatron critic (one process): step 0 is the full critic, only the adapters and the value head train
-(the base bit-identical), the checkpoint holds those and their optimizer state and resumes exactly."""
+"""LoRA on the Megatron critic: step 0 is the full critic, only the adapters and the value head train (the base
+bit-identical), the checkpoint holds those and their optimizer state and resumes exactly; and (2 ranks of the shared
+engine world: world.py) the same values, loss and grad norm at TP2, TP2+SP, PP2, and DP2 and TP2 with the distributed
+optimizer as at TP1, checkpoints continued at another layout (TP2 -> PP2, DP2 -> TP2 with the distributed optimizer)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
 from dagrl.engine.lora import LoraSpec
-from test_megatron_critic import critic, squared_error, with_targets
+from dagrl.placement import ParallelLayout as L
+from test_megatron_critic import TOL, critic, squared_error, with_targets
 from engine_helpers import make_batch
 from tiny_models import make_model_dir
 
@@ -86,3 +91,71 @@ def test_checkpoint_holds_adapters_and_head_only_and_resumes_bit_identically(
 
     with pytest.raises(ValueError, match="critic.model.lora.rank"):  # adapters do not load into a full critic
         critic(model_dir, use_distributed_optimizer=distributed_optimizer).load_checkpoint(str(tmp_path / "ckpt"))
+
+
+# ---- 2 ranks under torchrun -------------------------------------------------------------------------------
+LAYOUTS = [  # (label, layout, engine kwargs, checkpoint of label to continue from)
+    ("tp2", L(tensor_model_parallel_size=2), {}, None),
+    ("tp2_sp", L(tensor_model_parallel_size=2, sequence_parallel=True), {}, None),
+    ("pp2", L(pipeline_model_parallel_size=2), {}, "tp2"),
+    ("dp2_distopt", L(), {"use_distributed_optimizer": True}, None),
+    ("tp2_distopt", L(tensor_model_parallel_size=2), {"use_distributed_optimizer": True}, "dp2_distopt"),
+]
+JOB = "test_megatron_critic_lora:layouts"
+
+
+def trained(engine, rows) -> dict:
+    """Values, one Adam step's loss and grad norm, and the values after it."""
+    values = engine.compute_values(rows, micro_batch_size=1)
+    step = engine.train_step(rows, squared_error, micro_batch_size=1)
+    return {
+        "values": values.cpu(),
+        "step": (step["loss"], step["critic/grad_norm"]),
+        "after": engine.compute_values(rows, micro_batch_size=1).cpu(),
+    }
+
+
+def prepare_world_job(name: str, work_dir: Path) -> None:
+    model_dir = make_model_dir(work_dir / "qwen3", "qwen3", num_layers=4, seed=3)
+    torch.save(trained(critic(model_dir, lora=LORA), with_targets(make_batch(rows=4))), work_dir / "tp1.pt")
+
+
+def run_world_job(name: str, work_dir: Path) -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    want = torch.load(work_dir / "tp1.pt")
+    batch = with_targets(make_batch(rows=4))
+    continued = {}
+    for label, layout, kwargs, load_from in LAYOUTS:
+        if ps.model_parallel_is_initialized():
+            ps.destroy_model_parallel()
+        engine = critic(work_dir / "qwen3", layout=layout, lora=LORA, **kwargs)
+        dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+        rows = batch.chunk(dp_size)[dp_rank]
+
+        def mine(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.chunk(dp_size)[dp_rank]
+
+        got = trained(engine, rows)
+        assert (got["values"] - mine(want["values"])).abs().max() <= TOL, f"{label}: values differ"
+        for value, expected in zip(got["step"], want["step"]):
+            assert abs(value - expected) <= TOL * abs(expected), (label, got["step"], want["step"])
+        assert (got["after"] - mine(want["after"])).abs().max() <= 10 * TOL, f"{label}: values after a step"
+        engine.save_checkpoint(str(work_dir / label))
+        continued[label] = engine.train_step(rows, squared_error, micro_batch_size=1)
+        if load_from is not None:  # a LoRA critic checkpoint of another layout continues like the original did
+            engine.load_checkpoint(str(work_dir / load_from))
+            resumed = engine.train_step(rows, squared_error, micro_batch_size=1)
+            for key in ("loss", "critic/grad_norm"):
+                saved = continued[load_from][key]
+                assert abs(resumed[key] - saved) <= 10 * TOL * abs(saved), (label, load_from, key, resumed[key], saved)
+        if dist.get_rank() == 0:
+            print(f"OK {label}", flush=True)
+
+
+@pytest.mark.slow  # about 20 s of the shared world; the single-process tests above are its fast siblings
+@pytest.mark.engine_world(JOB)
+def test_critic_lora_at_every_layout_equals_critic_lora_at_tp1(engine_world):
+    work_dir = engine_world.result(JOB)
+    assert (work_dir / "stdout.txt").read_text().split() == [w for label, *_ in LAYOUTS for w in ("OK", label)]
