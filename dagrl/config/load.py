@@ -69,6 +69,11 @@ VERL_KEYS = {
     "log-probs are kept with actor_rollout_ref.rollout.calculate_log_probs=true (for "
     "actor_rollout_ref.actor.policy_loss.off_policy=decoupled or tis_imp_ratio_cap); drop the key",
 }
+# keys a section lacks on purpose, where the nearest declared one (another section's) would mislead
+ABSENT = {
+    "critic.model.lora.merge": "the critic has no rollout, so its adapters are never merged or synced "
+    "(actor_rollout_ref.model.lora.merge is the actor's): drop the key",
+}
 # verl's FSDP LoRA keys of the actor's and the critic's model: dagrl takes its Megatron ones (model.lora.*)
 for _model in ("actor_rollout_ref.model", "critic.model"):
     VERL_KEYS.update(
@@ -214,6 +219,8 @@ def check_overrides(
             raise ConfigError(key, f"override '{text}': {_required(key, isinstance(default, dict))}")
         if exists:
             continue
+        if key in ABSENT:
+            raise ConfigError(key, f"'{key}' is no config key: {ABSENT[key]}")
         value = text.split("=", 1)[1] if "=" in text else "<value>"
         verl = rollout_correction_hint(key, value) or foreign_key_hint(key, VERL_KEYS)
         if verl:
