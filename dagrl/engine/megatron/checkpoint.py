@@ -89,9 +89,8 @@ def _model_state(
     metadata = compat.sharded_state_dict_metadata(use_distributed_optimizer)
     states = [module.sharded_state_dict(metadata=dict(metadata)) for module in modules]
     if trained_only:
-        states = [
-            {k: v for k, v in state.items() if k in _trained_names(module)} for module, state in zip(modules, states)
-        ]
+        trained = [_trained_names(module) for module in modules]
+        states = [{k: v for k, v in state.items() if k in names} for state, names in zip(states, trained)]
     return {f"model{index}": state for index, state in enumerate(states)}
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import zlib
 from typing import Any, Iterable, Iterator
 
@@ -247,8 +248,6 @@ def lora_record(spec: LoraSpec | None) -> dict[str, Any] | None:
 def check_lora_checkpoint(engine: Any, path: str, info: dict[str, Any]) -> None:
     """A LoRA checkpoint holds adapters over the base at the model path it recorded: only that base and the same
     adapter shapes take it; a full checkpoint does not load into adapters, nor adapters into a full model."""
-    import os
-
     here, saved = lora_record(engine.spec.lora), info.get("lora")
     if saved is None and here is None:
         return
