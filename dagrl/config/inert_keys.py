@@ -128,12 +128,16 @@ INERT = (
         "distillation.enabled=false (no teacher)",
         "run dag=opd",
     ),
+)
+# a LoRA section's keys are read only at a rank above 0 (the actor's and the critic's alike)
+INERT += tuple(
     Inert(
-        "actor_rollout_ref.model.lora.*",
-        lambda c: c.get("actor_rollout_ref.model.lora.rank") != 0,
-        "actor_rollout_ref.model.lora.rank=0 (no LoRA: every parameter trains)",
-        "set actor_rollout_ref.model.lora.rank, e.g. 32",
-    ),
+        f"{lora}.*",
+        lambda c, lora=lora: c.get(f"{lora}.rank") != 0,
+        f"{lora}.rank=0 (no LoRA: every parameter trains)",
+        f"set {lora}.rank, e.g. 32",
+    )
+    for lora in ("actor_rollout_ref.model.lora", "critic.model.lora")
 )
 # what validation does is read only when there is a validation set (null and [] alike: no validation)
 INERT += tuple(

@@ -64,16 +64,26 @@ VERL_KEYS = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "dagrl splits sequences with Megatron's context "
     "parallelism: set actor_rollout_ref.actor.megatron.context_parallel_size (with "
     "actor_rollout_ref.model.use_remove_padding=true)",
-    "actor_rollout_ref.model.lora_rank": "dagrl takes verl's Megatron LoRA keys: set actor_rollout_ref.model.lora.rank",
-    "actor_rollout_ref.model.lora_alpha": "dagrl takes verl's Megatron LoRA keys: set "
-    "actor_rollout_ref.model.lora.alpha",
-    "actor_rollout_ref.model.target_modules": "dagrl takes verl's Megatron LoRA keys: set "
-    "actor_rollout_ref.model.lora.target_modules (q_proj etc. are accepted there)",
     "data.return_raw_chat": "dagrl always keeps each prompt's chat messages (multi-turn included); drop the key",
     "async_training.use_rollout_log_probs": "dagrl always recomputes pi_old in the trainer; the rollout's own "
     "log-probs are kept with actor_rollout_ref.rollout.calculate_log_probs=true (for "
     "actor_rollout_ref.actor.policy_loss.off_policy=decoupled or tis_imp_ratio_cap); drop the key",
 }
+# keys a section lacks on purpose, where the nearest declared one (another section's) would mislead
+ABSENT = {
+    "critic.model.lora.merge": "the critic has no rollout, so its adapters are never merged or synced "
+    "(actor_rollout_ref.model.lora.merge is the actor's): drop the key",
+}
+# verl's FSDP LoRA keys of the actor's and the critic's model: dagrl takes its Megatron ones (model.lora.*)
+for _model in ("actor_rollout_ref.model", "critic.model"):
+    VERL_KEYS.update(
+        {
+            f"{_model}.lora_rank": f"dagrl takes verl's Megatron LoRA keys: set {_model}.lora.rank",
+            f"{_model}.lora_alpha": f"dagrl takes verl's Megatron LoRA keys: set {_model}.lora.alpha",
+            f"{_model}.target_modules": f"dagrl takes verl's Megatron LoRA keys: set {_model}.lora.target_modules "
+            f"(q_proj etc. are accepted there)",
+        }
+    )
 # the reference and the critic reuse the actor's parallel layout and dtype (one set of process groups)
 VERL_KEYS.update(
     {
@@ -209,6 +219,8 @@ def check_overrides(
             raise ConfigError(key, f"override '{text}': {_required(key, isinstance(default, dict))}")
         if exists:
             continue
+        if key in ABSENT:
+            raise ConfigError(key, f"'{key}' is no config key: {ABSENT[key]}")
         value = text.split("=", 1)[1] if "=" in text else "<value>"
         verl = rollout_correction_hint(key, value) or foreign_key_hint(key, VERL_KEYS)
         if verl:

@@ -98,6 +98,7 @@ def preflight(cfg: Cfg, world_size: int | None = None) -> RunShape:
     check(distillation.check_teacher, cfg, hf_config, parallel, world_size, sequence_length, planning)
     grad_clip = check(actor.check_actor, cfg, hf_config)
     check(lora.check_lora, cfg, hf_config)
+    check(lora.check_critic_lora, cfg, hf_config)
     check(reward.check_overlong_buffer, cfg, SKIPPED if lengths is SKIPPED else lengths[1])
     check(reward.check_overlong_manager, cfg)
     check(reward.check_async_reward, cfg)

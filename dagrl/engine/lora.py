@@ -33,7 +33,7 @@ class LoraAdapter:
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """The actor's adapters: rank, alpha, dropout and the targeted linears (Megatron names)."""
+    """A model's adapters (actor or critic): rank, alpha, dropout and the targeted linears (Megatron names)."""
 
     rank: int
     alpha: float

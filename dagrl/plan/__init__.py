@@ -95,6 +95,8 @@ def critic_settings(cfg: Cfg, schedule: Schedule, actor_model: ModelShape, overr
         param_offload=bool(critic.megatron.param_offload),
         grad_offload=bool(critic.megatron.grad_offload),
         optimizer_offload=bool(critic.megatron.optimizer_offload),
+        lora_rank=int(critic.model.lora.rank),
+        lora_targets=megatron_targets(as_list(critic.model.lora.target_modules)),
     )
 
 

@@ -96,6 +96,8 @@ class CriticSettings:
     param_offload: bool = False
     grad_offload: bool = False
     optimizer_offload: bool = False
+    lora_rank: int = 0  # critic.model.lora: adapters on its frozen decoder, the value head trained whole
+    lora_targets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,13 +212,31 @@ def model_state_bytes(params: RankParams, layout: WorldLayout, run: RunSettings)
     return params.total * (2 if run.bf16 else 4), params.trainable * 4.0, optimizer
 
 
-def critic_params(shape: ModelShape, layout: WorldLayout, stage: int) -> RankParams:
-    """The actor's parameters less the LM head (on the last stage) plus the value head, all trainable."""
+def stage_adapters(shape: ModelShape, layout: WorldLayout, stage: int, rank: int, targets: tuple[str, ...]) -> int:
+    """The LoRA adapter parameters of one rank's layers on `stage`."""
+    layers = sum(len(chunk) for chunk in stage_layers(shape, layout.pp, stage, layout.vpp))
+    return layers * lora_layer_params(shape, rank, targets, layout.tp)
+
+
+def critic_params(
+    shape: ModelShape, layout: WorldLayout, stage: int, lora_rank: int = 0, lora_targets: tuple[str, ...] = ()
+) -> RankParams:
+    """The actor's parameters less the LM head (on the last stage) plus the value head, all trainable; with LoRA
+    the decoder frozen, its adapters and the value head trainable."""
     params = rank_params(shape, tp=layout.tp, pp=layout.pp, ep=layout.ep, etp=layout.etp, stage=stage, vpp=layout.vpp)
-    delta = 0
+    delta, value_head = 0, 0
     if stage == layout.pp - 1:
         head = shape.vocab * shape.hidden // layout.tp if (not shape.tied or layout.pp > 1) else 0
-        delta = shape.hidden + 1 - head
+        value_head = shape.hidden + 1
+        delta = value_head - head
+    if lora_rank:
+        adapters = stage_adapters(shape, layout, stage, lora_rank, lora_targets)
+        return RankParams(
+            dense=params.dense + delta + adapters,
+            expert=params.expert,
+            trainable_dense=adapters + value_head,
+            trainable_expert=0,
+        )
     return RankParams(
         dense=params.dense + delta,
         expert=params.expert,
@@ -237,8 +257,7 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
         trainable_top_layers=run.trainable_top_layers,
     )
     if run.lora_rank:  # the frozen base has no grads and no optimizer state; the reference is it, adapters off
-        layers = sum(len(chunk) for chunk in stage_layers(shape, layout.pp, stage, layout.vpp))
-        adapters = layers * lora_layer_params(shape, run.lora_rank, run.lora_targets, layout.tp)
+        adapters = stage_adapters(shape, layout, stage, run.lora_rank, run.lora_targets)
         params = RankParams(
             dense=params.dense + adapters, expert=params.expert, trainable_dense=adapters, trainable_expert=0
         )
@@ -272,7 +291,8 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
     critic = run.critic
     critic_state = critic_idle = critic_train = critic_weights = 0.0
     if critic:
-        c_weights, c_grads, c_optimizer = model_state_bytes(critic_params(critic.shape, layout, stage), layout, run)
+        c_params = critic_params(critic.shape, layout, stage, critic.lora_rank, critic.lora_targets)
+        c_weights, c_grads, c_optimizer = model_state_bytes(c_params, layout, run)
         critic_state, critic_weights = c_weights + c_grads + c_optimizer, c_weights
         critic_idle = (
             (0 if critic.param_offload else c_weights)

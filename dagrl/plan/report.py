@@ -231,6 +231,7 @@ def memory_section(plan: Plan) -> list[str]:
         + f", micro-batch {run.micro_batch} x {run.sequence_length} tokens"
         + (f", offload: {', '.join(offloaded)}" if offloaded else "")
         + (f", LoRA rank {run.lora_rank}: frozen base, the reference is the base" if run.lora_rank else "")
+        + (f", critic LoRA rank {run.critic.lora_rank}" if run.critic and run.critic.lora_rank else "")
         + ")",
         f"  {'':<42}" + "".join(f"{h:>11}" for h in header),
     ]

@@ -89,16 +89,16 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         dist_checkpoint_path=os.path.expanduser(megatron.dist_checkpointing_path)
         if megatron.use_dist_checkpointing
         else None,
-        lora=lora_spec(cfg) if optim is not None else None,
+        lora=lora_spec(model.lora) if optim is not None else None,
     )
 
 
-def lora_spec(cfg: Cfg):
-    """The actor's LoRA adapters from actor_rollout_ref.model.lora; None at rank 0 (full fine-tuning)."""
+def lora_spec(lora):
+    """The adapters a LoRA section declares (actor_rollout_ref.model.lora, critic.model.lora); None at rank 0 (full
+    fine-tuning)."""
     from dagrl.config.schema.lora import megatron_targets
     from dagrl.engine.lora import LoraSpec
 
-    lora = cfg.actor_rollout_ref.model.lora
     if lora.rank == 0:
         return None
     return LoraSpec(lora.rank, float(lora.alpha), float(lora.dropout), megatron_targets(as_list(lora.target_modules)))
@@ -170,7 +170,7 @@ def build_critic(cfg: Cfg, shape: RunShape, total_training_steps: int):
             remove_padding=critic.model.use_remove_padding,
             fp32_lm_head=False,  # a value head, not an LM head
             trainable_top_layers=None,
-            lora=None,  # the actor's adapters; the critic trains every parameter
+            lora=lora_spec(critic.model.lora),  # its own adapters; the value head trains beside them
             dist_checkpoint_path=None,
             param_offload=critic.megatron.param_offload,
             grad_offload=critic.megatron.grad_offload,

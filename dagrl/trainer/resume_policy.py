@@ -37,9 +37,10 @@ REFUSED = {
     "data.filter_overlong_prompts": _SAMPLER,
     "actor_rollout_ref.model.trainable_top_layers": "the saved optimizer state covers the trained layers only",
     "critic.model.trainable_top_layers": "the saved optimizer state covers the trained layers only",
-    "actor_rollout_ref.model.lora.rank": "the checkpoint holds adapters of the saved rank",
-    "actor_rollout_ref.model.lora.target_modules": "the checkpoint holds adapters on the saved linears",
 }
+for _lora in ("actor_rollout_ref.model.lora", "critic.model.lora"):
+    REFUSED[f"{_lora}.rank"] = "the checkpoint holds adapters of the saved rank"
+    REFUSED[f"{_lora}.target_modules"] = "the checkpoint holds adapters on the saved linears"
 _LOAD_CONTENTS = "actor_rollout_ref.actor.checkpoint.load_contents"
 # where the choice of resume is itself the change, or the key names the run's files rather than a setting
 NOT_SETTINGS = ("trainer.resume_mode", "trainer.resume_from_path", "trainer.default_local_dir")

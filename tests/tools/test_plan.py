@@ -16,7 +16,7 @@ from dagrl.config.tree import Cfg
 from dagrl.plan import presets
 from dagrl.placement import WorldLayout
 from dagrl.plan.memory import Recompute, RunSettings, recompute_from_config, stage_memory
-from dagrl.plan.model import ModelShape, rank_params
+from dagrl.plan.model import ModelShape, lora_layer_params, rank_params
 from dagrl.placement.groups import megatron_groups, orthogonal_groups
 from dagrl.config.derived import skips_old_log_prob
 from tests.conftest import make_arithmetic_rows
@@ -478,6 +478,7 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     from dagrl.plan import make_plan
     from dagrl.config.validate import preflight
     from dagrl.plan.memory import critic_params
+    from dagrl.plan.report import render
 
     shape = preset_shape("qwen3", "tiny", num_layers=4)
     layout = WorldLayout.of(4, tp=2, pp=2)
@@ -485,6 +486,12 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     lm_head_shard = shape.vocab * shape.hidden // 2
     assert critic_params(shape, layout, 1).total == actor_last.total - lm_head_shard + shape.hidden + 1
     assert critic_params(shape, layout, 0).trainable == rank_params(shape, tp=2, pp=2, ep=1, etp=1, stage=0).total
+    targets = ("linear_qkv", "linear_proj")  # with LoRA: the frozen decoder gains adapters, the head trains whole
+    adapters = 2 * lora_layer_params(shape, 8, targets, tp=2)  # this stage's 2 layers
+    for stage, head in ((0, 0), (1, shape.hidden + 1)):
+        lora = critic_params(shape, layout, stage, lora_rank=8, lora_targets=targets)
+        assert lora.total == critic_params(shape, layout, stage).total + adapters
+        assert (lora.trainable_dense, lora.trainable_expert) == (adapters + head, 0)
 
     model = config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b")
     base = [
@@ -501,6 +508,15 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     for name, extra in (
         ("grpo", []),
         ("ppo", ["dag=ppo", "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4"]),
+        (
+            "ppo_lora",
+            [
+                "dag=ppo",
+                "algorithm.adv_estimator=gae",
+                "critic.ppo_micro_batch_size_per_gpu=4",
+                "critic.model.lora.rank=8",
+            ],
+        ),
     ):
         cfg = Cfg(compose(base + extra))
         plans[name] = make_plan(cfg, preflight(cfg, world_size=4))
@@ -510,6 +526,10 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     grpo_stage, ppo_stage = plans["grpo"].memory[0], ppo.memory[0]
     assert ppo_stage.phases["rollout"] == pytest.approx(grpo_stage.phases["rollout"] + ppo_stage.parts["critic state"])
     assert ppo_stage.phases["critic update"] > ppo_stage.parts["critic state"]
+    # fp32: the frozen decoder keeps its 4 weight bytes of 16 a parameter (no grad, no Adam state), adapters beside
+    lora_stage = plans["ppo_lora"].memory[0]
+    assert "critic LoRA rank 8" in render(plans["ppo_lora"]) and "critic LoRA" not in render(ppo)
+    assert ppo_stage.parts["critic state"] / 4 < lora_stage.parts["critic state"] < ppo_stage.parts["critic state"] / 3
 
 
 # dagrl's actor update peak (torch.cuda.max_memory_allocated, GiB) measured by benchmarks/actor_mfu.py on 2xH200:

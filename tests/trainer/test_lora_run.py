@@ -66,10 +66,10 @@ def test_rank_zero_builds_no_adapter_and_hf_names_map_to_the_fused_linears():
     from dagrl.config.tree import Cfg
     from dagrl.trainer.build import lora_spec
 
-    assert lora_spec(Cfg(compose([]))) is None
+    assert lora_spec(Cfg(compose([])).actor_rollout_ref.model.lora) is None
     with pytest.raises(ConfigError, match="lora.rank=0"):  # alpha without a rank would change nothing
         check_inert_keys(Cfg(compose(["actor_rollout_ref.model.lora.alpha=16"])))
-    spec = lora_spec(Cfg(compose([f"{k}={v}" for k, v in LORA.items()])))
+    spec = lora_spec(Cfg(compose([f"{k}={v}" for k, v in LORA.items()])).actor_rollout_ref.model.lora)
     assert (spec.rank, spec.alpha, spec.dropout, spec.scaling) == (4, 8.0, 0.1, 2.0)
     assert spec.targets == ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
     from dagrl.trainer.resume_policy import refusal

@@ -1,16 +1,20 @@
-"""Pre-flight of actor_rollout_ref.model.lora: target modules the family has, a rank the layers can hold, a rollout
-that takes adapter-only sync, and no option that contradicts adapters on a frozen base."""
+"""Pre-flight of actor_rollout_ref.model.lora and critic.model.lora: target modules the family has, a rank the layers
+can hold (both); a rollout that takes adapter-only sync, and no option that contradicts adapters on a frozen base (the
+actor's)."""
 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from dagrl.config.checks import as_list
 from dagrl.config.errors import require
+from dagrl.config.model_dir import read_hf_config
 from dagrl.config.schema.lora import TARGETS, megatron_targets
 from dagrl.config.tree import Cfg
 
 KEY = "actor_rollout_ref.model.lora"
+CRITIC_KEY = "critic.model.lora"
 
 
 def rollout_takes_adapters(name: str) -> bool:
@@ -27,34 +31,50 @@ def rollout_takes_adapters(name: str) -> bool:
     )
 
 
-def check_lora(cfg: Cfg, hf_config: dict) -> None:
-    lora = cfg.actor_rollout_ref.model.lora
-    if not lora.rank:
-        return
+def check_adapters(lora: Any, key: str, hf_config: dict) -> None:
+    """The rules of every LoRA section `key` (at rank > 0) against the model it adapts: targets that exist, a rank
+    the layers can hold, no adapters on MoE experts."""
     targets = as_list(lora.target_modules)
     unknown = [name for name in targets if name not in TARGETS]
     require(
         targets and not unknown,
-        f"{KEY}.target_modules",
-        f"{KEY}.target_modules={targets}: {unknown or 'none'} is no linear a LoRA adapter can go on; choose from "
+        f"{key}.target_modules",
+        f"{key}.target_modules={targets}: {unknown or 'none'} is no linear a LoRA adapter can go on; choose from "
         f"linear_qkv linear_proj linear_fc1 linear_fc2 (or HF names q_proj k_proj v_proj o_proj gate_proj up_proj "
         f"down_proj)",
     )
     hidden = hf_config.get("hidden_size") or 0
     require(
         not hidden or lora.rank <= hidden,
-        f"{KEY}.rank",
-        f"{KEY}.rank={lora.rank} exceeds the model's hidden size {hidden}: a low-rank adapter needs rank < hidden "
+        f"{key}.rank",
+        f"{key}.rank={lora.rank} exceeds the model's hidden size {hidden}: a low-rank adapter needs rank < hidden "
         f"size, e.g. 8 to 64",
     )
     experts = hf_config.get("num_experts") or hf_config.get("num_local_experts") or 0
     fc = [name for name in megatron_targets(targets) if name in ("linear_fc1", "linear_fc2")]
     require(
         not (experts and fc),
-        f"{KEY}.target_modules",
-        f"{KEY}.target_modules holds {fc}, the MLP of an MoE model ({experts} experts): adapters on experts are not "
-        f"supported; set {KEY}.target_modules=[linear_qkv,linear_proj]",
+        f"{key}.target_modules",
+        f"{key}.target_modules holds {fc}, the MLP of an MoE model ({experts} experts): adapters on experts are not "
+        f"supported; set {key}.target_modules=[linear_qkv,linear_proj]",
     )
+
+
+def check_critic_lora(cfg: Cfg, hf_config: dict) -> None:
+    """critic.model.lora against the critic's model (critic.model.path, else the actor's). The critic has no rollout
+    and no trainable_top_layers, so the adapter rules are all that apply."""
+    lora = cfg.critic.model.lora
+    if not lora.rank:
+        return
+    path = cfg.critic.model.path
+    check_adapters(lora, CRITIC_KEY, read_hf_config(path, key="critic.model.path") if path else hf_config)
+
+
+def check_lora(cfg: Cfg, hf_config: dict) -> None:
+    lora = cfg.actor_rollout_ref.model.lora
+    if not lora.rank:
+        return
+    check_adapters(lora, KEY, hf_config)
     require(
         cfg.actor_rollout_ref.model.trainable_top_layers is None,
         "actor_rollout_ref.model.trainable_top_layers",

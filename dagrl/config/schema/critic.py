@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dagrl.algo.catalog import LOSS_AGGREGATIONS
+from dagrl.config.schema.lora import LoraAdapters
 from dagrl.config.schema.optim import CriticOptim
 from dagrl.config.schema.spec import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, ModelDir, Section, key, section
 
@@ -23,6 +24,10 @@ class CriticModel(Section):
     use_remove_padding: bool = key(
         "${actor_rollout_ref.model.use_remove_padding}",
         "pack the critic's micro-batches without padding (as the actor's key)",
+    )
+    lora: LoraAdapters = section(
+        LoraAdapters,
+        "LoRA adapters on the critic's decoder: its base frozen, the adapters and the value head train",
     )
 
 

@@ -1,5 +1,6 @@
-"""actor_rollout_ref.model.lora: LoRA adapters on the Megatron actor, in verl's Megatron names (its FSDP backend's
-HF module names are accepted in target_modules and mapped)."""
+"""actor_rollout_ref.model.lora and critic.model.lora: LoRA adapters on a Megatron model, in verl's Megatron names (its
+FSDP backend's HF module names are accepted in target_modules and mapped). The critic's section is the adapter keys
+alone: it has no rollout, so nothing to merge or sync."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def megatron_targets(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Lora(Section):
-    """LoRA adapters on the actor: the base weights frozen, y = W x + alpha/rank * B A dropout(x)"""
+class LoraAdapters(Section):
+    """LoRA adapters: the base weights frozen, y = W x + alpha/rank * B A dropout(x)"""
 
     rank: int = key(0, "adapter rank r; 0 = no LoRA, every parameter trains", NON_NEGATIVE_INT)
     alpha: float = key(32, "scaling numerator: the adapter's output is multiplied by alpha / rank", POSITIVE)
@@ -37,6 +38,12 @@ class Lora(Section):
         "linears that get an adapter: linear_qkv linear_proj linear_fc1 linear_fc2 (HF names q_proj k_proj v_proj "
         "o_proj gate_proj up_proj down_proj map to the fused linear that holds them)",
     )
+
+
+@dataclass(frozen=True)
+class Lora(LoraAdapters):
+    """LoRA adapters on the actor: the base weights frozen, y = W x + alpha/rank * B A dropout(x)"""
+
     merge: bool = key(
         False,
         "rollout weight sync: true = W + alpha/rank * B A through the full bucketed sync (any rollout); "

@@ -23,7 +23,7 @@ import torch
 
 from dagrl.utils.lifetime import children_die_with_us
 from dagrl.engine.megatron import compat
-from dagrl.engine.megatron.weights import ADAPTER_SUFFIXES
+from dagrl.engine.megatron.lora import check_lora_checkpoint, lora_record
 
 # the HF export's names, where the trainer (an actor checkpoint's huggingface/) and scripts/model_merger.py import them
 
@@ -77,14 +77,20 @@ def _has_frozen_params(engine: "MegatronEngine") -> bool:
     return any(not param.requires_grad for module in engine.modules for param in module.parameters())
 
 
+def _trained_names(module: torch.nn.Module) -> set[str]:
+    return {name for name, param in module.named_parameters() if param.requires_grad}
+
+
 def _model_state(
-    modules: list[torch.nn.Module], use_distributed_optimizer: bool, adapters_only: bool = False
+    modules: list[torch.nn.Module], use_distributed_optimizer: bool, trained_only: bool = False
 ) -> dict[str, Any]:
-    """The chunks' sharded state; with LoRA only the adapters (the frozen base is model_path's)."""
+    """The chunks' sharded state; with LoRA only what trains, the adapters and a critic's value head (the frozen
+    base is model_path's)."""
     metadata = compat.sharded_state_dict_metadata(use_distributed_optimizer)
     states = [module.sharded_state_dict(metadata=dict(metadata)) for module in modules]
-    if adapters_only:
-        states = [{k: v for k, v in state.items() if k.endswith(ADAPTER_SUFFIXES)} for state in states]
+    if trained_only:
+        trained = [_trained_names(module) for module in modules]
+        states = [{k: v for k, v in state.items() if k in names} for state, names in zip(states, trained)]
     return {f"model{index}": state for index, state in enumerate(states)}
 
 
@@ -124,28 +130,6 @@ def _sharded_state_dict(engine: "MegatronEngine", is_loading: bool, parts: Itera
         )
     state["layout"] = _layout_key()
     return state
-
-
-def _lora_record(engine: "MegatronEngine") -> dict[str, Any] | None:
-    lora = engine.spec.lora
-    return None if lora is None else {"rank": lora.rank, "alpha": lora.alpha, "targets": list(lora.targets)}
-
-
-def _check_lora(engine: "MegatronEngine", path: str, info: dict[str, Any]) -> None:
-    """A LoRA checkpoint holds adapters over the base at the model path it recorded: only that base and the same
-    adapter shapes take it; a full checkpoint does not load into adapters, nor adapters into a full model."""
-    here, saved = _lora_record(engine), info.get("lora")
-    if saved is None and here is None:
-        return
-    fix = "set actor_rollout_ref.model.lora.rank/alpha/target_modules to the saved run's"
-    if (saved is None) != (here is None) or (saved["rank"], saved["targets"]) != (here["rank"], here["targets"]):
-        raise ValueError(f"checkpoint {path} holds LoRA {saved}, this actor is built with LoRA {here}: {fix}")
-    saved_base = info["model_path"]  # a base moved (its saved directory gone) is the same base at a new path
-    if os.path.isdir(saved_base) and os.path.realpath(saved_base) != os.path.realpath(engine.spec.model_path):
-        raise ValueError(
-            f"checkpoint {path} holds LoRA adapters over the base model {info['model_path']}; this run's base is "
-            f"{os.path.abspath(engine.spec.model_path)}: set actor_rollout_ref.model.path={info['model_path']}"
-        )
 
 
 def _common(path: str) -> dict[str, Any]:
@@ -278,9 +262,10 @@ def save(engine: "MegatronEngine", path: str) -> None:
         "param_dtype": _DTYPE_NAMES[engine.spec.param_dtype],
         "role": engine.role,
         "layer_spec": layer_spec_name(engine.modules),
-        "lora": _lora_record(engine),
+        "lora": lora_record(engine.spec.lora),
     }
-    if engine.spec.lora is not None:  # the adapter whole in PEFT names, for scripts/model_merger.py
+    if engine.spec.lora is not None and engine.role == "actor":  # the adapter whole in PEFT names, for
+        # scripts/model_merger.py (which exports actors only: a critic's adapter is nothing without its value head)
         from dagrl.engine.megatron.lora import gather_adapter, write_adapter
 
         adapter = gather_adapter(engine.modules, engine.hf_config, engine.spec.lora)
@@ -330,7 +315,7 @@ def load(engine: "MegatronEngine", path: str) -> None:
     common = _common(path)
     info = describe(path, common)
     check_layer_spec(path, engine.modules, info["layer_spec"])
-    _check_lora(engine, path, info)
+    check_lora_checkpoint(engine, path, info)
     parts = _parts_to_load(engine, path, info["contents"])
     here = _DTYPE_NAMES[engine.spec.param_dtype]
     if "optimizer" in parts and info["param_dtype"] not in (None, here):
@@ -355,8 +340,8 @@ def load(engine: "MegatronEngine", path: str) -> None:
     if "model" in parts:
         for index, module in enumerate(engine.modules):
             result = module.load_state_dict(loaded[f"model{index}"], strict=engine.spec.lora is None)
-            if result.unexpected_keys or any(k.endswith(ADAPTER_SUFFIXES) for k in result.missing_keys):
-                raise ValueError(f"checkpoint {path}: adapters missing or unexpected: {result}")
+            if result.unexpected_keys or set(result.missing_keys) & _trained_names(module):
+                raise ValueError(f"checkpoint {path}: trained tensors missing or unexpected: {result}")
     if "optimizer" in parts:
         # the saved param groups carry the saving run's max_lr/min_lr, which the scheduler reads per group: keep
         # this run's, so that a resume applies the config's LR (see trainer/resume_policy.py)

@@ -2,7 +2,8 @@
 
 The decoder is initialised from the HF model's weights (the LM head is not used); the value head (hidden -> 1)
 starts from a seeded random row, identical on every rank. Values are aligned with `responses` like verl's: the
-value of response token t is read at the position that predicts it, i.e. the state before the token.
+value of response token t is read at the position that predicts it, i.e. the state before the token. With LoRA
+(critic.model.lora) the decoder's base stays frozen and the adapters and the value head train (lora.py).
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ class MegatronCriticEngine(MegatronEngine):
                     self.tf_config.sequence_parallel,
                 ).to(self.device)
         return modules
+
+    def _trained_beside_adapters(self) -> list[torch.nn.Module]:
+        """The value head: new, so LoRA trains it whole beside the adapters (PEFT's modules_to_save)."""
+        return [module.output_layer for module in self.modules if module.post_process]
 
     def _response_values(self, micro: MicroBatch, output: torch.Tensor) -> torch.Tensor:
         """[rows, R] float32 values at the positions predicting each response token, 0 off the response mask."""

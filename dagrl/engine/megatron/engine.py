@@ -78,7 +78,7 @@ class MegatronEngine:
         if spec.lora is not None:  # before DDP: the frozen base gets no grad buffer and no optimizer state
             from dagrl.engine.megatron.lora import apply_lora
 
-            apply_lora(self.modules, spec.lora, self.tf_config, spec.seed)
+            apply_lora(self.modules, spec.lora, self.tf_config, spec.seed, keep=self._trained_beside_adapters())
         self.routing = None
         if spec.router_replay:
             from dagrl.engine.megatron.router_replay import RouterReplayHooks
@@ -114,6 +114,10 @@ class MegatronEngine:
         else:
             import_hf_weights(modules, self.hf_config, self.spec.model_path)
         return modules
+
+    def _trained_beside_adapters(self) -> list[torch.nn.Module]:
+        """What LoRA leaves trainable besides its adapters: the modules with no pre-trained weights (none here)."""
+        return []
 
     def _build_offloaders(self) -> None:
         self.param_store, self.grad_store, self.optim_store = (

@@ -1,4 +1,5 @@
-"""LoRA on the Megatron actor: adapters on the targeted linears of every decoder layer, the base weights frozen.
+"""LoRA on a Megatron model (the actor, the critic): adapters on the targeted linears of every decoder layer, the base
+weights frozen (a critic's value head, new, trains beside the adapters).
 
 Each targeted linear keeps its own parameters and names (checkpoints, the weight rules and the export see the same
 model) and gains two parameters, `lora_A` and `lora_B`, added by a forward hook: y = base(x) + alpha/r * B A drop(x).
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import zlib
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -54,16 +56,22 @@ def _global_name(chunk: torch.nn.Module, name: str) -> str:
     return ".".join(parts)
 
 
-def apply_lora(chunks: list[torch.nn.Module], spec: LoraSpec, tf_config: Any, seed: int) -> None:
-    """Freeze every parameter of `chunks` and give each targeted (non-expert) linear an adapter."""
+def apply_lora(
+    chunks: list[torch.nn.Module], spec: LoraSpec, tf_config: Any, seed: int, keep: Iterable[torch.nn.Module] = ()
+) -> None:
+    """Freeze every parameter of `chunks` but those of the `keep` modules, and give each targeted (non-expert) linear
+    an adapter. `keep` is what has no pre-trained weights to hold still (PEFT's modules_to_save: a critic's value
+    head), so it trains beside the adapters."""
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 
     tp_rank, tp_size = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
     state = _State(spec, bool(tf_config.sequence_parallel))
+    kept = {id(param) for module in keep for param in module.parameters()}
     for chunk in chunks:
         for param in chunk.parameters():
-            param.requires_grad_(False)
+            if id(param) not in kept:
+                param.requires_grad_(False)
         targets = [
             (name, module)
             for name, module in chunk.named_modules()
@@ -228,6 +236,32 @@ class AdaptersOffReference:
 
 
 # ---- checkpoints ----------------------------------------------------------------------------------
+
+MODEL_KEYS = {"actor": "actor_rollout_ref.model", "critic": "critic.model"}  # the config section of each role's model
+
+
+def lora_record(spec: LoraSpec | None) -> dict[str, Any] | None:
+    """What a checkpoint records of its adapters (None: a full model)."""
+    return None if spec is None else {"rank": spec.rank, "alpha": spec.alpha, "targets": list(spec.targets)}
+
+
+def check_lora_checkpoint(engine: Any, path: str, info: dict[str, Any]) -> None:
+    """A LoRA checkpoint holds adapters over the base at the model path it recorded: only that base and the same
+    adapter shapes take it; a full checkpoint does not load into adapters, nor adapters into a full model."""
+    here, saved = lora_record(engine.spec.lora), info.get("lora")
+    if saved is None and here is None:
+        return
+    model = MODEL_KEYS.get(engine.role, "actor_rollout_ref.model")
+    fix = f"set {model}.lora.rank/alpha/target_modules to the saved run's"
+    if (saved is None) != (here is None) or (saved["rank"], saved["targets"]) != (here["rank"], here["targets"]):
+        raise ValueError(f"checkpoint {path} holds LoRA {saved}, this {engine.role} is built with LoRA {here}: {fix}")
+    saved_base = info["model_path"]  # a base moved (its saved directory gone) is the same base at a new path
+    if os.path.isdir(saved_base) and os.path.realpath(saved_base) != os.path.realpath(engine.spec.model_path):
+        raise ValueError(
+            f"checkpoint {path} holds LoRA adapters over the base model {info['model_path']}; this run's base is "
+            f"{os.path.abspath(engine.spec.model_path)}: set {model}.path={info['model_path']}"
+        )
+
 
 ADAPTER_FILE = "adapter.safetensors"  # beside an actor checkpoint's shards: the adapter in PEFT names, full size
 

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from tests.reliability.corpus.case import Case
 
-TOPIC = "LoRA adapters (actor_rollout_ref.model.lora)"
+TOPIC = "LoRA adapters (actor_rollout_ref.model.lora, critic.model.lora)"
 LORA = ("actor_rollout_ref.model.lora.rank=8", "actor_rollout_ref.model.lora.merge=true")
+PPO = ("dag=ppo", "algorithm.adv_estimator=gae")
 CASES: tuple[Case, ...] = (
     Case(
         "lora_unknown_target",
@@ -40,5 +41,17 @@ CASES: tuple[Case, ...] = (
         "`lora.alpha` set while `lora.rank=0` (no adapter: nothing it scales)",
         ("actor_rollout_ref.model.lora.alpha=16",),
         ("actor_rollout_ref.model.lora.alpha", "set actor_rollout_ref.model.lora.rank"),
+    ),
+    Case(
+        "critic_lora_rank_over_hidden",
+        "a critic adapter rank above its model's hidden size",
+        (*PPO, "critic.model.lora.rank=100000"),
+        ("critic.model.lora.rank=100000", "e.g. 8 to 64"),
+    ),
+    Case(
+        "critic_lora_merge",
+        "`critic.model.lora.merge` (the critic has no rollout to sync)",
+        (*PPO, "critic.model.lora.rank=8", "critic.model.lora.merge=true"),
+        ("critic.model.lora.merge", "drop the key"),
     ),
 )
