@@ -45,6 +45,7 @@ _LOAD_CONTENTS = "actor_rollout_ref.actor.checkpoint.load_contents"
 # where the choice of resume is itself the change, or the key names the run's files rather than a setting
 NOT_SETTINGS = ("trainer.resume_mode", "trainer.resume_from_path", "trainer.default_local_dir")
 MODEL_PATH = "actor_rollout_ref.model.path"
+DISTRIBUTED_OPTIMIZER = "actor_rollout_ref.actor.megatron.use_distributed_optimizer"  # the critic's too
 
 
 def _another_model(old: Any, new: Any) -> bool:
@@ -72,6 +73,11 @@ def refusal(key: str, now: dict[str, Any], old: Any = None) -> str | None:
             "Megatron's optimizer state of bfloat16 parameters holds fp32 main copies, that of float32 ones "
             "none; `auto` chooses by the machine, so name the saved dtype, or restore the weights alone with "
             f"{_LOAD_CONTENTS}=[model,extra]"
+        )
+    if key == DISTRIBUTED_OPTIMIZER and "optimizer" in (now.get(_LOAD_CONTENTS) or ["optimizer"]):
+        return (
+            "the saved optimizer state is in the format of the optimizer that wrote it (plain or distributed), "
+            f"which the other does not read; restore the weights alone with {_LOAD_CONTENTS}=[model,extra]"
         )
     if key == "async_training.partial_rollout":
         return "the checkpoint's pool of partial rollouts (prompts in flight) is carried by partial rollout only"

@@ -258,3 +258,12 @@ def test_extending_a_finished_run_validates_its_last_step_once(args, tmp_path):
         assert code == 0, stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if any(k.startswith("val-core/") for k in r)] == [0, 1, 2]
+
+
+def test_a_resume_that_switches_the_optimizer_kind_is_refused_unless_the_weights_load_alone():
+    from dagrl.trainer.resume_policy import DISTRIBUTED_OPTIMIZER, refusal
+
+    assert "plain or distributed" in refusal(DISTRIBUTED_OPTIMIZER, {})
+    assert (
+        refusal(DISTRIBUTED_OPTIMIZER, {"actor_rollout_ref.actor.checkpoint.load_contents": ["model", "extra"]}) is None
+    )

@@ -2,11 +2,12 @@
 export is hf_export.py).
 
 Written with megatron `dist_checkpointing` (torch_dist format) into one directory; the trainer makes the write
-atomic. Tensors are keyed by their global names, so a checkpoint saved at one layout (TP, PP, VPP, DP, EP, the
-distributed optimizer on or off) loads at another. RNG states are per (PP, TP) rank and are restored only at the
-layout they were saved with. Which parts are written and restored is `spec.save_contents` / `spec.load_contents`
-(verl's names: model, optimizer, extra = RNG states); the common part records what the checkpoint holds, the
-model it came from and its dtype, so `scripts/model_merger.py` needs nothing else.
+atomic. Tensors are keyed by their global names, so a checkpoint saved at one layout (TP, PP, VPP, DP, EP) loads at
+another. The optimizer state is in the format of the optimizer that saved it, plain or distributed, which the other
+does not read: a load that switches is refused (the weights alone still load). RNG states are per (PP, TP) rank and
+are restored only at the layout they were saved with. Which parts are written and restored is `spec.save_contents` /
+`spec.load_contents` (verl's names: model, optimizer, extra = RNG states); the common part records what the
+checkpoint holds, the model it came from and its dtype, so `scripts/model_merger.py` needs nothing else.
 """
 
 from __future__ import annotations
@@ -260,6 +261,7 @@ def save(engine: "MegatronEngine", path: str) -> None:
         "contents": parts,
         "model_path": os.path.abspath(engine.spec.model_path),
         "param_dtype": _DTYPE_NAMES[engine.spec.param_dtype],
+        "distributed_optimizer": engine.spec.use_distributed_optimizer,
         "role": engine.role,
         "layer_spec": layer_spec_name(engine.modules),
         "lora": lora_record(engine.spec.lora),
@@ -325,6 +327,15 @@ def load(engine: "MegatronEngine", path: str) -> None:
             f"this engine is built in {here}: set actor_rollout_ref.actor.megatron.param_dtype="
             f"{info['param_dtype']}, or restore the weights without the optimizer (checkpoint."
             f"load_contents=[model,extra])"
+        )
+    saved_distributed = info.get("distributed_optimizer")
+    if "optimizer" in parts and saved_distributed not in (None, engine.spec.use_distributed_optimizer):
+        kinds = {True: "distributed", False: "plain"}
+        raise ValueError(
+            f"checkpoint {path} holds the {kinds[saved_distributed]} optimizer's state, which the "
+            f"{kinds[not saved_distributed]} optimizer this engine is built with does not read: set "
+            f"actor_rollout_ref.actor.megatron.use_distributed_optimizer={str(saved_distributed).lower()}, or restore "
+            f"the weights without the optimizer (checkpoint.load_contents=[model,extra])"
         )
     same_layout = info["layout"] == _layout_key()
     if not same_layout and "extra" in parts:
