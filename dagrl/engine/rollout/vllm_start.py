@@ -17,8 +17,9 @@ def external_launcher_env() -> dict[str, str]:
     where no launcher exported them (a world of one made in-process); vLLM joins that group instead of making one."""
     if not dist.is_initialized():
         return {}
-    local = torch.cuda.current_device() if torch.cuda.is_available() else 0
-    return {"RANK": str(dist.get_rank()), "LOCAL_RANK": str(local)}
+    rank = dist.get_rank()  # a world of one made in-process is its node's only rank; elsewhere, the device it set
+    local = 0 if dist.get_world_size() == 1 else torch.cuda.current_device()
+    return {"RANK": str(rank), "LOCAL_RANK": str(local)}
 
 
 class ProcessRngGuard:
