@@ -56,11 +56,15 @@ def test_a_world_of_one_exports_nothing_and_gives_vllm_its_rank(tmp_path):
         "init_distributed()\n"
         "import torch.distributed as d\n"
         "names = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')\n"
-        "print(json.dumps([d.get_world_size(), [n for n in names if n in os.environ], external_launcher_env()]))\n"
+        "exported = [n for n in names if n in os.environ]\n"
+        "with external_launcher_env():\n"
+        "    inside = {n: os.environ.get(n) for n in ('RANK', 'LOCAL_RANK')}\n"
+        "after = [n for n in ('RANK', 'LOCAL_RANK') if n in os.environ]\n"
+        "print(json.dumps([d.get_world_size(), exported, inside, after]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    world, exported, launcher = json.loads(done.stdout.strip().splitlines()[-1])
+    world, exported, inside, after = json.loads(done.stdout.strip().splitlines()[-1])
     assert world == 1 and [n for n in exported if n != "MASTER_ADDR"] == []
-    assert launcher == {"RANK": "0", "LOCAL_RANK": "0"}
+    assert inside == {"RANK": "0", "LOCAL_RANK": "0"} and after == []  # while the engine is built, and only then

@@ -105,8 +105,8 @@ class VLLMRollout:
             # the first time on an H100 machine and 4 s after, with vLLM's own cache empty both times
             os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(spec.cache_root, "triton"))
             logger.info("vLLM cache: %s (Triton's: %s)", spec.cache_root, os.environ["TRITON_CACHE_DIR"])
-        for name, value in {**external_launcher_env(), **fp8.engine_env(spec.quantization, spec.fp8_scales)}.items():
-            os.environ.setdefault(name, value)  # a value the launcher or the user exported wins
+        for name, value in fp8.engine_env(spec.quantization, spec.fp8_scales).items():
+            os.environ.setdefault(name, value)  # a value the user exported wins
         self.spec = spec
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
         self._manifest = manifest  # None: read at the first sync (a dummy-load run may never sync)
@@ -146,6 +146,7 @@ class VLLMRollout:
             with (
                 ProcessRngGuard(),
                 inspect_model_in_process(),
+                external_launcher_env(),
                 fp8_vllm.in_place_processing(spec.quantization, spec.fp8_scales),
             ):
                 self.llm = LLM(**kwargs)

@@ -4,6 +4,7 @@ engine's seeding, and the model class inspected in this process."""
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from typing import Iterator
 
@@ -12,14 +13,22 @@ import torch
 import torch.distributed as dist
 
 
-def external_launcher_env() -> dict[str, str]:
-    """RANK and LOCAL_RANK, which vLLM's external_launcher reads from the environment, from this process's group
-    where no launcher exported them (a world of one made in-process); vLLM joins that group instead of making one."""
-    if not dist.is_initialized():
-        return {}
-    rank = dist.get_rank()  # a world of one made in-process is its node's only rank; elsewhere, the device it set
-    local = 0 if dist.get_world_size() == 1 else torch.cuda.current_device()
-    return {"RANK": str(rank), "LOCAL_RANK": str(local)}
+@contextlib.contextmanager
+def external_launcher_env() -> Iterator[None]:
+    """While vLLM's engine is built: RANK and LOCAL_RANK, which its external_launcher reads from the environment,
+    from this process's group where no launcher exported them (a world of one made in-process; vLLM then joins that
+    group). Removed after, so that no child process takes them for a launch of its own."""
+    added: dict[str, str] = {}
+    if dist.is_initialized():
+        local = 0 if dist.get_world_size() == 1 else torch.cuda.current_device()  # a world of one: its node's only
+        wanted = {"RANK": str(dist.get_rank()), "LOCAL_RANK": str(local)}
+        added = {name: value for name, value in wanted.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 class ProcessRngGuard:
