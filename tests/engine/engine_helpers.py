@@ -24,6 +24,17 @@ def actor_engine(path: Path, optim: OptimSpec | None = None, **kwargs):
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
+def resume_kwargs(lora, distributed_optimizer: bool) -> dict:
+    """Engine options of the LoRA resume tests: bf16, and with the distributed optimizer every offload too."""
+    return dict(
+        lora=lora,
+        use_distributed_optimizer=distributed_optimizer,
+        param_dtype=torch.bfloat16,
+        param_offload=distributed_optimizer,
+        optimizer_offload=distributed_optimizer,
+    )
+
+
 def merge_args(local_dir: Path, target_dir: Path, *more: str) -> list[str]:
     """scripts/model_merger.py's arguments that merge the Megatron checkpoint `local_dir` into `target_dir`."""
     return ["merge", "--backend", "megatron", "--local_dir", str(local_dir), "--target_dir", str(target_dir), *more]

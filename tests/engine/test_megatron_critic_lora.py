@@ -13,7 +13,7 @@ import torch
 from dagrl.engine.lora import LoraSpec
 from dagrl.placement import ParallelLayout as L
 from test_megatron_critic import TOL, critic, squared_error, with_targets
-from engine_helpers import make_batch
+from engine_helpers import make_batch, resume_kwargs
 from tiny_models import make_model_dir
 
 LORA = LoraSpec(rank=4, alpha=8.0)
@@ -63,13 +63,7 @@ def test_checkpoint_holds_adapters_and_head_only_and_resumes_bit_identically(
 ):
     from megatron.core import dist_checkpointing
 
-    kwargs = dict(
-        lora=LORA,
-        use_distributed_optimizer=distributed_optimizer,
-        param_dtype=torch.bfloat16,
-        param_offload=distributed_optimizer,
-        optimizer_offload=distributed_optimizer,
-    )
+    kwargs = resume_kwargs(LORA, distributed_optimizer)
     batch = with_targets(make_batch(rows=4))
     first = critic(model_dir, **kwargs)
     first.train_step(batch, squared_error, 2)

@@ -11,7 +11,7 @@ import torch
 
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.engine.lora import LoraSpec
-from engine_helpers import hf_log_probs, make_batch, sum_loss
+from engine_helpers import hf_log_probs, make_batch, resume_kwargs, sum_loss
 from tiny_models import load_hf, make_model_dir
 
 ADAM = OptimSpec(lr=1e-2, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
@@ -111,13 +111,7 @@ def test_checkpoint_holds_adapters_only_and_resumes_bit_identically(model_dir, t
 
     from dagrl.engine.megatron.lora import read_adapter
 
-    kwargs = dict(
-        lora=LORA,
-        use_distributed_optimizer=distributed_optimizer,
-        param_dtype=torch.bfloat16,
-        param_offload=distributed_optimizer,
-        optimizer_offload=distributed_optimizer,
-    )
+    kwargs = resume_kwargs(LORA, distributed_optimizer)
     batch = make_batch(rows=4)
     first = actor(model_dir, **kwargs)
     first.train_step(batch, sum_loss, 2, 1.0)
