@@ -64,19 +64,30 @@ class Verdict:
         return self.pairs >= MIN_PAIRS and self.spread < self.distance
 
     def line(self, path: str, base: str) -> str:
+        spread, distance = _apart(self.spread, self.distance)
         head = (
             f"{path} / {base}: median {self.median:.3f} over {self.pairs} paired repeats "
-            f"(min-max {self.low:.3f}-{self.high:.3f}, spread {self.spread:.3f}; |median - 1| = {self.distance:.3f})"
+            f"(min-max {self.low:.3f}-{self.high:.3f}, spread {spread}; |median - 1| = {distance})"
         )
         if self.pairs < MIN_PAIRS:
             return f"{head}: NOT CERTIFIED, {self.pairs} pair(s) (at least {MIN_PAIRS}: raise --repeats)"
         if self.certified:
             side = "slower" if self.median < 1 else "faster"
-            return f"{head}: CERTIFIED {side} ({self.spread:.3f} < {self.distance:.3f})"
+            return f"{head}: CERTIFIED {side} ({spread} < {distance})"
         return (
-            f"{head}: within noise ({self.spread:.3f} >= {self.distance:.3f}); the columns beside the times below "
+            f"{head}: within noise ({spread} >= {distance}); the columns beside the times below "
             f"say what moved with them"
         )
+
+
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """a and b with 3 decimals, or as many more as it takes (up to 6) for a comparison of two unequal numbers not
+    to print them alike ("0.071 < 0.071")."""
+    for digits in range(3, 7):
+        left, right = f"{a:.{digits}f}", f"{b:.{digits}f}"
+        if left != right or a == b:
+            break
+    return left, right
 
 
 def verdict(ratios: list[float]) -> Verdict:

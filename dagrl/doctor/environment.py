@@ -10,7 +10,8 @@ import platform
 import shutil
 import subprocess
 
-from dagrl.doctor.versions import KNOWN_BAD, PACKAGES, PINS, Env
+from dagrl.doctor.versions import KNOWN_BAD, PACKAGES, Env
+from dagrl.utils.pins import PINS
 
 # pip name -> the module whose import proves the compiled extension loads against this torch
 _EXTENSIONS = {"flash-attn": "flash_attn_2_cuda"}

@@ -1,7 +1,6 @@
 """The software stack dagrl is tested on and the combinations known to fail, as data the doctor checks an
-install against (dagrl/doctor/environment.py). megatron-core's supported range is compat.SUPPORTED, the one
-place its version differences live; setup.py's `gpu` extra carries the same GPU pins (tests/doctor checks they
-agree)."""
+install against (dagrl/doctor/environment.py); the pins themselves are dagrl.utils.pins.PINS. megatron-core's
+supported range is compat.SUPPORTED, the one place its version differences live."""
 
 from __future__ import annotations
 
@@ -10,24 +9,11 @@ from typing import Callable
 
 from packaging.version import Version
 
+from dagrl.utils.pins import PINS
+
 # The distributions the doctor reports, by their pip names (the CUDA runtime, driver and GPU come from torch and
 # nvidia-smi).
 PACKAGES = ("torch", "megatron-core", "transformer-engine", "vllm", "transformers", "flash-attn", "compressed-tensors")
-
-# What CI and the GPU runs install: versions seen working together end to end.
-PINS = {
-    "CPU CI": {"python": "3.11", "torch": "2.13.0", "megatron-core": "0.16.1", "transformers": "5"},
-    "GPU kit": {
-        "python": "3.12",
-        "torch": "2.11",
-        "cuda": "13.0",
-        "megatron-core": "0.19.2",
-        "transformer-engine": "2.17.1",
-        "vllm": "0.26.0",
-        "compressed-tensors": "0.17.0",  # vLLM's FP8 path imports it (benchmarks/device/lock.txt)
-        "transformers": "5",
-    },
-}
 
 
 @dataclass(frozen=True)

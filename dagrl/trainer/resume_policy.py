@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from dagrl.config.errors import ConfigError
 from dagrl.config.tree import leaves
 from dagrl.utils import precision
+from dagrl.utils.paths import another_model
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +48,11 @@ MODEL_PATH = "actor_rollout_ref.model.path"
 DISTRIBUTED_OPTIMIZER = "actor_rollout_ref.actor.megatron.use_distributed_optimizer"  # the critic's too
 
 
-def _another_model(old: Any, new: Any) -> bool:
-    """model.path names another model than the saved one: the saved directory is still here and is not the same
-    directory (a model moved, or a checkpoint resumed on another machine, is the same model at a new path)."""
-    if not isinstance(old, str) or not isinstance(new, str):
-        return False
-    old, new = os.path.expanduser(old), os.path.expanduser(new)
-    return os.path.isdir(old) and os.path.realpath(old) != os.path.realpath(new)
-
-
 def refusal(key: str, now: dict[str, Any], old: Any = None) -> str | None:
     """Why a resume may not change `key` from `old` (None: it may), given the current config's leaves `now`."""
     if key in REFUSED:
         return REFUSED[key]
-    if key == MODEL_PATH and _another_model(old, now.get(key)):
+    if key == MODEL_PATH and another_model(old, now.get(key)):
         return (
             f"the checkpoint holds the weights trained from {old}, and a resume loads those: {now.get(key)} would "
             f"give only its config and tokenizer, not its weights"

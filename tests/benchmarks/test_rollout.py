@@ -61,6 +61,12 @@ def test_a_ratio_is_certified_only_when_its_spread_is_smaller_than_its_distance_
         verdict([])
 
 
+def test_the_verdict_prints_a_comparison_with_the_digits_that_tell_its_sides_apart():
+    close = verdict([0.981, 0.918, 0.9104, 0.970, 0.929])  # spread 0.0706, distance 0.071: alike at 3 decimals
+    assert close.certified
+    assert "CERTIFIED slower (0.0706 < 0.0710)" in close.line("node", "bare")
+
+
 def test_tables_list_every_run_its_tokens_and_probe_fields():
     runs = runs_of([10.0, 12.0, 11.0], [9.0, 13.0, 10.0])
     runs[0].tokens = 1100

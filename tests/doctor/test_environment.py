@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from dagrl.doctor import environment
-from dagrl.doctor.versions import PINS, Env
+from dagrl.doctor.versions import Env
+from dagrl.utils.pins import PINS
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT = PINS["GPU kit"]

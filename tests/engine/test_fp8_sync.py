@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from dagrl.doctor.versions import PINS
+from dagrl.utils.pins import PINS
 from dagrl.engine.rollout import fp8, fp8_vllm
 from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
 from dagrl.engine.rollout.weight_manifest import WeightManifest

@@ -32,6 +32,7 @@ from dagrl.config.schema.lora import MEGATRON_TO_HF
 from dagrl.engine.lora import LoraAdapter, LoraSpec
 from dagrl.engine.lora_peft import PREFIX as PEFT_PREFIX
 from dagrl.engine.lora_peft import merged_weight, module_pairs
+from dagrl.utils.paths import another_model
 
 COLUMN = ("linear_qkv", "linear_fc1")  # the others in MEGATRON_TO_HF are row-parallel
 
@@ -255,8 +256,7 @@ def check_lora_checkpoint(engine: Any, path: str, info: dict[str, Any]) -> None:
     fix = f"set {model}.lora.rank/alpha/target_modules to the saved run's"
     if (saved is None) != (here is None) or (saved["rank"], saved["targets"]) != (here["rank"], here["targets"]):
         raise ValueError(f"checkpoint {path} holds LoRA {saved}, this {engine.role} is built with LoRA {here}: {fix}")
-    saved_base = info["model_path"]  # a base moved (its saved directory gone) is the same base at a new path
-    if os.path.isdir(saved_base) and os.path.realpath(saved_base) != os.path.realpath(engine.spec.model_path):
+    if another_model(info["model_path"], engine.spec.model_path):
         raise ValueError(
             f"checkpoint {path} holds LoRA adapters over the base model {info['model_path']}; this run's base is "
             f"{os.path.abspath(engine.spec.model_path)}: set {model}.path={info['model_path']}"

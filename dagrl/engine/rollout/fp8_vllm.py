@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from dagrl.doctor.versions import PINS
+from dagrl.utils.pins import PINS
 from dagrl.engine.rollout import fp8
 from dagrl.engine.rollout.interface import WeightBucket
 
