@@ -236,13 +236,15 @@ def measure(args: argparse.Namespace) -> dict:
         return requests, params
 
     reused = bare_inputs()
-    calls: list[tuple[float, list]] = []  # (seconds, outputs) of each vLLM generate inside a node call
+    # (seconds, outputs) of the latest vLLM generate inside a node call: the latest only, so the node path keeps no
+    # more of vLLM's outputs alive than the bare path does (every gc collection walks what is kept)
+    last: list = [0.0, None]
     vllm_generate = rollout.llm.generate
 
     def timed_generate(*a, **k):
         start = time.perf_counter()
         outputs = vllm_generate(*a, **k)
-        calls.append((time.perf_counter() - start, outputs))
+        last[:] = time.perf_counter() - start, outputs
         return outputs
 
     def node():
@@ -251,7 +253,7 @@ def measure(args: argparse.Namespace) -> dict:
             batch = rollout.generate(prompts, sampling, seed=0)
         finally:
             del rollout.llm.generate
-        return calls[-1][1], batch["responses"]
+        return last[1], batch["responses"]
 
     def bare():
         requests, params = bare_inputs() if args.bare_fresh else reused
@@ -276,7 +278,7 @@ def measure(args: argparse.Namespace) -> dict:
         tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
         runs.append(Run(name, pair, seconds, tokens, probe.stop(outputs)))
         if name == NODE:
-            outside.append(seconds - calls[-1][0])
+            outside.append(seconds - last[0])
             first = samples if first is None else first
             same_samples = same_samples and torch.equal(first, samples)
     probe.close()
