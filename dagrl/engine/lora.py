@@ -33,12 +33,15 @@ class LoraAdapter:
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """A model's adapters (actor or critic): rank, alpha, dropout and the targeted linears (Megatron names)."""
+    """A model's adapters (actor or critic): rank, alpha, dropout, the targeted linears (Megatron names), and
+    whether the rollout receives them merged into the weights (`merged`: the actor's lora.merge), in which case the
+    actor's forward computes with those very merged weights."""
 
     rank: int
     alpha: float
     dropout: float = 0.0
     targets: tuple[str, ...] = tuple(MEGATRON_TO_HF)
+    merged: bool = False
 
     @property
     def scaling(self) -> float:

@@ -89,19 +89,20 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         dist_checkpoint_path=os.path.expanduser(megatron.dist_checkpointing_path)
         if megatron.use_dist_checkpointing
         else None,
-        lora=lora_spec(model.lora) if optim is not None else None,
+        lora=lora_spec(model.lora, merged=model.lora.merge) if optim is not None else None,
     )
 
 
-def lora_spec(lora):
+def lora_spec(lora, merged: bool = False):
     """The adapters a LoRA section declares (actor_rollout_ref.model.lora, critic.model.lora); None at rank 0 (full
-    fine-tuning)."""
+    fine-tuning). `merged`: the actor's lora.merge (the critic's section has no such key: nothing of it is synced)."""
     from dagrl.config.schema.lora import megatron_targets
     from dagrl.engine.lora import LoraSpec
 
     if lora.rank == 0:
         return None
-    return LoraSpec(lora.rank, float(lora.alpha), float(lora.dropout), megatron_targets(as_list(lora.target_modules)))
+    targets = megatron_targets(as_list(lora.target_modules))
+    return LoraSpec(lora.rank, float(lora.alpha), float(lora.dropout), targets, merged=merged)
 
 
 def build_actor_and_reference(cfg: Cfg, shape: RunShape, total_training_steps: int):

@@ -96,7 +96,7 @@ def test_critic_lora_keys_compose_refuse_what_the_critic_lacks_and_rank_zero_bui
         compose(["critic.model.lora.rank=8", "critic.model.lora.target_modules=[q_proj,o_proj]"])
     ).critic.model.lora
     spec = lora_spec(lora)
-    assert (spec.rank, spec.alpha, spec.targets) == (8, 32.0, ("linear_qkv", "linear_proj"))
+    assert (spec.rank, spec.alpha, spec.targets, spec.merged) == (8, 32.0, ("linear_qkv", "linear_proj"), False)
     with pytest.raises(ConfigError, match="'critic.model.lora.merge' is no config key: the critic has no rollout"):
         compose(["critic.model.lora.merge=true"])
     with pytest.raises(ConfigError, match="set critic.model.lora.rank"):  # verl's FSDP name

@@ -161,7 +161,7 @@ def test_weight_sync_modes(model_dir, merge):
 
     from dagrl.nodes.common import sync_weights
 
-    lora = actor(model_dir, lora=LORA)
+    lora = actor(model_dir, lora=dataclasses.replace(LORA, merged=merge))  # as build.megatron_spec makes it
     lora.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
     rollout = _Rollout()
     cfg = SimpleNamespace(
@@ -286,3 +286,16 @@ def test_an_moe_model_takes_attention_adapters_and_its_experts_none(tmp_path):
     assert changed and all(
         n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight")) for n in changed
     )
+
+
+def test_adapters_train_under_activation_recompute(model_dir):
+    """Megatron's recompute re-runs a span in backward and gives its parameters gradients only when an input of the
+    span needs one; with the whole base frozen none would, and the adapters got no gradient at all."""
+    batch = make_batch(rows=4)
+    plain, recompute = actor(model_dir, lora=LORA), actor(model_dir, lora=LORA, gradient_checkpointing=True)
+    for _ in range(2):  # the second step with B off zero, so A's gradient is not zero either
+        want, got = plain.train_step(batch, sum_loss, 2, 1.0), recompute.train_step(batch, sum_loss, 2, 1.0)
+        assert want["actor/grad_norm"] > 0
+        assert abs(got["actor/grad_norm"] - want["actor/grad_norm"]) <= 1e-6 * want["actor/grad_norm"]
+    want, got = adapter_params(plain), adapter_params(recompute)
+    assert all(torch.allclose(got[n], want[n], rtol=1e-5, atol=1e-6) for n in want)

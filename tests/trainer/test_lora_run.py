@@ -76,3 +76,20 @@ def test_rank_zero_builds_no_adapter_and_hf_names_map_to_the_fused_linears():
 
     assert "adapters" in refusal("actor_rollout_ref.model.lora.rank", {})
     assert refusal("actor_rollout_ref.model.lora.alpha", {}) is None  # a new scaling applies from the next step
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_the_actor_computes_merged_exactly_when_the_sync_merges(merge):
+    from types import SimpleNamespace
+
+    from dagrl.config.load import compose
+    from dagrl.config.tree import Cfg
+    from dagrl.engine.base import OptimSpec
+    from dagrl.placement import ParallelLayout
+    from dagrl.trainer.build import megatron_spec
+
+    overrides = {**LORA, "actor_rollout_ref.model.lora.merge": merge, "actor_rollout_ref.model.path": "/nonexistent"}
+    cfg = Cfg(compose([f"{k}={v}" for k, v in overrides.items()]))
+    shape = SimpleNamespace(parallel=ParallelLayout())
+    assert megatron_spec(cfg, shape, OptimSpec()).lora.merged is merge
+    assert megatron_spec(cfg, shape, None).lora is None  # a frozen reference builds no adapter

@@ -46,6 +46,7 @@ class Lora(LoraAdapters):
 
     merge: bool = key(
         False,
-        "rollout weight sync: true = W + alpha/rank * B A through the full bucketed sync (any rollout); "
-        "false = only the adapter tensors, loaded by the rollout's load_adapter (megabytes a step)",
+        "rollout weight sync: true = W + alpha/rank * B A through the full bucketed sync (any rollout), the actor "
+        "computing with those same merged weights; false = only the adapter tensors, loaded by the rollout's "
+        "load_adapter (megabytes a step)",
     )

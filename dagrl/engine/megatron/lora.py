@@ -11,6 +11,15 @@ Their tensor-parallel layout follows the base weight's:
 so only [tokens, r] activations cross ranks. B starts at zero: step 0 is the base model exactly. A is drawn from a
 generator seeded by the run seed and the linear's global name, so every layout starts from the same adapter.
 
+Merged sync (`LoraSpec.merged`): the rollout receives W + s·B·A summed in fp32 and rounded to W's dtype (s =
+alpha/r), a rounding the unmerged forward x·W + s·B·(A·x) never makes. So that the actor computes with the very
+weights the rollout serves, a forward pre-hook swaps each adapted weight's data for this rank's shard of that merge
+(no communication: the merge of a shard is the shard of the merge), and the forward hook puts W back and adds
+`delta - delta.detach()`: zero in value, the adapter's gradient path. The base linear's backward reads the Parameter,
+W again by then, so dx = dy·W + s·dy·B·A as unmerged: the gradients are the unmerged forward's (straight through the
+rounding). Where dropout draws (training with dropout > 0) the forward stays unmerged; the adapters-off reference
+never merges.
+
 MoE experts get no adapter (pre-flight refuses fc targets on MoE families): an adapter shared by a layer's experts
 changes what each expert computes, one per expert multiplies the adapter state by the expert count, and neither is
 what vLLM's LoRA serves for every MoE family. The reference model is this model with its adapters off
@@ -73,6 +82,10 @@ def apply_lora(
         for param in chunk.parameters():
             if id(param) not in kept:
                 param.requires_grad_(False)
+        if tf_config.recompute_granularity is not None and getattr(chunk, "embedding", None) is not None:
+            # Megatron's recompute is reentrant: a recomputed span gives its parameters gradients only when one of
+            # its inputs needs a gradient, and the frozen embedding's output needs none, so no adapter would train
+            chunk.embedding.register_forward_hook(_needs_grad)
         targets = [
             (name, module)
             for name, module in chunk.named_modules()
@@ -98,9 +111,16 @@ def apply_lora(
             if state.sequence_parallel:  # its grad covers this rank's tokens only: summed over TP like a norm's
                 whole.sequence_parallel = True
             module._lora = (state, column)
-            module.register_forward_hook(_add_adapter, with_kwargs=True)
+            if spec.merged:
+                module.register_forward_pre_hook(_swap_in_merged, with_kwargs=True)
+            # always_call: a forward that raises still gets its base weight back
+            module.register_forward_hook(_add_adapter, with_kwargs=True, always_call=True)
             swiglu = name.endswith("linear_fc1") and tf_config.gated_linear_unit  # rows [gate_r; up_r] on rank r
             _shard_for_checkpoint(module, "lora_B" if column else "lora_A", 0 if column else 1, swiglu)
+
+
+def _needs_grad(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    return output.requires_grad_() if torch.is_grad_enabled() else output
 
 
 def _normalized(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -113,12 +133,29 @@ def _normalized(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], weight.to(x.dtype), module.layer_norm_bias.to(x.dtype), eps=module.eps)
 
 
+def _swap_in_merged(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    """Merged sync: the base linear computes with this rank's shard of the weight the rollout receives."""
+    state = module._lora[0]
+    if not state.enabled or (module.training and state.spec.dropout > 0):
+        return
+    base = module.weight.data
+    with torch.no_grad():
+        merge = merged_weight(base, module.lora_A, module.lora_B, state.spec.scaling)
+    module._lora_base = base  # only until the forward hook: the merge is freed with the forward
+    module.weight.data = merge
+
+
 def _add_adapter(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
     from megatron.core.tensor_parallel import mappings
 
     state, column = module._lora
-    if not state.enabled:
+    base = module.__dict__.pop("_lora_base", None)
+    if base is not None:  # merged: W back, so the backward, the optimizer and the export see W
+        module.weight.data = base
+    if output is None or not state.enabled:  # (None: the forward raised)
         return output
+    if base is not None and not (torch.is_grad_enabled() and module.lora_A.requires_grad):
+        return output  # merged and nothing to differentiate: the output is complete
     x = args[0] if args else next(iter(kwargs.values()))
     x = F.dropout(_normalized(module, x), state.spec.dropout, module.training and state.spec.dropout > 0)
     h = F.linear(x, module.lora_A.to(x.dtype))
@@ -130,9 +167,12 @@ def _add_adapter(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any
     else:
         h = mappings.reduce_from_tensor_model_parallel_region(h)
     delta = F.linear(h, module.lora_B.to(h.dtype)) * state.spec.scaling
+    delta = delta.to((output[0] if isinstance(output, tuple) else output).dtype)
+    if base is not None:  # the merged weight holds the adapter's value already: its gradient path only
+        delta = delta - delta.detach()
     if isinstance(output, tuple):
-        return (output[0] + delta.to(output[0].dtype), *output[1:])
-    return output + delta.to(output.dtype)
+        return (output[0] + delta, *output[1:])
+    return output + delta
 
 
 def _shard_for_checkpoint(module: torch.nn.Module, name: str, axis: int, swiglu: bool) -> None:
