@@ -137,6 +137,7 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
         trainable_top_layers=cfg.actor_rollout_ref.model.trainable_top_layers,
         lora_rank=int(cfg.actor_rollout_ref.model.lora.rank),
         lora_targets=megatron_targets(as_list(cfg.actor_rollout_ref.model.lora.target_modules)),
+        lora_merged=bool(cfg.actor_rollout_ref.model.lora.rank and cfg.actor_rollout_ref.model.lora.merge),
         recompute=recompute_from_config(bool(cfg.actor_rollout_ref.model.enable_gradient_checkpointing), overrides),
         sequence_length=shape.prompt_length + shape.response_length,
         response_length=shape.response_length,

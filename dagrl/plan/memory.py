@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dagrl.placement import WorldLayout
-from dagrl.plan.model import ModelShape, RankParams, lora_layer_params, rank_params, stage_layers
+from dagrl.plan.model import ModelShape, RankParams, lora_layer_params, lora_merge_bytes, rank_params, stage_layers
 
 GIB = float(1 << 30)
 RUNTIME_OVERHEAD_GIB = 2.0
@@ -113,6 +113,7 @@ class RunSettings:
     trainable_top_layers: int | None = None
     lora_rank: int = 0  # LoRA adapters on a frozen base (actor_rollout_ref.model.lora); 0 = every parameter trains
     lora_targets: tuple[str, ...] = ()  # Megatron linear names
+    lora_merged: bool = False  # lora.merge: the actor's forward runs on merged weights (a transient per linear)
     recompute: Recompute = field(default_factory=Recompute)
     sequence_length: int = 1024  # prompt + response
     response_length: int = 512
@@ -262,6 +263,7 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
             dense=params.dense + adapters, expert=params.expert, trainable_dense=adapters, trainable_expert=0
         )
     weights, grads, optimizer = model_state_bytes(params, layout, run)
+    merge = lora_merge_bytes(shape, run.lora_targets, layout.tp, 2 if run.bf16 else 4) if run.lora_merged else 0
     reference = weights if run.reference and not run.lora_rank else 0.0
     teacher = 0.0
     if run.teacher is not None:
@@ -324,7 +326,7 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
     )
     phases = {} if run.rollout is None else {"rollout": idle + vllm + overhead}  # None: the rollout pool generates
     phases |= {
-        "log-prob": idle + onloaded + forward + vllm_asleep + overhead,
+        "log-prob": idle + onloaded + forward + merge + vllm_asleep + overhead,
         "update": (
             weights
             + grads
@@ -334,6 +336,7 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
             + hf_rollout
             + train
             + train_logits
+            + merge
             + vllm_asleep
             + overhead
         ),
@@ -349,6 +352,7 @@ def stage_memory(shape: ModelShape, layout: WorldLayout, run: RunSettings, stage
         "activations": train,
         "logits": train_logits,
         "log-prob pass": forward,
+        "lora merge": merge,
         "hf rollout": hf_rollout,
         "critic state": critic_state,
         "critic activations": critic_train,

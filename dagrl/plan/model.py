@@ -158,19 +158,30 @@ def rank_params(
     )
 
 
-def lora_layer_params(shape: ModelShape, rank: int, targets: tuple[str, ...], tp: int) -> int:
-    """One decoder layer's LoRA adapter parameters on one TP rank (engine/megatron/lora.py's layout: a
-    column-parallel linear's B and a row-parallel one's A split over TP, the other factor whole); MoE experts
-    take no adapter."""
+def _lora_linears(shape: ModelShape) -> dict[str, tuple[int, int, bool]]:
+    """Each LoRA target's (in, out, column-parallel) on a dense decoder layer."""
     h, qkv = shape.hidden, shape.q_dim + 2 * shape.kv_dim
-    per_target = {  # (in, out, column-parallel)
+    return {
         "linear_qkv": (h, qkv, True),
         "linear_proj": (shape.q_dim, h, False),
         "linear_fc1": (h, 2 * shape.ffn, True),
         "linear_fc2": (shape.ffn, h, False),
     }
+
+
+def lora_layer_params(shape: ModelShape, rank: int, targets: tuple[str, ...], tp: int) -> int:
+    """One decoder layer's LoRA adapter parameters on one TP rank (engine/megatron/lora.py's layout: a
+    column-parallel linear's B and a row-parallel one's A split over TP, the other factor whole); MoE experts
+    take no adapter."""
     total = 0
     for name in targets:
-        fan_in, fan_out, column = per_target[name]
+        fan_in, fan_out, column = _lora_linears(shape)[name]
         total += rank * (fan_in + fan_out // tp) if column else rank * (fan_in // tp + fan_out)
     return total
+
+
+def lora_merge_bytes(shape: ModelShape, targets: tuple[str, ...], tp: int, weight_bytes: int) -> int:
+    """The merged-sync actor's transient per forward (engine/megatron/lora.py): the largest adapted linear's weight
+    shard merged in fp32, then in the weight's dtype, alive for that linear's forward."""
+    linears = _lora_linears(shape)
+    return max((linears[name][0] * linears[name][1] // tp for name in targets), default=0) * (4 + weight_bytes)

@@ -222,6 +222,15 @@ def test_plan_counts_the_adapters_and_gives_the_frozen_base_no_state(model_dir, 
     assert lora.parts["reference"] == 0 and lora.parts["optimizer"] < 1 and lora.parts["gradients"] < 1
     adapters = 36 * lora_layer_params(big, 32, LORA.targets, tp=1)
     assert 73e6 < adapters < 74e6  # 0.9% of the 8.2B base (one A for the fused QKV and gate/up)
+    # merged sync: each forward also holds one linear's merge, the largest (gate/up: 4096 x 2 x 12288) in fp32 + bf16
+    merged = stage_memory(
+        big, layout, dataclasses.replace(run, lora_rank=32, lora_targets=LORA.targets, lora_merged=True), 0
+    )
+    merge_gib = 4096 * 2 * 12288 * (4 + 2) / 2**30
+    assert merged.parts["lora merge"] == pytest.approx(merge_gib) and lora.parts["lora merge"] == 0
+    for phase in ("log-prob", "update"):
+        assert merged.phases[phase] - lora.phases[phase] == pytest.approx(merge_gib)
+    assert merged.phases["rollout"] == lora.phases["rollout"]
 
 
 def test_a_fused_norm_linear_normalises_its_input_before_the_adapter():
