@@ -20,12 +20,16 @@ def build():  # the registered builder (never called here)
     raise AssertionError
 
 
-def cfg(rollout: str, merge: bool, hybrid: bool = True):
-    lora = SimpleNamespace(rank=8, target_modules=["linear_qkv"], merge=merge)
-    model = SimpleNamespace(lora=lora, trainable_top_layers=None)
-    return SimpleNamespace(
-        actor_rollout_ref=SimpleNamespace(model=model, rollout=SimpleNamespace(name=rollout), hybrid_engine=hybrid)
-    )
+class Node(SimpleNamespace):  # read by attribute and by key, as a config is
+    def __getitem__(self, name):
+        return getattr(self, name)
+
+
+def cfg(rollout: str, merge: bool, hybrid: bool = True, overrides: dict | None = None):
+    lora = Node(rank=8, target_modules=["linear_qkv"], merge=merge)
+    model = Node(lora=lora, trainable_top_layers=None)
+    actor = Node(megatron=Node(override_transformer_config=overrides or {}))
+    return Node(actor_rollout_ref=Node(model=model, actor=actor, rollout=Node(name=rollout), hybrid_engine=hybrid))
 
 
 @pytest.fixture
@@ -46,6 +50,9 @@ def test_adapter_only_sync_needs_a_rollout_that_takes_adapters(engines):
         check_lora(cfg("adapters_no", merge=False), hf)
     with pytest.raises(ConfigError, match="hybrid_engine=false"):
         check_lora(cfg("adapters_yes", merge=False, hybrid=False), hf)
+    with pytest.raises(ConfigError, match=r"merge=true runs the actor's linears on merged weights.*set actor_rollout"):
+        check_lora(cfg("adapters_no", merge=True, overrides={"fp8": "e4m3"}), hf)
+    check_lora(cfg("adapters_yes", merge=False, overrides={"fp8": "e4m3"}), hf)  # adapter-only: the base W in FP8
     moe = cfg("adapters_yes", merge=True)
     moe.actor_rollout_ref.model.lora.target_modules = ["q_proj", "down_proj"]
     with pytest.raises(ConfigError, match="MoE"):

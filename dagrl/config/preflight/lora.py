@@ -10,6 +10,7 @@ from typing import Any
 from dagrl.config.checks import as_list
 from dagrl.config.errors import require
 from dagrl.config.model_dir import read_hf_config
+from dagrl.config.preflight.fp8 import TRAIN_KEY, train_fp8
 from dagrl.config.schema.lora import TARGETS, megatron_targets
 from dagrl.config.tree import Cfg
 
@@ -82,6 +83,13 @@ def check_lora(cfg: Cfg, hf_config: dict) -> None:
         f"weight: set actor_rollout_ref.model.trainable_top_layers=null (or {KEY}.rank=0)",
     )
     if lora.merge:
+        require(
+            not train_fp8(cfg),
+            f"{KEY}.merge",
+            f"{KEY}.merge=true runs the actor's linears on merged weights, which {TRAIN_KEY}'s FP8 GEMMs would "
+            f"quantize and keep for the backward (the adapter's gradient would reach earlier layers twice): set "
+            f"{KEY}.merge=false (adapter-only sync) or drop {TRAIN_KEY}",
+        )
         return
     name = cfg.actor_rollout_ref.rollout.name
     require(
