@@ -15,13 +15,13 @@ DOCTOR="actor_rollout_ref.rollout.name=${ROLLOUT:-vllm} data.train_files=$DATA/t
 step smollm2 python3 -m dagrl.doctor actor_rollout_ref.model.path=$MODEL $DOCTOR
 planted() { python3 -m torch.distributed.run --nproc-per-node 1 tests/doctor/planted.py qk_permutation "$@"; [ $? = 1 ]; }
 step planted planted actor_rollout_ref.model.path=$MODEL $DOCTOR  # the doctor's finding: exit 1 is the pass
-for family in ${FAMILIES:-llama qwen2 qwen3 mistral}; do
+for family in ${FAMILIES-llama qwen2 qwen3 mistral}; do  # FAMILIES="" skips them
   step init_$family python3 scripts/init_random_model.py --family $family --size 0.5b --num-layers 4 \
     --out /tmp/doctor_$family --tokenizer $MODEL --device cuda --peak $PEAK
   step $family python3 -m dagrl.doctor actor_rollout_ref.model.path=/tmp/doctor_$family $DOCTOR
   rm -rf /tmp/doctor_$family
 done
-for entry in ${MOE_FAMILIES:-qwen3_moe:30b-a3b mixtral:8x7b}; do
+for entry in ${MOE_FAMILIES-qwen3_moe:30b-a3b mixtral:8x7b}; do
   family=${entry%%:*}
   step init_$family python3 scripts/init_random_model.py --family $family --size ${entry#*:} --num-layers 2 \
     --out /tmp/doctor_$family --tokenizer $MODEL --device cuda --peak $PEAK
