@@ -79,6 +79,8 @@ class MegatronEngine:
             from dagrl.engine.megatron.lora import apply_lora
 
             apply_lora(self.modules, spec.lora, self.tf_config, spec.seed, keep=self._trained_beside_adapters())
+        if spec.optim is not None:
+            optim.recompute_reaches_frozen_inputs(self.modules, self.tf_config)
         self.routing = None
         if spec.router_replay:
             from dagrl.engine.megatron.router_replay import RouterReplayHooks

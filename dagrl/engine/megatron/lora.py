@@ -82,10 +82,6 @@ def apply_lora(
         for param in chunk.parameters():
             if id(param) not in kept:
                 param.requires_grad_(False)
-        if tf_config.recompute_granularity is not None and getattr(chunk, "embedding", None) is not None:
-            # Megatron's recompute is reentrant: a recomputed span gives its parameters gradients only when one of
-            # its inputs needs a gradient, and the frozen embedding's output needs none, so no adapter would train
-            chunk.embedding.register_forward_hook(_needs_grad)
         targets = [
             (name, module)
             for name, module in chunk.named_modules()
@@ -117,10 +113,6 @@ def apply_lora(
             module.register_forward_hook(_add_adapter, with_kwargs=True, always_call=True)
             swiglu = name.endswith("linear_fc1") and tf_config.gated_linear_unit  # rows [gate_r; up_r] on rank r
             _shard_for_checkpoint(module, "lora_B" if column else "lora_A", 0 if column else 1, swiglu)
-
-
-def _needs_grad(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-    return output.requires_grad_() if torch.is_grad_enabled() else output
 
 
 def _normalized(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

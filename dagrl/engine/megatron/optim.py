@@ -32,6 +32,24 @@ def set_trainable(modules: list[torch.nn.Module], spec: MegatronEngineSpec, num_
                 param.requires_grad_(trainable)
 
 
+def recompute_reaches_frozen_inputs(modules: list[torch.nn.Module], tf_config: Any) -> None:
+    """Megatron's activation recompute is reentrant: a recomputed span gives its parameters gradients only when one
+    of its inputs needs a gradient. Under a frozen embedding (trainable_top_layers, LoRA's frozen base) no span's
+    input would, and the trainable layers (every adapter, or the lowest trained layer and with it all above) got
+    none; so there the embedding's output is marked as needing one. The backward then also runs through the frozen
+    layers below (their input gradients only), which recompute-free training skips."""
+    if tf_config.recompute_granularity is None:
+        return
+    for module in modules:
+        embedding = getattr(module, "embedding", None)  # None on a pipeline stage after the first
+        if embedding is not None and not any(param.requires_grad for param in embedding.parameters()):
+            embedding.register_forward_hook(_needs_grad)
+
+
+def _needs_grad(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    return output.requires_grad_() if torch.is_grad_enabled() else output
+
+
 def _global_layer(module: torch.nn.Module, name: str) -> int | None:
     parts = name.split(".")
     if parts[:2] != ["decoder", "layers"]:
