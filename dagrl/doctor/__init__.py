@@ -34,12 +34,17 @@ def needs(cfg: Cfg) -> set[str]:
     return used
 
 
-def layout_text(cfg: Cfg, shape) -> str:
+def layout_text(cfg: Cfg, shape, actor) -> str:
+    """The report's header: the layout, the actor's layer spec (its kernels set the actor's own rounding: Transformer
+    Engine's fused norms and GEMMs, or Megatron's local modules) and the rollout."""
+    from dagrl.engine.megatron.checkpoint import layer_spec_name
+
     layout = shape.parallel
     return (
         f"TP{layout.tensor_model_parallel_size} PP{layout.pipeline_model_parallel_size}"
         f" VPP{layout.virtual_pipeline_model_parallel_size or 1} CP{layout.context_parallel_size}"
-        f" EP{layout.expert_model_parallel_size}, {cfg.actor_rollout_ref.rollout.name} rollout"
+        f" EP{layout.expert_model_parallel_size}, {layer_spec_name(actor.modules)} spec,"
+        f" {cfg.actor_rollout_ref.rollout.name} rollout"
         + (" (fp8)" if cfg.actor_rollout_ref.rollout.quantization == "fp8" else "")
     )
 
@@ -88,5 +93,6 @@ def before_training(cfg: Cfg, ctx) -> dict[str, float]:
     with rollout_session(ctx):  # woken (and put back to sleep) as a step wakes it: offloads, memory, versions
         diagnosis = examine(cfg, ctx.shape, ctx.actor, ctx.rollout, ctx.tokenizer)
     if ctx.rank == 0:
-        (logger.info if diagnosis.ok else logger.warning)("doctor:\n%s", render(diagnosis, layout_text(cfg, ctx.shape)))
+        report = render(diagnosis, layout_text(cfg, ctx.shape, ctx.actor))
+        (logger.info if diagnosis.ok else logger.warning)("doctor:\n%s", report)
     return metrics(diagnosis)

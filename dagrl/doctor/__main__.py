@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     actor = MegatronActorEngine(build.megatron_spec(cfg, shape, optim=None))
     rollout = build.build_rollout(cfg, shape, tokenizer, actor.device)
     diagnosis = examine(cfg, shape, actor, rollout, tokenizer, args.prompt_tokens, args.response_tokens)
-    say(render(diagnosis, layout_text(cfg, shape)))
+    say(render(diagnosis, layout_text(cfg, shape, actor)))
     del actor, rollout
     destroy_process_groups()
     sys.exit(0 if diagnosis.ok else 1)

@@ -66,6 +66,7 @@ def test_the_doctor_at_a_two_process_layout(tiny_data, tmp_path, family, layout,
     report = done.stdout
     assert done.returncode == (0 if plant == "none" else 1), f"{report}\n{done.stderr[-3000:]}"
     assert report.count("numerics at ") == 1, report  # rank 0 reports
+    assert ", local spec, hf rollout" in report, report  # the actor's kernels: Megatron's local modules on CPU
     assert report.splitlines()[-1].startswith(f"verdict: {verdict}"), report
     if plant != "none":  # the layer-1 fc1 shards on both TP ranks, and the export's gate/up of that layer
         assert "linear_fc1.weight (96, 64) <- model.layers.1.mlp.gate_proj.weight" in report, report
