@@ -89,13 +89,22 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         dist_checkpoint_path=os.path.expanduser(megatron.dist_checkpointing_path)
         if megatron.use_dist_checkpointing
         else None,
-        lora=lora_spec(model.lora, merged=model.lora.merge) if optim is not None else None,
+        lora=lora_spec(model.lora, merged=serves_merged(cfg)) if optim is not None else None,
     )
+
+
+def serves_merged(cfg: Cfg) -> bool:
+    """The rollout samples from W + s·B·A: merged sync, or an adapter-only sync to a rollout that merges what it
+    loads (the hf rollout). The actor then computes with the same merge (LoraSpec.merged)."""
+    from dagrl.engine.rollout.registry import engine_declares
+
+    lora = cfg.actor_rollout_ref.model.lora
+    return bool(lora.merge) or engine_declares(cfg.actor_rollout_ref.rollout.name, "adapter_merged")
 
 
 def lora_spec(lora, merged: bool = False):
     """The adapters a LoRA section declares (actor_rollout_ref.model.lora, critic.model.lora); None at rank 0 (full
-    fine-tuning). `merged`: the actor's lora.merge (the critic's section has no such key: nothing of it is synced)."""
+    fine-tuning). `merged`: the rollout serves the merge (`serves_merged`; the critic's: nothing of it is synced)."""
     from dagrl.config.schema.lora import megatron_targets
     from dagrl.engine.lora import LoraSpec
 

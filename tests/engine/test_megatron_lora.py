@@ -161,7 +161,7 @@ def test_weight_sync_modes(model_dir, merge):
 
     from dagrl.nodes.common import sync_weights
 
-    lora = actor(model_dir, lora=dataclasses.replace(LORA, merged=merge))  # as build.megatron_spec makes it
+    lora = actor(model_dir, lora=dataclasses.replace(LORA, merged=merge))  # as megatron_spec makes it beside vLLM
     lora.train_step(make_batch(rows=4), sum_loss, 2, 1.0)
     rollout = _Rollout()
     cfg = SimpleNamespace(

@@ -78,8 +78,10 @@ def test_rank_zero_builds_no_adapter_and_hf_names_map_to_the_fused_linears():
     assert refusal("actor_rollout_ref.model.lora.alpha", {}) is None  # a new scaling applies from the next step
 
 
-@pytest.mark.parametrize("merge", [False, True])
-def test_the_actor_computes_merged_exactly_when_the_sync_merges(merge):
+@pytest.mark.parametrize("merge, rollout", [(False, "vllm"), (True, "vllm"), (False, "hf"), (True, "hf")])
+def test_the_actor_computes_merged_exactly_when_the_rollout_serves_the_merge(merge, rollout):
+    """Merged sync, or adapter-only to the hf rollout (whose load_adapter merges); vLLM's LoRA kernels apply the
+    adapter beside the base matmul, as the unmerged actor does."""
     from types import SimpleNamespace
 
     from dagrl.config.load import compose
@@ -88,8 +90,13 @@ def test_the_actor_computes_merged_exactly_when_the_sync_merges(merge):
     from dagrl.placement import ParallelLayout
     from dagrl.trainer.build import megatron_spec
 
-    overrides = {**LORA, "actor_rollout_ref.model.lora.merge": merge, "actor_rollout_ref.model.path": "/nonexistent"}
+    overrides = {
+        **LORA,
+        "actor_rollout_ref.model.lora.merge": merge,
+        "actor_rollout_ref.rollout.name": rollout,
+        "actor_rollout_ref.model.path": "/nonexistent",
+    }
     cfg = Cfg(compose([f"{k}={v}" for k, v in overrides.items()]))
     shape = SimpleNamespace(parallel=ParallelLayout())
-    assert megatron_spec(cfg, shape, OptimSpec()).lora.merged is merge
+    assert megatron_spec(cfg, shape, OptimSpec()).lora.merged is (merge or rollout == "hf")
     assert megatron_spec(cfg, shape, None).lora is None  # a frozen reference builds no adapter

@@ -4,7 +4,6 @@ actor's)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from dagrl.config.checks import as_list
@@ -19,17 +18,10 @@ CRITIC_KEY = "critic.model.lora"
 
 
 def rollout_takes_adapters(name: str) -> bool:
-    """Whether the rollout engine `name` offers load_adapter: a class of its builder's module says supports_adapter."""
-    from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
+    """Whether the rollout engine `name` offers load_adapter (its class says supports_adapter)."""
+    from dagrl.engine.rollout.registry import engine_declares
 
-    entry = ROLLOUT_ENGINES.get(name)
-    if entry is None:
-        return False
-    module = importlib.import_module(entry.target.split(":")[0])
-    return any(
-        isinstance(obj, type) and obj.__module__ == module.__name__ and getattr(obj, "supports_adapter", False) is True
-        for obj in vars(module).values()
-    )
+    return engine_declares(name, "supports_adapter")
 
 
 def check_adapters(lora: Any, key: str, hf_config: dict) -> None:

@@ -42,6 +42,7 @@ class HFRollout:
     """
 
     supports_adapter = True
+    adapter_merged = True  # load_adapter merges (lora_peft.merged_weight)
 
     def __init__(
         self,

@@ -154,6 +154,9 @@ class RolloutEngine(Protocol):
     eos_token_ids: list[int]
     pad_token_id: int
     supports_adapter: bool  # takes load_adapter (adapter-only LoRA sync); merged LoRA goes through load_weights
+    # serves a loaded adapter merged into its weights (W + s·B·A) rather than beside them: the actor then computes
+    # with that merge, as with merged sync, so that both hold the same weights
+    adapter_merged: bool
 
     # built with route recording asked (rollout.enable_rollout_routing_replay), the batch also holds each token's
     # MoE routes, `routed_experts` (layout: dagrl/engine/rollout/routes.py); the hf and vLLM rollouts record them

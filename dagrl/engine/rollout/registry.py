@@ -9,6 +9,7 @@ pre-flight runs, from a `trainer.plugins` module, is accepted there and built by
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,3 +38,16 @@ ROLLOUT_ENGINES.register(
 ROLLOUT_ENGINES.register(
     "vllm", "dagrl.engine.rollout.vllm:build", "vLLM in the trainer's own processes, TP over consecutive ranks (GPUs)"
 )
+
+
+def engine_declares(name: str, attr: str) -> bool:
+    """Whether the rollout engine `name` declares `attr` true: a class of its builder's module says so
+    (`supports_adapter`, `adapter_merged`: the RolloutEngine protocol's declarations). Imports that module."""
+    entry = ROLLOUT_ENGINES.get(name)
+    if entry is None:
+        return False
+    module = importlib.import_module(entry.target.split(":")[0])
+    return any(
+        isinstance(obj, type) and obj.__module__ == module.__name__ and getattr(obj, attr, False) is True
+        for obj in vars(module).values()
+    )

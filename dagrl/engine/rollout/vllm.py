@@ -85,6 +85,7 @@ class VLLMRollout:
     # the engine kind takes adapters: vllm_spec builds it with an adapter slot whenever adapter-only sync is set
     # (pre-flight reads this class attribute before any engine exists)
     supports_adapter = True
+    adapter_merged = False  # vLLM's LoRA kernels apply the adapter beside the base matmul
 
     def __init__(
         self, spec: VLLMRolloutSpec, eos_token_ids: list[int], pad_token_id: int, manifest: WeightManifest | None = None
