@@ -54,3 +54,12 @@ def optimizer_steps(cfg: Cfg, total_training_steps: int, role: str = "actor") ->
     if role == "actor":  # no actor update during the critic warmup
         total_training_steps = max(total_training_steps - cfg.trainer.critic_warmup, 0)
     return total_training_steps * section.ppo_epochs * (cfg.data.train_batch_size // section.ppo_mini_batch_size)
+
+
+def lora_served_merged(cfg: Cfg) -> bool:
+    """The rollout samples from W + s·B·A: LoRA's merged sync, or adapter-only sync to a rollout whose load_adapter
+    merges (its class says adapter_merged: the hf rollout). The actor then computes with the same merge."""
+    from dagrl.engine.rollout.registry import engine_declares
+
+    lora = cfg.actor_rollout_ref.model.lora
+    return bool(lora.merge) or engine_declares(cfg.actor_rollout_ref.rollout.name, "adapter_merged")

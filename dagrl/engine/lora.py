@@ -34,8 +34,8 @@ class LoraAdapter:
 @dataclass(frozen=True)
 class LoraSpec:
     """A model's adapters (actor or critic): rank, alpha, dropout, the targeted linears (Megatron names), and
-    whether the rollout receives them merged into the weights (`merged`: the actor's lora.merge), in which case the
-    actor's forward computes with those very merged weights."""
+    whether the rollout serves them merged into the weights (`merged`: dagrl.config.derived.lora_served_merged), in
+    which case the actor's forward computes with those very merged weights."""
 
     rank: int
     alpha: float

@@ -12,7 +12,7 @@ import os
 import torch
 
 from dagrl.config.checks import as_list
-from dagrl.config.derived import needs_reference, optimizer_steps, trained_section
+from dagrl.config.derived import lora_served_merged, needs_reference, optimizer_steps, trained_section
 from dagrl.config.tree import Cfg
 from dagrl.config.shape import RunShape
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
@@ -89,22 +89,14 @@ def megatron_spec(cfg: Cfg, shape: RunShape, optim: OptimSpec | None) -> Megatro
         dist_checkpoint_path=os.path.expanduser(megatron.dist_checkpointing_path)
         if megatron.use_dist_checkpointing
         else None,
-        lora=lora_spec(model.lora, merged=serves_merged(cfg)) if optim is not None else None,
+        lora=lora_spec(model.lora, merged=lora_served_merged(cfg)) if optim is not None else None,
     )
-
-
-def serves_merged(cfg: Cfg) -> bool:
-    """The rollout samples from W + s·B·A: merged sync, or an adapter-only sync to a rollout that merges what it
-    loads (the hf rollout). The actor then computes with the same merge (LoraSpec.merged)."""
-    from dagrl.engine.rollout.registry import engine_declares
-
-    lora = cfg.actor_rollout_ref.model.lora
-    return bool(lora.merge) or engine_declares(cfg.actor_rollout_ref.rollout.name, "adapter_merged")
 
 
 def lora_spec(lora, merged: bool = False):
     """The adapters a LoRA section declares (actor_rollout_ref.model.lora, critic.model.lora); None at rank 0 (full
-    fine-tuning). `merged`: the rollout serves the merge (`serves_merged`; the critic's: nothing of it is synced)."""
+    fine-tuning). `merged`: the rollout serves the merge (derived.lora_served_merged; never the critic's: nothing
+    of it is synced)."""
     from dagrl.config.schema.lora import megatron_targets
     from dagrl.engine.lora import LoraSpec
 

@@ -53,6 +53,8 @@ def test_adapter_only_sync_needs_a_rollout_that_takes_adapters(engines):
     with pytest.raises(ConfigError, match=r"merge=true runs the actor's linears on merged weights.*set actor_rollout"):
         check_lora(cfg("adapters_no", merge=True, overrides={"fp8": "e4m3"}), hf)
     check_lora(cfg("adapters_yes", merge=False, overrides={"fp8": "e4m3"}), hf)  # adapter-only: the base W in FP8
+    with pytest.raises(ConfigError, match="the hf rollout merging the adapter it loads .* use the vllm rollout"):
+        check_lora(cfg("hf", merge=False, overrides={"fp8": "e4m3"}), hf)  # hf serves the merge: the actor too
     moe = cfg("adapters_yes", merge=True)
     moe.actor_rollout_ref.model.lora.target_modules = ["q_proj", "down_proj"]
     with pytest.raises(ConfigError, match="MoE"):

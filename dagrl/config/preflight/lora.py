@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from dagrl.config.checks import as_list
-from dagrl.config.errors import require
+from dagrl.config.derived import lora_served_merged
+from dagrl.config.errors import ConfigError, require
 from dagrl.config.model_dir import read_hf_config
 from dagrl.config.preflight.fp8 import TRAIN_KEY, train_fp8
 from dagrl.config.schema.lora import TARGETS, megatron_targets
@@ -74,16 +75,18 @@ def check_lora(cfg: Cfg, hf_config: dict) -> None:
         f"actor_rollout_ref.model.trainable_top_layers trains base layers, {KEY}.rank={lora.rank} freezes every base "
         f"weight: set actor_rollout_ref.model.trainable_top_layers=null (or {KEY}.rank=0)",
     )
-    if lora.merge:
-        require(
-            not train_fp8(cfg),
-            f"{KEY}.merge",
-            f"{KEY}.merge=true runs the actor's linears on merged weights, which {TRAIN_KEY}'s FP8 GEMMs would "
-            f"quantize and keep for the backward (the adapter's gradient would reach earlier layers twice): set "
-            f"{KEY}.merge=false (adapter-only sync) or drop {TRAIN_KEY}",
-        )
-        return
     name = cfg.actor_rollout_ref.rollout.name
+    if lora_served_merged(cfg) and train_fp8(cfg):
+        how = f"{KEY}.merge=true" if lora.merge else f"the {name} rollout merging the adapter it loads"
+        fix = f"set {KEY}.merge=false (adapter-only sync)" if lora.merge else "use the vllm rollout"
+        raise ConfigError(
+            f"{KEY}.merge",
+            f"{how} runs the actor's linears on merged weights, which {TRAIN_KEY}'s FP8 GEMMs would quantize and "
+            f"keep for the backward (the adapter's gradient would reach earlier layers twice): {fix}, or drop "
+            f"{TRAIN_KEY}",
+        )
+    if lora.merge:
+        return
     require(
         rollout_takes_adapters(name),
         f"{KEY}.merge",

@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from dagrl.utils.pins import PINS
 from dagrl.engine.rollout import fp8
 from dagrl.engine.rollout.interface import WeightBucket
+from dagrl.utils.pins import PINS
 
 # the parameters a sync writes into an FP8 layer: Fp8LinearMethod's, then Fp8MoEMethod's, in either scale layout
 FP8_PARAMS = (
