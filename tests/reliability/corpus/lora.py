@@ -43,6 +43,15 @@ CASES: tuple[Case, ...] = (
         ("actor_rollout_ref.model.lora.alpha", "set actor_rollout_ref.model.lora.rank"),
     ),
     Case(
+        "lora_merged_with_fp8_training",
+        "merged LoRA sync beside FP8 training (TransformerEngine would keep the quantized merge for the backward)",
+        (*LORA, "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8=e4m3"),
+        (
+            "actor_rollout_ref.model.lora.merge=true runs the actor's linears on merged weights",
+            "set actor_rollout_ref.model.lora.merge=false",
+        ),
+    ),
+    Case(
         "critic_lora_rank_over_hidden",
         "a critic adapter rank above its model's hidden size",
         (*PPO, "critic.model.lora.rank=100000"),
