@@ -17,7 +17,7 @@ _PARTS = (  # (key in StageMemory.parts, label); rows that are zero everywhere a
     ("activations", "activations kept for backward"),
     ("logits", "logits of one micro-batch (update)"),
     ("log-prob pass", "log-prob/values pass (one layer + logits)"),
-    ("lora merge", "LoRA merged weight of one linear (merge)"),
+    ("lora merge", "LoRA merge of one linear (merged forward)"),
     ("hf rollout", "hf rollout model copy"),
     ("critic state", "critic weights + gradients + optimizer"),
     ("critic activations", "critic activations (its update)"),
