@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from dagrl.config.checks import as_list
+from dagrl.config.derived import lora_served_merged
 from dagrl.config.schema.lora import megatron_targets
 from dagrl.config.tree import Cfg
 from dagrl.config.preflight.distillation import teacher_config
@@ -137,7 +138,7 @@ def make_plan(cfg: Cfg, shape: RunShape, gpu_memory_gib: float = H200_GIB, cpu_m
         trainable_top_layers=cfg.actor_rollout_ref.model.trainable_top_layers,
         lora_rank=int(cfg.actor_rollout_ref.model.lora.rank),
         lora_targets=megatron_targets(as_list(cfg.actor_rollout_ref.model.lora.target_modules)),
-        lora_merged=bool(cfg.actor_rollout_ref.model.lora.rank and cfg.actor_rollout_ref.model.lora.merge),
+        lora_merged=bool(cfg.actor_rollout_ref.model.lora.rank) and lora_served_merged(cfg),
         recompute=recompute_from_config(bool(cfg.actor_rollout_ref.model.enable_gradient_checkpointing), overrides),
         sequence_length=shape.prompt_length + shape.response_length,
         response_length=shape.response_length,

@@ -173,9 +173,9 @@ def lora_layer_params(shape: ModelShape, rank: int, targets: tuple[str, ...], tp
     """One decoder layer's LoRA adapter parameters on one TP rank (engine/megatron/lora.py's layout: a
     column-parallel linear's B and a row-parallel one's A split over TP, the other factor whole); MoE experts
     take no adapter."""
-    total = 0
+    total, linears = 0, _lora_linears(shape)
     for name in targets:
-        fan_in, fan_out, column = _lora_linears(shape)[name]
+        fan_in, fan_out, column = linears[name]
         total += rank * (fan_in + fan_out // tp) if column else rank * (fan_in // tp + fan_out)
     return total
 

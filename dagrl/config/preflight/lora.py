@@ -76,7 +76,7 @@ def check_lora(cfg: Cfg, hf_config: dict) -> None:
         f"weight: set actor_rollout_ref.model.trainable_top_layers=null (or {KEY}.rank=0)",
     )
     name = cfg.actor_rollout_ref.rollout.name
-    if lora_served_merged(cfg) and train_fp8(cfg):
+    if train_fp8(cfg) and lora_served_merged(cfg):  # the cheap test first: the other imports the engine
         how = f"{KEY}.merge=true" if lora.merge else f"the {name} rollout merging the adapter it loads"
         fix = f"set {KEY}.merge=false (adapter-only sync)" if lora.merge else "use the vllm rollout"
         raise ConfigError(
