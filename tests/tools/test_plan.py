@@ -532,6 +532,39 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     assert ppo_stage.parts["critic state"] / 4 < lora_stage.parts["critic state"] < ppo_stage.parts["critic state"] / 3
 
 
+
+@pytest.mark.parametrize("rollout, merge, merged", [("vllm", False, False), ("vllm", True, True), ("hf", False, True)])
+def test_plan_counts_the_merged_forward_where_the_rollout_serves_the_merge(tmp_path, prompts, rollout, merge, merged):
+    """The actor computes on W + BA when the rollout serves the merge (merged sync, or the hf rollout merging the
+    adapter it loads): one linear's merged weight then lives beside the frozen base during each forward."""
+    from dagrl.config.validate import preflight
+    from dagrl.plan import make_plan
+    from dagrl.plan.model import lora_merge_bytes
+
+    model = config_dir(tmp_path / "qwen3-1.7b", "qwen3", "1.7b")
+    cfg = Cfg(
+        compose(
+            [
+                f"actor_rollout_ref.model.path={model}",
+                f"data.train_files={prompts}",
+                "data.train_batch_size=8",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                "actor_rollout_ref.rollout.n=4",
+                f"actor_rollout_ref.rollout.name={rollout}",
+                "actor_rollout_ref.model.lora.rank=8",
+                f"actor_rollout_ref.model.lora.merge={merge}",
+                "trainer.n_gpus_per_node=1",
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            ]
+        )
+    )
+    plan = make_plan(cfg, preflight(cfg, world_size=1))
+    assert plan.run.lora_merged is merged and len(plan.run.lora_targets) == 4
+    expected = lora_merge_bytes(plan.model, plan.run.lora_targets, 1, 2 if plan.run.bf16 else 4) if merged else 0
+    assert plan.memory[0].parts["lora merge"] * 2**30 == pytest.approx(expected)
+    weight = 2 if plan.run.bf16 else 4
+    assert expected in (0, 2048 * 12288 * (4 + weight))  # the largest, fused gate/up (2048 x 2*6144): fp32, then W's
+
 # dagrl's actor update peak (torch.cuda.max_memory_allocated, GiB) measured by benchmarks/actor_mfu.py on 2xH200:
 # seq 4096 (1024 prompt + 3072 response), 8 micro-batches of 1 per DP rank, bf16, distributed optimizer.
 MEASURED_UPDATE_PEAK_GIB = {"8b-tp2-sp": 87.3, "1.7b-dp2": 40.2}
