@@ -37,7 +37,7 @@ def needs(cfg: Cfg) -> set[str]:
 def layout_text(cfg: Cfg, shape, actor) -> str:
     """The report's header: the layout, the actor's layer spec (its kernels set the actor's own rounding: Transformer
     Engine's fused norms and GEMMs, or Megatron's local modules) and the rollout."""
-    from dagrl.engine.megatron.checkpoint import layer_spec_name
+    from dagrl.engine.megatron.hf_config import layer_spec_name
 
     layout = shape.parallel
     return (

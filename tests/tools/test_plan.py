@@ -532,7 +532,6 @@ def test_critic_is_planned_for_a_graph_with_a_critic(tmp_path, prompts):
     assert ppo_stage.parts["critic state"] / 4 < lora_stage.parts["critic state"] < ppo_stage.parts["critic state"] / 3
 
 
-
 @pytest.mark.parametrize("rollout, merge, merged", [("vllm", False, False), ("vllm", True, True), ("hf", False, True)])
 def test_plan_counts_the_merged_forward_where_the_rollout_serves_the_merge(tmp_path, prompts, rollout, merge, merged):
     """The actor computes on W + BA when the rollout serves the merge (merged sync, or the hf rollout merging the
@@ -564,6 +563,7 @@ def test_plan_counts_the_merged_forward_where_the_rollout_serves_the_merge(tmp_p
     assert plan.memory[0].parts["lora merge"] * 2**30 == pytest.approx(expected)
     weight = 2 if plan.run.bf16 else 4
     assert expected in (0, 2048 * 12288 * (4 + weight))  # the largest, fused gate/up (2048 x 2*6144): fp32, then W's
+
 
 # dagrl's actor update peak (torch.cuda.max_memory_allocated, GiB) measured by benchmarks/actor_mfu.py on 2xH200:
 # seq 4096 (1024 prompt + 3072 response), 8 micro-batches of 1 per DP rank, bf16, distributed optimizer.

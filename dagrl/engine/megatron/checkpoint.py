@@ -24,6 +24,7 @@ import torch
 
 from dagrl.utils.lifetime import children_die_with_us
 from dagrl.engine.megatron import compat
+from dagrl.engine.megatron.hf_config import layer_spec_name
 from dagrl.engine.megatron.lora import check_lora_checkpoint, lora_record
 
 # the HF export's names, where the trainer (an actor checkpoint's huggingface/) and scripts/model_merger.py import them
@@ -144,13 +145,6 @@ def _common(path: str) -> dict[str, Any]:
     if not isinstance(common, dict) or "layout" not in common:
         raise ValueError(f"{path} is a Megatron dist checkpoint but not one written by dagrl (no layout record)")
     return common
-
-
-def layer_spec_name(modules: list[torch.nn.Module]) -> str:
-    """'transformer_engine' or 'local': the layer spec the chunks were built with. The two name some tensors
-    differently (fused norms, grouped experts), so a checkpoint loads only into a model of its own spec."""
-    uses_te = any("transformer_engine" in type(sub).__module__ for module in modules for sub in module.modules())
-    return "transformer_engine" if uses_te else "local"
 
 
 def check_layer_spec(path: str, modules: list[torch.nn.Module], recorded: str | None) -> None:

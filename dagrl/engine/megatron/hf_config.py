@@ -160,6 +160,13 @@ def layer_spec(config: Any, on_gpu: bool) -> Any:
     )
 
 
+def layer_spec_name(modules: list[torch.nn.Module]) -> str:
+    """'transformer_engine' or 'local': the layer spec the chunks were built with. The two name some tensors
+    differently (fused norms, grouped experts), so a checkpoint loads only into a model of its own spec."""
+    uses_te = any("transformer_engine" in type(sub).__module__ for module in modules for sub in module.modules())
+    return "transformer_engine" if uses_te else "local"
+
+
 def build_gpt_chunks(hf_config: Any, config: Any, on_gpu: bool) -> list[torch.nn.Module]:
     """This rank's model chunks (one per virtual pipeline stage), not yet wrapped in DDP."""
     from megatron.core import parallel_state
