@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from dagrl.config.errors import ConfigError
-from dagrl.config.preflight.lora import check_lora, rollout_takes_adapters
-from dagrl.engine.rollout.registry import ROLLOUT_ENGINES
+from dagrl.config.preflight.lora import check_lora
+from dagrl.engine.rollout.registry import ROLLOUT_ENGINES, engine_declares
 
 
 class AdapterRollout:
@@ -43,7 +43,9 @@ def engines():
 
 def test_adapter_only_sync_needs_a_rollout_that_takes_adapters(engines):
     hf = {"hidden_size": 64}
-    assert rollout_takes_adapters("adapters_yes") and not rollout_takes_adapters("adapters_no")
+    assert engine_declares("adapters_yes", "supports_adapter") and not engine_declares(
+        "adapters_no", "supports_adapter"
+    )
     check_lora(cfg("adapters_yes", merge=False), hf)
     check_lora(cfg("adapters_no", merge=True), hf)  # merged sync: any rollout
     with pytest.raises(ConfigError, match="cannot load"):

@@ -18,13 +18,6 @@ KEY = "actor_rollout_ref.model.lora"
 CRITIC_KEY = "critic.model.lora"
 
 
-def rollout_takes_adapters(name: str) -> bool:
-    """Whether the rollout engine `name` offers load_adapter (its class says supports_adapter)."""
-    from dagrl.engine.rollout.registry import engine_declares
-
-    return engine_declares(name, "supports_adapter")
-
-
 def check_adapters(lora: Any, key: str, hf_config: dict) -> None:
     """The rules of every LoRA section `key` (at rank > 0) against the model it adapts: targets that exist, a rank
     the layers can hold, no adapters on MoE experts."""
@@ -87,8 +80,10 @@ def check_lora(cfg: Cfg, hf_config: dict) -> None:
         )
     if lora.merge:
         return
+    from dagrl.engine.rollout.registry import engine_declares  # the engine's class says whether it loads adapters
+
     require(
-        rollout_takes_adapters(name),
+        engine_declares(name, "supports_adapter"),
         f"{KEY}.merge",
         f"{KEY}.merge=false syncs only the adapter, which the {name} rollout cannot load: set {KEY}.merge=true "
         f"(W + BA through the full weight sync)",
