@@ -114,6 +114,24 @@ def test_trainable_top_layers_freezes_the_rest(model_dirs):
     assert all(torch.allclose(after_recompute[n], after[n], rtol=1e-5, atol=1e-6) for n in after)
 
 
+def test_selective_recompute_of_core_attention_leaves_frozen_layers_out_of_the_backward(model_dirs):
+    """Core attention holds no weights, so its recompute needs no gradient path from the embedding: the backward
+    stops below the lowest trained layer, as without recompute (full recompute must run through them)."""
+    reached = {}
+    for label, kwargs in (
+        ("plain", {}),
+        ("selective", {"override_transformer_config": {"recompute_granularity": "selective"}}),
+        ("full", {"gradient_checkpointing": True}),
+    ):
+        actor = engine(model_dirs["llama4"], ADAM, trainable_top_layers=1, **kwargs)
+        calls = []
+        inner = actor.modules[0].module if hasattr(actor.modules[0], "module") else actor.modules[0]
+        inner.decoder.layers[0].register_full_backward_hook(lambda *args: calls.append(1))
+        reached[label] = (actor.train_step(make_batch(rows=2), sum_loss, 2, 1.0)["actor/grad_norm"], len(calls))
+    assert reached["selective"][0] == pytest.approx(reached["plain"][0], rel=1e-5)
+    assert (reached["plain"][1], reached["selective"][1], reached["full"][1]) == (0, 0, 1)
+
+
 @pytest.mark.parametrize("style", ["cosine", "linear"])
 def test_lr_schedule_step_by_step(model_dirs, style):
     optim = OptimSpec(

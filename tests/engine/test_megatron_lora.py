@@ -297,11 +297,26 @@ def test_an_moe_model_takes_attention_adapters_and_its_experts_none(tmp_path):
     )
 
 
-def test_adapters_train_under_activation_recompute(model_dir):
+SELECTIVE_MLP = {"recompute_granularity": "selective", "recompute_modules": ["mlp"]}
+
+
+@pytest.mark.parametrize(
+    "recompute, lora",
+    [
+        ({"gradient_checkpointing": True}, LORA),  # full: every layer a span
+        (
+            {"override_transformer_config": SELECTIVE_MLP},
+            dataclasses.replace(LORA, targets=("linear_fc1", "linear_fc2")),
+        ),
+    ],
+    ids=["full", "selective_mlp"],
+)
+def test_adapters_train_under_activation_recompute(model_dir, recompute, lora):
     """Megatron's recompute re-runs a span in backward and gives its parameters gradients only when an input of the
-    span needs one; with the whole base frozen none would, and the adapters got no gradient at all."""
+    span needs one; with the whole base frozen none would, and the adapters got no gradient at all. A selective
+    span holding weights (the MLP) is such a span too, where the adapters are only in the MLP."""
     batch = make_batch(rows=4)
-    plain, recompute = actor(model_dir, lora=LORA), actor(model_dir, lora=LORA, gradient_checkpointing=True)
+    plain, recompute = actor(model_dir, lora=lora), actor(model_dir, lora=lora, **recompute)
     for _ in range(2):  # the second step with B off zero, so A's gradient is not zero either
         want, got = plain.train_step(batch, sum_loss, 2, 1.0), recompute.train_step(batch, sum_loss, 2, 1.0)
         assert want["actor/grad_norm"] > 0

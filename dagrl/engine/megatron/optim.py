@@ -32,13 +32,18 @@ def set_trainable(modules: list[torch.nn.Module], spec: MegatronEngineSpec, num_
                 param.requires_grad_(trainable)
 
 
+PARAMETER_FREE_RECOMPUTE = {"core_attn", "moe_act"}  # recompute_modules whose spans hold no weights
+
+
 def recompute_reaches_frozen_inputs(modules: list[torch.nn.Module], tf_config: Any) -> None:
-    """Megatron's activation recompute is reentrant: a recomputed span gives its parameters gradients only when one
-    of its inputs needs a gradient. Under a frozen embedding (trainable_top_layers, LoRA's frozen base) no span's
-    input would, and the trainable layers (every adapter, or the lowest trained layer and with it all above) got
-    none; so there the embedding's output is marked as needing one. The backward then also runs through the frozen
-    layers below (their input gradients only), which recompute-free training skips."""
-    if tf_config.recompute_granularity is None:
+    """Megatron's full activation recompute is reentrant: a recomputed span of layers gives its parameters gradients
+    only when one of its inputs needs a gradient. Under a frozen embedding (trainable_top_layers, LoRA's frozen
+    base) no span's input would, and the trainable layers (every adapter, or the lowest trained layer and with it
+    all above) got none; so there the embedding's output is marked as needing one. The backward then also runs
+    through the frozen layers below (their input gradients only), which recompute-free training skips. Selective
+    recompute of parameter-free parts alone (core attention, the MoE activation: Megatron's default) needs no mark."""
+    granularity, parts = tf_config.recompute_granularity, set(tf_config.recompute_modules or ["core_attn"])
+    if granularity is None or (granularity == "selective" and parts <= PARAMETER_FREE_RECOMPUTE):
         return
     for module in modules:
         embedding = getattr(module, "embedding", None)  # None on a pipeline stage after the first
