@@ -20,7 +20,8 @@ cache (a training step's starts so: a weight sync clears it). The verdict: per p
 tokens/s to bare's; the median is certified only when those ratios spread (max - min) less than the median lies
 from 1.0, else it is "within noise". Every run is printed with what was probed around it (benchmarks/rollout_probe.py:
 generated tokens, GPU clock, temperature, power, allocator, host load, garbage collections, prefix-cache hits,
-time to first token) and a table of which of them moves with the time.
+time to first token) and a table of which of them moves with the time. --profile adds one profiled call of each
+path after the timed ones and the functions whose own time differs most between them.
 Why a verdict: on one H100 (V2 runner, 3 repeats) the node measured 0.925 of unseeded bare and 0.955 of seeded
 while each path's repeats spread 8.5-12 s, and dagrl's own work around generate was 0.109 s of 11.99 s.
 """
@@ -46,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import cpu_profile  # noqa: E402 - after the sys.path insert above
 from benchmarks.rollout_probe import FIELDS, Probe  # noqa: E402
+from benchmarks.rollout_profile import function_diff, profile  # noqa: E402
 from benchmarks.rollout_stats import (  # noqa: E402
     Run,
     compare_table,
@@ -105,7 +107,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     parser.add_argument("--compare", default=None, help=f"arms to run one after the other: {', '.join(ARMS)}")
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument("--profile", action="store_true", help="also print the CPU time of dagrl's own steps")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed runs, one profiled call of each path: dagrl's own steps, and the functions whose "
+        "own time differs most between the paths",
+    )
     parser.add_argument(
         "--runner",
         choices=("default", "v1", "v2"),
@@ -284,6 +291,12 @@ def measure(args: argparse.Namespace) -> dict:
     probe.close()
     if args.profile and NODE in paths:  # dagrl's request building and unpacking, apart from vLLM's generate
         print(cpu_profile(node, "cumulative", r"dagrl/(engine|data)", 12))
+    if args.profile and len(paths) == 2:  # where inside generate the node's extra seconds go
+        profiled = {}
+        for name in (NODE, BARE):
+            rollout.llm.reset_prefix_cache()
+            profiled[name] = profile(paths[name])
+        print(function_diff(profiled[NODE], profiled[BARE], (NODE, BARE)))
     fresh = ", inputs built per call" if args.bare_fresh else ""
     lengths = f"{args.response_length} forced (ignore_eos)" if args.force_lengths else f"<= {args.response_length}"
     shape = (

@@ -5,9 +5,10 @@
 # call as the node builds them (--bare-fresh), and sampled lengths (up to 256 tokens, the same per-request seeds on
 # both). Each log ends with the verdict line, every run's seconds and tokens beside the GPU clock, temperature,
 # power, allocator, load, gc, prefix-cache hits and time to first token, and which of them moved with the time;
-# $O/*.json keep the numbers.
+# $O/*.json keep the numbers. The forced run ends with one profiled call of each path and the functions whose own
+# time differs most between them (--profile).
 CERTIFY="python3 benchmarks/rollout.py --size 1.7b --repeats ${REPEATS:-5} --runner v2"
-step certify_forced timeout 360 $CERTIFY --force-lengths --json $O/certify_forced.json
+step certify_forced timeout 420 $CERTIFY --force-lengths --profile --json $O/certify_forced.json
 gpu_used
 step certify_forced_fresh timeout 360 $CERTIFY --force-lengths --bare-fresh --json $O/certify_forced_fresh.json
 gpu_used

@@ -236,3 +236,30 @@ def test_probe_samples_nvidia_smi_through_the_call_and_stops_it(tmp_path, monkey
     assert fields["reserved GiB"] == 3.0
     assert "-i 3 -lms 20" in (tmp_path / "args").read_text()  # the GPU this process sees, by its visible id
     assert probe._sampler is None
+
+
+def test_function_diff_names_where_two_paths_part():
+    """One path calls a slow function more often: it heads the table, with its calls and the sign of the gap."""
+    from benchmarks.rollout_profile import function_diff, profile
+
+    def slow():
+        time.sleep(0.02)
+
+    def shared():
+        sum(range(1000))
+
+    def node():
+        for _ in range(3):
+            slow()
+        shared()
+
+    def bare():
+        slow()
+        shared()
+
+    table = function_diff(profile(node), profile(bare), ("node", "bare"), top=3)
+    header, first = table.splitlines()[0], table.splitlines()[3]
+    assert header.startswith("profiled call: node 0.0") and "bare 0.0" in header
+    cells = [cell.strip() for cell in first.strip("|").split("|")]
+    assert "time.sleep" in cells[0] and float(cells[3]) > 0.03 and cells[4:] == ["3", "1"]
+    assert len(table.splitlines()) == 6
