@@ -1,6 +1,7 @@
 """Where two paths' seconds part, function by function: one cProfile'd call of each, and the functions whose own
-time (tottime) differs most between them. The profiler sees this process only: with vLLM's engine core in a process
-of its own (V1's default), time the GPU side adds shows here as longer waits for its outputs."""
+time (tottime) differs most between them. dagrl runs vLLM's engine core in the calling process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0), so the scheduler, the model runner's launches and the output processing are all
+profiled; time on the GPU shows as waits where the host synchronises with it."""
 
 from __future__ import annotations
 
