@@ -243,8 +243,7 @@ def measure(args: argparse.Namespace) -> dict:
         return requests, params
 
     reused = bare_inputs()
-    # (seconds, outputs) of the latest vLLM generate inside a node call: the latest only, so the node path keeps no
-    # more of vLLM's outputs alive than the bare path does (every gc collection walks what is kept)
+    # (seconds, outputs) of the latest vLLM generate inside a node call (the timed loop drops them before each call)
     last: list = [0.0, None]
     vllm_generate = rollout.llm.generate
 
@@ -275,6 +274,8 @@ def measure(args: argparse.Namespace) -> dict:
     names = list(paths)
     schedule = order(args.repeats, *names) if len(names) == 2 else [(p, names[0]) for p in range(args.repeats)]
     for pair, name in schedule:
+        # no earlier call's outputs alive into the next call, on either path (every gc collection walks them)
+        outputs = samples = last[1] = None
         rollout.llm.reset_prefix_cache()
         probe.start()
         torch.cuda.synchronize()
