@@ -1,6 +1,7 @@
-"""LoRA on the Megatron actor at TP2, TP2+SP, PP2, PP2xVPP2, and DP2 and TP2 with the distributed optimizer (2 gloo
-ranks of the shared engine world) against LoRA at TP1: log-probs, loss and grad norm of two Adam steps, the adapter
-in PEFT names after them, and checkpoints continued at another layout (TP2 -> PP2, DP2 -> TP2)."""
+"""LoRA on the Megatron actor at TP2, TP2+SP, PP2, PP2xVPP2, and DP2 and TP2 with the distributed optimizer, and an
+MoE model's attention adapters at EP2 (plain and distributed optimizer) and TP2+SP (2 gloo ranks of the shared engine
+world) against LoRA at TP1: log-probs, loss and grad norm of two Adam steps, the adapter in PEFT names after them, and
+checkpoints continued at another layout (TP2 -> PP2, DP2 -> TP2, the MoE's EP2 -> TP2+SP)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ LAYOUTS = [  # (label, layout, engine kwargs, checkpoint of label to continue fr
     ("dp2_distopt", L(), {"use_distributed_optimizer": True}, None),
     ("tp2_distopt", L(tensor_model_parallel_size=2), {"use_distributed_optimizer": True}, "dp2_distopt"),
 ]
+# An MoE model's experts take no adapter (pre-flight refuses fc targets there): attention adapters, experts split
+# across EP ranks, the router and experts frozen.
+MOE_LORA = LoraSpec(rank=4, alpha=8.0, targets=("linear_qkv", "linear_proj"))
+MOE_LAYOUTS = [
+    ("moe_ep2", L(expert_model_parallel_size=2), {}, None),
+    ("moe_ep2_distopt", L(expert_model_parallel_size=2), {"use_distributed_optimizer": True}, None),
+    ("moe_tp2_sp", L(tensor_model_parallel_size=2, sequence_parallel=True), {}, "moe_ep2"),
+]
+MODELS = {"qwen3": (LORA, LAYOUTS), "qwen3_moe": (MOE_LORA, MOE_LAYOUTS)}  # model dir: (adapters, layouts)
 JOB = "test_megatron_lora_layouts:layouts"
 
 
@@ -42,9 +52,10 @@ def trained(engine, rows) -> dict:
 def prepare_world_job(name: str, work_dir: Path) -> None:
     from dagrl.engine.megatron.actor import MegatronActorEngine
 
-    model_dir = make_model_dir(work_dir / "qwen3", "qwen3", num_layers=4, seed=3)
-    engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(model_dir), optim=ADAM, lora=LORA))
-    torch.save(trained(engine, make_batch(rows=4)), work_dir / "tp1.pt")
+    for family, (lora, _) in MODELS.items():
+        model_dir = make_model_dir(work_dir / family, family, num_layers=4, seed=3)
+        engine = MegatronActorEngine(MegatronEngineSpec(model_path=str(model_dir), optim=ADAM, lora=lora))
+        torch.save(trained(engine, make_batch(rows=4)), work_dir / f"{family}_tp1.pt")
 
 
 def run_world_job(name: str, work_dir: Path) -> None:
@@ -53,13 +64,15 @@ def run_world_job(name: str, work_dir: Path) -> None:
 
     from dagrl.engine.megatron.actor import MegatronActorEngine
 
-    want = torch.load(work_dir / "tp1.pt")
     batch = make_batch(rows=4)
     continued = {}
-    for label, layout, kwargs, load_from in LAYOUTS:
+    for family, label, layout, kwargs, load_from in (
+        (family, *case) for family, (_, layouts) in MODELS.items() for case in layouts
+    ):
+        lora, want = MODELS[family][0], torch.load(work_dir / f"{family}_tp1.pt")
         if ps.model_parallel_is_initialized():
             ps.destroy_model_parallel()
-        spec = MegatronEngineSpec(model_path=str(work_dir / "qwen3"), layout=layout, optim=ADAM, lora=LORA, **kwargs)
+        spec = MegatronEngineSpec(model_path=str(work_dir / family), layout=layout, optim=ADAM, lora=lora, **kwargs)
         engine = MegatronActorEngine(spec)
         dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
         rows = batch.chunk(dp_size)[dp_rank]
@@ -90,4 +103,5 @@ def run_world_job(name: str, work_dir: Path) -> None:
 @pytest.mark.engine_world(JOB)
 def test_lora_at_every_layout_equals_lora_at_tp1(engine_world):
     work_dir = engine_world.result(JOB)
-    assert (work_dir / "stdout.txt").read_text().split() == [w for label, *_ in LAYOUTS for w in ("OK", label)]
+    labels = [label for _, layouts in MODELS.values() for label, *_ in layouts]
+    assert (work_dir / "stdout.txt").read_text().split() == [w for label in labels for w in ("OK", label)]
