@@ -36,12 +36,13 @@ PARAMETER_FREE_RECOMPUTE = {"core_attn", "moe_act"}  # recompute_modules whose s
 
 
 def recompute_reaches_frozen_inputs(modules: list[torch.nn.Module], tf_config: Any) -> None:
-    """Megatron's full activation recompute is reentrant: a recomputed span of layers gives its parameters gradients
-    only when one of its inputs needs a gradient. Under a frozen embedding (trainable_top_layers, LoRA's frozen
-    base) no span's input would, and the trainable layers (every adapter, or the lowest trained layer and with it
-    all above) got none; so there the embedding's output is marked as needing one. The backward then also runs
-    through the frozen layers below (their input gradients only), which recompute-free training skips. Selective
-    recompute of parameter-free parts alone (core attention, the MoE activation: Megatron's default) needs no mark."""
+    """Megatron's activation recompute is reentrant: a recomputed span (full recompute's layers, or a module that
+    selective recompute names) gives its parameters gradients only when one of its inputs needs a gradient. Under a
+    frozen embedding (trainable_top_layers, LoRA's frozen base) no span's input might, and the trainable layers
+    (every adapter, or the lowest trained layer and with it all above) got none; so there the embedding's output is
+    marked as needing one. The backward then also runs through the frozen layers below (their input gradients
+    only), which recompute-free training skips. Selective recompute of parameter-free parts alone (core attention,
+    Megatron's default, or the MoE activation) needs no mark."""
     granularity, parts = tf_config.recompute_granularity, set(tf_config.recompute_modules or ["core_attn"])
     if granularity is None or (granularity == "selective" and parts <= PARAMETER_FREE_RECOMPUTE):
         return
