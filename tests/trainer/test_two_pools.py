@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from dagrl.dag.graph import build_graph
+from dagrl.engine.megatron.lora import read_adapter
 from dagrl.placement import Placement
 from dagrl.trainer.ledger import LEDGER_FILE
 from dagrl.trainer.pools.schedule import Schedule, split_graph
@@ -254,6 +255,27 @@ def test_k0_in_two_pools_is_the_colocated_run_and_resumes_bit_exact(args, tmp_pa
     assert records[2]["async/push_gb"] > 0
     ledger = (colocated / LEDGER_FILE).read_bytes()
     assert (straight / LEDGER_FILE).read_bytes() == ledger == (resumed / LEDGER_FILE).read_bytes()
+
+
+def test_merged_lora_in_two_pools_is_the_colocated_run(args, tmp_path):
+    """LoRA's merged sync (the only one across pools: adapter-only loads in the colocated trainer) sends W + BA over
+    the wire: at K=0 the run is the colocated one, and the checkpoint holds the adapter only."""
+    lora = {
+        "actor_rollout_ref.model.lora.rank": 4,
+        "actor_rollout_ref.model.lora.alpha": 8,
+        "actor_rollout_ref.model.lora.merge": True,
+        "actor_rollout_ref.actor.optim.lr": 1e-2,
+        "trainer.total_training_steps": 2,
+        "trainer.test_freq": -1,
+    }
+    colocated, pools = tmp_path / "colocated", tmp_path / "pools"
+    for result in launch((args(colocated, pools=None, **lora), 1, {}), (args(pools, **lora), 2, {})):
+        ok(result)
+    expected = metrics_by_step(colocated)
+    assert without_async(metrics_by_step(pools)) == expected and expected[2]["actor/grad_norm"] > 0
+    assert metrics_by_step(pools)[2]["async/push_gb"] > 0
+    adapter = read_adapter(str(pools / "global_step_2" / "actor"))
+    assert adapter.rank == 4 and adapter.tensors
 
 
 @pytest.mark.slow  # 15 s; the default suite keeps K=0 pools = colocated (1 + 1, above) and a 2-rank rollout pool
