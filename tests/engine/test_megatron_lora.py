@@ -301,7 +301,7 @@ SELECTIVE_MLP = {"recompute_granularity": "selective", "recompute_modules": ["ml
 
 
 @pytest.mark.parametrize(
-    "recompute, lora",
+    "setting, lora",
     [
         ({"gradient_checkpointing": True}, LORA),  # full: every layer a span
         (
@@ -311,12 +311,12 @@ SELECTIVE_MLP = {"recompute_granularity": "selective", "recompute_modules": ["ml
     ],
     ids=["full", "selective_mlp"],
 )
-def test_adapters_train_under_activation_recompute(model_dir, recompute, lora):
+def test_adapters_train_under_activation_recompute(model_dir, setting, lora):
     """Megatron's recompute re-runs a span in backward and gives its parameters gradients only when an input of the
     span needs one; with the whole base frozen none would, and the adapters got no gradient at all. A selective
     span holding weights (the MLP) is such a span too, where the adapters are only in the MLP."""
     batch = make_batch(rows=4)
-    plain, recompute = actor(model_dir, lora=lora), actor(model_dir, lora=lora, **recompute)
+    plain, recompute = actor(model_dir, lora=lora), actor(model_dir, lora=lora, **setting)
     for _ in range(2):  # the second step with B off zero, so A's gradient is not zero either
         want, got = plain.train_step(batch, sum_loss, 2, 1.0), recompute.train_step(batch, sum_loss, 2, 1.0)
         assert want["actor/grad_norm"] > 0
