@@ -24,6 +24,26 @@ def actor_engine(path: Path, optim: OptimSpec | None = None, **kwargs):
     return MegatronActorEngine(MegatronEngineSpec(model_path=str(path), optim=optim, **kwargs))
 
 
+def fresh_parallel_state() -> None:
+    """Before an engine of another layout in the same world: Megatron's parallel state reset and every process group
+    but the default destroyed in a gloo world. torch's registry keeps each group (and a gloo group its worker
+    threads) until it is destroyed, so the engine world's jobs, a few dozen layouts, otherwise ran on ~2,000 idle
+    threads a rank, ~50 more a layout, which on two cores made the later layouts 2-3x slower. (NCCL worlds keep
+    their groups, as dagrl.utils.dist.destroy_process_groups does. An engine with Megatron's distributed optimizer
+    still leaves its groups' threads behind; the holder is not found yet.)"""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from dagrl.engine.megatron import compat
+
+    if parallel_state.model_parallel_is_initialized():
+        compat.destroy_model_parallel()
+    if dist.is_initialized() and dist.get_backend() == "gloo":
+        for group in list(dist.distributed_c10d._world.pg_map):
+            if group is not dist.group.WORLD:
+                dist.destroy_process_group(group)
+
+
 def resume_kwargs(lora, distributed_optimizer: bool) -> dict:
     """Engine options of the LoRA resume tests: bf16, and with the distributed optimizer every offload too."""
     return dict(

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.placement import ParallelLayout
-from engine_helpers import exported, hf_log_probs, make_batch, per_expert_names, sum_loss
+from engine_helpers import exported, fresh_parallel_state, hf_log_probs, make_batch, per_expert_names, sum_loss
 from tiny_models import load_hf
 
 ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
@@ -192,12 +192,10 @@ def check_layout(
     batch,
     results: dict,
 ) -> None:
-    from megatron.core import parallel_state
 
     from dagrl.engine.megatron.actor import MegatronActorEngine
 
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+    fresh_parallel_state()
     spec = MegatronEngineSpec(model_path=model_dir, layout=layout, optim=ADAM, **kwargs)
     engine = MegatronActorEngine(spec)
     rows = my_rows(batch, layout)
@@ -256,12 +254,10 @@ def check_batching(
 ) -> None:
     """Log-probs, entropy, loss, grad norm and the weights after one Adam step against HF, with micro-batches of
     one row or by the token budget `max_token_len`, padded or packed (`remove_padding` in kwargs)."""
-    from megatron.core import parallel_state
 
     from dagrl.engine.megatron.actor import MegatronActorEngine
 
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+    fresh_parallel_state()
     engine = MegatronActorEngine(MegatronEngineSpec(model_path=model_dir, layout=layout, optim=ADAM, **kwargs))
     rows = my_rows(batch, layout)
     part = len(batch) // len(rows)

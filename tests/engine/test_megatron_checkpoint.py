@@ -23,6 +23,7 @@ from engine_helpers import (  # noqa: E402 - after the sys.path insert above
     ADAM,
     actor_engine,
     exported,
+    fresh_parallel_state,
     hf_log_probs,
     make_batch,
     merge_args,
@@ -319,10 +320,8 @@ def test_reference_param_offload_is_its_own_flag(tiny_model, tiny_data, tmp_path
 
 
 def worker_engine(layout: ParallelLayout, model_dir: Path, **kwargs):
-    from megatron.core import parallel_state
 
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+    fresh_parallel_state()
     return actor_engine(model_dir, ADAM, layout=layout, **kwargs)
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.placement import ParallelLayout
-from engine_helpers import make_batch
+from engine_helpers import fresh_parallel_state, make_batch
 from tiny_models import load_hf, make_model_dir
 
 ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
@@ -150,8 +150,7 @@ def run_world_job(name: str, work_dir: Path) -> None:
     batch = with_targets(make_batch(rows=4))
     reference = torch.load(work_dir / "reference.pt", weights_only=False, map_location=DEVICE)
     for label, layout, load_from in _layouts():
-        if ps.model_parallel_is_initialized():
-            ps.destroy_model_parallel()
+        fresh_parallel_state()
         engine = critic(work_dir / "qwen3", layout=layout)
         dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
         rows = batch.chunk(dp_size)[dp_rank]

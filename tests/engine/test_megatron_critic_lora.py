@@ -13,7 +13,7 @@ import torch
 from dagrl.engine.lora import LoraSpec
 from dagrl.placement import ParallelLayout as L
 from test_megatron_critic import TOL, critic, squared_error, with_targets
-from engine_helpers import make_batch, resume_kwargs
+from engine_helpers import fresh_parallel_state, make_batch, resume_kwargs
 from tiny_models import make_model_dir
 
 LORA = LoraSpec(rank=4, alpha=8.0)
@@ -122,8 +122,7 @@ def run_world_job(name: str, work_dir: Path) -> None:
     batch = with_targets(make_batch(rows=4))
     continued = {}
     for label, layout, kwargs, load_from in LAYOUTS:
-        if ps.model_parallel_is_initialized():
-            ps.destroy_model_parallel()
+        fresh_parallel_state()
         engine = critic(work_dir / "qwen3", layout=layout, lora=LORA, **kwargs)
         dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
         rows = batch.chunk(dp_size)[dp_rank]

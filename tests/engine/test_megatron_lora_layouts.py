@@ -13,7 +13,7 @@ import torch
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.engine.lora import LoraSpec
 from dagrl.placement import ParallelLayout as L
-from engine_helpers import make_batch, sum_loss
+from engine_helpers import fresh_parallel_state, make_batch, sum_loss
 from tiny_models import make_model_dir
 
 ADAM = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
@@ -70,8 +70,7 @@ def run_world_job(name: str, work_dir: Path) -> None:
         (family, *case) for family, (_, layouts) in MODELS.items() for case in layouts
     ):
         lora, want = MODELS[family][0], torch.load(work_dir / f"{family}_tp1.pt")
-        if ps.model_parallel_is_initialized():
-            ps.destroy_model_parallel()
+        fresh_parallel_state()
         spec = MegatronEngineSpec(model_path=str(work_dir / family), layout=layout, optim=ADAM, lora=lora, **kwargs)
         engine = MegatronActorEngine(spec)
         dp_size, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()

@@ -16,7 +16,7 @@ import torch
 from dagrl.engine.base import OptimSpec
 from dagrl.engine.lora import LoraSpec
 from dagrl.placement import ParallelLayout as L
-from engine_helpers import actor_engine, exported, make_batch, sum_loss
+from engine_helpers import actor_engine, exported, fresh_parallel_state, make_batch, sum_loss
 from tiny_models import make_model_dir
 
 ADAM = OptimSpec(lr=1e-2, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
@@ -184,12 +184,10 @@ def run_world_job(name: str, work_dir: Path) -> None:
     """fp32: merged mode at TP2 and TP2+SP trains as at TP1 (loss, grad norm, log-probs, adapter within 1e-5).
     bf16 at TP2: the merged actor's log-probs are bit for bit those of the full model loaded from its export."""
     import torch.distributed as dist
-    from megatron.core import parallel_state as ps
     from test_megatron_lora_layouts import trained
 
     def fresh(path: Path, layout, optim=ADAM, **kwargs):
-        if ps.model_parallel_is_initialized():
-            ps.destroy_model_parallel()
+        fresh_parallel_state()
         return actor_engine(path, optim, layout=layout, **kwargs)
 
     want, batch, model_dir = torch.load(work_dir / "tp1.pt"), make_batch(rows=4), work_dir / "qwen3"

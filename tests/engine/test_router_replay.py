@@ -12,7 +12,7 @@ import torch
 from dagrl.data.batch import Batch
 from dagrl.engine.base import MegatronEngineSpec, OptimSpec
 from dagrl.engine.megatron.router_replay import RoutingPass
-from engine_helpers import make_batch, sum_loss
+from engine_helpers import fresh_parallel_state, make_batch, sum_loss
 from tiny_models import load_hf, make_model_dir, tie_router_weights
 
 EXPERTS, TOP_K, LAYERS = 4, 2, 2
@@ -351,12 +351,10 @@ def prepare_world_job(name: str, work_dir: Path) -> None:
 def run_world_job(name: str, work_dir: Path) -> None:
     """On both ranks: the same records at the job's layout, each stage or TP rank replaying its own share."""
     import torch.distributed as dist
-    from megatron.core import parallel_state
 
     from dagrl.placement import ParallelLayout
 
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+    fresh_parallel_state()
     adam = OptimSpec(lr=1e-3, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
     actor = engine(work_dir / "model", adam, layout=ParallelLayout(**WORLD_LAYOUTS[name]))
     records = replay_records(actor, world_batch())
