@@ -58,8 +58,11 @@ def optimizer_steps(cfg: Cfg, total_training_steps: int, role: str = "actor") ->
 
 def lora_served_merged(cfg: Cfg) -> bool:
     """The rollout samples from W + s·B·A: LoRA's merged sync, or adapter-only sync to a rollout whose load_adapter
-    merges (its class says adapter_merged: the hf rollout). The actor then computes with the same merge."""
+    merges (its class says adapter_merged: the hf rollout). The actor then computes with the same merge. False
+    without adapters (rank 0), before any rollout module is imported."""
     from dagrl.engine.rollout.registry import engine_declares
 
     lora = cfg.actor_rollout_ref.model.lora
+    if not lora.rank:
+        return False
     return bool(lora.merge) or engine_declares(cfg.actor_rollout_ref.rollout.name, "adapter_merged")

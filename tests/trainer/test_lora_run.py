@@ -100,3 +100,7 @@ def test_the_actor_computes_merged_exactly_when_the_rollout_serves_the_merge(mer
     shape = SimpleNamespace(parallel=ParallelLayout())
     assert megatron_spec(cfg, shape, OptimSpec()).lora.merged is (merge or rollout == "hf")
     assert megatron_spec(cfg, shape, None).lora is None  # a frozen reference builds no adapter
+    from dagrl.config.derived import lora_served_merged
+
+    no_adapters = Cfg(compose([f"{k}={v}" for k, v in overrides.items()] + ["actor_rollout_ref.model.lora.rank=0"]))
+    assert lora_served_merged(cfg) is (merge or rollout == "hf") and lora_served_merged(no_adapters) is False
