@@ -1,6 +1,7 @@
 """Every example run script composes with --cfg job, so a renamed key breaks CI."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,6 +114,42 @@ def test_dapo_script_keys_reach_the_config():
         "pipeline_model_parallel_size: 4",
     ):
         assert expected in proc.stdout, expected
+
+
+def test_lora_script_trains_qwen3_8b_adapters_on_one_gpu(tmp_path):
+    """The LoRA script is the seed script on one GPU with rank-32 adapters, and its plan fits an 80 GB GPU with a
+    Qwen3-8B-shaped model, where the same script training every weight does not."""
+    import yaml
+
+    script = next(s for s in SCRIPTS if s.name == "run_qwen3-8b-lora-megatron.sh")
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, env={**ENV, "DAGRL_DRY_RUN": "1"}
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfg = yaml.safe_load(proc.stdout)
+    arr = cfg["actor_rollout_ref"]
+    assert arr["model"]["lora"] == {**arr["model"]["lora"], "rank": 32, "alpha": 64, "merge": False}
+    megatron = arr["actor"]["megatron"]
+    assert (megatron["tensor_model_parallel_size"], megatron["pipeline_model_parallel_size"]) == (1, 1)
+    assert (cfg["trainer"]["n_gpus_per_node"], arr["rollout"]["tensor_model_parallel_size"]) == (1, 1)
+    assert "qwen3-8b-lora" in cfg["trainer"]["default_local_dir"]
+
+    model = tmp_path / "qwen3-8b"
+    init = [sys.executable, "scripts/init_random_model.py", "--family", "qwen3", "--size", "8b", "--config-only"]
+    subprocess.run([*init, "--out", str(model)], check=True, capture_output=True, cwd=script.parents[2])
+    env = {**ENV, "DAGRL_PLAN": "1", "MODEL_PATH": str(model)}
+
+    def plan(*overrides: str) -> str:
+        args = ["bash", str(script), *overrides, "--gpu-memory-gb", "80"]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    lora = plan()
+    assert "1 node(s) x 1 GPU(s) = 1 ranks" in lora and "LoRA rank 32: frozen base" in lora
+    assert re.search(r"peak [\d.]+ GiB \(rollout\) of 80 GiB: fits", lora), lora[-1500:]
+    full = plan("actor_rollout_ref.model.lora.rank=0", "actor_rollout_ref.model.lora.alpha=32")  # alpha: its default
+    assert "exceeds the 80 GiB GPU" in full, full[-1500:]
 
 
 TORCHRUN_SCRIPTS = [s for s in SCRIPTS if "DAGRL_CHECK_ONLY=1" in s.read_text()]
