@@ -29,8 +29,8 @@ def fresh_parallel_state() -> None:
     but the default destroyed in a gloo world. torch's registry keeps each group (and a gloo group its worker
     threads) until it is destroyed, so the engine world's jobs, a few dozen layouts, otherwise ran on ~2,000 idle
     threads a rank, ~50 more a layout, which on two cores made the later layouts 2-3x slower. (NCCL worlds keep
-    their groups, as dagrl.utils.dist.destroy_process_groups does. An engine with Megatron's distributed optimizer
-    still leaves its groups' threads behind; the holder is not found yet.)"""
+    their groups, as dagrl.utils.dist.destroy_process_groups does. A group an engine still holds lives on: the
+    engine must be collectable, tests/engine/test_megatron_engine.py checks that it is.)"""
     import torch.distributed as dist
     from megatron.core import parallel_state
 

@@ -240,15 +240,18 @@ class MegatronEngine:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         iterators = [iter(micro_batches) for _ in self.model]
-        return get_forward_backward_func()(
-            forward_step_func=partial(self._forward_step, head),
-            data_iterator=iterators if len(iterators) > 1 else iterators[0],
-            model=self.model,
-            num_microbatches=len(micro_batches),
-            seq_length=micro_batches[0].seq_length,
-            micro_batch_size=micro_batches[0].tokens.shape[0],
-            forward_only=forward_only,
-        )
+        try:
+            return get_forward_backward_func()(
+                forward_step_func=partial(self._forward_step, head),
+                data_iterator=iterators if len(iterators) > 1 else iterators[0],
+                model=self.model,
+                num_microbatches=len(micro_batches),
+                seq_length=micro_batches[0].seq_length,
+                micro_batch_size=micro_batches[0].tokens.shape[0],
+                forward_only=forward_only,
+            )
+        finally:
+            optim.release_dispatch_graphs(self.modules)
 
     def _context_parallel_rows(self, micro: MicroBatch, values: torch.Tensor) -> torch.Tensor:
         """[rows, R] per-token results computed at this rank's logits -> the whole rows on every CP rank."""

@@ -99,6 +99,19 @@ def wrap(
     return wrapped
 
 
+def release_dispatch_graphs(modules: list[torch.nn.Module]) -> None:
+    """After a forward-backward schedule: Megatron's MoE token dispatchers keep the last forward's routing probs as
+    attributes (`probs`, `local_probs`), autograd graph included. Through the router weight's gradient accumulator
+    and the DDP hook on it, that graph holds the model: a reference cycle through C++ that Python's collector cannot
+    see, so an MoE engine was never freed. The next forward sets them anew; none is read in between."""
+    for module in modules:
+        for layer in module.modules():
+            dispatcher = getattr(layer, "token_dispatcher", None)
+            for name, value in list(vars(dispatcher).items()) if dispatcher is not None else ():
+                if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                    setattr(dispatcher, name, None)
+
+
 def build_optimizer(spec: MegatronEngineSpec, model: list[torch.nn.Module]) -> tuple[Any, Any]:
     """Megatron's Adam over the wrapped chunks and its LR/weight-decay schedule, from `spec.optim`."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
@@ -117,7 +130,13 @@ def build_optimizer(spec: MegatronEngineSpec, model: list[torch.nn.Module]) -> t
         params_dtype=spec.param_dtype,
         use_distributed_optimizer=spec.use_distributed_optimizer,
     )
-    optimizer = get_megatron_optimizer(config, model)
+    # Without grad: Megatron's distributed optimizer takes each fp32 parameter's shard as a view of the parameter
+    # (bf16's it detaches first), and a view made with grad enabled keeps an autograd edge to the parameter's
+    # gradient accumulator, whose DDP hooks hold the model: a reference cycle through C++ that Python's collector
+    # cannot see, so such an engine was never freed, and each step warned of reading a non-leaf tensor's .grad.
+    # Made without grad the shards are leaves, as bf16's are.
+    with torch.no_grad():
+        optimizer = get_megatron_optimizer(config, model)
     compat.init_optimizer_state(optimizer)
     decay_steps = optim.lr_decay_steps or optim.total_training_steps
     scheduler = OptimizerParamScheduler(
