@@ -3,6 +3,8 @@
 # Written for dagrl, not derived from the siiRL seed script (examples/grpo_trainer/run_qwen3-8b-megatron.sh).
 # Needs: python3 scripts/smollm2_to_hf.py (model) and python3 examples/data_preprocess/arithmetic.py (data).
 # Extra dotted overrides given to this script are appended (e.g. trainer.total_epochs=1).
+# DAGRL_DOCTOR=1 checks the install and the model's numerics at this run's layout instead of training
+# (python3 -m dagrl.doctor, seconds); DAGRL_PLAN=1 prints the run's plan (python3 -m dagrl.plan).
 set -euo pipefail
 . "$(dirname "$0")/../use_venv.sh"  # the repo's .venv when python3 lacks dagrl
 
@@ -10,8 +12,11 @@ MODEL_PATH=${MODEL_PATH:-$HOME/models/SmolLM2-135M-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/arithmetic}
 CKPT_DIR=${CKPT_DIR:-$HOME/ckpts/smollm2-135m_grpo_arithmetic_cpu}
 SEED=${SEED:-0}
+MODULE=dagrl.main_dag
+if [ "${DAGRL_DOCTOR:-0}" = 1 ]; then MODULE=dagrl.doctor; fi
+if [ "${DAGRL_PLAN:-0}" = 1 ]; then MODULE=dagrl.plan; fi
 
-python3 -m dagrl.main_dag \
+python3 -m "$MODULE" \
     algorithm.adv_estimator=grpo \
     data.train_files="$DATA_DIR/train.parquet" \
     data.val_files="$DATA_DIR/test.parquet" \

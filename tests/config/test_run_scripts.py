@@ -187,3 +187,27 @@ def test_dagrl_doctor_switch_launches_the_doctor_as_the_run(script, tmp_path):
     assert "-m dagrl.main_dag" in checks and "dagrl.doctor" not in checks
     assert "-m dagrl.doctor" in launch and "dagrl.main_dag" not in launch
     assert launch.split("-m dagrl.doctor", 1)[1] == checks.split("-m dagrl.main_dag", 1)[1]  # the same overrides
+
+
+@pytest.mark.parametrize("switch, module", [("DAGRL_DOCTOR", "dagrl.doctor"), ("DAGRL_PLAN", "dagrl.plan")])
+def test_the_cpu_script_runs_the_doctor_or_the_plan_with_its_overrides(switch, module, tmp_path):
+    """The quickstart's script with DAGRL_DOCTOR=1 (or DAGRL_PLAN=1) starts that tool with the overrides it would train
+    with (a stand-in for python3 records each command)."""
+    script = next(s for s in SCRIPTS if s.name == "run_smollm2-135m-cpu.sh" and s.parent.name == "grpo_trainer")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "python3"
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n')
+    shim.chmod(0o755)
+    env = {**ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    def launched(**switches: str) -> str:
+        (tmp_path / "calls").unlink(missing_ok=True)
+        proc = subprocess.run(["bash", str(script), "trainer.total_epochs=1"], env={**env, **switches}, timeout=60)
+        assert proc.returncode == 0
+        return [c for c in (tmp_path / "calls").read_text().splitlines() if "-I -c" not in c][-1]
+
+    train, tool = launched(), launched(**{switch: "1"})
+    assert train.startswith("-m dagrl.main_dag ") and tool.startswith(f"-m {module} ")
+    assert tool.split(module, 1)[1] == train.split("dagrl.main_dag", 1)[1]
+    assert train.endswith("trainer.total_epochs=1")
