@@ -107,7 +107,9 @@ def release_dispatch_graphs(modules: list[torch.nn.Module]) -> None:
     for module in modules:
         for layer in module.modules():
             dispatcher = getattr(layer, "token_dispatcher", None)
-            for name, value in list(vars(dispatcher).items()) if dispatcher is not None else ():
+            if dispatcher is None:
+                continue
+            for name, value in list(vars(dispatcher).items()):
                 if isinstance(value, torch.Tensor) and value.grad_fn is not None:
                     setattr(dispatcher, name, None)
 
