@@ -82,7 +82,7 @@ class Diagnosis:
 
 
 def gap(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    diff = (a.float() - b.float()).abs()
+    diff = (a.double() - b.double()).abs()
     return float(diff.mean()), float(diff.max())
 
 

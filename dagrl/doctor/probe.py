@@ -107,12 +107,16 @@ def recording(modules: dict[str, torch.nn.Module], into: dict[str, torch.Tensor]
 
 @torch.no_grad()
 def hf_log_probs(model, probe: Probe, row: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """[B, R] log-probs of the responses under `model` (float32 softmax over its logits), and, with `row`, the
-    hidden states of that row at every stage ([S, H] each)."""
+    """[B, R] log-probs of the responses under `model` (softmax in float32, a float64 model's in float64), and, with
+    `row`, the hidden states of that row at every stage ([S, H] each)."""
     device = next(model.parameters()).device
     stages: dict[str, torch.Tensor] = {}
     ids = probe.input_ids.to(device)
-    logits = model(input_ids=ids).logits.float()
+    logits = model(input_ids=ids).logits
+    # float32 at least, float64 for the fp32 floor's model: its log-softmax in float32 would share the rounding of
+    # the reference's own (SmolLM2: HF fp32 is 8.5e-6 a token from float64 throughout, 2.2e-6 from float64 logits
+    # with a float32 softmax), and an fp32 actor would be held to a floor below the reference's own error
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     if row is not None:
         with recording(stage_modules(model), stages):
             model(input_ids=ids[row : row + 1])

@@ -65,6 +65,23 @@ def test_a_correct_model_passes_at_the_floor(models, family):
     assert figures["doctor/ok"] == 1.0 and figures["doctor/weights_inexact"] == 0.0
 
 
+def test_the_fp32_floor_is_float64_throughout_its_softmax_included(models):
+    """The fp32 floor is HF fp32 against HF in float64, its log-softmax too: a float32 softmax over the float64
+    logits would share the reference's own rounding there, and an fp32 actor would be held to a floor below the
+    reference's own error (SmolLM2: 2.2e-6 a token instead of 8.5e-6, its actor at 3-4x of it, near a finding)."""
+    from transformers import AutoModelForCausalLM
+
+    from dagrl.doctor.probe import Probe, hf_log_probs
+
+    model = AutoModelForCausalLM.from_pretrained(models["llama"], dtype=torch.float64).eval()
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    got, _ = hf_log_probs(model, Probe(ids, 6, torch.zeros(2, 6)))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[:, 5:-1]
+    want = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 6:, None]).squeeze(-1)
+    assert got.dtype == torch.float64 and torch.equal(got, want)
+
+
 def test_a_bf16_rollout_sits_within_the_bf16_floor(models):
     """The bf16 floor is measured (HF bf16 against HF fp32) and a bf16 rollout's gap is judged against it."""
     diagnosis = doctor(models["llama"], rollout_dtype=torch.bfloat16)
