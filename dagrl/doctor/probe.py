@@ -88,12 +88,13 @@ def stage_modules(model) -> dict[str, torch.nn.Module]:
 
 @contextlib.contextmanager
 def recording(modules: dict[str, torch.nn.Module], into: dict[str, torch.Tensor]):
-    """Forward hooks that store each module's output (the hidden states) under its stage name, float32, host."""
+    """Forward hooks that store each module's output (the hidden states) under its stage name, on the host in
+    float32 (a float64 model's in float64: the fp32 floor's stages, as its log-probs)."""
 
     def hook(name):
         def store(module, args, output):
             hidden = output[0] if isinstance(output, tuple) else output
-            into[name] = hidden.detach().float().cpu()
+            into[name] = hidden.detach().to(torch.promote_types(hidden.dtype, torch.float32)).cpu()
 
         return store
 
