@@ -152,7 +152,14 @@ def test_lora_script_trains_qwen3_8b_adapters_on_one_gpu(tmp_path):
     assert "exceeds the 80 GiB GPU" in full, full[-1500:]
 
 
-TORCHRUN_SCRIPTS = [s for s in SCRIPTS if "DAGRL_CHECK_ONLY=1" in s.read_text()]
+def checks_before_torchrun(script: Path) -> bool:
+    """The script checks its input once before torchrun, itself or through the sibling script it runs."""
+    text = script.read_text()
+    runs = re.findall(r'exec bash "\$\(dirname "\$0"\)/([\w.-]+\.sh)"', text)
+    return "DAGRL_CHECK_ONLY=1" in text or any(checks_before_torchrun(script.parent / name) for name in runs)
+
+
+TORCHRUN_SCRIPTS = [s for s in SCRIPTS if checks_before_torchrun(s)]
 
 
 @pytest.mark.parametrize("script", TORCHRUN_SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
