@@ -74,6 +74,7 @@ class MegatronEngine:
             # The fused causal softmax kernel ignores a given mask; the packed rows' block-diagonal one must apply.
             self.tf_config.masked_softmax_fusion = False
         self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
+        self._dispatchers = optim.moe_dispatchers(self.modules)  # released after each schedule (_run)
         optim.set_trainable(self.modules, spec, self.hf_config.num_hidden_layers)
         if spec.lora is not None:  # before DDP: the frozen base gets no grad buffer and no optimizer state
             from dagrl.engine.megatron.lora import apply_lora
@@ -251,7 +252,7 @@ class MegatronEngine:
                 forward_only=forward_only,
             )
         finally:
-            optim.release_dispatch_graphs(self.modules)
+            optim.release_dispatch_graphs(self._dispatchers)
 
     def _context_parallel_rows(self, micro: MicroBatch, values: torch.Tensor) -> torch.Tensor:
         """[rows, R] per-token results computed at this rank's logits -> the whole rows on every CP rank."""
