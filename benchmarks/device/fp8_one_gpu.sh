@@ -11,8 +11,9 @@
 #          then both in FP8 (TE e4m3) with each of $RECIPES (blockwise tensorwise), each FP8 run against the bf16 run
 # sync     dagrl.doctor with the FP8 rollout after a real weight sync: SmolLM2-135M-Instruct (widths of 576: per-tensor
 #          scales), a random Qwen3 (0.5b preset, 4 layers: block scales) and a random Qwen3-MoE (30b-a3b, 2 layers:
-#          block scales through vLLM's FP8 MoE method), logits peaked x30; each report's pairs against the FP8 floor
-#          and its export check, ~3 min
+#          block scales through vLLM's FP8 MoE method, its routers left bf16), logits peaked x30 ($SYNC_MODELS: any
+#          of "smollm2 qwen3:0.5b:4 qwen3_moe:30b-a3b:2"); each report's pairs against the FP8 floor and its export
+#          check, ~3 min
 # learn    SmolLM2-135M-Instruct GRPO, $STEPS (12) steps per arm: bf16, FP8 rollout with TIS (cap 2), FP8 rollout
 #          with sequence masking instead of TIS; held-out accuracy every 4, s/step, sync, log-prob gap ($O/learn)
 PARTS=${PARTS:-rollout parity update sync learn}
@@ -48,8 +49,9 @@ case " $PARTS " in *" sync "*)
     data.max_prompt_length=64 data.max_response_length=12 actor_rollout_ref.rollout.n=8
     actor_rollout_ref.actor.ppo_mini_batch_size=32 actor_rollout_ref.actor.megatron.param_dtype=bfloat16
     trainer.n_gpus_per_node=1 trainer.default_local_dir=$O/ckpt"
-  step sync_smollm2 python3 -m dagrl.doctor actor_rollout_ref.model.path=$MODEL $FP8
-  for entry in qwen3:0.5b:4 qwen3_moe:30b-a3b:2; do
+  for entry in ${SYNC_MODELS:-smollm2 qwen3:0.5b:4 qwen3_moe:30b-a3b:2}; do
+    if [ "$entry" = smollm2 ]; then step sync_smollm2 python3 -m dagrl.doctor actor_rollout_ref.model.path=$MODEL $FP8
+      continue; fi
     IFS=: read -r family size layers <<< "$entry"
     step init_$family python3 scripts/init_random_model.py --family $family --size $size --num-layers $layers \
       --out /tmp/fp8_$family --tokenizer $MODEL --device cuda --peak 30

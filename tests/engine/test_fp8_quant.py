@@ -4,10 +4,15 @@ bytes, the engine arguments, the manifest's scales."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from safetensors import safe_open
 
 from dagrl.engine.rollout import fp8
+from dagrl.models.families import FAMILIES
+from tests.engine.tiny_models import make_model_dir
 from dagrl.engine.rollout.weight_manifest import WeightManifest
 
 
@@ -156,6 +161,26 @@ def test_engine_arguments():
         "quantization": "fp8",
         "hf_overrides": {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}},
     }
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_linear_of_a_layer_is_sent_in_fp8_or_left_in_bf16_by_the_engine_too(family, tmp_path):
+    """vLLM builds every linear layer with the FP8 method unless the quantization config ignores it (Qwen3-MoE's
+    router among them), and then waits for an FP8 weight and its scale. So each 2-D weight of a decoder layer in
+    the checkpoint is either quantized by the sync or named in `ignored_layers`, never both: the routers, and only
+    they, stay bf16."""
+    make_model_dir(tmp_path, family=family, num_layers=2)
+    config = json.loads((tmp_path / "config.json").read_text())
+    ignored = fp8.engine_kwargs("fp8", "auto", {}, "block", config)["hf_overrides"]["quantization_config"]
+    ignored = set(ignored.get("ignored_layers", []))
+    with safe_open(tmp_path / "model.safetensors", "pt") as saved:
+        shapes = {name: saved.get_slice(name).get_shape() for name in saved.keys()}
+    matrices = [n for n, shape in shapes.items() if n.startswith("model.layers.") and len(shape) == 2]
+    assert matrices
+    for name in matrices:
+        assert fp8.is_quantized(name, (8, 8)) != (name.removesuffix(".weight") in ignored), name
+    routers = {n.removesuffix(".weight") for n in matrices if n.endswith(".gate.weight")}
+    assert ignored == routers and (bool(routers) == FAMILIES[family].moe)
 
 
 def test_the_manifest_takes_each_weights_scale_in_either_layout():

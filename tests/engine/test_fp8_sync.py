@@ -18,6 +18,7 @@ from dagrl.utils.pins import PINS
 from dagrl.engine.rollout import fp8, fp8_vllm
 from dagrl.engine.rollout.vllm import VLLMRollout, VLLMRolloutSpec
 from dagrl.engine.rollout.weight_manifest import WeightManifest
+from dagrl.plan.presets import config_fields
 
 FP8_MODULE = types.ModuleType(fp8_vllm.FP8_MODULE)
 LINEAR = "model.layers.0.self_attn.o_proj"
@@ -160,15 +161,24 @@ def actor_weights(seed: int) -> list[list[tuple[str, torch.Tensor]]]:
     ]
 
 
-def engine(**spec) -> VLLMRollout:
-    manifest = WeightManifest("/models/m", {f"{LINEAR}.weight": SHAPE, "model.norm.weight": (200,)})
-    return VLLMRollout(VLLMRolloutSpec(model_path="/models/m", **spec), [2], 0, manifest=manifest)
+@pytest.fixture
+def model_path(tmp_path) -> str:
+    """A model directory of config.json alone (the FP8 engine reads which routers to leave unquantized from it):
+    two Qwen3-MoE layers."""
+    config = {"model_type": "qwen3_moe", **config_fields("qwen3_moe", "tiny", num_layers=2)}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
 
 
-def test_each_per_tensor_sync_refreshes_the_kernels_transposed_weight_and_one_scale(fake_vllm):
+def engine(model_path: str, **spec) -> VLLMRollout:
+    manifest = WeightManifest(model_path, {f"{LINEAR}.weight": SHAPE, "model.norm.weight": (200,)})
+    return VLLMRollout(VLLMRolloutSpec(model_path=model_path, **spec), [2], 0, manifest=manifest)
+
+
+def test_each_per_tensor_sync_refreshes_the_kernels_transposed_weight_and_one_scale(fake_vllm, model_path):
     names = {shard: f"model.layers.0.self_attn.{shard}_proj.weight" for shard in SHARDS}
-    manifest = WeightManifest("/models/m", {names[s]: (width, HIDDEN) for s, (_, width) in SHARDS.items()})
-    spec = VLLMRolloutSpec(model_path="/models/m", quantization="fp8", fp8_scales="tensor", bucket_bytes=1 << 20)
+    manifest = WeightManifest(model_path, {names[s]: (width, HIDDEN) for s, (_, width) in SHARDS.items()})
+    spec = VLLMRolloutSpec(model_path=model_path, quantization="fp8", fp8_scales="tensor", bucket_bytes=1 << 20)
     rollout = VLLMRollout(spec, [2], 0, manifest=manifest)
     assert "weight_block_size" not in rollout.llm.kwargs["hf_overrides"]["quantization_config"]
     layer = rollout.model.model.layers[0].self_attn.qkv_proj
@@ -198,21 +208,23 @@ def test_each_per_tensor_sync_refreshes_the_kernels_transposed_weight_and_one_sc
     assert rollout.load_plan.stats == {"replayed": 6, "loader": 6} and not rollout.load_plan.unplannable
 
 
-def test_the_engine_is_built_with_block_fp8_layers_and_keeps_their_parameters(fake_vllm):
-    rollout = engine(quantization="fp8", kv_cache_dtype="fp8", fp32_lm_head=True)
+def test_the_engine_is_built_with_block_fp8_layers_and_keeps_their_parameters(fake_vllm, model_path):
+    rollout = engine(model_path, quantization="fp8", kv_cache_dtype="fp8", fp32_lm_head=True)
     assert rollout.llm.kwargs["quantization"] == "fp8" and rollout.llm.kwargs["kv_cache_dtype"] == "fp8"
     overrides = rollout.llm.kwargs["hf_overrides"]
     assert overrides["head_dtype"] == "float32" and overrides["quantization_config"]["weight_block_size"] == [128, 128]
+    # the model's routers stay bf16 in the engine, as the sync sends them
+    assert overrides["quantization_config"]["ignored_layers"] == ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"]
     layer = rollout.model.model.layers[0].self_attn.o_proj
     # the engine's first processing replaced both parameters; they are back, loader attributes and all
     assert layer.processed == 1 and layer.weight.weight_loader == layer.weight_scale_inv.weight_loader
     assert FP8_MODULE.replace_parameter is replace_parameter  # vLLM's own function again once the engine is up
-    plain = engine()
+    plain = engine(model_path)
     assert not {"quantization", "kv_cache_dtype", "hf_overrides"} & set(plain.llm.kwargs) and plain.fp8 is None
 
 
-def test_each_sync_sends_fp8_weights_and_processes_each_layer_once(fake_vllm):
-    rollout = engine(quantization="fp8", bucket_bytes=1 << 20)
+def test_each_sync_sends_fp8_weights_and_processes_each_layer_once(fake_vllm, model_path):
+    rollout = engine(model_path, quantization="fp8", bucket_bytes=1 << 20)
     layer = rollout.model.model.layers[0].self_attn.o_proj
     weight, scale = layer.weight, layer.weight_scale_inv
     for version in (1, 2, 3):

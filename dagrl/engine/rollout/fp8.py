@@ -39,10 +39,12 @@ SCALE_SUFFIXES = {"block": "_scale_inv", "tensor": "_scale"}
 QUANTIZATION_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}
 BLOCK_SIZE = {"block": [BLOCK, BLOCK], "tensor": None}  # the config's weight_block_size per layout
 
-# The linear layers vLLM builds with the FP8 method, by their HF names' last module: attention (separate or fused
-# qkv), the MLP (separate or fused gate_up) and every MoE family's expert projections (Mixtral's w1/w2/w3). Never
-# embeddings, norms, lm_head, a router gate (`mlp.gate`, `shared_expert_gate`: vLLM builds those unquantized) or a
-# bias.
+# The linear layers the sync sends as FP8, by their HF names' last module: attention (separate or fused qkv), the
+# MLP (separate or fused gate_up) and every MoE family's expert projections (Mixtral's w1/w2/w3). Never embeddings,
+# norms, lm_head, a bias or a router gate (`<moe_block>.gate`, `shared_expert_gate`): a router's logits pick the
+# experts, and FP8 rounding there would move the rollout's routing away from the actor's (DeepSeek-V3's FP8
+# checkpoint keeps its gates in bf16 too). vLLM builds some routers with the FP8 method (Qwen3-MoE's `mlp.gate`), so
+# the engine is told to leave them unquantized (`ignored_layers`, below).
 QUANTIZED_MODULES = frozenset(
     {"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj"}
     | {name for kind in FAMILIES.values() if kind.moe for name in kind.expert_names}
@@ -157,18 +159,34 @@ def engine_env(quantization: str | None, layout: str) -> dict[str, str]:
     return {"VLLM_USE_DEEP_GEMM": "0"} if quantization == "fp8" and layout == "block" else {}
 
 
+def router_gates(hf_config: dict) -> list[str]:
+    """Every decoder layer's router gate in vLLM's prefixes (`model.layers.<i>.<moe_block>.gate`) for an MoE
+    family's config.json, else none. vLLM's Fp8Config skips a layer only on its full prefix, so each is named; a
+    layer without a router has no such prefix and the name matches nothing."""
+    kind = FAMILIES.get(hf_config.get("model_type"))  # type: ignore[arg-type]
+    if kind is None or not kind.moe:
+        return []
+    return [f"model.layers.{i}.{kind.moe_block}.gate" for i in range(hf_config["num_hidden_layers"])]
+
+
 def engine_kwargs(
-    quantization: str | None, kv_cache_dtype: str, hf_overrides: dict[str, Any], layout: str = "block"
+    quantization: str | None,
+    kv_cache_dtype: str,
+    hf_overrides: dict[str, Any],
+    layout: str = "block",
+    hf_config: dict | None = None,
 ) -> dict[str, Any]:
     """LLM(...) arguments of an FP8 engine: `quantization_config` written over the bf16 checkpoint's config.json
     (hf_overrides, merged with `hf_overrides` already set), so vLLM builds FP8 layers of `layout`'s scales whose
-    first weights come from the first sync; the KV cache's dtype. Nothing for quantization=None and
-    kv_cache_dtype=auto."""
+    first weights come from the first sync, with the routers of `hf_config`'s model left in bf16 (as the sync
+    sends them); the KV cache's dtype. Nothing for quantization=None and kv_cache_dtype=auto."""
     kwargs: dict[str, Any] = {}
     if quantization == "fp8":
         config = dict(QUANTIZATION_CONFIG)
         if BLOCK_SIZE[layout] is not None:  # without it vLLM's Fp8Config reads the checkpoint as per-tensor
             config["weight_block_size"] = list(BLOCK_SIZE[layout])
+        if gates := router_gates(hf_config or {}):
+            config["ignored_layers"] = gates
         kwargs["quantization"] = "fp8"
         kwargs["hf_overrides"] = {**hf_overrides, "quantization_config": config}
     if kv_cache_dtype != "auto":

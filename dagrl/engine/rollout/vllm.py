@@ -34,6 +34,7 @@ from dagrl.engine.rollout.vllm_io import (
     single_request_params,
     unpack_outputs,
 )
+from dagrl.config.model_dir import read_hf_config
 from dagrl.engine.rollout import fp8, fp8_vllm, vllm_lora
 from dagrl.engine.rollout.vllm_start import ProcessRngGuard, external_launcher_env, inspect_model_in_process
 from dagrl.engine.rollout.weight_manifest import WeightManifest
@@ -133,9 +134,9 @@ class VLLMRollout:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         if spec.record_routes:
             kwargs["enable_return_routed_experts"] = True
-        kwargs.update(
-            fp8.engine_kwargs(spec.quantization, spec.kv_cache_dtype, kwargs.get("hf_overrides", {}), spec.fp8_scales)
-        )
+        hf_config = read_hf_config(spec.model_path) if spec.quantization == "fp8" else None
+        overrides = kwargs.get("hf_overrides", {})
+        kwargs.update(fp8.engine_kwargs(spec.quantization, spec.kv_cache_dtype, overrides, spec.fp8_scales, hf_config))
         if spec.lora_rank:
             kwargs.update(vllm_lora.lora_engine_kwargs(spec.lora_rank))
         user = dict(spec.engine_kwargs)  # rollout.engine_kwargs.vllm: passed through, and wins
