@@ -1,9 +1,10 @@
 """What benchmarks/rollout.py records around each timed call, so that one GPU run says which of them moves with the
 time: the GPU's SM clock, temperature and power (nvidia-smi sampling through the call: one process, no Python thread
 beside vLLM's host-bound loop), the torch allocator's reserved bytes, the host's load average, Python garbage
-collections during the call (all, the full ones, the seconds inside them), and from vLLM's outputs the prompt tokens
-served from the prefix cache and the time to each request's first token where vLLM reports it. A field that cannot
-be read here is None (a dash in the table) and `notes` says why, once."""
+collections during the call (all, the full ones, the seconds inside them), the host's own speed just before and after
+the call (benchmarks/host_speed.py's fixed interpreter workload: a host-bound rollout slows with its host), and from
+vLLM's outputs the prompt tokens served from the prefix cache and the time to each request's first token where vLLM
+reports it. A field that cannot be read here is None (a dash in the table) and `notes` says why, once."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import subprocess
 import time
 from typing import Any
 
+from benchmarks.host_speed import work
+
 GPU_FIELDS = ("clocks.sm", "temperature.gpu", "power.draw")
 FIELDS = [
     "SM MHz (mean)",
@@ -27,6 +30,7 @@ FIELDS = [
     "gc runs",
     "gc full runs",
     "gc s",
+    "host ms",
     "cached prompt tokens",
     "TTFT s (median)",
 ]
@@ -61,6 +65,16 @@ def gpu_id() -> str:
     index = torch.cuda.current_device()
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     return visible[index] if index < len(visible) else str(index)
+
+
+def host_ms(repeats: int = 3) -> float:
+    """Milliseconds of the fixed interpreter workload, the fastest of `repeats` (the host's speed now)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times) * 1e3
 
 
 def gc_runs(generation: int | None = None) -> int:
@@ -135,9 +149,10 @@ class Probe:
         self._sampler: subprocess.Popen | None = None
         self._gc = self._gc_full = 0
         self._gc_timer = GcTimer()
-        self._gc_s = 0.0
+        self._gc_s = self._host_ms = 0.0
 
     def start(self) -> None:
+        self._host_ms = host_ms()
         self._gc, self._gc_full, self._gc_s = gc_runs(), gc_runs(2), self._gc_timer.seconds
         if self.smi:
             query = ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"]
@@ -161,6 +176,7 @@ class Probe:
         fields["gc runs"] = float(gc_runs() - self._gc)
         fields["gc full runs"] = float(gc_runs(2) - self._gc_full)
         fields["gc s"] = self._gc_timer.seconds - self._gc_s
+        fields["host ms"] = (self._host_ms + host_ms()) / 2  # around the call: both sides, outside its time
         fields["load 1 min"] = os.getloadavg()[0]
         if self.cuda:
             fields["reserved GiB"] = torch.cuda.memory_reserved() / 2**30
