@@ -4,7 +4,8 @@
 # rollout  dagrl's vLLM rollout, bf16 engine then FP8 weights (actor_rollout_ref.rollout.quantization=fp8) with
 #          block and with per-tensor scales ($COMPARE), on the Qwen3-1.7B and 8B shapes (dummy weights), $PROMPTS (64)
 #          prompts x 4, 1,024 tokens forced, CUDA graphs, 3 calls each: tokens/s of each and their ratio
-#          (benchmarks/rollout.py --compare; PROMPTS=256 for a fuller batch). ~4.5 min at 1.7B, ~5.5 at 8B
+#          (benchmarks/rollout.py --compare; PROMPTS=256 for a fuller batch; SIZES="8b" for one shape). ~4.5 min at
+#          1.7B, ~5.5 at 8B
 # parity   the FP8 node against bare vLLM generate on the same FP8 engine (benchmarks/rollout.py's certifying form,
 #          5 interleaved pairs), Qwen3-8B shape, $PROMPTS (64) prompts x 4, 1,024 tokens forced, ~4 min
 # update   the actor update on the Qwen3-1.7B shape, $USTEPS (8) steps, dagrl and bare Megatron-Core both in bf16,
@@ -20,10 +21,10 @@ PARTS=${PARTS:-rollout parity update sync learn}
 C=${COMPARE:-bf16,fp8,fp8_tensor}
 FORCED="--prompts ${PROMPTS:-64} --n 4 --response-length 1024 --force-lengths --paths node --repeats 3"
 case " $PARTS " in *" rollout "*)
-  step fp8_rollout17 timeout 480 python3 benchmarks/rollout.py --compare $C --size 1.7b $FORCED \
-    --gpu-memory-utilization 0.85 --runner v2 --json $O/fp8_rollout17.json
-  step fp8_rollout8b timeout 480 python3 benchmarks/rollout.py --compare $C --size 8b $FORCED \
-    --gpu-memory-utilization 0.85 --runner v2 --json $O/fp8_rollout8b.json
+  for size in ${SIZES:-1.7b 8b}; do
+    step fp8_rollout${size/./} timeout 480 python3 benchmarks/rollout.py --compare $C --size $size $FORCED \
+      --gpu-memory-utilization 0.85 --runner v2 --json $O/fp8_rollout${size/./}.json
+  done
   gpu_used ;;
 esac
 case " $PARTS " in *" parity "*)

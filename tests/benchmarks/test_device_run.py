@@ -128,3 +128,22 @@ def test_detach_copies_a_checkout_with_a_deleted_tracked_file_quietly(folders):
     wait_all_done(out)
     assert (out / "code" / "job.sh").exists() and not (out / "code" / "gone.txt").exists()
     assert "with uncommitted changes" in (out / "code" / ".commit").read_text()
+
+
+def test_the_fp8_job_runs_the_shapes_and_models_it_is_asked_for(folders):
+    """fp8_one_gpu's SIZES and SYNC_MODELS pick its steps (a stand-in python3 records each command and succeeds)."""
+    bin_dir = folders / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/usr/bin/env bash\necho "$*" >> {folders}/commands\n')
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PARTS": "rollout sync", "SIZES": "8b"}
+    env["SYNC_MODELS"] = "smollm2 qwen3_moe:30b-a3b:2"
+    out = folders / "out"
+    args = ["fp8_one_gpu", "--model", folders / "model", "--data", folders / "data", "--out", out]
+    done = subprocess.run(["bash", str(RUN), *map(str, args)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    steps = re.findall(r"start (\S+)", (out / "progress").read_text())
+    assert steps == ["fp8_rollout8b", "sync_smollm2", "init_qwen3_moe", "sync_qwen3_moe"]
+    commands = (folders / "commands").read_text().splitlines()
+    assert "--size 8b" in commands[-4] and f"path={folders / 'model'} " in commands[-3]
+    assert "--family qwen3_moe --size 30b-a3b --num-layers 2" in commands[-2]
