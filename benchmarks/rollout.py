@@ -19,8 +19,8 @@ calls run interleaved, the first of each pair alternating (node bare, bare node,
 cache (a training step's starts so: a weight sync clears it). The verdict: per pair the ratio of the node's
 tokens/s to bare's; the median is certified only when those ratios spread (max - min) less than the median lies
 from 1.0, else it is "within noise". Every run is printed with what was probed around it (benchmarks/rollout_probe.py:
-generated tokens, GPU clock, temperature, power, allocator, host load, garbage collections, prefix-cache hits,
-time to first token) and a table of which of them moves with the time. --profile adds one profiled call of each
+generated tokens, GPU clock, temperature, power, allocator, host load and speed, garbage collections, prefix-cache
+hits, time to first token) and a table of which of them moves with the time. --profile adds one profiled call of each
 path after the timed ones and the functions whose own time differs most between them.
 Why a verdict: on one H100 (V2 runner, 3 repeats) the node measured 0.925 of unseeded bare and 0.955 of seeded
 while each path's repeats spread 8.5-12 s, and dagrl's own work around generate was 0.109 s of 11.99 s.
