@@ -51,6 +51,7 @@ from benchmarks.rollout_profile import function_diff, profile  # noqa: E402
 from benchmarks.rollout_stats import (  # noqa: E402
     Run,
     compare_table,
+    host_paired_ratios,
     movers,
     order,
     paired_ratios,
@@ -317,6 +318,7 @@ def measure(args: argparse.Namespace) -> dict:
     if len(paths) == 2:
         ratios = paired_ratios(runs, NODE, BARE)
         result["ratios"], result["verdict"] = ratios, asdict(verdict(ratios))
+        result["host_ratios"] = host_paired_ratios(runs, NODE, BARE)
     report(result, runs)
     return result
 
@@ -328,6 +330,12 @@ def report(result: dict, runs: list[Run]) -> None:
         v = verdict(result["ratios"])
         print("paired ratios (node tokens/s / bare tokens/s): " + ", ".join(f"{r:.3f}" for r in result["ratios"]))
         print(v.line("node", "bare"))
+        if result.get("host_ratios"):  # a diagnostic beside the verdict, never in its place
+            h = verdict(result["host_ratios"])
+            print(
+                f"with each call's seconds in units of its host's speed (host ms), as if host-bound: node / bare "
+                f"median {h.median:.3f} (min-max {h.low:.3f}-{h.high:.3f}); not a verdict"
+            )
     if "node_outside_generate_s" in result:
         outside = statistics.median(result["node_outside_generate_s"])
         print(

@@ -43,6 +43,16 @@ def paired_ratios(runs: list[Run], path: str, base: str) -> list[float]:
     return [by[p, path].rate / by[p, base].rate for p in pairs if (p, path) in by and (p, base) in by]
 
 
+def host_paired_ratios(runs: list[Run], path: str, base: str, field: str = "host ms") -> list[float] | None:
+    """The paired ratios with each call's seconds counted in its host's speed (seconds / the probe's `field`, the
+    fixed workload's milliseconds around the call): what the ratio would be had both calls of a pair had the same
+    host, for calls bound by the host. None unless every run of both paths has the reading."""
+    if any(r.probe.get(field) is None for r in runs if r.path in (path, base)):
+        return None
+    scaled = [Run(r.path, r.pair, r.seconds / r.probe[field], r.tokens) for r in runs]  # type: ignore[operator]
+    return paired_ratios(scaled, path, base)
+
+
 @dataclass(frozen=True)
 class Verdict:
     median: float

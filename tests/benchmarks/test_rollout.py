@@ -16,6 +16,7 @@ from benchmarks import rollout, rollout_probe  # noqa: E402 - after the sys.path
 from benchmarks.rollout_stats import (  # noqa: E402
     Run,
     compare_table,
+    host_paired_ratios,
     movers,
     order,
     paired_ratios,
@@ -44,6 +45,17 @@ def test_paired_ratios_compare_runs_of_the_same_pair_by_tokens_per_second():
     assert paired_ratios(runs, "node", "bare") == pytest.approx([0.8, 1.25])
     runs[0].tokens = 2000  # twice the tokens in the same seconds: twice the rate
     assert paired_ratios(runs, "node", "bare")[0] == pytest.approx(1.6)
+
+
+def test_host_paired_ratios_count_each_calls_seconds_in_its_hosts_speed():
+    """A host that ran pair 1's node call at half speed: the raw ratio says 0.5, counted in host speed 1.0."""
+    runs = runs_of([10.0, 20.0], [10.0, 10.0])
+    for run in runs:
+        run.probe["host ms"] = 6.0 if (run.pair, run.path) == (1, "node") else 3.0
+    assert paired_ratios(runs, "node", "bare") == pytest.approx([1.0, 0.5])
+    assert host_paired_ratios(runs, "node", "bare") == pytest.approx([1.0, 1.0])
+    runs[0].probe["host ms"] = None  # a run without the reading: no such ratio at all
+    assert host_paired_ratios(runs, "node", "bare") is None
 
 
 def test_a_ratio_is_certified_only_when_its_spread_is_smaller_than_its_distance_from_one():
