@@ -24,6 +24,16 @@ def work(n: int = 20_000) -> int:
     return sum(out)
 
 
+def workload_ms(repeats: int = 3) -> float:
+    """Milliseconds of the workload, the fastest of `repeats`: the host's speed now, in one reading."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times) * 1e3
+
+
 def sample(seconds: float) -> list[tuple[float, float]]:
     """(seconds since start, seconds one workload took), for as long as asked."""
     start, samples = time.perf_counter(), []
@@ -33,19 +43,25 @@ def sample(seconds: float) -> list[tuple[float, float]]:
     return samples
 
 
+def windows(samples: list[tuple[float, float]], window: float) -> list[tuple[float, list[float]]]:
+    """(start, the workload's times that began in [start, start + window)) for each window holding any."""
+    out, start = [], 0.0
+    while start <= samples[-1][0]:
+        if times := [t for at, t in samples if start <= at < start + window]:
+            out.append((start, times))
+        start += window
+    return out
+
+
 def table(samples: list[tuple[float, float]], window: float) -> str:
     lines = ["| window s | runs | median ms | min ms | max ms | median / overall median |", "|---|---|---|---|---|---|"]
     overall = statistics.median(t for _, t in samples)
-    start = 0.0
-    while start <= samples[-1][0]:
-        times = [t for at, t in samples if start <= at < start + window]
-        if times:
-            med = statistics.median(times)
-            lines.append(
-                f"| {start:.0f}-{start + window:.0f} | {len(times)} | {med * 1e3:.2f} | {min(times) * 1e3:.2f} | "
-                f"{max(times) * 1e3:.2f} | {med / overall:.3f} |"
-            )
-        start += window
+    for start, times in windows(samples, window):
+        med = statistics.median(times)
+        lines.append(
+            f"| {start:.0f}-{start + window:.0f} | {len(times)} | {med * 1e3:.2f} | {min(times) * 1e3:.2f} | "
+            f"{max(times) * 1e3:.2f} | {med / overall:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -56,11 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     samples = sample(args.seconds)
-    medians = [
-        statistics.median(ts)
-        for w in range(int(args.seconds // args.window) + 1)
-        if (ts := [t for at, t in samples if w * args.window <= at < (w + 1) * args.window])
-    ]
+    medians = [statistics.median(times) for _, times in windows(samples, args.window)]
     result = {
         "runs": len(samples),
         "median_ms": statistics.median(t for _, t in samples) * 1e3,

@@ -17,7 +17,7 @@ import subprocess
 import time
 from typing import Any
 
-from benchmarks.host_speed import work
+from benchmarks.host_speed import workload_ms
 
 GPU_FIELDS = ("clocks.sm", "temperature.gpu", "power.draw")
 FIELDS = [
@@ -65,16 +65,6 @@ def gpu_id() -> str:
     index = torch.cuda.current_device()
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     return visible[index] if index < len(visible) else str(index)
-
-
-def host_ms(repeats: int = 3) -> float:
-    """Milliseconds of the fixed interpreter workload, the fastest of `repeats` (the host's speed now)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return min(times) * 1e3
 
 
 def gc_runs(generation: int | None = None) -> int:
@@ -152,7 +142,7 @@ class Probe:
         self._gc_s = self._host_ms = 0.0
 
     def start(self) -> None:
-        self._host_ms = host_ms()
+        self._host_ms = workload_ms()
         self._gc, self._gc_full, self._gc_s = gc_runs(), gc_runs(2), self._gc_timer.seconds
         if self.smi:
             query = ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"]
@@ -176,7 +166,7 @@ class Probe:
         fields["gc runs"] = float(gc_runs() - self._gc)
         fields["gc full runs"] = float(gc_runs(2) - self._gc_full)
         fields["gc s"] = self._gc_timer.seconds - self._gc_s
-        fields["host ms"] = (self._host_ms + host_ms()) / 2  # around the call: both sides, outside its time
+        fields["host ms"] = (self._host_ms + workload_ms()) / 2  # around the call: both sides, outside its time
         fields["load 1 min"] = os.getloadavg()[0]
         if self.cuda:
             fields["reserved GiB"] = torch.cuda.memory_reserved() / 2**30

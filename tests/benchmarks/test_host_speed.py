@@ -28,10 +28,10 @@ def test_a_short_run_prints_its_windows_and_writes_its_samples(tmp_path, capsys)
 
 def test_the_probe_reads_the_hosts_speed_around_each_call(monkeypatch):
     """A host twice as slow after the call as before it reads as the mean of the two."""
-    assert rollout_probe.host_ms(repeats=2) > 0  # the real reading: the fastest of the workload's times
+    assert host_speed.workload_ms(repeats=2) > 0  # the real reading: the fastest of the workload's times
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     readings = iter([2.0, 4.0])
-    monkeypatch.setattr(rollout_probe, "host_ms", lambda: next(readings))
+    monkeypatch.setattr(rollout_probe, "workload_ms", lambda: next(readings))
     probe = rollout_probe.Probe()
     probe.start()
     assert probe.stop([])["host ms"] == 3.0
