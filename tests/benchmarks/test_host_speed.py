@@ -7,7 +7,7 @@ import json
 from benchmarks import host_speed, rollout_probe
 
 
-def test_windows_show_a_host_that_slows_down(monkeypatch):
+def test_windows_show_a_host_that_slows_down():
     """Planted times: a host that runs the workload at 3 ms, then at 6 ms for one window."""
     samples = [(t * 0.5, 0.003 if not 10 <= t * 0.5 < 20 else 0.006) for t in range(60)]
     table = host_speed.table(samples, 10.0)
