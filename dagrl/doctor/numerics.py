@@ -20,6 +20,7 @@ import torch.distributed as dist
 from dagrl.doctor import fp8, probe as probes
 from dagrl.doctor.stages import OUTPUT_STAGE, StageGap, actor_stages, compare, first_divergent, stage_tensors
 from dagrl.doctor.weights import WeightCheck
+from dagrl.engine.rollout.interface import StaleWeights
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +76,11 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # the whole check, on rank 0
     loading_s: float = 0.0  # of which loading the HF references from disk
+    stale: list[str] = field(default_factory=list)  # rollout tensors the sync left unfilled (then nothing is scored)
 
     @property
     def ok(self) -> bool:
-        return self.weights.exact and not any(p.exceeds for p in self.pairs)
+        return not self.stale and self.weights.exact and not any(p.exceeds for p in self.pairs)
 
 
 def gap(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
@@ -124,7 +126,12 @@ def diagnose(
     rank = dist.get_rank() if dist.is_initialized() else 0
     tied = bool(getattr(actor.hf_config, "tie_word_embeddings", False))
     weights = WeightCheck(model_path, tied, compare=rank == 0, fp8_layout=fp8_layout)
-    rollout.load_weights(weights.tee(actor.export_weights(bucket_bytes)))
+    try:
+        rollout.load_weights(weights.tee(actor.export_weights(bucket_bytes)))
+    except StaleWeights as stale:  # a mapping finding: the rollout keeps its start-up tensors, nothing to score
+        diagnosis = Diagnosis({}, [], _same_on_every_rank(weights), stale=stale.names)
+        diagnosis.seconds = time.perf_counter() - started
+        return diagnosis
     probe = _same_on_every_rank(probes.generate(rollout, probes.prompt_ids(tokenizer, prompt_tokens), response_tokens))
     actor_dtype = actor.spec.param_dtype
     actor_lp, _ = actor.compute_log_prob(

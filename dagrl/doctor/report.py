@@ -14,6 +14,12 @@ def verdict(diagnosis: Diagnosis) -> str:
     pairs = {pair.key: pair for pair in diagnosis.pairs}
     divergences = {d.side: d for d in diagnosis.divergences}
     weights = diagnosis.weights
+    if diagnosis.stale:
+        return (
+            f"the weight sync leaves {len(diagnosis.stale)} of the rollout engine's tensors as it started (first: "
+            f"{diagnosis.stale[0]}): the actor's export, or the layers the engine builds, do not cover this model; "
+            "no log-probs were compared"
+        )
     if diagnosis.ok and fp8.NAME in diagnosis.floors:
         return (
             f"the weights map exactly (the FP8 ones within their rounding); the remaining gap is the floor (actor "
@@ -46,10 +52,14 @@ def verdict(diagnosis: Diagnosis) -> str:
 
 def render(diagnosis: Diagnosis, layout: str) -> str:
     lines = [f"numerics at {layout}:"]
-    lines.append(
-        "  floor (HF in the dtype vs HF fp32; fp32: vs fp64): "
-        + ", ".join(f"{dtype} {value:.3g}" for dtype, value in diagnosis.floors.items())
-    )
+    if diagnosis.stale:
+        lines.append(f"  weight sync: {len(diagnosis.stale)} rollout tensors not filled, e.g.")
+        lines += [f"    {name}" for name in diagnosis.stale[:SHOWN]]
+    if diagnosis.floors:
+        lines.append(
+            "  floor (HF in the dtype vs HF fp32; fp32: vs fp64): "
+            + ", ".join(f"{dtype} {value:.3g}" for dtype, value in diagnosis.floors.items())
+        )
     if fp8.NAME in diagnosis.floors:
         lines.append(
             f"  {fp8.NAME} floor: HF in the rollout's dtype with every weight the sync quantizes as its FP8 round "
@@ -101,5 +111,6 @@ def metrics(diagnosis: Diagnosis) -> dict[str, float]:
     weights = diagnosis.weights
     out["doctor/weights_max_abs_diff"] = max(weights.max_diff.values(), default=0.0)
     out["doctor/weights_inexact"] = float(len(weights.differing) + len(weights.missing) + len(weights.extra))
+    out["doctor/rollout_tensors_stale"] = float(len(diagnosis.stale))
     out["doctor/ok"] = float(diagnosis.ok)
     return out

@@ -143,6 +143,33 @@ def test_an_export_error_is_found_on_the_rollout_side(models, monkeypatch):
     assert verdict(diagnosis).startswith(f"the actor matches HF but the rollout parts from it at {stage}"), text
 
 
+def test_a_tensor_the_sync_does_not_fill_is_a_finding_named_by_the_tensor(models, monkeypatch):
+    """An export that leaves out one tensor (as for an FP8 engine that quantizes a layer the sync sends in bf16: it
+    waits for a scale that never comes): the rollout refuses the sync, and the doctor reports the unfilled tensor
+    as its finding."""
+    from dagrl.doctor.report import verdict as verdict_of
+    from dagrl.engine.megatron.actor import MegatronActorEngine
+
+    dropped = "model.layers.1.self_attn.o_proj.weight"
+    export = MegatronActorEngine.export_weights
+
+    def without_one(self, bucket_bytes):
+        for bucket in export(self, bucket_bytes):
+            yield [(name, tensor) for name, tensor in bucket if name != dropped]
+
+    monkeypatch.setattr(MegatronActorEngine, "export_weights", without_one)
+    diagnosis = doctor(models["llama"])
+    text = render(diagnosis, "TP1")
+    assert not diagnosis.ok and diagnosis.stale == [dropped] and not diagnosis.pairs, text
+    assert diagnosis.weights.missing == [dropped], text  # the export was still read against the checkpoint whole
+    assert f"    {dropped}" in text.splitlines() and "floor" not in text, text
+    assert verdict_of(diagnosis).startswith(
+        f"the weight sync leaves 1 of the rollout engine's tensors as it started (first: {dropped})"
+    )
+    figures = metrics(diagnosis)
+    assert figures["doctor/rollout_tensors_stale"] == 1.0 and figures["doctor/ok"] == 0.0
+
+
 def test_a_tp_split_mistake_is_invisible_at_tp1(models, monkeypatch):
     """The fc1 split planted here is wrong only from TP2 on (test_layouts.py finds it there)."""
     PLANTS["tp_fc1_split"](monkeypatch)

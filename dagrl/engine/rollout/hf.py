@@ -19,7 +19,14 @@ from dagrl.engine.lora import LoraAdapter
 from dagrl.engine.lora_peft import merged_weight, module_pairs, nbytes
 from dagrl.engine.rollout import fused_experts
 from dagrl.engine.rollout.hf_decode import DecodeLoop, cache_kwarg
-from dagrl.engine.rollout.interface import Completion, Request, SamplingSpec, WeightBucket, refuse_in_flight
+from dagrl.engine.rollout.interface import (
+    Completion,
+    Request,
+    SamplingSpec,
+    StaleWeights,
+    WeightBucket,
+    refuse_in_flight,
+)
 from dagrl.engine.rollout.registry import RolloutSetup
 from dagrl.engine.rollout.routes import RouteRecorder
 from dagrl.engine.rollout.sequences import join_prompt_and_response
@@ -224,7 +231,7 @@ class HFRollout:
                     nbytes += tensor.numel() * tensor.element_size()
         missing = self._expected - loaded - fused.complete(params) - self._tied_names()
         if missing:
-            raise RuntimeError(f"weight sync left {len(missing)} rollout tensors stale, e.g. {sorted(missing)[:3]}")
+            raise StaleWeights("rollout", missing)
         if self._adapter is not None:
             self._base = {name: params[name].detach().to("cpu", copy=True) for name in self._base}
             self._merge_adapter(params)

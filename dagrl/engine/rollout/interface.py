@@ -185,6 +185,18 @@ class RolloutEngine(Protocol):
     def sleep(self) -> None: ...
 
 
+class StaleWeights(RuntimeError):
+    """A weight sync that left some of the rollout engine's tensors as they were: the actor's export, or the
+    layers the engine builds (an FP8 engine quantizing a layer the sync sends in bf16), do not cover the model."""
+
+    def __init__(self, engine: str, names: set[str]):
+        self.names = sorted(names)
+        super().__init__(
+            f"weight sync left {len(self.names)} {engine} tensors stale, e.g. {self.names[:3]}: the actor's export "
+            f"does not cover this model"
+        )
+
+
 def refuse_in_flight(in_flight: int, what: str) -> None:
     """Weights change only between requests: the KV cache of a request in flight belongs to the old weights."""
     if in_flight:

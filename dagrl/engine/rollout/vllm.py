@@ -23,7 +23,15 @@ import torch
 from dagrl.utils.watchdog import beat
 from dagrl.data.batch import Batch
 from dagrl.engine.lora import LoraAdapter
-from dagrl.engine.rollout.interface import Completion, Progress, Request, SamplingSpec, WeightBucket, refuse_in_flight
+from dagrl.engine.rollout.interface import (
+    Completion,
+    Progress,
+    Request,
+    SamplingSpec,
+    StaleWeights,
+    WeightBucket,
+    refuse_in_flight,
+)
 from dagrl.engine.rollout import routes
 from dagrl.engine.rollout.load_plan import WeightLoadPlan
 from dagrl.engine.rollout.registry import RolloutSetup
@@ -241,10 +249,7 @@ class VLLMRollout:
             self.fp8.after_sync()
         missing = self._vllm_params - loaded
         if missing:
-            raise RuntimeError(
-                f"weight sync left {len(missing)} vLLM tensors stale, e.g. {sorted(missing)[:3]}: "
-                f"the actor's export does not cover this model"
-            )
+            raise StaleWeights("vLLM", missing)
         if self._cache_filled:  # cached KV blocks were computed with the old weights (a pass over every block)
             self.llm.reset_prefix_cache()
             self._cache_filled = False
