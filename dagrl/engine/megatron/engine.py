@@ -15,7 +15,7 @@ import torch.distributed as dist
 from dagrl.data.batch import Batch
 from dagrl.engine.base import MegatronEngineSpec
 from dagrl.utils.watchdog import beat
-from dagrl.engine.megatron import checkpoint, compat, optim
+from dagrl.engine.megatron import checkpoint, compat, moe_dispatch, optim
 from dagrl.engine.megatron.offload import HostOffload
 from dagrl.engine.megatron import packing
 from dagrl.engine.megatron.sequences import MicroBatch, pack_spec, plan_micro_batches
@@ -74,7 +74,7 @@ class MegatronEngine:
             # The fused causal softmax kernel ignores a given mask; the packed rows' block-diagonal one must apply.
             self.tf_config.masked_softmax_fusion = False
         self.modules = self._build_modules(on_gpu)  # unwrapped GPTModels, one per virtual pipeline chunk
-        self._dispatchers = optim.moe_dispatchers(self.modules)  # released after each schedule (_run)
+        self._dispatchers = moe_dispatch.moe_dispatchers(self.modules)  # released after each schedule (_run)
         optim.set_trainable(self.modules, spec, self.hf_config.num_hidden_layers)
         if spec.lora is not None:  # before DDP: the frozen base gets no grad buffer and no optimizer state
             from dagrl.engine.megatron.lora import apply_lora
@@ -252,7 +252,7 @@ class MegatronEngine:
                 forward_only=forward_only,
             )
         finally:
-            optim.release_dispatch_graphs(self._dispatchers)
+            moe_dispatch.release_dispatch_graphs(self._dispatchers)
 
     def _context_parallel_rows(self, micro: MicroBatch, values: torch.Tensor) -> torch.Tensor:
         """[rows, R] per-token results computed at this rank's logits -> the whole rows on every CP rank."""
